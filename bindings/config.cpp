@@ -1,0 +1,112 @@
+// Lua module `config`: `local cfg = config { ...defaults... }` resolves a recipe's configuration
+// against the run's overrides (host/runner/config.cpp), prints it once, and returns it as a table
+// that raises on a misspelt key instead of returning nil. config.get() / config.json() give the
+// resolved config to metric sinks.
+#include <cstdio>
+
+#include "bindings/lua_util.h"
+#include "host/core/error.h"
+#include "host/core/strings.h"
+
+namespace luatune {
+
+// cfg.lerning_rate -> error naming the keys the table has.
+static int l_config_missing_key(lua_State* L) {
+  std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : luaL_typename(L, 2);
+  std::string path;
+  if (lua_getmetatable(L, 1)) {
+    lua_getfield(L, -1, "__path");
+    if (lua_isstring(L, -1)) path = lua_tostring(L, -1);
+    lua_pop(L, 2);
+  }
+  std::vector<std::string> keys;
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TSTRING) keys.push_back(lua_tostring(L, -1));
+  }
+  std::sort(keys.begin(), keys.end());
+  std::string full = path.empty() ? key : path + "." + key;
+  std::string near = str_nearest(key, keys);
+  return luaL_error(L, "config: no key '%s' in the config%s; keys here: %s", full.c_str(),
+                    near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str(), str_join(keys, ", ").c_str());
+}
+
+// Pushes `v`; tables (not lists) get a metatable that makes reading a missing key an error.
+static void push_strict(lua_State* L, const ConfigValue& v, const std::string& path) {
+  if (v.kind != ConfigValue::Kind::table) {
+    lt_push_config(L, v);
+    return;
+  }
+  lua_createtable(L, 0, static_cast<int>(v.fields.size()));
+  for (const auto& [k, f] : v.fields) {
+    push_strict(L, f, path.empty() ? k : path + "." + k);
+    lua_setfield(L, -2, k.c_str());
+  }
+  lua_createtable(L, 0, 2);
+  lua_pushcfunction(L, l_config_missing_key);
+  lua_setfield(L, -2, "__index");
+  lua_pushstring(L, path.c_str());
+  lua_setfield(L, -2, "__path");
+  lua_setmetatable(L, -2);
+}
+
+// config { defaults } (called through the module's __call: argument 1 is the module itself).
+static int l_config_resolve(lua_State* L) {
+  RunState& st = lt_run_state(L);
+  if (!lt_is_list(L, 2) || lua_objlen(L, 2) == 0) luaL_checktype(L, 2, LUA_TTABLE);
+  if (lt_is_list(L, 2) && lua_objlen(L, 2) > 0)
+    fail_usage("config: expected a table of named defaults, e.g. config { lr = 2e-4, steps = 100 }");
+  if (st.config_resolved)
+    fail_usage("config: config{} called twice in " + st.recipe, "declare every default in one config{} table");
+  ConfigValue cfg = lt_to_config(L, 2, "");
+  config_apply(cfg, st.overrides);
+  st.resolved = cfg;
+  st.config_resolved = true;
+  std::string text = "config (" + st.recipe + "):\n" + config_format(cfg);
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+  if (st.validate_only) {
+    lua_pushlightuserdata(L, lt_validate_done_token());
+    return lua_error(L);
+  }
+  push_strict(L, cfg, "");
+  return 1;
+}
+
+// config.get() -> the resolved config as a plain table, or nil before config{} ran.
+static int l_config_get(lua_State* L) {
+  RunState& st = lt_run_state(L);
+  if (!st.config_resolved) return lua_pushnil(L), 1;
+  lt_push_config(L, st.resolved);
+  return 1;
+}
+
+// config.json() -> the resolved config as a JSON object string ("{}" before config{} ran).
+static int l_config_json(lua_State* L) {
+  RunState& st = lt_run_state(L);
+  std::string s = st.config_resolved ? config_to_json(st.resolved) : "{}";
+  lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
+static const luaL_Reg config_funcs[] = {
+    {"get", l_config_get},
+    {"json", l_config_json},
+    {nullptr, nullptr},
+};
+
+static const luaL_Reg config_meta[] = {
+    {"__call", l_config_resolve},
+    {nullptr, nullptr},
+};
+
+}  // namespace luatune
+
+extern "C" int luaopen_config(lua_State* L) {
+  luatune::lt_new_module(L, luatune::config_funcs);
+  lua_newtable(L);
+  luatune::lt_set_funcs(L, luatune::config_meta);
+  lua_setmetatable(L, -2);
+  return 1;
+}

@@ -1,0 +1,266 @@
+// Exception bridge, userdata and option helpers, run state (see lua_util.h).
+#include "bindings/lua_util.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "host/core/error.h"
+#include "host/core/strings.h"
+
+namespace luatune {
+
+// ============================================================================================
+// Exception bridge
+
+int lt_call_protected(lua_State* L, lua_CFunction fn) {
+  std::string msg;
+  bool usage = false;
+  try {
+    return fn(L);
+  } catch (const UsageError& e) {
+    msg = e.what();
+    usage = true;
+  } catch (const c10::Error& e) {
+    // LibTorch's message without its C++ backtrace: what a recipe author can act on.
+    msg = e.what_without_backtrace();
+    size_t cut = msg.find("\nException raised from");
+    if (cut != std::string::npos) msg.resize(cut);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  // Out of the catch block: raising a Lua error from inside it would unwind through it.
+  if (usage) {  // config and usage errors read best without a recipe position in front
+    lt_run_state(L).usage_error = true;
+    lua_pushlstring(L, msg.data(), msg.size());
+    return lua_error(L);
+  }
+  return luaL_error(L, "%s", msg.c_str());  // prefixed with the calling recipe's file:line
+}
+
+static int lt_trampoline(lua_State* L) {
+  auto fn = reinterpret_cast<lua_CFunction>(lua_touserdata(L, lua_upvalueindex(1)));
+  return lt_call_protected(L, fn);
+}
+
+void lt_set_funcs(lua_State* L, const luaL_Reg* funcs) {
+  for (; funcs->name; funcs++) {
+    lua_pushlightuserdata(L, reinterpret_cast<void*>(funcs->func));
+    lua_pushcclosure(L, lt_trampoline, 1);
+    lua_setfield(L, -2, funcs->name);
+  }
+}
+
+void lt_new_module(lua_State* L, const luaL_Reg* funcs) {
+  lua_newtable(L);
+  lt_set_funcs(L, funcs);
+}
+
+// ============================================================================================
+// Userdata
+
+std::string lt_metatable_name(const char* class_name) { return std::string("luatune.") + class_name; }
+
+static std::string lt_typename(lua_State* L, int idx) {
+  if (lua_getmetatable(L, idx)) {
+    lua_getfield(L, -1, "__name");
+    std::string name = lua_isstring(L, -1) ? lua_tostring(L, -1) : "";
+    lua_pop(L, 2);
+    if (!name.empty()) return name;
+  }
+  return luaL_typename(L, idx);
+}
+
+void lt_type_error(lua_State* L, int idx, const char* expected) {
+  std::string msg = std::string(expected) + " expected, got " + lt_typename(L, idx);
+  luaL_argerror(L, idx, msg.c_str());
+  std::abort();  // unreachable: luaL_argerror does not return
+}
+
+// ============================================================================================
+// Arguments
+
+const char* lt_fname(lua_State* L) {
+  lua_Debug ar;
+  if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.name) return ar.name;
+  return "?";
+}
+
+void lt_check_options(lua_State* L, int idx, const std::vector<std::string>& valid) {
+  if (lua_isnoneornil(L, idx)) return;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    std::string key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : std::string("<") + luaL_typename(L, -1) + ">";
+    bool ok = lua_type(L, -1) == LUA_TSTRING && std::find(valid.begin(), valid.end(), key) != valid.end();
+    if (!ok) {
+      std::string near = str_nearest(key, valid);
+      std::string msg = "unknown option '" + key + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)") +
+                        "; valid options: " + str_join(valid, ", ");
+      lua_pop(L, 1);
+      luaL_argerror(L, idx, msg.c_str());
+    }
+  }
+}
+
+bool lt_has_field(lua_State* L, int idx, const char* key) {
+  if (!lua_istable(L, idx)) return false;
+  lua_getfield(L, idx, key);
+  bool has = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  return has;
+}
+
+static void opt_type_error(lua_State* L, int idx, const char* key, const char* expected) {
+  std::string msg = std::string("option '") + key + "' expects " + expected + ", got " + luaL_typename(L, -1);
+  lua_pop(L, 1);
+  luaL_argerror(L, idx, msg.c_str());
+}
+
+double lt_opt_number(lua_State* L, int idx, const char* key, double def) {
+  if (!lua_istable(L, idx)) return def;
+  lua_getfield(L, idx, key);
+  if (lua_isnil(L, -1)) return lua_pop(L, 1), def;
+  if (lua_type(L, -1) != LUA_TNUMBER) opt_type_error(L, idx, key, "a number");
+  double v = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+bool lt_opt_bool(lua_State* L, int idx, const char* key, bool def) {
+  if (!lua_istable(L, idx)) return def;
+  lua_getfield(L, idx, key);
+  if (lua_isnil(L, -1)) return lua_pop(L, 1), def;
+  if (lua_type(L, -1) != LUA_TBOOLEAN) opt_type_error(L, idx, key, "a boolean");
+  bool v = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+std::string lt_opt_string(lua_State* L, int idx, const char* key, const std::string& def) {
+  if (!lua_istable(L, idx)) return def;
+  lua_getfield(L, idx, key);
+  if (lua_isnil(L, -1)) return lua_pop(L, 1), def;
+  if (lua_type(L, -1) != LUA_TSTRING) opt_type_error(L, idx, key, "a string");
+  std::string v = lua_tostring(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+int64_t lt_check_int(lua_State* L, int idx) {
+  double v = luaL_checknumber(L, idx);
+  if (v != std::floor(v) || std::fabs(v) > 9.0e15) {
+    std::string msg = "integer expected, got " + str_from_number(v);
+    luaL_argerror(L, idx, msg.c_str());
+  }
+  return static_cast<int64_t>(v);
+}
+
+bool lt_is_list(lua_State* L, int idx) {
+  if (!lua_istable(L, idx)) return false;
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  size_t n = lua_objlen(L, idx), count = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    count++;
+    if (lua_type(L, -1) != LUA_TNUMBER) {
+      lua_pop(L, 1);
+      return false;
+    }
+  }
+  return count == n;
+}
+
+// ============================================================================================
+// Config values
+
+ConfigValue lt_to_config(lua_State* L, int idx, const std::string& what) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  switch (lua_type(L, idx)) {
+    case LUA_TNUMBER: return ConfigValue::of_number(lua_tonumber(L, idx));
+    case LUA_TBOOLEAN: return ConfigValue::of_boolean(lua_toboolean(L, idx));
+    case LUA_TSTRING: return ConfigValue::of_string(lua_tostring(L, idx));
+    case LUA_TTABLE: break;
+    default:
+      fail_usage("config: '" + what + "' is a " + luaL_typename(L, idx) +
+                 "; config values are numbers, booleans, strings, lists and tables");
+  }
+  if (lua_objlen(L, idx) > 0 || lt_is_list(L, idx)) {
+    if (!lt_is_list(L, idx))
+      fail_usage("config: '" + what + "' mixes list items and named keys; use one or the other");
+    std::vector<ConfigValue> items;
+    for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
+      lua_rawgeti(L, idx, static_cast<int>(i));
+      items.push_back(lt_to_config(L, -1, what + "[" + std::to_string(i) + "]"));
+      lua_pop(L, 1);
+    }
+    return ConfigValue::of_list(std::move(items));
+  }
+  ConfigValue t = ConfigValue::of_table();
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    if (lua_type(L, -2) != LUA_TSTRING) fail_usage("config: '" + what + "' has a key that is not a string");
+    std::string key = lua_tostring(L, -2);
+    t.fields[key] = lt_to_config(L, -1, what.empty() ? key : what + "." + key);
+    lua_pop(L, 1);
+  }
+  return t;
+}
+
+void lt_push_config(lua_State* L, const ConfigValue& v) {
+  switch (v.kind) {
+    case ConfigValue::Kind::number: lua_pushnumber(L, v.number); return;
+    case ConfigValue::Kind::boolean: lua_pushboolean(L, v.boolean); return;
+    case ConfigValue::Kind::string: lua_pushlstring(L, v.string.data(), v.string.size()); return;
+    case ConfigValue::Kind::list:
+      lua_createtable(L, static_cast<int>(v.items.size()), 0);
+      for (size_t i = 0; i < v.items.size(); i++) {
+        lt_push_config(L, v.items[i]);
+        lua_rawseti(L, -2, static_cast<int>(i + 1));
+      }
+      return;
+    case ConfigValue::Kind::table:
+      lua_createtable(L, 0, static_cast<int>(v.fields.size()));
+      for (const auto& [k, f] : v.fields) {
+        lt_push_config(L, f);
+        lua_setfield(L, -2, k.c_str());
+      }
+      return;
+  }
+}
+
+// ============================================================================================
+// Run state
+
+static char run_state_key;
+static char validate_done_token;
+
+RunState& lt_run_state(lua_State* L) {
+  lua_pushlightuserdata(L, &run_state_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  auto* box = static_cast<LtBox<RunState>*>(lua_touserdata(L, -1));
+  lua_pop(L, 1);
+  if (box) return box->value;
+  // First use: a full userdata owned by the registry, destroyed with the Lua state.
+  void* mem = lua_newuserdata(L, sizeof(LtBox<RunState>));
+  box = new (mem) LtBox<RunState>{};
+  lua_newtable(L);
+  lua_pushcfunction(L, [](lua_State* L) -> int {
+    static_cast<LtBox<RunState>*>(lua_touserdata(L, 1))->~LtBox<RunState>();
+    return 0;
+  });
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  lua_pushlightuserdata(L, &run_state_key);
+  lua_insert(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  return box->value;
+}
+
+void* lt_validate_done_token() { return &validate_done_token; }
+
+}  // namespace luatune

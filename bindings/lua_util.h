@@ -1,0 +1,172 @@
+// The one place bindings meet Lua: the exception bridge every binding function runs behind, the
+// userdata helper every Lua-visible type is registered with, option-table readers that reject
+// unknown keys, and the per-run state the runner shares with the `config` module.
+#pragma once
+
+#include <lua.hpp>
+
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "host/runner/config.h"
+
+namespace luatune {
+
+// ============================================================================================
+// Exception bridge. Functions registered through lt_set_funcs run inside lt_call_protected:
+// a C++ exception (luatune::Error, LibTorch's c10::Error, std::exception) is caught, its message
+// copied, the catch block left, and only then raised as a Lua error. A UsageError also marks the
+// run as a usage error (exit status 2). Lua errors raised inside pass through untouched.
+
+int lt_call_protected(lua_State* L, lua_CFunction fn);
+// Sets each function of `funcs` into the table at the top of the stack, wrapped by the bridge.
+void lt_set_funcs(lua_State* L, const luaL_Reg* funcs);
+// A new module table holding `funcs`, left on the stack.
+void lt_new_module(lua_State* L, const luaL_Reg* funcs);
+
+// ============================================================================================
+// Userdata. Each Lua-visible C++ type T declares its Lua name once:
+//   template <> struct LuaClass<at::Tensor> { static constexpr const char* name = "Tensor"; };
+// lt_register_class<T> makes its metatable (__gc, __tostring, __name, methods, release()).
+
+template <class T>
+struct LuaClass;
+
+template <class T>
+struct LtBox {
+  T value;
+  bool released = false;
+};
+
+std::string lt_metatable_name(const char* class_name);  // "luatune.Tensor"
+// "bad argument #2 to 'matmul' (Tensor expected, got number)"
+[[noreturn]] void lt_type_error(lua_State* L, int idx, const char* expected);
+
+template <class T>
+T& lt_push(lua_State* L, T value) {
+  void* mem = lua_newuserdata(L, sizeof(LtBox<T>));
+  auto* box = new (mem) LtBox<T>{std::move(value), false};
+  luaL_getmetatable(L, lt_metatable_name(LuaClass<T>::name).c_str());
+  lua_setmetatable(L, -2);
+  return box->value;
+}
+
+// The box at idx when it holds a T (released or not), else nullptr.
+template <class T>
+LtBox<T>* lt_test_box(lua_State* L, int idx) {
+  void* p = lua_touserdata(L, idx);
+  if (!p || !lua_getmetatable(L, idx)) return nullptr;
+  luaL_getmetatable(L, lt_metatable_name(LuaClass<T>::name).c_str());
+  bool same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same ? static_cast<LtBox<T>*>(p) : nullptr;
+}
+
+template <class T>
+T* lt_test(lua_State* L, int idx) {
+  LtBox<T>* box = lt_test_box<T>(L, idx);
+  return box && !box->released ? &box->value : nullptr;
+}
+
+template <class T>
+T& lt_check(lua_State* L, int idx) {
+  LtBox<T>* box = lt_test_box<T>(L, idx);
+  if (!box) lt_type_error(L, idx, LuaClass<T>::name);
+  if (box->released) {
+    std::string msg = std::string(LuaClass<T>::name) + " was released";
+    luaL_argerror(L, idx, msg.c_str());
+  }
+  return box->value;
+}
+
+template <class T>
+int lt_gc(lua_State* L) {
+  if (auto* box = lt_test_box<T>(L, 1)) box->~LtBox<T>();
+  return 0;
+}
+
+// obj:release(): frees what the object holds now (GPU memory included); later use is an error.
+template <class T>
+int lt_release(lua_State* L) {
+  LtBox<T>* box = lt_test_box<T>(L, 1);
+  if (!box) lt_type_error(L, 1, LuaClass<T>::name);
+  if (!box->released) {
+    box->value = T();
+    box->released = true;
+  }
+  return 0;
+}
+
+template <class T, std::string (*Describe)(const T&)>
+int lt_tostring(lua_State* L) {
+  LtBox<T>* box = lt_test_box<T>(L, 1);
+  if (!box) lt_type_error(L, 1, LuaClass<T>::name);
+  std::string s = box->released ? std::string(LuaClass<T>::name) + "(released)" : Describe(box->value);
+  lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
+// Creates T's metatable: methods (plus release) in a table that is also __index, __gc,
+// __tostring through Describe, and any extra metamethods (which may replace __index).
+// Leaves the methods table on the stack.
+template <class T, std::string (*Describe)(const T&)>
+void lt_register_class(lua_State* L, const luaL_Reg* methods, const luaL_Reg* metamethods = nullptr) {
+  luaL_newmetatable(L, lt_metatable_name(LuaClass<T>::name).c_str());
+  lua_pushstring(L, LuaClass<T>::name);
+  lua_setfield(L, -2, "__name");
+  lua_pushcfunction(L, lt_gc<T>);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, (lt_tostring<T, Describe>));
+  lua_setfield(L, -2, "__tostring");
+  lua_newtable(L);  // methods
+  lt_set_funcs(L, methods);
+  lua_pushcfunction(L, lt_release<T>);
+  lua_setfield(L, -2, "release");
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "__index");
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "methods");
+  if (metamethods) {
+    lua_pushvalue(L, -2);
+    lt_set_funcs(L, metamethods);
+    lua_pop(L, 1);
+  }
+  lua_remove(L, -2);  // metatable stays in the registry
+}
+
+// ============================================================================================
+// Arguments and option tables
+
+const char* lt_fname(lua_State* L);  // the name of the running Lua-called function, for messages
+// Fails naming the bad key and the valid ones when the table at idx has a key not in `valid`.
+void lt_check_options(lua_State* L, int idx, const std::vector<std::string>& valid);
+bool lt_has_field(lua_State* L, int idx, const char* key);
+double lt_opt_number(lua_State* L, int idx, const char* key, double def);
+bool lt_opt_bool(lua_State* L, int idx, const char* key, bool def);
+std::string lt_opt_string(lua_State* L, int idx, const char* key, const std::string& def);
+int64_t lt_check_int(lua_State* L, int idx);  // a number that is a whole integer
+bool lt_is_list(lua_State* L, int idx);       // a table whose keys are exactly 1..n (n may be 0)
+
+// Lua value <-> ConfigValue (scalars, lists, tables); `what` names the value in errors.
+ConfigValue lt_to_config(lua_State* L, int idx, const std::string& what);
+void lt_push_config(lua_State* L, const ConfigValue& v);
+
+// ============================================================================================
+// Per-run state shared by the runner and the `config` module.
+
+struct RunState {
+  std::string recipe;                      // path of the recipe being run
+  std::vector<ConfigOverride> overrides;   // from --config files, then key=value arguments
+  bool validate_only = false;              // `runner validate`: stop after config{} resolves
+  bool config_resolved = false;
+  bool usage_error = false;                // the error being raised is a usage/config error (exit 2)
+  ConfigValue resolved;                    // the resolved config, for metric sinks
+};
+
+RunState& lt_run_state(lua_State* L);
+// The light userdata raised as the error value when validate mode stops after config{}.
+void* lt_validate_done_token();
+
+}  // namespace luatune

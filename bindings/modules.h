@@ -1,0 +1,9 @@
+// The Lua modules luatune provides; runner/lua_host.cpp opens each as a global of the same name.
+#pragma once
+
+#include <lua.hpp>
+
+extern "C" {
+int luaopen_config(lua_State* L);
+int luaopen_torch(lua_State* L);
+}

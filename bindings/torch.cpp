@@ -1,0 +1,799 @@
+// Lua module `torch`: tensors as userdata, enough to write a custom metric or loss in a recipe.
+// Every function is reachable both ways: torch.exp(t) and t:exp(). Indexing follows the rule in
+// host/core/tensor_ops.h (PyTorch's: 0-based, negative from the end, half-open slices); Lua
+// tables we return (shape, tolist) are ordinary 1-based lists. Numbers from Lua make float32
+// tensors unless a dtype is given (Lua has one number type). Operators: + - * / % ^ and unary -
+// are elementwise; == is torch.equal; < and <= compare one-element tensors; use :lt() etc. for
+// elementwise comparisons and :matmul() for matrix products.
+#include <ATen/ATen.h>
+#include <ATen/core/Reduction.h>
+
+#include <cmath>
+#include <functional>
+#include <sstream>
+
+#include "bindings/lua_util.h"
+#include "host/core/device.h"
+#include "host/core/error.h"
+#include "host/core/tensor_ops.h"
+#include "host/io/tensor_file.h"
+
+namespace luatune {
+
+template <>
+struct LuaClass<at::Tensor> {
+  static constexpr const char* name = "Tensor";
+};
+
+namespace {
+
+// ============================================================================================
+// Conversions
+
+at::Tensor& check_tensor(lua_State* L, int idx) { return lt_check<at::Tensor>(L, idx); }
+
+int push_tensor(lua_State* L, at::Tensor t) {
+  lt_push<at::Tensor>(L, std::move(t));
+  return 1;
+}
+
+int push_tensor_list(lua_State* L, const std::vector<at::Tensor>& ts) {
+  lua_createtable(L, static_cast<int>(ts.size()), 0);
+  for (size_t i = 0; i < ts.size(); i++) {
+    push_tensor(L, ts[i]);
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 1;
+}
+
+bool is_integral(double v) { return v == std::floor(v) && std::fabs(v) < 9.0e15; }
+
+// A Lua number keeps integer tensors integer when it is whole, as a Python int would.
+at::Scalar check_scalar(lua_State* L, int idx) {
+  if (lua_type(L, idx) == LUA_TBOOLEAN) return at::Scalar(static_cast<bool>(lua_toboolean(L, idx)));
+  double v = luaL_checknumber(L, idx);
+  return is_integral(v) ? at::Scalar(static_cast<int64_t>(v)) : at::Scalar(v);
+}
+
+// A tensor, or a number/boolean turned into a 0-dim tensor on `like`'s device (0-dim tensors take
+// part in type promotion the way Python scalars do).
+at::Tensor operand(lua_State* L, int idx, const at::Tensor* like) {
+  if (at::Tensor* t = lt_test<at::Tensor>(L, idx)) return *t;
+  at::TensorOptions opts = like ? at::TensorOptions().device(like->device()) : at::TensorOptions();
+  if (lua_type(L, idx) == LUA_TBOOLEAN) return at::scalar_tensor(static_cast<bool>(lua_toboolean(L, idx)), opts.dtype(at::kBool));
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    double v = lua_tonumber(L, idx);
+    return is_integral(v) ? at::scalar_tensor(static_cast<int64_t>(v), opts.dtype(at::kLong))
+                          : at::scalar_tensor(v, opts.dtype(at::kDouble));
+  }
+  check_tensor(L, idx);  // raises "Tensor expected, got ..." (or "released")
+  return at::Tensor();
+}
+
+// Sizes or dims from the arguments at idx: one list {2, 3} or numbers 2, 3. *next is the first
+// argument after them.
+std::vector<int64_t> int_list_args(lua_State* L, int idx, int* next) {
+  std::vector<int64_t> out;
+  if (lua_istable(L, idx) && lt_is_list(L, idx)) {
+    for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
+      lua_rawgeti(L, idx, static_cast<int>(i));
+      double v = lua_tonumber(L, -1);
+      if (lua_type(L, -1) != LUA_TNUMBER || !is_integral(v))
+        luaL_argerror(L, idx, "list of integers expected");
+      out.push_back(static_cast<int64_t>(v));
+      lua_pop(L, 1);
+    }
+    *next = idx + 1;
+    return out;
+  }
+  while (lua_type(L, idx) == LUA_TNUMBER) out.push_back(lt_check_int(L, idx++));
+  *next = idx;
+  return out;
+}
+
+// Options {dtype=, device=, requires_grad=} of a creation function.
+at::TensorOptions creation_options(lua_State* L, int idx, c10::ScalarType default_dtype) {
+  lt_check_options(L, idx, {"dtype", "device", "requires_grad"});
+  at::TensorOptions o = at::TensorOptions().dtype(default_dtype);
+  if (lt_has_field(L, idx, "dtype")) o = o.dtype(dtype_parse(lt_opt_string(L, idx, "dtype", "")));
+  if (lt_has_field(L, idx, "device")) o = o.device(device_parse(lt_opt_string(L, idx, "device", "")));
+  return o;
+}
+
+// Pushes a freshly created tensor, applying the options' requires_grad (ATen's factories ignore it).
+int push_created(lua_State* L, at::Tensor t, int options_idx) {
+  if (lt_opt_bool(L, options_idx, "requires_grad", false)) t.requires_grad_(true);
+  return push_tensor(L, std::move(t));
+}
+
+// An index from a Lua value: a number, a text index "0, 1:3", a tensor, or a list of those.
+std::vector<IndexItem> index_spec(lua_State* L, int idx) {
+  IndexItem item;
+  switch (lua_type(L, idx)) {
+    case LUA_TNUMBER:
+      item.index = lt_check_int(L, idx);
+      return {item};
+    case LUA_TSTRING: return index_parse(lua_tostring(L, idx));
+    case LUA_TTABLE: {
+      std::vector<IndexItem> items;
+      for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
+        lua_rawgeti(L, idx, static_cast<int>(i));
+        if (lua_type(L, -1) == LUA_TSTRING) {
+          items.push_back(index_parse_item(lua_tostring(L, -1)));
+        } else if (lua_type(L, -1) == LUA_TNUMBER) {
+          items.push_back(index_parse_item(std::to_string(lt_check_int(L, -1))));
+        } else if (at::Tensor* t = lt_test<at::Tensor>(L, -1)) {
+          IndexItem ti;
+          ti.kind = IndexItem::Kind::tensor;
+          ti.tensor = *t;
+          items.push_back(ti);
+        } else {
+          luaL_argerror(L, idx, "index items are integers, strings (\"1:3\", \":\", \"...\", \"none\") or tensors");
+        }
+        lua_pop(L, 1);
+      }
+      return items;
+    }
+    default:
+      if (at::Tensor* t = lt_test<at::Tensor>(L, idx)) {
+        item.kind = IndexItem::Kind::tensor;
+        item.tensor = *t;
+        return {item};
+      }
+      luaL_argerror(L, idx, "index expected: an integer, a string like \"0, 1:3\", a tensor, or a list of those");
+      return {};
+  }
+}
+
+// Nested Lua tables -> flat values + shape, checking the nesting is rectangular.
+void collect_values(lua_State* L, int idx, size_t depth, std::vector<int64_t>& shape, std::vector<double>& values,
+                    bool& any_bool, bool& any_number, const std::string& where) {
+  if (lua_type(L, idx) == LUA_TNUMBER || lua_type(L, idx) == LUA_TBOOLEAN) {
+    LT_CHECK(depth == shape.size(), "torch.tensor: ragged nested table at " << where << ": expected a list of "
+                                                                              << shape[depth] << " items, got a value");
+    bool b = lua_type(L, idx) == LUA_TBOOLEAN;
+    (b ? any_bool : any_number) = true;
+    values.push_back(b ? (lua_toboolean(L, idx) ? 1.0 : 0.0) : lua_tonumber(L, idx));
+    return;
+  }
+  LT_CHECK(lua_istable(L, idx) && lt_is_list(L, idx),
+           "torch.tensor: expected numbers, booleans or lists of them at " << where << ", got " << luaL_typename(L, idx));
+  int64_t n = static_cast<int64_t>(lua_objlen(L, idx));
+  if (depth == shape.size() && values.empty()) shape.push_back(n);  // first visit at this depth sets its size
+  LT_CHECK(depth < shape.size() && shape[depth] == n, "torch.tensor: ragged nested table at "
+                                                          << where << ": expected "
+                                                          << (depth < shape.size() ? shape[depth] : 0) << " items, got " << n);
+  for (int64_t i = 1; i <= n; i++) {
+    lua_rawgeti(L, idx, static_cast<int>(i));
+    collect_values(L, lua_gettop(L), depth + 1, shape, values, any_bool, any_number, where + "[" + std::to_string(i) + "]");
+    lua_pop(L, 1);
+  }
+}
+
+void push_values(lua_State* L, const at::Tensor& t, bool as_bool) {
+  if (t.dim() == 0) {
+    if (as_bool) lua_pushboolean(L, t.item<bool>());
+    else lua_pushnumber(L, t.item<double>());
+    return;
+  }
+  int64_t n = t.size(0);
+  lua_createtable(L, static_cast<int>(n), 0);
+  for (int64_t i = 0; i < n; i++) {
+    push_values(L, t[i], as_bool);
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+}
+
+// ============================================================================================
+// Creation
+
+int l_torch_tensor(lua_State* L) {
+  std::vector<int64_t> shape;
+  std::vector<double> values;
+  bool any_bool = false, any_number = false;
+  collect_values(L, 1, 0, shape, values, any_bool, any_number, "value");
+  LT_CHECK(!(any_bool && any_number), "torch.tensor: mixes booleans and numbers");
+  at::TensorOptions o = creation_options(L, 2, any_bool ? at::kBool : at::kFloat);
+  return push_created(L, tensor_from_values(values, shape, o.dtype().toScalarType()).to(o.device()), 2);
+}
+
+// zeros/ones/rand/randn(sizes..., {opts})
+int fill_creation(lua_State* L, at::Tensor (*make)(at::IntArrayRef, at::TensorOptions)) {
+  int next = 1;
+  std::vector<int64_t> sizes = int_list_args(L, 1, &next);
+  return push_created(L, make(sizes, creation_options(L, next, at::kFloat)), next);
+}
+int l_torch_zeros(lua_State* L) { return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::zeros(s, o); }); }
+int l_torch_ones(lua_State* L) { return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::ones(s, o); }); }
+int l_torch_rand(lua_State* L) { return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::rand(s, o); }); }
+int l_torch_randn(lua_State* L) { return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::randn(s, o); }); }
+
+// full(sizes, value, {opts})
+int l_torch_full(lua_State* L) {
+  int next = 1;
+  std::vector<int64_t> sizes = int_list_args(L, 1, &next);
+  at::Scalar v = check_scalar(L, next);
+  c10::ScalarType def = lua_type(L, next) == LUA_TBOOLEAN ? at::kBool : at::kFloat;
+  return push_created(L, at::full(sizes, v, creation_options(L, next + 1, def)), next + 1);
+}
+
+// randint(low, high, sizes, {opts}): integers in [low, high)
+int l_torch_randint(lua_State* L) {
+  int64_t low = lt_check_int(L, 1), high = lt_check_int(L, 2);
+  int next = 3;
+  std::vector<int64_t> sizes = int_list_args(L, 3, &next);
+  return push_created(L, at::randint(low, high, sizes, creation_options(L, next, at::kLong)), next);
+}
+
+// arange(stop) / arange(start, stop [, step]) [, {opts}]: int64 when every bound is whole.
+int l_torch_arange(lua_State* L) {
+  double a[3] = {0, 0, 1};
+  int n = 0;
+  while (n < 3 && lua_type(L, n + 1) == LUA_TNUMBER) n++;
+  luaL_argcheck(L, n >= 1, 1, "number expected (arange(stop) or arange(start, stop [, step]))");
+  for (int i = 0; i < n; i++) a[i] = lua_tonumber(L, i + 1);
+  double start = n == 1 ? 0 : a[0], stop = n == 1 ? a[0] : a[1], step = n == 3 ? a[2] : 1;
+  bool whole = is_integral(start) && is_integral(stop) && is_integral(step);
+  at::TensorOptions o = creation_options(L, n + 1, whole ? at::kLong : at::kFloat);
+  return push_created(L, at::arange(at::Scalar(start), at::Scalar(stop), at::Scalar(step), o), n + 1);
+}
+
+// linspace(start, stop, steps, {opts})
+int l_torch_linspace(lua_State* L) {
+  double start = luaL_checknumber(L, 1), stop = luaL_checknumber(L, 2);
+  int64_t steps = lt_check_int(L, 3);
+  return push_created(L, at::linspace(start, stop, steps, creation_options(L, 4, at::kFloat)), 4);
+}
+
+// eye(n [, m], {opts})
+int l_torch_eye(lua_State* L) {
+  int64_t n = lt_check_int(L, 1);
+  bool has_m = lua_type(L, 2) == LUA_TNUMBER;
+  at::TensorOptions o = creation_options(L, has_m ? 3 : 2, at::kFloat);
+  return push_created(L, has_m ? at::eye(n, lt_check_int(L, 2), o) : at::eye(n, o), has_m ? 3 : 2);
+}
+
+// zeros_like/ones_like(t, {opts}) and full_like(t, value, {opts}): dtype/device default to t's.
+at::TensorOptions like_options(lua_State* L, int idx, const at::Tensor& t) {
+  at::TensorOptions o = creation_options(L, idx, t.scalar_type());
+  if (!lt_has_field(L, idx, "device")) o = o.device(t.device());
+  return o;
+}
+int l_torch_zeros_like(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_created(L, at::zeros(t.sizes(), like_options(L, 2, t)), 2);
+}
+int l_torch_ones_like(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_created(L, at::ones(t.sizes(), like_options(L, 2, t)), 2);
+}
+int l_torch_full_like(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_created(L, at::full(t.sizes(), check_scalar(L, 2), like_options(L, 3, t)), 3);
+}
+
+// ============================================================================================
+// Elementwise: one table of unary ops, one of binary ops; each entry is one line.
+
+struct UnaryOp {
+  const char* name;
+  at::Tensor (*fn)(const at::Tensor&);
+};
+const UnaryOp unary_ops[] = {
+    {"neg", [](const at::Tensor& t) { return t.neg(); }},
+    {"abs", [](const at::Tensor& t) { return t.abs(); }},
+    {"exp", [](const at::Tensor& t) { return t.exp(); }},
+    {"log", [](const at::Tensor& t) { return t.log(); }},
+    {"log1p", [](const at::Tensor& t) { return t.log1p(); }},
+    {"sqrt", [](const at::Tensor& t) { return t.sqrt(); }},
+    {"rsqrt", [](const at::Tensor& t) { return t.rsqrt(); }},
+    {"sin", [](const at::Tensor& t) { return t.sin(); }},
+    {"cos", [](const at::Tensor& t) { return t.cos(); }},
+    {"tanh", [](const at::Tensor& t) { return t.tanh(); }},
+    {"sigmoid", [](const at::Tensor& t) { return t.sigmoid(); }},
+    {"relu", [](const at::Tensor& t) { return t.relu(); }},
+    {"gelu", [](const at::Tensor& t) { return at::gelu(t); }},
+    {"silu", [](const at::Tensor& t) { return at::silu(t); }},
+    {"floor", [](const at::Tensor& t) { return t.floor(); }},
+    {"ceil", [](const at::Tensor& t) { return t.ceil(); }},
+    {"round", [](const at::Tensor& t) { return t.round(); }},
+    {"sign", [](const at::Tensor& t) { return t.sign(); }},
+    {"reciprocal", [](const at::Tensor& t) { return t.reciprocal(); }},
+    {"square", [](const at::Tensor& t) { return t.square(); }},
+    {"isnan", [](const at::Tensor& t) { return t.isnan(); }},
+    {"isinf", [](const at::Tensor& t) { return t.isinf(); }},
+    {"isfinite", [](const at::Tensor& t) { return t.isfinite(); }},
+    {"logical_not", [](const at::Tensor& t) { return t.logical_not(); }},
+    {"contiguous", [](const at::Tensor& t) { return t.contiguous(); }},
+    {"clone", [](const at::Tensor& t) { return t.clone(); }},
+    {"detach", [](const at::Tensor& t) { return t.detach(); }},
+};
+
+struct BinaryOp {
+  const char* name;
+  at::Tensor (*fn)(const at::Tensor&, const at::Tensor&);
+};
+const BinaryOp binary_ops[] = {
+    {"add", [](const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); }},
+    {"sub", [](const at::Tensor& a, const at::Tensor& b) { return at::sub(a, b); }},
+    {"mul", [](const at::Tensor& a, const at::Tensor& b) { return at::mul(a, b); }},
+    {"div", [](const at::Tensor& a, const at::Tensor& b) { return at::div(a, b); }},
+    {"pow", [](const at::Tensor& a, const at::Tensor& b) { return at::pow(a, b); }},
+    {"remainder", [](const at::Tensor& a, const at::Tensor& b) { return at::remainder(a, b); }},
+    {"maximum", [](const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }},
+    {"minimum", [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }},
+    {"eq", [](const at::Tensor& a, const at::Tensor& b) { return at::eq(a, b); }},
+    {"ne", [](const at::Tensor& a, const at::Tensor& b) { return at::ne(a, b); }},
+    {"lt", [](const at::Tensor& a, const at::Tensor& b) { return at::lt(a, b); }},
+    {"le", [](const at::Tensor& a, const at::Tensor& b) { return at::le(a, b); }},
+    {"gt", [](const at::Tensor& a, const at::Tensor& b) { return at::gt(a, b); }},
+    {"ge", [](const at::Tensor& a, const at::Tensor& b) { return at::ge(a, b); }},
+    {"logical_and", [](const at::Tensor& a, const at::Tensor& b) { return at::logical_and(a, b); }},
+    {"logical_or", [](const at::Tensor& a, const at::Tensor& b) { return at::logical_or(a, b); }},
+    {"matmul", [](const at::Tensor& a, const at::Tensor& b) { return at::matmul(a, b); }},
+};
+
+// The op is the closure's upvalue (index into the tables above), behind the exception bridge.
+int l_unary(lua_State* L) {
+  const UnaryOp& op = unary_ops[lua_tointeger(L, lua_upvalueindex(1))];
+  return push_tensor(L, op.fn(check_tensor(L, 1)));
+}
+int binary_apply(lua_State* L, const BinaryOp& op) {
+  at::Tensor* a = lt_test<at::Tensor>(L, 1);
+  at::Tensor* b = lt_test<at::Tensor>(L, 2);
+  if (!a && !b) check_tensor(L, 1);  // neither is a tensor: raise the type error
+  at::Tensor x = operand(L, 1, b), y = operand(L, 2, a);
+  return push_tensor(L, op.fn(x, y));
+}
+int l_binary(lua_State* L) { return binary_apply(L, binary_ops[lua_tointeger(L, lua_upvalueindex(1))]); }
+int l_binary_protected(lua_State* L) { return lt_call_protected(L, l_binary); }
+int l_unary_protected(lua_State* L) { return lt_call_protected(L, l_unary); }
+
+// ============================================================================================
+// Reductions: (t [, dim [, keepdim]]); dim may be a list for sum/mean.
+
+bool opt_keepdim(lua_State* L, int idx) { return lua_isnoneornil(L, idx) ? false : (luaL_checktype(L, idx, LUA_TBOOLEAN), lua_toboolean(L, idx)); }
+
+std::vector<int64_t> dims_arg(lua_State* L, int idx) {
+  int next;
+  return int_list_args(L, idx, &next);
+}
+
+int l_torch_sum(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, lua_isnoneornil(L, 2) ? t.sum() : t.sum(dims_arg(L, 2), opt_keepdim(L, 3)));
+}
+int l_torch_mean(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, lua_isnoneornil(L, 2) ? t.mean() : t.mean(dims_arg(L, 2), opt_keepdim(L, 3)));
+}
+int l_torch_prod(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, lua_isnoneornil(L, 2) ? t.prod() : t.prod(lt_check_int(L, 2), opt_keepdim(L, 3)));
+}
+// std/var are unbiased (divide by n - 1), as in PyTorch.
+int l_torch_std(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, lua_isnoneornil(L, 2) ? t.std() : at::std(t, at::IntArrayRef(dims_arg(L, 2)), true, opt_keepdim(L, 3)));
+}
+int l_torch_var(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, lua_isnoneornil(L, 2) ? t.var() : at::var(t, at::IntArrayRef(dims_arg(L, 2)), true, opt_keepdim(L, 3)));
+}
+int l_torch_logsumexp(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, t.logsumexp(dims_arg(L, 2), opt_keepdim(L, 3)));
+}
+// norm(t [, p [, dim [, keepdim]]]): p defaults to 2 over all elements.
+int l_torch_norm(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  double p = luaL_optnumber(L, 2, 2.0);
+  if (lua_isnoneornil(L, 3)) return push_tensor(L, at::norm(t, p));
+  return push_tensor(L, at::norm(t, c10::optional<at::Scalar>(p), at::IntArrayRef(dims_arg(L, 3)), opt_keepdim(L, 4)));
+}
+// max/min(t) -> 0-dim tensor; max/min(t, dim [, keepdim]) -> values, indices
+int max_min(lua_State* L, bool is_max) {
+  at::Tensor& t = check_tensor(L, 1);
+  if (lua_isnoneornil(L, 2)) return push_tensor(L, is_max ? t.max() : t.min());
+  auto r = is_max ? at::max(t, lt_check_int(L, 2), opt_keepdim(L, 3)) : at::min(t, lt_check_int(L, 2), opt_keepdim(L, 3));
+  push_tensor(L, std::get<0>(r));
+  push_tensor(L, std::get<1>(r));
+  return 2;
+}
+int l_torch_max(lua_State* L) { return max_min(L, true); }
+int l_torch_min(lua_State* L) { return max_min(L, false); }
+int l_torch_argmax(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  c10::optional<int64_t> dim;
+  if (!lua_isnoneornil(L, 2)) dim = lt_check_int(L, 2);
+  return push_tensor(L, t.argmax(dim, opt_keepdim(L, 3)));
+}
+int l_torch_argmin(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  c10::optional<int64_t> dim;
+  if (!lua_isnoneornil(L, 2)) dim = lt_check_int(L, 2);
+  return push_tensor(L, t.argmin(dim, opt_keepdim(L, 3)));
+}
+int l_torch_all(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, lua_isnoneornil(L, 2) ? t.all() : t.all(lt_check_int(L, 2), opt_keepdim(L, 3)));
+}
+int l_torch_any(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, lua_isnoneornil(L, 2) ? t.any() : t.any(lt_check_int(L, 2), opt_keepdim(L, 3)));
+}
+int l_torch_cumsum(lua_State* L) { return push_tensor(L, check_tensor(L, 1).cumsum(lt_check_int(L, 2))); }
+int l_torch_softmax(lua_State* L) { return push_tensor(L, check_tensor(L, 1).softmax(lt_check_int(L, 2))); }
+int l_torch_log_softmax(lua_State* L) { return push_tensor(L, check_tensor(L, 1).log_softmax(lt_check_int(L, 2))); }
+
+// clamp(t, min, max): either bound may be nil.
+int l_torch_clamp(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  c10::optional<at::Scalar> lo, hi;
+  if (!lua_isnoneornil(L, 2)) lo = check_scalar(L, 2);
+  if (!lua_isnoneornil(L, 3)) hi = check_scalar(L, 3);
+  luaL_argcheck(L, lo || hi, 2, "clamp needs a min, a max or both");
+  return push_tensor(L, t.clamp(lo, hi));
+}
+int l_torch_where(lua_State* L) {
+  at::Tensor& cond = check_tensor(L, 1);
+  at::Tensor* a = lt_test<at::Tensor>(L, 2);
+  at::Tensor* b = lt_test<at::Tensor>(L, 3);
+  const at::Tensor* like = a ? a : b ? b : &cond;
+  return push_tensor(L, at::where(cond, operand(L, 2, like), operand(L, 3, like)));
+}
+int l_torch_masked_fill(lua_State* L) {
+  return push_tensor(L, check_tensor(L, 1).masked_fill(check_tensor(L, 2), check_scalar(L, 3)));
+}
+int l_torch_tril(lua_State* L) { return push_tensor(L, check_tensor(L, 1).tril(luaL_optinteger(L, 2, 0))); }
+int l_torch_triu(lua_State* L) { return push_tensor(L, check_tensor(L, 1).triu(luaL_optinteger(L, 2, 0))); }
+int l_torch_gather(lua_State* L) {
+  return push_tensor(L, check_tensor(L, 1).gather(lt_check_int(L, 2), check_tensor(L, 3)));
+}
+
+// ============================================================================================
+// Shapes
+
+int l_torch_reshape(lua_State* L) {
+  int next;
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, t.reshape(int_list_args(L, 2, &next)));
+}
+int l_torch_view(lua_State* L) {
+  int next;
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, t.view(int_list_args(L, 2, &next)));
+}
+int l_torch_permute(lua_State* L) {
+  int next;
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, t.permute(int_list_args(L, 2, &next)));
+}
+int l_torch_expand(lua_State* L) {
+  int next;
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, t.expand(int_list_args(L, 2, &next)));
+}
+int l_torch_transpose(lua_State* L) {
+  return push_tensor(L, check_tensor(L, 1).transpose(lt_check_int(L, 2), lt_check_int(L, 3)));
+}
+int l_torch_flatten(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, t.flatten(luaL_optinteger(L, 2, 0), luaL_optinteger(L, 3, -1)));
+}
+int l_torch_squeeze(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  return push_tensor(L, lua_isnoneornil(L, 2) ? t.squeeze() : t.squeeze(lt_check_int(L, 2)));
+}
+int l_torch_unsqueeze(lua_State* L) { return push_tensor(L, check_tensor(L, 1).unsqueeze(lt_check_int(L, 2))); }
+int l_torch_narrow(lua_State* L) {
+  return push_tensor(L, check_tensor(L, 1).narrow(lt_check_int(L, 2), lt_check_int(L, 3), lt_check_int(L, 4)));
+}
+int l_torch_select(lua_State* L) { return push_tensor(L, check_tensor(L, 1).select(lt_check_int(L, 2), lt_check_int(L, 3))); }
+int l_torch_chunk(lua_State* L) {
+  return push_tensor_list(L, check_tensor(L, 1).chunk(lt_check_int(L, 2), luaL_optinteger(L, 3, 0)));
+}
+int l_torch_split(lua_State* L) {
+  return push_tensor_list(L, check_tensor(L, 1).split(lt_check_int(L, 2), luaL_optinteger(L, 3, 0)));
+}
+std::vector<at::Tensor> tensor_list_arg(lua_State* L, int idx) {
+  luaL_argcheck(L, lt_is_list(L, idx) && lua_objlen(L, idx) > 0, idx, "non-empty list of tensors expected");
+  std::vector<at::Tensor> out;
+  for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
+    lua_rawgeti(L, idx, static_cast<int>(i));
+    at::Tensor* t = lt_test<at::Tensor>(L, -1);
+    if (!t) luaL_argerror(L, idx, ("list of tensors expected; item " + std::to_string(i) + " is not a live Tensor").c_str());
+    out.push_back(*t);
+    lua_pop(L, 1);
+  }
+  return out;
+}
+int l_torch_cat(lua_State* L) { return push_tensor(L, at::cat(tensor_list_arg(L, 1), luaL_optinteger(L, 2, 0))); }
+int l_torch_stack(lua_State* L) { return push_tensor(L, at::stack(tensor_list_arg(L, 1), luaL_optinteger(L, 2, 0))); }
+
+// t:index(spec) and t:index_set(spec, value): see the index rule at the top of the file.
+int l_torch_index(lua_State* L) { return push_tensor(L, tensor_index(check_tensor(L, 1), index_spec(L, 2))); }
+int l_torch_index_set(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  auto items = index_spec(L, 2);
+  at::Tensor v = lt_test<at::Tensor>(L, 3) ? check_tensor(L, 3) : at::scalar_tensor(check_scalar(L, 3), t.options());
+  tensor_index_put(t, items, v);
+  lua_settop(L, 1);
+  return 1;
+}
+
+// ============================================================================================
+// Information and conversion
+
+int l_torch_shape(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  lua_createtable(L, static_cast<int>(t.dim()), 0);
+  for (int64_t i = 0; i < t.dim(); i++) {
+    lua_pushnumber(L, static_cast<double>(t.size(i)));
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 1;
+}
+int l_torch_size(lua_State* L) { return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).size(lt_check_int(L, 2)))), 1; }
+int l_torch_dim(lua_State* L) { return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).dim())), 1; }
+int l_torch_numel(lua_State* L) { return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).numel())), 1; }
+int l_torch_dtype(lua_State* L) { return lua_pushstring(L, dtype_name(check_tensor(L, 1).scalar_type()).c_str()), 1; }
+int l_torch_device(lua_State* L) {
+  // torch.device("auto") resolves a device name; t:device() names a tensor's device.
+  if (lua_type(L, 1) == LUA_TSTRING) return lua_pushstring(L, device_name(device_parse(lua_tostring(L, 1))).c_str()), 1;
+  return lua_pushstring(L, device_name(check_tensor(L, 1).device()).c_str()), 1;
+}
+int l_torch_item(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  LT_CHECK(t.numel() == 1, "item: expected a tensor with one element, got shape " << shape_str(t.sizes()));
+  if (t.scalar_type() == at::kBool) return lua_pushboolean(L, t.item<bool>()), 1;
+  return lua_pushnumber(L, t.item<double>()), 1;
+}
+int l_torch_tolist(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  bool as_bool = t.scalar_type() == at::kBool;
+  push_values(L, t.detach().cpu().to(as_bool ? at::kBool : at::kDouble), as_bool);
+  return 1;
+}
+int l_torch_str(lua_State* L) {
+  std::ostringstream os;
+  os << check_tensor(L, 1);
+  return lua_pushstring(L, os.str().c_str()), 1;
+}
+int l_torch_is_tensor(lua_State* L) { return lua_pushboolean(L, lt_test<at::Tensor>(L, 1) != nullptr), 1; }
+
+// t:to("bf16" | "cuda" | "auto" | other_tensor | {dtype=, device=})
+int l_torch_to(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  if (at::Tensor* other = lt_test<at::Tensor>(L, 2)) return push_tensor(L, t.to(other->device(), other->scalar_type()));
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    c10::ScalarType st;
+    std::string s = lua_tostring(L, 2);
+    if (dtype_try_parse(s, &st)) return push_tensor(L, t.to(st));
+    return push_tensor(L, t.to(device_parse(s)));
+  }
+  luaL_argcheck(L, lua_istable(L, 2), 2, "dtype name, device name, Tensor or {dtype=, device=} expected");
+  lt_check_options(L, 2, {"dtype", "device"});
+  c10::ScalarType st = lt_has_field(L, 2, "dtype") ? dtype_parse(lt_opt_string(L, 2, "dtype", "")) : t.scalar_type();
+  c10::Device dev = lt_has_field(L, 2, "device") ? device_parse(lt_opt_string(L, 2, "device", "")) : t.device();
+  return push_tensor(L, t.to(dev, st));
+}
+int l_torch_cuda_available(lua_State* L) { return lua_pushboolean(L, cuda_available()), 1; }
+
+int l_torch_equal(lua_State* L) {
+  at::Tensor& a = check_tensor(L, 1);
+  at::Tensor& b = check_tensor(L, 2);
+  return lua_pushboolean(L, a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a, b)), 1;
+}
+// allclose(a, b, {rtol=1e-5, atol=1e-8})
+int l_torch_allclose(lua_State* L) {
+  at::Tensor& a = check_tensor(L, 1);
+  at::Tensor& b = check_tensor(L, 2);
+  lt_check_options(L, 3, {"rtol", "atol"});
+  return lua_pushboolean(L, a.allclose(b, lt_opt_number(L, 3, "rtol", 1e-5), lt_opt_number(L, 3, "atol", 1e-8))), 1;
+}
+
+// ============================================================================================
+// Autograd, randomness, files, losses
+
+int l_torch_requires_grad(lua_State* L) { return lua_pushboolean(L, check_tensor(L, 1).requires_grad()), 1; }
+int l_torch_requires_grad_(lua_State* L) {
+  check_tensor(L, 1).requires_grad_(lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2));
+  lua_settop(L, 1);
+  return 1;
+}
+int l_torch_backward(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  LT_CHECK(t.requires_grad(), "backward: this tensor does not require grad (nothing it depends on has requires_grad)");
+  if (lua_isnoneornil(L, 2)) t.backward();
+  else t.backward(check_tensor(L, 2));
+  return 0;
+}
+int l_torch_grad(lua_State* L) {
+  const at::Tensor& g = check_tensor(L, 1).grad();
+  if (!g.defined()) return lua_pushnil(L), 1;
+  return push_tensor(L, g);
+}
+int l_torch_zero_grad(lua_State* L) {
+  check_tensor(L, 1).mutable_grad() = at::Tensor();
+  return 0;
+}
+// no_grad(fn, ...) -> fn(...) run with gradient tracking off; returns fn's results.
+int l_torch_no_grad(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  at::NoGradGuard guard;
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+int l_torch_manual_seed(lua_State* L) {
+  at::manual_seed(static_cast<uint64_t>(lt_check_int(L, 1)));
+  return 0;
+}
+
+// save(tensor | {name = tensor, ...}, path): PyTorch's format (torch.load reads it).
+int l_torch_save(lua_State* L) {
+  std::string path = luaL_checkstring(L, 2);
+  if (at::Tensor* t = lt_test<at::Tensor>(L, 1)) {
+    tensor_file_save(path, *t);
+    return 0;
+  }
+  luaL_argcheck(L, lua_istable(L, 1), 1, "Tensor or table of name = Tensor expected");
+  NamedTensors dict;
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    at::Tensor* t = lt_test<at::Tensor>(L, -1);
+    if (lua_type(L, -2) != LUA_TSTRING || !t) luaL_argerror(L, 1, "table of name = Tensor expected");
+    dict.emplace_back(lua_tostring(L, -2), *t);
+    lua_pop(L, 1);
+  }
+  std::sort(dict.begin(), dict.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  tensor_file_save(path, dict);
+  return 0;
+}
+int l_torch_load(lua_State* L) {
+  TensorFile f = tensor_file_load(luaL_checkstring(L, 1));
+  if (!f.is_dict) return push_tensor(L, f.tensor);
+  lua_createtable(L, 0, static_cast<int>(f.dict.size()));
+  for (auto& [name, t] : f.dict) {
+    push_tensor(L, t);
+    lua_setfield(L, -2, name.c_str());
+  }
+  return 1;
+}
+
+int64_t reduction_arg(lua_State* L, int idx) {
+  std::string r = lt_opt_string(L, idx, "reduction", "mean");
+  if (r == "mean") return at::Reduction::Mean;
+  if (r == "sum") return at::Reduction::Sum;
+  if (r == "none") return at::Reduction::None;
+  fail("reduction '" + r + "' unknown: expected \"mean\", \"sum\" or \"none\"");
+}
+// cross_entropy(logits (N, C), targets (N) int64 [, {ignore_index=-100, reduction="mean"}])
+int l_torch_cross_entropy(lua_State* L) {
+  at::Tensor& logits = check_tensor(L, 1);
+  at::Tensor& target = check_tensor(L, 2);
+  lt_check_options(L, 3, {"ignore_index", "reduction", "label_smoothing"});
+  return push_tensor(L, at::cross_entropy_loss(logits, target, {}, reduction_arg(L, 3),
+                                               static_cast<int64_t>(lt_opt_number(L, 3, "ignore_index", -100)),
+                                               lt_opt_number(L, 3, "label_smoothing", 0.0)));
+}
+int l_torch_mse_loss(lua_State* L) {
+  lt_check_options(L, 3, {"reduction"});
+  return push_tensor(L, at::mse_loss(check_tensor(L, 1), check_tensor(L, 2), reduction_arg(L, 3)));
+}
+
+// ============================================================================================
+// Metamethods
+
+int l_tensor_meta_index(lua_State* L) {
+  if (lua_type(L, 2) == LUA_TSTRING) {  // method lookup
+    luaL_getmetatable(L, lt_metatable_name("Tensor").c_str());
+    lua_getfield(L, -1, "methods");
+    lua_pushvalue(L, 2);
+    lua_rawget(L, -2);
+    return 1;
+  }
+  return push_tensor(L, tensor_index(check_tensor(L, 1), index_spec(L, 2)));  // t[0], t[{0, "1:3"}]
+}
+int l_tensor_meta_newindex(lua_State* L) {
+  l_torch_index_set(L);
+  return 0;
+}
+int l_tensor_meta_eq(lua_State* L) { return l_torch_equal(L); }
+int compare_one(lua_State* L, bool strict) {
+  at::Tensor a = operand(L, 1, nullptr), b = operand(L, 2, nullptr);
+  LT_CHECK(a.numel() == 1 && b.numel() == 1, "< and <= compare one-element tensors; use a:lt(b), a:le(b) ... for "
+                                             "elementwise comparison (shapes "
+                                                 << shape_str(a.sizes()) << " and " << shape_str(b.sizes()) << ")");
+  double x = a.item<double>(), y = b.item<double>();
+  return lua_pushboolean(L, strict ? x < y : x <= y), 1;
+}
+int l_tensor_meta_lt(lua_State* L) { return compare_one(L, true); }
+int l_tensor_meta_le(lua_State* L) { return compare_one(L, false); }
+int l_tensor_meta_len(lua_State* L) {
+  at::Tensor& t = check_tensor(L, 1);
+  LT_CHECK(t.dim() > 0, "# of a 0-dim tensor: it has no first dimension");
+  return lua_pushnumber(L, static_cast<double>(t.size(0))), 1;
+}
+int l_tensor_meta_unm(lua_State* L) { return push_tensor(L, check_tensor(L, 1).neg()); }
+
+const luaL_Reg torch_funcs[] = {
+    {"tensor", l_torch_tensor}, {"zeros", l_torch_zeros}, {"ones", l_torch_ones}, {"full", l_torch_full},
+    {"rand", l_torch_rand}, {"randn", l_torch_randn}, {"randint", l_torch_randint}, {"arange", l_torch_arange},
+    {"linspace", l_torch_linspace}, {"eye", l_torch_eye}, {"zeros_like", l_torch_zeros_like},
+    {"ones_like", l_torch_ones_like}, {"full_like", l_torch_full_like}, {"cat", l_torch_cat}, {"stack", l_torch_stack},
+    {"where", l_torch_where}, {"no_grad", l_torch_no_grad}, {"manual_seed", l_torch_manual_seed},
+    {"save", l_torch_save}, {"load", l_torch_load}, {"cuda_available", l_torch_cuda_available},
+    {"is_tensor", l_torch_is_tensor}, {"cross_entropy", l_torch_cross_entropy}, {"mse_loss", l_torch_mse_loss},
+    {nullptr, nullptr},
+};
+
+// Functions that are both torch.f(t, ...) and t:f(...).
+const luaL_Reg tensor_methods[] = {
+    {"sum", l_torch_sum}, {"mean", l_torch_mean}, {"prod", l_torch_prod}, {"std", l_torch_std}, {"var", l_torch_var},
+    {"logsumexp", l_torch_logsumexp}, {"norm", l_torch_norm}, {"max", l_torch_max}, {"min", l_torch_min},
+    {"argmax", l_torch_argmax}, {"argmin", l_torch_argmin}, {"all", l_torch_all}, {"any", l_torch_any},
+    {"cumsum", l_torch_cumsum}, {"softmax", l_torch_softmax}, {"log_softmax", l_torch_log_softmax},
+    {"clamp", l_torch_clamp}, {"masked_fill", l_torch_masked_fill}, {"tril", l_torch_tril}, {"triu", l_torch_triu},
+    {"gather", l_torch_gather}, {"reshape", l_torch_reshape}, {"view", l_torch_view}, {"permute", l_torch_permute},
+    {"expand", l_torch_expand}, {"transpose", l_torch_transpose}, {"flatten", l_torch_flatten},
+    {"squeeze", l_torch_squeeze}, {"unsqueeze", l_torch_unsqueeze}, {"narrow", l_torch_narrow},
+    {"select", l_torch_select}, {"chunk", l_torch_chunk}, {"split", l_torch_split}, {"index", l_torch_index},
+    {"index_set", l_torch_index_set}, {"shape", l_torch_shape}, {"size", l_torch_size}, {"dim", l_torch_dim},
+    {"numel", l_torch_numel}, {"dtype", l_torch_dtype}, {"device", l_torch_device}, {"item", l_torch_item},
+    {"tolist", l_torch_tolist}, {"str", l_torch_str}, {"to", l_torch_to}, {"equal", l_torch_equal},
+    {"allclose", l_torch_allclose}, {"requires_grad", l_torch_requires_grad}, {"requires_grad_", l_torch_requires_grad_},
+    {"backward", l_torch_backward}, {"grad", l_torch_grad}, {"zero_grad", l_torch_zero_grad},
+    {nullptr, nullptr},
+};
+
+const luaL_Reg tensor_meta[] = {
+    {"__index", l_tensor_meta_index}, {"__newindex", l_tensor_meta_newindex}, {"__eq", l_tensor_meta_eq},
+    {"__lt", l_tensor_meta_lt}, {"__le", l_tensor_meta_le}, {"__len", l_tensor_meta_len},
+    {"__unm", l_tensor_meta_unm}, {nullptr, nullptr},
+};
+
+// Operators bound to binary ops by name: __add -> add, ...
+const std::pair<const char*, const char*> operator_ops[] = {
+    {"__add", "add"}, {"__sub", "sub"}, {"__mul", "mul"}, {"__div", "div"}, {"__pow", "pow"}, {"__mod", "remainder"},
+};
+
+// Sets the table-driven ops into the table at the top of the stack.
+void set_table_ops(lua_State* L) {
+  for (size_t i = 0; i < sizeof(unary_ops) / sizeof(unary_ops[0]); i++) {
+    lua_pushinteger(L, static_cast<lua_Integer>(i));
+    lua_pushcclosure(L, l_unary_protected, 1);
+    lua_setfield(L, -2, unary_ops[i].name);
+  }
+  for (size_t i = 0; i < sizeof(binary_ops) / sizeof(binary_ops[0]); i++) {
+    lua_pushinteger(L, static_cast<lua_Integer>(i));
+    lua_pushcclosure(L, l_binary_protected, 1);
+    lua_setfield(L, -2, binary_ops[i].name);
+  }
+}
+
+}  // namespace
+}  // namespace luatune
+
+extern "C" int luaopen_torch(lua_State* L) {
+  using namespace luatune;
+  lt_register_class<at::Tensor, tensor_describe>(L, tensor_methods, tensor_meta);  // leaves methods
+  set_table_ops(L);
+  // Operators share the closures of the binary ops.
+  luaL_getmetatable(L, lt_metatable_name("Tensor").c_str());
+  for (const auto& [meta, op] : operator_ops) {
+    lua_getfield(L, -2, op);
+    lua_setfield(L, -2, meta);
+  }
+  lua_pop(L, 1);  // metatable
+
+  lt_new_module(L, torch_funcs);  // module table; copy every method in too
+  lua_pushnil(L);
+  while (lua_next(L, -3)) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_settable(L, -4);
+  }
+  lua_remove(L, -2);  // methods
+  return 1;
+}

@@ -1,0 +1,93 @@
+// Dtype and device parsing (see device.h).
+#include "host/core/device.h"
+
+#include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+
+#include <utility>
+#include <vector>
+
+#include "host/core/error.h"
+#include "host/core/strings.h"
+
+namespace luatune {
+
+namespace {
+struct DtypeName {
+  const char* name;
+  c10::ScalarType type;
+};
+// The first name of each type is its canonical (PyTorch) name.
+const std::vector<DtypeName>& dtype_names() {
+  static const std::vector<DtypeName> names = {
+      {"float32", c10::kFloat},    {"f32", c10::kFloat},      {"float", c10::kFloat},
+      {"bfloat16", c10::kBFloat16}, {"bf16", c10::kBFloat16},
+      {"float16", c10::kHalf},     {"f16", c10::kHalf},       {"half", c10::kHalf},
+      {"float64", c10::kDouble},   {"f64", c10::kDouble},     {"double", c10::kDouble},
+      {"int64", c10::kLong},       {"i64", c10::kLong},       {"long", c10::kLong},
+      {"int32", c10::kInt},        {"i32", c10::kInt},        {"int", c10::kInt},
+      {"int16", c10::kShort},      {"i16", c10::kShort},
+      {"int8", c10::kChar},        {"i8", c10::kChar},
+      {"uint8", c10::kByte},       {"u8", c10::kByte},
+      {"bool", c10::kBool},
+  };
+  return names;
+}
+}  // namespace
+
+bool dtype_try_parse(const std::string& name, c10::ScalarType* out) {
+  for (const auto& d : dtype_names())
+    if (name == d.name) return *out = d.type, true;
+  return false;
+}
+
+c10::ScalarType dtype_parse(const std::string& name) {
+  std::vector<std::string> known;
+  for (const auto& d : dtype_names()) {
+    if (name == d.name) return d.type;
+    known.push_back(d.name);
+  }
+  std::string near = str_nearest(name, known);
+  fail("unknown dtype '" + name + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)"),
+       "expected one of float32, bfloat16, float16, float64, int64, int32, int16, int8, uint8, bool "
+       "(short forms f32, bf16, f16, f64, i64, ...)");
+}
+
+std::string dtype_name(c10::ScalarType t) {
+  for (const auto& d : dtype_names())
+    if (d.type == t) return d.name;
+  return c10::toString(t);
+}
+
+bool cuda_available() { return at::hasCUDA() && at::detail::getCUDAHooks().getNumGPUs() > 0; }
+
+int cuda_device_count() { return at::hasCUDA() ? at::detail::getCUDAHooks().getNumGPUs() : 0; }
+
+c10::Device device_parse(const std::string& name) {
+  if (name == "auto") return cuda_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  if (name == "cpu") return c10::Device(c10::kCPU);
+  if (name == "cuda" || str_starts_with(name, "cuda:")) {
+    int index = 0;
+    if (name.size() > 5) {
+      double v = 0;
+      LT_CHECK(str_to_number(name.substr(5), &v) && v >= 0 && v == static_cast<int>(v),
+               "bad device '" << name << "': expected cuda:N with N a device number");
+      index = static_cast<int>(v);
+    }
+    if (!cuda_available())
+      fail("device '" + name + "' asked for, but no CUDA device is available",
+           "use device=\"auto\" to fall back to the CPU, or run on a machine with a CUDA LibTorch and GPU");
+    LT_CHECK(index < cuda_device_count(),
+             "device '" << name << "' asked for, but only " << cuda_device_count() << " CUDA device(s) exist");
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  fail("unknown device '" + name + "'", "expected \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"");
+}
+
+std::string device_name(const c10::Device& d) {
+  if (d.is_cpu()) return "cpu";
+  if (d.is_cuda()) return "cuda:" + std::to_string(d.has_index() ? d.index() : 0);
+  return d.str();
+}
+
+}  // namespace luatune

@@ -1,0 +1,28 @@
+// Dtype and device names as recipes write them ("bf16", "float32", "auto", "cuda:1"), parsed into
+// c10 types with one-line errors. Only light c10 headers here: <torch/torch.h> stays out of headers.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <string>
+
+namespace luatune {
+
+// Accepts PyTorch names and short forms: float32/f32/float, bfloat16/bf16, float16/f16/half,
+// float64/f64/double, int64/i64/long, int32/i32/int, int16/i16, int8/i8, uint8/u8, bool.
+c10::ScalarType dtype_parse(const std::string& name);
+// Like dtype_parse, but returns false instead of failing when `name` is not a dtype.
+bool dtype_try_parse(const std::string& name, c10::ScalarType* out);
+// The PyTorch name: "float32", "bfloat16", ...
+std::string dtype_name(c10::ScalarType t);
+
+// "cpu", "cuda", "cuda:N", or "auto" (CUDA when present, else CPU). A CUDA device on a machine
+// without CUDA fails with a hint instead of LibTorch's longer message later.
+c10::Device device_parse(const std::string& name);
+std::string device_name(const c10::Device& d);
+
+bool cuda_available();
+int cuda_device_count();
+
+}  // namespace luatune

@@ -1,0 +1,55 @@
+// File helpers (see files.h).
+#include "host/core/files.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "host/core/error.h"
+
+namespace luatune {
+
+std::string file_read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read '" + path + "': " + std::strerror(errno));
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+void file_write_atomic(const std::string& path, const std::string& bytes) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) fail("cannot write '" + path + "': " + std::strerror(errno));
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  ok = (std::fflush(f) == 0) && ok;
+  ok = (::fsync(::fileno(f)) == 0) && ok;
+  int saved = errno;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    fail("cannot write '" + path + "': " + std::strerror(saved ? saved : errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    saved = errno;
+    std::remove(tmp.c_str());
+    fail("cannot move '" + tmp + "' to '" + path + "': " + std::strerror(saved));
+  }
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool dir_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace luatune

@@ -1,0 +1,99 @@
+// String helpers (see strings.h).
+#include "host/core/strings.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace luatune {
+
+std::vector<std::string> str_split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    size_t pos = s.find(sep, start);
+    out.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return out;
+}
+
+std::string str_trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::string str_join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); i++) {
+    if (i) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+bool str_starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+bool str_ends_with(const std::string& s, const std::string& x) {
+  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+}
+
+size_t str_edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); j++) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); i++) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); j++) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string str_nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (const auto& c : candidates) {
+    size_t d = str_edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  // A typo changes a few characters; beyond a third of the word it is a different word.
+  size_t limit = std::max<size_t>(2, word.size() / 3);
+  return best_d <= limit ? best : "";
+}
+
+bool str_to_number(const std::string& s, double* out) {
+  std::string t = str_trim(s);
+  if (t.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(t.c_str(), &end);
+  if (end != t.c_str() + t.size()) return false;
+  if (errno == ERANGE && std::isinf(v)) return false;
+  *out = v;
+  return true;
+}
+
+std::string str_from_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {  // whole numbers read as integers: 200, not 2e+02
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
+  for (int prec = 1; prec <= 17; prec++) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+}  // namespace luatune

@@ -1,0 +1,23 @@
+// Small string helpers shared by the CLI, config resolution and error messages.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace luatune {
+
+std::vector<std::string> str_split(const std::string& s, char sep);
+std::string str_trim(const std::string& s);
+std::string str_join(const std::vector<std::string>& parts, const std::string& sep);
+bool str_starts_with(const std::string& s, const std::string& prefix);
+bool str_ends_with(const std::string& s, const std::string& suffix);
+// Levenshtein distance (insertions, deletions, substitutions), for "did you mean" hints.
+size_t str_edit_distance(const std::string& a, const std::string& b);
+// The candidate closest to `word`, or "" when none is close enough to be a plausible typo.
+std::string str_nearest(const std::string& word, const std::vector<std::string>& candidates);
+// Parses a whole string as a number (strtod rules, surrounding blanks allowed); false if not one.
+bool str_to_number(const std::string& s, double* out);
+// Shortest text that reads back to the same double ("0.0002", "1000", "1e-12").
+std::string str_from_number(double v);
+
+}  // namespace luatune

@@ -1,0 +1,15 @@
+// Versions of luatune and what it was built against, and the devices this machine has:
+// the text of `runner --version`.
+#pragma once
+
+#include <string>
+
+namespace luatune {
+
+std::string version_luatune();  // "0.1.0"
+std::string version_torch();    // LibTorch version compiled against, e.g. "1.13.0"
+std::string version_cuda();     // CUDA runtime version, or "none (CPU-only LibTorch)"
+// Multi-line report: luatune, LibTorch, CUDA, NCCL and one line per device found.
+std::string version_report(const std::string& lua_version);
+
+}  // namespace luatune

@@ -1,0 +1,80 @@
+// Command-line parsing and help text (see cli.h).
+#include "host/runner/cli.h"
+
+#include "host/core/error.h"
+#include "host/core/strings.h"
+
+namespace luatune {
+
+std::string cli_help() {
+  return R"(usage: runner RECIPE [key=value ...] [--config FILE]   run a recipe
+       runner validate RECIPE [key=value ...]             resolve and print its config, run nothing
+       runner ls                                          list the shipped recipes
+       runner cp RECIPE DEST                              copy a shipped recipe to edit
+       runner --version                                   luatune, LibTorch, CUDA versions and devices
+       runner --help                                      this text
+
+RECIPE is a path to a .lua file or the name of a shipped recipe (runner ls).
+Overrides: key=value or a.b=value, typed like the recipe's default (number, boolean, string,
+comma-separated list); --config FILE applies a Lua file returning a table of overrides first.
+Exit status: 0 success, 1 the run failed, 2 bad command line or config, 130 interrupted (Ctrl-C).
+)";
+}
+
+namespace {
+
+// Reads RECIPE then key=value / --config FILE arguments into `cmd`.
+void parse_recipe_args(const std::vector<std::string>& args, size_t i, const char* verb, Command& cmd) {
+  if (i >= args.size()) fail_usage(std::string("runner ") + verb + ": missing RECIPE", "see runner --help");
+  cmd.recipe = args[i++];
+  if (str_starts_with(cmd.recipe, "-")) fail_usage("runner: unknown option '" + cmd.recipe + "'", "see runner --help");
+  for (; i < args.size(); i++) {
+    const std::string& a = args[i];
+    if (a == "--config") {
+      if (i + 1 >= args.size()) fail_usage("runner: --config needs a FILE");
+      cmd.config_files.push_back(args[++i]);
+    } else if (str_starts_with(a, "--config=")) {
+      cmd.config_files.push_back(a.substr(9));
+    } else if (str_starts_with(a, "--") && a.find('=') != std::string::npos) {
+      cmd.overrides.push_back(a.substr(2));  // --lr=1e-4 reads as lr=1e-4, as nanoGPT accepts
+    } else if (a.find('=') != std::string::npos && !str_starts_with(a, "-")) {
+      cmd.overrides.push_back(a);
+    } else {
+      fail_usage("runner: unexpected argument '" + a + "': expected key=value or --config FILE",
+                 "overrides look like learning_rate=2e-4 or lora.r=8");
+    }
+  }
+}
+
+}  // namespace
+
+Command cli_parse(const std::vector<std::string>& args) {
+  Command cmd;
+  if (args.empty()) return cmd;  // help
+  const std::string& first = args[0];
+  if (first == "--help" || first == "-h" || first == "help") {
+    cmd.verb = Command::Verb::help;
+  } else if (first == "--version" || first == "-V" || first == "version") {
+    cmd.verb = Command::Verb::version;
+  } else if (first == "ls") {
+    cmd.verb = Command::Verb::ls;
+    if (args.size() > 1) fail_usage("runner ls: takes no arguments, got '" + args[1] + "'");
+  } else if (first == "cp") {
+    cmd.verb = Command::Verb::cp;
+    if (args.size() != 3) fail_usage("runner cp: expected RECIPE DEST", "for example: runner cp quickstart my_recipe.lua");
+    cmd.recipe = args[1];
+    cmd.dest = args[2];
+  } else if (first == "validate") {
+    cmd.verb = Command::Verb::validate;
+    parse_recipe_args(args, 1, "validate", cmd);
+  } else if (first == "run") {
+    cmd.verb = Command::Verb::run;
+    parse_recipe_args(args, 1, "run", cmd);
+  } else {
+    cmd.verb = Command::Verb::run;
+    parse_recipe_args(args, 0, "run", cmd);
+  }
+  return cmd;
+}
+
+}  // namespace luatune

@@ -1,0 +1,106 @@
+// Recipe lookup, listing and copying (see recipes.h).
+#include "host/runner/recipes.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <sstream>
+
+#include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/core/strings.h"
+
+namespace luatune {
+
+static std::string dirname_of(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+static std::string basename_of(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string luatune_home() {
+  if (const char* env = std::getenv("LUATUNE_HOME"); env && *env) return env;
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n > 0) {
+    buf[n] = 0;
+    std::string up = dirname_of(dirname_of(buf));
+    if (dir_exists(up + "/recipes")) return up;
+  }
+  if (dir_exists(std::string(LUATUNE_SOURCE_DIR) + "/recipes")) return LUATUNE_SOURCE_DIR;
+  return "";
+}
+
+static std::vector<std::string> recipe_names() {
+  std::vector<std::string> names;
+  for (const auto& r : recipe_list()) names.push_back(r.name);
+  return names;
+}
+
+std::string recipe_resolve(const std::string& name) {
+  if (file_exists(name)) return name;
+  if (name.find('/') == std::string::npos) {
+    std::string dir = luatune_home() + "/recipes/";
+    std::string base = str_ends_with(name, ".lua") ? name : name + ".lua";
+    if (file_exists(dir + base)) return dir + base;
+  }
+  auto names = recipe_names();
+  std::string near = str_nearest(name, names);
+  fail_usage("runner: no recipe '" + name + "': not a file, and not a shipped recipe" +
+                 (near.empty() ? "" : " (did you mean '" + near + "'?)"),
+             "shipped recipes: " + (names.empty() ? std::string("none found") : str_join(names, ", ")) +
+                 " (runner ls describes them)");
+}
+
+std::string recipe_description(const std::string& path) {
+  std::istringstream in(file_read(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    line = str_trim(line);
+    if (line.empty()) continue;
+    if (!str_starts_with(line, "--")) break;
+    std::string text = str_trim(line.substr(2));
+    // "recipes/quickstart.lua: what it does" -> "what it does"
+    size_t colon = text.find(": ");
+    if (colon != std::string::npos && str_ends_with(text.substr(0, colon), ".lua")) text = text.substr(colon + 2);
+    if (!text.empty()) return text;
+  }
+  return "(no description: the first line of a recipe should be a comment saying what it does)";
+}
+
+std::vector<RecipeInfo> recipe_list() {
+  std::vector<RecipeInfo> out;
+  std::string dir = luatune_home() + "/recipes";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    std::string file = e->d_name;
+    if (!str_ends_with(file, ".lua") || file[0] == '.') continue;
+    RecipeInfo r;
+    r.name = file.substr(0, file.size() - 4);
+    r.path = dir + "/" + file;
+    r.description = recipe_description(r.path);
+    out.push_back(std::move(r));
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end(), [](const RecipeInfo& a, const RecipeInfo& b) { return a.name < b.name; });
+  return out;
+}
+
+std::string recipe_copy(const std::string& name, const std::string& dest) {
+  std::string src = recipe_resolve(name);
+  std::string target = dir_exists(dest) ? dest + "/" + basename_of(src) : dest;
+  if (file_exists(target) || dir_exists(target))
+    fail_usage("runner cp: '" + target + "' already exists; not overwriting it", "pick another DEST or remove it first");
+  file_write_atomic(target, file_read(src));
+  return target;
+}
+
+}  // namespace luatune

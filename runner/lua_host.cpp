@@ -1,0 +1,168 @@
+// Runs a recipe in a fresh Lua state (see lua_host.h).
+#include "runner/lua_host.h"
+
+#include <csignal>
+#include <cstdio>
+
+#include "bindings/lua_util.h"
+#include "bindings/modules.h"
+#include "host/core/error.h"
+#include "host/runner/recipes.h"
+
+namespace luatune {
+
+namespace {
+
+struct Module {
+  const char* name;
+  lua_CFunction open;
+};
+const Module modules[] = {
+    {"config", luaopen_config},
+    {"torch", luaopen_torch},
+};
+
+// ============================================================================================
+// Ctrl-C: the signal handler only arms a hook; the hook raises a Lua error at the next Lua
+// instruction, so a C++ step already running finishes first. A second Ctrl-C kills the process.
+
+lua_State* g_state = nullptr;
+volatile std::sig_atomic_t g_interrupted = 0;
+
+void interrupt_hook(lua_State* L, lua_Debug*) {
+  lua_sethook(L, nullptr, 0, 0);
+  luaL_error(L, "interrupted by Ctrl-C (SIGINT)");
+}
+
+void on_sigint(int) {
+  g_interrupted = 1;
+  std::signal(SIGINT, SIG_DFL);
+  if (g_state) lua_sethook(g_state, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+// ============================================================================================
+// Error handling
+
+// Message handler for the recipe's pcall: adds a traceback to ordinary errors; leaves the
+// validate token and usage errors (which need no traceback) as they are.
+int message_handler(lua_State* L) {
+  if (lua_touserdata(L, 1) == lt_validate_done_token()) return 1;
+  if (lt_run_state(L).usage_error) return 1;
+  const char* msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) msg = lua_tostring(L, -1);
+    else msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+std::string dirname_of(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+lua_State* open_state(const std::string& recipe_path) {
+  lua_State* L = luaL_newstate();
+  if (!L) fail("cannot create a Lua state (out of memory)");
+  luaL_openlibs(L);
+  for (const auto& m : modules) {
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "loaded");
+    lua_pushcfunction(L, m.open);
+    lua_call(L, 0, 1);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, m.name);  // package.loaded[name], so require(name) works too
+    lua_setglobal(L, m.name);
+    lua_pop(L, 2);
+  }
+  std::string home = luatune_home();
+  std::string path = dirname_of(recipe_path) + "/?.lua;";
+  if (!home.empty()) path = home + "/scripts/lua/?.lua;" + path;
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "path");
+  path += lua_tostring(L, -1);
+  lua_pop(L, 1);
+  lua_pushstring(L, path.c_str());
+  lua_setfield(L, -2, "path");
+  lua_pop(L, 1);
+  return L;
+}
+
+// Reads each --config FILE (a Lua chunk returning a table) into overrides.
+void load_config_files(lua_State* L, const Command& cmd, RunState& st) {
+  for (const auto& file : cmd.config_files) {
+    if (luaL_loadfile(L, file.c_str()) != 0 || lua_pcall(L, 0, 1, 0) != 0) {
+      std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "?";
+      fail_usage("config: cannot read overrides file " + msg);
+    }
+    if (!lua_istable(L, -1))
+      fail_usage("config: overrides file '" + file + "' must return a table, e.g. return { lr = 1e-4 }; it returned a " +
+                 luaL_typename(L, -1));
+    ConfigValue t = lt_to_config(L, -1, "");
+    if (t.kind != ConfigValue::Kind::table)
+      fail_usage("config: overrides file '" + file + "' must return a table of named values, not a list");
+    for (auto& o : config_flatten(t, file)) st.overrides.push_back(std::move(o));
+    lua_pop(L, 1);
+  }
+  for (const auto& arg : cmd.overrides) st.overrides.push_back(config_parse_override(arg));
+}
+
+int run_in_state(lua_State* L, const std::string& path, const Command& cmd) {
+  RunState& st = lt_run_state(L);
+  st.recipe = path;
+  st.validate_only = cmd.verb == Command::Verb::validate;
+  load_config_files(L, cmd, st);
+
+  lua_pushcfunction(L, message_handler);
+  if (luaL_loadfile(L, path.c_str()) != 0) {
+    std::fprintf(stderr, "error: %s\n", lua_tostring(L, -1));
+    return kExitFailed;
+  }
+  g_state = L;
+  auto previous = std::signal(SIGINT, on_sigint);
+  int rc = lua_pcall(L, 0, 0, -2);
+  std::signal(SIGINT, previous);
+  g_state = nullptr;
+
+  if (rc != 0) {
+    if (lua_touserdata(L, -1) == lt_validate_done_token()) {
+      std::printf("validate: %s: config resolved; nothing was run\n", path.c_str());
+      return kExitOk;
+    }
+    const char* msg = lua_tostring(L, -1);
+    std::fprintf(stderr, "%s%s\n", st.usage_error ? "" : "error: ", msg ? msg : "(no message)");
+    if (g_interrupted) {
+      std::fprintf(stderr, "runner: interrupted by Ctrl-C; stopped between steps\n");
+      return kExitInterrupted;
+    }
+    return st.usage_error ? kExitUsage : kExitFailed;
+  }
+  if (!st.config_resolved && (st.validate_only || !st.overrides.empty())) {
+    std::fprintf(stderr, "config: %s never called config{}, so %s\n", path.c_str(),
+                 st.validate_only ? "there is no config to validate" : "its overrides cannot apply");
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int lua_host_run(const std::string& path, const Command& cmd) {
+  lua_State* L = open_state(path);
+  int rc;
+  try {
+    rc = run_in_state(L, path, cmd);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    rc = kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    rc = kExitFailed;
+  }
+  std::fflush(stdout);
+  lua_close(L);
+  return rc;
+}
+
+}  // namespace luatune

@@ -1,0 +1,21 @@
+// The Lua state a recipe runs in: LuaJIT with the standard libraries, every luatune module as a
+// global, package.path reaching scripts/lua/ and the recipe's own directory, a traceback message
+// handler around the recipe, and Ctrl-C turned into a clean stop at the next Lua instruction.
+#pragma once
+
+#include <string>
+
+#include "host/runner/cli.h"
+
+namespace luatune {
+
+// Exit statuses of a run.
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitInterrupted = 130;
+
+// Runs (or, for Verb::validate, resolves the config of) the recipe at `path`; returns the exit status.
+int lua_host_run(const std::string& path, const Command& cmd);
+
+}  // namespace luatune
