@@ -32,7 +32,7 @@ int lt_call_protected(lua_State* L, lua_CFunction fn) {
   }
   // Out of the catch block: raising a Lua error from inside it would unwind through it.
   if (usage) {  // config and usage errors read best without a recipe position in front
-    lt_run_state(L).usage_error = true;
+    lt_run_state(L).usage_message = msg;
     lua_pushlstring(L, msg.data(), msg.size());
     return lua_error(L);
   }

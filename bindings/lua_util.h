@@ -161,7 +161,9 @@ struct RunState {
   std::vector<ConfigOverride> overrides;   // from --config files, then key=value arguments
   bool validate_only = false;              // `runner validate`: stop after config{} resolves
   bool config_resolved = false;
-  bool usage_error = false;                // the error being raised is a usage/config error (exit 2)
+  // The message of the last usage/config error raised (exit 2 when the run fails with exactly it;
+  // kept as text so a usage error a recipe caught with pcall does not mark a later failure).
+  std::string usage_message;
   ConfigValue resolved;                    // the resolved config, for metric sinks
 };
 

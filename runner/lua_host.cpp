@@ -1,6 +1,9 @@
 // Runs a recipe in a fresh Lua state (see lua_host.h).
 #include "runner/lua_host.h"
 
+#include <time.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 
@@ -34,9 +37,21 @@ void interrupt_hook(lua_State* L, lua_Debug*) {
   luaL_error(L, "interrupted by Ctrl-C (SIGINT)");
 }
 
+// A second Ctrl-C more than a second after the first ends the process at once (a step that never
+// returns cannot be stopped between steps). Signals closer together count as one: `timeout` and
+// terminals may deliver the same interrupt to the process and to its group.
+volatile std::sig_atomic_t g_first_interrupt_s = 0;
+
 void on_sigint(int) {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  if (g_interrupted && now.tv_sec - g_first_interrupt_s >= 1) {
+    const char msg[] = "runner: second Ctrl-C; exiting now\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(kExitInterrupted);
+  }
+  if (!g_interrupted) g_first_interrupt_s = static_cast<std::sig_atomic_t>(now.tv_sec);
   g_interrupted = 1;
-  std::signal(SIGINT, SIG_DFL);
   if (g_state) lua_sethook(g_state, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
 
@@ -47,8 +62,8 @@ void on_sigint(int) {
 // validate token and usage errors (which need no traceback) as they are.
 int message_handler(lua_State* L) {
   if (lua_touserdata(L, 1) == lt_validate_done_token()) return 1;
-  if (lt_run_state(L).usage_error) return 1;
   const char* msg = lua_tostring(L, 1);
+  if (msg && msg == lt_run_state(L).usage_message) return 1;
   if (!msg) {
     if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) msg = lua_tostring(L, -1);
     else msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
@@ -131,12 +146,13 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd) {
       return kExitOk;
     }
     const char* msg = lua_tostring(L, -1);
-    std::fprintf(stderr, "%s%s\n", st.usage_error ? "" : "error: ", msg ? msg : "(no message)");
+    bool usage = msg && msg == st.usage_message;
+    std::fprintf(stderr, "%s%s\n", usage ? "" : "error: ", msg ? msg : "(no message)");
     if (g_interrupted) {
       std::fprintf(stderr, "runner: interrupted by Ctrl-C; stopped between steps\n");
       return kExitInterrupted;
     }
-    return st.usage_error ? kExitUsage : kExitFailed;
+    return usage ? kExitUsage : kExitFailed;
   }
   if (!st.config_resolved && (st.validate_only || !st.overrides.empty())) {
     std::fprintf(stderr, "config: %s never called config{}, so %s\n", path.c_str(),

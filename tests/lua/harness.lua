@@ -16,7 +16,7 @@ end
 M.show = show
 
 local function deep_eq(a, b, tol)
-  if type(a) == "number" and type(b) == "number" then return math.abs(a - b) <= (tol or 0) end
+  if type(a) == "number" and type(b) == "number" then return a == b or math.abs(a - b) <= (tol or 0) end
   if type(a) ~= "table" or type(b) ~= "table" then return a == b end
   if #a ~= #b then return false end
   for i = 1, #a do if not deep_eq(a[i], b[i], tol) then return false end end

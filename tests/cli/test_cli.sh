@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# tests/cli/test_cli.sh RUNNER: the runner's command line, exit statuses and messages, pinned.
+# Each check runs one command and asserts its exit status and text it must (or must not) print.
+set -u
+runner=${1:?usage: test_cli.sh path/to/runner}
+fx=tests/fixtures/recipes
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0 checks=0
+
+# check NAME EXPECTED_STATUS COMMAND...; then expect_out TEXT / refute_out TEXT on its output.
+check() {
+  local name=$1 want=$2
+  shift 2
+  checks=$((checks + 1))
+  out=$("$@" 2>&1)
+  rc=$?
+  current=$name
+  if [ "$rc" != "$want" ]; then
+    echo "FAIL $name: exit status $rc, expected $want"
+    echo "$out" | sed 's/^/    /'
+    failed=$((failed + 1))
+  fi
+  if echo "$out" | grep -qE 'terminate called|Aborted|Segmentation fault|core dumped'; then
+    echo "FAIL $name: crashed"; failed=$((failed + 1))
+  fi
+}
+expect_out() {
+  if ! grep -qF -- "$1" <<<"$out"; then
+    echo "FAIL $current: output lacks: $1"
+    echo "$out" | sed 's/^/    /'
+    failed=$((failed + 1))
+  fi
+}
+refute_out() {
+  if grep -qF -- "$1" <<<"$out"; then
+    echo "FAIL $current: output has: $1"; failed=$((failed + 1))
+  fi
+}
+
+# --- informational verbs
+check version 0 "$runner" --version
+expect_out "luatune "; expect_out "LibTorch "; expect_out "CUDA "; expect_out "LuaJIT"; expect_out "devices:"
+check help 0 "$runner" --help
+expect_out "usage: runner RECIPE"
+check no_args 0 "$runner"
+expect_out "usage:"
+check ls 0 "$runner" ls
+expect_out "quickstart  fit a tiny linear model"
+
+# --- finding recipes
+check by_name 0 "$runner" validate quickstart
+expect_out "config ("; expect_out "steps     = 200"; expect_out "nothing was run"; refute_out "step    1"
+check missing_recipe 2 "$runner" no_such_recipe
+expect_out "runner: no recipe 'no_such_recipe'"; expect_out "shipped recipes: "
+check near_recipe 2 "$runner" quikstart
+expect_out "did you mean 'quickstart'?"
+
+# --- overrides: typed, nested, lists, files
+check overrides 0 "$runner" $fx/typed.lua lr=1e-3 pack=false lora.r=8 lora.targets=k_proj,o_proj name=x
+expect_out 'RESULT {"lora":{"r":8,"targets":["k_proj","o_proj"]},"lr":0.001,"name":"x","pack":false,"steps":10}'
+expect_out "lora.r       = 8   [command line]"
+check dashdash 0 "$runner" $fx/typed.lua --steps=3
+expect_out '"steps":3'
+check config_file 0 "$runner" $fx/typed.lua --config tests/fixtures/overrides.lua lora.r=2
+expect_out '"lora":{"r":2,"targets":["o_proj"]}'; expect_out '"steps":7'
+expect_out "[tests/fixtures/overrides.lua]"
+check type_mismatch 2 "$runner" validate quickstart steps=abc
+expect_out "config: key 'steps' expects a number, got 'abc' (command line)"; refute_out "stack traceback"
+check bool_mismatch 2 "$runner" validate $fx/typed.lua pack=perhaps
+expect_out "config: key 'pack' expects a boolean (true/false), got 'perhaps'"
+check unknown_key 2 "$runner" validate quickstart stepz=3
+expect_out "config: unknown key 'stepz' (command line); did you mean 'steps'?"
+expect_out "valid keys: features, log_every, lr, noise, samples, seed, steps"
+check table_key 2 "$runner" validate $fx/typed.lua lora=3
+expect_out "config: key 'lora' is a table"
+check not_kv 2 "$runner" quickstart steps
+expect_out "runner: unexpected argument 'steps': expected key=value"
+check bad_config_file 2 "$runner" validate quickstart --config $fx/no_config.lua
+expect_out "must return a table"
+check overrides_without_config 2 "$runner" $fx/no_config.lua x=1
+expect_out "never called config{}"
+check validate_without_config 2 "$runner" validate $fx/no_config.lua
+expect_out "there is no config to validate"
+
+# --- errors inside recipes
+check lua_error 1 "$runner" $fx/lua_error.lua
+expect_out "error: $fx/lua_error.lua:4: boom from the recipe"
+expect_out "stack traceback:"; expect_out "in function 'inner'"; expect_out "$fx/lua_error.lua:6: in main chunk"
+check shape_error 1 "$runner" $fx/shape_error.lua
+expect_out "error: $fx/shape_error.lua:5: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"
+expect_out "stack traceback:"; refute_out "Exception raised from"; refute_out "frame #"
+check syntax_error 1 "$runner" $fx/syntax_error.lua
+expect_out "$fx/syntax_error.lua:2:"
+
+# --- Ctrl-C stops the run between steps with a message and status 130
+check interrupt 130 timeout --preserve-status -s INT 3 "$runner" $fx/forever.lua
+expect_out "started"; expect_out "interrupted by Ctrl-C"
+
+# --- runner cp
+check cp 0 "$runner" cp quickstart "$tmp/mine.lua"
+expect_out "copied to $tmp/mine.lua"
+if ! cmp -s recipes/quickstart.lua "$tmp/mine.lua"; then echo "FAIL cp: copy differs"; failed=$((failed + 1)); fi
+check cp_into_dir 0 "$runner" cp quickstart "$tmp"
+expect_out "copied to $tmp/quickstart.lua"
+check cp_no_overwrite 2 "$runner" cp quickstart "$tmp/mine.lua"
+expect_out "already exists; not overwriting it"
+check run_copy 0 "$runner" validate "$tmp/mine.lua" steps=5
+expect_out "steps     = 5   [command line]"
+
+echo "$checks checks, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,41 @@
+// Command-line parsing: verbs, overrides, --config, and usage errors.
+#include <gtest/gtest.h>
+
+#include "host/core/error.h"
+#include "host/runner/cli.h"
+
+using namespace luatune;
+
+TEST(Cli, RecipeWithOverrides) {
+  Command c = cli_parse({"recipes/x.lua", "lr=2e-4", "--steps=3", "--config", "o.lua", "lora.r=8"});
+  EXPECT_EQ(c.verb, Command::Verb::run);
+  EXPECT_EQ(c.recipe, "recipes/x.lua");
+  EXPECT_EQ(c.overrides, (std::vector<std::string>{"lr=2e-4", "steps=3", "lora.r=8"}));
+  EXPECT_EQ(c.config_files, (std::vector<std::string>{"o.lua"}));
+}
+
+TEST(Cli, Verbs) {
+  EXPECT_EQ(cli_parse({}).verb, Command::Verb::help);
+  EXPECT_EQ(cli_parse({"--help"}).verb, Command::Verb::help);
+  EXPECT_EQ(cli_parse({"--version"}).verb, Command::Verb::version);
+  EXPECT_EQ(cli_parse({"ls"}).verb, Command::Verb::ls);
+  Command v = cli_parse({"validate", "quickstart", "steps=2"});
+  EXPECT_EQ(v.verb, Command::Verb::validate);
+  EXPECT_EQ(v.recipe, "quickstart");
+  Command cp = cli_parse({"cp", "quickstart", "mine.lua"});
+  EXPECT_EQ(cp.verb, Command::Verb::cp);
+  EXPECT_EQ(cp.dest, "mine.lua");
+}
+
+TEST(Cli, UsageErrors) {
+  EXPECT_THROW(cli_parse({"validate"}), UsageError);
+  EXPECT_THROW(cli_parse({"cp", "only_one"}), UsageError);
+  EXPECT_THROW(cli_parse({"x.lua", "notakv"}), UsageError);
+  EXPECT_THROW(cli_parse({"--frobnicate"}), UsageError);
+  EXPECT_THROW(cli_parse({"x.lua", "--config"}), UsageError);
+  try {
+    cli_parse({"x.lua", "stray"});
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("unexpected argument 'stray': expected key=value"), std::string::npos);
+  }
+}

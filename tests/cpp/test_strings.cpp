@@ -1,0 +1,52 @@
+// String helpers: splitting, trimming, edit distance, nearest-match hints, number round trips.
+#include <gtest/gtest.h>
+
+#include "host/core/strings.h"
+
+using namespace luatune;
+
+TEST(Strings, SplitKeepsEmptyParts) {
+  EXPECT_EQ(str_split("a,,b", ','), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(str_split("", ','), (std::vector<std::string>{""}));
+}
+
+TEST(Strings, TrimAndAffixes) {
+  EXPECT_EQ(str_trim("  x y \n"), "x y");
+  EXPECT_TRUE(str_starts_with("lora.r", "lora."));
+  EXPECT_FALSE(str_ends_with("a", "abc"));
+}
+
+TEST(Strings, EditDistance) {
+  EXPECT_EQ(str_edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(str_edit_distance("", "abc"), 3u);
+  EXPECT_EQ(str_edit_distance("same", "same"), 0u);
+}
+
+TEST(Strings, NearestIgnoresFarWords) {
+  std::vector<std::string> keys = {"learning_rate", "batch_size", "steps"};
+  EXPECT_EQ(str_nearest("lerning_rate", keys), "learning_rate");
+  EXPECT_EQ(str_nearest("step", keys), "steps");
+  EXPECT_EQ(str_nearest("completely_different", keys), "");
+}
+
+TEST(Strings, NumbersParseWholeStringOnly) {
+  double v = 0;
+  EXPECT_TRUE(str_to_number("2e-4", &v));
+  EXPECT_DOUBLE_EQ(v, 2e-4);
+  EXPECT_TRUE(str_to_number(" 12 ", &v));
+  EXPECT_EQ(v, 12);
+  EXPECT_FALSE(str_to_number("12abc", &v));
+  EXPECT_FALSE(str_to_number("abc", &v));
+  EXPECT_FALSE(str_to_number("", &v));
+}
+
+TEST(Strings, NumbersPrintShortestRoundTrip) {
+  EXPECT_EQ(str_from_number(200), "200");
+  EXPECT_EQ(str_from_number(0.0002), "0.0002");
+  EXPECT_EQ(str_from_number(0.1), "0.1");
+  for (double v : {1.0 / 3.0, 2e-4, 123456.789, -7.25e-12}) {
+    double back = 0;
+    ASSERT_TRUE(str_to_number(str_from_number(v), &back));
+    EXPECT_EQ(back, v) << str_from_number(v);
+  }
+}
