@@ -1,5 +1,6 @@
 // Lua module `torch`: tensors as userdata, enough to write a custom metric or loss in a recipe.
-// Every function is reachable both ways: torch.exp(t) and t:exp(). Indexing follows the rule in
+// Every tensor method is also a module function: torch.exp(t) is t:exp(); creation, cat/stack,
+// where, losses, save/load and seeds are module functions only, as in PyTorch. Indexing follows the rule in
 // host/core/tensor_ops.h (PyTorch's: 0-based, negative from the end, half-open slices); Lua
 // tables we return (shape, tolist) are ordinary 1-based lists. Numbers from Lua make float32
 // tensors unless a dtype is given (Lua has one number type). Operators: + - * / % ^ and unary -
@@ -8,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/Reduction.h>
 
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <sstream>
@@ -55,19 +57,22 @@ at::Scalar check_scalar(lua_State* L, int idx) {
   return is_integral(v) ? at::Scalar(static_cast<int64_t>(v)) : at::Scalar(v);
 }
 
-// A tensor, or a number/boolean turned into a 0-dim tensor on `like`'s device (0-dim tensors take
-// part in type promotion the way Python scalars do).
-at::Tensor operand(lua_State* L, int idx, const at::Tensor* like) {
+// A tensor, or a number/boolean as a wrapped-number 0-dim tensor.
+at::Tensor operand(lua_State* L, int idx) {
   if (at::Tensor* t = lt_test<at::Tensor>(L, idx)) return *t;
-  at::TensorOptions opts = like ? at::TensorOptions().device(like->device()) : at::TensorOptions();
-  if (lua_type(L, idx) == LUA_TBOOLEAN) return at::scalar_tensor(static_cast<bool>(lua_toboolean(L, idx)), opts.dtype(at::kBool));
-  if (lua_type(L, idx) == LUA_TNUMBER) {
+  at::Tensor s;
+  if (lua_type(L, idx) == LUA_TBOOLEAN) {
+    s = at::scalar_tensor(static_cast<bool>(lua_toboolean(L, idx)), at::kBool);
+  } else if (lua_type(L, idx) == LUA_TNUMBER) {
     double v = lua_tonumber(L, idx);
-    return is_integral(v) ? at::scalar_tensor(static_cast<int64_t>(v), opts.dtype(at::kLong))
-                          : at::scalar_tensor(v, opts.dtype(at::kDouble));
+    s = is_integral(v) ? at::scalar_tensor(static_cast<int64_t>(v), at::kLong) : at::scalar_tensor(v, at::kDouble);
+  } else {
+    check_tensor(L, idx);  // raises "Tensor expected, got ..." (or "released")
   }
-  check_tensor(L, idx);  // raises "Tensor expected, got ..." (or "released")
-  return at::Tensor();
+  // Marked as a wrapped number (a CPU 0-dim tensor, usable with tensors on any device), it
+  // promotes as a Python scalar does: int64 tensor * 0.5 is float32, not float64.
+  s.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return s;
 }
 
 // Sizes or dims from the arguments at idx: one list {2, 3} or numbers 2, 3. *next is the first
@@ -149,8 +154,9 @@ std::vector<IndexItem> index_spec(lua_State* L, int idx) {
 void collect_values(lua_State* L, int idx, size_t depth, std::vector<int64_t>& shape, std::vector<double>& values,
                     bool& any_bool, bool& any_number, const std::string& where) {
   if (lua_type(L, idx) == LUA_TNUMBER || lua_type(L, idx) == LUA_TBOOLEAN) {
-    LT_CHECK(depth == shape.size(), "torch.tensor: ragged nested table at " << where << ": expected a list of "
-                                                                              << shape[depth] << " items, got a value");
+    LT_CHECK(depth == shape.size() || (values.empty() && depth == 0),
+             "torch.tensor: ragged nested table at " << where << ": expected a list of " << shape[depth]
+                                                     << " items, got a value");
     bool b = lua_type(L, idx) == LUA_TBOOLEAN;
     (b ? any_bool : any_number) = true;
     values.push_back(b ? (lua_toboolean(L, idx) ? 1.0 : 0.0) : lua_tonumber(L, idx));
@@ -160,6 +166,7 @@ void collect_values(lua_State* L, int idx, size_t depth, std::vector<int64_t>& s
            "torch.tensor: expected numbers, booleans or lists of them at " << where << ", got " << luaL_typename(L, idx));
   int64_t n = static_cast<int64_t>(lua_objlen(L, idx));
   if (depth == shape.size() && values.empty()) shape.push_back(n);  // first visit at this depth sets its size
+  LT_CHECK(depth < shape.size(), "torch.tensor: ragged nested table at " << where << ": expected a value, got a list");
   LT_CHECK(depth < shape.size() && shape[depth] == n, "torch.tensor: ragged nested table at "
                                                           << where << ": expected "
                                                           << (depth < shape.size() ? shape[depth] : 0) << " items, got " << n);
@@ -339,10 +346,8 @@ int l_unary(lua_State* L) {
   return push_tensor(L, op.fn(check_tensor(L, 1)));
 }
 int binary_apply(lua_State* L, const BinaryOp& op) {
-  at::Tensor* a = lt_test<at::Tensor>(L, 1);
-  at::Tensor* b = lt_test<at::Tensor>(L, 2);
-  if (!a && !b) check_tensor(L, 1);  // neither is a tensor: raise the type error
-  at::Tensor x = operand(L, 1, b), y = operand(L, 2, a);
+  if (!lt_test<at::Tensor>(L, 1) && !lt_test<at::Tensor>(L, 2)) check_tensor(L, 1);  // no tensor: type error
+  at::Tensor x = operand(L, 1), y = operand(L, 2);
   return push_tensor(L, op.fn(x, y));
 }
 int l_binary(lua_State* L) { return binary_apply(L, binary_ops[lua_tointeger(L, lua_upvalueindex(1))]); }
@@ -382,7 +387,9 @@ int l_torch_var(lua_State* L) {
 }
 int l_torch_logsumexp(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
-  return push_tensor(L, t.logsumexp(dims_arg(L, 2), opt_keepdim(L, 3)));
+  std::vector<int64_t> dims = lua_isnoneornil(L, 2) ? std::vector<int64_t>{} : dims_arg(L, 2);
+  if (dims.empty()) return push_tensor(L, t.flatten().logsumexp(0));  // over every element, like sum()
+  return push_tensor(L, t.logsumexp(dims, opt_keepdim(L, 3)));
 }
 // norm(t [, p [, dim [, keepdim]]]): p defaults to 2 over all elements.
 int l_torch_norm(lua_State* L) {
@@ -437,10 +444,7 @@ int l_torch_clamp(lua_State* L) {
 }
 int l_torch_where(lua_State* L) {
   at::Tensor& cond = check_tensor(L, 1);
-  at::Tensor* a = lt_test<at::Tensor>(L, 2);
-  at::Tensor* b = lt_test<at::Tensor>(L, 3);
-  const at::Tensor* like = a ? a : b ? b : &cond;
-  return push_tensor(L, at::where(cond, operand(L, 2, like), operand(L, 3, like)));
+  return push_tensor(L, at::where(cond, operand(L, 2), operand(L, 3)));
 }
 int l_torch_masked_fill(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).masked_fill(check_tensor(L, 2), check_scalar(L, 3)));
@@ -685,8 +689,18 @@ int l_torch_mse_loss(lua_State* L) {
 // ============================================================================================
 // Metamethods
 
+// A string key is a method name when it looks like an identifier ("sum"), else a text index ("1:3").
+bool is_identifier(lua_State* L, int idx) {
+  if (lua_type(L, idx) != LUA_TSTRING) return false;
+  const char* s = lua_tostring(L, idx);
+  if (!(std::isalpha(static_cast<unsigned char>(*s)) || *s == '_')) return false;
+  for (; *s; s++)
+    if (!(std::isalnum(static_cast<unsigned char>(*s)) || *s == '_')) return false;
+  return true;
+}
+
 int l_tensor_meta_index(lua_State* L) {
-  if (lua_type(L, 2) == LUA_TSTRING) {  // method lookup
+  if (is_identifier(L, 2)) {  // method lookup
     luaL_getmetatable(L, lt_metatable_name("Tensor").c_str());
     lua_getfield(L, -1, "methods");
     lua_pushvalue(L, 2);
@@ -696,12 +710,14 @@ int l_tensor_meta_index(lua_State* L) {
   return push_tensor(L, tensor_index(check_tensor(L, 1), index_spec(L, 2)));  // t[0], t[{0, "1:3"}]
 }
 int l_tensor_meta_newindex(lua_State* L) {
+  LT_CHECK(!is_identifier(L, 2), "cannot set field '" << lua_tostring(L, 2)
+                                     << "' on a Tensor; assign elements with t[spec] = value or t:index_set(spec, value)");
   l_torch_index_set(L);
   return 0;
 }
 int l_tensor_meta_eq(lua_State* L) { return l_torch_equal(L); }
 int compare_one(lua_State* L, bool strict) {
-  at::Tensor a = operand(L, 1, nullptr), b = operand(L, 2, nullptr);
+  at::Tensor a = operand(L, 1), b = operand(L, 2);
   LT_CHECK(a.numel() == 1 && b.numel() == 1, "< and <= compare one-element tensors; use a:lt(b), a:le(b) ... for "
                                              "elementwise comparison (shapes "
                                                  << shape_str(a.sizes()) << " and " << shape_str(b.sizes()) << ")");

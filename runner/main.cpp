@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/version.h"
 #include "host/runner/cli.h"
@@ -44,6 +45,7 @@ static int run_command(const Command& cmd) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear as they are printed, in order with stderr
   try {
+    cpu_threads_init();
     return run_command(cli_parse(std::vector<std::string>(argv + 1, argv + argc)));
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -2,6 +2,10 @@
 #include "host/core/device.h"
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <sched.h>
+
+#include <cstdlib>
 #include <ATen/detail/CUDAHooksInterface.h>
 
 #include <utility>
@@ -57,6 +61,13 @@ std::string dtype_name(c10::ScalarType t) {
   for (const auto& d : dtype_names())
     if (d.type == t) return d.name;
   return c10::toString(t);
+}
+
+void cpu_threads_init() {
+  if (std::getenv("OMP_NUM_THREADS")) return;
+  cpu_set_t set;
+  int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (n > at::get_num_threads()) at::set_num_threads(n);
 }
 
 bool cuda_available() { return at::hasCUDA() && at::detail::getCUDAHooks().getNumGPUs() > 0; }

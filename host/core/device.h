@@ -22,6 +22,10 @@ std::string dtype_name(c10::ScalarType t);
 c10::Device device_parse(const std::string& name);
 std::string device_name(const c10::Device& d);
 
+// Uses every CPU this process may run on for intra-op parallelism, unless OMP_NUM_THREADS says
+// otherwise (Debian's LibTorch starts with one thread on some machines).
+void cpu_threads_init();
+
 bool cuda_available();
 int cuda_device_count();
 

@@ -36,7 +36,11 @@ TensorFile tensor_file_load(const std::string& path) {
   try {
     v = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const std::exception& e) {
-    fail("cannot load '" + path + "': not a PyTorch tensor file (" + std::string(e.what()).substr(0, 200) + ")",
+    // LibTorch's reason, first line only (c10::Error appends a C++ backtrace).
+    std::string why = e.what();
+    if (auto* ce = dynamic_cast<const c10::Error*>(&e)) why = ce->what_without_backtrace();
+    why = why.substr(0, why.find('\n'));
+    fail("cannot load '" + path + "': not a PyTorch tensor file (" + why + ")",
          "expected a file written by torch.save / luatune's torch.save holding a tensor or a dict of tensors");
   }
   TensorFile out;

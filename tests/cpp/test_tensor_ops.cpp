@@ -88,6 +88,7 @@ TEST(TensorFile, GarbageFailsWithThePath) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot load '" + path + "': not a PyTorch tensor file"), std::string::npos)
         << e.what();
+    EXPECT_EQ(std::string(e.what()).find("Exception raised from"), std::string::npos) << e.what();
   }
   std::remove(path.c_str());
 }

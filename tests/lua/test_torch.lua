@@ -241,7 +241,6 @@ test("to: dtype names, device names, another tensor, option table", function()
   local c = t:to("cpu")
   eq(c:device(), "cpu")
   eq(c:tolist(), t:tolist())
-  eq(t:to("auto"):device(), "cpu")
   local like = I({ 0 })
   eq(t:to(like):dtype(), "int64")
   eq(torch.to(t, { dtype = "int32" }):dtype(), "int32")
@@ -250,17 +249,29 @@ test("to: dtype names, device names, another tensor, option table", function()
   eq(t:dtype(), "float32")  -- to() returns a new tensor
 end)
 
-test("devices on this CPU-only build: cpu, auto -> cpu, no CUDA", function()
-  -- This file runs in the CPU test run; tests/lua/test_torch_cuda.lua covers CUDA.
-  eq(torch.cuda_available(), false)
-  eq(torch.device("auto"), "cpu")
+local function gpu_device_node()
+  local f = io.open("/dev/nvidiactl", "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+test("devices without a GPU: cuda_available is false, auto -> cpu, cuda fails clearly", function()
+  eq(type(torch.cuda_available()), "boolean")
   eq(torch.device("cpu"), "cpu")
   eq(torch.zeros(2):device(), "cpu")
   eq(torch.device(torch.zeros(2, { device = "cpu" })), "cpu")
-  eq(torch.zeros(2, { device = "auto" }):device(), "cpu")
-  raises(function() torch.zeros(2, { device = "cuda" }) end, "no CUDA device is available")
   raises(function() torch.device("tpu") end, "unknown device 'tpu'")
   raises(function() T({ 1 }):to("nonsense") end, "unknown device 'nonsense'")
+  if gpu_device_node() then  -- a GPU machine: CUDA itself is tested by test_torch_cuda.lua
+    eq(torch.device("auto"), torch.cuda_available() and "cuda:0" or "cpu")
+    return
+  end
+  eq(torch.cuda_available(), false)  -- no NVIDIA device node: there can be no CUDA device
+  eq(torch.device("auto"), "cpu")
+  eq(torch.zeros(2, { device = "auto" }):device(), "cpu")
+  eq(T({ 1 }):to("auto"):device(), "cpu")
+  raises(function() torch.zeros(2, { device = "cuda" }) end, "no CUDA device is available")
+  raises(function() T({ 1 }):to("cuda:0") end, "no CUDA device is available")
 end)
 
 -- ============================================================================================
@@ -643,7 +654,7 @@ test("contiguous, clone, detach", function()
   cl[0] = 100
   eq(cl:tolist(), { 100, 2, 3 })
   eq(orig:tolist(), { 1, 2, 3 })  -- the clone owns its memory
-  local g = T({ 1, 2 }, nil)
+  local g = T({ 1, 2 })
   g:requires_grad_()
   local d = torch.detach(g * 2)
   ok(not d:requires_grad(), "detached")
@@ -809,6 +820,17 @@ test("t[{...}]: positions, slices, ..., none", function()
   eq(x[{ 2 }]:tolist(), { 8, 9, 10, 11 })
 end)
 
+test("t[\"text\"]: a string that is not a name is a text index; names are methods", function()
+  local x = torch.arange(12):reshape(3, 4)
+  eq(x["1:3, 0"]:tolist(), { 4, 8 })
+  eq(x["-1"]:tolist(), { 8, 9, 10, 11 })
+  eq(type(x.sum), "function")
+  eq(x.no_such_method, nil)
+  raises(function() x.foo = 1 end, "cannot set field 'foo' on a Tensor")
+  x["0, 0"] = 100
+  eq(x[{ 0, 0 }]:item(), 100)
+end)
+
 test("index: text specs, masks and position tensors", function()
   local x = torch.arange(12):reshape(3, 4)
   eq(torch.index(x, "1, 1:3"):tolist(), { 5, 6 })
@@ -893,7 +915,7 @@ test("dtype, device, item, tolist", function()
   eq(torch.tensor(4):tolist(), 4)  -- 0-dim: a plain number
   eq(torch.tensor(true):tolist(), true)
   eq(I({ { 1 }, { 2 } }):tolist(), { { 1 }, { 2 } })
-  local g = T({ 1, 2 }, nil)
+  local g = T({ 1, 2 })
   g:requires_grad_()
   eq((g * 3):tolist(), { 3, 6 })  -- works on tensors that require grad
 end)
@@ -1018,6 +1040,7 @@ test("no_grad: results do not track grad, returns fn's results, passes arguments
   eq(select("#", torch.no_grad(function() return nil, nil, 1 end)), 3)
   eq(torch.no_grad(function(...) return select("#", ...) end, nil, nil), 2)
   eq((x * 2):requires_grad(), true)  -- grad mode is back on afterwards
+  raises(function() torch.no_grad(x) end, "function expected")
   raises(function() torch.no_grad(function() error("inside no_grad") end) end, "inside no_grad")
   eq((x * 2):requires_grad(), true)  -- and back on after an error inside
   -- an update under no_grad, as a training loop does
@@ -1056,6 +1079,13 @@ test("save/load: one tensor round-trips exactly", function()
     local bi = torch.load(path)
     eq(bi:dtype(), "int64")
     ok(bi == i, "int64 exactly equal")
+    torch.save(torch.tensor(-3.25), path)  -- 0-dim
+    local b0 = torch.load(path)
+    eq(b0:dim(), 0)
+    eq(b0:item(), -3.25)
+    local tr = torch.arange(6):reshape(2, 3):transpose(0, 1)  -- a non-contiguous view
+    torch.save(tr, path)
+    eq(torch.load(path):tolist(), { { 0, 3 }, { 1, 4 }, { 2, 5 } })
   end)
 end)
 
@@ -1084,9 +1114,23 @@ test("save/load: a table of named tensors round-trips exactly", function()
 end)
 
 test("save/load errors", function()
-  raises(function() torch.save({ 1, 2 }, os.tmpname() .. ".never") end, "table of name = Tensor expected")
-  raises(function() torch.save({ w = 5 }, os.tmpname() .. ".never") end, "table of name = Tensor expected")
+  with_tmp(function(path)
+    raises(function() torch.save({ 1, 2 }, path) end, "table of name = Tensor expected")
+    raises(function() torch.save({ w = 5 }, path) end, "table of name = Tensor expected")
+    raises(function() torch.save(torch.zeros(1)) end, "string expected")
+  end)
   raises(function() torch.load("/nonexistent/dir/luatune_missing.pt") end, "luatune_missing.pt")
+end)
+
+test("load: a file that is not a tensor file gives a one-line reason, no C++ backtrace", function()
+  with_tmp(function(path)
+    local f = assert(io.open(path, "wb"))
+    f:write("this is not a tensor file")
+    f:close()
+    local err = raises(function() torch.load(path) end, "not a PyTorch tensor file")
+    ok(not err:find("Exception raised from", 1, true) and not err:find("frame #", 1, true),
+       "LibTorch's C++ backtrace leaks into the message: " .. err)
+  end)
 end)
 
 -- ============================================================================================
@@ -1206,7 +1250,7 @@ end)
 test("torch.tensor: ragged or mixed nested tables", function()
   raises(function() torch.tensor({ { 1, 2 }, { 3 } }) end, "ragged")
   raises(function() torch.tensor({ { 1 }, 2 }) end, "ragged")
-  raises(function() torch.tensor({ 1, { 2 } }) end, "ragged")
+  raises(function() torch.tensor({ 1, { 2 } }) end, "value[2]: expected a value, got a list")
   raises(function() torch.tensor({ { { 1 } }, { 2 } }) end, "ragged")
   raises(function() torch.tensor({ 1, true }) end, "mixes booleans and numbers")
   raises(function() torch.tensor({ a = 1 }) end, "expected numbers, booleans or lists of them")
