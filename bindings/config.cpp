@@ -29,7 +29,8 @@ static int l_config_missing_key(lua_State* L) {
   std::string full = path.empty() ? key : path + "." + key;
   std::string near = str_nearest(key, keys);
   return luaL_error(L, "config: no key '%s' in the config%s; keys here: %s", full.c_str(),
-                    near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str(), str_join(keys, ", ").c_str());
+                    near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str(),
+                    str_join(keys, ", ").c_str());
 }
 
 // Pushes `v`; tables (not lists) get a metatable that makes reading a missing key an error.
@@ -58,7 +59,8 @@ static int l_config_resolve(lua_State* L) {
   if (lt_is_list(L, 2) && lua_objlen(L, 2) > 0)
     fail_usage("config: expected a table of named defaults, e.g. config { lr = 2e-4, steps = 100 }");
   if (st.config_resolved)
-    fail_usage("config: config{} called twice in " + st.recipe, "declare every default in one config{} table");
+    fail_usage("config: config{} called twice in " + st.recipe,
+               "declare every default in one config{} table");
   ConfigValue cfg = lt_to_config(L, 2, "");
   config_apply(cfg, st.overrides);
   st.resolved = cfg;

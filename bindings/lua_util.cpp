@@ -60,7 +60,9 @@ void lt_new_module(lua_State* L, const luaL_Reg* funcs) {
 // ============================================================================================
 // Userdata
 
-std::string lt_metatable_name(const char* class_name) { return std::string("luatune.") + class_name; }
+std::string lt_metatable_name(const char* class_name) {
+  return std::string("luatune.") + class_name;
+}
 
 static std::string lt_typename(lua_State* L, int idx) {
   if (lua_getmetatable(L, idx)) {
@@ -94,11 +96,13 @@ void lt_check_options(lua_State* L, int idx, const std::vector<std::string>& val
   lua_pushnil(L);
   while (lua_next(L, idx)) {
     lua_pop(L, 1);
-    std::string key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : std::string("<") + luaL_typename(L, -1) + ">";
+    std::string key =
+        lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : std::string("<") + luaL_typename(L, -1) + ">";
     bool ok = lua_type(L, -1) == LUA_TSTRING && std::find(valid.begin(), valid.end(), key) != valid.end();
     if (!ok) {
       std::string near = str_nearest(key, valid);
-      std::string msg = "unknown option '" + key + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)") +
+      std::string msg = "unknown option '" + key + "'" +
+                        (near.empty() ? "" : " (did you mean '" + near + "'?)") +
                         "; valid options: " + str_join(valid, ", ");
       lua_pop(L, 1);
       luaL_argerror(L, idx, msg.c_str());
@@ -181,10 +185,14 @@ bool lt_is_list(lua_State* L, int idx) {
 ConfigValue lt_to_config(lua_State* L, int idx, const std::string& what) {
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
   switch (lua_type(L, idx)) {
-    case LUA_TNUMBER: return ConfigValue::of_number(lua_tonumber(L, idx));
-    case LUA_TBOOLEAN: return ConfigValue::of_boolean(lua_toboolean(L, idx));
-    case LUA_TSTRING: return ConfigValue::of_string(lua_tostring(L, idx));
-    case LUA_TTABLE: break;
+    case LUA_TNUMBER:
+      return ConfigValue::of_number(lua_tonumber(L, idx));
+    case LUA_TBOOLEAN:
+      return ConfigValue::of_boolean(lua_toboolean(L, idx));
+    case LUA_TSTRING:
+      return ConfigValue::of_string(lua_tostring(L, idx));
+    case LUA_TTABLE:
+      break;
     default:
       fail_usage("config: '" + what + "' is a " + luaL_typename(L, idx) +
                  "; config values are numbers, booleans, strings, lists and tables");
@@ -213,9 +221,15 @@ ConfigValue lt_to_config(lua_State* L, int idx, const std::string& what) {
 
 void lt_push_config(lua_State* L, const ConfigValue& v) {
   switch (v.kind) {
-    case ConfigValue::Kind::number: lua_pushnumber(L, v.number); return;
-    case ConfigValue::Kind::boolean: lua_pushboolean(L, v.boolean); return;
-    case ConfigValue::Kind::string: lua_pushlstring(L, v.string.data(), v.string.size()); return;
+    case ConfigValue::Kind::number:
+      lua_pushnumber(L, v.number);
+      return;
+    case ConfigValue::Kind::boolean:
+      lua_pushboolean(L, v.boolean);
+      return;
+    case ConfigValue::Kind::string:
+      lua_pushlstring(L, v.string.data(), v.string.size());
+      return;
     case ConfigValue::Kind::list:
       lua_createtable(L, static_cast<int>(v.items.size()), 0);
       for (size_t i = 0; i < v.items.size(); i++) {
@@ -261,6 +275,8 @@ RunState& lt_run_state(lua_State* L) {
   return box->value;
 }
 
-void* lt_validate_done_token() { return &validate_done_token; }
+void* lt_validate_done_token() {
+  return &validate_done_token;
+}
 
 }  // namespace luatune

@@ -157,14 +157,14 @@ void lt_push_config(lua_State* L, const ConfigValue& v);
 // Per-run state shared by the runner and the `config` module.
 
 struct RunState {
-  std::string recipe;                      // path of the recipe being run
-  std::vector<ConfigOverride> overrides;   // from --config files, then key=value arguments
-  bool validate_only = false;              // `runner validate`: stop after config{} resolves
+  std::string recipe;                     // path of the recipe being run
+  std::vector<ConfigOverride> overrides;  // from --config files, then key=value arguments
+  bool validate_only = false;             // `runner validate`: stop after config{} resolves
   bool config_resolved = false;
   // The message of the last usage/config error raised (exit 2 when the run fails with exactly it;
   // kept as text so a usage error a recipe caught with pcall does not mark a later failure).
   std::string usage_message;
-  ConfigValue resolved;                    // the resolved config, for metric sinks
+  ConfigValue resolved;  // the resolved config, for metric sinks
 };
 
 RunState& lt_run_state(lua_State* L);

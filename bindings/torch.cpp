@@ -32,7 +32,9 @@ namespace {
 // ============================================================================================
 // Conversions
 
-at::Tensor& check_tensor(lua_State* L, int idx) { return lt_check<at::Tensor>(L, idx); }
+at::Tensor& check_tensor(lua_State* L, int idx) {
+  return lt_check<at::Tensor>(L, idx);
+}
 
 int push_tensor(lua_State* L, at::Tensor t) {
   lt_push<at::Tensor>(L, std::move(t));
@@ -48,7 +50,9 @@ int push_tensor_list(lua_State* L, const std::vector<at::Tensor>& ts) {
   return 1;
 }
 
-bool is_integral(double v) { return v == std::floor(v) && std::fabs(v) < 9.0e15; }
+bool is_integral(double v) {
+  return v == std::floor(v) && std::fabs(v) < 9.0e15;
+}
 
 // A Lua number keeps integer tensors integer when it is whole, as a Python int would.
 at::Scalar check_scalar(lua_State* L, int idx) {
@@ -65,7 +69,8 @@ at::Tensor operand(lua_State* L, int idx) {
     s = at::scalar_tensor(static_cast<bool>(lua_toboolean(L, idx)), at::kBool);
   } else if (lua_type(L, idx) == LUA_TNUMBER) {
     double v = lua_tonumber(L, idx);
-    s = is_integral(v) ? at::scalar_tensor(static_cast<int64_t>(v), at::kLong) : at::scalar_tensor(v, at::kDouble);
+    s = is_integral(v) ? at::scalar_tensor(static_cast<int64_t>(v), at::kLong)
+                       : at::scalar_tensor(v, at::kDouble);
   } else {
     check_tensor(L, idx);  // raises "Tensor expected, got ..." (or "released")
   }
@@ -118,7 +123,8 @@ std::vector<IndexItem> index_spec(lua_State* L, int idx) {
     case LUA_TNUMBER:
       item.index = lt_check_int(L, idx);
       return {item};
-    case LUA_TSTRING: return index_parse(lua_tostring(L, idx));
+    case LUA_TSTRING:
+      return index_parse(lua_tostring(L, idx));
     case LUA_TTABLE: {
       std::vector<IndexItem> items;
       for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
@@ -133,7 +139,8 @@ std::vector<IndexItem> index_spec(lua_State* L, int idx) {
           ti.tensor = *t;
           items.push_back(ti);
         } else {
-          luaL_argerror(L, idx, "index items are integers, strings (\"1:3\", \":\", \"...\", \"none\") or tensors");
+          luaL_argerror(L, idx,
+                        "index items are integers, strings (\"1:3\", \":\", \"...\", \"none\") or tensors");
         }
         lua_pop(L, 1);
       }
@@ -145,14 +152,15 @@ std::vector<IndexItem> index_spec(lua_State* L, int idx) {
         item.tensor = *t;
         return {item};
       }
-      luaL_argerror(L, idx, "index expected: an integer, a string like \"0, 1:3\", a tensor, or a list of those");
+      luaL_argerror(L, idx,
+                    "index expected: an integer, a string like \"0, 1:3\", a tensor, or a list of those");
       return {};
   }
 }
 
 // Nested Lua tables -> flat values + shape, checking the nesting is rectangular.
-void collect_values(lua_State* L, int idx, size_t depth, std::vector<int64_t>& shape, std::vector<double>& values,
-                    bool& any_bool, bool& any_number, const std::string& where) {
+void collect_values(lua_State* L, int idx, size_t depth, std::vector<int64_t>& shape,
+                    std::vector<double>& values, bool& any_bool, bool& any_number, const std::string& where) {
   if (lua_type(L, idx) == LUA_TNUMBER || lua_type(L, idx) == LUA_TBOOLEAN) {
     LT_CHECK(depth == shape.size() || (values.empty() && depth == 0),
              "torch.tensor: ragged nested table at " << where << ": expected a list of " << shape[depth]
@@ -163,24 +171,29 @@ void collect_values(lua_State* L, int idx, size_t depth, std::vector<int64_t>& s
     return;
   }
   LT_CHECK(lua_istable(L, idx) && lt_is_list(L, idx),
-           "torch.tensor: expected numbers, booleans or lists of them at " << where << ", got " << luaL_typename(L, idx));
+           "torch.tensor: expected numbers, booleans or lists of them at " << where << ", got "
+                                                                           << luaL_typename(L, idx));
   int64_t n = static_cast<int64_t>(lua_objlen(L, idx));
   if (depth == shape.size() && values.empty()) shape.push_back(n);  // first visit at this depth sets its size
-  LT_CHECK(depth < shape.size(), "torch.tensor: ragged nested table at " << where << ": expected a value, got a list");
-  LT_CHECK(depth < shape.size() && shape[depth] == n, "torch.tensor: ragged nested table at "
-                                                          << where << ": expected "
-                                                          << (depth < shape.size() ? shape[depth] : 0) << " items, got " << n);
+  LT_CHECK(depth < shape.size(),
+           "torch.tensor: ragged nested table at " << where << ": expected a value, got a list");
+  LT_CHECK(depth < shape.size() && shape[depth] == n,
+           "torch.tensor: ragged nested table at "
+               << where << ": expected " << (depth < shape.size() ? shape[depth] : 0) << " items, got " << n);
   for (int64_t i = 1; i <= n; i++) {
     lua_rawgeti(L, idx, static_cast<int>(i));
-    collect_values(L, lua_gettop(L), depth + 1, shape, values, any_bool, any_number, where + "[" + std::to_string(i) + "]");
+    collect_values(L, lua_gettop(L), depth + 1, shape, values, any_bool, any_number,
+                   where + "[" + std::to_string(i) + "]");
     lua_pop(L, 1);
   }
 }
 
 void push_values(lua_State* L, const at::Tensor& t, bool as_bool) {
   if (t.dim() == 0) {
-    if (as_bool) lua_pushboolean(L, t.item<bool>());
-    else lua_pushnumber(L, t.item<double>());
+    if (as_bool)
+      lua_pushboolean(L, t.item<bool>());
+    else
+      lua_pushnumber(L, t.item<double>());
     return;
   }
   int64_t n = t.size(0);
@@ -210,10 +223,18 @@ int fill_creation(lua_State* L, at::Tensor (*make)(at::IntArrayRef, at::TensorOp
   std::vector<int64_t> sizes = int_list_args(L, 1, &next);
   return push_created(L, make(sizes, creation_options(L, next, at::kFloat)), next);
 }
-int l_torch_zeros(lua_State* L) { return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::zeros(s, o); }); }
-int l_torch_ones(lua_State* L) { return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::ones(s, o); }); }
-int l_torch_rand(lua_State* L) { return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::rand(s, o); }); }
-int l_torch_randn(lua_State* L) { return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::randn(s, o); }); }
+int l_torch_zeros(lua_State* L) {
+  return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::zeros(s, o); });
+}
+int l_torch_ones(lua_State* L) {
+  return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::ones(s, o); });
+}
+int l_torch_rand(lua_State* L) {
+  return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::rand(s, o); });
+}
+int l_torch_randn(lua_State* L) {
+  return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::randn(s, o); });
+}
 
 // full(sizes, value, {opts})
 int l_torch_full(lua_State* L) {
@@ -350,14 +371,22 @@ int binary_apply(lua_State* L, const BinaryOp& op) {
   at::Tensor x = operand(L, 1), y = operand(L, 2);
   return push_tensor(L, op.fn(x, y));
 }
-int l_binary(lua_State* L) { return binary_apply(L, binary_ops[lua_tointeger(L, lua_upvalueindex(1))]); }
-int l_binary_protected(lua_State* L) { return lt_call_protected(L, l_binary); }
-int l_unary_protected(lua_State* L) { return lt_call_protected(L, l_unary); }
+int l_binary(lua_State* L) {
+  return binary_apply(L, binary_ops[lua_tointeger(L, lua_upvalueindex(1))]);
+}
+int l_binary_protected(lua_State* L) {
+  return lt_call_protected(L, l_binary);
+}
+int l_unary_protected(lua_State* L) {
+  return lt_call_protected(L, l_unary);
+}
 
 // ============================================================================================
 // Reductions: (t [, dim [, keepdim]]); dim may be a list for sum/mean.
 
-bool opt_keepdim(lua_State* L, int idx) { return lua_isnoneornil(L, idx) ? false : (luaL_checktype(L, idx, LUA_TBOOLEAN), lua_toboolean(L, idx)); }
+bool opt_keepdim(lua_State* L, int idx) {
+  return lua_isnoneornil(L, idx) ? false : (luaL_checktype(L, idx, LUA_TBOOLEAN), lua_toboolean(L, idx));
+}
 
 std::vector<int64_t> dims_arg(lua_State* L, int idx) {
   int next;
@@ -379,11 +408,15 @@ int l_torch_prod(lua_State* L) {
 // std/var are unbiased (divide by n - 1), as in PyTorch.
 int l_torch_std(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
-  return push_tensor(L, lua_isnoneornil(L, 2) ? t.std() : at::std(t, at::IntArrayRef(dims_arg(L, 2)), true, opt_keepdim(L, 3)));
+  return push_tensor(L, lua_isnoneornil(L, 2)
+                            ? t.std()
+                            : at::std(t, at::IntArrayRef(dims_arg(L, 2)), true, opt_keepdim(L, 3)));
 }
 int l_torch_var(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
-  return push_tensor(L, lua_isnoneornil(L, 2) ? t.var() : at::var(t, at::IntArrayRef(dims_arg(L, 2)), true, opt_keepdim(L, 3)));
+  return push_tensor(L, lua_isnoneornil(L, 2)
+                            ? t.var()
+                            : at::var(t, at::IntArrayRef(dims_arg(L, 2)), true, opt_keepdim(L, 3)));
 }
 int l_torch_logsumexp(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
@@ -396,19 +429,25 @@ int l_torch_norm(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   double p = luaL_optnumber(L, 2, 2.0);
   if (lua_isnoneornil(L, 3)) return push_tensor(L, at::norm(t, p));
-  return push_tensor(L, at::norm(t, c10::optional<at::Scalar>(p), at::IntArrayRef(dims_arg(L, 3)), opt_keepdim(L, 4)));
+  return push_tensor(
+      L, at::norm(t, c10::optional<at::Scalar>(p), at::IntArrayRef(dims_arg(L, 3)), opt_keepdim(L, 4)));
 }
 // max/min(t) -> 0-dim tensor; max/min(t, dim [, keepdim]) -> values, indices
 int max_min(lua_State* L, bool is_max) {
   at::Tensor& t = check_tensor(L, 1);
   if (lua_isnoneornil(L, 2)) return push_tensor(L, is_max ? t.max() : t.min());
-  auto r = is_max ? at::max(t, lt_check_int(L, 2), opt_keepdim(L, 3)) : at::min(t, lt_check_int(L, 2), opt_keepdim(L, 3));
+  auto r = is_max ? at::max(t, lt_check_int(L, 2), opt_keepdim(L, 3))
+                  : at::min(t, lt_check_int(L, 2), opt_keepdim(L, 3));
   push_tensor(L, std::get<0>(r));
   push_tensor(L, std::get<1>(r));
   return 2;
 }
-int l_torch_max(lua_State* L) { return max_min(L, true); }
-int l_torch_min(lua_State* L) { return max_min(L, false); }
+int l_torch_max(lua_State* L) {
+  return max_min(L, true);
+}
+int l_torch_min(lua_State* L) {
+  return max_min(L, false);
+}
 int l_torch_argmax(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   c10::optional<int64_t> dim;
@@ -429,9 +468,15 @@ int l_torch_any(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.any() : t.any(lt_check_int(L, 2), opt_keepdim(L, 3)));
 }
-int l_torch_cumsum(lua_State* L) { return push_tensor(L, check_tensor(L, 1).cumsum(lt_check_int(L, 2))); }
-int l_torch_softmax(lua_State* L) { return push_tensor(L, check_tensor(L, 1).softmax(lt_check_int(L, 2))); }
-int l_torch_log_softmax(lua_State* L) { return push_tensor(L, check_tensor(L, 1).log_softmax(lt_check_int(L, 2))); }
+int l_torch_cumsum(lua_State* L) {
+  return push_tensor(L, check_tensor(L, 1).cumsum(lt_check_int(L, 2)));
+}
+int l_torch_softmax(lua_State* L) {
+  return push_tensor(L, check_tensor(L, 1).softmax(lt_check_int(L, 2)));
+}
+int l_torch_log_softmax(lua_State* L) {
+  return push_tensor(L, check_tensor(L, 1).log_softmax(lt_check_int(L, 2)));
+}
 
 // clamp(t, min, max): either bound may be nil.
 int l_torch_clamp(lua_State* L) {
@@ -449,8 +494,12 @@ int l_torch_where(lua_State* L) {
 int l_torch_masked_fill(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).masked_fill(check_tensor(L, 2), check_scalar(L, 3)));
 }
-int l_torch_tril(lua_State* L) { return push_tensor(L, check_tensor(L, 1).tril(luaL_optinteger(L, 2, 0))); }
-int l_torch_triu(lua_State* L) { return push_tensor(L, check_tensor(L, 1).triu(luaL_optinteger(L, 2, 0))); }
+int l_torch_tril(lua_State* L) {
+  return push_tensor(L, check_tensor(L, 1).tril(luaL_optinteger(L, 2, 0)));
+}
+int l_torch_triu(lua_State* L) {
+  return push_tensor(L, check_tensor(L, 1).triu(luaL_optinteger(L, 2, 0)));
+}
 int l_torch_gather(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).gather(lt_check_int(L, 2), check_tensor(L, 3)));
 }
@@ -458,25 +507,25 @@ int l_torch_gather(lua_State* L) {
 // ============================================================================================
 // Shapes
 
-int l_torch_reshape(lua_State* L) {
+// reshape/view/permute/expand(t, sizes...): sizes as numbers or one list, -1 where LibTorch allows.
+struct SizesOp {
+  const char* name;
+  at::Tensor (*fn)(const at::Tensor&, at::IntArrayRef);
+};
+const SizesOp sizes_ops[] = {
+    {"reshape", [](const at::Tensor& t, at::IntArrayRef s) { return t.reshape(s); }},
+    {"view", [](const at::Tensor& t, at::IntArrayRef s) { return t.view(s); }},
+    {"permute", [](const at::Tensor& t, at::IntArrayRef s) { return t.permute(s); }},
+    {"expand", [](const at::Tensor& t, at::IntArrayRef s) { return t.expand(s); }},
+};
+int l_sizes(lua_State* L) {
+  const SizesOp& op = sizes_ops[lua_tointeger(L, lua_upvalueindex(1))];
   int next;
   at::Tensor& t = check_tensor(L, 1);
-  return push_tensor(L, t.reshape(int_list_args(L, 2, &next)));
+  return push_tensor(L, op.fn(t, int_list_args(L, 2, &next)));
 }
-int l_torch_view(lua_State* L) {
-  int next;
-  at::Tensor& t = check_tensor(L, 1);
-  return push_tensor(L, t.view(int_list_args(L, 2, &next)));
-}
-int l_torch_permute(lua_State* L) {
-  int next;
-  at::Tensor& t = check_tensor(L, 1);
-  return push_tensor(L, t.permute(int_list_args(L, 2, &next)));
-}
-int l_torch_expand(lua_State* L) {
-  int next;
-  at::Tensor& t = check_tensor(L, 1);
-  return push_tensor(L, t.expand(int_list_args(L, 2, &next)));
+int l_sizes_protected(lua_State* L) {
+  return lt_call_protected(L, l_sizes);
 }
 int l_torch_transpose(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).transpose(lt_check_int(L, 2), lt_check_int(L, 3)));
@@ -489,11 +538,16 @@ int l_torch_squeeze(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.squeeze() : t.squeeze(lt_check_int(L, 2)));
 }
-int l_torch_unsqueeze(lua_State* L) { return push_tensor(L, check_tensor(L, 1).unsqueeze(lt_check_int(L, 2))); }
-int l_torch_narrow(lua_State* L) {
-  return push_tensor(L, check_tensor(L, 1).narrow(lt_check_int(L, 2), lt_check_int(L, 3), lt_check_int(L, 4)));
+int l_torch_unsqueeze(lua_State* L) {
+  return push_tensor(L, check_tensor(L, 1).unsqueeze(lt_check_int(L, 2)));
 }
-int l_torch_select(lua_State* L) { return push_tensor(L, check_tensor(L, 1).select(lt_check_int(L, 2), lt_check_int(L, 3))); }
+int l_torch_narrow(lua_State* L) {
+  return push_tensor(L,
+                     check_tensor(L, 1).narrow(lt_check_int(L, 2), lt_check_int(L, 3), lt_check_int(L, 4)));
+}
+int l_torch_select(lua_State* L) {
+  return push_tensor(L, check_tensor(L, 1).select(lt_check_int(L, 2), lt_check_int(L, 3)));
+}
 int l_torch_chunk(lua_State* L) {
   return push_tensor_list(L, check_tensor(L, 1).chunk(lt_check_int(L, 2), luaL_optinteger(L, 3, 0)));
 }
@@ -506,21 +560,30 @@ std::vector<at::Tensor> tensor_list_arg(lua_State* L, int idx) {
   for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
     lua_rawgeti(L, idx, static_cast<int>(i));
     at::Tensor* t = lt_test<at::Tensor>(L, -1);
-    if (!t) luaL_argerror(L, idx, ("list of tensors expected; item " + std::to_string(i) + " is not a live Tensor").c_str());
+    if (!t)
+      luaL_argerror(
+          L, idx, ("list of tensors expected; item " + std::to_string(i) + " is not a live Tensor").c_str());
     out.push_back(*t);
     lua_pop(L, 1);
   }
   return out;
 }
-int l_torch_cat(lua_State* L) { return push_tensor(L, at::cat(tensor_list_arg(L, 1), luaL_optinteger(L, 2, 0))); }
-int l_torch_stack(lua_State* L) { return push_tensor(L, at::stack(tensor_list_arg(L, 1), luaL_optinteger(L, 2, 0))); }
+int l_torch_cat(lua_State* L) {
+  return push_tensor(L, at::cat(tensor_list_arg(L, 1), luaL_optinteger(L, 2, 0)));
+}
+int l_torch_stack(lua_State* L) {
+  return push_tensor(L, at::stack(tensor_list_arg(L, 1), luaL_optinteger(L, 2, 0)));
+}
 
 // t:index(spec) and t:index_set(spec, value): see the index rule at the top of the file.
-int l_torch_index(lua_State* L) { return push_tensor(L, tensor_index(check_tensor(L, 1), index_spec(L, 2))); }
+int l_torch_index(lua_State* L) {
+  return push_tensor(L, tensor_index(check_tensor(L, 1), index_spec(L, 2)));
+}
 int l_torch_index_set(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   auto items = index_spec(L, 2);
-  at::Tensor v = lt_test<at::Tensor>(L, 3) ? check_tensor(L, 3) : at::scalar_tensor(check_scalar(L, 3), t.options());
+  at::Tensor v =
+      lt_test<at::Tensor>(L, 3) ? check_tensor(L, 3) : at::scalar_tensor(check_scalar(L, 3), t.options());
   tensor_index_put(t, items, v);
   lua_settop(L, 1);
   return 1;
@@ -538,13 +601,22 @@ int l_torch_shape(lua_State* L) {
   }
   return 1;
 }
-int l_torch_size(lua_State* L) { return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).size(lt_check_int(L, 2)))), 1; }
-int l_torch_dim(lua_State* L) { return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).dim())), 1; }
-int l_torch_numel(lua_State* L) { return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).numel())), 1; }
-int l_torch_dtype(lua_State* L) { return lua_pushstring(L, dtype_name(check_tensor(L, 1).scalar_type()).c_str()), 1; }
+int l_torch_size(lua_State* L) {
+  return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).size(lt_check_int(L, 2)))), 1;
+}
+int l_torch_dim(lua_State* L) {
+  return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).dim())), 1;
+}
+int l_torch_numel(lua_State* L) {
+  return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).numel())), 1;
+}
+int l_torch_dtype(lua_State* L) {
+  return lua_pushstring(L, dtype_name(check_tensor(L, 1).scalar_type()).c_str()), 1;
+}
 int l_torch_device(lua_State* L) {
   // torch.device("auto") resolves a device name; t:device() names a tensor's device.
-  if (lua_type(L, 1) == LUA_TSTRING) return lua_pushstring(L, device_name(device_parse(lua_tostring(L, 1))).c_str()), 1;
+  if (lua_type(L, 1) == LUA_TSTRING)
+    return lua_pushstring(L, device_name(device_parse(lua_tostring(L, 1))).c_str()), 1;
   return lua_pushstring(L, device_name(check_tensor(L, 1).device()).c_str()), 1;
 }
 int l_torch_item(lua_State* L) {
@@ -564,12 +636,15 @@ int l_torch_str(lua_State* L) {
   os << check_tensor(L, 1);
   return lua_pushstring(L, os.str().c_str()), 1;
 }
-int l_torch_is_tensor(lua_State* L) { return lua_pushboolean(L, lt_test<at::Tensor>(L, 1) != nullptr), 1; }
+int l_torch_is_tensor(lua_State* L) {
+  return lua_pushboolean(L, lt_test<at::Tensor>(L, 1) != nullptr), 1;
+}
 
 // t:to("bf16" | "cuda" | "auto" | other_tensor | {dtype=, device=})
 int l_torch_to(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
-  if (at::Tensor* other = lt_test<at::Tensor>(L, 2)) return push_tensor(L, t.to(other->device(), other->scalar_type()));
+  if (at::Tensor* other = lt_test<at::Tensor>(L, 2))
+    return push_tensor(L, t.to(other->device(), other->scalar_type()));
   if (lua_type(L, 2) == LUA_TSTRING) {
     c10::ScalarType st;
     std::string s = lua_tostring(L, 2);
@@ -578,29 +653,38 @@ int l_torch_to(lua_State* L) {
   }
   luaL_argcheck(L, lua_istable(L, 2), 2, "dtype name, device name, Tensor or {dtype=, device=} expected");
   lt_check_options(L, 2, {"dtype", "device"});
-  c10::ScalarType st = lt_has_field(L, 2, "dtype") ? dtype_parse(lt_opt_string(L, 2, "dtype", "")) : t.scalar_type();
-  c10::Device dev = lt_has_field(L, 2, "device") ? device_parse(lt_opt_string(L, 2, "device", "")) : t.device();
+  c10::ScalarType st =
+      lt_has_field(L, 2, "dtype") ? dtype_parse(lt_opt_string(L, 2, "dtype", "")) : t.scalar_type();
+  c10::Device dev =
+      lt_has_field(L, 2, "device") ? device_parse(lt_opt_string(L, 2, "device", "")) : t.device();
   return push_tensor(L, t.to(dev, st));
 }
-int l_torch_cuda_available(lua_State* L) { return lua_pushboolean(L, cuda_available()), 1; }
+int l_torch_cuda_available(lua_State* L) {
+  return lua_pushboolean(L, cuda_available()), 1;
+}
 
 int l_torch_equal(lua_State* L) {
   at::Tensor& a = check_tensor(L, 1);
   at::Tensor& b = check_tensor(L, 2);
-  return lua_pushboolean(L, a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a, b)), 1;
+  return lua_pushboolean(L, a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a, b)),
+         1;
 }
 // allclose(a, b, {rtol=1e-5, atol=1e-8})
 int l_torch_allclose(lua_State* L) {
   at::Tensor& a = check_tensor(L, 1);
   at::Tensor& b = check_tensor(L, 2);
   lt_check_options(L, 3, {"rtol", "atol"});
-  return lua_pushboolean(L, a.allclose(b, lt_opt_number(L, 3, "rtol", 1e-5), lt_opt_number(L, 3, "atol", 1e-8))), 1;
+  return lua_pushboolean(L,
+                         a.allclose(b, lt_opt_number(L, 3, "rtol", 1e-5), lt_opt_number(L, 3, "atol", 1e-8))),
+         1;
 }
 
 // ============================================================================================
 // Autograd, randomness, files, losses
 
-int l_torch_requires_grad(lua_State* L) { return lua_pushboolean(L, check_tensor(L, 1).requires_grad()), 1; }
+int l_torch_requires_grad(lua_State* L) {
+  return lua_pushboolean(L, check_tensor(L, 1).requires_grad()), 1;
+}
 int l_torch_requires_grad_(lua_State* L) {
   check_tensor(L, 1).requires_grad_(lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2));
   lua_settop(L, 1);
@@ -608,9 +692,12 @@ int l_torch_requires_grad_(lua_State* L) {
 }
 int l_torch_backward(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
-  LT_CHECK(t.requires_grad(), "backward: this tensor does not require grad (nothing it depends on has requires_grad)");
-  if (lua_isnoneornil(L, 2)) t.backward();
-  else t.backward(check_tensor(L, 2));
+  LT_CHECK(t.requires_grad(),
+           "backward: this tensor does not require grad (nothing it depends on has requires_grad)");
+  if (lua_isnoneornil(L, 2))
+    t.backward();
+  else
+    t.backward(check_tensor(L, 2));
   return 0;
 }
 int l_torch_grad(lua_State* L) {
@@ -677,9 +764,10 @@ int l_torch_cross_entropy(lua_State* L) {
   at::Tensor& logits = check_tensor(L, 1);
   at::Tensor& target = check_tensor(L, 2);
   lt_check_options(L, 3, {"ignore_index", "reduction", "label_smoothing"});
-  return push_tensor(L, at::cross_entropy_loss(logits, target, {}, reduction_arg(L, 3),
-                                               static_cast<int64_t>(lt_opt_number(L, 3, "ignore_index", -100)),
-                                               lt_opt_number(L, 3, "label_smoothing", 0.0)));
+  return push_tensor(L,
+                     at::cross_entropy_loss(logits, target, {}, reduction_arg(L, 3),
+                                            static_cast<int64_t>(lt_opt_number(L, 3, "ignore_index", -100)),
+                                            lt_opt_number(L, 3, "label_smoothing", 0.0)));
 }
 int l_torch_mse_loss(lua_State* L) {
   lt_check_options(L, 3, {"reduction"});
@@ -710,81 +798,99 @@ int l_tensor_meta_index(lua_State* L) {
   return push_tensor(L, tensor_index(check_tensor(L, 1), index_spec(L, 2)));  // t[0], t[{0, "1:3"}]
 }
 int l_tensor_meta_newindex(lua_State* L) {
-  LT_CHECK(!is_identifier(L, 2), "cannot set field '" << lua_tostring(L, 2)
-                                     << "' on a Tensor; assign elements with t[spec] = value or t:index_set(spec, value)");
+  LT_CHECK(!is_identifier(L, 2),
+           "cannot set field '"
+               << lua_tostring(L, 2)
+               << "' on a Tensor; assign elements with t[spec] = value or t:index_set(spec, value)");
   l_torch_index_set(L);
   return 0;
 }
-int l_tensor_meta_eq(lua_State* L) { return l_torch_equal(L); }
+int l_tensor_meta_eq(lua_State* L) {
+  return l_torch_equal(L);
+}
 int compare_one(lua_State* L, bool strict) {
   at::Tensor a = operand(L, 1), b = operand(L, 2);
-  LT_CHECK(a.numel() == 1 && b.numel() == 1, "< and <= compare one-element tensors; use a:lt(b), a:le(b) ... for "
-                                             "elementwise comparison (shapes "
-                                                 << shape_str(a.sizes()) << " and " << shape_str(b.sizes()) << ")");
+  LT_CHECK(a.numel() == 1 && b.numel() == 1,
+           "< and <= compare one-element tensors; use a:lt(b), a:le(b) ... for "
+           "elementwise comparison (shapes "
+               << shape_str(a.sizes()) << " and " << shape_str(b.sizes()) << ")");
   double x = a.item<double>(), y = b.item<double>();
   return lua_pushboolean(L, strict ? x < y : x <= y), 1;
 }
-int l_tensor_meta_lt(lua_State* L) { return compare_one(L, true); }
-int l_tensor_meta_le(lua_State* L) { return compare_one(L, false); }
+int l_tensor_meta_lt(lua_State* L) {
+  return compare_one(L, true);
+}
+int l_tensor_meta_le(lua_State* L) {
+  return compare_one(L, false);
+}
 int l_tensor_meta_len(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   LT_CHECK(t.dim() > 0, "# of a 0-dim tensor: it has no first dimension");
   return lua_pushnumber(L, static_cast<double>(t.size(0))), 1;
 }
-int l_tensor_meta_unm(lua_State* L) { return push_tensor(L, check_tensor(L, 1).neg()); }
+int l_tensor_meta_unm(lua_State* L) {
+  return push_tensor(L, check_tensor(L, 1).neg());
+}
 
+// clang-format off
 const luaL_Reg torch_funcs[] = {
     {"tensor", l_torch_tensor}, {"zeros", l_torch_zeros}, {"ones", l_torch_ones}, {"full", l_torch_full},
     {"rand", l_torch_rand}, {"randn", l_torch_randn}, {"randint", l_torch_randint}, {"arange", l_torch_arange},
     {"linspace", l_torch_linspace}, {"eye", l_torch_eye}, {"zeros_like", l_torch_zeros_like},
-    {"ones_like", l_torch_ones_like}, {"full_like", l_torch_full_like}, {"cat", l_torch_cat}, {"stack", l_torch_stack},
-    {"where", l_torch_where}, {"no_grad", l_torch_no_grad}, {"manual_seed", l_torch_manual_seed},
-    {"save", l_torch_save}, {"load", l_torch_load}, {"cuda_available", l_torch_cuda_available},
-    {"is_tensor", l_torch_is_tensor}, {"cross_entropy", l_torch_cross_entropy}, {"mse_loss", l_torch_mse_loss},
+    {"ones_like", l_torch_ones_like}, {"full_like", l_torch_full_like}, {"cat", l_torch_cat},
+    {"stack", l_torch_stack}, {"where", l_torch_where}, {"no_grad", l_torch_no_grad},
+    {"manual_seed", l_torch_manual_seed}, {"save", l_torch_save}, {"load", l_torch_load},
+    {"cuda_available", l_torch_cuda_available}, {"is_tensor", l_torch_is_tensor},
+    {"cross_entropy", l_torch_cross_entropy}, {"mse_loss", l_torch_mse_loss},
     {nullptr, nullptr},
 };
+// clang-format on
 
 // Functions that are both torch.f(t, ...) and t:f(...).
+// clang-format off
 const luaL_Reg tensor_methods[] = {
-    {"sum", l_torch_sum}, {"mean", l_torch_mean}, {"prod", l_torch_prod}, {"std", l_torch_std}, {"var", l_torch_var},
-    {"logsumexp", l_torch_logsumexp}, {"norm", l_torch_norm}, {"max", l_torch_max}, {"min", l_torch_min},
-    {"argmax", l_torch_argmax}, {"argmin", l_torch_argmin}, {"all", l_torch_all}, {"any", l_torch_any},
-    {"cumsum", l_torch_cumsum}, {"softmax", l_torch_softmax}, {"log_softmax", l_torch_log_softmax},
-    {"clamp", l_torch_clamp}, {"masked_fill", l_torch_masked_fill}, {"tril", l_torch_tril}, {"triu", l_torch_triu},
-    {"gather", l_torch_gather}, {"reshape", l_torch_reshape}, {"view", l_torch_view}, {"permute", l_torch_permute},
-    {"expand", l_torch_expand}, {"transpose", l_torch_transpose}, {"flatten", l_torch_flatten},
-    {"squeeze", l_torch_squeeze}, {"unsqueeze", l_torch_unsqueeze}, {"narrow", l_torch_narrow},
-    {"select", l_torch_select}, {"chunk", l_torch_chunk}, {"split", l_torch_split}, {"index", l_torch_index},
+    {"sum", l_torch_sum}, {"mean", l_torch_mean}, {"prod", l_torch_prod}, {"std", l_torch_std},
+    {"var", l_torch_var}, {"logsumexp", l_torch_logsumexp}, {"norm", l_torch_norm}, {"max", l_torch_max},
+    {"min", l_torch_min}, {"argmax", l_torch_argmax}, {"argmin", l_torch_argmin}, {"all", l_torch_all},
+    {"any", l_torch_any}, {"cumsum", l_torch_cumsum}, {"softmax", l_torch_softmax},
+    {"log_softmax", l_torch_log_softmax}, {"clamp", l_torch_clamp}, {"masked_fill", l_torch_masked_fill},
+    {"tril", l_torch_tril}, {"triu", l_torch_triu}, {"gather", l_torch_gather},
+    {"transpose", l_torch_transpose}, {"flatten", l_torch_flatten}, {"squeeze", l_torch_squeeze},
+    {"unsqueeze", l_torch_unsqueeze}, {"narrow", l_torch_narrow}, {"select", l_torch_select},
+    {"chunk", l_torch_chunk}, {"split", l_torch_split}, {"index", l_torch_index},
     {"index_set", l_torch_index_set}, {"shape", l_torch_shape}, {"size", l_torch_size}, {"dim", l_torch_dim},
     {"numel", l_torch_numel}, {"dtype", l_torch_dtype}, {"device", l_torch_device}, {"item", l_torch_item},
     {"tolist", l_torch_tolist}, {"str", l_torch_str}, {"to", l_torch_to}, {"equal", l_torch_equal},
-    {"allclose", l_torch_allclose}, {"requires_grad", l_torch_requires_grad}, {"requires_grad_", l_torch_requires_grad_},
-    {"backward", l_torch_backward}, {"grad", l_torch_grad}, {"zero_grad", l_torch_zero_grad},
+    {"allclose", l_torch_allclose}, {"requires_grad", l_torch_requires_grad},
+    {"requires_grad_", l_torch_requires_grad_}, {"backward", l_torch_backward}, {"grad", l_torch_grad},
+    {"zero_grad", l_torch_zero_grad},
     {nullptr, nullptr},
 };
+// clang-format on
 
+// clang-format off
 const luaL_Reg tensor_meta[] = {
-    {"__index", l_tensor_meta_index}, {"__newindex", l_tensor_meta_newindex}, {"__eq", l_tensor_meta_eq},
-    {"__lt", l_tensor_meta_lt}, {"__le", l_tensor_meta_le}, {"__len", l_tensor_meta_len},
-    {"__unm", l_tensor_meta_unm}, {nullptr, nullptr},
+    {"__index", l_tensor_meta_index}, {"__newindex", l_tensor_meta_newindex},
+    {"__eq", l_tensor_meta_eq},       {"__lt", l_tensor_meta_lt},
+    {"__le", l_tensor_meta_le},       {"__len", l_tensor_meta_len},
+    {"__unm", l_tensor_meta_unm},     {nullptr, nullptr},
 };
+// clang-format on
 
 // Operators bound to binary ops by name: __add -> add, ...
 const std::pair<const char*, const char*> operator_ops[] = {
-    {"__add", "add"}, {"__sub", "sub"}, {"__mul", "mul"}, {"__div", "div"}, {"__pow", "pow"}, {"__mod", "remainder"},
+    {"__add", "add"}, {"__sub", "sub"}, {"__mul", "mul"},
+    {"__div", "div"}, {"__pow", "pow"}, {"__mod", "remainder"},
 };
 
-// Sets the table-driven ops into the table at the top of the stack.
-void set_table_ops(lua_State* L) {
-  for (size_t i = 0; i < sizeof(unary_ops) / sizeof(unary_ops[0]); i++) {
+// Sets each op of a table-driven family into the table at the top of the stack: a closure of
+// `fn` whose upvalue is the op's position in `ops`.
+template <class Op, size_t N>
+void set_ops(lua_State* L, const Op (&ops)[N], lua_CFunction fn) {
+  for (size_t i = 0; i < N; i++) {
     lua_pushinteger(L, static_cast<lua_Integer>(i));
-    lua_pushcclosure(L, l_unary_protected, 1);
-    lua_setfield(L, -2, unary_ops[i].name);
-  }
-  for (size_t i = 0; i < sizeof(binary_ops) / sizeof(binary_ops[0]); i++) {
-    lua_pushinteger(L, static_cast<lua_Integer>(i));
-    lua_pushcclosure(L, l_binary_protected, 1);
-    lua_setfield(L, -2, binary_ops[i].name);
+    lua_pushcclosure(L, fn, 1);
+    lua_setfield(L, -2, ops[i].name);
   }
 }
 
@@ -794,7 +900,9 @@ void set_table_ops(lua_State* L) {
 extern "C" int luaopen_torch(lua_State* L) {
   using namespace luatune;
   lt_register_class<at::Tensor, tensor_describe>(L, tensor_methods, tensor_meta);  // leaves methods
-  set_table_ops(L);
+  set_ops(L, unary_ops, l_unary_protected);
+  set_ops(L, binary_ops, l_binary_protected);
+  set_ops(L, sizes_ops, l_sizes_protected);
   // Operators share the closures of the binary ops.
   luaL_getmetatable(L, lt_metatable_name("Tensor").c_str());
   for (const auto& [meta, op] : operator_ops) {

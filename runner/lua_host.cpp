@@ -65,8 +65,10 @@ int message_handler(lua_State* L) {
   const char* msg = lua_tostring(L, 1);
   if (msg && msg == lt_run_state(L).usage_message) return 1;
   if (!msg) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) msg = lua_tostring(L, -1);
-    else msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+      msg = lua_tostring(L, -1);
+    else
+      msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
   luaL_traceback(L, L, msg, 1);
   return 1;
@@ -112,8 +114,8 @@ void load_config_files(lua_State* L, const Command& cmd, RunState& st) {
       fail_usage("config: cannot read overrides file " + msg);
     }
     if (!lua_istable(L, -1))
-      fail_usage("config: overrides file '" + file + "' must return a table, e.g. return { lr = 1e-4 }; it returned a " +
-                 luaL_typename(L, -1));
+      fail_usage("config: overrides file '" + file +
+                 "' must return a table, e.g. return { lr = 1e-4 }; it returned a " + luaL_typename(L, -1));
     ConfigValue t = lt_to_config(L, -1, "");
     if (t.kind != ConfigValue::Kind::table)
       fail_usage("config: overrides file '" + file + "' must return a table of named values, not a list");

@@ -29,7 +29,8 @@ static int run_command(const Command& cmd) {
       for (const auto& r : recipes) width = std::max(width, r.name.size());
       for (const auto& r : recipes)
         std::printf("%-*s  %s\n", static_cast<int>(width), r.name.c_str(), r.description.c_str());
-      if (recipes.empty()) std::printf("no recipes found (looked in '%s/recipes'; set LUATUNE_HOME)\n", luatune_home().c_str());
+      if (recipes.empty())
+        std::printf("no recipes found (looked in '%s/recipes'; set LUATUNE_HOME)\n", luatune_home().c_str());
       return kExitOk;
     }
     case Command::Verb::cp:
@@ -43,7 +44,8 @@ static int run_command(const Command& cmd) {
 }
 
 int main(int argc, char** argv) {
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear as they are printed, in order with stderr
+  std::setvbuf(stdout, nullptr, _IOLBF,
+               0);  // progress lines appear as they are printed, in order with stderr
   try {
     cpu_threads_init();
     return run_command(cli_parse(std::vector<std::string>(argv + 1, argv + argc)));

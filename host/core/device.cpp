@@ -5,8 +5,8 @@
 #include <ATen/Parallel.h>
 #include <sched.h>
 
-#include <cstdlib>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <cstdlib>
 
 #include <utility>
 #include <vector>
@@ -24,16 +24,14 @@ struct DtypeName {
 // The first name of each type is its canonical (PyTorch) name.
 const std::vector<DtypeName>& dtype_names() {
   static const std::vector<DtypeName> names = {
-      {"float32", c10::kFloat},    {"f32", c10::kFloat},      {"float", c10::kFloat},
-      {"bfloat16", c10::kBFloat16}, {"bf16", c10::kBFloat16},
-      {"float16", c10::kHalf},     {"f16", c10::kHalf},       {"half", c10::kHalf},
-      {"float64", c10::kDouble},   {"f64", c10::kDouble},     {"double", c10::kDouble},
-      {"int64", c10::kLong},       {"i64", c10::kLong},       {"long", c10::kLong},
-      {"int32", c10::kInt},        {"i32", c10::kInt},        {"int", c10::kInt},
-      {"int16", c10::kShort},      {"i16", c10::kShort},
-      {"int8", c10::kChar},        {"i8", c10::kChar},
-      {"uint8", c10::kByte},       {"u8", c10::kByte},
-      {"bool", c10::kBool},
+      {"float32", c10::kFloat},     {"f32", c10::kFloat},     {"float", c10::kFloat},
+      {"bfloat16", c10::kBFloat16}, {"bf16", c10::kBFloat16}, {"float16", c10::kHalf},
+      {"f16", c10::kHalf},          {"half", c10::kHalf},     {"float64", c10::kDouble},
+      {"f64", c10::kDouble},        {"double", c10::kDouble}, {"int64", c10::kLong},
+      {"i64", c10::kLong},          {"long", c10::kLong},     {"int32", c10::kInt},
+      {"i32", c10::kInt},           {"int", c10::kInt},       {"int16", c10::kShort},
+      {"i16", c10::kShort},         {"int8", c10::kChar},     {"i8", c10::kChar},
+      {"uint8", c10::kByte},        {"u8", c10::kByte},       {"bool", c10::kBool},
   };
   return names;
 }
@@ -70,9 +68,13 @@ void cpu_threads_init() {
   if (n > at::get_num_threads()) at::set_num_threads(n);
 }
 
-bool cuda_available() { return at::hasCUDA() && at::detail::getCUDAHooks().getNumGPUs() > 0; }
+bool cuda_available() {
+  return at::hasCUDA() && at::detail::getCUDAHooks().getNumGPUs() > 0;
+}
 
-int cuda_device_count() { return at::hasCUDA() ? at::detail::getCUDAHooks().getNumGPUs() : 0; }
+int cuda_device_count() {
+  return at::hasCUDA() ? at::detail::getCUDAHooks().getNumGPUs() : 0;
+}
 
 c10::Device device_parse(const std::string& name) {
   if (name == "auto") return cuda_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
@@ -88,8 +90,8 @@ c10::Device device_parse(const std::string& name) {
     if (!cuda_available())
       fail("device '" + name + "' asked for, but no CUDA device is available",
            "use device=\"auto\" to fall back to the CPU, or run on a machine with a CUDA LibTorch and GPU");
-    LT_CHECK(index < cuda_device_count(),
-             "device '" << name << "' asked for, but only " << cuda_device_count() << " CUDA device(s) exist");
+    LT_CHECK(index < cuda_device_count(), "device '" << name << "' asked for, but only "
+                                                     << cuda_device_count() << " CUDA device(s) exist");
     return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
   fail("unknown device '" + name + "'", "expected \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"");

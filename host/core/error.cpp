@@ -7,7 +7,9 @@ static std::string with_hint(const std::string& message, const std::string& hint
   return hint.empty() ? message : message + "\n  HINT: " + hint;
 }
 
-void fail(const std::string& message, const std::string& hint) { throw Error(with_hint(message, hint)); }
+void fail(const std::string& message, const std::string& hint) {
+  throw Error(with_hint(message, hint));
+}
 
 void fail_usage(const std::string& message, const std::string& hint) {
   throw UsageError(with_hint(message, hint));

@@ -29,21 +29,21 @@ class UsageError : public Error {
 }  // namespace luatune
 
 // LT_CHECK(cond, "expected " << n << " items"): user-facing check, message built with <<.
-#define LT_CHECK(cond, msg)                          \
-  do {                                               \
-    if (!(cond)) {                                   \
-      std::ostringstream lt_check_os_;               \
-      lt_check_os_ << msg;                           \
-      ::luatune::fail(lt_check_os_.str());           \
-    }                                                \
+#define LT_CHECK(cond, msg)                \
+  do {                                     \
+    if (!(cond)) {                         \
+      std::ostringstream lt_check_os_;     \
+      lt_check_os_ << msg;                 \
+      ::luatune::fail(lt_check_os_.str()); \
+    }                                      \
   } while (0)
 
 // LT_ASSERT(cond, msg): an internal invariant; failing it is a luatune bug, reported with file:line.
-#define LT_ASSERT(cond, msg)                                          \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      std::ostringstream lt_assert_os_;                               \
-      lt_assert_os_ << msg;                                           \
+#define LT_ASSERT(cond, msg)                                             \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      std::ostringstream lt_assert_os_;                                  \
+      lt_assert_os_ << msg;                                              \
       ::luatune::fail_internal(__FILE__, __LINE__, lt_assert_os_.str()); \
-    }                                                                 \
+    }                                                                    \
   } while (0)

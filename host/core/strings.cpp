@@ -37,7 +37,9 @@ std::string str_join(const std::vector<std::string>& parts, const std::string& s
   return out;
 }
 
-bool str_starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool str_starts_with(const std::string& s, const std::string& p) {
+  return s.compare(0, p.size(), p) == 0;
+}
 
 bool str_ends_with(const std::string& s, const std::string& x) {
   return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;

@@ -63,7 +63,9 @@ static std::vector<at::indexing::TensorIndex> to_aten(const std::vector<IndexIte
   out.reserve(items.size());
   for (const auto& it : items) {
     switch (it.kind) {
-      case IndexItem::Kind::select: out.emplace_back(it.index); break;
+      case IndexItem::Kind::select:
+        out.emplace_back(it.index);
+        break;
       case IndexItem::Kind::slice: {
         // PyTorch slices clamp to the dimension, so "no stop" is the largest index.
         int64_t start = it.start.value_or(0);
@@ -71,9 +73,15 @@ static std::vector<at::indexing::TensorIndex> to_aten(const std::vector<IndexIte
         out.emplace_back(Slice(start, stop, it.step));
         break;
       }
-      case IndexItem::Kind::ellipsis: out.emplace_back(Ellipsis); break;
-      case IndexItem::Kind::newaxis: out.emplace_back(None); break;
-      case IndexItem::Kind::tensor: out.emplace_back(it.tensor); break;
+      case IndexItem::Kind::ellipsis:
+        out.emplace_back(Ellipsis);
+        break;
+      case IndexItem::Kind::newaxis:
+        out.emplace_back(None);
+        break;
+      case IndexItem::Kind::tensor:
+        out.emplace_back(it.tensor);
+        break;
     }
   }
   return out;
@@ -94,7 +102,8 @@ at::Tensor tensor_from_values(const std::vector<double>& values, const std::vect
                               c10::ScalarType dtype) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
-  LT_ASSERT(n == static_cast<int64_t>(values.size()), "shape " << shape_str(shape) << " vs " << values.size() << " values");
+  LT_ASSERT(n == static_cast<int64_t>(values.size()),
+            "shape " << shape_str(shape) << " vs " << values.size() << " values");
   auto src = at::from_blob(const_cast<double*>(values.data()), shape, at::TensorOptions().dtype(at::kDouble));
   return src.to(dtype, /*non_blocking=*/false, /*copy=*/true);
 }
@@ -110,7 +119,8 @@ std::string shape_str(at::IntArrayRef shape) {
 std::string tensor_describe(const at::Tensor& t) {
   if (!t.defined()) return "Tensor(released)";
   std::ostringstream os;
-  os << "Tensor(" << dtype_name(t.scalar_type()) << ", " << shape_str(t.sizes()) << ", " << device_name(t.device());
+  os << "Tensor(" << dtype_name(t.scalar_type()) << ", " << shape_str(t.sizes()) << ", "
+     << device_name(t.device());
   if (t.requires_grad()) os << ", requires_grad";
   os << ")";
   return os.str();

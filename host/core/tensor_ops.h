@@ -21,10 +21,10 @@ namespace luatune {
 struct IndexItem {
   enum class Kind { select, slice, ellipsis, newaxis, tensor };
   Kind kind = Kind::select;
-  int64_t index = 0;                    // select
+  int64_t index = 0;                   // select
   std::optional<int64_t> start, stop;  // slice
-  int64_t step = 1;                     // slice
-  at::Tensor tensor;                    // tensor
+  int64_t step = 1;                    // slice
+  at::Tensor tensor;                   // tensor
 };
 
 // Parses one item of a text index ("3", "-1", "1:4", "::2", ":", "...", "none").

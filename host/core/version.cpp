@@ -15,9 +15,13 @@
 
 namespace luatune {
 
-std::string version_luatune() { return LUATUNE_VERSION; }
+std::string version_luatune() {
+  return LUATUNE_VERSION;
+}
 
-std::string version_torch() { return TORCH_VERSION; }
+std::string version_torch() {
+  return TORCH_VERSION;
+}
 
 std::string version_cuda() {
 #ifdef LUATUNE_HAS_CUDA
@@ -26,7 +30,8 @@ std::string version_cuda() {
   os << CUDART_VERSION / 1000 << "." << (CUDART_VERSION % 1000) / 10 << " (compiled)";
   if (cudaRuntimeGetVersion(&rt) == cudaSuccess) os << ", runtime " << rt / 1000 << "." << (rt % 1000) / 10;
   int drv = 0;
-  if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) os << ", driver " << drv / 1000 << "." << (drv % 1000) / 10;
+  if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0)
+    os << ", driver " << drv / 1000 << "." << (drv % 1000) / 10;
   return os.str();
 #else
   return "none (CPU-only LibTorch)";
@@ -49,8 +54,8 @@ std::string version_report(const std::string& lua_version) {
 #ifdef LUATUNE_HAS_CUDA
   for (int i = 0; i < cuda_device_count(); i++) {
     const cudaDeviceProp* p = at::cuda::getDeviceProperties(i);
-    os << "  cuda:" << i << " " << p->name << " (" << (p->totalGlobalMem >> 20) << " MiB, " << p->multiProcessorCount
-       << " SMs, sm_" << p->major << p->minor << ")\n";
+    os << "  cuda:" << i << " " << p->name << " (" << (p->totalGlobalMem >> 20) << " MiB, "
+       << p->multiProcessorCount << " SMs, sm_" << p->major << p->minor << ")\n";
   }
 #endif
   if (cuda_device_count() == 0) os << "  no CUDA device\n";

@@ -40,8 +40,9 @@ TensorFile tensor_file_load(const std::string& path) {
     std::string why = e.what();
     if (auto* ce = dynamic_cast<const c10::Error*>(&e)) why = ce->what_without_backtrace();
     why = why.substr(0, why.find('\n'));
-    fail("cannot load '" + path + "': not a PyTorch tensor file (" + why + ")",
-         "expected a file written by torch.save / luatune's torch.save holding a tensor or a dict of tensors");
+    fail(
+        "cannot load '" + path + "': not a PyTorch tensor file (" + why + ")",
+        "expected a file written by torch.save / luatune's torch.save holding a tensor or a dict of tensors");
   }
   TensorFile out;
   if (v.isTensor()) {
@@ -52,8 +53,8 @@ TensorFile tensor_file_load(const std::string& path) {
     out.is_dict = true;
     for (const auto& entry : v.toGenericDict()) {
       LT_CHECK(entry.key().isString() && entry.value().isTensor(),
-               "cannot load '" << path << "': expected a dict of string -> tensor, found " << entry.key().tagKind()
-                               << " -> " << entry.value().tagKind());
+               "cannot load '" << path << "': expected a dict of string -> tensor, found "
+                               << entry.key().tagKind() << " -> " << entry.value().tagKind());
       out.dict.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
     }
     return out;

@@ -14,8 +14,8 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 struct TensorFile {
   bool is_dict = false;
-  at::Tensor tensor;   // when !is_dict
-  NamedTensors dict;   // when is_dict, in file order
+  at::Tensor tensor;  // when !is_dict
+  NamedTensors dict;  // when is_dict, in file order
 };
 
 void tensor_file_save(const std::string& path, const at::Tensor& t);

@@ -27,7 +27,8 @@ namespace {
 void parse_recipe_args(const std::vector<std::string>& args, size_t i, const char* verb, Command& cmd) {
   if (i >= args.size()) fail_usage(std::string("runner ") + verb + ": missing RECIPE", "see runner --help");
   cmd.recipe = args[i++];
-  if (str_starts_with(cmd.recipe, "-")) fail_usage("runner: unknown option '" + cmd.recipe + "'", "see runner --help");
+  if (str_starts_with(cmd.recipe, "-"))
+    fail_usage("runner: unknown option '" + cmd.recipe + "'", "see runner --help");
   for (; i < args.size(); i++) {
     const std::string& a = args[i];
     if (a == "--config") {
@@ -61,7 +62,8 @@ Command cli_parse(const std::vector<std::string>& args) {
     if (args.size() > 1) fail_usage("runner ls: takes no arguments, got '" + args[1] + "'");
   } else if (first == "cp") {
     cmd.verb = Command::Verb::cp;
-    if (args.size() != 3) fail_usage("runner cp: expected RECIPE DEST", "for example: runner cp quickstart my_recipe.lua");
+    if (args.size() != 3)
+      fail_usage("runner cp: expected RECIPE DEST", "for example: runner cp quickstart my_recipe.lua");
     cmd.recipe = args[1];
     cmd.dest = args[2];
   } else if (first == "validate") {

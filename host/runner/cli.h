@@ -10,10 +10,10 @@ namespace luatune {
 struct Command {
   enum class Verb { run, validate, ls, cp, help, version };
   Verb verb = Verb::help;
-  std::string recipe;                    // run, validate, cp: a path or a shipped recipe's name
-  std::string dest;                      // cp
-  std::vector<std::string> overrides;    // "key=value", in order
-  std::vector<std::string> config_files; // --config FILE, applied before the key=value overrides
+  std::string recipe;                     // run, validate, cp: a path or a shipped recipe's name
+  std::string dest;                       // cp
+  std::vector<std::string> overrides;     // "key=value", in order
+  std::vector<std::string> config_files;  // --config FILE, applied before the key=value overrides
 };
 
 Command cli_parse(const std::vector<std::string>& args);  // args without argv[0]

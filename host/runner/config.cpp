@@ -39,15 +39,22 @@ ConfigValue ConfigValue::of_list(std::vector<ConfigValue> items) {
   c.items = std::move(items);
   return c;
 }
-ConfigValue ConfigValue::of_table() { return ConfigValue(); }
+ConfigValue ConfigValue::of_table() {
+  return ConfigValue();
+}
 
 const char* config_kind_name(ConfigValue::Kind kind) {
   switch (kind) {
-    case ConfigValue::Kind::number: return "number";
-    case ConfigValue::Kind::boolean: return "boolean";
-    case ConfigValue::Kind::string: return "string";
-    case ConfigValue::Kind::list: return "list";
-    case ConfigValue::Kind::table: return "table";
+    case ConfigValue::Kind::number:
+      return "number";
+    case ConfigValue::Kind::boolean:
+      return "boolean";
+    case ConfigValue::Kind::string:
+      return "string";
+    case ConfigValue::Kind::list:
+      return "list";
+    case ConfigValue::Kind::table:
+      return "table";
   }
   return "?";
 }
@@ -58,7 +65,8 @@ const char* config_kind_name(ConfigValue::Kind kind) {
 ConfigOverride config_parse_override(const std::string& arg, const std::string& source) {
   size_t eq = arg.find('=');
   if (eq == std::string::npos)
-    fail_usage("config: bad override '" + arg + "': expected key=value", "for example learning_rate=2e-4 or lora.r=8");
+    fail_usage("config: bad override '" + arg + "': expected key=value",
+               "for example learning_rate=2e-4 or lora.r=8");
   ConfigOverride o;
   o.key = str_trim(arg.substr(0, eq));
   o.text = arg.substr(eq + 1);
@@ -107,8 +115,9 @@ std::string unquote(const std::string& raw) {
 }
 
 std::string article(ConfigValue::Kind k) {
-  return k == ConfigValue::Kind::number ? "a number" : k == ConfigValue::Kind::boolean ? "a boolean (true/false)"
-                                                                                      : "a string";
+  return k == ConfigValue::Kind::number    ? "a number"
+         : k == ConfigValue::Kind::boolean ? "a boolean (true/false)"
+                                           : "a string";
 }
 
 // Text -> scalar of kind `k`; `k` of table means "infer" (number, then boolean, then string).
@@ -124,11 +133,16 @@ bool parse_scalar(const std::string& text, ConfigValue::Kind k, ConfigValue* out
       if (!parse_boolean(text, &b)) return false;
       *out = ConfigValue::of_boolean(b);
       return true;
-    case ConfigValue::Kind::string: *out = ConfigValue::of_string(unquote(text)); return true;
+    case ConfigValue::Kind::string:
+      *out = ConfigValue::of_string(unquote(text));
+      return true;
     default:
-      if (str_to_number(text, &num)) *out = ConfigValue::of_number(num);
-      else if (str_trim(text) == "true" || str_trim(text) == "false") *out = ConfigValue::of_boolean(str_trim(text) == "true");
-      else *out = ConfigValue::of_string(unquote(str_trim(text)));
+      if (str_to_number(text, &num))
+        *out = ConfigValue::of_number(num);
+      else if (str_trim(text) == "true" || str_trim(text) == "false")
+        *out = ConfigValue::of_boolean(str_trim(text) == "true");
+      else
+        *out = ConfigValue::of_string(unquote(str_trim(text)));
       return true;
   }
 }
@@ -174,8 +188,9 @@ void check_typed(const ConfigOverride& o, const ConfigValue& def, const ConfigVa
     ConfigValue::Kind k = list_item_kind(def);
     for (const auto& item : v.items)
       if (item.kind != k)
-        fail_type(o, std::string("a list of ") + config_kind_name(k) + "s",
-                  std::string("a list holding the ") + config_kind_name(item.kind) + " " + config_value_str(item));
+        fail_type(
+            o, std::string("a list of ") + config_kind_name(k) + "s",
+            std::string("a list holding the ") + config_kind_name(item.kind) + " " + config_value_str(item));
   }
 }
 
@@ -190,7 +205,8 @@ void config_apply(ConfigValue& cfg, const std::vector<ConfigOverride>& overrides
         auto keys = config_leaf_keys(cfg);
         std::string near = str_nearest(o.key, keys);
         fail_usage("config: unknown key '" + o.key + "' (" + o.source + ")" +
-                       (near.empty() ? "" : "; did you mean '" + near + "'?") + " valid keys: " + str_join(keys, ", "),
+                       (near.empty() ? "" : "; did you mean '" + near + "'?") +
+                       " valid keys: " + str_join(keys, ", "),
                    "run `runner validate RECIPE` to see every key with its default");
       }
       node = &it->second;
@@ -214,8 +230,10 @@ void config_apply(ConfigValue& cfg, const std::vector<ConfigOverride>& overrides
 static void collect_keys(const ConfigValue& v, const std::string& prefix, std::vector<std::string>* out) {
   for (const auto& [name, f] : v.fields) {
     std::string key = prefix.empty() ? name : prefix + "." + name;
-    if (f.kind == ConfigValue::Kind::table) collect_keys(f, key, out);
-    else out->push_back(key);
+    if (f.kind == ConfigValue::Kind::table)
+      collect_keys(f, key, out);
+    else
+      out->push_back(key);
   }
 }
 
@@ -229,7 +247,10 @@ static std::string quote(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') { out += "\\n"; continue; }
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
     out += c;
   }
   return out + "\"";
@@ -237,9 +258,12 @@ static std::string quote(const std::string& s) {
 
 std::string config_value_str(const ConfigValue& v) {
   switch (v.kind) {
-    case ConfigValue::Kind::number: return str_from_number(v.number);
-    case ConfigValue::Kind::boolean: return v.boolean ? "true" : "false";
-    case ConfigValue::Kind::string: return quote(v.string);
+    case ConfigValue::Kind::number:
+      return str_from_number(v.number);
+    case ConfigValue::Kind::boolean:
+      return v.boolean ? "true" : "false";
+    case ConfigValue::Kind::string:
+      return quote(v.string);
     case ConfigValue::Kind::list: {
       std::vector<std::string> parts;
       for (const auto& i : v.items) parts.push_back(config_value_str(i));
@@ -254,7 +278,8 @@ std::string config_value_str(const ConfigValue& v) {
   return "?";
 }
 
-static void format_into(const ConfigValue& v, const std::string& prefix, size_t width, std::ostringstream& os) {
+static void format_into(const ConfigValue& v, const std::string& prefix, size_t width,
+                        std::ostringstream& os) {
   for (const auto& [name, f] : v.fields) {
     std::string key = prefix.empty() ? name : prefix + "." + name;
     if (f.kind == ConfigValue::Kind::table) {
@@ -281,8 +306,10 @@ static nlohmann::json to_json(const ConfigValue& v) {
       if (std::isfinite(v.number) && v.number == std::floor(v.number) && std::fabs(v.number) < 9.0e15)
         return static_cast<int64_t>(v.number);
       return v.number;
-    case ConfigValue::Kind::boolean: return v.boolean;
-    case ConfigValue::Kind::string: return v.string;
+    case ConfigValue::Kind::boolean:
+      return v.boolean;
+    case ConfigValue::Kind::string:
+      return v.string;
     case ConfigValue::Kind::list: {
       nlohmann::json a = nlohmann::json::array();
       for (const auto& i : v.items) a.push_back(to_json(i));
@@ -297,6 +324,8 @@ static nlohmann::json to_json(const ConfigValue& v) {
   return nullptr;
 }
 
-std::string config_to_json(const ConfigValue& cfg) { return to_json(cfg).dump(); }
+std::string config_to_json(const ConfigValue& cfg) {
+  return to_json(cfg).dump();
+}
 
 }  // namespace luatune

@@ -17,9 +17,9 @@ struct ConfigValue {
   double number = 0;
   bool boolean = false;
   std::string string;
-  std::vector<ConfigValue> items;              // list: items in order
-  std::map<std::string, ConfigValue> fields;   // table: fields sorted by name
-  std::string origin;                          // "" for a default, else where the override came from
+  std::vector<ConfigValue> items;             // list: items in order
+  std::map<std::string, ConfigValue> fields;  // table: fields sorted by name
+  std::string origin;                         // "" for a default, else where the override came from
 
   static ConfigValue of_number(double v);
   static ConfigValue of_boolean(bool v);

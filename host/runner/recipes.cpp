@@ -69,7 +69,8 @@ std::string recipe_description(const std::string& path) {
     std::string text = str_trim(line.substr(2));
     // "recipes/quickstart.lua: what it does" -> "what it does"
     size_t colon = text.find(": ");
-    if (colon != std::string::npos && str_ends_with(text.substr(0, colon), ".lua")) text = text.substr(colon + 2);
+    if (colon != std::string::npos && str_ends_with(text.substr(0, colon), ".lua"))
+      text = text.substr(colon + 2);
     if (!text.empty()) return text;
   }
   return "(no description: the first line of a recipe should be a comment saying what it does)";
@@ -98,7 +99,8 @@ std::string recipe_copy(const std::string& name, const std::string& dest) {
   std::string src = recipe_resolve(name);
   std::string target = dir_exists(dest) ? dest + "/" + basename_of(src) : dest;
   if (file_exists(target) || dir_exists(target))
-    fail_usage("runner cp: '" + target + "' already exists; not overwriting it", "pick another DEST or remove it first");
+    fail_usage("runner cp: '" + target + "' already exists; not overwriting it",
+               "pick another DEST or remove it first");
   file_write_atomic(target, file_read(src));
   return target;
 }

@@ -23,7 +23,8 @@ std::string recipe_resolve(const std::string& name_or_path);
 std::vector<RecipeInfo> recipe_list();
 // The first "-- " comment line, without the leading "recipes/name.lua:" label.
 std::string recipe_description(const std::string& path);
-// Copies a recipe to `dest` (a file, or a directory to copy into); never overwrites. Returns the path written.
+// Copies a recipe to `dest` (a file, or a directory to copy into); never overwrites. Returns the path
+// written.
 std::string recipe_copy(const std::string& name_or_path, const std::string& dest);
 
 }  // namespace luatune

@@ -36,6 +36,7 @@ TEST(Cli, UsageErrors) {
   try {
     cli_parse({"x.lua", "stray"});
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("unexpected argument 'stray': expected key=value"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("unexpected argument 'stray': expected key=value"),
+              std::string::npos);
   }
 }

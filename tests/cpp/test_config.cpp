@@ -16,7 +16,8 @@ ConfigValue defaults() {
   cfg.fields["output_dir"] = ConfigValue::of_string("out/lora");
   ConfigValue lora;
   lora.fields["r"] = ConfigValue::of_number(16);
-  lora.fields["targets"] = ConfigValue::of_list({ConfigValue::of_string("q_proj"), ConfigValue::of_string("v_proj")});
+  lora.fields["targets"] =
+      ConfigValue::of_list({ConfigValue::of_string("q_proj"), ConfigValue::of_string("v_proj")});
   cfg.fields["lora"] = lora;
   cfg.fields["layers"] = ConfigValue::of_list({});
   return cfg;
@@ -50,15 +51,18 @@ TEST(Config, OverridesKeepTheDefaultsType) {
 TEST(Config, TypeMismatchNamesKeyTypeAndValue) {
   ConfigValue cfg = defaults();
   EXPECT_EQ(apply(cfg, {"steps=abc"}), "config: key 'steps' expects a number, got 'abc' (command line)");
-  EXPECT_EQ(apply(cfg, {"pack=maybe"}), "config: key 'pack' expects a boolean (true/false), got 'maybe' (command line)");
+  EXPECT_EQ(apply(cfg, {"pack=maybe"}),
+            "config: key 'pack' expects a boolean (true/false), got 'maybe' (command line)");
 }
 
 TEST(Config, UnknownKeyNamesNearestAndValidKeys) {
   ConfigValue cfg = defaults();
   std::string msg = apply(cfg, {"lerning_rate=1"});
-  EXPECT_NE(msg.find("config: unknown key 'lerning_rate' (command line); did you mean 'learning_rate'?"), std::string::npos)
+  EXPECT_NE(msg.find("config: unknown key 'lerning_rate' (command line); did you mean 'learning_rate'?"),
+            std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("valid keys: layers, learning_rate, lora.r, lora.targets, output_dir, pack, steps"), std::string::npos)
+  EXPECT_NE(msg.find("valid keys: layers, learning_rate, lora.r, lora.targets, output_dir, pack, steps"),
+            std::string::npos)
       << msg;
   EXPECT_NE(apply(cfg, {"lora.alpha=3"}).find("unknown key 'lora.alpha'"), std::string::npos);
 }

@@ -22,7 +22,8 @@ TEST(Device, UnknownDtypeSuggests) {
     dtype_parse("bfloat61");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown dtype 'bfloat61' (did you mean 'bfloat16'?)"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("unknown dtype 'bfloat61' (did you mean 'bfloat16'?)"),
+              std::string::npos);
   }
   c10::ScalarType t;
   EXPECT_FALSE(dtype_try_parse("cuda", &t));

@@ -86,7 +86,8 @@ TEST(TensorFile, GarbageFailsWithThePath) {
     tensor_file_load(path);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot load '" + path + "': not a PyTorch tensor file"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("cannot load '" + path + "': not a PyTorch tensor file"),
+              std::string::npos)
         << e.what();
     EXPECT_EQ(std::string(e.what()).find("Exception raised from"), std::string::npos) << e.what();
   }
