@@ -2,6 +2,7 @@
 // against the run's overrides (host/runner/config.cpp), prints it once, and returns it as a table
 // that raises on a misspelt key instead of returning nil. config.get() / config.json() give the
 // resolved config to metric sinks.
+#include <algorithm>
 #include <cstdio>
 
 #include "bindings/lua_util.h"

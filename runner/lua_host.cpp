@@ -79,9 +79,18 @@ std::string dirname_of(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
+// A Lua error outside any pcall (the runner's own set-up code) would otherwise abort.
+int on_panic(lua_State* L) {
+  const char* msg = lua_tostring(L, -1);
+  std::fprintf(stderr, "error: %s (outside the recipe)\n", msg ? msg : "unprotected Lua error");
+  std::fflush(stdout);
+  _exit(kExitFailed);
+}
+
 lua_State* open_state(const std::string& recipe_path) {
   lua_State* L = luaL_newstate();
   if (!L) fail("cannot create a Lua state (out of memory)");
+  lua_atpanic(L, on_panic);
   luaL_openlibs(L);
   for (const auto& m : modules) {
     lua_getglobal(L, "package");
