@@ -56,13 +56,14 @@ static void push_strict(lua_State* L, const ConfigValue& v, const std::string& p
 // config { defaults } (called through the module's __call: argument 1 is the module itself).
 static int l_config_resolve(lua_State* L) {
   RunState& st = lt_run_state(L);
-  if (!lt_is_list(L, 2) || lua_objlen(L, 2) == 0) luaL_checktype(L, 2, LUA_TTABLE);
-  if (lt_is_list(L, 2) && lua_objlen(L, 2) > 0)
+  luaL_checktype(L, 2, LUA_TTABLE);
+  if (lua_objlen(L, 2) > 0)
     fail_usage("config: expected a table of named defaults, e.g. config { lr = 2e-4, steps = 100 }");
   if (st.config_resolved)
     fail_usage("config: config{} called twice in " + st.recipe,
                "declare every default in one config{} table");
   ConfigValue cfg = lt_to_config(L, 2, "");
+  if (cfg.kind == ConfigValue::Kind::list) cfg = ConfigValue::of_table();  // config {}: no keys
   config_apply(cfg, st.overrides);
   st.resolved = cfg;
   st.config_resolved = true;

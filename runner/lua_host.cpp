@@ -10,6 +10,7 @@
 #include "bindings/lua_util.h"
 #include "bindings/modules.h"
 #include "host/core/error.h"
+#include "host/core/files.h"
 #include "host/runner/recipes.h"
 
 namespace luatune {
@@ -74,11 +75,6 @@ int message_handler(lua_State* L) {
   return 1;
 }
 
-std::string dirname_of(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 // A Lua error outside any pcall (the runner's own set-up code) would otherwise abort.
 int on_panic(lua_State* L) {
   const char* msg = lua_tostring(L, -1);
@@ -103,7 +99,7 @@ lua_State* open_state(const std::string& recipe_path) {
     lua_pop(L, 2);
   }
   std::string home = luatune_home();
-  std::string path = dirname_of(recipe_path) + "/?.lua;";
+  std::string path = path_dirname(recipe_path) + "/?.lua;";
   if (!home.empty()) path = home + "/scripts/lua/?.lua;" + path;
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");

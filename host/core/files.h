@@ -10,5 +10,7 @@ std::string file_read(const std::string& path);  // fails naming the path when u
 void file_write_atomic(const std::string& path, const std::string& bytes);
 bool file_exists(const std::string& path);
 bool dir_exists(const std::string& path);
+std::string path_dirname(const std::string& path);   // "a/b.lua" -> "a"; "b.lua" -> "."
+std::string path_basename(const std::string& path);  // "a/b.lua" -> "b.lua"
 
 }  // namespace luatune

@@ -15,23 +15,13 @@
 
 namespace luatune {
 
-static std::string dirname_of(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
-static std::string basename_of(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 std::string luatune_home() {
   if (const char* env = std::getenv("LUATUNE_HOME"); env && *env) return env;
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n > 0) {
     buf[n] = 0;
-    std::string up = dirname_of(dirname_of(buf));
+    std::string up = path_dirname(path_dirname(buf));
     if (dir_exists(up + "/recipes")) return up;
   }
   if (dir_exists(std::string(LUATUNE_SOURCE_DIR) + "/recipes")) return LUATUNE_SOURCE_DIR;
@@ -97,7 +87,7 @@ std::vector<RecipeInfo> recipe_list() {
 
 std::string recipe_copy(const std::string& name, const std::string& dest) {
   std::string src = recipe_resolve(name);
-  std::string target = dir_exists(dest) ? dest + "/" + basename_of(src) : dest;
+  std::string target = dir_exists(dest) ? dest + "/" + path_basename(src) : dest;
   if (file_exists(target) || dir_exists(target))
     fail_usage("runner cp: '" + target + "' already exists; not overwriting it",
                "pick another DEST or remove it first");

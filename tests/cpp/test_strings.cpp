@@ -1,6 +1,10 @@
-// String helpers: splitting, trimming, edit distance, nearest-match hints, number round trips.
+// String and file helpers: splitting, trimming, edit distance, hints, numbers, paths, atomic writes.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
+#include "host/core/error.h"
+#include "host/core/files.h"
 #include "host/core/strings.h"
 
 using namespace luatune;
@@ -49,4 +53,22 @@ TEST(Strings, NumbersPrintShortestRoundTrip) {
     ASSERT_TRUE(str_to_number(str_from_number(v), &back));
     EXPECT_EQ(back, v) << str_from_number(v);
   }
+}
+
+TEST(Files, PathParts) {
+  EXPECT_EQ(path_dirname("recipes/quickstart.lua"), "recipes");
+  EXPECT_EQ(path_dirname("quickstart.lua"), ".");
+  EXPECT_EQ(path_dirname("/runner"), "/");
+  EXPECT_EQ(path_basename("a/b/c.lua"), "c.lua");
+  EXPECT_EQ(path_basename("c.lua"), "c.lua");
+}
+
+TEST(Files, AtomicWriteReplacesWholeFile) {
+  std::string path = ::testing::TempDir() + "/lt_atomic.txt";
+  file_write_atomic(path, "first version, longer");
+  file_write_atomic(path, "second");
+  EXPECT_EQ(file_read(path), "second");
+  EXPECT_THROW(file_write_atomic("/no/such/dir/x.txt", "x"), Error);
+  EXPECT_THROW(file_read("/no/such/file"), Error);
+  std::remove(path.c_str());
 }
