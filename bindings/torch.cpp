@@ -13,6 +13,7 @@
 #include <cmath>
 #include <functional>
 #include <sstream>
+#include <type_traits>
 
 #include "bindings/lua_util.h"
 #include "host/core/device.h"
@@ -116,46 +117,31 @@ int push_created(lua_State* L, at::Tensor t, int options_idx) {
   return push_tensor(L, std::move(t));
 }
 
+// One index item from the Lua value at idx: an integer, a text item ("1:3", ":", "...", "none") or a
+// tensor; false when it is none of those.
+bool index_item(lua_State* L, int idx, IndexItem* out) {
+  if (lua_type(L, idx) == LUA_TNUMBER) return *out = IndexItem::of_select(lt_check_int(L, idx)), true;
+  if (lua_type(L, idx) == LUA_TSTRING) return *out = index_parse_item(lua_tostring(L, idx)), true;
+  if (at::Tensor* t = lt_test<at::Tensor>(L, idx)) return *out = IndexItem::of_tensor(*t), true;
+  return false;
+}
+
 // An index from a Lua value: a number, a text index "0, 1:3", a tensor, or a list of those.
 std::vector<IndexItem> index_spec(lua_State* L, int idx) {
+  if (lua_type(L, idx) == LUA_TSTRING) return index_parse(lua_tostring(L, idx));
   IndexItem item;
-  switch (lua_type(L, idx)) {
-    case LUA_TNUMBER:
-      item.index = lt_check_int(L, idx);
-      return {item};
-    case LUA_TSTRING:
-      return index_parse(lua_tostring(L, idx));
-    case LUA_TTABLE: {
-      std::vector<IndexItem> items;
-      for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
-        lua_rawgeti(L, idx, static_cast<int>(i));
-        if (lua_type(L, -1) == LUA_TSTRING) {
-          items.push_back(index_parse_item(lua_tostring(L, -1)));
-        } else if (lua_type(L, -1) == LUA_TNUMBER) {
-          items.push_back(index_parse_item(std::to_string(lt_check_int(L, -1))));
-        } else if (at::Tensor* t = lt_test<at::Tensor>(L, -1)) {
-          IndexItem ti;
-          ti.kind = IndexItem::Kind::tensor;
-          ti.tensor = *t;
-          items.push_back(ti);
-        } else {
-          luaL_argerror(L, idx,
-                        "index items are integers, strings (\"1:3\", \":\", \"...\", \"none\") or tensors");
-        }
-        lua_pop(L, 1);
-      }
-      return items;
-    }
-    default:
-      if (at::Tensor* t = lt_test<at::Tensor>(L, idx)) {
-        item.kind = IndexItem::Kind::tensor;
-        item.tensor = *t;
-        return {item};
-      }
+  if (index_item(L, idx, &item)) return {item};
+  luaL_argcheck(L, lua_istable(L, idx), idx,
+                "index expected: an integer, a string like \"0, 1:3\", a tensor, or a list of those");
+  std::vector<IndexItem> items(lua_objlen(L, idx));
+  for (size_t i = 0; i < items.size(); i++) {
+    lua_rawgeti(L, idx, static_cast<int>(i + 1));
+    if (!index_item(L, -1, &items[i]))
       luaL_argerror(L, idx,
-                    "index expected: an integer, a string like \"0, 1:3\", a tensor, or a list of those");
-      return {};
+                    "index items are integers, strings (\"1:3\", \":\", \"...\", \"none\") or tensors");
+    lua_pop(L, 1);
   }
+  return items;
 }
 
 // Nested Lua tables -> flat values + shape, checking the nesting is rectangular.
@@ -177,9 +163,8 @@ void collect_values(lua_State* L, int idx, size_t depth, std::vector<int64_t>& s
   if (depth == shape.size() && values.empty()) shape.push_back(n);  // first visit at this depth sets its size
   LT_CHECK(depth < shape.size(),
            "torch.tensor: ragged nested table at " << where << ": expected a value, got a list");
-  LT_CHECK(depth < shape.size() && shape[depth] == n,
-           "torch.tensor: ragged nested table at "
-               << where << ": expected " << (depth < shape.size() ? shape[depth] : 0) << " items, got " << n);
+  LT_CHECK(shape[depth] == n, "torch.tensor: ragged nested table at " << where << ": expected "
+                                                                      << shape[depth] << " items, got " << n);
   for (int64_t i = 1; i <= n; i++) {
     lua_rawgeti(L, idx, static_cast<int>(i));
     collect_values(L, lua_gettop(L), depth + 1, shape, values, any_bool, any_number,
@@ -188,20 +173,23 @@ void collect_values(lua_State* L, int idx, size_t depth, std::vector<int64_t>& s
   }
 }
 
-void push_values(lua_State* L, const at::Tensor& t, bool as_bool) {
-  if (t.dim() == 0) {
-    if (as_bool)
-      lua_pushboolean(L, t.item<bool>());
+// Nested Lua lists from a contiguous row-major buffer of `shape` (one read per element, no
+// per-element tensor ops); a 0-dim shape pushes the single value.
+template <class T>
+const T* push_values(lua_State* L, const T* p, at::IntArrayRef shape) {
+  if (shape.empty()) {
+    if constexpr (std::is_same_v<T, bool>)
+      lua_pushboolean(L, *p);
     else
-      lua_pushnumber(L, t.item<double>());
-    return;
+      lua_pushnumber(L, *p);
+    return p + 1;
   }
-  int64_t n = t.size(0);
-  lua_createtable(L, static_cast<int>(n), 0);
-  for (int64_t i = 0; i < n; i++) {
-    push_values(L, t[i], as_bool);
+  lua_createtable(L, static_cast<int>(shape[0]), 0);
+  for (int64_t i = 0; i < shape[0]; i++) {
+    p = push_values(L, p, shape.slice(1));
     lua_rawseti(L, -2, static_cast<int>(i + 1));
   }
+  return p;
 }
 
 // ============================================================================================
@@ -628,7 +616,11 @@ int l_torch_item(lua_State* L) {
 int l_torch_tolist(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   bool as_bool = t.scalar_type() == at::kBool;
-  push_values(L, t.detach().cpu().to(as_bool ? at::kBool : at::kDouble), as_bool);
+  at::Tensor host = t.detach().to(at::kCPU, as_bool ? at::kBool : at::kDouble).contiguous();
+  if (as_bool)
+    push_values(L, host.data_ptr<bool>(), host.sizes());
+  else
+    push_values(L, host.data_ptr<double>(), host.sizes());
   return 1;
 }
 int l_torch_str(lua_State* L) {

@@ -42,8 +42,7 @@ IndexItem index_parse_item(const std::string& raw) {
     LT_CHECK(item.step > 0, "bad index '" << text << "': slice step must be positive (as in PyTorch)");
   } else {
     LT_CHECK(!text.empty(), "bad index: empty item (use ':' for a whole dimension)");
-    item.kind = IndexItem::Kind::select;
-    item.index = parse_int(text, text);
+    item = IndexItem::of_select(parse_int(text, text));
   }
   return item;
 }

@@ -25,6 +25,18 @@ struct IndexItem {
   std::optional<int64_t> start, stop;  // slice
   int64_t step = 1;                    // slice
   at::Tensor tensor;                   // tensor
+
+  static IndexItem of_select(int64_t index) {
+    IndexItem it;
+    it.index = index;
+    return it;
+  }
+  static IndexItem of_tensor(at::Tensor t) {
+    IndexItem it;
+    it.kind = Kind::tensor;
+    it.tensor = std::move(t);
+    return it;
+  }
 };
 
 // Parses one item of a text index ("3", "-1", "1:4", "::2", ":", "...", "none").
