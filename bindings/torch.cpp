@@ -16,17 +16,13 @@
 #include <type_traits>
 
 #include "bindings/lua_util.h"
+#include "bindings/tensor_class.h"
 #include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/tensor_ops.h"
 #include "host/io/tensor_file.h"
 
 namespace luatune {
-
-template <>
-struct LuaClass<at::Tensor> {
-  static constexpr const char* name = "Tensor";
-};
 
 namespace {
 
