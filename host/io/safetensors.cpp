@@ -176,6 +176,8 @@ std::string safetensors_dtype_name(at::ScalarType t) {
 // The mapping. MAP_PRIVATE with PROT_WRITE: tensors are writable like any other, and a write
 // copies the page instead of reaching the file. Under strict overcommit (vm.overcommit_memory=2)
 // a private writable mapping is charged in full; the default heuristic mode does not mind.
+// A file truncated in place while mapped would fault (SIGBUS) on access; our writer never does that
+// (it renames a new file over the old name, and the mapping keeps the old one).
 class SafetensorsMapping {
  public:
   explicit SafetensorsMapping(const std::string& path) {
