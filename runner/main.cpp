@@ -1,8 +1,11 @@
 // runner: luatune's executable. Parses the command line (host/runner/cli.cpp) and carries out
-// the verb: run or validate a recipe, list or copy shipped recipes, print help or versions.
+// the verb: run or validate a recipe, list or copy shipped recipes, tokenize stdin, print help or
+// versions.
 #include <luajit.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -11,9 +14,38 @@
 #include "host/core/version.h"
 #include "host/runner/cli.h"
 #include "host/runner/recipes.h"
+#include "host/text/tokenizer.h"
 #include "runner/lua_host.h"
 
 using namespace luatune;
+
+// runner tokenize: one JSON string per stdin line -> one JSON array of ids per stdout line (or the
+// reverse with --decode). A line that is not what we expect ends the run with exit status 1.
+static int run_tokenize(const Command& cmd) {
+  auto tok = Tokenizer::load(cmd.tokenizer);
+  std::string line;
+  for (size_t n = 1; std::getline(std::cin, line); n++) {
+    nlohmann::json in = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json out;
+    if (!cmd.decode) {
+      if (!in.is_string()) fail("stdin:" + std::to_string(n) + ": expected a JSON string");
+      out = tok->encode(in.get_ref<const std::string&>(), cmd.special);
+    } else {
+      bool ok = in.is_array();
+      std::vector<int32_t> ids;
+      for (size_t i = 0; ok && i < in.size(); i++) {
+        ok = in[i].is_number_integer();
+        if (ok) ids.push_back(in[i].get<int32_t>());
+      }
+      if (!ok) fail("stdin:" + std::to_string(n) + ": expected a JSON array of token ids");
+      out = tok->decode(ids);
+    }
+    std::string text = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    text += '\n';
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  }
+  return kExitOk;
+}
 
 static int run_command(const Command& cmd) {
   switch (cmd.verb) {
@@ -36,6 +68,8 @@ static int run_command(const Command& cmd) {
     case Command::Verb::cp:
       std::printf("copied to %s\n", recipe_copy(cmd.recipe, cmd.dest).c_str());
       return kExitOk;
+    case Command::Verb::tokenize:
+      return run_tokenize(cmd);
     case Command::Verb::run:
     case Command::Verb::validate:
       return lua_host_run(recipe_resolve(cmd.recipe), cmd);
@@ -46,6 +80,7 @@ static int run_command(const Command& cmd) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF,
                0);  // progress lines appear as they are printed, in order with stderr
+  std::ios::sync_with_stdio(false);
   try {
     cpu_threads_init();
     return run_command(cli_parse(std::vector<std::string>(argv + 1, argv + argc)));

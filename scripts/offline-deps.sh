@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev
   libcurl4-openssl-dev libcurl4
   libpcre2-dev libpcre2-8-0
+  libutf8proc-dev libutf8proc2
   libgtest-dev libgmock-dev
   libcpp-httplib-dev
   libbenchmark-dev libbenchmark1debian

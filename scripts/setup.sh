@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every system package luatune needs to build and test, by Debian 12 package name.
-# Idempotent and non-interactive: packages already present are skipped, so a second run is a no-op.
+# Installs every system package luatune needs to build and test, by Debian 12 package name, then
+# the npm packages of the tokenizer reference test (tests/reference/node, pinned by its lock file).
+# Idempotent and non-interactive: what is already present is skipped, so a second run is a no-op.
 set -euo pipefail
 
 packages=(
@@ -10,6 +11,8 @@ packages=(
   nlohmann-json3-dev                # JSON (configs, safetensors headers, W&B)
   libcurl4-openssl-dev              # W&B over HTTP
   libpcre2-dev                      # tokenizer pre-tokenizer regexes
+  libutf8proc-dev                   # tokenizer Unicode normalization (NFC, ...)
+  nodejs npm                        # transformers.js, the tokenizer test's reference
   libgtest-dev libgmock-dev         # C++ unit tests
   libcpp-httplib-dev                # loopback HTTP server in tests
   libbenchmark-dev                  # bench/
@@ -17,6 +20,9 @@ packages=(
 
 missing=()
 for p in "${packages[@]}"; do
+  # NodeSource's nodejs package carries its own npm (and conflicts with Debian's): an npm command
+  # already on PATH counts as present.
+  if [ "$p" = npm ] && command -v npm >/dev/null 2>&1; then continue; fi
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
     missing+=("$p")
   fi
@@ -24,13 +30,22 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
-  exit 0
+else
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The reference tokenizers: installed again only when the lock file is newer than what npm
+# recorded (node_modules/.package-lock.json) or nothing is installed yet.
+ref=$(cd "$(dirname "$0")/.." && pwd)/tests/reference/node
+if [ ! -f "$ref/node_modules/.package-lock.json" ] || [ "$ref/package-lock.json" -nt "$ref/node_modules/.package-lock.json" ]; then
+  echo "setup: npm ci in tests/reference/node"
+  (cd "$ref" && npm ci --no-audit --no-fund)
+else
+  echo "setup: tests/reference/node/node_modules up to date"
+fi
 echo "setup: done"

@@ -1,6 +1,6 @@
 # Finds everything luatune builds against and exposes each as an imported target:
 #   Torch (variable TORCH_LIBRARIES), LuaJIT::LuaJIT, nlohmann_json::nlohmann_json, CURL::libcurl,
-#   PCRE2::PCRE2, and (when tests are on) GTest::gtest / GTest::gtest_main.
+#   PCRE2::PCRE2, utf8proc::utf8proc, and (when tests are on) GTest::gtest / GTest::gtest_main.
 # Works from system packages (Debian 12) and from an unpacked prefix of Debian packages
 # (-DLUATUNE_DEPS_PREFIX=/opt/deps after `dpkg -x pkg.deb /opt/deps`), for offline GPU hosts where
 # pkg-config files point at absolute /usr paths that do not exist. See third_party/VERSIONS.md.
@@ -54,6 +54,16 @@ if(NOT TARGET PCRE2::PCRE2)
   set_target_properties(PCRE2::PCRE2 PROPERTIES IMPORTED_LOCATION "${PCRE2_LIBRARY}"
                                                 INTERFACE_INCLUDE_DIRECTORIES "${PCRE2_INCLUDE_DIR}"
                                                 INTERFACE_COMPILE_DEFINITIONS "PCRE2_CODE_UNIT_WIDTH=8")
+endif()
+
+# ---------------------------------------------------------------------------------------------
+# utf8proc (Unicode normalization and character properties for the tokenizer).
+find_path(UTF8PROC_INCLUDE_DIR utf8proc.h REQUIRED)
+find_library(UTF8PROC_LIBRARY NAMES utf8proc REQUIRED)
+if(NOT TARGET utf8proc::utf8proc)
+  add_library(utf8proc::utf8proc UNKNOWN IMPORTED)
+  set_target_properties(utf8proc::utf8proc PROPERTIES IMPORTED_LOCATION "${UTF8PROC_LIBRARY}"
+                                                      INTERFACE_INCLUDE_DIRECTORIES "${UTF8PROC_INCLUDE_DIR}")
 endif()
 
 # ---------------------------------------------------------------------------------------------

@@ -11,12 +11,18 @@ std::string cli_help() {
        runner validate RECIPE [key=value ...]             resolve and print its config, run nothing
        runner ls                                          list the shipped recipes
        runner cp RECIPE DEST                              copy a shipped recipe to edit
+       runner tokenize --tokenizer DIR [--special] [--decode] < in.jsonl
+                                                          tokenize stdin (one JSON string a line)
        runner --version                                   luatune, LibTorch, CUDA versions and devices
        runner --help                                      this text
 
 RECIPE is a path to a .lua file or the name of a shipped recipe (runner ls).
 Overrides: key=value or a.b=value, typed like the recipe's default (number, boolean, string,
 comma-separated list); --config FILE applies a Lua file returning a table of overrides first.
+tokenize: DIR holds tokenizer.json (a model directory) or is the file itself. Each stdin line is a
+JSON string; each output line the JSON array of its token ids (BOS/EOS added with --special).
+With --decode each line is a JSON array of ids and each output line a JSON string. A bad line
+stops with "stdin:LINE: expected ..." and exit status 1.
 Exit status: 0 success, 1 the run failed, 2 bad command line or config, 130 interrupted (Ctrl-C).
 )";
 }
@@ -47,6 +53,29 @@ void parse_recipe_args(const std::vector<std::string>& args, size_t i, const cha
   }
 }
 
+// tokenize --tokenizer DIR [--special] [--decode]
+void parse_tokenize_args(const std::vector<std::string>& args, Command& cmd) {
+  for (size_t i = 1; i < args.size(); i++) {
+    const std::string& a = args[i];
+    if (a == "--tokenizer") {
+      if (i + 1 >= args.size()) fail_usage("runner tokenize: --tokenizer needs a DIR");
+      cmd.tokenizer = args[++i];
+    } else if (str_starts_with(a, "--tokenizer=")) {
+      cmd.tokenizer = a.substr(12);
+    } else if (a == "--special") {
+      cmd.special = true;
+    } else if (a == "--decode") {
+      cmd.decode = true;
+    } else {
+      fail_usage("runner tokenize: unexpected argument '" + a + "'",
+                 "usage: runner tokenize --tokenizer DIR [--special] [--decode] < in.jsonl");
+    }
+  }
+  if (cmd.tokenizer.empty())
+    fail_usage("runner tokenize: missing --tokenizer DIR",
+               "usage: runner tokenize --tokenizer DIR [--special] [--decode] < in.jsonl");
+}
+
 }  // namespace
 
 Command cli_parse(const std::vector<std::string>& args) {
@@ -66,6 +95,9 @@ Command cli_parse(const std::vector<std::string>& args) {
       fail_usage("runner cp: expected RECIPE DEST", "for example: runner cp quickstart my_recipe.lua");
     cmd.recipe = args[1];
     cmd.dest = args[2];
+  } else if (first == "tokenize") {
+    cmd.verb = Command::Verb::tokenize;
+    parse_tokenize_args(args, cmd);
   } else if (first == "validate") {
     cmd.verb = Command::Verb::validate;
     parse_recipe_args(args, 1, "validate", cmd);
