@@ -1,0 +1,398 @@
+// Lua module `models`: load, initialise, run and save Hugging Face decoder-only models
+// (host/model/). Token ids are plain numbers (HF's 0-based vocabulary ids: values, not indices).
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "bindings/lua_util.h"
+#include "bindings/model_class.h"
+#include "bindings/tensor_class.h"
+#include "bindings/tokenizer_class.h"
+#include "host/core/device.h"
+#include "host/core/error.h"
+#include "host/core/tensor_ops.h"
+#include "host/model/checkpoint.h"
+#include "host/model/generate.h"
+
+namespace luatune {
+
+namespace {
+
+using ModelPtr = std::shared_ptr<Model>;
+using json = nlohmann::json;
+
+std::string describe_model(const ModelPtr& m) {
+  const ModelConfig& c = m->config;
+  std::ostringstream os;
+  double n = static_cast<double>(m->count_parameters().total);
+  os << "Model(" << c.model_type() << ", " << c.num_layers << " layers, hidden " << c.hidden_size << ", ";
+  if (n >= 1e9)
+    os << std::round(n / 1e8) / 10 << "B";
+  else if (n >= 1e6)
+    os << std::round(n / 1e5) / 10 << "M";
+  else
+    os << n;
+  os << " params, " << dtype_name(m->dtype()) << ", " << device_name(m->device()) << ")";
+  return os.str();
+}
+
+Model& check_model(lua_State* L, int idx) { return *lt_check<ModelPtr>(L, idx); }
+
+void push_json(lua_State* L, const json& j) {
+  switch (j.type()) {
+    case json::value_t::null: lua_pushnil(L); break;
+    case json::value_t::boolean: lua_pushboolean(L, j.get<bool>()); break;
+    case json::value_t::string: {
+      const auto& s = j.get_ref<const std::string&>();
+      lua_pushlstring(L, s.data(), s.size());
+      break;
+    }
+    case json::value_t::array:
+      lua_createtable(L, static_cast<int>(j.size()), 0);
+      for (size_t i = 0; i < j.size(); i++) {
+        push_json(L, j[i]);
+        lua_rawseti(L, -2, static_cast<int>(i + 1));
+      }
+      break;
+    case json::value_t::object:
+      lua_createtable(L, 0, static_cast<int>(j.size()));
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        push_json(L, it.value());
+        lua_setfield(L, -2, it.key().c_str());
+      }
+      break;
+    default: lua_pushnumber(L, j.get<double>()); break;
+  }
+}
+
+// Token ids from a Tensor (T) or (B, T), a list of numbers, or a list of equal-length lists -> (B, T) int64.
+at::Tensor check_ids(lua_State* L, int idx) {
+  if (auto* t = lt_test<at::Tensor>(L, idx)) {
+    LT_CHECK(!at::isFloatingType(t->scalar_type()) || t->eq(t->floor()).all().item<bool>(),
+             lt_fname(L) << ": ids must be whole numbers");
+    at::Tensor ids = t->to(at::kLong);
+    LT_CHECK(ids.dim() == 1 || ids.dim() == 2, lt_fname(L) << ": ids must be (length) or (batch, length), got "
+                                                           << shape_str(ids.sizes().vec()));
+    return ids.dim() == 1 ? ids.unsqueeze(0) : ids;
+  }
+  luaL_checktype(L, idx, LUA_TTABLE);
+  std::vector<std::vector<int64_t>> rows;
+  auto read_row = [&](int at, std::vector<int64_t>& out) {
+    LT_CHECK(lt_is_list(L, at), lt_fname(L) << ": ids must be a list of token ids");
+    size_t n = lua_objlen(L, at);
+    for (size_t i = 1; i <= n; i++) {
+      lua_rawgeti(L, at, static_cast<int>(i));
+      out.push_back(lt_check_int(L, -1));
+      lua_pop(L, 1);
+    }
+  };
+  lua_rawgeti(L, idx, 1);
+  bool nested = lua_istable(L, -1);
+  lua_pop(L, 1);
+  if (!nested) {
+    rows.emplace_back();
+    read_row(idx, rows.back());
+  } else {
+    size_t n = lua_objlen(L, idx);
+    for (size_t i = 1; i <= n; i++) {
+      lua_rawgeti(L, idx, static_cast<int>(i));
+      rows.emplace_back();
+      read_row(lua_gettop(L), rows.back());
+      lua_pop(L, 1);
+      LT_CHECK(rows.back().size() == rows.front().size(),
+               lt_fname(L) << ": every row of ids must have the same length (row 1 has " << rows.front().size()
+                           << ", row " << i << " has " << rows.back().size() << ")");
+    }
+  }
+  LT_CHECK(!rows.empty() && !rows[0].empty(), lt_fname(L) << ": ids is empty");
+  std::vector<int64_t> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  return at::tensor(flat, at::kLong).view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
+}
+
+void push_int_list(lua_State* L, const std::vector<int64_t>& v) {
+  lua_createtable(L, static_cast<int>(v.size()), 0);
+  for (size_t i = 0; i < v.size(); i++) {
+    lua_pushnumber(L, static_cast<double>(v[i]));
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+}
+
+// ============================================================================================
+// Module functions
+
+// models.load(dir, {dtype = "auto"|"bf16"|..., device = "cpu"|"cuda"|"auto"})
+int l_models_load(lua_State* L) {
+  std::string dir = luaL_checkstring(L, 1);
+  LoadOptions o;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lt_check_options(L, 2, {"dtype", "device"});
+    o.dtype = lt_opt_string(L, 2, "dtype", "auto");
+    o.device = lt_opt_string(L, 2, "device", "cpu");
+  }
+  lt_push<ModelPtr>(L, model_load(dir, o));
+  return 1;
+}
+
+// models.init{arch = "llama", hidden_size = 64, ..., seed = 0, dtype = "float32", device = "cpu",
+//             tokenizer = tok}: any config.json field by its HF name.
+int l_models_init(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  std::string arch = lt_opt_string(L, 1, "arch", "");
+  LT_CHECK(!arch.empty(), "models.init: arch is required (llama, mistral, qwen2, qwen3 or gemma2)");
+  uint64_t seed = static_cast<uint64_t>(lt_opt_number(L, 1, "seed", 0));
+  at::ScalarType dtype = dtype_parse(lt_opt_string(L, 1, "dtype", "float32"));
+  c10::Device device = device_parse(lt_opt_string(L, 1, "device", "cpu"));
+  std::shared_ptr<Tokenizer> tok;
+  // Copy the config.json fields (everything but our own keys) into a plain table.
+  lua_newtable(L);
+  int fields = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    std::string key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+    if (key == "tokenizer") {
+      tok = lt_check<std::shared_ptr<Tokenizer>>(L, lua_gettop(L));
+    } else if (key != "arch" && key != "seed" && key != "dtype" && key != "device") {
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2);
+      lua_settable(L, fields);
+      continue;
+    }
+    lua_pop(L, 1);
+  }
+  json j = json::parse(config_to_json(lt_to_config(L, fields, "models.init")));
+  if (j.is_array()) j = json::object();  // an empty Lua table reads as an empty list
+  if (tok) {
+    // The tokenizer decides the vocabulary and special ids unless given explicitly.
+    if (!j.contains("vocab_size")) j["vocab_size"] = tok->vocab_size();
+    const SpecialTokens& sp = tok->special();
+    if (!j.contains("bos_token_id")) j["bos_token_id"] = sp.bos >= 0 ? json(sp.bos) : json();
+    if (!j.contains("eos_token_id") && !sp.eos.empty())
+      j["eos_token_id"] = sp.eos.size() == 1 ? json(sp.eos[0]) : json(sp.eos);
+    if (!j.contains("pad_token_id") && sp.pad >= 0) j["pad_token_id"] = sp.pad;
+  }
+  ModelConfig c = model_config_with(arch, j.dump(), "models.init");
+  lt_push<ModelPtr>(L, model_init(c, seed, dtype, device));
+  return 1;
+}
+
+// ============================================================================================
+// Model methods
+
+// model:forward(ids) -> logits Tensor (B, T, V)
+int l_models_forward(lua_State* L) {
+  Model& m = check_model(L, 1);
+  at::Tensor ids = check_ids(L, 2);
+  at::NoGradGuard no_grad;
+  lt_push<at::Tensor>(L, m.forward(ids));
+  return 1;
+}
+
+// model:generate(tok, prompt, {max_new_tokens, temperature, top_k, top_p, stop, seed, use_cache})
+//   -> text, {ids = prompt+new ids, new_tokens = n, finish_reason = "eos"|"stop"|"length", seconds}
+int l_models_generate(lua_State* L) {
+  Model& m = check_model(L, 1);
+  auto& tok = lt_check<std::shared_ptr<Tokenizer>>(L, 2);
+  std::string prompt = luaL_checkstring(L, 3);
+  GenerateOptions o;
+  if (!lua_isnoneornil(L, 4)) {
+    luaL_checktype(L, 4, LUA_TTABLE);
+    lt_check_options(L, 4, {"max_new_tokens", "temperature", "top_k", "top_p", "stop", "seed", "use_cache"});
+    o.max_new_tokens = static_cast<int64_t>(lt_opt_number(L, 4, "max_new_tokens", 64));
+    o.temperature = lt_opt_number(L, 4, "temperature", 0.0);
+    o.top_k = static_cast<int64_t>(lt_opt_number(L, 4, "top_k", 0));
+    o.top_p = lt_opt_number(L, 4, "top_p", 1.0);
+    o.seed = static_cast<uint64_t>(lt_opt_number(L, 4, "seed", 0));
+    o.use_cache = lt_opt_bool(L, 4, "use_cache", true);
+    lua_getfield(L, 4, "stop");
+    if (lua_isstring(L, -1)) {
+      o.stop.push_back(lua_tostring(L, -1));
+    } else if (lua_istable(L, -1)) {
+      size_t n = lua_objlen(L, -1);
+      for (size_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, -1, static_cast<int>(i));
+        LT_CHECK(lua_type(L, -1) == LUA_TSTRING, "model:generate: stop must be a string or a list of strings");
+        o.stop.push_back(lua_tostring(L, -1));
+        lua_pop(L, 1);
+      }
+    } else {
+      LT_CHECK(lua_isnil(L, -1), "model:generate: stop must be a string or a list of strings");
+    }
+    lua_pop(L, 1);
+  }
+  GenerateResult r = model_generate(m, *tok, prompt, o);
+  lua_pushlstring(L, r.text.data(), r.text.size());
+  lua_createtable(L, 0, 5);
+  std::vector<int64_t> all = r.prompt_ids;
+  all.insert(all.end(), r.new_ids.begin(), r.new_ids.end());
+  push_int_list(L, all);
+  lua_setfield(L, -2, "ids");
+  lua_pushnumber(L, static_cast<double>(r.new_ids.size()));
+  lua_setfield(L, -2, "new_tokens");
+  lua_pushstring(L, r.finish_reason.c_str());
+  lua_setfield(L, -2, "finish_reason");
+  lua_pushnumber(L, r.seconds);
+  lua_setfield(L, -2, "seconds");
+  return 2;
+}
+
+// model:perplexity(data, {max_length = 2048, tokenizer = tok}) -> ppl, {nll = , tokens = }
+// data: a Tensor (N, T) of ids, a list of id lists, or (with tokenizer) a string or list of strings.
+int l_models_perplexity(lua_State* L) {
+  Model& m = check_model(L, 1);
+  int64_t max_length = 2048;
+  std::shared_ptr<Tokenizer> tok;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lt_check_options(L, 3, {"max_length", "tokenizer"});
+    max_length = static_cast<int64_t>(lt_opt_number(L, 3, "max_length", 2048));
+    lua_getfield(L, 3, "tokenizer");
+    if (!lua_isnil(L, -1)) tok = lt_check<std::shared_ptr<Tokenizer>>(L, lua_gettop(L));
+    lua_pop(L, 1);
+  }
+  std::vector<std::vector<int64_t>> seqs;
+  auto add_text = [&](const char* s, size_t n) {
+    LT_CHECK(tok, "model:perplexity: text data needs {tokenizer = tok}");
+    std::vector<int32_t> ids = tok->encode(std::string_view(s, n), true);
+    seqs.emplace_back(ids.begin(), ids.end());
+  };
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    size_t n;
+    const char* s = lua_tolstring(L, 2, &n);
+    add_text(s, n);
+  } else if (lt_test<at::Tensor>(L, 2)) {
+    at::Tensor ids = check_ids(L, 2).contiguous();
+    for (int64_t i = 0; i < ids.size(0); i++) {
+      at::Tensor row = ids[i];
+      seqs.emplace_back(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
+    }
+  } else {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    size_t n = lua_objlen(L, 2);
+    for (size_t i = 1; i <= n; i++) {
+      lua_rawgeti(L, 2, static_cast<int>(i));
+      if (lua_type(L, -1) == LUA_TSTRING) {
+        size_t len;
+        const char* s = lua_tolstring(L, -1, &len);
+        add_text(s, len);
+      } else {
+        at::Tensor row = check_ids(L, lua_gettop(L)).flatten().contiguous();
+        seqs.emplace_back(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
+      }
+      lua_pop(L, 1);
+    }
+  }
+  PerplexityResult r = model_perplexity(m, seqs, max_length);
+  lua_pushnumber(L, r.perplexity);
+  lua_createtable(L, 0, 2);
+  lua_pushnumber(L, r.nll);
+  lua_setfield(L, -2, "nll");
+  lua_pushnumber(L, static_cast<double>(r.tokens));
+  lua_setfield(L, -2, "tokens");
+  return 2;
+}
+
+// model:save(dir, {tokenizer = tok, max_shard_size = bytes})
+int l_models_save(lua_State* L) {
+  Model& m = check_model(L, 1);
+  std::string dir = luaL_checkstring(L, 2);
+  SaveOptions o;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lt_check_options(L, 3, {"tokenizer", "max_shard_size"});
+    double shard = lt_opt_number(L, 3, "max_shard_size", 5e9);
+    LT_CHECK(shard >= 1, "model:save: max_shard_size must be a positive number of bytes");
+    o.max_shard_bytes = static_cast<uint64_t>(shard);
+    lua_getfield(L, 3, "tokenizer");
+    if (!lua_isnil(L, -1)) o.tokenizer_files = lt_check<std::shared_ptr<Tokenizer>>(L, lua_gettop(L))->files();
+    lua_pop(L, 1);
+  }
+  model_save(m, dir, o);
+  return 0;
+}
+
+// model:num_params() -> {total, trainable, embedding, attention, mlp, norm, lm_head}
+int l_models_num_params(lua_State* L) {
+  ParamCounts n = check_model(L, 1).count_parameters();
+  lua_createtable(L, 0, 7);
+  const std::pair<const char*, int64_t> fields[] = {{"total", n.total},         {"trainable", n.trainable},
+                                                    {"embedding", n.embedding}, {"attention", n.attention},
+                                                    {"mlp", n.mlp},             {"norm", n.norm},
+                                                    {"lm_head", n.lm_head}};
+  for (const auto& [k, v] : fields) {
+    lua_pushnumber(L, static_cast<double>(v));
+    lua_setfield(L, -2, k);
+  }
+  return 1;
+}
+
+// model:config() -> the config.json this model would save, as a table
+int l_models_config(lua_State* L) {
+  Model& m = check_model(L, 1);
+  ModelConfig c = m.config;
+  c.torch_dtype = dtype_name(m.dtype());
+  push_json(L, json::parse(model_config_to_json(c)));
+  return 1;
+}
+
+// model:parameters() -> {name = Tensor} sharing storage with the weights
+int l_models_parameters(lua_State* L) {
+  Model& m = check_model(L, 1);
+  lua_newtable(L);
+  for (auto& [name, t] : m.named_parameters()) {
+    lt_push<at::Tensor>(L, *t);
+    lua_setfield(L, -2, name.c_str());
+  }
+  return 1;
+}
+
+// model:to{dtype = , device = } or model:to("cuda") / model:to("bf16")
+int l_models_to(lua_State* L) {
+  Model& m = check_model(L, 1);
+  at::ScalarType dtype = m.dtype();
+  c10::Device device = m.device();
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    std::string s = lua_tostring(L, 2);
+    if (!dtype_try_parse(s, &dtype)) device = device_parse(s);
+  } else {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lt_check_options(L, 2, {"dtype", "device"});
+    if (lt_has_field(L, 2, "dtype")) dtype = dtype_parse(lt_opt_string(L, 2, "dtype", ""));
+    if (lt_has_field(L, 2, "device")) device = device_parse(lt_opt_string(L, 2, "device", ""));
+  }
+  m.to(device, dtype);
+  lua_settop(L, 1);
+  return 1;
+}
+
+int l_models_dtype(lua_State* L) {
+  lua_pushstring(L, dtype_name(check_model(L, 1).dtype()).c_str());
+  return 1;
+}
+
+int l_models_device(lua_State* L) {
+  lua_pushstring(L, device_name(check_model(L, 1).device()).c_str());
+  return 1;
+}
+
+const luaL_Reg model_methods[] = {
+    {"forward", l_models_forward},       {"generate", l_models_generate}, {"perplexity", l_models_perplexity},
+    {"save", l_models_save},             {"num_params", l_models_num_params}, {"config", l_models_config},
+    {"parameters", l_models_parameters}, {"to", l_models_to},             {"dtype", l_models_dtype},
+    {"device", l_models_device},         {nullptr, nullptr}};
+
+const luaL_Reg models_funcs[] = {{"load", l_models_load}, {"init", l_models_init}, {nullptr, nullptr}};
+
+}  // namespace
+
+}  // namespace luatune
+
+extern "C" int luaopen_models(lua_State* L) {
+  using namespace luatune;
+  lt_register_class<ModelPtr, describe_model>(L, model_methods);
+  lua_pop(L, 1);
+  lt_new_module(L, models_funcs);
+  return 1;
+}

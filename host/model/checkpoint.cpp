@@ -1,0 +1,182 @@
+// Loading, initialising and saving models in Hugging Face's directory layout.
+#include "host/model/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "host/core/device.h"
+#include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/core/tensor_ops.h"
+#include "host/io/safetensors.h"
+
+namespace luatune {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Points every weight slot of `m` (sized from its config) at `tensors`' entries by HF name.
+void model_bind(Model& m, std::map<std::string, at::Tensor>& tensors) {
+  const ModelConfig& c = m.config;
+  m.layers.assign(c.num_layers, LayerWeights());
+  // named_parameters() only lists defined slots, so fill every slot the config implies first.
+  auto take = [&](const std::string& name) -> at::Tensor {
+    auto it = tensors.find(name);
+    return it == tensors.end() ? at::Tensor() : it->second;
+  };
+  m.embed = take("model.embed_tokens.weight");
+  for (int64_t i = 0; i < c.num_layers; i++) {
+    LayerWeights& L = m.layers[i];
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    L.input_norm = take(p + "input_layernorm.weight");
+    auto lin = [&](Linear& lin, const std::string& n) {
+      lin.weight = take(p + n + ".weight");
+      lin.bias = take(p + n + ".bias");
+    };
+    lin(L.q, "self_attn.q_proj");
+    lin(L.k, "self_attn.k_proj");
+    lin(L.v, "self_attn.v_proj");
+    lin(L.o, "self_attn.o_proj");
+    L.q_norm = take(p + "self_attn.q_norm.weight");
+    L.k_norm = take(p + "self_attn.k_norm.weight");
+    L.post_attn_norm = take(p + "post_attention_layernorm.weight");
+    L.pre_ff_norm = take(p + "pre_feedforward_layernorm.weight");
+    L.post_ff_norm = take(p + "post_feedforward_layernorm.weight");
+    lin(L.gate, "mlp.gate_proj");
+    lin(L.up, "mlp.up_proj");
+    lin(L.down, "mlp.down_proj");
+  }
+  m.norm = take("model.norm.weight");
+  m.lm_head = c.tie_word_embeddings ? at::Tensor() : take("lm_head.weight");
+}
+
+at::ScalarType checkpoint_dtype(const ModelConfig& c, const std::string& requested, const std::string& where) {
+  if (!requested.empty() && requested != "auto") return dtype_parse(requested);
+  at::ScalarType t;
+  if (dtype_try_parse(c.torch_dtype, &t) && at::isFloatingType(t)) return t;
+  fail(where + ": torch_dtype \"" + c.torch_dtype + "\" is not a floating dtype; pass dtype= explicitly");
+}
+
+bool ignorable_tensor(const std::string& name, const ModelConfig& c) {
+  // Old Llama checkpoints stored RoPE buffers; tied models sometimes keep a copy of the embedding.
+  if (name.find("rotary_emb.inv_freq") != std::string::npos) return true;
+  return c.tie_word_embeddings && name == "lm_head.weight";
+}
+
+}  // namespace
+
+std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& options) {
+  LT_CHECK(dir_exists(dir), dir << ": not a directory (expected a Hugging Face model directory)");
+  ModelConfig config = model_config_load(dir);
+  const std::string config_path = dir + "/config.json";
+  at::ScalarType dtype = checkpoint_dtype(config, options.dtype, config_path);
+  c10::Device device = device_parse(options.device);
+  SafetensorsReader reader(dir);
+
+  auto expected = model_expected_tensors(config);
+  std::set<std::string> wanted;
+  for (const auto& e : expected) wanted.insert(e.first);
+  std::vector<std::string> unexpected;
+  for (const auto& name : reader.names())
+    if (!wanted.count(name) && !ignorable_tensor(name, config)) unexpected.push_back(name);
+  if (!unexpected.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unexpected.size() && i < 3; i++) list += (i ? ", " : "") + unexpected[i];
+    if (unexpected.size() > 3) list += ", ... (" + std::to_string(unexpected.size()) + " in all)";
+    fail(reader.file_of(unexpected[0]) + ": tensor " + unexpected[0] + " is not part of a " + config.arch_name() +
+         " with this config.json (unexpected: " + list + ")");
+  }
+
+  // One tensor at a time: a zero-copy view of the mapped file, converted and moved, then the view
+  // dropped. Peak extra host memory is one converted tensor.
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, shape] : expected) {
+    LT_CHECK(reader.contains(name), dir << ": tensor " << name << " is missing (config.json describes a "
+                                        << config.arch_name() << " with " << config.num_layers << " layers)");
+    const SafetensorsEntry& e = reader.entry(name);
+    LT_CHECK(e.shape == shape, reader.file_of(name) << ": tensor " << name << " has shape " << shape_str(e.shape)
+                                                    << ", expected " << shape_str(shape) << " from config.json");
+    LT_CHECK(at::isFloatingType(e.dtype), reader.file_of(name) << ": tensor " << name << " has dtype " << e.dtype_name
+                                                               << ", expected a floating dtype");
+    at::Tensor t = reader.tensor(name);
+    if (t.scalar_type() != dtype || t.device() != device) t = t.to(device, dtype);
+    tensors[name] = t.set_requires_grad(true);
+  }
+  auto model = std::make_shared<Model>();
+  model->config = config;
+  model->config.torch_dtype = dtype_name(dtype);
+  model->source_dir = dir;
+  model_bind(*model, tensors);
+  return model;
+}
+
+std::shared_ptr<Model> model_init(const ModelConfig& config_in, uint64_t seed, at::ScalarType dtype,
+                                  c10::Device device) {
+  ModelConfig config = config_in;
+  model_config_finalize(config, "models.init");
+  config.torch_dtype = dtype_name(dtype);
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, shape] : model_expected_tensors(config)) {
+    at::Tensor t;
+    bool is_norm = name.find("norm.weight") != std::string::npos;
+    bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (is_norm)
+      t = config.gemma_norms ? at::zeros(shape, at::kFloat) : at::ones(shape, at::kFloat);
+    else if (is_bias)
+      t = at::zeros(shape, at::kFloat);
+    else
+      t = at::normal(0.0, config.initializer_range, shape, gen, at::TensorOptions(at::kFloat));
+    if (name == "model.embed_tokens.weight" && config.pad_token_id >= 0 && config.pad_token_id < config.vocab_size)
+      t[config.pad_token_id].zero_();
+    tensors[name] = t.to(device, dtype).set_requires_grad(true);
+  }
+  auto model = std::make_shared<Model>();
+  model->config = config;
+  model_bind(*model, tensors);
+  return model;
+}
+
+void model_save(const Model& model, const std::string& dir, const SaveOptions& options) {
+  LT_CHECK(!dir.empty(), "model:save: empty directory name");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  LT_CHECK(dir_exists(dir), dir << ": cannot create directory (" << ec.message() << ")");
+  ModelConfig c = model.config;
+  c.torch_dtype = dtype_name(model.dtype());
+  std::vector<std::pair<std::string, at::Tensor>> tensors = model.state();
+  for (auto& [name, t] : tensors) t = t.detach();
+  SafetensorsWriteOptions wo;
+  wo.max_shard_bytes = options.max_shard_bytes;
+  safetensors_save_dir(dir, tensors, wo);
+
+  for (const auto& f : options.tokenizer_files) {
+    std::string target = dir + "/" + path_basename(f);
+    if (std::filesystem::equivalent(f, target, ec)) continue;
+    file_write_atomic(target, file_read(f));
+  }
+  // generation_config.json: the source model's when it had one (sampling defaults users rely on),
+  // else the token ids from the config, as transformers derives it.
+  std::string gen_src = model.source_dir.empty() ? "" : model.source_dir + "/generation_config.json";
+  std::string gen_dst = dir + "/generation_config.json";
+  if (!gen_src.empty() && file_exists(gen_src)) {
+    if (!std::filesystem::equivalent(gen_src, gen_dst, ec)) file_write_atomic(gen_dst, file_read(gen_src));
+  } else {
+    json g = {{"_from_model_config", true}};
+    if (c.bos_token_id >= 0) g["bos_token_id"] = c.bos_token_id;
+    if (c.eos_token_ids.size() == 1)
+      g["eos_token_id"] = c.eos_token_ids[0];
+    else if (!c.eos_token_ids.empty())
+      g["eos_token_id"] = c.eos_token_ids;
+    if (c.pad_token_id >= 0) g["pad_token_id"] = c.pad_token_id;
+    file_write_atomic(gen_dst, g.dump(2) + "\n");
+  }
+  file_write_atomic(dir + "/config.json", model_config_to_json(c));
+}
+
+}  // namespace luatune

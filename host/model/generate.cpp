@@ -1,0 +1,142 @@
+// Autoregressive decoding and perplexity. The KV cache path prefills the prompt once, then feeds one
+// token per step; use_cache=false recomputes everything each step, which the tests compare against.
+#include "host/model/generate.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "host/core/error.h"
+#include "host/text/tokenizer.h"
+
+namespace luatune {
+
+int64_t sample_next(const at::Tensor& logits_in, const GenerateOptions& o, at::Generator& gen) {
+  at::Tensor logits = logits_in.to(at::kFloat).flatten();
+  if (o.temperature <= 0) return logits.argmax().item<int64_t>();
+  logits = logits / o.temperature;
+  const int64_t V = logits.size(0);
+  if (o.top_k > 0 && o.top_k < V) {
+    at::Tensor kth = std::get<0>(logits.topk(o.top_k)).select(0, o.top_k - 1);
+    logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
+  }
+  if (o.top_p < 1.0) {
+    // Keep the smallest set of most likely tokens whose probability reaches top_p (the most likely
+    // token always stays).
+    auto [sorted, order] = logits.sort(-1, true);
+    at::Tensor cum = sorted.softmax(-1).cumsum(-1);
+    at::Tensor drop = (cum - sorted.softmax(-1)) >= o.top_p;  // mass before this token already enough
+    at::Tensor remove = at::zeros_like(drop).scatter(0, order, drop);
+    logits = logits.masked_fill(remove, -std::numeric_limits<float>::infinity());
+  }
+  at::Tensor probs = logits.softmax(-1);
+  return at::multinomial(probs, 1, false, gen).item<int64_t>();
+}
+
+GenerateResult model_generate_ids(const Model& model, const std::vector<int64_t>& prompt_ids,
+                                  const GenerateOptions& o, const Tokenizer* tok) {
+  LT_CHECK(!prompt_ids.empty(), "model:generate: the prompt encodes to no tokens");
+  LT_CHECK(o.max_new_tokens >= 0, "model:generate: max_new_tokens must be >= 0");
+  LT_CHECK(o.top_p > 0 && o.top_p <= 1, "model:generate: top_p must be in (0, 1]");
+  LT_CHECK(o.stop.empty() || tok, "model:generate: stop strings need a tokenizer");
+  at::NoGradGuard no_grad;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<int64_t> stop_ids = o.stop_ids;
+  for (int64_t e : model.config.eos_token_ids) stop_ids.push_back(e);
+  if (tok)
+    for (int32_t e : tok->special().eos) stop_ids.push_back(e);
+
+  GenerateResult r;
+  r.prompt_ids = prompt_ids;
+  r.finish_reason = "length";
+  at::Generator gen = at::detail::createCPUGenerator(o.seed);
+  const int64_t P = static_cast<int64_t>(prompt_ids.size());
+  auto ids_tensor = [&](const std::vector<int64_t>& v) {
+    return at::tensor(v, at::kLong).unsqueeze(0).to(model.device());
+  };
+  KVCache cache;
+  ForwardOptions fo;
+  fo.last_only = true;
+  if (o.use_cache) {
+    cache = model.new_cache(1, P + std::max<int64_t>(o.max_new_tokens, 1));
+    fo.cache = &cache;
+  }
+  std::vector<int64_t> all = prompt_ids;
+  at::Tensor logits = model.forward(ids_tensor(prompt_ids), fo);
+  for (int64_t step = 0; step < o.max_new_tokens; step++) {
+    int64_t next = sample_next(logits.select(1, 0).select(0, 0), o, gen);
+    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
+      r.finish_reason = "eos";
+      break;
+    }
+    r.new_ids.push_back(next);
+    all.push_back(next);
+    if (!o.stop.empty()) {
+      std::vector<int32_t> ids32(r.new_ids.begin(), r.new_ids.end());
+      std::string text = tok->decode(ids32, true);
+      bool hit = false;
+      for (const auto& s : o.stop) hit = hit || (!s.empty() && text.find(s) != std::string::npos);
+      if (hit) {
+        r.finish_reason = "stop";
+        break;
+      }
+    }
+    if (step + 1 == o.max_new_tokens) break;
+    logits = o.use_cache ? model.forward(ids_tensor({next}), fo) : model.forward(ids_tensor(all), fo);
+  }
+  if (tok) {
+    std::vector<int32_t> ids32(r.new_ids.begin(), r.new_ids.end());
+    r.text = tok->decode(ids32, true);
+    size_t cut = std::string::npos;
+    for (const auto& s : o.stop)
+      if (!s.empty()) cut = std::min(cut, r.text.find(s));
+    if (cut != std::string::npos) r.text.resize(cut);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+GenerateResult model_generate(const Model& model, const Tokenizer& tok, const std::string& prompt,
+                              const GenerateOptions& o) {
+  const SpecialTokens& sp = tok.special();
+  bool has_bos = !sp.bos_text.empty() && prompt.compare(0, sp.bos_text.size(), sp.bos_text) == 0;
+  std::vector<int32_t> ids32 = tok.encode(prompt, !has_bos);
+  // A post-processor that appends EOS (add_eos_token) would end the prompt; generation continues it.
+  const bool ends_with_eos_text = !sp.eos_text.empty() && prompt.size() >= sp.eos_text.size() &&
+                                  prompt.compare(prompt.size() - sp.eos_text.size(), sp.eos_text.size(), sp.eos_text) == 0;
+  if (!has_bos && !ends_with_eos_text && !ids32.empty() &&
+      std::find(sp.eos.begin(), sp.eos.end(), ids32.back()) != sp.eos.end())
+    ids32.pop_back();
+  std::vector<int64_t> ids(ids32.begin(), ids32.end());
+  return model_generate_ids(model, ids, o, &tok);
+}
+
+PerplexityResult model_perplexity(const Model& model, const std::vector<std::vector<int64_t>>& sequences,
+                                  int64_t max_length) {
+  LT_CHECK(max_length >= 2, "model:perplexity: max_length must be at least 2");
+  at::NoGradGuard no_grad;
+  double nll = 0;
+  int64_t count = 0;
+  for (const auto& seq : sequences) {
+    for (size_t start = 0; start + 1 < seq.size(); start += max_length) {
+      size_t len = std::min<size_t>(max_length, seq.size() - start);
+      if (len < 2) break;
+      std::vector<int64_t> window(seq.begin() + start, seq.begin() + start + len);
+      at::Tensor ids = at::tensor(window, at::kLong).unsqueeze(0).to(model.device());
+      at::Tensor logits = model.forward(ids).to(at::kFloat);  // (1, len, V)
+      at::Tensor logp = logits.narrow(1, 0, len - 1).log_softmax(-1);
+      at::Tensor target = ids.narrow(1, 1, len - 1).unsqueeze(-1);
+      nll -= logp.gather(-1, target).sum().item<double>();
+      count += static_cast<int64_t>(len - 1);
+    }
+  }
+  LT_CHECK(count > 0, "model:perplexity: no sequence has two or more tokens");
+  PerplexityResult r;
+  r.tokens = count;
+  r.nll = nll / count;
+  r.perplexity = std::exp(r.nll);
+  return r;
+}
+
+}  // namespace luatune

@@ -1,0 +1,274 @@
+// The forward pass. One code path for every family; ModelConfig's switches select biases, Qwen3's
+// per-head q/k norms, Gemma 2's (1 + w) norms, embedding scale, softcaps and four norms per layer,
+// and per-layer sliding windows. Shapes: B batch, T new positions, S key positions (cache + new),
+// C hidden, H query heads, KV key/value heads, D head_dim, I intermediate, V vocab.
+#include "host/model/transformer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "host/core/error.h"
+#include "host/model/attention.h"
+#include "host/model/rope.h"
+
+namespace luatune {
+
+at::Tensor Linear::forward(const at::Tensor& x) const {
+  if (adapter) return adapter->forward(*this, x);
+  return at::linear(x, weight, bias);
+}
+
+namespace {
+
+// RMSNorm in float32, cast back before the weight (Llama/Qwen) or multiplied by (1 + w) in float32
+// then cast (Gemma 2), as each family's HF module does.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, bool gemma) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps);
+  if (gemma) return (normed * (1.0 + w.to(at::kFloat))).to(x.scalar_type());
+  return w * normed.to(x.scalar_type());
+}
+
+at::Tensor activation(const at::Tensor& x, Activation a) {
+  switch (a) {
+    case Activation::act_silu: return at::silu(x);
+    case Activation::act_gelu_tanh: return at::gelu(x, "tanh");
+    case Activation::act_gelu: return at::gelu(x);
+  }
+  return x;
+}
+
+// (B, KV, S, D) -> (B, H, S, D): each KV head serves H/KV consecutive query heads.
+at::Tensor repeat_kv(const at::Tensor& x, int64_t groups) {
+  if (groups == 1) return x;
+  auto s = x.sizes();
+  return x.unsqueeze(2).expand({s[0], s[1], groups, s[2], s[3]}).reshape({s[0], s[1] * groups, s[2], s[3]});
+}
+
+// Which keys each query may see: causal by absolute position, inside the sliding window when
+// `window` > 0, and inside the same document when segments are given. (B, 1, T, S) bool.
+at::Tensor attention_mask(const at::Tensor& q_pos, const at::Tensor& k_pos, int64_t window,
+                          const at::Tensor& q_seg, const at::Tensor& k_seg) {
+  at::Tensor qp = q_pos.unsqueeze(-1), kp = k_pos.unsqueeze(-2);  // (B, T, 1), (B, 1, S)
+  at::Tensor allowed = kp <= qp;
+  if (window > 0) allowed = allowed.logical_and(kp > qp - window);
+  if (q_seg.defined()) allowed = allowed.logical_and(q_seg.unsqueeze(-1) == k_seg.unsqueeze(-2));
+  return allowed.unsqueeze(1);
+}
+
+}  // namespace
+
+at::Tensor Model::hidden(const at::Tensor& ids_in, const ForwardOptions& opt) const {
+  const ModelConfig& c = config;
+  LT_CHECK(ids_in.dim() == 2, "model:forward: ids must be (batch, length), got " << ids_in.sizes());
+  at::Tensor ids = ids_in.to(embed.device(), at::kLong);
+  const int64_t B = ids.size(0), T = ids.size(1);
+  LT_CHECK(T > 0, "model:forward: ids has no positions");
+  {
+    int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+    LT_CHECK(lo >= 0 && hi < c.vocab_size,
+             "model:forward: token id " << (lo < 0 ? lo : hi) << " outside the vocabulary [0, " << c.vocab_size << ")");
+  }
+  KVCache* cache = opt.cache;
+  const int64_t past = cache ? cache->length : 0;
+  if (cache) {
+    LT_CHECK(past + T <= cache->capacity, "model:forward: KV cache full (" << past << " + " << T << " > capacity "
+                                                                            << cache->capacity << ")");
+    LT_CHECK(!opt.segments.defined(), "model:forward: segments cannot be combined with a KV cache");
+  }
+  at::Tensor positions = opt.positions.defined()
+                             ? opt.positions.to(ids.device(), at::kLong)
+                             : (at::arange(past, past + T, ids.options()).unsqueeze(0).expand({B, T}));
+  LT_CHECK(positions.sizes() == ids.sizes(), "model:forward: positions must have the shape of ids");
+
+  at::Tensor h = at::embedding(embed, ids);  // (B, T, C)
+  if (c.gemma_norms) {
+    // HF rounds the normalizer to the model dtype before multiplying.
+    at::Tensor normalizer = at::scalar_tensor(std::sqrt(static_cast<double>(c.hidden_size)),
+                                              h.options().requires_grad(false));
+    h = h * normalizer;
+  }
+  const at::ScalarType dtype = h.scalar_type();
+  auto [cos, sin] = rope_cos_sin(rope_inv_freq(c), positions, c.rope.type == RopeType::rope_yarn
+                                                                  ? c.rope.attention_factor : 1.0, dtype);
+
+  // Key positions (and documents) for the attention masks: cached positions then the new ones.
+  at::Tensor k_pos = positions;
+  if (cache && past > 0) {
+    at::Tensor prev = at::arange(0, past, ids.options()).unsqueeze(0).expand({B, past});
+    k_pos = at::cat({prev, positions}, 1);
+  }
+  const bool plain_causal = !cache && !opt.segments.defined() && !opt.positions.defined();
+  at::Tensor mask_full, mask_sliding;
+  auto mask_for = [&](bool sliding) -> const at::Tensor& {
+    at::Tensor& m = sliding ? mask_sliding : mask_full;
+    if (!m.defined()) m = attention_mask(positions, k_pos, sliding ? c.sliding_window : 0, opt.segments, opt.segments);
+    return m;
+  };
+
+  const int64_t H = c.num_heads, KV = c.num_kv_heads, D = c.head_dim;
+  for (size_t l = 0; l < layers.size(); l++) {
+    const LayerWeights& L = layers[l];
+    const bool sliding = c.layer_sliding[l] && (past + T > c.sliding_window);
+    at::Tensor x = rms_norm(h, L.input_norm, c.rms_norm_eps, c.gemma_norms);
+    at::Tensor q = L.q.forward(x).view({B, T, H, D});
+    at::Tensor k = L.k.forward(x).view({B, T, KV, D});
+    at::Tensor v = L.v.forward(x).view({B, T, KV, D}).transpose(1, 2);
+    if (c.qk_norm) {
+      q = rms_norm(q, L.q_norm, c.rms_norm_eps, false);
+      k = rms_norm(k, L.k_norm, c.rms_norm_eps, false);
+    }
+    q = rope_apply(q.transpose(1, 2), cos, sin);  // (B, H, T, D)
+    k = rope_apply(k.transpose(1, 2), cos, sin);  // (B, KV, T, D)
+    if (cache) {
+      cache->k[l].narrow(2, past, T).copy_(k);
+      cache->v[l].narrow(2, past, T).copy_(v);
+      k = cache->k[l].narrow(2, 0, past + T);
+      v = cache->v[l].narrow(2, 0, past + T);
+    }
+    at::Tensor mask = plain_causal && !sliding ? at::Tensor() : mask_for(sliding);
+    at::Tensor a = attention_forward(q, repeat_kv(k, H / KV), repeat_kv(v, H / KV), mask, c.softmax_scale(),
+                                     c.attn_logit_softcap);                  // (B, H, T, D)
+    a = L.o.forward(a.transpose(1, 2).reshape({B, T, H * D}));                // (B, T, C)
+    if (c.gemma_norms) a = rms_norm(a, L.post_attn_norm, c.rms_norm_eps, true);
+    h = h + a;
+    x = rms_norm(h, c.gemma_norms ? L.pre_ff_norm : L.post_attn_norm, c.rms_norm_eps, c.gemma_norms);
+    at::Tensor m = L.down.forward(activation(L.gate.forward(x), c.act) * L.up.forward(x));
+    if (c.gemma_norms) m = rms_norm(m, L.post_ff_norm, c.rms_norm_eps, true);
+    h = h + m;
+  }
+  if (cache) cache->length = past + T;
+  if (opt.last_only) h = h.narrow(1, T - 1, 1);
+  return rms_norm(h, norm, c.rms_norm_eps, c.gemma_norms);
+}
+
+at::Tensor Model::logits(const at::Tensor& hidden) const {
+  at::Tensor out = at::linear(hidden, output_weight());
+  if (config.final_logit_softcap > 0)
+    out = at::tanh(out / config.final_logit_softcap) * config.final_logit_softcap;
+  return out;
+}
+
+at::Tensor Model::forward(const at::Tensor& ids, const ForwardOptions& options) const {
+  return logits(hidden(ids, options));
+}
+
+std::vector<std::pair<std::string, at::Tensor*>> Model::named_parameters() {
+  std::vector<std::pair<std::string, at::Tensor*>> out;
+  auto add = [&](const std::string& name, at::Tensor& t) {
+    if (t.defined()) out.emplace_back(name, &t);
+  };
+  auto add_linear = [&](const std::string& name, Linear& lin) {
+    add(name + ".weight", lin.weight);
+    add(name + ".bias", lin.bias);
+  };
+  add("model.embed_tokens.weight", embed);
+  for (size_t i = 0; i < layers.size(); i++) {
+    LayerWeights& L = layers[i];
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    add(p + "input_layernorm.weight", L.input_norm);
+    add_linear(p + "self_attn.q_proj", L.q);
+    add_linear(p + "self_attn.k_proj", L.k);
+    add_linear(p + "self_attn.v_proj", L.v);
+    add_linear(p + "self_attn.o_proj", L.o);
+    add(p + "self_attn.q_norm.weight", L.q_norm);
+    add(p + "self_attn.k_norm.weight", L.k_norm);
+    add(p + "post_attention_layernorm.weight", L.post_attn_norm);
+    add(p + "pre_feedforward_layernorm.weight", L.pre_ff_norm);
+    add(p + "post_feedforward_layernorm.weight", L.post_ff_norm);
+    add_linear(p + "mlp.gate_proj", L.gate);
+    add_linear(p + "mlp.up_proj", L.up);
+    add_linear(p + "mlp.down_proj", L.down);
+  }
+  add("model.norm.weight", norm);
+  add("lm_head.weight", lm_head);
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::state() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& [name, t] : const_cast<Model*>(this)->named_parameters()) out.emplace_back(name, *t);
+  return out;
+}
+
+ParamCounts Model::count_parameters() const {
+  ParamCounts n;
+  for (const auto& [name, t] : state()) {
+    int64_t k = t.numel();
+    n.total += k;
+    if (t.requires_grad()) n.trainable += k;
+    if (name == "model.embed_tokens.weight")
+      n.embedding += k;
+    else if (name == "lm_head.weight")
+      n.lm_head += k;
+    else if (name.find("norm") != std::string::npos)
+      n.norm += k;
+    else if (name.find(".self_attn.") != std::string::npos)
+      n.attention += k;
+    else if (name.find(".mlp.") != std::string::npos)
+      n.mlp += k;
+  }
+  return n;
+}
+
+KVCache Model::new_cache(int64_t batch, int64_t capacity) const {
+  KVCache cache;
+  cache.capacity = capacity;
+  auto opts = embed.options().requires_grad(false);
+  for (size_t l = 0; l < layers.size(); l++) {
+    cache.k.push_back(at::empty({batch, config.num_kv_heads, capacity, config.head_dim}, opts));
+    cache.v.push_back(at::empty({batch, config.num_kv_heads, capacity, config.head_dim}, opts));
+  }
+  return cache;
+}
+
+at::ScalarType Model::dtype() const { return embed.scalar_type(); }
+c10::Device Model::device() const { return embed.device(); }
+
+void Model::to(c10::Device device, at::ScalarType dtype) {
+  for (auto& [name, t] : named_parameters()) {
+    bool grad = t->requires_grad();
+    at::Tensor moved = t->to(device, dtype);
+    *t = moved.is_same(*t) ? *t : moved.detach().requires_grad_(grad);
+  }
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> model_expected_tensors(const ModelConfig& c) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
+  const int64_t HD = c.num_heads * D, KVD = c.num_kv_heads * D;
+  out.push_back({"model.embed_tokens.weight", {V, C}});
+  for (int64_t i = 0; i < c.num_layers; i++) {
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    out.push_back({p + "input_layernorm.weight", {C}});
+    out.push_back({p + "self_attn.q_proj.weight", {HD, C}});
+    if (c.attention_bias) out.push_back({p + "self_attn.q_proj.bias", {HD}});
+    out.push_back({p + "self_attn.k_proj.weight", {KVD, C}});
+    if (c.attention_bias) out.push_back({p + "self_attn.k_proj.bias", {KVD}});
+    out.push_back({p + "self_attn.v_proj.weight", {KVD, C}});
+    if (c.attention_bias) out.push_back({p + "self_attn.v_proj.bias", {KVD}});
+    out.push_back({p + "self_attn.o_proj.weight", {C, HD}});
+    if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {C}});
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {D}});
+      out.push_back({p + "self_attn.k_norm.weight", {D}});
+    }
+    out.push_back({p + "post_attention_layernorm.weight", {C}});
+    if (c.gemma_norms) {
+      out.push_back({p + "pre_feedforward_layernorm.weight", {C}});
+      out.push_back({p + "post_feedforward_layernorm.weight", {C}});
+    }
+    out.push_back({p + "mlp.gate_proj.weight", {I, C}});
+    if (c.mlp_bias) out.push_back({p + "mlp.gate_proj.bias", {I}});
+    out.push_back({p + "mlp.up_proj.weight", {I, C}});
+    if (c.mlp_bias) out.push_back({p + "mlp.up_proj.bias", {I}});
+    out.push_back({p + "mlp.down_proj.weight", {C, I}});
+    if (c.mlp_bias) out.push_back({p + "mlp.down_proj.bias", {C}});
+  }
+  out.push_back({"model.norm.weight", {C}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, C}});
+  return out;
+}
+
+}  // namespace luatune

@@ -1,0 +1,96 @@
+// One decoder-only transformer for Llama, Mistral, Qwen2, Qwen3 and Gemma 2, with weights held as
+// plain tensors under their Hugging Face names (so checkpoints, LoRA and pruning address them the
+// same way), a KV cache for generation, and forward options for packed sequences.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "host/model/config.h"
+
+namespace luatune {
+
+struct Linear;
+
+// Replaces a Linear's computation (LoRA, QLoRA): given the base layer and x (..., in), returns
+// (..., out). The base weight may be frozen, quantized or absent, as the adapter decides.
+class LinearAdapter {
+ public:
+  virtual ~LinearAdapter() = default;
+  virtual at::Tensor forward(const Linear& base, const at::Tensor& x) const = 0;
+};
+
+struct Linear {
+  at::Tensor weight;  // (out, in), as nn.Linear
+  at::Tensor bias;    // (out) or undefined
+  std::shared_ptr<LinearAdapter> adapter;
+  at::Tensor forward(const at::Tensor& x) const;
+};
+
+struct LayerWeights {  // model.layers.{i}.*
+  at::Tensor input_norm;      // (C) input_layernorm
+  Linear q, k, v, o;          // (H*D, C) (KV*D, C) (KV*D, C) (C, H*D) self_attn.{q,k,v,o}_proj
+  at::Tensor q_norm, k_norm;  // (D) Qwen3 self_attn.{q,k}_norm
+  at::Tensor post_attn_norm;  // (C) post_attention_layernorm
+  at::Tensor pre_ff_norm;     // (C) Gemma 2 pre_feedforward_layernorm
+  at::Tensor post_ff_norm;    // (C) Gemma 2 post_feedforward_layernorm
+  Linear gate, up, down;      // (I, C) (I, C) (C, I) mlp.{gate,up,down}_proj
+};
+
+// Keys and values of every layer for the positions seen so far: k[l], v[l] are (B, KV, capacity, D);
+// positions [0, length) are filled.
+struct KVCache {
+  std::vector<at::Tensor> k, v;
+  int64_t length = 0;
+  int64_t capacity = 0;
+};
+
+struct ForwardOptions {
+  KVCache* cache = nullptr;  // when set: keys/values appended, positions continue from cache->length
+  // (B, T) int64 positions; default arange from the cache length. Packed rows restart per document.
+  at::Tensor positions;
+  // (B, T) int64 document ids for packed rows: attention stays inside a document. Undefined = one.
+  at::Tensor segments;
+  bool last_only = false;  // logits for the last position only: (B, 1, V)
+};
+
+struct ParamCounts {
+  int64_t total = 0, trainable = 0, embedding = 0, attention = 0, mlp = 0, norm = 0, lm_head = 0;
+};
+
+class Model {
+ public:
+  ModelConfig config;
+  at::Tensor embed;    // (V, C) model.embed_tokens
+  std::vector<LayerWeights> layers;
+  at::Tensor norm;     // (C) model.norm
+  at::Tensor lm_head;  // (V, C); undefined when tie_word_embeddings
+  std::string source_dir;  // where it was loaded from ("" for models.init)
+
+  // ids (B, T) int64 -> logits (B, T, V) in the model's dtype.
+  at::Tensor forward(const at::Tensor& ids, const ForwardOptions& options = {}) const;
+  // Hidden states after the final norm, (B, T, C); the trainer computes chunked losses from these.
+  at::Tensor hidden(const at::Tensor& ids, const ForwardOptions& options = {}) const;
+  at::Tensor logits(const at::Tensor& hidden) const;  // lm_head (+ Gemma 2 final softcap)
+  const at::Tensor& output_weight() const { return lm_head.defined() ? lm_head : embed; }
+
+  // Every weight under its HF name, in checkpoint order (lm_head omitted when tied).
+  std::vector<std::pair<std::string, at::Tensor*>> named_parameters();
+  // The same, as tensors sharing storage with the weights (for saving and counting).
+  std::vector<std::pair<std::string, at::Tensor>> state() const;
+  ParamCounts count_parameters() const;
+
+  KVCache new_cache(int64_t batch, int64_t capacity) const;
+  at::ScalarType dtype() const;
+  c10::Device device() const;
+  void to(c10::Device device, at::ScalarType dtype);  // moves and casts every weight
+};
+
+// The expected HF tensor names and shapes for a config, in checkpoint order.
+std::vector<std::pair<std::string, std::vector<int64_t>>> model_expected_tensors(const ModelConfig& c);
+
+}  // namespace luatune
