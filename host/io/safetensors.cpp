@@ -371,6 +371,19 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
       p, e->shape, [keep](void*) {}, options);
 }
 
+void SafetensorsReader::drop_pages(const std::string& name) const {
+  auto it = where_.find(name);
+  LT_CHECK(it != where_.end(), path_ << ": no tensor '" << name << "'");
+  const SafetensorsFile& f = *files_[it->second];
+  const SafetensorsEntry* e = f.find(name);
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  uintptr_t begin = reinterpret_cast<uintptr_t>(f.map_->data + f.map_->data_start + e->begin);
+  uintptr_t end = reinterpret_cast<uintptr_t>(f.map_->data + f.map_->data_start + e->end);
+  begin = (begin + page - 1) / page * page;  // inward: a page shared with a neighbour stays
+  end = end / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 // ---------------------------------------------------------------------------------------------
 // SafetensorsReader: one file, or a directory with an index and shards
 

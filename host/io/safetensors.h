@@ -57,6 +57,11 @@ class SafetensorsReader {
   const SafetensorsEntry& entry(const std::string& name) const;  // error naming the dir when absent
   const std::string& file_of(const std::string& name) const;
   at::Tensor tensor(const std::string& name) const;  // zero-copy view, as SafetensorsFile::tensor
+  // Drops the mapped pages lying wholly inside `name`'s bytes from this process's memory (they
+  // are re-read from the file if touched again). For loaders that copied the tensor (converted
+  // dtype, moved to a GPU) and hold no view of it: keeps peak RSS near one copy of the weights.
+  // Never call it while a view of the tensor is alive and may have been written to.
+  void drop_pages(const std::string& name) const;
   uint64_t total_bytes() const;
 
  private:

@@ -104,7 +104,10 @@ std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& opt
     LT_CHECK(at::isFloatingType(e.dtype), reader.file_of(name) << ": tensor " << name << " has dtype " << e.dtype_name
                                                                << ", expected a floating dtype");
     at::Tensor t = reader.tensor(name);
-    if (t.scalar_type() != dtype || t.device() != device) t = t.to(device, dtype);
+    if (t.scalar_type() != dtype || t.device() != device) {
+      t = t.to(device, dtype);
+      reader.drop_pages(name);  // the copy is all we keep: the mapped bytes can go
+    }
     tensors[name] = t.set_requires_grad(true);
   }
   auto model = std::make_shared<Model>();
