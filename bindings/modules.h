@@ -6,4 +6,5 @@
 extern "C" {
 int luaopen_config(lua_State* L);
 int luaopen_torch(lua_State* L);
+int luaopen_tokenizer(lua_State* L);
 }
