@@ -6,5 +6,6 @@
 extern "C" {
 int luaopen_config(lua_State* L);
 int luaopen_torch(lua_State* L);
+int luaopen_tokenizer(lua_State* L);
 int luaopen_models(lua_State* L);
 }

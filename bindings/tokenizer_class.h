@@ -1,4 +1,5 @@
-// The Lua name of the Tokenizer userdata, shared by binding files that take a tokenizer.
+// The Lua name of a loaded tokenizer, shared by every binding file that takes or returns one
+// (bindings/tokenizer.cpp registers the class; others push and check it through lua_util.h).
 #pragma once
 
 #include <memory>

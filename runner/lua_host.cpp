@@ -24,6 +24,7 @@ struct Module {
 const Module modules[] = {
     {"config", luaopen_config},
     {"torch", luaopen_torch},
+    {"tokenizer", luaopen_tokenizer},
     {"models", luaopen_models},
 };
 

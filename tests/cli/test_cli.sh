@@ -32,6 +32,13 @@ expect_out() {
     failed=$((failed + 1))
   fi
 }
+expect_exact() {  # the whole output, every line
+  if [ "$out" != "$1" ]; then
+    echo "FAIL $current: output is not exactly:"; echo "$1" | sed 's/^/    /'
+    echo "  got:"; echo "$out" | sed 's/^/    /'
+    failed=$((failed + 1))
+  fi
+}
 refute_out() {
   if grep -qF -- "$1" <<<"$out"; then
     echo "FAIL $current: output has: $1"; failed=$((failed + 1))
@@ -118,6 +125,32 @@ check cp_no_overwrite 2 "$runner" cp quickstart "$tmp/mine.lua"
 expect_out "already exists; not overwriting it"
 check run_copy 0 "$runner" validate "$tmp/mine.lua" steps=5
 expect_out "steps     = 5   [command line]"
+
+# --- runner tokenize: JSON lines in, JSON lines out (fixture ids: tests/cpp/test_tokenizer.cpp)
+tk=tests/fixtures/tokenizers/bytelevel
+tokenize() {  # tokenize INPUT ARGS...: feeds INPUT (printf format) to runner tokenize
+  local input=$1
+  shift
+  printf "$input" | "$runner" tokenize "$@"
+}
+check tokenize 0 tokenize '"hello world"\n"lll"\n""\n' --tokenizer $tk
+expect_exact $'[11,16]\n[9,2]\n[]'
+check tokenize_special 0 tokenize '"hello world"\n' --tokenizer $tk --special
+expect_out "[20,11,16]"
+check tokenize_file 0 tokenize '"hello world"\n' --tokenizer=$tk/tokenizer.json
+expect_out "[11,16]"
+check tokenize_decode 0 tokenize '[11,16]\n[20,9,2]\n' --tokenizer $tk --decode
+expect_exact $'"hello world"\n"<|bos|>lll"'
+check tokenize_bad_line 1 tokenize '"hello"\nhello\n' --tokenizer $tk
+expect_out "[11]"; expect_out "error: stdin:2: expected a JSON string"
+check tokenize_decode_bad_line 1 tokenize '[11, "x"]\n' --tokenizer $tk --decode
+expect_out "error: stdin:1: expected a JSON array of token ids"
+check tokenize_no_dir 2 tokenize '' --special
+expect_out "runner tokenize: missing --tokenizer DIR"
+check tokenize_bad_arg 2 tokenize '' --tokenizer $tk --frob
+expect_out "runner tokenize: unexpected argument '--frob'"
+check tokenize_missing 1 tokenize '' --tokenizer no/such/dir
+expect_out "error: tokenizer: 'no/such/dir' does not exist"
 
 echo "$checks checks, $failed failed"
 [ "$failed" -eq 0 ]

@@ -27,6 +27,21 @@ TEST(Cli, Verbs) {
   EXPECT_EQ(cp.dest, "mine.lua");
 }
 
+TEST(Cli, Tokenize) {
+  Command c = cli_parse({"tokenize", "--tokenizer", "models/x", "--special", "--decode"});
+  EXPECT_EQ(c.verb, Command::Verb::tokenize);
+  EXPECT_EQ(c.tokenizer, "models/x");
+  EXPECT_TRUE(c.special);
+  EXPECT_TRUE(c.decode);
+  Command d = cli_parse({"tokenize", "--tokenizer=y"});
+  EXPECT_EQ(d.tokenizer, "y");
+  EXPECT_FALSE(d.special);
+  EXPECT_FALSE(d.decode);
+  EXPECT_THROW(cli_parse({"tokenize"}), UsageError);
+  EXPECT_THROW(cli_parse({"tokenize", "--tokenizer"}), UsageError);
+  EXPECT_THROW(cli_parse({"tokenize", "--tokenizer", "x", "extra"}), UsageError);
+}
+
 TEST(Cli, UsageErrors) {
   EXPECT_THROW(cli_parse({"validate"}), UsageError);
   EXPECT_THROW(cli_parse({"cp", "only_one"}), UsageError);

@@ -1,0 +1,152 @@
+// Lua module `tokenizer`: tokenizer.load(dir) gives a Tokenizer (host/text/tokenizer.h) with
+// encode/decode, vocabulary look-ups, the special token ids and the chat template. Token ids are
+// 0-based values exactly as in Hugging Face (they are ids, not Lua indices).
+#include "bindings/tokenizer_class.h"
+
+namespace luatune {
+
+namespace {
+
+using TokenizerPtr = std::shared_ptr<Tokenizer>;
+
+std::string tokenizer_describe(const TokenizerPtr& t) {
+  return "Tokenizer(vocab_size=" + std::to_string(t->vocab_size()) + ", dir=" + t->source_dir() + ")";
+}
+
+Tokenizer& check_tokenizer(lua_State* L) { return *lt_check<TokenizerPtr>(L, 1); }
+
+void push_id_or_nil(lua_State* L, int32_t id) {
+  if (id < 0)
+    lua_pushnil(L);
+  else
+    lua_pushinteger(L, id);
+}
+
+void push_ids(lua_State* L, const std::vector<int32_t>& ids) {
+  lua_createtable(L, static_cast<int>(ids.size()), 0);
+  for (size_t i = 0; i < ids.size(); i++) {
+    lua_pushinteger(L, ids[i]);
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+}
+
+// tokenizer.load(dir): a model directory with tokenizer.json, or the tokenizer.json file.
+int l_tokenizer_load(lua_State* L) {
+  lt_push(L, Tokenizer::load(luaL_checkstring(L, 1)));
+  return 1;
+}
+
+// tok:encode(text [, {special=false}]) -> list of ids; special adds BOS/EOS as the tokenizer says.
+int l_tokenizer_encode(lua_State* L) {
+  Tokenizer& tok = check_tokenizer(L);
+  size_t len = 0;
+  const char* text = luaL_checklstring(L, 2, &len);
+  lt_check_options(L, 3, {"special"});
+  push_ids(L, tok.encode(std::string_view(text, len), lt_opt_bool(L, 3, "special", false)));
+  return 1;
+}
+
+// tok:decode(ids [, {skip_special=false}]) -> string
+int l_tokenizer_decode(lua_State* L) {
+  Tokenizer& tok = check_tokenizer(L);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  if (!lt_is_list(L, 2)) luaL_argerror(L, 2, "expected a list of token ids");
+  lt_check_options(L, 3, {"skip_special"});
+  std::vector<int32_t> ids(lua_objlen(L, 2));
+  for (size_t i = 0; i < ids.size(); i++) {
+    lua_rawgeti(L, 2, static_cast<int>(i + 1));
+    if (!lua_isnumber(L, -1)) {
+      std::string msg = "token ids must be numbers (item " + std::to_string(i + 1) + " is a " +
+                        luaL_typename(L, -1) + ")";
+      luaL_argerror(L, 2, msg.c_str());
+    }
+    ids[i] = static_cast<int32_t>(lt_check_int(L, -1));
+    lua_pop(L, 1);
+  }
+  std::string text = tok.decode(ids, lt_opt_bool(L, 3, "skip_special", false));
+  lua_pushlstring(L, text.data(), text.size());
+  return 1;
+}
+
+// tok:token_to_id(token) -> id, or nil when the vocabulary has no such token
+int l_tokenizer_token_to_id(lua_State* L) {
+  Tokenizer& tok = check_tokenizer(L);
+  size_t len = 0;
+  const char* s = luaL_checklstring(L, 2, &len);
+  push_id_or_nil(L, tok.token_to_id(std::string_view(s, len)));
+  return 1;
+}
+
+// tok:id_to_token(id) -> token text, or nil when the id names no token
+int l_tokenizer_id_to_token(lua_State* L) {
+  Tokenizer& tok = check_tokenizer(L);
+  int64_t id = lt_check_int(L, 2);
+  std::string s = id >= 0 && id < tok.vocab_size() ? tok.id_to_token(static_cast<int32_t>(id)) : "";
+  if (s.empty())
+    lua_pushnil(L);
+  else
+    lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
+int l_tokenizer_vocab_size(lua_State* L) {
+  lua_pushinteger(L, check_tokenizer(L).vocab_size());
+  return 1;
+}
+
+// tok:special() -> {bos=, eos={...}, pad=, unk=} (absent ones are nil) plus bos_text/eos_text/pad_text
+int l_tokenizer_special(lua_State* L) {
+  const SpecialTokens& s = check_tokenizer(L).special();
+  lua_createtable(L, 0, 7);
+  push_id_or_nil(L, s.bos);
+  lua_setfield(L, -2, "bos");
+  push_ids(L, s.eos);
+  lua_setfield(L, -2, "eos");
+  push_id_or_nil(L, s.pad);
+  lua_setfield(L, -2, "pad");
+  push_id_or_nil(L, s.unk);
+  lua_setfield(L, -2, "unk");
+  for (const auto& [key, text] : {std::pair<const char*, const std::string*>{"bos_text", &s.bos_text},
+                                  {"eos_text", &s.eos_text},
+                                  {"pad_text", &s.pad_text}}) {
+    if (text->empty()) continue;
+    lua_pushlstring(L, text->data(), text->size());
+    lua_setfield(L, -2, key);
+  }
+  return 1;
+}
+
+// tok:chat_template() -> the Jinja template text, or nil when the tokenizer has none
+int l_tokenizer_chat_template(lua_State* L) {
+  const std::string& t = check_tokenizer(L).chat_template();
+  if (t.empty())
+    lua_pushnil(L);
+  else
+    lua_pushlstring(L, t.data(), t.size());
+  return 1;
+}
+
+// The module's functions; the methods are the same functions (tok:encode(...) is
+// tokenizer.encode(tok, ...)).
+const luaL_Reg tokenizer_funcs[] = {
+    {"load", l_tokenizer_load},
+    {"encode", l_tokenizer_encode},
+    {"decode", l_tokenizer_decode},
+    {"token_to_id", l_tokenizer_token_to_id},
+    {"id_to_token", l_tokenizer_id_to_token},
+    {"vocab_size", l_tokenizer_vocab_size},
+    {"special", l_tokenizer_special},
+    {"chat_template", l_tokenizer_chat_template},
+    {nullptr, nullptr},
+};
+
+}  // namespace
+}  // namespace luatune
+
+extern "C" int luaopen_tokenizer(lua_State* L) {
+  using namespace luatune;
+  lt_register_class<std::shared_ptr<Tokenizer>, tokenizer_describe>(L, tokenizer_funcs);
+  lua_pop(L, 1);  // methods
+  lt_new_module(L, tokenizer_funcs);
+  return 1;
+}

@@ -1,0 +1,265 @@
+// The tokenizer engine (host/text/) on two hand-made tokenizer.json fixtures under
+// tests/fixtures/tokenizers/: "bytelevel" (Split + ByteLevel BPE, pair merges, Template BOS) and
+// "metaspace" (SentencePiece style: NFC + Prepend + Replace, "a b" merges, byte_fallback, fuse_unk,
+// an lstrip/rstrip added token, BOS+EOS). Ids are the fixture's; the expected splits follow from
+// its merge ranks. Error messages are pinned.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/text/tokenizer.h"
+
+using namespace luatune;
+using Ids = std::vector<int32_t>;
+using Offsets = std::vector<std::pair<uint32_t, uint32_t>>;
+
+namespace {
+
+const std::string kByteLevel = "tests/fixtures/tokenizers/bytelevel";
+const std::string kMetaspace = "tests/fixtures/tokenizers/metaspace";
+
+std::shared_ptr<Tokenizer> load(const std::string& dir) { return Tokenizer::load(dir); }
+
+// A directory under /tmp, removed again with the object. Converts to its path.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/lt_tok_XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  operator std::string() const { return path; }
+};
+
+// The fixture's tokenizer.json after `edit`, alone in a temporary directory.
+std::unique_ptr<TempDir> edited_copy(const std::string& fixture, const std::function<void(nlohmann::json&)>& edit) {
+  auto dir = std::make_unique<TempDir>();
+  nlohmann::json j = nlohmann::json::parse(file_read(fixture + "/tokenizer.json"));
+  edit(j);
+  file_write_atomic(dir->path + "/tokenizer.json", j.dump());
+  return dir;
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    Tokenizer::load(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+// ============================================================================================
+// Byte-level BPE
+
+TEST(Tokenizer, ByteLevelMergesFollowRanks) {
+  auto tok = load(kByteLevel);
+  // h e l l o: he (rank 0), ll (1), llo (2), hello (3). Ġ w o r l d: Ġw, or, Ġwor, ld, Ġworld.
+  EXPECT_EQ(tok->encode("hello world", false), (Ids{11, 16}));
+  // Equal ranks: the leftmost pair merges first, so "lll" is ll + l, not l + ll.
+  EXPECT_EQ(tok->encode("lll", false), (Ids{9, 2}));
+  // A space run splits as "\s+(?!\S)" then " ?\p{L}+": ĠĠ (merged) then Ġworld.
+  EXPECT_EQ(tok->encode("hello   world", false), (Ids{11, 19, 16}));
+  EXPECT_EQ(tok->encode("", false), Ids{});
+}
+
+TEST(Tokenizer, ByteLevelIgnoreMerges) {
+  auto tok = load(kByteLevel);
+  // "Ġhello" is in the vocab but no merge builds it: with merges it is Ġ + hello.
+  EXPECT_EQ(tok->encode(" hello", false), (Ids{4, 11}));
+  auto dir = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["ignore_merges"] = true; });
+  EXPECT_EQ(load(*dir)->encode(" hello", false), (Ids{17}));
+}
+
+TEST(Tokenizer, AddedTokensAndTemplate) {
+  auto tok = load(kByteLevel);
+  EXPECT_EQ(tok->encode("he<|special|>hello", false), (Ids{8, 21, 11}));
+  EXPECT_EQ(tok->encode("hello", true), (Ids{20, 11}));  // <|bos|> from TemplateProcessing
+  // single_word: "[word]" only counts when no word character touches it.
+  EXPECT_EQ(tok->encode("hello [word]", false), (Ids{11, 4, 22}));
+  Ids glued = tok->encode("hello[word]", false);
+  EXPECT_EQ(std::count(glued.begin(), glued.end(), 22), 0);
+}
+
+TEST(Tokenizer, ByteLevelOffsets) {
+  auto tok = load(kByteLevel);
+  Encoding e = tok->encode_with_offsets("hello   world<|special|>", true);
+  EXPECT_EQ(e.ids, (Ids{20, 11, 19, 16, 21}));
+  EXPECT_EQ(e.offsets, (Offsets{{0, 0}, {0, 5}, {5, 7}, {7, 13}, {13, 24}}));
+}
+
+TEST(Tokenizer, ByteLevelDecode) {
+  auto tok = load(kByteLevel);
+  EXPECT_EQ(tok->decode(tok->encode("hello   world", true)), "<|bos|>hello   world");
+  EXPECT_EQ(tok->decode({20, 11, 21, 16}, /*skip_special=*/true), "hello world");
+  EXPECT_EQ(tok->decode({11, 999, 16}), "hello world");  // unknown ids are skipped
+}
+
+TEST(Tokenizer, VocabAndSpecialTokens) {
+  auto tok = load(kByteLevel);
+  EXPECT_EQ(tok->vocab_size(), 23);
+  EXPECT_EQ(tok->token_to_id("Ġworld"), 16);
+  EXPECT_EQ(tok->token_to_id("<|special|>"), 21);
+  EXPECT_EQ(tok->token_to_id("nope"), -1);
+  EXPECT_EQ(tok->id_to_token(11), "hello");
+  EXPECT_EQ(tok->id_to_token(22), "[word]");
+  EXPECT_EQ(tok->id_to_token(1000), "");
+  EXPECT_TRUE(tok->is_special(21));
+  EXPECT_FALSE(tok->is_special(22));
+  EXPECT_FALSE(tok->is_special(11));
+  EXPECT_EQ(tok->special().bos, 20);
+  EXPECT_EQ(tok->special().eos, (Ids{21}));
+  // chat_template.jinja wins over tokenizer_config.json's chat_template.
+  EXPECT_EQ(tok->chat_template(), "{{ bos_token }}from chat_template.jinja\n");
+  EXPECT_EQ(tok->files().size(), 3u);
+  EXPECT_EQ(tok->source_dir(), kByteLevel);
+}
+
+// ============================================================================================
+// SentencePiece-style BPE
+
+TEST(Tokenizer, MetaspaceNormalizerPipeline) {
+  auto tok = load(kMetaspace);
+  EXPECT_EQ(tok->encode("hello world", false), (Ids{20, 25}));  // ▁hello ▁world
+  EXPECT_EQ(tok->encode("hello world", true), (Ids{1, 20, 25, 2}));
+  EXPECT_EQ(tok->decode({1, 20, 25, 2}), "<s> hello world</s>");
+  EXPECT_EQ(tok->decode({1, 20, 25, 2}, true), "hello world");
+}
+
+TEST(Tokenizer, ByteFallbackAndFuseUnk) {
+  auto tok = load(kMetaspace);
+  // € is E2 82 AC: not in the vocab, but every byte token is.
+  EXPECT_EQ(tok->encode("€", false), (Ids{7, 4, 5, 6}));
+  EXPECT_EQ(tok->decode({7, 4, 5, 6}), "€");
+  EXPECT_EQ(tok->decode({3}), "\n");
+  // 中 is E4 B8 AD: its byte tokens are missing, so it is <unk>; two in a row fuse into one.
+  EXPECT_EQ(tok->encode("中中", false), (Ids{7, 0}));
+  Encoding e = tok->encode_with_offsets("中中", false);
+  EXPECT_EQ(e.offsets[1], (std::pair<uint32_t, uint32_t>{0, 6}));
+  // A lone byte token that is not valid UTF-8 decodes to U+FFFD.
+  EXPECT_EQ(tok->decode({7, 4}), "\xEF\xBF\xBD");
+}
+
+TEST(Tokenizer, AddedTokenStripsWhitespace) {
+  auto tok = load(kMetaspace);
+  Encoding e = tok->encode_with_offsets("hello <tag> world", false);
+  EXPECT_EQ(e.ids, (Ids{20, 40, 25}));
+  // lstrip/rstrip: the token takes the spaces around it; each side is its own "▁"-prefixed text.
+  EXPECT_EQ(e.offsets, (Offsets{{0, 5}, {5, 12}, {12, 17}}));
+}
+
+TEST(Tokenizer, OffsetsThroughNormalizers) {
+  auto tok = load(kMetaspace);
+  // Prepend and Replace point back at the characters they came from; BOS/EOS are empty ranges.
+  Encoding e = tok->encode_with_offsets("hello world", true);
+  EXPECT_EQ(e.offsets, (Offsets{{0, 0}, {0, 5}, {5, 11}, {11, 11}}));
+  // NFC turns e + U+0301 (3 bytes) into é, which maps back to both source characters.
+  e = tok->encode_with_offsets("e\xCC\x81", false);
+  EXPECT_EQ(e.ids, (Ids{7, 15}));
+  EXPECT_EQ(e.offsets[1], (std::pair<uint32_t, uint32_t>{0, 3}));
+}
+
+TEST(Tokenizer, MetaspacePreTokenizer) {
+  // The non-legacy form: no Prepend/Replace normalizer, a Metaspace pre-tokenizer instead.
+  auto with_scheme = [](const char* scheme) {
+    return edited_copy(kMetaspace, [scheme](nlohmann::json& j) {
+      j["normalizer"] = nullptr;
+      j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", scheme}, {"split", true}};
+    });
+  };
+  EXPECT_EQ(load(*with_scheme("always"))->encode("hello world", false), (Ids{20, 25}));
+  EXPECT_EQ(load(*with_scheme("never"))->encode("hello world", false), (Ids{16, 18, 25}));
+}
+
+TEST(Tokenizer, ConfigSpecialTokensAndTemplates) {
+  auto tok = load(kMetaspace + "/tokenizer.json");  // the file itself works as well as its directory
+  const SpecialTokens& s = tok->special();
+  EXPECT_EQ(s.bos, 1);
+  EXPECT_EQ(s.bos_text, "<s>");
+  EXPECT_EQ(s.eos_text, "</s>");
+  EXPECT_EQ(s.eos, (Ids{2, 40}));  // eos_token, then generation_config.json's list
+  EXPECT_EQ(s.pad, -1);
+  EXPECT_EQ(s.unk, 0);
+  EXPECT_EQ(tok->chat_template(), "default template");  // the list entry named "default"
+  EXPECT_EQ(tok->vocab_size(), 41);                     // added token 40 is the highest id
+}
+
+TEST(Tokenizer, ConcurrentEncodesAgree) {
+  auto tok = load(kByteLevel);
+  std::vector<std::string> texts = {"hello world", "lll", "hello   world", " hello", "he<|special|>hello"};
+  std::vector<Ids> serial;
+  for (const auto& t : texts) serial.push_back(tok->encode(t, false));
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, 0);
+  for (int k = 0; k < 4; k++)
+    threads.emplace_back([&, k] {
+      for (int rep = 0; rep < 2000; rep++)
+        for (size_t i = 0; i < texts.size(); i++) bad[k] += tok->encode(texts[i], false) != serial[i];
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad, (std::vector<int>{0, 0, 0, 0}));
+}
+
+// ============================================================================================
+// Errors
+
+TEST(Tokenizer, MissingFiles) {
+  EXPECT_EQ(load_error("/no/such/dir"),
+            "tokenizer: '/no/such/dir' does not exist (expected a model directory holding tokenizer.json, or "
+            "a tokenizer.json file)");
+  EXPECT_EQ(load_error("tests/fixtures"),
+            "tokenizer: no tokenizer.json in 'tests/fixtures' (expected a Hugging Face fast tokenizer; a "
+            "SentencePiece tokenizer.model alone is not supported)");
+}
+
+TEST(Tokenizer, BadJson) {
+  TempDir tmp;
+  std::string dir = tmp;
+  file_write_atomic(dir + "/tokenizer.json", "{\"model\": [1, 2,");
+  std::string err = load_error(dir);
+  EXPECT_EQ(err.rfind(dir + "/tokenizer.json: not valid JSON (", 0), 0u) << err;
+}
+
+TEST(Tokenizer, UnsupportedComponentsNameTheJsonPath) {
+  auto tmp = edited_copy(kByteLevel, [](nlohmann::json& j) {
+    j["pre_tokenizer"]["pretokenizers"][1]["type"] = "UnicodeScripts";
+  });
+  std::string dir = *tmp;
+  EXPECT_EQ(load_error(dir), dir +
+                                 "/tokenizer.json: pre_tokenizer.pretokenizers[1].type \"UnicodeScripts\" is not "
+                                 "supported (supported: ByteLevel, Split, Metaspace, Sequence, Digits, "
+                                 "Punctuation, Whitespace, WhitespaceSplit)");
+  tmp = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["type"] = "Unigram"; });
+  dir = *tmp;
+  EXPECT_EQ(load_error(dir), dir + "/tokenizer.json: model.type \"Unigram\" is not supported (supported: BPE)");
+  tmp = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["dropout"] = 0.1; });
+  dir = *tmp;
+  EXPECT_EQ(load_error(dir),
+            dir + "/tokenizer.json: model.dropout is 0.1; BPE dropout is not supported (expected null or 0)");
+  tmp = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["merges"][0] = {"h", "x"}; });
+  dir = *tmp;
+  EXPECT_EQ(load_error(dir), dir + "/tokenizer.json: model.merges[0] merges \"h\" and \"x\" but \"x\" is not in "
+                                   "model.vocab");
+  tmp = edited_copy(kMetaspace, [](nlohmann::json& j) { j["decoder"]["decoders"][2] = {{"type", "CTC"}}; });
+  dir = *tmp;
+  EXPECT_EQ(load_error(dir), dir + "/tokenizer.json: decoder.decoders[2].type \"CTC\" is not supported (supported: "
+                                   "ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence)");
+}
+
+TEST(Tokenizer, InvalidUtf8Input) {
+  auto tok = load(kByteLevel);
+  try {
+    tok->encode("a\xC3(", false);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "tokenizer: text is not valid UTF-8 (byte 1 of 3)");
+  }
+}

