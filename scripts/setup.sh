@@ -12,7 +12,8 @@ packages=(
   libcurl4-openssl-dev              # W&B over HTTP
   libpcre2-dev                      # tokenizer pre-tokenizer regexes
   libutf8proc-dev                   # tokenizer Unicode normalization (NFC, ...)
-  nodejs npm                        # transformers.js, the tokenizer test's reference
+  nodejs npm                        # transformers.js, the tokenizer and chat tests' reference
+  python3-jinja2                    # Jinja2, the chat-template reference transformers.js cannot parse
   libgtest-dev libgmock-dev         # C++ unit tests
   libcpp-httplib-dev                # loopback HTTP server in tests
   libbenchmark-dev                  # bench/
