@@ -156,7 +156,8 @@ std::shared_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
     if (file_exists(f)) t.files.push_back(f);
   }
 
-  nlohmann::json root_json = read_json(t.json_path);
+  BpeData bpe;
+  nlohmann::json root_json = tokenizer_json_parse(t.json_path, file_read(t.json_path), bpe);
   JsonNode root(root_json, t.json_path, "");
   root.expect_object();
   t.normalizer = Normalizer::create(root.get("normalizer"));
@@ -164,7 +165,7 @@ std::shared_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   JsonNode model = root.at("model");
   model.expect_object();
   if (model.has("type") && model.type() != "BPE") model.unsupported({"BPE"});
-  t.model = std::make_unique<BpeModel>(model);
+  t.model = std::make_unique<BpeModel>(model, std::move(bpe));
   t.post_processor = PostProcessor::create(root.get("post_processor"));
   t.decoder = Decoder::create(root.get("decoder"));
   read_added_tokens(root, t);

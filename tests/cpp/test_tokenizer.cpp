@@ -254,6 +254,20 @@ TEST(Tokenizer, UnsupportedComponentsNameTheJsonPath) {
                                    "ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence)");
 }
 
+TEST(Tokenizer, MalformedModelFields) {
+  auto tmp = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["vocab"]["h"] = "zero"; });
+  EXPECT_EQ(load_error(*tmp), tmp->path + "/tokenizer.json: model.vocab[\"h\"] should be a non-negative integer id, "
+                                          "got \"zero\"");
+  tmp = edited_copy(kMetaspace, [](nlohmann::json& j) { j["model"]["merges"][1] = "l l l"; });
+  EXPECT_EQ(load_error(*tmp), tmp->path + "/tokenizer.json: model.merges[1] is \"l l l\"; a merge string should be "
+                                          "two tokens separated by one space");
+  tmp = edited_copy(kMetaspace, [](nlohmann::json& j) { j["model"]["merges"][2] = 7; });
+  EXPECT_EQ(load_error(*tmp),
+            tmp->path + "/tokenizer.json: model.merges[2] should be a pair of strings or an \"a b\" string, got 7");
+  tmp = edited_copy(kMetaspace, [](nlohmann::json& j) { j["model"].erase("vocab"); });
+  EXPECT_EQ(load_error(*tmp), tmp->path + "/tokenizer.json: model has no \"vocab\" field");
+}
+
 TEST(Tokenizer, InvalidUtf8Input) {
   auto tok = load(kByteLevel);
   try {
