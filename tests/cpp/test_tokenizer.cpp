@@ -14,6 +14,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/text/tokenizer.h"
+#include "host/text/tokenizer_parts.h"
 
 using namespace luatune;
 using Ids = std::vector<int32_t>;
@@ -276,4 +277,87 @@ TEST(Tokenizer, InvalidUtf8Input) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "tokenizer: text is not valid UTF-8 (byte 1 of 3)");
   }
+}
+
+// ============================================================================================
+// Components on their own (host/text/tokenizer_parts.h): split behaviours, pre-tokenizers and
+// normalizers the fixtures do not use, with the source ranges they keep.
+
+namespace {
+
+std::vector<std::string> texts(const std::vector<luatune::Piece>& pieces) {
+  std::vector<std::string> out;
+  for (const auto& p : pieces) out.push_back(p.text);
+  return out;
+}
+
+std::vector<std::string> pre_tokenize(const nlohmann::json& spec, const std::string& text) {
+  auto pre = luatune::PreTokenizer::create(luatune::JsonNode(spec, "test.json", "pre_tokenizer"));
+  std::vector<luatune::Piece> pieces{luatune::Piece::of_original(text, 0)};
+  pre->pre_tokenize(pieces);
+  return texts(pieces);
+}
+
+luatune::Piece normalize(const nlohmann::json& spec, const std::string& text) {
+  auto norm = luatune::Normalizer::create(luatune::JsonNode(spec, "test.json", "normalizer"));
+  luatune::Piece p = luatune::Piece::of_original(text, 0);
+  norm->normalize(p);
+  return p;
+}
+
+using Strings = std::vector<std::string>;
+
+}  // namespace
+
+TEST(TokenizerParts, SplitBehaviors) {
+  auto split = [](const char* behavior, bool invert) {
+    return pre_tokenize({{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", invert}},
+                        "a-b--c");
+  };
+  EXPECT_EQ(split("Removed", false), (Strings{"a", "b", "c"}));
+  EXPECT_EQ(split("Isolated", false), (Strings{"a", "-", "b", "-", "-", "c"}));
+  EXPECT_EQ(split("MergedWithPrevious", false), (Strings{"a-", "b-", "-", "c"}));
+  EXPECT_EQ(split("MergedWithNext", false), (Strings{"a", "-b", "-", "-c"}));
+  EXPECT_EQ(split("Contiguous", false), (Strings{"a", "-", "b", "--", "c"}));
+  EXPECT_EQ(split("Removed", true), (Strings{"-", "-", "-"}));  // invert: the matches are the content
+}
+
+TEST(TokenizerParts, OtherPreTokenizers) {
+  EXPECT_EQ(pre_tokenize({{"type", "Digits"}, {"individual_digits", true}}, "ab123"), (Strings{"ab", "1", "2", "3"}));
+  EXPECT_EQ(pre_tokenize({{"type", "Digits"}, {"individual_digits", false}}, "ab123c"), (Strings{"ab", "123", "c"}));
+  EXPECT_EQ(pre_tokenize({{"type", "Punctuation"}}, "hi, you!"), (Strings{"hi", ",", " you", "!"}));
+  EXPECT_EQ(pre_tokenize({{"type", "Whitespace"}}, "Hey  you's\tok"), (Strings{"Hey", "you", "'", "s", "ok"}));
+  EXPECT_EQ(pre_tokenize({{"type", "WhitespaceSplit"}}, " a  b\n"), (Strings{"a", "b"}));
+  // ByteLevel with the GPT-2 regex and a prefix space: bytes map to the printable alphabet.
+  EXPECT_EQ(pre_tokenize({{"type", "ByteLevel"}, {"add_prefix_space", true}}, "hi there\n"),
+            (Strings{"Ġhi", "Ġthere", "Ċ"}));
+  EXPECT_EQ(pre_tokenize({{"type", "Metaspace"}, {"replacement", "▁"}, {"add_prefix_space", false}}, "a b"),
+            (Strings{"a", "▁b"}));  // legacy add_prefix_space=false means prepend_scheme never
+}
+
+TEST(TokenizerParts, NormalizersKeepSourceRanges) {
+  luatune::Piece p = normalize({{"type", "Lowercase"}}, "ÀB");
+  EXPECT_EQ(p.text, "àb");
+  EXPECT_EQ(p.source_range(0, 2), (luatune::Span{0, 2}));
+  p = normalize({{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}}, " \t x y \n");
+  EXPECT_EQ(p.text, "x y");
+  EXPECT_EQ(p.source_range(0, p.text.size()), (luatune::Span{3, 6}));
+  p = normalize({{"type", "NFD"}}, "é!");  // U+00E9 -> e + U+0301
+  EXPECT_EQ(p.text, "e\xCC\x81!");
+  EXPECT_EQ(p.source_range(0, 3), (luatune::Span{0, 2}));
+  EXPECT_EQ(p.source_range(3, 4), (luatune::Span{2, 3}));
+  EXPECT_EQ(normalize({{"type", "NFKC"}}, "ﬁ①").text, "fi1");
+  p = normalize({{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", "_"}}, "a  \tb");
+  EXPECT_EQ(p.text, "a_b");
+  EXPECT_EQ(p.source_range(1, 2), (luatune::Span{1, 4}));
+}
+
+TEST(TokenizerParts, Utf8LossyMatchesMaximalSubparts) {
+  std::string out;
+  // E2 82 is a truncated 3-byte sequence: one U+FFFD; C0 is never valid: one each; F0 9F 98 80 is 😀.
+  EXPECT_FALSE(luatune::utf8_lossy("a\xE2\x82z\xC0\xC0\xF0\x9F\x98\x80", out));
+  EXPECT_EQ(out, "a\xEF\xBF\xBDz\xEF\xBF\xBD\xEF\xBF\xBD\xF0\x9F\x98\x80");
+  EXPECT_TRUE(luatune::utf8_lossy("ok é", out));
+  EXPECT_EQ(out, "ok é");
+  EXPECT_EQ(luatune::utf8_invalid_at("ab\xED\xA0\x80"), 2u);  // a UTF-16 surrogate is not UTF-8
 }
