@@ -47,8 +47,8 @@ int main(int argc, char** argv) {
     t0 = Clock::now();
     for (const std::string& t : texts) tokens += tok->encode(t, false).size();
     double enc_s = seconds_since(t0);
-    std::printf("luatune load_s=%.3f bytes=%zu tokens=%zu encode_s=%.3f MB/s=%.2f\n", load_s, bytes, tokens, enc_s,
-                bytes / 1e6 / enc_s);
+    std::printf("luatune load_s=%.3f bytes=%zu tokens=%zu encode_s=%.3f MB/s=%.2f\n", load_s, bytes, tokens,
+                enc_s, bytes / 1e6 / enc_s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

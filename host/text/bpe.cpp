@@ -63,7 +63,8 @@ void MergeTable::insert(int32_t left, int32_t right, int32_t rank, int32_t id) {
     std::vector<Entry> old = std::move(slots_);
     reserve(std::max<size_t>(old.size(), 8));
     for (const Entry& e : old)
-      if (e.key != kEmpty) insert(static_cast<int32_t>(e.key >> 32), static_cast<int32_t>(e.key & 0xFFFFFFFF), e.rank, e.id);
+      if (e.key != kEmpty)
+        insert(static_cast<int32_t>(e.key >> 32), static_cast<int32_t>(e.key & 0xFFFFFFFF), e.rank, e.id);
   }
   uint64_t key = pair_key(left, right);
   size_t i = mix(key) & mask_;
@@ -154,8 +155,10 @@ BpeModel::BpeModel(const JsonNode& model, BpeData data) {
     merged += b_rest;
     int32_t im = token_to_id(merged);
     LT_CHECK(ia >= 0 && ib >= 0 && im >= 0, at << " merges \"" << a << "\" and \"" << b << "\" but \""
-                                                << (ia < 0 ? a : ib < 0 ? b : std::string_view(merged))
-                                                << "\" is not in model.vocab");
+                                               << (ia < 0   ? a
+                                                   : ib < 0 ? b
+                                                            : std::string_view(merged))
+                                               << "\" is not in model.vocab");
     merges_.insert(ia, ib, static_cast<int32_t>(i), im);
   }
 
@@ -173,7 +176,9 @@ BpeModel::BpeModel(const JsonNode& model, BpeData data) {
   }
 }
 
-int32_t BpeModel::token_to_id(std::string_view token) const { return vocab_.find(token, id_to_token_); }
+int32_t BpeModel::token_to_id(std::string_view token) const {
+  return vocab_.find(token, id_to_token_);
+}
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
   if (id < 0 || id >= size()) return nullptr;

@@ -20,11 +20,13 @@ class StreamingReader : public nlohmann::json_sax<Json> {
   bool null() override { return add(Json()); }
   bool boolean(bool v) override { return add(Json(v)); }
   bool number_integer(number_integer_t v) override {
-    if (mode_ == Mode::vocab) return v >= 0 && v <= INT32_MAX && (bpe_.vocab.emplace_back(std::move(key_), v), true);
+    if (mode_ == Mode::vocab)
+      return v >= 0 && v <= INT32_MAX && (bpe_.vocab.emplace_back(std::move(key_), v), true);
     return add(Json(v));
   }
   bool number_unsigned(number_unsigned_t v) override {
-    if (mode_ == Mode::vocab) return v <= INT32_MAX && (bpe_.vocab.emplace_back(std::move(key_), static_cast<int64_t>(v)), true);
+    if (mode_ == Mode::vocab)
+      return v <= INT32_MAX && (bpe_.vocab.emplace_back(std::move(key_), static_cast<int64_t>(v)), true);
     return add(Json(v));
   }
   bool number_float(number_float_t v, const string_t&) override { return add(Json(v)); }
@@ -81,7 +83,9 @@ class StreamingReader : public nlohmann::json_sax<Json> {
     if (mode_ == Mode::merges) return mode_ = Mode::dom, true;
     return close();
   }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
 
  private:
   enum class Mode { dom, vocab, merges, merge_pair };

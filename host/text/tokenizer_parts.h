@@ -53,8 +53,8 @@ void utf8_append(std::string& out, char32_t cp);
 bool utf8_lossy(std::string_view bytes, std::string& out);
 // The offset of the first byte that is not part of valid UTF-8, or npos when all of it is valid.
 size_t utf8_invalid_at(std::string_view bytes);
-bool unicode_is_whitespace(char32_t c);   // the White_Space property
-bool unicode_is_alnum(char32_t c);        // letters and numbers (L*, N*)
+bool unicode_is_whitespace(char32_t c);  // the White_Space property
+bool unicode_is_alnum(char32_t c);       // letters and numbers (L*, N*)
 char32_t unicode_lower(char32_t c);
 enum class UnicodeForm { nfc, nfd, nfkc, nfkd };
 // Normalizes `s`; returns false (leaving out empty) when `s` is already normalized that way.
@@ -90,18 +90,18 @@ class JsonNode {
   const nlohmann::json& json() const { return *j_; }
   const std::string& path() const { return path_; }
   std::string where() const { return file_ + ": " + path_; }
-  bool has(const char* key) const;  // present and not null
-  JsonNode at(const char* key) const;  // must be present and not null
+  bool has(const char* key) const;      // present and not null
+  JsonNode at(const char* key) const;   // must be present and not null
   JsonNode get(const char* key) const;  // a null node when absent
   JsonNode at(size_t i) const;
-  size_t size() const;                 // of an array
+  size_t size() const;  // of an array
   std::string str(const char* key) const;
   std::string str_or(const char* key, const std::string& def) const;
   bool boolean_or(const char* key, bool def) const;
   int64_t integer(const char* key) const;
   int64_t integer_or(const char* key, int64_t def) const;
-  std::string type() const;  // the "type" field
-  [[noreturn]] void fail(const std::string& what) const;          // "file: path what"
+  std::string type() const;                                                        // the "type" field
+  [[noreturn]] void fail(const std::string& what) const;                           // "file: path what"
   [[noreturn]] void unsupported(const std::vector<std::string>& supported) const;  // on its type
   void expect_array() const;
   void expect_object() const;
@@ -165,7 +165,7 @@ class MergeTable {  // (left id, right id) -> (rank, merged id)
   };
   void reserve(size_t n);
   void insert(int32_t left, int32_t right, int32_t rank, int32_t id);  // a later duplicate wins
-  const Entry* find(int32_t left, int32_t right) const;               // nullptr if absent
+  const Entry* find(int32_t left, int32_t right) const;                // nullptr if absent
 
  private:
   static constexpr uint64_t kEmpty = ~uint64_t{0};
@@ -275,7 +275,7 @@ class AddedTokenMatcher {
  private:
   struct Node {
     std::vector<std::pair<uint8_t, int32_t>> next;  // sorted by byte
-    int32_t token = -1;                              // index into tokens_ when a token ends here
+    int32_t token = -1;                             // index into tokens_ when a token ends here
   };
   std::vector<Node> nodes_{Node{}};
   std::vector<const AddedToken*> tokens_;

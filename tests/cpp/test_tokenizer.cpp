@@ -25,7 +25,9 @@ namespace {
 const std::string kByteLevel = "tests/fixtures/tokenizers/bytelevel";
 const std::string kMetaspace = "tests/fixtures/tokenizers/metaspace";
 
-std::shared_ptr<Tokenizer> load(const std::string& dir) { return Tokenizer::load(dir); }
+std::shared_ptr<Tokenizer> load(const std::string& dir) {
+  return Tokenizer::load(dir);
+}
 
 // A directory under /tmp, removed again with the object. Converts to its path.
 struct TempDir {
@@ -39,7 +41,8 @@ struct TempDir {
 };
 
 // The fixture's tokenizer.json after `edit`, alone in a temporary directory.
-std::unique_ptr<TempDir> edited_copy(const std::string& fixture, const std::function<void(nlohmann::json&)>& edit) {
+std::unique_ptr<TempDir> edited_copy(const std::string& fixture,
+                                     const std::function<void(nlohmann::json&)>& edit) {
   auto dir = std::make_unique<TempDir>();
   nlohmann::json j = nlohmann::json::parse(file_read(fixture + "/tokenizer.json"));
   edit(j);
@@ -173,7 +176,8 @@ TEST(Tokenizer, MetaspacePreTokenizer) {
   auto with_scheme = [](const char* scheme) {
     return edited_copy(kMetaspace, [scheme](nlohmann::json& j) {
       j["normalizer"] = nullptr;
-      j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", scheme}, {"split", true}};
+      j["pre_tokenizer"] = {
+          {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", scheme}, {"split", true}};
     });
   };
   EXPECT_EQ(load(*with_scheme("always"))->encode("hello world", false), (Ids{20, 25}));
@@ -234,37 +238,46 @@ TEST(Tokenizer, UnsupportedComponentsNameTheJsonPath) {
     j["pre_tokenizer"]["pretokenizers"][1]["type"] = "UnicodeScripts";
   });
   std::string dir = *tmp;
-  EXPECT_EQ(load_error(dir), dir +
-                                 "/tokenizer.json: pre_tokenizer.pretokenizers[1].type \"UnicodeScripts\" is not "
-                                 "supported (supported: ByteLevel, Split, Metaspace, Sequence, Digits, "
-                                 "Punctuation, Whitespace, WhitespaceSplit)");
+  EXPECT_EQ(load_error(dir),
+            dir +
+                "/tokenizer.json: pre_tokenizer.pretokenizers[1].type \"UnicodeScripts\" is not "
+                "supported (supported: ByteLevel, Split, Metaspace, Sequence, Digits, "
+                "Punctuation, Whitespace, WhitespaceSplit)");
   tmp = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["type"] = "Unigram"; });
   dir = *tmp;
-  EXPECT_EQ(load_error(dir), dir + "/tokenizer.json: model.type \"Unigram\" is not supported (supported: BPE)");
+  EXPECT_EQ(load_error(dir),
+            dir + "/tokenizer.json: model.type \"Unigram\" is not supported (supported: BPE)");
   tmp = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["dropout"] = 0.1; });
   dir = *tmp;
   EXPECT_EQ(load_error(dir),
             dir + "/tokenizer.json: model.dropout is 0.1; BPE dropout is not supported (expected null or 0)");
   tmp = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["merges"][0] = {"h", "x"}; });
   dir = *tmp;
-  EXPECT_EQ(load_error(dir), dir + "/tokenizer.json: model.merges[0] merges \"h\" and \"x\" but \"x\" is not in "
-                                   "model.vocab");
+  EXPECT_EQ(load_error(dir),
+            dir +
+                "/tokenizer.json: model.merges[0] merges \"h\" and \"x\" but \"x\" is not in "
+                "model.vocab");
   tmp = edited_copy(kMetaspace, [](nlohmann::json& j) { j["decoder"]["decoders"][2] = {{"type", "CTC"}}; });
   dir = *tmp;
-  EXPECT_EQ(load_error(dir), dir + "/tokenizer.json: decoder.decoders[2].type \"CTC\" is not supported (supported: "
-                                   "ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence)");
+  EXPECT_EQ(load_error(dir),
+            dir +
+                "/tokenizer.json: decoder.decoders[2].type \"CTC\" is not supported (supported: "
+                "ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence)");
 }
 
 TEST(Tokenizer, MalformedModelFields) {
   auto tmp = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["vocab"]["h"] = "zero"; });
-  EXPECT_EQ(load_error(*tmp), tmp->path + "/tokenizer.json: model.vocab[\"h\"] should be a non-negative integer id, "
-                                          "got \"zero\"");
+  EXPECT_EQ(load_error(*tmp), tmp->path +
+                                  "/tokenizer.json: model.vocab[\"h\"] should be a non-negative integer id, "
+                                  "got \"zero\"");
   tmp = edited_copy(kMetaspace, [](nlohmann::json& j) { j["model"]["merges"][1] = "l l l"; });
-  EXPECT_EQ(load_error(*tmp), tmp->path + "/tokenizer.json: model.merges[1] is \"l l l\"; a merge string should be "
-                                          "two tokens separated by one space");
+  EXPECT_EQ(load_error(*tmp), tmp->path +
+                                  "/tokenizer.json: model.merges[1] is \"l l l\"; a merge string should be "
+                                  "two tokens separated by one space");
   tmp = edited_copy(kMetaspace, [](nlohmann::json& j) { j["model"]["merges"][2] = 7; });
-  EXPECT_EQ(load_error(*tmp),
-            tmp->path + "/tokenizer.json: model.merges[2] should be a pair of strings or an \"a b\" string, got 7");
+  EXPECT_EQ(
+      load_error(*tmp),
+      tmp->path + "/tokenizer.json: model.merges[2] should be a pair of strings or an \"a b\" string, got 7");
   tmp = edited_copy(kMetaspace, [](nlohmann::json& j) { j["model"].erase("vocab"); });
   EXPECT_EQ(load_error(*tmp), tmp->path + "/tokenizer.json: model has no \"vocab\" field");
 }
@@ -311,8 +324,9 @@ using Strings = std::vector<std::string>;
 
 TEST(TokenizerParts, SplitBehaviors) {
   auto split = [](const char* behavior, bool invert) {
-    return pre_tokenize({{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", invert}},
-                        "a-b--c");
+    return pre_tokenize(
+        {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", invert}},
+        "a-b--c");
   };
   EXPECT_EQ(split("Removed", false), (Strings{"a", "b", "c"}));
   EXPECT_EQ(split("Isolated", false), (Strings{"a", "-", "b", "-", "-", "c"}));
@@ -323,10 +337,13 @@ TEST(TokenizerParts, SplitBehaviors) {
 }
 
 TEST(TokenizerParts, OtherPreTokenizers) {
-  EXPECT_EQ(pre_tokenize({{"type", "Digits"}, {"individual_digits", true}}, "ab123"), (Strings{"ab", "1", "2", "3"}));
-  EXPECT_EQ(pre_tokenize({{"type", "Digits"}, {"individual_digits", false}}, "ab123c"), (Strings{"ab", "123", "c"}));
+  EXPECT_EQ(pre_tokenize({{"type", "Digits"}, {"individual_digits", true}}, "ab123"),
+            (Strings{"ab", "1", "2", "3"}));
+  EXPECT_EQ(pre_tokenize({{"type", "Digits"}, {"individual_digits", false}}, "ab123c"),
+            (Strings{"ab", "123", "c"}));
   EXPECT_EQ(pre_tokenize({{"type", "Punctuation"}}, "hi, you!"), (Strings{"hi", ",", " you", "!"}));
-  EXPECT_EQ(pre_tokenize({{"type", "Whitespace"}}, "Hey  you's\tok"), (Strings{"Hey", "you", "'", "s", "ok"}));
+  EXPECT_EQ(pre_tokenize({{"type", "Whitespace"}}, "Hey  you's\tok"),
+            (Strings{"Hey", "you", "'", "s", "ok"}));
   EXPECT_EQ(pre_tokenize({{"type", "WhitespaceSplit"}}, " a  b\n"), (Strings{"a", "b"}));
   // ByteLevel with the GPT-2 regex and a prefix space: bytes map to the printable alphabet.
   EXPECT_EQ(pre_tokenize({{"type", "ByteLevel"}, {"add_prefix_space", true}}, "hi there\n"),
