@@ -13,7 +13,9 @@ std::string tokenizer_describe(const TokenizerPtr& t) {
   return "Tokenizer(vocab_size=" + std::to_string(t->vocab_size()) + ", dir=" + t->source_dir() + ")";
 }
 
-Tokenizer& check_tokenizer(lua_State* L) { return *lt_check<TokenizerPtr>(L, 1); }
+Tokenizer& check_tokenizer(lua_State* L) {
+  return *lt_check<TokenizerPtr>(L, 1);
+}
 
 void push_id_or_nil(lua_State* L, int32_t id) {
   if (id < 0)
@@ -56,8 +58,8 @@ int l_tokenizer_decode(lua_State* L) {
   for (size_t i = 0; i < ids.size(); i++) {
     lua_rawgeti(L, 2, static_cast<int>(i + 1));
     if (!lua_isnumber(L, -1)) {
-      std::string msg = "token ids must be numbers (item " + std::to_string(i + 1) + " is a " +
-                        luaL_typename(L, -1) + ")";
+      std::string msg =
+          "token ids must be numbers (item " + std::to_string(i + 1) + " is a " + luaL_typename(L, -1) + ")";
       luaL_argerror(L, 2, msg.c_str());
     }
     ids[i] = static_cast<int32_t>(lt_check_int(L, -1));

@@ -23,6 +23,7 @@ using namespace luatune;
 // reverse with --decode). A line that is not what we expect ends the run with exit status 1.
 static int run_tokenize(const Command& cmd) {
   auto tok = Tokenizer::load(cmd.tokenizer);
+  std::ios::sync_with_stdio(false);  // std::cin is read only here; unsynced getline is much faster
   std::string line;
   for (size_t n = 1; std::getline(std::cin, line); n++) {
     nlohmann::json in = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -80,7 +81,6 @@ static int run_command(const Command& cmd) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF,
                0);  // progress lines appear as they are printed, in order with stderr
-  std::ios::sync_with_stdio(false);
   try {
     cpu_threads_init();
     return run_command(cli_parse(std::vector<std::string>(argv + 1, argv + argc)));

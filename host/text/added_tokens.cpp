@@ -15,7 +15,9 @@ char32_t char_before(std::string_view s, size_t at) {
   return utf8_next(s, start);
 }
 
-bool is_word_char(char32_t c) { return c == '_' || unicode_is_alnum(c); }
+bool is_word_char(char32_t c) {
+  return c == '_' || unicode_is_alnum(c);
+}
 
 }  // namespace
 

@@ -10,13 +10,106 @@
 
 namespace luatune {
 
+// ============================================================================================
+// Hash tables
+
 namespace {
 uint64_t pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
+uint64_t mix(uint64_t x) {  // a 64-bit finalizer (splitmix64), so nearby id pairs spread out
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+size_t table_size(size_t n) {  // a power of two at most half full
+  size_t size = 16;
+  while (size < 2 * n) size <<= 1;
+  return size;
+}
 }  // namespace
 
-BpeModel::BpeModel(const JsonNode& model) {
+void TokenTable::build(const std::vector<std::string>& tokens) {
+  slots_.assign(table_size(tokens.size()), Slot{0, -1});
+  mask_ = slots_.size() - 1;
+  for (size_t id = 0; id < tokens.size(); id++) {
+    if (tokens[id].empty()) continue;
+    uint64_t h = std::hash<std::string_view>()(tokens[id]);
+    size_t i = h & mask_;
+    while (slots_[i].id >= 0) i = (i + 1) & mask_;
+    slots_[i] = {static_cast<uint32_t>(h >> 32), static_cast<int32_t>(id)};
+  }
+}
+
+int32_t TokenTable::find(std::string_view s, const std::vector<std::string>& tokens) const {
+  if (slots_.empty()) return -1;
+  uint64_t h = std::hash<std::string_view>()(s);
+  auto tag = static_cast<uint32_t>(h >> 32);
+  for (size_t i = h & mask_; slots_[i].id >= 0; i = (i + 1) & mask_)
+    if (slots_[i].hash == tag && tokens[slots_[i].id] == s) return slots_[i].id;
+  return -1;
+}
+
+void MergeTable::reserve(size_t n) {
+  slots_.assign(table_size(n), Entry{kEmpty, 0, 0});
+  mask_ = slots_.size() - 1;
+  size_ = 0;
+}
+
+void MergeTable::insert(int32_t left, int32_t right, int32_t rank, int32_t id) {
+  if (2 * (size_ + 1) > slots_.size()) {  // grow: re-insert everything into a table twice as big
+    std::vector<Entry> old = std::move(slots_);
+    reserve(std::max<size_t>(old.size(), 8));
+    for (const Entry& e : old)
+      if (e.key != kEmpty)
+        insert(static_cast<int32_t>(e.key >> 32), static_cast<int32_t>(e.key & 0xFFFFFFFF), e.rank, e.id);
+  }
+  uint64_t key = pair_key(left, right);
+  size_t i = mix(key) & mask_;
+  while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask_;
+  if (slots_[i].key == kEmpty) size_++;
+  slots_[i] = {key, rank, id};
+}
+
+const MergeTable::Entry* MergeTable::find(int32_t left, int32_t right) const {
+  if (slots_.empty()) return nullptr;
+  uint64_t key = pair_key(left, right);
+  for (size_t i = mix(key) & mask_; slots_[i].key != kEmpty; i = (i + 1) & mask_)
+    if (slots_[i].key == key) return &slots_[i];
+  return nullptr;
+}
+
+// ============================================================================================
+// Loading
+
+// model.vocab and model.merges from the JSON tree (when the streaming reader did not take them).
+void BpeModel::read_vocab(const JsonNode& vocab, BpeData& data) {
+  vocab.expect_object();
+  data.vocab.reserve(vocab.json().size());
+  for (const auto& [token, id] : vocab.json().items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+      fail(vocab.where() + "[\"" + token + "\"] should be a non-negative integer id, got " + id.dump());
+    data.vocab.emplace_back(token, id.get<int64_t>());
+  }
+}
+
+void BpeModel::read_merges(const JsonNode& merges, BpeData& data) {
+  size_t n = merges.size();
+  data.merges.reserve(n);
+  for (size_t i = 0; i < n; i++) {
+    const nlohmann::json& m = merges.json()[i];
+    if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+      data.merges.push_back({m[0].get<std::string>(), m[1].get<std::string>(), false});
+    else if (m.is_string())
+      data.merges.push_back({m.get<std::string>(), "", true});
+    else
+      merges.at(i).fail("should be a pair of strings or an \"a b\" string, got " + m.dump());
+  }
+}
+
+BpeModel::BpeModel(const JsonNode& model, BpeData data) {
   if (model.has("dropout")) {
     const nlohmann::json& d = model.at("dropout").json();
     if (!(d.is_number() && d.get<double>() == 0.0))
@@ -29,55 +122,44 @@ BpeModel::BpeModel(const JsonNode& model) {
   byte_fallback_ = model.boolean_or("byte_fallback", false);
   ignore_merges_ = model.boolean_or("ignore_merges", false);
 
-  // Vocab: id -> token first, then the token -> id map keyed by views into those strings (the
-  // vector is never resized afterwards, so the views stay valid).
-  JsonNode vocab = model.at("vocab");
-  vocab.expect_object();
-  int64_t max_id = -1;
-  for (const auto& [token, id] : vocab.json().items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-      vocab.fail("[\"" + token + "\"] should be a non-negative integer id, got " + id.dump());
-    max_id = std::max(max_id, id.get<int64_t>());
-  }
-  id_to_token_.resize(static_cast<size_t>(max_id + 1));
-  for (const auto& [token, id] : vocab.json().items()) id_to_token_[id.get<size_t>()] = token;
-  vocab_.reserve(id_to_token_.size());
-  for (size_t id = 0; id < id_to_token_.size(); id++)
-    if (!id_to_token_[id].empty() || vocab.json().contains(""))
-      vocab_.emplace(id_to_token_[id], static_cast<int32_t>(id));
+  if (!data.streamed_vocab) read_vocab(model.at("vocab"), data);
+  if (!data.streamed_merges) read_merges(model.at("merges"), data);
 
-  JsonNode merges = model.at("merges");
-  size_t n = merges.size();
-  merges_.reserve(n);
+  int64_t max_id = -1;
+  for (const auto& entry : data.vocab) max_id = std::max(max_id, entry.second);
+  id_to_token_.resize(static_cast<size_t>(max_id + 1));
+  for (auto& [token, id] : data.vocab) id_to_token_[static_cast<size_t>(id)] = std::move(token);
+  vocab_.build(id_to_token_);
+
+  // Merges: rank = position in the list; the merged token must be in the vocab too.
+  merges_.reserve(data.merges.size());
   std::string merged;
-  for (size_t i = 0; i < n; i++) {
-    const nlohmann::json& m = merges.json()[i];
-    std::string a, b;
-    if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      a = m[0].get<std::string>();
-      b = m[1].get<std::string>();
-    } else if (m.is_string()) {
-      const std::string& s = m.get_ref<const std::string&>();
-      if (s.rfind("#version", 0) == 0) continue;
-      size_t space = s.find(' ');
-      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-        merges.at(i).fail("is \"" + s + "\"; a merge string should be two tokens separated by one space");
-      a = s.substr(0, space);
-      b = s.substr(space + 1);
-    } else {
-      merges.at(i).fail("should be a pair of strings or an \"a b\" string, got " + m.dump());
+  std::string where = model.where() + ".merges";
+  for (size_t i = 0; i < data.merges.size(); i++) {
+    const BpeData::Merge& m = data.merges[i];
+    std::string_view a = m.a, b = m.b;
+    std::string at = where + "[" + std::to_string(i) + "]";
+    if (m.legacy) {  // "a b"
+      if (a.substr(0, 8) == "#version") continue;
+      size_t space = a.find(' ');
+      LT_CHECK(space != std::string::npos && a.find(' ', space + 1) == std::string::npos,
+               at << " is \"" << m.a << "\"; a merge string should be two tokens separated by one space");
+      b = a.substr(space + 1);
+      a = a.substr(0, space);
     }
     int32_t ia = token_to_id(a), ib = token_to_id(b);
     std::string_view b_rest = b;
     if (!continuing_prefix_.empty() && b_rest.substr(0, continuing_prefix_.size()) == continuing_prefix_)
       b_rest.remove_prefix(continuing_prefix_.size());
-    merged = a;
+    merged.assign(a);
     merged += b_rest;
     int32_t im = token_to_id(merged);
-    if (ia < 0 || ib < 0 || im < 0)
-      merges.at(i).fail("merges \"" + a + "\" and \"" + b + "\" but \"" + (ia < 0 ? a : ib < 0 ? b : merged) +
-                        "\" is not in model.vocab");
-    merges_.emplace(pair_key(ia, ib), std::make_pair(static_cast<int32_t>(i), im));
+    LT_CHECK(ia >= 0 && ib >= 0 && im >= 0, at << " merges \"" << a << "\" and \"" << b << "\" but \""
+                                               << (ia < 0   ? a
+                                                   : ib < 0 ? b
+                                                            : std::string_view(merged))
+                                               << "\" is not in model.vocab");
+    merges_.insert(ia, ib, static_cast<int32_t>(i), im);
   }
 
   byte_ids_.fill(-1);
@@ -95,8 +177,7 @@ BpeModel::BpeModel(const JsonNode& model) {
 }
 
 int32_t BpeModel::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(token);
-  return it == vocab_.end() ? -1 : it->second;
+  return vocab_.find(token, id_to_token_);
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
@@ -198,8 +279,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<ModelToken>& out) c
   auto push_pair = [&](int32_t pos) {
     int32_t next = symbols[pos].next;
     if (next < 0) return;
-    auto it = merges_.find(pair_key(symbols[pos].id, symbols[next].id));
-    if (it != merges_.end()) queue.push({it->second.first, pos, it->second.second});
+    if (const MergeTable::Entry* m = merges_.find(symbols[pos].id, symbols[next].id))
+      queue.push({m->rank, pos, m->id});
   };
   for (int32_t k = 0; k + 1 < static_cast<int32_t>(symbols.size()); k++) push_pair(k);
   while (!queue.empty()) {
@@ -208,8 +289,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<ModelToken>& out) c
     Symbol& left = symbols[top.pos];
     if (left.len == 0 || left.next < 0) continue;
     Symbol& right = symbols[left.next];
-    auto it = merges_.find(pair_key(left.id, right.id));
-    if (it == merges_.end() || it->second.second != top.new_id) continue;
+    const MergeTable::Entry* m = merges_.find(left.id, right.id);
+    if (!m || m->id != top.new_id) continue;
     left.id = top.new_id;
     left.len += right.len;
     right.len = 0;

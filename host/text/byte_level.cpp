@@ -9,7 +9,7 @@ namespace luatune {
 namespace {
 
 struct ByteAlphabet {
-  std::array<std::string, 256> text;  // byte -> UTF-8 of its char
+  std::array<std::string, 256> text;   // byte -> UTF-8 of its char
   std::array<int16_t, 0x144> byte_of;  // code point -> byte, -1 when not in the alphabet
 
   ByteAlphabet() {
@@ -31,7 +31,9 @@ const ByteAlphabet& alphabet() {
 
 }  // namespace
 
-const std::string& byte_level_char(uint8_t b) { return alphabet().text[b]; }
+const std::string& byte_level_char(uint8_t b) {
+  return alphabet().text[b];
+}
 
 bool byte_level_unmap(std::string_view token, std::string& bytes) {
   const ByteAlphabet& a = alphabet();

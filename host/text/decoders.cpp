@@ -29,7 +29,8 @@ class ByteLevelDecoder : public Decoder {
 class MetaspaceDecoder : public Decoder {
  public:
   explicit MetaspaceDecoder(const JsonNode& n) : replacement_(n.str_or("replacement", "\xE2\x96\x81")) {
-    std::string scheme = n.str_or("prepend_scheme", n.boolean_or("add_prefix_space", true) ? "always" : "never");
+    std::string scheme =
+        n.str_or("prepend_scheme", n.boolean_or("add_prefix_space", true) ? "always" : "never");
     strip_first_ = scheme != "never";
   }
   void decode_chain(std::vector<std::string>& tokens) const override {
@@ -37,8 +38,10 @@ class MetaspaceDecoder : public Decoder {
       std::string out;
       const std::string& t = tokens[i];
       size_t at = 0;
-      if (i == 0 && strip_first_ && t.compare(0, replacement_.size(), replacement_) == 0) at = replacement_.size();
-      for (size_t hit; (hit = t.find(replacement_, at)) != std::string::npos; at = hit + replacement_.size()) {
+      if (i == 0 && strip_first_ && t.compare(0, replacement_.size(), replacement_) == 0)
+        at = replacement_.size();
+      for (size_t hit; (hit = t.find(replacement_, at)) != std::string::npos;
+           at = hit + replacement_.size()) {
         out.append(t, at, hit - at);
         out += ' ';
       }
@@ -91,7 +94,10 @@ int byte_token_value(const std::string& t) {
   int v = 0;
   for (int k = 3; k < 5; k++) {
     char c = t[k];
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    int d = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                   : -1;
     if (d < 0) return -1;
     v = v * 16 + d;
   }

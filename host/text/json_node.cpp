@@ -10,7 +10,9 @@ namespace {
 std::string join_path(const std::string& path, const char* key) {
   return path.empty() ? std::string(key) : path + "." + key;
 }
-const char* kind(const nlohmann::json& j) { return j.type_name(); }
+const char* kind(const nlohmann::json& j) {
+  return j.type_name();
+}
 }  // namespace
 
 bool JsonNode::has(const char* key) const {
@@ -64,9 +66,13 @@ int64_t JsonNode::integer(const char* key) const {
   return n.j_->get<int64_t>();
 }
 
-int64_t JsonNode::integer_or(const char* key, int64_t def) const { return has(key) ? integer(key) : def; }
+int64_t JsonNode::integer_or(const char* key, int64_t def) const {
+  return has(key) ? integer(key) : def;
+}
 
-std::string JsonNode::type() const { return str("type"); }
+std::string JsonNode::type() const {
+  return str("type");
+}
 
 void JsonNode::fail(const std::string& what) const {
   luatune::fail(file_ + ": " + (path_.empty() ? std::string("top level") : path_) + " " + what);

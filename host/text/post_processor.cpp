@@ -17,7 +17,10 @@ class TemplateProcessor : public PostProcessor {
       item.expect_object();
       if (item.has("Sequence")) {
         std::string id = item.at("Sequence").str("id");
-        if (id != "A") item.at("Sequence").at("id").fail("is \"" + id + "\"; a single-sequence template can only use \"A\"");
+        if (id != "A")
+          item.at("Sequence")
+              .at("id")
+              .fail("is \"" + id + "\"; a single-sequence template can only use \"A\"");
         items_.push_back({true, {}});
       } else if (item.has("SpecialToken")) {
         std::string name = item.at("SpecialToken").str("id");
@@ -47,7 +50,9 @@ class TemplateProcessor : public PostProcessor {
         continue;
       }
       // Added tokens sit at an empty range where they were inserted.
-      uint32_t at = !out.offsets.empty() ? out.offsets.back().second : !e.offsets.empty() ? e.offsets.front().first : 0;
+      uint32_t at = !out.offsets.empty() ? out.offsets.back().second
+                    : !e.offsets.empty() ? e.offsets.front().first
+                                         : 0;
       for (int32_t id : it.ids) {
         out.ids.push_back(id);
         out.offsets.push_back({at, at});
@@ -67,7 +72,8 @@ class TemplateProcessor : public PostProcessor {
 class ByteLevelProcessor : public PostProcessor {
  public:
   explicit ByteLevelProcessor(const JsonNode& n)
-      : trim_offsets_(n.boolean_or("trim_offsets", true)), add_prefix_space_(n.boolean_or("add_prefix_space", true)) {}
+      : trim_offsets_(n.boolean_or("trim_offsets", true)),
+        add_prefix_space_(n.boolean_or("add_prefix_space", true)) {}
   void process(Encoding& e, bool, const TokenText& text) const override {
     if (!trim_offsets_) return;
     const std::string& space = byte_level_char(' ');

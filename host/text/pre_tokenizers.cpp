@@ -87,9 +87,10 @@ SplitBehavior parse_behavior(const JsonNode& n) {
   if (b == "MergedWithPrevious") return SplitBehavior::merged_with_previous;
   if (b == "MergedWithNext") return SplitBehavior::merged_with_next;
   if (b == "Contiguous") return SplitBehavior::contiguous;
-  n.at("behavior").fail("\"" + b +
-                        "\" is not a split behavior (expected Removed, Isolated, MergedWithPrevious, "
-                        "MergedWithNext or Contiguous)");
+  n.at("behavior")
+      .fail("\"" + b +
+            "\" is not a split behavior (expected Removed, Isolated, MergedWithPrevious, "
+            "MergedWithNext or Contiguous)");
 }
 
 // A pre-tokenizer that splits at the matches of one regex.
@@ -126,13 +127,15 @@ class ByteLevelPreTokenizer : public PreTokenizer {
  public:
   explicit ByteLevelPreTokenizer(const JsonNode& n)
       : add_prefix_space_(n.boolean_or("add_prefix_space", true)) {
-    if (n.boolean_or("use_regex", true)) regex_ = std::make_unique<Regex>(byte_level_gpt2_pattern(), n.where());
+    if (n.boolean_or("use_regex", true))
+      regex_ = std::make_unique<Regex>(byte_level_gpt2_pattern(), n.where());
   }
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     for_each_piece(pieces, [&](Piece& p, std::vector<Piece>& out) {
       if (add_prefix_space_ && (p.text.empty() || p.text[0] != ' ')) {
         Piece q;
-        q.append(" ", p.source_range(0, p.text.empty() ? 0 : utf8_len(static_cast<unsigned char>(p.text[0]))));
+        q.append(" ",
+                 p.source_range(0, p.text.empty() ? 0 : utf8_len(static_cast<unsigned char>(p.text[0]))));
         q.append_from(p, 0, p.text.size());
         p = std::move(q);
       }
@@ -157,10 +160,15 @@ class MetaspacePreTokenizer : public PreTokenizer {
       : replacement_(n.str_or("replacement", "\xE2\x96\x81")), split_(n.boolean_or("split", true)) {
     if (n.has("prepend_scheme")) {
       std::string s = n.str("prepend_scheme");
-      if (s == "always") prepend_ = Prepend::always;
-      else if (s == "first") prepend_ = Prepend::first;
-      else if (s == "never") prepend_ = Prepend::never;
-      else n.at("prepend_scheme").fail("\"" + s + "\" is not a prepend scheme (expected always, first or never)");
+      if (s == "always")
+        prepend_ = Prepend::always;
+      else if (s == "first")
+        prepend_ = Prepend::first;
+      else if (s == "never")
+        prepend_ = Prepend::never;
+      else
+        n.at("prepend_scheme")
+            .fail("\"" + s + "\" is not a prepend scheme (expected always, first or never)");
     } else {
       prepend_ = n.boolean_or("add_prefix_space", true) ? Prepend::always : Prepend::never;  // legacy form
     }
@@ -223,10 +231,10 @@ std::unique_ptr<PreTokenizer> PreTokenizer::create(const JsonNode& n) {
   if (type == "Metaspace") return std::make_unique<MetaspacePreTokenizer>(n);
   if (type == "Sequence") return std::make_unique<SequencePreTokenizer>(n);
   if (type == "Digits")
-    return std::make_unique<RegexSplit>(R"(\p{N})", n.where(),
-                                        n.boolean_or("individual_digits", false) ? SplitBehavior::isolated
-                                                                                 : SplitBehavior::contiguous,
-                                        false);
+    return std::make_unique<RegexSplit>(
+        R"(\p{N})", n.where(),
+        n.boolean_or("individual_digits", false) ? SplitBehavior::isolated : SplitBehavior::contiguous,
+        false);
   if (type == "Punctuation") {
     SplitBehavior b = n.has("behavior") ? parse_behavior(n) : SplitBehavior::isolated;
     return std::make_unique<RegexSplit>(R"([\p{P}!-/:-@\[-`{-~])", n.where(), b, false);

@@ -24,7 +24,9 @@ Regex::Regex(const std::string& pattern, const std::string& where) {
   code_ = code;
 }
 
-Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+Regex::~Regex() {
+  pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
 
 std::vector<Span> Regex::find_all(std::string_view s) const {
   std::vector<Span> out;
@@ -34,8 +36,7 @@ std::vector<Span> Regex::find_all(std::string_view s) const {
   // The text was checked to be valid UTF-8 once, on entry to encode.
   uint32_t options = PCRE2_NO_UTF_CHECK;
   while (start <= s.size()) {
-    int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start, options, md,
-                         nullptr);
+    int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start, options, md, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       pcre2_match_data_free(md);
@@ -55,6 +56,8 @@ std::vector<Span> Regex::find_all(std::string_view s) const {
   return out;
 }
 
-std::string Regex::quote(std::string_view literal) { return "\\Q" + std::string(literal) + "\\E"; }
+std::string Regex::quote(std::string_view literal) {
+  return "\\Q" + std::string(literal) + "\\E";
+}
 
 }  // namespace luatune

@@ -51,7 +51,8 @@ std::string config_token(const nlohmann::json& config, const char* key) {
   if (!config.is_object() || !config.contains(key)) return "";
   const nlohmann::json& v = config[key];
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
   return "";
 }
 
@@ -62,7 +63,8 @@ void read_added_tokens(const JsonNode& root, TokenizerImpl& t) {
     JsonNode n = list.at(i);
     AddedToken a;
     int64_t id = n.integer("id");
-    if (id < 0 || id > INT32_MAX) n.at("id").fail("should be a non-negative token id, got " + std::to_string(id));
+    if (id < 0 || id > INT32_MAX)
+      n.at("id").fail("should be a non-negative token id, got " + std::to_string(id));
     a.id = static_cast<int32_t>(id);
     a.content = n.str("content");
     if (a.content.empty()) n.at("content").fail("should not be empty");
@@ -95,13 +97,15 @@ void read_special(const std::string& dir, TokenizerImpl& t, const Tokenizer& tok
   if (!s.pad_text.empty()) s.pad = tok.token_to_id(s.pad_text);
   s.unk = !unk_text.empty() ? tok.token_to_id(unk_text) : t.model->unk_id();
   auto add_eos = [&](int64_t id) {
-    if (id >= 0 && std::find(s.eos.begin(), s.eos.end(), id) == s.eos.end()) s.eos.push_back(static_cast<int32_t>(id));
+    if (id >= 0 && std::find(s.eos.begin(), s.eos.end(), id) == s.eos.end())
+      s.eos.push_back(static_cast<int32_t>(id));
   };
   if (!s.eos_text.empty()) add_eos(tok.token_to_id(s.eos_text));
   std::string gen_path = dir + "/generation_config.json";
   if (file_exists(gen_path)) {
     nlohmann::json gen = read_json(gen_path);
-    const nlohmann::json& e = gen.is_object() && gen.contains("eos_token_id") ? gen["eos_token_id"] : nlohmann::json();
+    const nlohmann::json& e =
+        gen.is_object() && gen.contains("eos_token_id") ? gen["eos_token_id"] : nlohmann::json();
     if (e.is_number_integer()) add_eos(e.get<int64_t>());
     if (e.is_array())
       for (const auto& v : e)
@@ -139,10 +143,10 @@ std::shared_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   if (dir_exists(path)) {
     t.dir = path;
     t.json_path = path + "/tokenizer.json";
-    LT_CHECK(file_exists(t.json_path),
-             "tokenizer: no tokenizer.json in '" << path
-                                                 << "' (expected a Hugging Face fast tokenizer; a SentencePiece "
-                                                    "tokenizer.model alone is not supported)");
+    LT_CHECK(file_exists(t.json_path), "tokenizer: no tokenizer.json in '"
+                                           << path
+                                           << "' (expected a Hugging Face fast tokenizer; a SentencePiece "
+                                              "tokenizer.model alone is not supported)");
   } else {
     LT_CHECK(file_exists(path), "tokenizer: '" << path
                                                << "' does not exist (expected a model directory holding "
@@ -156,7 +160,8 @@ std::shared_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
     if (file_exists(f)) t.files.push_back(f);
   }
 
-  nlohmann::json root_json = read_json(t.json_path);
+  BpeData bpe;
+  nlohmann::json root_json = tokenizer_json_parse(t.json_path, file_read(t.json_path), bpe);
   JsonNode root(root_json, t.json_path, "");
   root.expect_object();
   t.normalizer = Normalizer::create(root.get("normalizer"));
@@ -164,7 +169,7 @@ std::shared_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   JsonNode model = root.at("model");
   model.expect_object();
   if (model.has("type") && model.type() != "BPE") model.unsupported({"BPE"});
-  t.model = std::make_unique<BpeModel>(model);
+  t.model = std::make_unique<BpeModel>(model, std::move(bpe));
   t.post_processor = PostProcessor::create(root.get("post_processor"));
   t.decoder = Decoder::create(root.get("decoder"));
   read_added_tokens(root, t);
@@ -264,7 +269,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   return out;
 }
 
-int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+int32_t Tokenizer::vocab_size() const {
+  return impl_->vocab_size;
+}
 
 int32_t Tokenizer::token_to_id(std::string_view token) const {
   auto it = impl_->added_by_text.find(std::string(token));
@@ -272,16 +279,26 @@ int32_t Tokenizer::token_to_id(std::string_view token) const {
   return impl_->model->token_to_id(token);
 }
 
-std::string Tokenizer::id_to_token(int32_t id) const { return std::string(impl_->token_text(id)); }
+std::string Tokenizer::id_to_token(int32_t id) const {
+  return std::string(impl_->token_text(id));
+}
 
 bool Tokenizer::is_special(int32_t id) const {
   auto it = impl_->added_by_id.find(id);
   return it != impl_->added_by_id.end() && impl_->added[it->second].special;
 }
 
-const SpecialTokens& Tokenizer::special() const { return impl_->special; }
-const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
-const std::string& Tokenizer::source_dir() const { return impl_->dir; }
-const std::vector<std::string>& Tokenizer::files() const { return impl_->files; }
+const SpecialTokens& Tokenizer::special() const {
+  return impl_->special;
+}
+const std::string& Tokenizer::chat_template() const {
+  return impl_->chat_template;
+}
+const std::string& Tokenizer::source_dir() const {
+  return impl_->dir;
+}
+const std::vector<std::string>& Tokenizer::files() const {
+  return impl_->files;
+}
 
 }  // namespace luatune

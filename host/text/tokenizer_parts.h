@@ -53,8 +53,8 @@ void utf8_append(std::string& out, char32_t cp);
 bool utf8_lossy(std::string_view bytes, std::string& out);
 // The offset of the first byte that is not part of valid UTF-8, or npos when all of it is valid.
 size_t utf8_invalid_at(std::string_view bytes);
-bool unicode_is_whitespace(char32_t c);   // the White_Space property
-bool unicode_is_alnum(char32_t c);        // letters and numbers (L*, N*)
+bool unicode_is_whitespace(char32_t c);  // the White_Space property
+bool unicode_is_alnum(char32_t c);       // letters and numbers (L*, N*)
 char32_t unicode_lower(char32_t c);
 enum class UnicodeForm { nfc, nfd, nfkc, nfkd };
 // Normalizes `s`; returns false (leaving out empty) when `s` is already normalized that way.
@@ -90,18 +90,18 @@ class JsonNode {
   const nlohmann::json& json() const { return *j_; }
   const std::string& path() const { return path_; }
   std::string where() const { return file_ + ": " + path_; }
-  bool has(const char* key) const;  // present and not null
-  JsonNode at(const char* key) const;  // must be present and not null
+  bool has(const char* key) const;      // present and not null
+  JsonNode at(const char* key) const;   // must be present and not null
   JsonNode get(const char* key) const;  // a null node when absent
   JsonNode at(size_t i) const;
-  size_t size() const;                 // of an array
+  size_t size() const;  // of an array
   std::string str(const char* key) const;
   std::string str_or(const char* key, const std::string& def) const;
   bool boolean_or(const char* key, bool def) const;
   int64_t integer(const char* key) const;
   int64_t integer_or(const char* key, int64_t def) const;
-  std::string type() const;  // the "type" field
-  [[noreturn]] void fail(const std::string& what) const;          // "file: path what"
+  std::string type() const;                                                        // the "type" field
+  [[noreturn]] void fail(const std::string& what) const;                           // "file: path what"
   [[noreturn]] void unsupported(const std::vector<std::string>& supported) const;  // on its type
   void expect_array() const;
   void expect_object() const;
@@ -141,9 +141,56 @@ struct ModelToken {
   uint32_t begin, end;
 };
 
+// Open-addressing hash tables for the BPE model (host/text/bpe.cpp): a flat array of slots and
+// linear probing, no allocation per entry, so building 500k merges and looking them up is cheap.
+class TokenTable {  // token text -> id; the texts themselves stay in the model's id -> token list
+ public:
+  void build(const std::vector<std::string>& tokens);  // empty strings are left out
+  int32_t find(std::string_view s, const std::vector<std::string>& tokens) const;  // -1 if absent
+
+ private:
+  struct Slot {
+    uint32_t hash;
+    int32_t id;  // -1: empty
+  };
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+};
+
+class MergeTable {  // (left id, right id) -> (rank, merged id)
+ public:
+  struct Entry {
+    uint64_t key;  // left << 32 | right; kEmpty for a free slot
+    int32_t rank, id;
+  };
+  void reserve(size_t n);
+  void insert(int32_t left, int32_t right, int32_t rank, int32_t id);  // a later duplicate wins
+  const Entry* find(int32_t left, int32_t right) const;                // nullptr if absent
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  std::vector<Entry> slots_;
+  size_t mask_ = 0, size_ = 0;
+};
+
+// model.vocab and model.merges as lists, filled while reading the file (tokenizer_json.cpp) or
+// from the JSON tree.
+struct BpeData {
+  struct Merge {
+    std::string a, b;
+    bool legacy = false;  // a holds an "a b" string
+  };
+  std::vector<std::pair<std::string, int64_t>> vocab;
+  std::vector<Merge> merges;
+  bool streamed_vocab = false, streamed_merges = false;  // taken out of the tree while reading
+};
+// Parses tokenizer.json text, streaming model.vocab/merges into `bpe`; fails naming `path` if the
+// text is not JSON.
+nlohmann::json tokenizer_json_parse(const std::string& path, const std::string& text, BpeData& bpe);
+
 class BpeModel {  // host/text/bpe.cpp
  public:
-  explicit BpeModel(const JsonNode& model);
+  BpeModel(const JsonNode& model, BpeData data);
   void tokenize(std::string_view word, std::vector<ModelToken>& out) const;
   int32_t size() const { return static_cast<int32_t>(id_to_token_.size()); }
   int32_t token_to_id(std::string_view token) const;
@@ -152,9 +199,11 @@ class BpeModel {  // host/text/bpe.cpp
 
  private:
   void merge_word(std::string_view word, std::vector<ModelToken>& out) const;
-  std::unordered_map<std::string_view, int32_t> vocab_;  // views into id_to_token_
+  static void read_vocab(const JsonNode& vocab, BpeData& data);
+  static void read_merges(const JsonNode& merges, BpeData& data);
+  TokenTable vocab_;
   std::vector<std::string> id_to_token_;
-  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (a << 32 | b) -> (rank, merged id)
+  MergeTable merges_;
   std::array<int32_t, 256> byte_ids_;  // "<0xAB>" ids for byte_fallback, -1 when absent
   int32_t unk_id_ = -1;
   std::string unk_token_, continuing_prefix_, end_suffix_;
@@ -226,7 +275,7 @@ class AddedTokenMatcher {
  private:
   struct Node {
     std::vector<std::pair<uint8_t, int32_t>> next;  // sorted by byte
-    int32_t token = -1;                              // index into tokens_ when a token ends here
+    int32_t token = -1;                             // index into tokens_ when a token ends here
   };
   std::vector<Node> nodes_{Node{}};
   std::vector<const AddedToken*> tokens_;

@@ -97,13 +97,20 @@ size_t utf8_sequence(std::string_view bytes, size_t i, size_t* bad_len) {
   if (b < 0x80) return 1;
   size_t len = 0;
   unsigned char lo = 0x80, hi = 0xBF;
-  if (b >= 0xC2 && b <= 0xDF) len = 2;
-  else if (b == 0xE0) len = 3, lo = 0xA0;
-    else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) len = 3;
-  else if (b == 0xED) len = 3, hi = 0x9F;
-  else if (b == 0xF0) len = 4, lo = 0x90;
-  else if (b >= 0xF1 && b <= 0xF3) len = 4;
-  else if (b == 0xF4) len = 4, hi = 0x8F;
+  if (b >= 0xC2 && b <= 0xDF)
+    len = 2;
+  else if (b == 0xE0)
+    len = 3, lo = 0xA0;
+  else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF)
+    len = 3;
+  else if (b == 0xED)
+    len = 3, hi = 0x9F;
+  else if (b == 0xF0)
+    len = 4, lo = 0x90;
+  else if (b >= 0xF1 && b <= 0xF3)
+    len = 4;
+  else if (b == 0xF4)
+    len = 4, hi = 0x8F;
   size_t k = 1;
   if (len) {
     for (; k < len && i + k < n; k++) {
@@ -179,15 +186,23 @@ bool unicode_normalize(std::string_view s, UnicodeForm form, std::string& out) {
   if (ascii) return false;  // ASCII is invariant under every normalization form
   int options = UTF8PROC_STABLE;
   switch (form) {
-    case UnicodeForm::nfc: options |= UTF8PROC_COMPOSE; break;
-    case UnicodeForm::nfd: options |= UTF8PROC_DECOMPOSE; break;
-    case UnicodeForm::nfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case UnicodeForm::nfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case UnicodeForm::nfc:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case UnicodeForm::nfd:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case UnicodeForm::nfkc:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case UnicodeForm::nfkd:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   utf8proc_uint8_t* dst = nullptr;
-  utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                    static_cast<utf8proc_ssize_t>(s.size()), &dst,
-                                    static_cast<utf8proc_option_t>(options));
+  utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                   static_cast<utf8proc_ssize_t>(s.size()), &dst, static_cast<utf8proc_option_t>(options));
   LT_CHECK(n >= 0, "tokenizer: Unicode normalization failed: " << utf8proc_errmsg(n));
   std::string_view result(reinterpret_cast<const char*>(dst), static_cast<size_t>(n));
   bool changed = result != s;

