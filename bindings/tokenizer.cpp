@@ -2,6 +2,8 @@
 // encode/decode, vocabulary look-ups, the special token ids and the chat template. Token ids are
 // 0-based values exactly as in Hugging Face (they are ids, not Lua indices).
 #include "bindings/tokenizer_class.h"
+#include "host/core/error.h"
+#include "host/text/chat.h"
 
 namespace luatune {
 
@@ -128,6 +130,99 @@ int l_tokenizer_chat_template(lua_State* L) {
   return 1;
 }
 
+// ============================================================================================
+// Chat formats (host/text/chat.h). Options: {format = "llama3"|"llama3.1"|"mistral"|"chatml"|
+// "qwen2.5"|"qwen3"|"gemma" (default: detected from the tokenizer's chat_template),
+// add_generation_prompt = false, date_string = "26 Jul 2024", enable_thinking = true}.
+
+std::vector<ChatMessage> check_messages(lua_State* L, int idx) {
+  luaL_checktype(L, idx, LUA_TTABLE);
+  if (!lt_is_list(L, idx)) luaL_argerror(L, idx, "expected a list of {role = ..., content = ...} messages");
+  std::vector<ChatMessage> out;
+  size_t n = lua_objlen(L, idx);
+  for (size_t i = 1; i <= n; i++) {
+    lua_rawgeti(L, idx, static_cast<int>(i));
+    LT_CHECK(lua_istable(L, -1), lt_fname(L) << ": message " << i << " must be a table {role = ..., content = ...}");
+    lua_getfield(L, -1, "role");
+    lua_getfield(L, -2, "content");
+    LT_CHECK(lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TSTRING,
+             lt_fname(L) << ": message " << i << " needs string fields role and content");
+    size_t rl = 0, cl = 0;
+    const char* r = lua_tolstring(L, -2, &rl);
+    const char* c = lua_tolstring(L, -1, &cl);
+    out.push_back({std::string(r, rl), std::string(c, cl)});
+    lua_pop(L, 3);
+  }
+  return out;
+}
+
+ChatFormat chat_options(lua_State* L, int idx, const Tokenizer& tok, ChatOptions* o) {
+  lt_check_options(L, idx, {"format", "add_generation_prompt", "date_string", "enable_thinking"});
+  o->add_generation_prompt = lt_opt_bool(L, idx, "add_generation_prompt", false);
+  o->date_string = lt_opt_string(L, idx, "date_string", o->date_string);
+  o->enable_thinking = lt_opt_bool(L, idx, "enable_thinking", true);
+  std::string format = lt_opt_string(L, idx, "format", "");
+  if (!format.empty()) return chat_format_parse(format);
+  LT_CHECK(!tok.chat_template().empty(), lt_fname(L) << ": " << tok.source_dir()
+                                                     << " has no chat_template; pass format = \"llama3\" (or "
+                                                        "llama3.1, mistral, chatml, qwen2.5, qwen3, gemma)");
+  return chat_format_detect(tok.chat_template());
+}
+
+// tok:chat_format() -> the chat format detected from the tokenizer's chat_template, or nil, message
+int l_tokenizer_chat_format(lua_State* L) {
+  Tokenizer& tok = check_tokenizer(L);
+  try {
+    lua_pushstring(L, chat_format_name(chat_format_detect(tok.chat_template())));
+    return 1;
+  } catch (const Error& e) {
+    lua_pushnil(L);
+    lua_pushstring(L, e.what());
+    return 2;
+  }
+}
+
+// tok:render_chat(messages [, opts]) -> text, spans: the text the model's chat template renders and
+// the assistant spans as {first, last} byte positions (1-based, inclusive: text:sub(first, last)).
+int l_tokenizer_render_chat(lua_State* L) {
+  Tokenizer& tok = check_tokenizer(L);
+  std::vector<ChatMessage> messages = check_messages(L, 2);
+  ChatOptions o;
+  ChatFormat f = chat_options(L, 3, tok, &o);
+  const SpecialTokens& sp = tok.special();
+  if (!sp.bos_text.empty()) o.bos_text = sp.bos_text;
+  if (!sp.eos_text.empty()) o.eos_text = sp.eos_text;
+  ChatRendered r = chat_render(f, messages, o);
+  lua_pushlstring(L, r.text.data(), r.text.size());
+  lua_createtable(L, static_cast<int>(r.assistant_spans.size()), 0);
+  for (size_t i = 0; i < r.assistant_spans.size(); i++) {
+    lua_createtable(L, 2, 0);
+    lua_pushinteger(L, static_cast<lua_Integer>(r.assistant_spans[i].first + 1));
+    lua_rawseti(L, -2, 1);
+    lua_pushinteger(L, static_cast<lua_Integer>(r.assistant_spans[i].second));
+    lua_rawseti(L, -2, 2);
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 2;
+}
+
+// tok:encode_chat(messages [, opts]) -> ids, mask: token ids of the rendered conversation and a
+// list of 0/1 per token, 1 on what the assistant says (its content and end-of-turn token).
+int l_tokenizer_encode_chat(lua_State* L) {
+  Tokenizer& tok = check_tokenizer(L);
+  std::vector<ChatMessage> messages = check_messages(L, 2);
+  ChatOptions o;
+  ChatFormat f = chat_options(L, 3, tok, &o);
+  ChatEncoding e = chat_encode(tok, f, messages, o);
+  push_ids(L, e.ids);
+  lua_createtable(L, static_cast<int>(e.mask.size()), 0);
+  for (size_t i = 0; i < e.mask.size(); i++) {
+    lua_pushinteger(L, e.mask[i]);
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  return 2;
+}
+
 // The module's functions; the methods are the same functions (tok:encode(...) is
 // tokenizer.encode(tok, ...)).
 const luaL_Reg tokenizer_funcs[] = {
@@ -139,6 +234,9 @@ const luaL_Reg tokenizer_funcs[] = {
     {"vocab_size", l_tokenizer_vocab_size},
     {"special", l_tokenizer_special},
     {"chat_template", l_tokenizer_chat_template},
+    {"chat_format", l_tokenizer_chat_format},
+    {"render_chat", l_tokenizer_render_chat},
+    {"encode_chat", l_tokenizer_encode_chat},
     {nullptr, nullptr},
 };
 

@@ -89,4 +89,36 @@ test("Llama 3.1 (npm reference package, when installed)", function()
   ok(tok:chat_template():find("<|start_header_id|>", 1, true), "chat template text")
 end)
 
+test("chat: render, detect, encode with the assistant mask", function()
+  if not exists(LLAMA3 .. "/tokenizer.json") then
+    print("  (skipped: run scripts/setup.sh to install the reference tokenizers)")
+    return
+  end
+  local tok = tokenizer.load(LLAMA3)
+  eq(tok:chat_format(), "llama3")
+  local msgs = { { role = "user", content = "Hi" }, { role = "assistant", content = " Hello! " } }
+  local text, spans = tok:render_chat(msgs)
+  eq(text, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>" ..
+           "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>")
+  eq(#spans, 1)
+  eq(text:sub(spans[1][1], spans[1][2]), "Hello!<|eot_id|>")
+  local ids, mask = tok:encode_chat(msgs)
+  eq(#ids, #mask)
+  eq(ids[1], 128000)  -- one BOS, from the template
+  ok(ids[2] ~= 128000)
+  local kept = {}
+  for i = 1, #ids do if mask[i] == 1 then kept[#kept + 1] = ids[i] end end
+  eq(tok:decode(kept), "Hello!<|eot_id|>")
+  local prompt = tok:render_chat({ msgs[1] }, { add_generation_prompt = true, format = "llama3.1" })
+  ok(prompt:find("Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024", 1, true), prompt)
+  ok(prompt:sub(-#"<|start_header_id|>assistant<|end_header_id|>\n\n") ==
+     "<|start_header_id|>assistant<|end_header_id|>\n\n", prompt)
+  raises(function() tok:render_chat(msgs, { format = "llama4" }) end, "llama4")
+  raises(function() tok:render_chat({ { role = "user" } }) end, "message 1 needs string fields role and content")
+  local bare = tokenizer.load(BYTELEVEL)
+  if bare:chat_template() == nil then
+    raises(function() bare:encode_chat(msgs) end, "has no chat_template; pass format =")
+  end
+end)
+
 h.run()
