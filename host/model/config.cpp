@@ -59,6 +59,7 @@ class Reader {
   Reader(const json& j, const std::string& source) : j_(j), source_(source) {}
 
   bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  bool present(const char* key) const { return j_.contains(key); }  // given, possibly as null
 
   int64_t integer(const char* key, int64_t def, bool required = false) const {
     if (!has(key)) {
@@ -151,6 +152,7 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& source) {
     c.rope.original_max_position = p.integer("original_max_position_embeddings", 0);
     c.rope.beta_fast = p.number("beta_fast", 32);
     c.rope.beta_slow = p.number("beta_slow", 1);
+    c.rope.truncate = p.boolean("truncate", true);
     c.rope.attention_factor = p.number(
         "attention_factor", c.rope.factor > 1 ? 0.1 * std::log(c.rope.factor) + 1.0 : 1.0);
   } else {
@@ -175,6 +177,7 @@ json rope_to_json(const RopeConfig& r) {
     case RopeType::rope_yarn:
       o = {{"rope_type", "yarn"}, {"factor", r.factor}, {"attention_factor", r.attention_factor},
            {"beta_fast", r.beta_fast}, {"beta_slow", r.beta_slow}};
+      if (!r.truncate) o["truncate"] = false;
       if (r.original_max_position > 0) o["original_max_position_embeddings"] = r.original_max_position;
       break;
   }
@@ -310,41 +313,50 @@ ModelConfig model_config_parse(const std::string& text, const std::string& sourc
   c.intermediate_size = r.integer("intermediate_size", 0, true);
   c.num_layers = r.integer("num_hidden_layers", 0, true);
   c.num_heads = r.integer("num_attention_heads", 0, true);
-  c.num_kv_heads = r.integer("num_key_value_heads", c.arch == ModelArch::llama ? 0 : c.num_kv_heads);
-  if (c.arch == ModelArch::qwen2 || c.arch == ModelArch::qwen3) {
-    if (!r.has("num_key_value_heads")) c.num_kv_heads = c.num_heads;
-  }
+  // As HF's configs: a missing key takes the architecture's default, an explicit null means
+  // "as many as the query heads".
+  if (r.present("num_key_value_heads"))
+    c.num_kv_heads = r.integer("num_key_value_heads", 0);
+  else if (c.arch == ModelArch::llama)
+    c.num_kv_heads = 0;
   c.head_dim_explicit = r.has("head_dim");
   c.head_dim = r.integer("head_dim", c.arch == ModelArch::qwen3 || c.arch == ModelArch::gemma2 ? c.head_dim : 0);
   if (c.arch == ModelArch::qwen3 && !c.head_dim_explicit) c.head_dim_explicit = true;
-  std::string act = r.string("hidden_activation", r.string("hidden_act", act_name(c.act)));
-  c.act = parse_act(act, source);
+  // Gemma 2 reads only hidden_activation; the others only hidden_act (as their HF modules do).
+  c.act_name = c.arch == ModelArch::gemma2 ? r.string("hidden_activation", "gelu_pytorch_tanh")
+                                           : r.string("hidden_act", "silu");
+  c.act = parse_act(c.act_name, source);
   c.max_position_embeddings = r.integer("max_position_embeddings", c.max_position_embeddings);
   c.rms_norm_eps = r.number("rms_norm_eps", c.rms_norm_eps);
   parse_rope(j, c, source);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", c.tie_word_embeddings);
   if (c.arch == ModelArch::llama || c.arch == ModelArch::qwen3) {
     c.attention_bias = r.boolean("attention_bias", false);
-    c.o_bias = c.arch == ModelArch::llama && c.attention_bias;
+    c.o_bias = c.attention_bias;  // o_proj has bias=attention_bias in both
   }
   if (c.arch == ModelArch::gemma2)
     LT_CHECK(!r.boolean("attention_bias", false), source << ": attention_bias=true is not supported for gemma2");
   c.mlp_bias = r.boolean("mlp_bias", false);
   LT_CHECK(!c.mlp_bias || c.arch == ModelArch::llama, source << ": mlp_bias=true is only supported for llama");
-  c.sliding_window = r.integer("sliding_window", 0);
+  // Missing: the architecture's default window (4096); explicit null: no window.
+  if (r.present("sliding_window")) c.sliding_window = r.integer("sliding_window", 0);
   if (c.arch == ModelArch::llama) c.sliding_window = 0;
   c.use_sliding_window = r.boolean("use_sliding_window", false);
   c.max_window_layers = r.integer("max_window_layers", c.max_window_layers);
   c.query_pre_attn_scalar = r.number("query_pre_attn_scalar", c.query_pre_attn_scalar);
   if (c.arch == ModelArch::gemma2) {
-    c.attn_logit_softcap = r.number("attn_logit_softcapping", 0.0);
-    c.final_logit_softcap = r.number("final_logit_softcapping", 0.0);
+    // Missing: Gemma 2's defaults (50, 30); explicit null: off.
+    if (r.present("attn_logit_softcapping")) c.attn_logit_softcap = r.number("attn_logit_softcapping", 0.0);
+    if (r.present("final_logit_softcapping")) c.final_logit_softcap = r.number("final_logit_softcapping", 0.0);
+    LT_CHECK(!r.boolean("use_bidirectional_attention", false),
+             source << ": field \"use_bidirectional_attention\" = true is not supported");
   } else {
     LT_CHECK(!r.has("attn_logit_softcapping") && !r.has("final_logit_softcapping"),
              source << ": logit softcapping is only supported for gemma2");
   }
   c.layer_sliding.clear();
-  if (r.has("layer_types")) {
+  // HF reads layer_types for Qwen2/Qwen3/Gemma 2 only (Mistral slides every layer, Llama none).
+  if (r.has("layer_types") && c.arch != ModelArch::mistral && c.arch != ModelArch::llama) {
     const json& lt = j["layer_types"];
     LT_CHECK(lt.is_array() && static_cast<int64_t>(lt.size()) == c.num_layers,
              source << ": \"layer_types\" must list one entry per layer (" << c.num_layers << ")");
@@ -356,6 +368,13 @@ ModelConfig model_config_parse(const std::string& text, const std::string& sourc
       c.layer_sliding.push_back(t == "sliding_attention");
     }
   }
+  // Qwen2/Qwen3 drop the window altogether unless use_sliding_window is set.
+  if ((c.arch == ModelArch::qwen2 || c.arch == ModelArch::qwen3) && !c.use_sliding_window) {
+    c.sliding_window = 0;
+    c.layer_sliding.assign(c.num_layers, false);
+  }
+  LT_CHECK(r.number("attention_dropout", 0.0) == 0.0,
+           source << ": field \"attention_dropout\" > 0 is not supported (attention dropout is not implemented)");
   c.bos_token_id = r.integer("bos_token_id", c.bos_token_id);
   c.pad_token_id = r.integer("pad_token_id", c.pad_token_id);
   if (r.has("eos_token_id")) {
@@ -424,7 +443,8 @@ std::string model_config_to_json(const ModelConfig& c) {
   j["num_attention_heads"] = c.num_heads;
   j["num_key_value_heads"] = c.num_kv_heads;
   if (c.head_dim_explicit || c.head_dim * c.num_heads != c.hidden_size) j["head_dim"] = c.head_dim;
-  j[c.arch == ModelArch::gemma2 ? "hidden_activation" : "hidden_act"] = act_name(c.act);
+  j[c.arch == ModelArch::gemma2 ? "hidden_activation" : "hidden_act"] =
+      c.act_name.empty() ? std::string(act_name(c.act)) : c.act_name;
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
   json rope = rope_to_json(c.rope);
@@ -451,7 +471,9 @@ std::string model_config_to_json(const ModelConfig& c) {
     j["layer_types"] = types;
   }
   if (c.arch == ModelArch::gemma2) {
-    j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+    // transformers v5 declares it an int; write an integer when it is one.
+    double q = c.query_pre_attn_scalar;
+    j["query_pre_attn_scalar"] = q == std::floor(q) ? json(static_cast<int64_t>(q)) : json(q);
     j["attn_logit_softcapping"] = c.attn_logit_softcap > 0 ? json(c.attn_logit_softcap) : json();
     j["final_logit_softcapping"] = c.final_logit_softcap > 0 ? json(c.final_logit_softcap) : json();
   }

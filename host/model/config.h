@@ -23,6 +23,7 @@ struct RopeConfig {
   int64_t original_max_position = 0;        // llama3, yarn
   double attention_factor = 1.0;            // yarn: cos/sin scale
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn
+  bool truncate = true;                      // yarn: round the correction range to whole dims
 };
 
 enum class Activation { act_silu, act_gelu_tanh, act_gelu };
@@ -42,6 +43,7 @@ struct ModelConfig {
   RopeConfig rope;
   bool rope_in_parameters = false;  // the file used transformers v5's "rope_parameters" form
   Activation act = Activation::act_silu;
+  std::string act_name;  // as config.json names it (written back unchanged); "" = from `act`
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v (and o for Llama's attention_bias) biases
   bool o_bias = false;

@@ -33,10 +33,12 @@ at::Tensor rope_inv_freq(const ModelConfig& c) {
       const double old_len = static_cast<double>(r.original_max_position);
       const double low_wavelen = old_len / r.low_freq_factor;
       const double high_wavelen = old_len / r.high_freq_factor;
-      at::Tensor wavelen = 2 * M_PI / inv_freq;
+      // Python's `scalar / tensor` is reciprocal() * scalar (two roundings); ATen's C++ operator is one
+      // division. Written the Python way so the frequencies match HF's bit for bit.
+      at::Tensor wavelen = inv_freq.reciprocal() * (2 * M_PI);
       // Long wavelengths (low frequencies) are divided by factor; short ones kept; between, a blend.
       at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / r.factor, inv_freq);
-      at::Tensor smooth = (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      at::Tensor smooth = (wavelen.reciprocal() * old_len - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
       at::Tensor smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
       at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
       return at::where(medium, smoothed, scaled);
@@ -47,8 +49,9 @@ at::Tensor rope_inv_freq(const ModelConfig& c) {
       at::Tensor pos_freqs = at::pow(base, exps);
       at::Tensor extrapolation = 1.0 / pos_freqs;
       at::Tensor interpolation = 1.0 / (r.factor * pos_freqs);
-      double low = std::floor(yarn_correction_dim(r.beta_fast, dim, base, max_pos));
-      double high = std::ceil(yarn_correction_dim(r.beta_slow, dim, base, max_pos));
+      double low = yarn_correction_dim(r.beta_fast, dim, base, max_pos);
+      double high = yarn_correction_dim(r.beta_slow, dim, base, max_pos);
+      if (r.truncate) low = std::floor(low), high = std::ceil(high);
       low = std::max(low, 0.0);
       high = std::min(high, static_cast<double>(dim - 1));
       if (low == high) high += 0.001;

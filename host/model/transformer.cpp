@@ -46,14 +46,17 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t groups) {
   return x.unsqueeze(2).expand({s[0], s[1], groups, s[2], s[3]}).reshape({s[0], s[1] * groups, s[2], s[3]});
 }
 
-// Which keys each query may see: causal by absolute position, inside the sliding window when
-// `window` > 0, and inside the same document when segments are given. (B, 1, T, S) bool.
-at::Tensor attention_mask(const at::Tensor& q_pos, const at::Tensor& k_pos, int64_t window,
+// Which keys each query may see: causal by token order (position ids only feed RoPE, as in HF),
+// inside the sliding window when `window` > 0, and inside the same document when segments are
+// given. q_idx (T) and k_idx (S) are token indices in the whole sequence (cache included).
+// Returns (1 or B, 1, T, S) bool.
+at::Tensor attention_mask(const at::Tensor& q_idx, const at::Tensor& k_idx, int64_t window,
                           const at::Tensor& q_seg, const at::Tensor& k_seg) {
-  at::Tensor qp = q_pos.unsqueeze(-1), kp = k_pos.unsqueeze(-2);  // (B, T, 1), (B, 1, S)
+  at::Tensor qp = q_idx.unsqueeze(-1), kp = k_idx.unsqueeze(-2);  // (T, 1), (1, S)
   at::Tensor allowed = kp <= qp;
   if (window > 0) allowed = allowed.logical_and(kp > qp - window);
   if (q_seg.defined()) allowed = allowed.logical_and(q_seg.unsqueeze(-1) == k_seg.unsqueeze(-2));
+  if (allowed.dim() == 2) allowed = allowed.unsqueeze(0);
   return allowed.unsqueeze(1);
 }
 
@@ -65,7 +68,7 @@ at::Tensor Model::hidden(const at::Tensor& ids_in, const ForwardOptions& opt) co
   at::Tensor ids = ids_in.to(embed.device(), at::kLong);
   const int64_t B = ids.size(0), T = ids.size(1);
   LT_CHECK(T > 0, "model:forward: ids has no positions");
-  {
+  if (ids_in.device().is_cpu()) {  // (on a GPU this check would cost a sync per step)
     int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
     LT_CHECK(lo >= 0 && hi < c.vocab_size,
              "model:forward: token id " << (lo < 0 ? lo : hi) << " outside the vocabulary [0, " << c.vocab_size << ")");
@@ -93,17 +96,14 @@ at::Tensor Model::hidden(const at::Tensor& ids_in, const ForwardOptions& opt) co
   auto [cos, sin] = rope_cos_sin(rope_inv_freq(c), positions, c.rope.type == RopeType::rope_yarn
                                                                   ? c.rope.attention_factor : 1.0, dtype);
 
-  // Key positions (and documents) for the attention masks: cached positions then the new ones.
-  at::Tensor k_pos = positions;
-  if (cache && past > 0) {
-    at::Tensor prev = at::arange(0, past, ids.options()).unsqueeze(0).expand({B, past});
-    k_pos = at::cat({prev, positions}, 1);
-  }
-  const bool plain_causal = !cache && !opt.segments.defined() && !opt.positions.defined();
+  // Token indices for the masks: the new tokens follow the cached ones.
+  at::Tensor q_idx = at::arange(past, past + T, ids.options());
+  at::Tensor k_idx = at::arange(0, past + T, ids.options());
+  const bool plain_causal = !cache && !opt.segments.defined();
   at::Tensor mask_full, mask_sliding;
   auto mask_for = [&](bool sliding) -> const at::Tensor& {
     at::Tensor& m = sliding ? mask_sliding : mask_full;
-    if (!m.defined()) m = attention_mask(positions, k_pos, sliding ? c.sliding_window : 0, opt.segments, opt.segments);
+    if (!m.defined()) m = attention_mask(q_idx, k_idx, sliding ? c.sliding_window : 0, opt.segments, opt.segments);
     return m;
   };
 

@@ -118,6 +118,37 @@ TEST(ModelConfig, ErrorsNameTheField) {
   EXPECT_THROW(model_config_with("llama", R"({"hiden_size": 8})", "models.init"), UsageError);
 }
 
+TEST(ModelConfig, MissingKeysTakeHFDefaultsAndNullsSwitchOff) {
+  const std::string sizes = R"("vocab_size": 10, "hidden_size": 32, "intermediate_size": 8, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "head_dim": 8)";
+  ModelConfig m = model_config_parse(R"({"architectures": ["MistralForCausalLM"], "num_key_value_heads": 2, )" +
+                                         sizes + "}", "m");
+  EXPECT_EQ(m.sliding_window, 4096);  // missing: Mistral's default window
+  ModelConfig m0 = model_config_parse(
+      R"({"architectures": ["MistralForCausalLM"], "num_key_value_heads": null, "sliding_window": null, )" + sizes + "}",
+      "m0");
+  EXPECT_EQ(m0.sliding_window, 0);  // null: no window
+  EXPECT_EQ(m0.num_kv_heads, 4);    // null: as many as the query heads
+  ModelConfig g = model_config_parse(R"({"architectures": ["Gemma2ForCausalLM"], "num_key_value_heads": 2, )" +
+                                         sizes + "}", "g");
+  EXPECT_DOUBLE_EQ(g.attn_logit_softcap, 50.0);
+  EXPECT_DOUBLE_EQ(g.final_logit_softcap, 30.0);
+  EXPECT_NE(model_config_to_json(g).find("\"query_pre_attn_scalar\": 256,"), std::string::npos);  // an int
+  ModelConfig g0 = model_config_parse(R"({"architectures": ["Gemma2ForCausalLM"], "num_key_value_heads": 2,
+    "attn_logit_softcapping": null, "final_logit_softcapping": null, )" + sizes + "}", "g0");
+  EXPECT_EQ(g0.attn_logit_softcap, 0.0);
+  // Qwen3 with attention_bias: o_proj has a bias too, as in HF's Qwen3Attention.
+  ModelConfig q = model_config_parse(R"({"architectures": ["Qwen3ForCausalLM"], "num_key_value_heads": 2,
+    "attention_bias": true, "hidden_act": "silu", )" + sizes + "}", "q");
+  bool has_o_bias = false;
+  for (const auto& [name, shape] : model_expected_tensors(q)) has_o_bias |= name == "model.layers.0.self_attn.o_proj.bias";
+  EXPECT_TRUE(has_o_bias);
+  // Qwen2's window only exists with use_sliding_window.
+  ModelConfig q2 = model_config_parse(R"({"architectures": ["Qwen2ForCausalLM"], "num_key_value_heads": 2,
+    "layer_types": ["sliding_attention", "full_attention"], )" + sizes + "}", "q2");
+  EXPECT_EQ(q2.layer_sliding, (std::vector<bool>{false, false}));
+}
+
 TEST(ModelConfig, LayerTypesPerFamily) {
   ModelConfig g = tiny("gemma2");
   EXPECT_EQ(g.layer_sliding, (std::vector<bool>{true, false}));  // even layers slide
@@ -179,6 +210,20 @@ TEST(Model, SlidingWindowLimitsWhatIsSeen) {
   at::Tensor a = m->forward(ids), b = m->forward(other);
   EXPECT_FALSE(at::allclose(a.select(1, 1), b.select(1, 1)));           // inside the window: changes
   EXPECT_TRUE(at::allclose(a.select(1, 13), b.select(1, 13), 0, 0));  // 13 > 2 * 4: unchanged
+}
+
+TEST(Model, CausalByTokenOrderEvenWithRestartingPositions) {
+  // Positions only feed RoPE: with positions restarting mid-row (and no segments), a token still
+  // never sees the tokens after it.
+  auto m = tiny_model("llama");
+  at::NoGradGuard g;
+  at::Tensor ids = random_ids(1, 10, 97, 21), other = ids.clone();
+  other[0][9] = (ids[0][9].item<int64_t>() + 1) % 97;
+  ForwardOptions o;
+  o.positions = at::cat({at::arange(5, at::kLong), at::arange(5, at::kLong)}).unsqueeze(0);
+  at::Tensor a = m->forward(ids, o), b = m->forward(other, o);
+  EXPECT_TRUE(at::equal(a.narrow(1, 0, 9), b.narrow(1, 0, 9)));
+  EXPECT_FALSE(at::allclose(a.select(1, 9), b.select(1, 9)));
 }
 
 TEST(Model, PackedDocumentsEqualSeparateForwards) {
