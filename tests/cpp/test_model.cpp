@@ -13,6 +13,7 @@
 #include "host/core/files.h"
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
+#include "host/model/attention.h"
 #include "host/model/generate.h"
 #include "host/model/rope.h"
 #include "host/model/transformer.h"
@@ -367,4 +368,27 @@ TEST(Checkpoint, BadCheckpointsFailWithOneLine) {
   file_write_atomic(dir + "/config.json", no_heads);
   EXPECT_EQ(load_error(), dir + "/config.json: missing required field \"num_attention_heads\" (an integer)");
   fs::remove_all(dir);
+}
+
+TEST(Attention, FusedPathMatchesExplicit) {
+  // On LibTorch 2.x attention_forward is SDPA (flash / memory-efficient on CUDA); on 1.13 it is the
+  // explicit path itself. Either way it must agree with the explicit maths, masks and T != S included.
+  at::Generator gen = at::detail::createCPUGenerator(4);
+  std::vector<c10::Device> devices = {at::kCPU};
+  if (at::hasCUDA()) devices.push_back(c10::Device(at::kCUDA, 0));
+  for (const c10::Device& dev : devices) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      auto opts = at::TensorOptions(at::kFloat);
+      at::Tensor q = at::randn({2, 4, 5, 16}, gen, opts).to(dev, dt);
+      at::Tensor k = at::randn({2, 4, 9, 16}, gen, opts).to(dev, dt);
+      at::Tensor v = at::randn({2, 4, 9, 16}, gen, opts).to(dev, dt);
+      at::Tensor allowed = (at::arange(9).unsqueeze(0) <= at::arange(4, 9).unsqueeze(1)).view({1, 1, 5, 9}).to(dev);
+      double tol = dt == at::kFloat ? 1e-5 : 2e-2;
+      EXPECT_TRUE(at::allclose(attention_forward(q, k, v, allowed, 0.25, 0).to(at::kFloat),
+                               attention_explicit(q, k, v, allowed, 0.25, 0).to(at::kFloat), tol, tol));
+      at::Tensor kk = k.narrow(2, 0, 5), vv = v.narrow(2, 0, 5);
+      EXPECT_TRUE(at::allclose(attention_forward(q, kk, vv, at::Tensor(), 0.25, 0).to(at::kFloat),
+                               attention_explicit(q, kk, vv, at::Tensor(), 0.25, 0).to(at::kFloat), tol, tol));
+    }
+  }
 }
