@@ -22,37 +22,7 @@ namespace {
 
 // Points every weight slot of `m` (sized from its config) at `tensors`' entries by HF name.
 void model_bind(Model& m, std::map<std::string, at::Tensor>& tensors) {
-  const ModelConfig& c = m.config;
-  m.layers.assign(c.num_layers, LayerWeights());
-  // named_parameters() only lists defined slots, so fill every slot the config implies first.
-  auto take = [&](const std::string& name) -> at::Tensor {
-    auto it = tensors.find(name);
-    return it == tensors.end() ? at::Tensor() : it->second;
-  };
-  m.embed = take("model.embed_tokens.weight");
-  for (int64_t i = 0; i < c.num_layers; i++) {
-    LayerWeights& L = m.layers[i];
-    std::string p = "model.layers." + std::to_string(i) + ".";
-    L.input_norm = take(p + "input_layernorm.weight");
-    auto lin = [&](Linear& lin, const std::string& n) {
-      lin.weight = take(p + n + ".weight");
-      lin.bias = take(p + n + ".bias");
-    };
-    lin(L.q, "self_attn.q_proj");
-    lin(L.k, "self_attn.k_proj");
-    lin(L.v, "self_attn.v_proj");
-    lin(L.o, "self_attn.o_proj");
-    L.q_norm = take(p + "self_attn.q_norm.weight");
-    L.k_norm = take(p + "self_attn.k_norm.weight");
-    L.post_attn_norm = take(p + "post_attention_layernorm.weight");
-    L.pre_ff_norm = take(p + "pre_feedforward_layernorm.weight");
-    L.post_ff_norm = take(p + "post_feedforward_layernorm.weight");
-    lin(L.gate, "mlp.gate_proj");
-    lin(L.up, "mlp.up_proj");
-    lin(L.down, "mlp.down_proj");
-  }
-  m.norm = take("model.norm.weight");
-  m.lm_head = c.tie_word_embeddings ? at::Tensor() : take("lm_head.weight");
+  for (ParamSlot& slot : model_slots(m)) *slot.tensor = tensors.at(slot.name);
 }
 
 at::ScalarType checkpoint_dtype(const ModelConfig& c, const std::string& requested, const std::string& where) {

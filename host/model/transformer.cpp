@@ -154,35 +154,47 @@ at::Tensor Model::forward(const at::Tensor& ids, const ForwardOptions& options) 
   return logits(hidden(ids, options));
 }
 
+std::vector<ParamSlot> model_slots(Model& m) {
+  const ModelConfig& c = m.config;
+  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
+  const int64_t HD = c.num_heads * D, KVD = c.num_kv_heads * D;
+  if (m.layers.size() != static_cast<size_t>(c.num_layers)) m.layers.resize(c.num_layers);
+  std::vector<ParamSlot> out;
+  auto add = [&](std::string name, at::Tensor& t, std::vector<int64_t> shape, bool present = true) {
+    if (present) out.push_back({std::move(name), &t, std::move(shape)});
+  };
+  // A Linear's weight (out, in) and, when the config gives it one, its bias (out).
+  auto linear = [&](const std::string& name, Linear& lin, int64_t n_out, int64_t n_in, bool bias) {
+    add(name + ".weight", lin.weight, {n_out, n_in});
+    add(name + ".bias", lin.bias, {n_out}, bias);
+  };
+  add("model.embed_tokens.weight", m.embed, {V, C});
+  for (int64_t i = 0; i < c.num_layers; i++) {
+    LayerWeights& L = m.layers[i];
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    add(p + "input_layernorm.weight", L.input_norm, {C});
+    linear(p + "self_attn.q_proj", L.q, HD, C, c.attention_bias);
+    linear(p + "self_attn.k_proj", L.k, KVD, C, c.attention_bias);
+    linear(p + "self_attn.v_proj", L.v, KVD, C, c.attention_bias);
+    linear(p + "self_attn.o_proj", L.o, C, HD, c.o_bias);
+    add(p + "self_attn.q_norm.weight", L.q_norm, {D}, c.qk_norm);
+    add(p + "self_attn.k_norm.weight", L.k_norm, {D}, c.qk_norm);
+    add(p + "post_attention_layernorm.weight", L.post_attn_norm, {C});
+    add(p + "pre_feedforward_layernorm.weight", L.pre_ff_norm, {C}, c.gemma_norms);
+    add(p + "post_feedforward_layernorm.weight", L.post_ff_norm, {C}, c.gemma_norms);
+    linear(p + "mlp.gate_proj", L.gate, I, C, c.mlp_bias);
+    linear(p + "mlp.up_proj", L.up, I, C, c.mlp_bias);
+    linear(p + "mlp.down_proj", L.down, C, I, c.mlp_bias);
+  }
+  add("model.norm.weight", m.norm, {C});
+  add("lm_head.weight", m.lm_head, {V, C}, !c.tie_word_embeddings);
+  return out;
+}
+
 std::vector<std::pair<std::string, at::Tensor*>> Model::named_parameters() {
   std::vector<std::pair<std::string, at::Tensor*>> out;
-  auto add = [&](const std::string& name, at::Tensor& t) {
-    if (t.defined()) out.emplace_back(name, &t);
-  };
-  auto add_linear = [&](const std::string& name, Linear& lin) {
-    add(name + ".weight", lin.weight);
-    add(name + ".bias", lin.bias);
-  };
-  add("model.embed_tokens.weight", embed);
-  for (size_t i = 0; i < layers.size(); i++) {
-    LayerWeights& L = layers[i];
-    std::string p = "model.layers." + std::to_string(i) + ".";
-    add(p + "input_layernorm.weight", L.input_norm);
-    add_linear(p + "self_attn.q_proj", L.q);
-    add_linear(p + "self_attn.k_proj", L.k);
-    add_linear(p + "self_attn.v_proj", L.v);
-    add_linear(p + "self_attn.o_proj", L.o);
-    add(p + "self_attn.q_norm.weight", L.q_norm);
-    add(p + "self_attn.k_norm.weight", L.k_norm);
-    add(p + "post_attention_layernorm.weight", L.post_attn_norm);
-    add(p + "pre_feedforward_layernorm.weight", L.pre_ff_norm);
-    add(p + "post_feedforward_layernorm.weight", L.post_ff_norm);
-    add_linear(p + "mlp.gate_proj", L.gate);
-    add_linear(p + "mlp.up_proj", L.up);
-    add_linear(p + "mlp.down_proj", L.down);
-  }
-  add("model.norm.weight", norm);
-  add("lm_head.weight", lm_head);
+  for (const ParamSlot& s : model_slots(*this))
+    if (s.tensor->defined()) out.emplace_back(s.name, s.tensor);
   return out;
 }
 
@@ -235,39 +247,10 @@ void Model::to(c10::Device device, at::ScalarType dtype) {
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> model_expected_tensors(const ModelConfig& c) {
+  Model blank;
+  blank.config = c;
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
-  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
-  const int64_t HD = c.num_heads * D, KVD = c.num_kv_heads * D;
-  out.push_back({"model.embed_tokens.weight", {V, C}});
-  for (int64_t i = 0; i < c.num_layers; i++) {
-    std::string p = "model.layers." + std::to_string(i) + ".";
-    out.push_back({p + "input_layernorm.weight", {C}});
-    out.push_back({p + "self_attn.q_proj.weight", {HD, C}});
-    if (c.attention_bias) out.push_back({p + "self_attn.q_proj.bias", {HD}});
-    out.push_back({p + "self_attn.k_proj.weight", {KVD, C}});
-    if (c.attention_bias) out.push_back({p + "self_attn.k_proj.bias", {KVD}});
-    out.push_back({p + "self_attn.v_proj.weight", {KVD, C}});
-    if (c.attention_bias) out.push_back({p + "self_attn.v_proj.bias", {KVD}});
-    out.push_back({p + "self_attn.o_proj.weight", {C, HD}});
-    if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {C}});
-    if (c.qk_norm) {
-      out.push_back({p + "self_attn.q_norm.weight", {D}});
-      out.push_back({p + "self_attn.k_norm.weight", {D}});
-    }
-    out.push_back({p + "post_attention_layernorm.weight", {C}});
-    if (c.gemma_norms) {
-      out.push_back({p + "pre_feedforward_layernorm.weight", {C}});
-      out.push_back({p + "post_feedforward_layernorm.weight", {C}});
-    }
-    out.push_back({p + "mlp.gate_proj.weight", {I, C}});
-    if (c.mlp_bias) out.push_back({p + "mlp.gate_proj.bias", {I}});
-    out.push_back({p + "mlp.up_proj.weight", {I, C}});
-    if (c.mlp_bias) out.push_back({p + "mlp.up_proj.bias", {I}});
-    out.push_back({p + "mlp.down_proj.weight", {C, I}});
-    if (c.mlp_bias) out.push_back({p + "mlp.down_proj.bias", {C}});
-  }
-  out.push_back({"model.norm.weight", {C}});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, C}});
+  for (ParamSlot& s : model_slots(blank)) out.emplace_back(std::move(s.name), std::move(s.shape));
   return out;
 }
 

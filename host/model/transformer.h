@@ -90,6 +90,15 @@ class Model {
   void to(c10::Device device, at::ScalarType dtype);  // moves and casts every weight
 };
 
+// One weight the config implies: its HF name, where it lives in the model, its shape.
+struct ParamSlot {
+  std::string name;
+  at::Tensor* tensor;
+  std::vector<int64_t> shape;
+};
+// Every weight of m.config in checkpoint order (lm_head only when untied), sizing m.layers first.
+// The single list of HF names: loading, saving, init and parameter access all walk it.
+std::vector<ParamSlot> model_slots(Model& m);
 // The expected HF tensor names and shapes for a config, in checkpoint order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> model_expected_tensors(const ModelConfig& c);
 
