@@ -160,13 +160,14 @@ std::vector<ParamSlot> model_slots(Model& m) {
   const int64_t HD = c.num_heads * D, KVD = c.num_kv_heads * D;
   if (m.layers.size() != static_cast<size_t>(c.num_layers)) m.layers.resize(c.num_layers);
   std::vector<ParamSlot> out;
-  auto add = [&](std::string name, at::Tensor& t, std::vector<int64_t> shape, bool present = true) {
-    if (present) out.push_back({std::move(name), &t, std::move(shape)});
+  auto add = [&](std::string name, at::Tensor& t, std::vector<int64_t> shape, bool present = true,
+                 Linear* lin = nullptr) {
+    if (present) out.push_back({std::move(name), &t, std::move(shape), lin});
   };
   // A Linear's weight (out, in) and, when the config gives it one, its bias (out).
   auto linear = [&](const std::string& name, Linear& lin, int64_t n_out, int64_t n_in, bool bias) {
-    add(name + ".weight", lin.weight, {n_out, n_in});
-    add(name + ".bias", lin.bias, {n_out}, bias);
+    add(name + ".weight", lin.weight, {n_out, n_in}, true, &lin);
+    add(name + ".bias", lin.bias, {n_out}, bias, &lin);
   };
   add("model.embed_tokens.weight", m.embed, {V, C});
   for (int64_t i = 0; i < c.num_layers; i++) {
@@ -196,6 +197,31 @@ std::vector<std::pair<std::string, at::Tensor*>> Model::named_parameters() {
   for (const ParamSlot& s : model_slots(*this))
     if (s.tensor->defined()) out.emplace_back(s.name, s.tensor);
   return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor*>> Model::adapter_parameters() {
+  std::vector<std::pair<std::string, at::Tensor*>> out;
+  for (const ParamSlot& s : model_slots(*this)) {
+    const std::string suffix = ".weight";
+    if (!s.linear || !s.linear->adapter || s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    std::string base = s.name.substr(0, s.name.size() - suffix.size());
+    for (auto& [name, t] : s.linear->adapter->parameters()) out.emplace_back(base + "." + name, t);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor*>> Model::trainable_parameters() {
+  std::vector<std::pair<std::string, at::Tensor*>> out;
+  for (auto& p : named_parameters())
+    if (p.second->requires_grad()) out.push_back(p);
+  for (auto& p : adapter_parameters()) out.push_back(p);
+  return out;
+}
+
+void Model::set_training(bool training) {
+  for (const ParamSlot& s : model_slots(*this))
+    if (s.linear && s.linear->adapter) s.linear->adapter->training = training;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::state() const {

@@ -22,6 +22,10 @@ class LinearAdapter {
  public:
   virtual ~LinearAdapter() = default;
   virtual at::Tensor forward(const Linear& base, const at::Tensor& x) const = 0;
+  // The adapter's own weights, named relative to the Linear ("lora_A.weight", ...): trained,
+  // checkpointed and synchronised like any parameter.
+  virtual std::vector<std::pair<std::string, at::Tensor*>> parameters() = 0;
+  bool training = false;  // dropout and the like apply only while training (Model::set_training)
 };
 
 struct Linear {
@@ -80,6 +84,12 @@ class Model {
 
   // Every weight under its HF name, in checkpoint order (lm_head omitted when tied).
   std::vector<std::pair<std::string, at::Tensor*>> named_parameters();
+  // Adapter weights under "<linear name>.<adapter param>", e.g.
+  // "model.layers.0.self_attn.q_proj.lora_A.weight".
+  std::vector<std::pair<std::string, at::Tensor*>> adapter_parameters();
+  // What an optimizer updates: base weights with requires_grad, then every adapter weight.
+  std::vector<std::pair<std::string, at::Tensor*>> trainable_parameters();
+  void set_training(bool training);  // forwarded to every adapter
   // The same, as tensors sharing storage with the weights (for saving and counting).
   std::vector<std::pair<std::string, at::Tensor>> state() const;
   ParamCounts count_parameters() const;
@@ -95,6 +105,7 @@ struct ParamSlot {
   std::string name;
   at::Tensor* tensor;
   std::vector<int64_t> shape;
+  Linear* linear = nullptr;  // the Linear a weight/bias belongs to (adapters hang there)
 };
 // Every weight of m.config in checkpoint order (lm_head only when untied), sizing m.layers first.
 // The single list of HF names: loading, saving, init and parameter access all walk it.
