@@ -93,8 +93,9 @@ at::Tensor Model::hidden(const at::Tensor& ids_in, const ForwardOptions& opt) co
     h = h * normalizer;
   }
   const at::ScalarType dtype = h.scalar_type();
-  auto [cos, sin] = rope_cos_sin(rope_inv_freq(c), positions, c.rope.type == RopeType::rope_yarn
+  auto cos_sin = rope_cos_sin(rope_inv_freq(c), positions, c.rope.type == RopeType::rope_yarn
                                                                   ? c.rope.attention_factor : 1.0, dtype);
+  at::Tensor cos = cos_sin.first, sin = cos_sin.second;
 
   // Token indices for the masks: the new tokens follow the cached ones.
   at::Tensor q_idx = at::arange(past, past + T, ids.options());
@@ -109,34 +110,41 @@ at::Tensor Model::hidden(const at::Tensor& ids_in, const ForwardOptions& opt) co
 
   const int64_t H = c.num_heads, KV = c.num_kv_heads, D = c.head_dim;
   for (size_t l = 0; l < layers.size(); l++) {
-    const LayerWeights& L = layers[l];
     const bool sliding = c.layer_sliding[l] && (past + T > c.sliding_window);
-    at::Tensor x = rms_norm(h, L.input_norm, c.rms_norm_eps, c.gemma_norms);
-    at::Tensor q = L.q.forward(x).view({B, T, H, D});
-    at::Tensor k = L.k.forward(x).view({B, T, KV, D});
-    at::Tensor v = L.v.forward(x).view({B, T, KV, D}).transpose(1, 2);
-    if (c.qk_norm) {
-      q = rms_norm(q, L.q_norm, c.rms_norm_eps, false);
-      k = rms_norm(k, L.k_norm, c.rms_norm_eps, false);
-    }
-    q = rope_apply(q.transpose(1, 2), cos, sin);  // (B, H, T, D)
-    k = rope_apply(k.transpose(1, 2), cos, sin);  // (B, KV, T, D)
-    if (cache) {
-      cache->k[l].narrow(2, past, T).copy_(k);
-      cache->v[l].narrow(2, past, T).copy_(v);
-      k = cache->k[l].narrow(2, 0, past + T);
-      v = cache->v[l].narrow(2, 0, past + T);
-    }
     at::Tensor mask = plain_causal && !sliding ? at::Tensor() : mask_for(sliding);
-    at::Tensor a = attention_forward(q, repeat_kv(k, H / KV), repeat_kv(v, H / KV), mask, c.softmax_scale(),
-                                     c.attn_logit_softcap);                  // (B, H, T, D)
-    a = L.o.forward(a.transpose(1, 2).reshape({B, T, H * D}));                // (B, T, C)
-    if (c.gemma_norms) a = rms_norm(a, L.post_attn_norm, c.rms_norm_eps, true);
-    h = h + a;
-    x = rms_norm(h, c.gemma_norms ? L.pre_ff_norm : L.post_attn_norm, c.rms_norm_eps, c.gemma_norms);
-    at::Tensor m = L.down.forward(activation(L.gate.forward(x), c.act) * L.up.forward(x));
-    if (c.gemma_norms) m = rms_norm(m, L.post_ff_norm, c.rms_norm_eps, true);
-    h = h + m;
+    // One decoder layer, (B, T, C) -> (B, T, C); a function so the trainer can recompute it in the
+    // backward pass instead of keeping its activations (ForwardOptions::run_layer).
+    // Captures by value: the trainer may call it again after hidden() has returned.
+    auto layer = [this, l, cos, sin, mask, B, T, H, KV, D, past, cache](const at::Tensor& h_in) -> at::Tensor {
+      const ModelConfig& c = config;
+      const LayerWeights& L = layers[l];
+      at::Tensor x = rms_norm(h_in, L.input_norm, c.rms_norm_eps, c.gemma_norms);
+      at::Tensor q = L.q.forward(x).view({B, T, H, D});
+      at::Tensor k = L.k.forward(x).view({B, T, KV, D});
+      at::Tensor v = L.v.forward(x).view({B, T, KV, D}).transpose(1, 2);
+      if (c.qk_norm) {
+        q = rms_norm(q, L.q_norm, c.rms_norm_eps, false);
+        k = rms_norm(k, L.k_norm, c.rms_norm_eps, false);
+      }
+      q = rope_apply(q.transpose(1, 2), cos, sin);  // (B, H, T, D)
+      k = rope_apply(k.transpose(1, 2), cos, sin);  // (B, KV, T, D)
+      if (cache) {
+        cache->k[l].narrow(2, past, T).copy_(k);
+        cache->v[l].narrow(2, past, T).copy_(v);
+        k = cache->k[l].narrow(2, 0, past + T);
+        v = cache->v[l].narrow(2, 0, past + T);
+      }
+      at::Tensor a = attention_forward(q, repeat_kv(k, H / KV), repeat_kv(v, H / KV), mask, c.softmax_scale(),
+                                       c.attn_logit_softcap);                  // (B, H, T, D)
+      a = L.o.forward(a.transpose(1, 2).reshape({B, T, H * D}));                // (B, T, C)
+      if (c.gemma_norms) a = rms_norm(a, L.post_attn_norm, c.rms_norm_eps, true);
+      at::Tensor h1 = h_in + a;
+      x = rms_norm(h1, c.gemma_norms ? L.pre_ff_norm : L.post_attn_norm, c.rms_norm_eps, c.gemma_norms);
+      at::Tensor m = L.down.forward(activation(L.gate.forward(x), c.act) * L.up.forward(x));
+      if (c.gemma_norms) m = rms_norm(m, L.post_ff_norm, c.rms_norm_eps, true);
+      return h1 + m;
+    };
+    h = opt.run_layer && !cache ? opt.run_layer(layer, h) : layer(h);
   }
   if (cache) cache->length = past + T;
   if (opt.last_only) h = h.narrow(1, T - 1, 1);

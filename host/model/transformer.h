@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -60,6 +61,9 @@ struct ForwardOptions {
   // (B, T) int64 document ids for packed rows: attention stays inside a document. Undefined = one.
   at::Tensor segments;
   bool last_only = false;  // logits for the last position only: (B, 1, V)
+  // When set, each decoder layer runs as run_layer(layer, h) instead of layer(h): the trainer's
+  // activation checkpointing (recompute in backward) plugs in here. Ignored with a KV cache.
+  std::function<at::Tensor(const std::function<at::Tensor(const at::Tensor&)>&, const at::Tensor&)> run_layer;
 };
 
 struct ParamCounts {

@@ -1,0 +1,17 @@
+// Activation checkpointing: run a function without keeping its activations, and run it again in the
+// backward pass (with the same random state, so dropout draws the same mask) to get the gradients.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+
+namespace luatune {
+
+using LayerFn = std::function<at::Tensor(const at::Tensor&)>;
+
+// y = fn(x), differentiable in x and in every leaf fn reads (weights get their .grad accumulated
+// during the recomputation). fn must be deterministic given the CPU/CUDA random state.
+at::Tensor recompute_forward(const LayerFn& fn, const at::Tensor& x);
+
+}  // namespace luatune

@@ -1,0 +1,321 @@
+// Trainer step, optimizer, schedule and checkpoints. Why the loss is normalised the way it is: each
+// micro-batch contributes (sum of its token losses) / (target tokens of the whole batch), so the
+// accumulated gradient is exactly the gradient of the whole batch's mean token loss, however the
+// rows are split (the failure users report elsewhere: averaging per micro-batch means).
+#include "host/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "host/core/device.h"
+#include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/io/safetensors.h"
+#include "host/train/loss.h"
+#include "host/train/recompute.h"
+
+#ifdef LUATUNE_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace luatune {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool is_low_precision(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+}
+
+std::string step_dir_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step-%07lld", static_cast<long long>(step));
+  return buf;
+}
+
+// Checkpoint directories under `root`, oldest first: (step, path).
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() != 12 || name.compare(0, 5, "step-") != 0) continue;
+    if (!fs::exists(e.path() / "trainer.json")) continue;  // incomplete: never renamed into place
+    out.emplace_back(std::stoll(name.substr(5)), e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options) : model_(std::move(model)), options_(options) {
+  const TrainOptions& o = options_;
+  LT_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd",
+           "train.new: optimizer must be \"adamw\" or \"sgd\", got \"" << o.optimizer << "\"");
+  LT_CHECK(o.schedule == "constant" || o.schedule == "linear" || o.schedule == "cosine",
+           "train.new: schedule must be \"constant\", \"linear\" or \"cosine\", got \"" << o.schedule << "\"");
+  LT_CHECK(o.schedule == "constant" || o.steps > 0, "train.new: schedule \"" << o.schedule << "\" needs steps > 0");
+  LT_CHECK(o.lr > 0, "train.new: lr must be positive");
+  LT_CHECK(o.loss_chunk > 0, "train.new: loss_chunk must be positive");
+  params_ = model_->trainable_parameters();
+  LT_CHECK(!params_.empty(), "train.new: the model has no trainable parameters");
+  for (auto& [name, p] : params_) {
+    at::Tensor master;
+    if (o.master_weights && is_low_precision(*p)) master = p->detach().to(at::kFloat).clone();
+    master_.push_back(master);
+    auto fopts = p->options().dtype(at::kFloat).requires_grad(false);
+    if (o.optimizer == "adamw") {
+      exp_avg_.push_back(at::zeros(p->sizes(), fopts));
+      exp_avg_sq_.push_back(at::zeros(p->sizes(), fopts));
+      momentum_.emplace_back();
+    } else {
+      exp_avg_.emplace_back();
+      exp_avg_sq_.emplace_back();
+      momentum_.push_back(o.momentum > 0 ? at::zeros(p->sizes(), fopts) : at::Tensor());
+    }
+  }
+}
+
+double Trainer::lr_at(int64_t step) const {
+  const TrainOptions& o = options_;
+  if (o.warmup > 0 && step <= o.warmup) return o.lr * static_cast<double>(step) / static_cast<double>(o.warmup);
+  if (o.schedule == "constant") return o.lr;
+  double span = static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup));
+  double progress = std::min(1.0, static_cast<double>(step - o.warmup) / span);
+  double floor = o.min_lr_ratio * o.lr;
+  if (o.schedule == "linear") return floor + (o.lr - floor) * (1.0 - progress);
+  return floor + (o.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward, int64_t normaliser) {
+  LT_CHECK(batch.ids.defined() && batch.ids.dim() == 2, "train: a batch needs ids of shape (rows, length)");
+  const int64_t rows = batch.ids.size(0);
+  const int64_t micro = options_.micro_batch_size > 0 ? options_.micro_batch_size : rows;
+  const c10::Device dev = model_->device();
+  ForwardOptions fo;
+  if (options_.checkpoint_layers && backward) fo.run_layer = [](const LayerFn& fn, const at::Tensor& x) {
+    return recompute_forward(fn, x);
+  };
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += micro) {
+    int64_t n = std::min(micro, rows - r0);
+    at::Tensor ids = batch.ids.narrow(0, r0, n).to(dev);
+    at::Tensor targets = batch.targets.narrow(0, r0, n).to(dev).reshape({-1});
+    fo.positions = batch.positions.defined() ? batch.positions.narrow(0, r0, n).to(dev) : at::Tensor();
+    fo.segments = batch.segments.defined() ? batch.segments.narrow(0, r0, n).to(dev) : at::Tensor();
+    at::Tensor keep = targets.ne(kIgnoreTarget).nonzero().squeeze(1);
+    if (keep.numel() == 0) continue;  // nothing to learn in these rows
+    at::Tensor h = model_->hidden(ids, fo);
+    h = h.reshape({-1, h.size(-1)}).index_select(0, keep);
+    at::Tensor loss = chunked_cross_entropy(h, model_->output_weight(), targets.index_select(0, keep),
+                                            options_.loss_chunk, model_->config.final_logit_softcap);
+    if (backward) (loss / static_cast<double>(normaliser)).backward();
+    total += loss.item<double>();
+    count += keep.numel();
+  }
+  return {total, count};
+}
+
+double Trainer::clip_gradients() {
+  at::Tensor sq = at::zeros({}, model_->embed.options().dtype(at::kFloat).requires_grad(false));
+  for (auto& [name, p] : params_)
+    if (p->grad().defined()) sq = sq + p->grad().to(at::kFloat).pow(2).sum();
+  double norm = std::sqrt(sq.item<double>());
+  if (options_.max_grad_norm > 0 && std::isfinite(norm) && norm > options_.max_grad_norm) {
+    double coef = options_.max_grad_norm / (norm + 1e-6);
+    for (auto& [name, p] : params_)
+      if (p->grad().defined()) p->mutable_grad().mul_(coef);
+  }
+  return norm;
+}
+
+void Trainer::optimizer_update(double lr) {
+  at::NoGradGuard no_grad;
+  const TrainOptions& o = options_;
+  const double t = static_cast<double>(step_);
+  for (size_t i = 0; i < params_.size(); i++) {
+    at::Tensor& p = *params_[i].second;
+    if (!p.grad().defined()) continue;
+    at::Tensor w = master_[i].defined() ? master_[i] : p;  // the float copy is the one updated
+    at::Tensor g = p.grad().to(w.scalar_type());
+    if (o.optimizer == "adamw") {
+      // AdamW as torch.optim.AdamW: decoupled decay, bias-corrected moments.
+      if (o.weight_decay > 0) w.mul_(1.0 - lr * o.weight_decay);
+      at::Tensor& m = exp_avg_[i];
+      at::Tensor& v = exp_avg_sq_[i];
+      m.mul_(o.beta1).add_(g.to(at::kFloat), 1.0 - o.beta1);
+      v.mul_(o.beta2).addcmul_(g.to(at::kFloat), g.to(at::kFloat), 1.0 - o.beta2);
+      const double bc1 = 1.0 - std::pow(o.beta1, t), bc2 = 1.0 - std::pow(o.beta2, t);
+      at::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(o.eps);
+      w.addcdiv_(m.to(w.scalar_type()), denom.to(w.scalar_type()), -lr / bc1);
+    } else {
+      if (o.weight_decay > 0) g = g.add(w, o.weight_decay);
+      if (momentum_[i].defined()) {
+        momentum_[i].mul_(o.momentum).add_(g.to(at::kFloat));
+        g = momentum_[i].to(w.scalar_type());
+      }
+      w.add_(g, -lr);
+    }
+    if (master_[i].defined()) p.copy_(master_[i]);
+  }
+}
+
+StepStats Trainer::step(const Batch& batch) {
+  const double t0 = now_seconds();
+  LT_CHECK(batch.target_tokens > 0, "train: step " << step_ + 1 << ": the batch has no target tokens");
+#ifdef LUATUNE_HAS_CUDA
+  if (model_->device().is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(model_->device().index());
+#endif
+  model_->set_training(true);
+  for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
+  auto [loss_sum, count] = batch_loss(batch, true, batch.target_tokens);
+  model_->set_training(false);
+  StepStats s;
+  s.loss = loss_sum / static_cast<double>(std::max<int64_t>(count, 1));
+  if (!std::isfinite(s.loss))
+    fail("train: loss is " + std::string(std::isnan(s.loss) ? "nan" : "inf") + " at step " +
+             std::to_string(step_ + 1) + "; stopping before the weights are updated",
+         "lower the learning rate, raise warmup, check the data for empty or huge records, or use "
+         "fp32 master weights (master_weights=true) with bf16");
+  step_++;
+  s.grad_norm = clip_gradients();
+  s.lr = lr_at(step_);
+  optimizer_update(s.lr);
+  for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
+  s.tokens = batch.tokens;
+  s.target_tokens = batch.target_tokens;
+  s.step_time = now_seconds() - t0;
+  s.tokens_per_s = s.step_time > 0 ? static_cast<double>(s.tokens) / s.step_time : 0;
+#ifdef LUATUNE_HAS_CUDA
+  if (model_->device().is_cuda()) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(model_->device().index());
+    s.peak_memory_gb =
+        static_cast<double>(stats.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].peak) / 1e9;
+  }
+#endif
+  if (options_.save_every > 0 && step_ % options_.save_every == 0) save();
+  return s;
+}
+
+EvalStats Trainer::evaluate(const std::vector<Batch>& batches) {
+  at::NoGradGuard no_grad;
+  model_->set_training(false);
+  double total = 0;
+  int64_t count = 0;
+  for (const Batch& b : batches) {
+    auto [sum, n] = batch_loss(b, false, 1);
+    total += sum;
+    count += n;
+  }
+  LT_CHECK(count > 0, "train: evaluate: the evaluation batches have no target tokens");
+  EvalStats e;
+  e.target_tokens = count;
+  e.loss = total / static_cast<double>(count);
+  e.perplexity = std::exp(e.loss);
+  return e;
+}
+
+// ============================================================================================
+// Checkpoints: output_dir/checkpoints/step-NNNNNNN/{state.safetensors, trainer.json}, written into a
+// temporary directory beside it and renamed into place, so a crash never leaves a half checkpoint
+// under a final name (resume ignores directories without trainer.json).
+
+std::string Trainer::save() {
+  LT_CHECK(!options_.output_dir.empty(), "train: save needs output_dir");
+  std::string root = options_.output_dir + "/checkpoints";
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  LT_CHECK(fs::is_directory(root), root << ": cannot create the checkpoint directory (" << ec.message() << ")");
+  std::string final_dir = root + "/" + step_dir_name(step_);
+  std::string tmp = final_dir + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp);
+
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (size_t i = 0; i < params_.size(); i++) {
+    const std::string& name = params_[i].first;
+    tensors.emplace_back("param." + name, params_[i].second->detach());
+    if (master_[i].defined()) tensors.emplace_back("master." + name, master_[i]);
+    if (exp_avg_[i].defined()) tensors.emplace_back("exp_avg." + name, exp_avg_[i]);
+    if (exp_avg_sq_[i].defined()) tensors.emplace_back("exp_avg_sq." + name, exp_avg_sq_[i]);
+    if (momentum_[i].defined()) tensors.emplace_back("momentum." + name, momentum_[i]);
+  }
+  tensors.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+  if (model_->device().is_cuda())
+    tensors.emplace_back("rng.cuda", at::globalContext().defaultGenerator(model_->device()).get_state());
+  safetensors_save_file(tmp + "/state.safetensors", tensors);
+  json meta = {{"step", step_},
+               {"optimizer", options_.optimizer},
+               {"lr", options_.lr},
+               {"schedule", options_.schedule},
+               {"warmup", options_.warmup},
+               {"steps", options_.steps},
+               {"parameters", params_.size()}};
+  file_write_atomic(tmp + "/trainer.json", meta.dump(2) + "\n");
+  fs::remove_all(final_dir, ec);
+  fs::rename(tmp, final_dir);
+
+  auto all = list_checkpoints(root);
+  for (size_t i = 0; options_.keep_last > 0 && i + options_.keep_last < all.size(); i++)
+    fs::remove_all(all[i].second, ec);
+  return final_dir;
+}
+
+int64_t Trainer::resume(const std::string& checkpoint_dir) {
+  std::string dir = checkpoint_dir;
+  if (dir.empty()) {
+    LT_CHECK(!options_.output_dir.empty(), "train: resume needs output_dir or a checkpoint directory");
+    auto all = list_checkpoints(options_.output_dir + "/checkpoints");
+    if (all.empty()) return 0;
+    dir = all.back().second;
+  }
+  LT_CHECK(file_exists(dir + "/trainer.json"), dir << ": not a luatune checkpoint (no trainer.json)");
+  json meta = json::parse(file_read(dir + "/trainer.json"));
+  SafetensorsReader st(dir + "/state.safetensors");
+  at::NoGradGuard no_grad;
+  auto load = [&](const std::string& key, at::Tensor& into) {
+    LT_CHECK(st.contains(key), dir << "/state.safetensors: tensor " << key
+                                   << " is missing (was the checkpoint written with other trainable parameters?)");
+    at::Tensor t = st.tensor(key);
+    LT_CHECK(t.sizes() == into.sizes(), dir << "/state.safetensors: tensor " << key << " has shape " << t.sizes()
+                                            << ", the model has " << into.sizes());
+    into.copy_(t);
+  };
+  for (size_t i = 0; i < params_.size(); i++) {
+    const std::string& name = params_[i].first;
+    load("param." + name, *params_[i].second);
+    if (master_[i].defined()) load("master." + name, master_[i]);
+    if (exp_avg_[i].defined()) load("exp_avg." + name, exp_avg_[i]);
+    if (exp_avg_sq_[i].defined()) load("exp_avg_sq." + name, exp_avg_sq_[i]);
+    if (momentum_[i].defined()) load("momentum." + name, momentum_[i]);
+  }
+  int64_t expected = 0;
+  for (const auto& n : st.names()) expected += n.compare(0, 6, "param.") == 0;
+  LT_CHECK(expected == static_cast<int64_t>(params_.size()),
+           dir << ": the checkpoint has " << expected << " trainable tensors, the model " << params_.size());
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();  // a handle: setting it sets the global one
+  cpu.set_state(st.tensor("rng.cpu").clone());
+  if (model_->device().is_cuda() && st.contains("rng.cuda")) {
+    at::Generator cuda = at::globalContext().defaultGenerator(model_->device());
+    cuda.set_state(st.tensor("rng.cuda").clone());
+  }
+  step_ = meta.at("step").get<int64_t>();
+  return step_;
+}
+
+}  // namespace luatune

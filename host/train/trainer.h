@@ -1,0 +1,87 @@
+// The trainer: one optimizer step per call on a Batch (split into micro-batches whose loss is
+// normalised by the whole batch's target tokens, so accumulation equals the large batch), AdamW or
+// SGD, warmup + constant/linear/cosine schedules, gradient clipping, fp32 master weights for
+// bf16/f16 models, per-layer activation checkpointing, chunked cross-entropy, evaluation, and
+// atomic checkpoints that resume exactly (weights, optimizer, schedule position, RNG, step).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "host/data/batch.h"
+#include "host/model/transformer.h"
+
+namespace luatune {
+
+struct TrainOptions {
+  std::string optimizer = "adamw";  // "adamw" or "sgd"
+  double lr = 2e-5;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum = 0.0;  // sgd
+  std::string schedule = "cosine";  // "constant", "linear", "cosine" (after linear warmup)
+  int64_t warmup = 0;               // steps of linear warmup from 0
+  int64_t steps = 0;                // total steps (linear/cosine decay to min_lr_ratio * lr)
+  double min_lr_ratio = 0.0;
+  int64_t micro_batch_size = 0;     // rows per forward/backward; 0 = the whole batch at once
+  double max_grad_norm = 1.0;       // 0 = no clipping
+  bool master_weights = true;       // fp32 master copies of bf16/f16 trainable weights
+  bool checkpoint_layers = false;   // recompute each layer in backward instead of storing activations
+  int64_t loss_chunk = 4096;        // rows of logits materialised at once by the cross-entropy
+  std::string output_dir;           // checkpoints go to output_dir/checkpoints/step-NNNNNNN
+  int64_t save_every = 0;           // 0 = only when save() is called
+  int64_t keep_last = 2;            // checkpoints kept (older ones are deleted)
+};
+
+struct StepStats {
+  double loss = 0;        // mean cross-entropy per target token of this batch
+  double lr = 0;          // learning rate used by this step
+  double grad_norm = 0;   // total gradient norm before clipping
+  int64_t tokens = 0, target_tokens = 0;
+  double step_time = 0;   // seconds
+  double tokens_per_s = 0;
+  double peak_memory_gb = 0;  // CUDA: peak allocated since the previous step; 0 on CPU
+};
+
+struct EvalStats {
+  double loss = 0, perplexity = 0;
+  int64_t target_tokens = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(std::shared_ptr<Model> model, TrainOptions options);
+  StepStats step(const Batch& batch);
+  EvalStats evaluate(const std::vector<Batch>& batches);
+  // Writes a checkpoint of the current state to output_dir/checkpoints/step-N (atomically) and
+  // prunes old ones; returns its path.
+  std::string save();
+  // Loads the newest checkpoint under output_dir/checkpoints (or the given checkpoint dir) and
+  // returns its step, or 0 when there is none.
+  int64_t resume(const std::string& checkpoint_dir = "");
+  int64_t step_count() const { return step_; }
+  double lr_at(int64_t step) const;  // learning rate of step `step` (1-based)
+  const TrainOptions& options() const { return options_; }
+  Model& model() { return *model_; }
+  // (trainable parameter name, tensor) in optimizer order
+  const std::vector<std::pair<std::string, at::Tensor*>>& parameters() const { return params_; }
+  // The loss of one batch without updating anything (sum over target tokens and their count).
+  std::pair<double, int64_t> batch_loss(const Batch& batch, bool backward, int64_t normaliser);
+
+ private:
+  void optimizer_update(double lr);
+  double clip_gradients();
+
+  std::shared_ptr<Model> model_;
+  TrainOptions options_;
+  std::vector<std::pair<std::string, at::Tensor*>> params_;
+  std::vector<at::Tensor> master_, exp_avg_, exp_avg_sq_, momentum_;  // per parameter (undefined when unused)
+  int64_t step_ = 0;
+};
+
+}  // namespace luatune

@@ -1,0 +1,238 @@
+// The trainer's promises, each checked against a straightforward computation: chunked cross-entropy
+// equals ATen's, micro-batches equal the large batch, recomputed layers give the same gradients,
+// padding and packing leave a document's loss alone, and a resumed run equals a straight one bit
+// for bit on CPU.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+
+#include "host/core/error.h"
+#include "host/model/checkpoint.h"
+#include "host/model/config.h"
+#include "host/train/loss.h"
+#include "host/train/trainer.h"
+
+using namespace luatune;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::shared_ptr<Model> tiny(const std::string& arch = "llama", uint64_t seed = 1) {
+  std::string extra = arch == "gemma2" ? R"(, "head_dim": 8, "sliding_window": 4)" : "";
+  return model_init(model_config_with(arch, R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)" + extra + "}", "test"),
+                    seed, at::kFloat, at::kCPU);
+}
+
+// Rows of random documents: ids (B, T), next-token targets within the row, all trained on.
+Batch random_batch(int64_t rows, int64_t len, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  Batch b;
+  b.ids = at::randint(61, {rows, len}, gen, at::TensorOptions(at::kLong));
+  b.targets = at::full({rows, len}, kIgnoreTarget, at::kLong);
+  b.targets.narrow(1, 0, len - 1).copy_(b.ids.narrow(1, 1, len - 1));
+  b.positions = at::arange(len, at::kLong).unsqueeze(0).repeat({rows, 1});
+  b.segments = at::zeros({rows, len}, at::kLong);
+  b.target_tokens = rows * (len - 1);
+  b.tokens = rows * len;
+  return b;
+}
+
+std::string temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("luatune_test_train_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p.string();
+}
+
+std::vector<at::Tensor> grads(Trainer& t) {
+  std::vector<at::Tensor> out;
+  for (auto& [name, p] : t.parameters()) out.push_back(p->grad().defined() ? p->grad().clone() : at::Tensor());
+  return out;
+}
+
+void zero_grads(Trainer& t) {
+  for (auto& [name, p] : t.parameters()) p->mutable_grad() = at::Tensor();
+}
+
+}  // namespace
+
+TEST(ChunkedCE, MatchesATenValueAndGradients) {
+  at::Generator gen = at::detail::createCPUGenerator(0);
+  for (double softcap : {0.0, 5.0}) {
+    at::Tensor h = at::randn({13, 8}, gen, at::TensorOptions(at::kFloat)).requires_grad_(true);
+    at::Tensor w = at::randn({11, 8}, gen, at::TensorOptions(at::kFloat)).requires_grad_(true);
+    at::Tensor t = at::randint(11, {13}, gen, at::TensorOptions(at::kLong));
+    t[3] = kIgnoreTarget;
+    t[9] = kIgnoreTarget;
+    at::Tensor mine = chunked_cross_entropy(h, w, t, 4, softcap);
+    mine.backward();
+    at::Tensor gh = h.grad().clone(), gw = w.grad().clone();
+    h.mutable_grad() = at::Tensor();
+    w.mutable_grad() = at::Tensor();
+    at::Tensor logits = at::matmul(h, w.t());
+    if (softcap > 0) logits = at::tanh(logits / softcap) * softcap;
+    at::Tensor ref = at::cross_entropy_loss(logits, t, {}, at::Reduction::Sum, kIgnoreTarget);
+    ref.backward();
+    EXPECT_NEAR(mine.item<double>(), ref.item<double>(), 1e-4);
+    EXPECT_TRUE(at::allclose(gh, h.grad(), 1e-5, 1e-6));
+    EXPECT_TRUE(at::allclose(gw, w.grad(), 1e-5, 1e-6));
+  }
+}
+
+TEST(Trainer, MicroBatchesEqualTheLargeBatch) {
+  auto m = tiny();
+  TrainOptions o;
+  o.schedule = "constant";
+  Trainer whole(m, o);
+  Batch b = random_batch(8, 9, 3);
+  // Make the rows carry different numbers of targets, so per-micro-batch averaging would differ.
+  b.targets[0].narrow(0, 0, 6).fill_(kIgnoreTarget);
+  b.target_tokens = b.targets.ne(kIgnoreTarget).sum().item<int64_t>();
+  auto [l1, n1] = whole.batch_loss(b, true, b.target_tokens);
+  auto g1 = grads(whole);
+  zero_grads(whole);
+  TrainOptions o4 = o;
+  o4.micro_batch_size = 2;
+  Trainer micro(m, o4);
+  auto [l4, n4] = micro.batch_loss(b, true, b.target_tokens);
+  auto g4 = grads(micro);
+  EXPECT_EQ(n1, n4);
+  EXPECT_NEAR(l1, l4, 1e-4);
+  for (size_t i = 0; i < g1.size(); i++) EXPECT_TRUE(at::allclose(g1[i], g4[i], 1e-4, 1e-6)) << i;
+}
+
+TEST(Trainer, RecomputedLayersGiveTheSameGradients) {
+  for (const char* arch : {"llama", "gemma2"}) {
+    auto m = tiny(arch);
+    TrainOptions o;
+    o.schedule = "constant";
+    Trainer plain(m, o);
+    Batch b = random_batch(2, 10, 4);
+    plain.batch_loss(b, true, b.target_tokens);
+    auto g1 = grads(plain);
+    zero_grads(plain);
+    o.checkpoint_layers = true;
+    Trainer ckpt(m, o);
+    ckpt.batch_loss(b, true, b.target_tokens);
+    auto g2 = grads(ckpt);
+    for (size_t i = 0; i < g1.size(); i++) EXPECT_TRUE(at::allclose(g1[i], g2[i], 1e-5, 1e-7)) << arch << " " << i;
+  }
+}
+
+TEST(Trainer, PaddingAndPackingLeaveADocumentsLossAlone) {
+  auto m = tiny();
+  TrainOptions o;
+  o.schedule = "constant";
+  Trainer t(m, o);
+  at::NoGradGuard g;
+  Batch a = random_batch(1, 6, 5), b = random_batch(1, 4, 6);
+  double la = t.batch_loss(a, false, 1).first, lb = t.batch_loss(b, false, 1).first;
+  // a padded to 9 columns: padding is its own segment with no targets.
+  Batch pad = a;
+  pad.ids = at::cat({a.ids, at::zeros({1, 3}, at::kLong)}, 1);
+  pad.targets = at::cat({a.targets, at::full({1, 3}, kIgnoreTarget, at::kLong)}, 1);
+  pad.positions = at::cat({a.positions, at::arange(3, at::kLong).unsqueeze(0)}, 1);
+  pad.segments = at::cat({a.segments, at::ones({1, 3}, at::kLong)}, 1);
+  EXPECT_NEAR(t.batch_loss(pad, false, 1).first, la, 1e-5);
+  // a and b packed into one row: positions restart, segments differ.
+  Batch packed;
+  packed.ids = at::cat({a.ids, b.ids}, 1);
+  packed.targets = at::cat({a.targets, b.targets}, 1);
+  packed.positions = at::cat({a.positions, b.positions}, 1);
+  packed.segments = at::cat({a.segments, at::ones({1, 4}, at::kLong)}, 1);
+  EXPECT_NEAR(t.batch_loss(packed, false, 1).first, la + lb, 1e-4);
+}
+
+TEST(Trainer, SchedulesWarmUpThenDecay) {
+  auto m = tiny();
+  TrainOptions o;
+  o.lr = 1.0, o.warmup = 10, o.steps = 110, o.schedule = "cosine", o.min_lr_ratio = 0.1;
+  Trainer t(m, o);
+  EXPECT_DOUBLE_EQ(t.lr_at(5), 0.5);
+  EXPECT_DOUBLE_EQ(t.lr_at(10), 1.0);
+  EXPECT_NEAR(t.lr_at(60), 0.55, 1e-12);  // halfway down the cosine, between 1 and 0.1
+  EXPECT_NEAR(t.lr_at(110), 0.1, 1e-12);
+  o.schedule = "linear";
+  Trainer lin(m, o);
+  EXPECT_NEAR(lin.lr_at(35), 1.0 - 0.9 * 0.25, 1e-12);
+}
+
+TEST(Trainer, TrainingLowersTheLoss) {
+  auto m = tiny();
+  TrainOptions o;
+  o.lr = 1e-2, o.schedule = "constant";
+  Trainer t(m, o);
+  Batch b = random_batch(4, 12, 7);
+  double first = t.step(b).loss, last = first;
+  for (int i = 0; i < 30; i++) last = t.step(b).loss;
+  EXPECT_LT(last, first * 0.5);  // memorising one batch
+  EXPECT_EQ(t.step_count(), 31);
+}
+
+TEST(Trainer, ResumeEqualsAStraightRunBitForBit) {
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 + fp32 master" : "fp32");
+    TrainOptions o;
+    o.lr = 3e-3, o.warmup = 2, o.steps = 6, o.weight_decay = 0.01, o.micro_batch_size = 2;
+    std::vector<Batch> data;
+    for (int i = 0; i < 6; i++) data.push_back(random_batch(4, 8, 100 + i));
+    auto straight = tiny();
+    if (bf16) straight->to(at::kCPU, at::kBFloat16);
+    Trainer a(straight, o);
+    for (const Batch& b : data) a.step(b);
+
+    o.output_dir = temp_dir(bf16 ? "bf16" : "f32");
+    o.keep_last = 1;
+    auto first = tiny();
+    if (bf16) first->to(at::kCPU, at::kBFloat16);
+    Trainer b1(first, o);
+    for (int i = 0; i < 3; i++) b1.step(data[i]);
+    b1.save();
+    auto second = tiny(/*arch=*/"llama", /*seed=*/99);  // different weights: resume must overwrite them
+    if (bf16) second->to(at::kCPU, at::kBFloat16);
+    Trainer b2(second, o);
+    EXPECT_EQ(b2.resume(), 3);
+    for (int i = 3; i < 6; i++) b2.step(data[i]);
+    auto sa = straight->state(), sb = second->state();
+    for (size_t i = 0; i < sa.size(); i++) EXPECT_TRUE(at::equal(sa[i].second, sb[i].second)) << sa[i].first;
+    fs::remove_all(o.output_dir);
+  }
+}
+
+TEST(Trainer, KeepsTheLastCheckpointsAndIgnoresIncompleteOnes) {
+  auto m = tiny();
+  TrainOptions o;
+  o.schedule = "constant", o.output_dir = temp_dir("keep"), o.save_every = 1, o.keep_last = 2;
+  Trainer t(m, o);
+  for (int i = 0; i < 4; i++) t.step(random_batch(2, 6, i));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(o.output_dir + "/checkpoints")) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step-0000003", "step-0000004"}));
+  fs::create_directories(o.output_dir + "/checkpoints/step-0000009");  // a crash mid-save: no trainer.json
+  Trainer again(tiny(), o);
+  EXPECT_EQ(again.resume(), 4);
+  fs::remove_all(o.output_dir);
+}
+
+TEST(Trainer, NanLossStopsWithTheStepAndAHint) {
+  auto m = tiny();
+  TrainOptions o;
+  o.schedule = "constant";
+  Trainer t(m, o);
+  t.step(random_batch(2, 6, 1));
+  {
+    at::NoGradGuard g;
+    m->norm.fill_(std::numeric_limits<float>::quiet_NaN());
+  }
+  try {
+    t.step(random_batch(2, 6, 2));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("train: loss is nan at step 2; stopping before the weights are updated", 0), 0u) << msg;
+    EXPECT_NE(msg.find("HINT: lower the learning rate"), std::string::npos);
+  }
+}
