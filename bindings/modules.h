@@ -6,6 +6,7 @@
 extern "C" {
 int luaopen_config(lua_State* L);
 int luaopen_torch(lua_State* L);
+int luaopen_train(lua_State* L);
 int luaopen_tokenizer(lua_State* L);
 int luaopen_models(lua_State* L);
 }

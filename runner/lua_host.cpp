@@ -24,6 +24,7 @@ struct Module {
 const Module modules[] = {
     {"config", luaopen_config},
     {"torch", luaopen_torch},
+    {"train", luaopen_train},
     {"tokenizer", luaopen_tokenizer},
     {"models", luaopen_models},
 };

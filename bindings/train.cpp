@@ -1,0 +1,207 @@
+// Lua module `train`: train.new(model, opts) makes a Trainer (host/train/trainer.h) whose
+// trainer:step(batch) runs one optimizer step in C++ and returns a small table of statistics; the
+// recipe keeps the loop. train.batch{...} builds a Batch from tensors for recipes with their own data.
+#include <ATen/ATen.h>
+
+#include "bindings/batch_class.h"
+#include "bindings/lua_util.h"
+#include "bindings/model_class.h"
+#include "bindings/tensor_class.h"
+#include "host/core/error.h"
+#include "host/core/tensor_ops.h"
+#include "host/train/trainer.h"
+
+namespace luatune {
+
+using TrainerPtr = std::shared_ptr<Trainer>;
+
+template <>
+struct LuaClass<TrainerPtr> {
+  static constexpr const char* name = "Trainer";
+};
+
+namespace {
+
+std::string describe_trainer(const TrainerPtr& t) {
+  const TrainOptions& o = t->options();
+  return "Trainer(" + o.optimizer + ", lr " + std::to_string(o.lr) + ", " + o.schedule + ", step " +
+         std::to_string(t->step_count()) + ", " + std::to_string(t->parameters().size()) + " trainable tensors)";
+}
+
+std::string describe_batch(const Batch& b) {
+  return "Batch(" + shape_str(b.ids.sizes().vec()) + ", " + std::to_string(b.target_tokens) + " target tokens)";
+}
+
+void set_number(lua_State* L, const char* key, double v) {
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, key);
+}
+
+// train.new(model, {optimizer="adamw", lr=2e-5, betas={0.9, 0.999}, eps=1e-8, weight_decay=0,
+//   momentum=0, schedule="cosine", warmup=0, steps=, min_lr_ratio=0, micro_batch_size=0,
+//   max_grad_norm=1, master_weights=true, checkpoint_layers=false, loss_chunk=4096,
+//   output_dir=, save_every=0, keep_last=2})
+int l_train_new(lua_State* L) {
+  auto model = lt_check<std::shared_ptr<Model>>(L, 1);
+  TrainOptions o;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lt_check_options(L, 2, {"optimizer", "lr", "betas", "eps", "weight_decay", "momentum", "schedule", "warmup",
+                            "steps", "min_lr_ratio", "micro_batch_size", "max_grad_norm", "master_weights",
+                            "checkpoint_layers", "loss_chunk", "output_dir", "save_every", "keep_last"});
+    o.optimizer = lt_opt_string(L, 2, "optimizer", o.optimizer);
+    o.lr = lt_opt_number(L, 2, "lr", o.lr);
+    o.eps = lt_opt_number(L, 2, "eps", o.eps);
+    o.weight_decay = lt_opt_number(L, 2, "weight_decay", o.weight_decay);
+    o.momentum = lt_opt_number(L, 2, "momentum", o.momentum);
+    o.schedule = lt_opt_string(L, 2, "schedule", o.schedule);
+    o.warmup = static_cast<int64_t>(lt_opt_number(L, 2, "warmup", 0));
+    o.steps = static_cast<int64_t>(lt_opt_number(L, 2, "steps", 0));
+    o.min_lr_ratio = lt_opt_number(L, 2, "min_lr_ratio", 0);
+    o.micro_batch_size = static_cast<int64_t>(lt_opt_number(L, 2, "micro_batch_size", 0));
+    o.max_grad_norm = lt_opt_number(L, 2, "max_grad_norm", o.max_grad_norm);
+    o.master_weights = lt_opt_bool(L, 2, "master_weights", o.master_weights);
+    o.checkpoint_layers = lt_opt_bool(L, 2, "checkpoint_layers", false);
+    o.loss_chunk = static_cast<int64_t>(lt_opt_number(L, 2, "loss_chunk", o.loss_chunk));
+    o.output_dir = lt_opt_string(L, 2, "output_dir", "");
+    o.save_every = static_cast<int64_t>(lt_opt_number(L, 2, "save_every", 0));
+    o.keep_last = static_cast<int64_t>(lt_opt_number(L, 2, "keep_last", o.keep_last));
+    lua_getfield(L, 2, "betas");
+    if (!lua_isnil(L, -1)) {
+      LT_CHECK(lua_istable(L, -1) && lua_objlen(L, -1) == 2, "train.new: betas must be a list of two numbers");
+      lua_rawgeti(L, -1, 1);
+      lua_rawgeti(L, -2, 2);
+      o.beta1 = luaL_checknumber(L, -2);
+      o.beta2 = luaL_checknumber(L, -1);
+      lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+  }
+  lt_push<TrainerPtr>(L, std::make_shared<Trainer>(model, o));
+  return 1;
+}
+
+// train.batch{ids=Tensor(B,T), targets=Tensor(B,T) (-100 = none; default: next token of ids),
+//             positions=, segments=}
+int l_train_batch(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lt_check_options(L, 1, {"ids", "targets", "positions", "segments"});
+  auto field = [&](const char* key) -> at::Tensor {
+    lua_getfield(L, 1, key);
+    at::Tensor t;
+    if (!lua_isnil(L, -1)) t = lt_check<at::Tensor>(L, lua_gettop(L)).to(at::kLong);
+    lua_pop(L, 1);
+    return t;
+  };
+  Batch b;
+  b.ids = field("ids");
+  LT_CHECK(b.ids.defined() && b.ids.dim() == 2, "train.batch: ids must be a (rows, length) tensor");
+  b.targets = field("targets");
+  if (!b.targets.defined()) {
+    b.targets = at::full(b.ids.sizes(), kIgnoreTarget, at::kLong);
+    b.targets.narrow(1, 0, b.ids.size(1) - 1).copy_(b.ids.narrow(1, 1, b.ids.size(1) - 1));
+  }
+  b.positions = field("positions");
+  b.segments = field("segments");
+  for (const at::Tensor* t : {&b.targets, &b.positions, &b.segments})
+    LT_CHECK(!t->defined() || t->sizes() == b.ids.sizes(), "train.batch: targets, positions and segments must "
+                                                           "have the shape of ids " << shape_str(b.ids.sizes().vec()));
+  b.target_tokens = b.targets.ne(kIgnoreTarget).sum().item<int64_t>();
+  b.tokens = b.ids.numel();
+  lt_push<Batch>(L, b);
+  return 1;
+}
+
+// trainer:step(batch) -> {loss, lr, grad_norm, tokens, target_tokens, step_time, tokens_per_s, peak_memory_gb}
+int l_train_step(lua_State* L) {
+  Trainer& t = *lt_check<TrainerPtr>(L, 1);
+  StepStats s = t.step(lt_check<Batch>(L, 2));
+  lua_createtable(L, 0, 8);
+  set_number(L, "loss", s.loss);
+  set_number(L, "lr", s.lr);
+  set_number(L, "grad_norm", s.grad_norm);
+  set_number(L, "tokens", static_cast<double>(s.tokens));
+  set_number(L, "target_tokens", static_cast<double>(s.target_tokens));
+  set_number(L, "step_time", s.step_time);
+  set_number(L, "tokens_per_s", s.tokens_per_s);
+  if (s.peak_memory_gb > 0) set_number(L, "peak_memory_gb", s.peak_memory_gb);
+  return 1;
+}
+
+// trainer:evaluate(batches) -> {loss, perplexity, tokens}; batches is a list of Batch
+int l_train_evaluate(lua_State* L) {
+  Trainer& t = *lt_check<TrainerPtr>(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  std::vector<Batch> batches;
+  size_t n = lua_objlen(L, 2);
+  for (size_t i = 1; i <= n; i++) {
+    lua_rawgeti(L, 2, static_cast<int>(i));
+    batches.push_back(lt_check<Batch>(L, lua_gettop(L)));
+    lua_pop(L, 1);
+  }
+  EvalStats e = t.evaluate(batches);
+  lua_createtable(L, 0, 3);
+  set_number(L, "loss", e.loss);
+  set_number(L, "perplexity", e.perplexity);
+  set_number(L, "tokens", static_cast<double>(e.target_tokens));
+  return 1;
+}
+
+int l_train_save(lua_State* L) {
+  std::string path = lt_check<TrainerPtr>(L, 1)->save();
+  lua_pushstring(L, path.c_str());
+  return 1;
+}
+
+// trainer:resume([checkpoint_dir]) -> the step it continues from (0 when there is no checkpoint)
+int l_train_resume(lua_State* L) {
+  Trainer& t = *lt_check<TrainerPtr>(L, 1);
+  std::string dir = lua_isnoneornil(L, 2) ? "" : luaL_checkstring(L, 2);
+  lua_pushnumber(L, static_cast<double>(t.resume(dir)));
+  return 1;
+}
+
+int l_train_step_count(lua_State* L) {
+  lua_pushnumber(L, static_cast<double>(lt_check<TrainerPtr>(L, 1)->step_count()));
+  return 1;
+}
+
+// trainer:lr([step]) -> the learning rate of `step` (default: the next step)
+int l_train_lr(lua_State* L) {
+  Trainer& t = *lt_check<TrainerPtr>(L, 1);
+  int64_t step = lua_isnoneornil(L, 2) ? t.step_count() + 1 : lt_check_int(L, 2);
+  lua_pushnumber(L, t.lr_at(step));
+  return 1;
+}
+
+// batch:info() -> {rows, length, tokens, target_tokens}
+int l_train_batch_info(lua_State* L) {
+  const Batch& b = lt_check<Batch>(L, 1);
+  lua_createtable(L, 0, 4);
+  set_number(L, "rows", static_cast<double>(b.ids.size(0)));
+  set_number(L, "length", static_cast<double>(b.ids.size(1)));
+  set_number(L, "tokens", static_cast<double>(b.tokens));
+  set_number(L, "target_tokens", static_cast<double>(b.target_tokens));
+  return 1;
+}
+
+const luaL_Reg trainer_methods[] = {{"step", l_train_step},   {"evaluate", l_train_evaluate},
+                                    {"save", l_train_save},   {"resume", l_train_resume},
+                                    {"step_count", l_train_step_count}, {"lr", l_train_lr},
+                                    {nullptr, nullptr}};
+const luaL_Reg batch_methods[] = {{"info", l_train_batch_info}, {nullptr, nullptr}};
+const luaL_Reg train_funcs[] = {{"new", l_train_new}, {"batch", l_train_batch}, {nullptr, nullptr}};
+
+}  // namespace
+
+}  // namespace luatune
+
+extern "C" int luaopen_train(lua_State* L) {
+  using namespace luatune;
+  lt_register_class<TrainerPtr, describe_trainer>(L, trainer_methods);
+  lua_pop(L, 1);
+  lt_register_class<Batch, describe_batch>(L, batch_methods);
+  lua_pop(L, 1);
+  lt_new_module(L, train_funcs);
+  return 1;
+}
