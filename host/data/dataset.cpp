@@ -66,15 +66,16 @@ std::optional<ChatFormat> resolve_chat(DataFormat format, const DataOptions& o, 
       fail_usage(std::string("data: chat_format: ") + e.what());
     }
   }
-  if (tok.chat_template().empty())
-    fail_usage(std::string("data: format '") + data_format_name(format) + "' renders conversations but " +
-               tok.source_dir() + " has no chat_template; pass chat_format = \"llama3\" (or llama3.1, mistral, "
-               "chatml, qwen2.5, qwen3, gemma)" + (format == DataFormat::chat ? "" : " or chat = false"));
+  std::string hint = "pass chat_format = one of llama3, llama3.1, mistral, chatml, qwen2.5, qwen3, gemma";
+  if (format != DataFormat::chat) hint += "; or chat = false for the plain text template";
+  hint += " (runner data: --chat-format F";
+  hint += format != DataFormat::chat ? ", --no-chat)" : ")";
+  std::string what = std::string("data: ") + data_format_name(format) + " records are rendered as conversations";
+  if (tok.chat_template().empty()) fail_usage(what + " but " + tok.source_dir() + " has no chat_template", hint);
   try {
     return chat_format_detect(tok.chat_template());
-  } catch (const Error& e) {
-    fail_usage(std::string("data: ") + e.what() +
-               (format == DataFormat::chat ? "" : "; or chat = false for the plain text template"));
+  } catch (const Error&) {
+    fail_usage(what + " but the chat_template of " + tok.source_dir() + " matches no chat format we render", hint);
   }
 }
 

@@ -239,8 +239,10 @@ TEST(DataFormatLlama3, ChatRecordErrorsNameTheRecord) {
 TEST(DataFormat, ChatNeedsAChatFormat) {
   DataOptions o;  // the fixture's chat template is no family we know
   std::string m = message_of([&] { Dataset::from_records({{{"prompt", "a"}, {"response", "b"}}}, *bytelevel(), o); });
-  EXPECT_NE(m.find("data: "), std::string::npos) << m;
-  EXPECT_NE(m.find("or chat = false for the plain text template"), std::string::npos) << m;
+  EXPECT_EQ(m, "data: prompt_response records are rendered as conversations but the chat_template of "
+               "tests/fixtures/tokenizers/bytelevel matches no chat format we render\n"
+               "  HINT: pass chat_format = one of llama3, llama3.1, mistral, chatml, qwen2.5, qwen3, gemma; or "
+               "chat = false for the plain text template (runner data: --chat-format F, --no-chat)");
   o.chat_format = "chatml2";
   m = message_of([&] { Dataset::from_records({{{"text", "a"}}}, *bytelevel(), o); });
   EXPECT_EQ(m, "(no error)");  // text records never use a chat format
