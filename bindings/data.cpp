@@ -20,7 +20,8 @@ using json = nlohmann::json;
 
 std::string dataset_describe(const DatasetPtr& ds) {
   return "Dataset(rows=" + std::to_string(ds->size()) + ", records=" + std::to_string(ds->stats().records) +
-         ", format=" + data_format_name(ds->format()) + ", max_length=" + std::to_string(ds->options().max_length) +
+         ", format=" + data_format_name(ds->format()) +
+         ", max_length=" + std::to_string(ds->options().max_length) +
          (ds->options().pack ? ", packed)" : ")");
 }
 
@@ -40,8 +41,9 @@ int64_t opt_int(lua_State* L, int idx, const char* key, int64_t def) {
 
 // The options table at idx (after the path or records) -> tokenizer and DataOptions.
 std::shared_ptr<Tokenizer> check_data_options(lua_State* L, int idx, DataOptions* o) {
-  lt_check_options(L, idx, {"tokenizer", "format", "max_length", "pack", "pad_to_max_length", "train_on_prompt",
-                            "add_eos", "seed", "skip_bad", "chat", "chat_format", "max_records"});
+  lt_check_options(L, idx,
+                   {"tokenizer", "format", "max_length", "pack", "pad_to_max_length", "train_on_prompt",
+                    "add_eos", "seed", "skip_bad", "chat", "chat_format", "max_records"});
   luaL_checktype(L, idx, LUA_TTABLE);
   lua_getfield(L, idx, "tokenizer");
   auto* tok = lt_test<std::shared_ptr<Tokenizer>>(L, -1);
@@ -283,14 +285,10 @@ int l_data_batch_target_tokens(lua_State* L) {
 // The module's functions; the Dataset methods are the same functions (ds:split(0.98) is
 // data.split(ds, 0.98)).
 const luaL_Reg data_funcs[] = {
-    {"jsonl", l_data_jsonl},
-    {"from_records", l_data_from_records},
-    {"split", l_data_split},
-    {"batches", l_data_batches},
-    {"stats", l_data_stats},
-    {"size", l_data_size},
-    {"row", l_data_row},
-    {nullptr, nullptr},
+    {"jsonl", l_data_jsonl}, {"from_records", l_data_from_records},
+    {"split", l_data_split}, {"batches", l_data_batches},
+    {"stats", l_data_stats}, {"size", l_data_size},
+    {"row", l_data_row},     {nullptr, nullptr},
 };
 
 const luaL_Reg dataset_metamethods[] = {

@@ -57,7 +57,8 @@ namespace {
 // Whether records of `format` are rendered through a chat format, and which one.
 std::optional<ChatFormat> resolve_chat(DataFormat format, const DataOptions& o, const Tokenizer& tok) {
   if (format == DataFormat::text) return std::nullopt;
-  bool want = format == DataFormat::chat || o.chat.value_or(!o.chat_format.empty() || !tok.chat_template().empty());
+  bool want =
+      format == DataFormat::chat || o.chat.value_or(!o.chat_format.empty() || !tok.chat_template().empty());
   if (!want) return std::nullopt;
   if (!o.chat_format.empty()) {
     try {
@@ -70,18 +71,22 @@ std::optional<ChatFormat> resolve_chat(DataFormat format, const DataOptions& o, 
   if (format != DataFormat::chat) hint += "; or chat = false for the plain text template";
   hint += " (runner data: --chat-format F";
   hint += format != DataFormat::chat ? ", --no-chat)" : ")";
-  std::string what = std::string("data: ") + data_format_name(format) + " records are rendered as conversations";
-  if (tok.chat_template().empty()) fail_usage(what + " but " + tok.source_dir() + " has no chat_template", hint);
+  std::string what =
+      std::string("data: ") + data_format_name(format) + " records are rendered as conversations";
+  if (tok.chat_template().empty())
+    fail_usage(what + " but " + tok.source_dir() + " has no chat_template", hint);
   try {
     return chat_format_detect(tok.chat_template());
   } catch (const Error&) {
-    fail_usage(what + " but the chat_template of " + tok.source_dir() + " matches no chat format we render", hint);
+    fail_usage(what + " but the chat_template of " + tok.source_dir() + " matches no chat format we render",
+               hint);
   }
 }
 
 }  // namespace
 
-std::shared_ptr<Dataset> Dataset::build(const RecordReader& next, const Tokenizer& tok, const DataOptions& o) {
+std::shared_ptr<Dataset> Dataset::build(const RecordReader& next, const Tokenizer& tok,
+                                        const DataOptions& o) {
   LT_CHECK(o.max_length >= 2, "data: max_length must be at least 2, got " << o.max_length);
   auto store = std::make_shared<TokenStore>();
   std::optional<DataFormat> format = o.format;
@@ -93,7 +98,8 @@ std::shared_ptr<Dataset> Dataset::build(const RecordReader& next, const Tokenize
     eo.chat = resolve_chat(f, o, tok);
     bool appends_eos = !eo.chat && f != DataFormat::chat;
     if (o.add_eos && appends_eos && tok.special().eos.empty())
-      fail_usage("data: " + tok.source_dir() + " has no EOS token to end each document with; pass add_eos = false");
+      fail_usage("data: " + tok.source_dir() +
+                 " has no EOS token to end each document with; pass add_eos = false");
   };
   if (format) configure(*format);
 
@@ -144,7 +150,8 @@ std::shared_ptr<Dataset> Dataset::build(const RecordReader& next, const Tokenize
   return std::shared_ptr<Dataset>(new Dataset(std::move(store), std::move(docs), o, resolved));
 }
 
-std::shared_ptr<Dataset> Dataset::from_jsonl(const std::string& path, const Tokenizer& tok, const DataOptions& o) {
+std::shared_ptr<Dataset> Dataset::from_jsonl(const std::string& path, const Tokenizer& tok,
+                                             const DataOptions& o) {
   std::ifstream in(path, std::ios::binary);
   LT_CHECK(in, "data: cannot open '" << path << "'");
   std::string line;
@@ -161,8 +168,8 @@ std::shared_ptr<Dataset> Dataset::from_jsonl(const std::string& path, const Toke
     record = json::parse(line, nullptr, /*allow_exceptions=*/false);
     error.clear();
     if (record.is_discarded())
-      error = where + ": expected a JSON object, got '" + (line.size() > 60 ? line.substr(0, 60) + "..." : line) +
-              "' (not valid JSON)";
+      error = where + ": expected a JSON object, got '" +
+              (line.size() > 60 ? line.substr(0, 60) + "..." : line) + "' (not valid JSON)";
     return true;
   };
   auto ds = build(next, tok, o);
@@ -187,8 +194,8 @@ std::shared_ptr<Dataset> Dataset::from_records(const std::vector<json>& records,
 // ============================================================================================
 // Rows
 
-Dataset::Dataset(std::shared_ptr<const TokenStore> store, std::vector<int64_t> docs, const DataOptions& options,
-                 const Resolved& resolved)
+Dataset::Dataset(std::shared_ptr<const TokenStore> store, std::vector<int64_t> docs,
+                 const DataOptions& options, const Resolved& resolved)
     : store_(std::move(store)), docs_(std::move(docs)), options_(options), resolved_(resolved) {
   plan_rows();
   stats_.records = static_cast<int64_t>(docs_.size());
@@ -198,7 +205,8 @@ Dataset::Dataset(std::shared_ptr<const TokenStore> store, std::vector<int64_t> d
   for (int64_t d : docs_) {
     int64_t b = store_->starts[d], e = store_->starts[d + 1];
     stats_.tokens += e - b;
-    for (int64_t t = b + 1; t < e; t++) stats_.target_tokens += (store_->tokens[t] & TokenStore::kTargetBit) != 0;
+    for (int64_t t = b + 1; t < e; t++)
+      stats_.target_tokens += (store_->tokens[t] & TokenStore::kTargetBit) != 0;
     stats_.truncated += store_->truncated[d];
   }
 }
@@ -251,8 +259,8 @@ int64_t Dataset::write_row(int64_t r, int64_t T, int64_t* ids, int64_t* targets,
 }
 
 DataRow Dataset::row(int64_t index) const {
-  LT_CHECK(index >= 0 && index < size(), "data: row " << index << " out of range (the dataset has " << size()
-                                                      << " rows, numbered from 0)");
+  LT_CHECK(index >= 0 && index < size(),
+           "data: row " << index << " out of range (the dataset has " << size() << " rows, numbered from 0)");
   int64_t T = options_.pack ? options_.max_length : row_length(index);
   DataRow r;
   r.ids.resize(T);
@@ -322,7 +330,8 @@ Batch Dataset::batch(const std::vector<int64_t>& rows) const {
   LT_CHECK(!rows.empty(), "data: a batch needs at least one row");
   int64_t T = 0;
   for (int64_t r : rows) {
-    LT_CHECK(r >= 0 && r < size(), "data: row " << r << " out of range (the dataset has " << size() << " rows)");
+    LT_CHECK(r >= 0 && r < size(),
+             "data: row " << r << " out of range (the dataset has " << size() << " rows)");
     T = std::max(T, row_length(r));
   }
   if (options_.pack || options_.pad_to_max_length) T = options_.max_length;

@@ -31,12 +31,12 @@ struct DataOptions {
   bool pad_to_max_length = false;    // unpacked rows: pad batches to max_length, not their longest row
   bool train_on_prompt = false;
   bool add_eos = true;
-  uint64_t seed = 0;                 // shuffling (epoch e uses seed + e) and split
-  bool skip_bad = false;             // skip (and count) malformed records instead of failing
-  std::optional<bool> chat;          // render non-chat formats as conversations; unset: when the
-                                     // tokenizer has a chat template or chat_format is given
-  std::string chat_format;           // "" = detected from the tokenizer's chat_template
-  int64_t max_records = -1;          // read at most this many records (-1: all)
+  uint64_t seed = 0;         // shuffling (epoch e uses seed + e) and split
+  bool skip_bad = false;     // skip (and count) malformed records instead of failing
+  std::optional<bool> chat;  // render non-chat formats as conversations; unset: when the
+                             // tokenizer has a chat template or chat_format is given
+  std::string chat_format;   // "" = detected from the tokenizer's chat_template
+  int64_t max_records = -1;  // read at most this many records (-1: all)
 };
 
 // Every document, tokenized: token t of document d is tokens[starts[d] + t].
@@ -84,7 +84,7 @@ class Dataset {
   const DataOptions& options() const { return options_; }
   DataFormat format() const { return resolved_.format; }
   std::optional<ChatFormat> chat_format() const { return resolved_.chat; }  // unset: plain text templates
-  DataRow row(int64_t index) const;  // rows in dataset order, 0-based
+  DataRow row(int64_t index) const;                                         // rows in dataset order, 0-based
 
   // The rows of 1-based step `step` with `size` rows a batch: positions (step-1)*size onward in the
   // endless sequence of epochs, epoch e in the order of a permutation seeded with seed + e (identity

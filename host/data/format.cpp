@@ -103,13 +103,16 @@ Document encode_prompt_response(const Tokenizer& tok, const EncodeOptions& o, co
 Document encode_guanaco(const Tokenizer& tok, const EncodeOptions& o, const std::string& text,
                         const json& record, const std::string& where) {
   std::vector<GuanacoTurn> turns = guanaco_turns(text);
-  bool any_assistant = std::any_of(turns.begin(), turns.end(), [](const GuanacoTurn& t) { return t.assistant; });
+  bool any_assistant =
+      std::any_of(turns.begin(), turns.end(), [](const GuanacoTurn& t) { return t.assistant; });
   if (!any_assistant)
-    fail_shape(where, "a JSON object with \"text\" holding \"### Human: ... ### Assistant: ...\" turns", record);
+    fail_shape(where, "a JSON object with \"text\" holding \"### Human: ... ### Assistant: ...\" turns",
+               record);
   if (o.chat) {
     std::vector<ChatMessage> messages;
     for (const GuanacoTurn& t : turns)
-      messages.push_back({t.assistant ? "assistant" : "user", str_trim(text.substr(t.begin, t.end - t.begin))});
+      messages.push_back(
+          {t.assistant ? "assistant" : "user", str_trim(text.substr(t.begin, t.end - t.begin))});
     return encode_chat(tok, *o.chat, messages, where);
   }
   // The answer's bytes without the whitespace before the next marker: a token " ###" that starts
@@ -136,8 +139,8 @@ std::vector<ChatMessage> chat_messages(const json& record, const std::string& wh
     const std::string* role = field_string(m, "role");
     const std::string* content = field_string(m, "content");
     if (!role || !content)
-      fail(where + ": expected messages[" + std::to_string(i) + "] to be {\"role\": string, \"content\": string}, got " +
-           data_record_excerpt(m));
+      fail(where + ": expected messages[" + std::to_string(i) +
+           "] to be {\"role\": string, \"content\": string}, got " + data_record_excerpt(m));
     messages.push_back({*role, *content});
   }
   return messages;
@@ -148,7 +151,8 @@ std::vector<ChatMessage> chat_messages(const json& record, const std::string& wh
 DataFormat data_format_parse(const std::string& name) {
   for (size_t i = 0; i < std::size(kFormatNames); i++)
     if (name == kFormatNames[i]) return static_cast<DataFormat>(i);
-  fail_usage("data: unknown format '" + name + "'; expected one of text, prompt_response, alpaca, chat, guanaco");
+  fail_usage("data: unknown format '" + name +
+             "'; expected one of text, prompt_response, alpaca, chat, guanaco");
 }
 
 const char* data_format_name(DataFormat format) {
@@ -162,8 +166,9 @@ DataFormat data_format_detect(const json& record, const std::string& where) {
   if (has("instruction") && has("output")) return DataFormat::alpaca;
   if (const std::string* text = field_string(record, "text"))
     return guanaco_turns(*text).empty() ? DataFormat::text : DataFormat::guanaco;
-  fail(where + ": expected a JSON object with \"text\", \"prompt\"+\"response\", \"instruction\"+\"output\" or "
-               "\"messages\" (the format is detected from the first record), got " +
+  fail(where +
+       ": expected a JSON object with \"text\", \"prompt\"+\"response\", \"instruction\"+\"output\" or "
+       "\"messages\" (the format is detected from the first record), got " +
        data_record_excerpt(record));
 }
 
@@ -203,10 +208,12 @@ Document data_encode_record(const Tokenizer& tok, const EncodeOptions& o, const 
       const std::string* input = field_string(record, "input");
       bool input_ok = input || !record.is_object() || !record.contains("input") || record["input"].is_null();
       if (!instruction || !output || !input_ok)
-        fail_shape(where, "a JSON object with \"instruction\", \"output\" and optionally \"input\" (strings)", record);
+        fail_shape(where, "a JSON object with \"instruction\", \"output\" and optionally \"input\" (strings)",
+                   record);
       std::string in = input ? *input : "";
       if (o.chat)
-        doc = encode_prompt_response(tok, o, in.empty() ? *instruction : *instruction + "\n\n" + in, *output, where);
+        doc = encode_prompt_response(tok, o, in.empty() ? *instruction : *instruction + "\n\n" + in, *output,
+                                     where);
       else
         doc = encode_prompt_response(tok, o, data_alpaca_prompt(*instruction, in), *output, where);
       break;
@@ -219,7 +226,8 @@ Document data_encode_record(const Tokenizer& tok, const EncodeOptions& o, const 
     case DataFormat::guanaco: {
       const std::string* text = field_string(record, "text");
       if (!text)
-        fail_shape(where, "a JSON object with \"text\" holding \"### Human: ... ### Assistant: ...\" turns", record);
+        fail_shape(where, "a JSON object with \"text\" holding \"### Human: ... ### Assistant: ...\" turns",
+                   record);
       doc = encode_guanaco(tok, o, *text, record, where);
       break;
     }

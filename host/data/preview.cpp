@@ -37,8 +37,8 @@ std::string data_preview(const Dataset& ds, const Tokenizer& tok, const std::str
     Document doc = ds.document(d);
     int64_t targets = 0;
     for (uint8_t m : doc.mask) targets += m;
-    out += "line " + std::to_string(ds.document_origin(d)) + ": " + std::to_string(doc.ids.size()) + " tokens, " +
-           std::to_string(targets) + " targets\n";
+    out += "line " + std::to_string(ds.document_origin(d)) + ": " + std::to_string(doc.ids.size()) +
+           " tokens, " + std::to_string(targets) + " targets\n";
     std::string text = "  text: ", ids = "  ids:  ";
     for (size_t b = 0; b < doc.ids.size();) {
       size_t e = b;
@@ -57,7 +57,8 @@ std::string data_preview(const Dataset& ds, const Tokenizer& tok, const std::str
   DataStats s = ds.stats();
   out += "records " + std::to_string(s.records) + ", skipped_bad " + std::to_string(s.skipped_bad) +
          ", dropped_empty " + std::to_string(s.dropped_empty) + ", tokens " + std::to_string(s.tokens) +
-         ", target_tokens " + std::to_string(s.target_tokens) + ", truncated " + std::to_string(s.truncated) + "\n";
+         ", target_tokens " + std::to_string(s.target_tokens) + ", truncated " + std::to_string(s.truncated) +
+         "\n";
   return out;
 }
 

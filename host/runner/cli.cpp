@@ -86,10 +86,12 @@ void parse_tokenize_args(const std::vector<std::string>& args, Command& cmd) {
 // data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] [--limit N] FILE
 void parse_data_args(const std::vector<std::string>& args, Command& cmd) {
   const char* usage =
-      "usage: runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] [--limit N] FILE";
+      "usage: runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] "
+      "[--limit N] FILE";
   auto value = [&](size_t& i, const std::string& name) -> std::string {
     const std::string& a = args[i];
-    if (a.size() > name.size() && a.compare(0, name.size() + 1, name + "=") == 0) return a.substr(name.size() + 1);
+    if (a.size() > name.size() && a.compare(0, name.size() + 1, name + "=") == 0)
+      return a.substr(name.size() + 1);
     if (i + 1 >= args.size()) fail_usage("runner data: " + name + " needs a value", usage);
     return args[++i];
   };

@@ -43,8 +43,8 @@ TEST(Cli, Tokenize) {
 }
 
 TEST(Cli, Data) {
-  Command c = cli_parse({"data", "--tokenizer", "m", "--format=chat", "--chat-format", "chatml", "--max-length", "64",
-                         "--limit=3", "train.jsonl"});
+  Command c = cli_parse({"data", "--tokenizer", "m", "--format=chat", "--chat-format", "chatml",
+                         "--max-length", "64", "--limit=3", "train.jsonl"});
   EXPECT_EQ(c.verb, Command::Verb::data);
   EXPECT_EQ(c.tokenizer, "m");
   EXPECT_EQ(c.format, "chat");

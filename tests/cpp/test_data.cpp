@@ -86,7 +86,9 @@ std::string write_temp(const std::string& name, const std::string& text) {
 // `tokens` real columns, split where the segment changes.
 struct Doc {
   std::vector<int64_t> ids, targets, positions;
-  bool operator==(const Doc& o) const { return ids == o.ids && targets == o.targets && positions == o.positions; }
+  bool operator==(const Doc& o) const {
+    return ids == o.ids && targets == o.targets && positions == o.positions;
+  }
 };
 std::vector<Doc> documents_of(const Dataset& ds) {
   std::vector<Doc> out;
@@ -149,23 +151,29 @@ TEST(DataFormat, DetectedFromKeys) {
   EXPECT_EQ(data_format_detect({{"text", "a"}}, w), DataFormat::text);
   EXPECT_EQ(data_format_detect({{"text", "### Human: a### Assistant: b"}}, w), DataFormat::guanaco);
   EXPECT_EQ(data_format_detect({{"prompt", "a"}, {"response", "b"}}, w), DataFormat::prompt_response);
-  EXPECT_EQ(data_format_detect({{"instruction", "a"}, {"input", ""}, {"output", "b"}}, w), DataFormat::alpaca);
+  EXPECT_EQ(data_format_detect({{"instruction", "a"}, {"input", ""}, {"output", "b"}}, w),
+            DataFormat::alpaca);
   EXPECT_EQ(data_format_detect({{"messages", json::array()}}, w), DataFormat::chat);
-  EXPECT_EQ(message_of([&] { data_format_detect({{"question", "a"}}, w); }),
-            "f.jsonl:1: expected a JSON object with \"text\", \"prompt\"+\"response\", \"instruction\"+\"output\" "
-            "or \"messages\" (the format is detected from the first record), got {\"question\":\"a\"}");
+  EXPECT_EQ(
+      message_of([&] {
+        data_format_detect({{"question", "a"}}, w);
+      }),
+      "f.jsonl:1: expected a JSON object with \"text\", \"prompt\"+\"response\", \"instruction\"+\"output\" "
+      "or \"messages\" (the format is detected from the first record), got {\"question\":\"a\"}");
   EXPECT_EQ(message_of([] { data_format_parse("sharegpt"); }),
             "data: unknown format 'sharegpt'; expected one of text, prompt_response, alpaca, chat, guanaco");
 }
 
 TEST(DataFormat, AlpacaPromptIsTheAlpacaTemplate) {
-  EXPECT_EQ(data_alpaca_prompt("Add.", "1 2"),
-            "Below is an instruction that describes a task, paired with an input that provides further context. "
-            "Write a response that appropriately completes the request.\n\n### Instruction:\nAdd.\n\n### Input:\n1 "
-            "2\n\n### Response:\n");
-  EXPECT_EQ(data_alpaca_prompt("Add.", ""),
-            "Below is an instruction that describes a task. Write a response that appropriately completes the "
-            "request.\n\n### Instruction:\nAdd.\n\n### Response:\n");
+  EXPECT_EQ(
+      data_alpaca_prompt("Add.", "1 2"),
+      "Below is an instruction that describes a task, paired with an input that provides further context. "
+      "Write a response that appropriately completes the request.\n\n### Instruction:\nAdd.\n\n### Input:\n1 "
+      "2\n\n### Response:\n");
+  EXPECT_EQ(
+      data_alpaca_prompt("Add.", ""),
+      "Below is an instruction that describes a task. Write a response that appropriately completes the "
+      "request.\n\n### Instruction:\nAdd.\n\n### Response:\n");
 }
 
 // ============================================================================================
@@ -184,25 +192,36 @@ TEST(DataFormatLlama3, EveryFormatTrainsOnExactlyTheAnswer) {
   std::string alpaca_prompt = data_alpaca_prompt("Name the capital.", "France");
   std::vector<Case> cases = {
       {{{"text", "The sky is blue."}}, &plain, "The sky is blue.<|eot_id|>", "<|begin_of_text|>"},
-      {{{"prompt", "What is 2+2?\n"}, {"response", "4, of course."}}, &plain, "4, of course.<|eot_id|>",
+      {{{"prompt", "What is 2+2?\n"}, {"response", "4, of course."}},
+       &plain,
+       "4, of course.<|eot_id|>",
        "<|begin_of_text|>What is 2+2?\n"},
-      {{{"instruction", "Name the capital."}, {"input", "France"}, {"output", "Paris."}}, &plain,
-       "Paris.<|eot_id|>", "<|begin_of_text|>" + alpaca_prompt},
+      {{{"instruction", "Name the capital."}, {"input", "France"}, {"output", "Paris."}},
+       &plain,
+       "Paris.<|eot_id|>",
+       "<|begin_of_text|>" + alpaca_prompt},
       {{{"text", "### Human: Hi there ### Assistant: Hello, friend. ### Human: Bye ### Assistant: Goodbye!"}},
-       &plain, " Hello, friend. Goodbye!<|eot_id|>",
+       &plain,
+       " Hello, friend. Goodbye!<|eot_id|>",
        "<|begin_of_text|>### Human: Hi there ### Assistant: ### Human: Bye ### Assistant:"},
       {{{"prompt", "What is 2+2?"}, {"response", "4, of course."}}, &chat, "4, of course.<|eot_id|>", ""},
-      {{{"instruction", "Name the capital."}, {"input", "France"}, {"output", "Paris."}}, &chat,
-       "Paris.<|eot_id|>", ""},
+      {{{"instruction", "Name the capital."}, {"input", "France"}, {"output", "Paris."}},
+       &chat,
+       "Paris.<|eot_id|>",
+       ""},
       {{{"messages",
          {{{"role", "system"}, {"content", "Be brief."}},
           {{"role", "user"}, {"content", "Hello"}},
           {{"role", "assistant"}, {"content", "Hi there!"}},
           {{"role", "user"}, {"content", "2+2?"}},
           {{"role", "assistant"}, {"content", "4"}}}}},
-       &chat, "Hi there!<|eot_id|>4<|eot_id|>", ""},
+       &chat,
+       "Hi there!<|eot_id|>4<|eot_id|>",
+       ""},
       {{{"text", "### Human: Hi there ### Assistant: Hello, friend. ### Human: Bye ### Assistant: Goodbye!"}},
-       &chat, "Hello, friend.<|eot_id|>Goodbye!<|eot_id|>", ""},
+       &chat,
+       "Hello, friend.<|eot_id|>Goodbye!<|eot_id|>",
+       ""},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.record.dump());
@@ -225,24 +244,29 @@ TEST(DataFormatLlama3, ChatRecordErrorsNameTheRecord) {
   auto tok = llama3_or_null();
   if (!tok) GTEST_SKIP() << "tests/reference/node/node_modules not installed";
   DataOptions o;
-  std::vector<json> records = {{{"messages", {{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "Yo"}}}}},
-                               {{"messages", "oops"}}};
+  std::vector<json> records = {
+      {{"messages", {{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "Yo"}}}}},
+      {{"messages", "oops"}}};
   EXPECT_EQ(message_of([&] { Dataset::from_records(records, *tok, o); }),
             "records[2]: expected a JSON object with \"messages\" (a list of {role, content}), got "
             "{\"messages\":\"oops\"}");
   records[1] = {{"messages", {{{"role", "user"}, {"text", "Hi"}}}}};
   EXPECT_EQ(message_of([&] { Dataset::from_records(records, *tok, o); }),
-            "records[2]: expected messages[0] to be {\"role\": string, \"content\": string}, got {\"role\":\"user\","
+            "records[2]: expected messages[0] to be {\"role\": string, \"content\": string}, got "
+            "{\"role\":\"user\","
             "\"text\":\"Hi\"}");
 }
 
 TEST(DataFormat, ChatNeedsAChatFormat) {
   DataOptions o;  // the fixture's chat template is no family we know
-  std::string m = message_of([&] { Dataset::from_records({{{"prompt", "a"}, {"response", "b"}}}, *bytelevel(), o); });
-  EXPECT_EQ(m, "data: prompt_response records are rendered as conversations but the chat_template of "
-               "tests/fixtures/tokenizers/bytelevel matches no chat format we render\n"
-               "  HINT: pass chat_format = one of llama3, llama3.1, mistral, chatml, qwen2.5, qwen3, gemma; or "
-               "chat = false for the plain text template (runner data: --chat-format F, --no-chat)");
+  std::string m = message_of([&] {
+    Dataset::from_records({{{"prompt", "a"}, {"response", "b"}}}, *bytelevel(), o);
+  });
+  EXPECT_EQ(m,
+            "data: prompt_response records are rendered as conversations but the chat_template of "
+            "tests/fixtures/tokenizers/bytelevel matches no chat format we render\n"
+            "  HINT: pass chat_format = one of llama3, llama3.1, mistral, chatml, qwen2.5, qwen3, gemma; or "
+            "chat = false for the plain text template (runner data: --chat-format F, --no-chat)");
   o.chat_format = "chatml2";
   m = message_of([&] { Dataset::from_records({{{"text", "a"}}}, *bytelevel(), o); });
   EXPECT_EQ(m, "(no error)");  // text records never use a chat format
@@ -263,8 +287,9 @@ TEST(DataLoad, TruncationKeepsTheStartAndEmptyRecordsAreDropped) {
   EXPECT_EQ(ds->stats().truncated, 1);
 
   o.format = DataFormat::prompt_response;  // the response is cut away entirely: nothing to learn
-  ds = Dataset::from_records({{{"prompt", "hello world"}, {"response", "!"}}, {{"prompt", ""}, {"response", "hello"}}},
-                             *bytelevel(), o);
+  ds = Dataset::from_records(
+      {{{"prompt", "hello world"}, {"response", "!"}}, {{"prompt", ""}, {"response", "hello"}}}, *bytelevel(),
+      o);
   EXPECT_EQ(ds->stats().records, 1);
   EXPECT_EQ(ds->stats().dropped_empty, 1);
   EXPECT_EQ(ds->row(0).ids, v({20, 11, 21}));
@@ -376,16 +401,18 @@ TEST(DataOrder, EpochsCoverEveryRowOnceAndResumeMatchesAStraightRun) {
   std::set<int64_t> e0(seen.begin(), seen.begin() + 10), e1(seen.begin() + 10, seen.end());
   EXPECT_EQ(e0.size(), 10u);
   EXPECT_EQ(e1.size(), 10u);
-  EXPECT_NE(std::vector<int64_t>(seen.begin(), seen.begin() + 10), std::vector<int64_t>(seen.begin() + 10, seen.end()));
+  EXPECT_NE(std::vector<int64_t>(seen.begin(), seen.begin() + 10),
+            std::vector<int64_t>(seen.begin() + 10, seen.end()));
   EXPECT_EQ(std::vector<int64_t>(seen.begin(), seen.begin() + 10), data_permutation(10, 3));
   EXPECT_EQ(std::vector<int64_t>(seen.begin() + 10, seen.end()), data_permutation(10, 4));
 
   // A fresh dataset (as after a restart) gives the same batches from step 4 as the straight run.
   auto again = Dataset::from_records(text_records(10), *bytelevel(), o);
   for (int64_t s = 4; s <= 5; s++) {
-    Batch a = ds->batch(ds->step_rows(s, 4, true, true)), b = again->batch(again->step_rows(s, 4, true, true));
-    EXPECT_TRUE(at::equal(a.ids, b.ids) && at::equal(a.targets, b.targets) && at::equal(a.positions, b.positions) &&
-                at::equal(a.segments, b.segments));
+    Batch a = ds->batch(ds->step_rows(s, 4, true, true)),
+          b = again->batch(again->step_rows(s, 4, true, true));
+    EXPECT_TRUE(at::equal(a.ids, b.ids) && at::equal(a.targets, b.targets) &&
+                at::equal(a.positions, b.positions) && at::equal(a.segments, b.segments));
   }
   // One pass without cycling ends with a short batch; without shuffle rows come in order.
   EXPECT_EQ(ds->step_rows(3, 4, false, false), v({8, 9}));
@@ -418,14 +445,15 @@ TEST(DataOrder, SplitIsSeededDisjointAndByRecord) {
 
 TEST(DataPreview, MasksInBrackets) {
   auto ds = Dataset::from_jsonl("tests/fixtures/data/prompt_response.jsonl", *bytelevel(), unpacked());
-  EXPECT_EQ(data_preview(*ds, *bytelevel(), "pr.jsonl", false),
-            "pr.jsonl: format prompt_response (plain text template), max_length 64; [bracketed] tokens are masked "
-            "(no loss on them)\n"
-            "line 1: 5 tokens, 3 targets\n"
-            "  text: [<|bos|>hello] world!<|special|>\n"
-            "  ids:  [20 11] 16 18 21\n"
-            "line 2: 5 tokens, 2 targets\n"
-            "  text: [<|bos|>hello world]!<|special|>\n"
-            "  ids:  [20 11 16] 18 21\n"
-            "records 2, skipped_bad 0, dropped_empty 0, tokens 10, target_tokens 5, truncated 0\n");
+  EXPECT_EQ(
+      data_preview(*ds, *bytelevel(), "pr.jsonl", false),
+      "pr.jsonl: format prompt_response (plain text template), max_length 64; [bracketed] tokens are masked "
+      "(no loss on them)\n"
+      "line 1: 5 tokens, 3 targets\n"
+      "  text: [<|bos|>hello] world!<|special|>\n"
+      "  ids:  [20 11] 16 18 21\n"
+      "line 2: 5 tokens, 2 targets\n"
+      "  text: [<|bos|>hello world]!<|special|>\n"
+      "  ids:  [20 11 16] 18 21\n"
+      "records 2, skipped_bad 0, dropped_empty 0, tokens 10, target_tokens 5, truncated 0\n");
 }
