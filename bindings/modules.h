@@ -9,4 +9,5 @@ int luaopen_torch(lua_State* L);
 int luaopen_train(lua_State* L);
 int luaopen_tokenizer(lua_State* L);
 int luaopen_models(lua_State* L);
+int luaopen_data(lua_State* L);
 }

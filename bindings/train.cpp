@@ -28,10 +28,6 @@ std::string describe_trainer(const TrainerPtr& t) {
          std::to_string(t->step_count()) + ", " + std::to_string(t->parameters().size()) + " trainable tensors)";
 }
 
-std::string describe_batch(const Batch& b) {
-  return "Batch(" + shape_str(b.ids.sizes().vec()) + ", " + std::to_string(b.target_tokens) + " target tokens)";
-}
-
 void set_number(lua_State* L, const char* key, double v) {
   lua_pushnumber(L, v);
   lua_setfield(L, -2, key);
@@ -174,22 +170,10 @@ int l_train_lr(lua_State* L) {
   return 1;
 }
 
-// batch:info() -> {rows, length, tokens, target_tokens}
-int l_train_batch_info(lua_State* L) {
-  const Batch& b = lt_check<Batch>(L, 1);
-  lua_createtable(L, 0, 4);
-  set_number(L, "rows", static_cast<double>(b.ids.size(0)));
-  set_number(L, "length", static_cast<double>(b.ids.size(1)));
-  set_number(L, "tokens", static_cast<double>(b.tokens));
-  set_number(L, "target_tokens", static_cast<double>(b.target_tokens));
-  return 1;
-}
-
 const luaL_Reg trainer_methods[] = {{"step", l_train_step},   {"evaluate", l_train_evaluate},
                                     {"save", l_train_save},   {"resume", l_train_resume},
                                     {"step_count", l_train_step_count}, {"lr", l_train_lr},
                                     {nullptr, nullptr}};
-const luaL_Reg batch_methods[] = {{"info", l_train_batch_info}, {nullptr, nullptr}};
 const luaL_Reg train_funcs[] = {{"new", l_train_new}, {"batch", l_train_batch}, {nullptr, nullptr}};
 
 }  // namespace
@@ -199,8 +183,6 @@ const luaL_Reg train_funcs[] = {{"new", l_train_new}, {"batch", l_train_batch}, 
 extern "C" int luaopen_train(lua_State* L) {
   using namespace luatune;
   lt_register_class<TrainerPtr, describe_trainer>(L, trainer_methods);
-  lua_pop(L, 1);
-  lt_register_class<Batch, describe_batch>(L, batch_methods);
   lua_pop(L, 1);
   lt_new_module(L, train_funcs);
   return 1;

@@ -27,6 +27,7 @@ const Module modules[] = {
     {"train", luaopen_train},
     {"tokenizer", luaopen_tokenizer},
     {"models", luaopen_models},
+    {"data", luaopen_data},
 };
 
 // ============================================================================================

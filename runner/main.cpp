@@ -1,8 +1,10 @@
 // runner: luatune's executable. Parses the command line (host/runner/cli.cpp) and carries out
-// the verb: run or validate a recipe, list or copy shipped recipes, tokenize stdin, print help or
-// versions.
+// the verb: run or validate a recipe, list or copy shipped recipes, tokenize stdin, show a dataset
+// as trained, print help or versions.
 #include <luajit.h>
 #include <nlohmann/json.hpp>
+
+#include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
@@ -12,6 +14,7 @@
 #include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/version.h"
+#include "host/data/preview.h"
 #include "host/runner/cli.h"
 #include "host/runner/recipes.h"
 #include "host/text/tokenizer.h"
@@ -48,6 +51,23 @@ static int run_tokenize(const Command& cmd) {
   return kExitOk;
 }
 
+// runner data: the first --limit records of a JSONL dataset as training sees them (unpacked, one
+// record a block), masked tokens in brackets (and dimmed on a terminal).
+static int run_data(const Command& cmd) {
+  auto tok = Tokenizer::load(cmd.tokenizer);
+  DataOptions o;
+  if (!cmd.format.empty()) o.format = data_format_parse(cmd.format);
+  o.chat_format = cmd.chat_format;
+  if (cmd.no_chat) o.chat = false;
+  o.max_length = cmd.max_length;
+  o.max_records = cmd.limit;
+  o.pack = false;
+  auto ds = Dataset::from_jsonl(cmd.data_file, *tok, o);
+  std::string text = data_preview(*ds, *tok, cmd.data_file, isatty(fileno(stdout)) != 0);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return kExitOk;
+}
+
 static int run_command(const Command& cmd) {
   switch (cmd.verb) {
     case Command::Verb::help:
@@ -71,6 +91,8 @@ static int run_command(const Command& cmd) {
       return kExitOk;
     case Command::Verb::tokenize:
       return run_tokenize(cmd);
+    case Command::Verb::data:
+      return run_data(cmd);
     case Command::Verb::run:
     case Command::Verb::validate:
       return lua_host_run(recipe_resolve(cmd.recipe), cmd);

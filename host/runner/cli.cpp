@@ -13,6 +13,8 @@ std::string cli_help() {
        runner cp RECIPE DEST                              copy a shipped recipe to edit
        runner tokenize --tokenizer DIR [--special] [--decode] < in.jsonl
                                                           tokenize stdin (one JSON string a line)
+       runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat]
+                   [--max-length N] [--limit N] FILE      show a dataset's records as trained
        runner --version                                   luatune, LibTorch, CUDA versions and devices
        runner --help                                      this text
 
@@ -23,6 +25,11 @@ tokenize: DIR holds tokenizer.json (a model directory) or is the file itself. Ea
 JSON string; each output line the JSON array of its token ids (BOS/EOS added with --special).
 With --decode each line is a JSON array of ids and each output line a JSON string. A bad line
 stops with "stdin:LINE: expected ..." and exit status 1.
+data: the first N records (--limit, default 10) of a JSONL dataset tokenized as training sees
+them, one block per record: its text and token ids with the masked ones (no loss) in [brackets].
+--format text|prompt_response|alpaca|chat|guanaco (default: from the first record's keys);
+non-chat records are rendered as conversations when the tokenizer has a chat template (--no-chat:
+plain text templates; --chat-format llama3|llama3.1|mistral|chatml|qwen2.5|qwen3|gemma).
 Exit status: 0 success, 1 the run failed, 2 bad command line or config, 130 interrupted (Ctrl-C).
 )";
 }
@@ -76,6 +83,51 @@ void parse_tokenize_args(const std::vector<std::string>& args, Command& cmd) {
                "usage: runner tokenize --tokenizer DIR [--special] [--decode] < in.jsonl");
 }
 
+// data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] [--limit N] FILE
+void parse_data_args(const std::vector<std::string>& args, Command& cmd) {
+  const char* usage =
+      "usage: runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] "
+      "[--limit N] FILE";
+  auto value = [&](size_t& i, const std::string& name) -> std::string {
+    const std::string& a = args[i];
+    if (a.size() > name.size() && a.compare(0, name.size() + 1, name + "=") == 0)
+      return a.substr(name.size() + 1);
+    if (i + 1 >= args.size()) fail_usage("runner data: " + name + " needs a value", usage);
+    return args[++i];
+  };
+  auto count = [&](const std::string& name, const std::string& text) {
+    double v = 0;
+    if (!str_to_number(text, &v) || v < 1 || v != static_cast<double>(static_cast<int64_t>(v)))
+      fail_usage("runner data: " + name + " expects a whole number >= 1, got '" + text + "'", usage);
+    return static_cast<int64_t>(v);
+  };
+  auto is = [&](const std::string& a, const char* name) {
+    return a == name || str_starts_with(a, std::string(name) + "=");
+  };
+  for (size_t i = 1; i < args.size(); i++) {
+    const std::string& a = args[i];
+    if (is(a, "--tokenizer")) {
+      cmd.tokenizer = value(i, "--tokenizer");
+    } else if (is(a, "--format")) {
+      cmd.format = value(i, "--format");
+    } else if (is(a, "--chat-format")) {
+      cmd.chat_format = value(i, "--chat-format");
+    } else if (a == "--no-chat") {
+      cmd.no_chat = true;
+    } else if (is(a, "--max-length")) {
+      cmd.max_length = count("--max-length", value(i, "--max-length"));
+    } else if (is(a, "--limit")) {
+      cmd.limit = count("--limit", value(i, "--limit"));
+    } else if (str_starts_with(a, "-") || !cmd.data_file.empty()) {
+      fail_usage("runner data: unexpected argument '" + a + "'", usage);
+    } else {
+      cmd.data_file = a;
+    }
+  }
+  if (cmd.tokenizer.empty()) fail_usage("runner data: missing --tokenizer DIR", usage);
+  if (cmd.data_file.empty()) fail_usage("runner data: missing FILE (a JSONL dataset)", usage);
+}
+
 }  // namespace
 
 Command cli_parse(const std::vector<std::string>& args) {
@@ -98,6 +150,9 @@ Command cli_parse(const std::vector<std::string>& args) {
   } else if (first == "tokenize") {
     cmd.verb = Command::Verb::tokenize;
     parse_tokenize_args(args, cmd);
+  } else if (first == "data") {
+    cmd.verb = Command::Verb::data;
+    parse_data_args(args, cmd);
   } else if (first == "validate") {
     cmd.verb = Command::Verb::validate;
     parse_recipe_args(args, 1, "validate", cmd);

@@ -1,23 +1,31 @@
 // The runner's command line: `runner RECIPE [key=value ...]`, `runner validate|ls|cp|--help|--version`,
-// `runner tokenize --tokenizer DIR [--special] [--decode]`.
+// `runner tokenize --tokenizer DIR [--special] [--decode]`,
+// `runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] [--limit N] FILE`.
 // Parsing only; runner/main.cpp carries the verbs out. Bad command lines raise UsageError (exit 2).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace luatune {
 
 struct Command {
-  enum class Verb { run, validate, ls, cp, tokenize, help, version };
+  enum class Verb { run, validate, ls, cp, tokenize, data, help, version };
   Verb verb = Verb::help;
   std::string recipe;                     // run, validate, cp: a path or a shipped recipe's name
   std::string dest;                       // cp
   std::vector<std::string> overrides;     // "key=value", in order
   std::vector<std::string> config_files;  // --config FILE, applied before the key=value overrides
-  std::string tokenizer;                  // tokenize: --tokenizer DIR
+  std::string tokenizer;                  // tokenize, data: --tokenizer DIR
   bool special = false;                   // tokenize: --special (add BOS/EOS)
   bool decode = false;                    // tokenize: --decode (ids in, text out)
+  std::string data_file;                  // data: the JSONL file
+  std::string format;                     // data: --format (default: detected)
+  std::string chat_format;                // data: --chat-format (default: from the tokenizer)
+  bool no_chat = false;                   // data: --no-chat (plain text templates)
+  int64_t max_length = 2048;              // data: --max-length
+  int64_t limit = 10;                     // data: --limit, records shown
 };
 
 Command cli_parse(const std::vector<std::string>& args);  // args without argv[0]

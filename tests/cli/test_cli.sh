@@ -152,5 +152,33 @@ expect_out "runner tokenize: unexpected argument '--frob'"
 check tokenize_missing 1 tokenize '' --tokenizer no/such/dir
 expect_out "error: tokenizer: 'no/such/dir' does not exist"
 
+# --- runner data: records as trained, masked tokens in [brackets] (ids: tests/cpp/test_data.cpp)
+dx=tests/fixtures/data
+check data 0 "$runner" data --tokenizer $tk --no-chat $dx/prompt_response.jsonl
+expect_exact "$dx/prompt_response.jsonl: format prompt_response (plain text template), max_length 2048; [bracketed] tokens are masked (no loss on them)
+line 1: 5 tokens, 3 targets
+  text: [<|bos|>hello] world!<|special|>
+  ids:  [20 11] 16 18 21
+line 2: 5 tokens, 2 targets
+  text: [<|bos|>hello world]!<|special|>
+  ids:  [20 11 16] 18 21
+records 2, skipped_bad 0, dropped_empty 0, tokens 10, target_tokens 5, truncated 0"
+check data_limit 0 "$runner" data --tokenizer=$tk --limit 1 --max-length=3 $dx/bad_text.jsonl
+expect_out "format text, max_length 3"; expect_out "  text: [<|bos|>]hello world"; expect_out "truncated 1"
+refute_out "line 5"
+check data_bad_record 1 "$runner" data --tokenizer $tk $dx/bad_text.jsonl
+expect_out "error: $dx/bad_text.jsonl:3: expected a JSON object with \"text\" (a string), got {\"txt\":\"hello\"}"
+check data_wrong_format 1 "$runner" data --tokenizer $tk --format alpaca --no-chat $dx/prompt_response.jsonl
+expect_out "error: $dx/prompt_response.jsonl:1: expected a JSON object with \"instruction\", \"output\""
+check data_no_chat_format 2 "$runner" data --tokenizer $tk $dx/prompt_response.jsonl
+expect_out "data: prompt_response records are rendered as conversations but the chat_template of $tk matches no"
+expect_out "HINT: pass chat_format = one of llama3"; refute_out "error: "
+check data_no_file 2 "$runner" data --tokenizer $tk
+expect_out "runner data: missing FILE (a JSONL dataset)"
+check data_bad_limit 2 "$runner" data --tokenizer $tk --limit x $dx/bad_text.jsonl
+expect_out "runner data: --limit expects a whole number >= 1, got 'x'"
+check data_bad_format 2 "$runner" data --tokenizer $tk --format sharegpt $dx/bad_text.jsonl
+expect_out "data: unknown format 'sharegpt'; expected one of text, prompt_response, alpaca, chat, guanaco"
+
 echo "$checks checks, $failed failed"
 [ "$failed" -eq 0 ]

@@ -42,6 +42,26 @@ TEST(Cli, Tokenize) {
   EXPECT_THROW(cli_parse({"tokenize", "--tokenizer", "x", "extra"}), UsageError);
 }
 
+TEST(Cli, Data) {
+  Command c = cli_parse({"data", "--tokenizer", "m", "--format=chat", "--chat-format", "chatml",
+                         "--max-length", "64", "--limit=3", "train.jsonl"});
+  EXPECT_EQ(c.verb, Command::Verb::data);
+  EXPECT_EQ(c.tokenizer, "m");
+  EXPECT_EQ(c.format, "chat");
+  EXPECT_EQ(c.chat_format, "chatml");
+  EXPECT_EQ(c.max_length, 64);
+  EXPECT_EQ(c.limit, 3);
+  EXPECT_EQ(c.data_file, "train.jsonl");
+  Command d = cli_parse({"data", "train.jsonl", "--tokenizer=m"});
+  EXPECT_EQ(d.max_length, 2048);
+  EXPECT_EQ(d.limit, 10);
+  EXPECT_THROW(cli_parse({"data", "--tokenizer", "m"}), UsageError);
+  EXPECT_THROW(cli_parse({"data", "f.jsonl"}), UsageError);
+  EXPECT_THROW(cli_parse({"data", "--tokenizer", "m", "a.jsonl", "b.jsonl"}), UsageError);
+  EXPECT_THROW(cli_parse({"data", "--tokenizer", "m", "--limit", "0", "a.jsonl"}), UsageError);
+  EXPECT_THROW(cli_parse({"data", "--tokenizer", "m", "--max-length"}), UsageError);
+}
+
 TEST(Cli, UsageErrors) {
   EXPECT_THROW(cli_parse({"validate"}), UsageError);
   EXPECT_THROW(cli_parse({"cp", "only_one"}), UsageError);

@@ -14,8 +14,9 @@ end
 
 test("batch: next-token targets by default", function()
   local b = batch(1)
-  eq(b:info(), { rows = 4, length = 10, tokens = 40, target_tokens = 36 })
-  ok(tostring(b):find("Batch%(%[4, 10%]"), tostring(b))
+  eq(b:ids():shape(), { 4, 10 })
+  eq(b:tokens(), 40)
+  eq(b:target_tokens(), 36)
   raises(function() train.batch { ids = torch.zeros(3) } end, "ids must be a (rows, length) tensor")
 end)
 

@@ -1,0 +1,320 @@
+// Lua module `data`: data.jsonl(path, opts) and data.from_records(list, opts) build a Dataset
+// (host/data/dataset.h); ds:batches{size=, steps=, start=} yields (step, Batch) for the trainer.
+// Rows and steps are numbered from 1 like Lua lists; token ids are 0-based values as in HF.
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "bindings/batch_class.h"
+#include "bindings/dataset_class.h"
+#include "bindings/tensor_class.h"
+#include "bindings/tokenizer_class.h"
+#include "host/core/error.h"
+
+namespace luatune {
+
+namespace {
+
+using DatasetPtr = std::shared_ptr<Dataset>;
+using json = nlohmann::json;
+
+std::string dataset_describe(const DatasetPtr& ds) {
+  return "Dataset(rows=" + std::to_string(ds->size()) + ", records=" + std::to_string(ds->stats().records) +
+         ", format=" + data_format_name(ds->format()) +
+         ", max_length=" + std::to_string(ds->options().max_length) +
+         (ds->options().pack ? ", packed)" : ")");
+}
+
+std::string batch_describe(const Batch& b) {
+  return "Batch(" + std::to_string(b.ids.size(0)) + "x" + std::to_string(b.ids.size(1)) +
+         ", tokens=" + std::to_string(b.tokens) + ", target_tokens=" + std::to_string(b.target_tokens) + ")";
+}
+
+int64_t opt_int(lua_State* L, int idx, const char* key, int64_t def) {
+  double v = lt_opt_number(L, idx, key, static_cast<double>(def));
+  if (v != std::floor(v)) {
+    std::string msg = std::string("option '") + key + "' expects a whole number, got " + std::to_string(v);
+    luaL_argerror(L, idx, msg.c_str());
+  }
+  return static_cast<int64_t>(v);
+}
+
+// The options table at idx (after the path or records) -> tokenizer and DataOptions.
+std::shared_ptr<Tokenizer> check_data_options(lua_State* L, int idx, DataOptions* o) {
+  lt_check_options(L, idx,
+                   {"tokenizer", "format", "max_length", "pack", "pad_to_max_length", "train_on_prompt",
+                    "add_eos", "seed", "skip_bad", "chat", "chat_format", "max_records"});
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_getfield(L, idx, "tokenizer");
+  auto* tok = lt_test<std::shared_ptr<Tokenizer>>(L, -1);
+  if (!tok) {
+    std::string msg = std::string("option 'tokenizer' expects a Tokenizer (tokenizer.load(dir)), got ") +
+                      luaL_typename(L, -1);
+    luaL_argerror(L, idx, msg.c_str());
+  }
+  std::shared_ptr<Tokenizer> out = *tok;
+  lua_pop(L, 1);
+  std::string format = lt_opt_string(L, idx, "format", "");
+  if (!format.empty()) o->format = data_format_parse(format);
+  o->max_length = opt_int(L, idx, "max_length", o->max_length);
+  o->pack = lt_opt_bool(L, idx, "pack", o->pack);
+  o->pad_to_max_length = lt_opt_bool(L, idx, "pad_to_max_length", o->pad_to_max_length);
+  o->train_on_prompt = lt_opt_bool(L, idx, "train_on_prompt", o->train_on_prompt);
+  o->add_eos = lt_opt_bool(L, idx, "add_eos", o->add_eos);
+  int64_t seed = opt_int(L, idx, "seed", 0);
+  if (seed < 0) luaL_argerror(L, idx, "option 'seed' expects a number >= 0");
+  o->seed = static_cast<uint64_t>(seed);
+  o->skip_bad = lt_opt_bool(L, idx, "skip_bad", o->skip_bad);
+  if (lt_has_field(L, idx, "chat")) o->chat = lt_opt_bool(L, idx, "chat", true);
+  o->chat_format = lt_opt_string(L, idx, "chat_format", "");
+  o->max_records = opt_int(L, idx, "max_records", o->max_records);
+  return out;
+}
+
+// A Lua value as JSON: lists become arrays, tables with string keys objects; `what` names it.
+json lua_to_json(lua_State* L, int idx, const std::string& what) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL:
+      return nullptr;
+    case LUA_TBOOLEAN:
+      return static_cast<bool>(lua_toboolean(L, idx));
+    case LUA_TNUMBER: {
+      double v = lua_tonumber(L, idx);
+      if (v == std::floor(v) && std::fabs(v) < 9.0e15) return static_cast<int64_t>(v);
+      return v;
+    }
+    case LUA_TSTRING: {
+      size_t len = 0;
+      const char* s = lua_tolstring(L, idx, &len);
+      return std::string(s, len);
+    }
+    case LUA_TTABLE:
+      break;
+    default:
+      fail(std::string(lt_fname(L)) + ": " + what + " is a " + luaL_typename(L, idx) +
+           "; records hold strings, numbers, booleans, lists and tables");
+  }
+  if (lt_is_list(L, idx)) {
+    json out = json::array();
+    for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
+      lua_rawgeti(L, idx, static_cast<int>(i));
+      out.push_back(lua_to_json(L, -1, what + "[" + std::to_string(i) + "]"));
+      lua_pop(L, 1);
+    }
+    return out;
+  }
+  json out = json::object();
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    if (lua_type(L, -2) != LUA_TSTRING) {
+      lua_pop(L, 2);
+      fail(std::string(lt_fname(L)) + ": " + what + " mixes list items and named keys");
+    }
+    std::string key = lua_tostring(L, -2);
+    out[key] = lua_to_json(L, -1, what + "." + key);
+    lua_pop(L, 1);
+  }
+  return out;
+}
+
+void push_int_list(lua_State* L, const std::vector<int64_t>& v) {
+  lua_createtable(L, static_cast<int>(v.size()), 0);
+  for (size_t i = 0; i < v.size(); i++) {
+    lua_pushinteger(L, static_cast<lua_Integer>(v[i]));
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+}
+
+// ============================================================================================
+// Module functions
+
+// data.jsonl(path, {tokenizer=, format=, max_length=2048, pack=true, ...}) -> Dataset
+int l_data_jsonl(lua_State* L) {
+  std::string path = luaL_checkstring(L, 1);
+  DataOptions o;
+  auto tok = check_data_options(L, 2, &o);
+  lt_push(L, Dataset::from_jsonl(path, *tok, o));
+  return 1;
+}
+
+// data.from_records({ {text=...}, {prompt=..., response=...}, ... }, opts) -> Dataset
+int l_data_from_records(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (!lt_is_list(L, 1)) luaL_argerror(L, 1, "expected a list of records (tables)");
+  DataOptions o;
+  auto tok = check_data_options(L, 2, &o);
+  std::vector<json> records;
+  for (size_t i = 1; i <= lua_objlen(L, 1); i++) {
+    lua_rawgeti(L, 1, static_cast<int>(i));
+    records.push_back(lua_to_json(L, -1, "records[" + std::to_string(i) + "]"));
+    lua_pop(L, 1);
+  }
+  lt_push(L, Dataset::from_records(records, *tok, o));
+  return 1;
+}
+
+// ============================================================================================
+// Dataset methods
+
+// ds:split(fraction) -> train, validation (by record, seeded, before packing)
+int l_data_split(lua_State* L) {
+  DatasetPtr& ds = lt_check<DatasetPtr>(L, 1);
+  auto [train, val] = ds->split(luaL_checknumber(L, 2));
+  lt_push(L, train);
+  lt_push(L, val);
+  return 2;
+}
+
+int l_data_size(lua_State* L) {
+  lua_pushinteger(L, static_cast<lua_Integer>(lt_check<DatasetPtr>(L, 1)->size()));
+  return 1;
+}
+
+// ds:stats() -> {records, skipped_bad, dropped_empty, rows, tokens, target_tokens, truncated}
+int l_data_stats(lua_State* L) {
+  DataStats s = lt_check<DatasetPtr>(L, 1)->stats();
+  lua_createtable(L, 0, 7);
+  for (const auto& [key, v] : {std::pair<const char*, int64_t>{"records", s.records},
+                               {"skipped_bad", s.skipped_bad},
+                               {"dropped_empty", s.dropped_empty},
+                               {"rows", s.rows},
+                               {"tokens", s.tokens},
+                               {"target_tokens", s.target_tokens},
+                               {"truncated", s.truncated}}) {
+    lua_pushinteger(L, static_cast<lua_Integer>(v));
+    lua_setfield(L, -2, key);
+  }
+  return 1;
+}
+
+// ds:row(i) -> {ids=, targets=, positions=, segments=} (Lua lists; i from 1 to #ds)
+int l_data_row(lua_State* L) {
+  DatasetPtr& ds = lt_check<DatasetPtr>(L, 1);
+  int64_t i = lt_check_int(L, 2);
+  if (i < 1 || i > ds->size()) {
+    std::string msg = "row " + std::to_string(i) + " out of range (1 to " + std::to_string(ds->size()) + ")";
+    luaL_argerror(L, 2, msg.c_str());
+  }
+  DataRow r = ds->row(i - 1);
+  lua_createtable(L, 0, 4);
+  push_int_list(L, r.ids);
+  lua_setfield(L, -2, "ids");
+  push_int_list(L, r.targets);
+  lua_setfield(L, -2, "targets");
+  push_int_list(L, r.positions);
+  lua_setfield(L, -2, "positions");
+  push_int_list(L, r.segments);
+  lua_setfield(L, -2, "segments");
+  return 1;
+}
+
+// The iterator ds:batches returns. Upvalues: dataset, size, last step, step done so far, shuffle,
+// cycle. It runs behind the exception bridge like every other binding.
+int batches_next(lua_State* L) {
+  DatasetPtr& ds = lt_check<DatasetPtr>(L, lua_upvalueindex(1));
+  int64_t size = static_cast<int64_t>(lua_tonumber(L, lua_upvalueindex(2)));
+  int64_t steps = static_cast<int64_t>(lua_tonumber(L, lua_upvalueindex(3)));
+  int64_t step = static_cast<int64_t>(lua_tonumber(L, lua_upvalueindex(4))) + 1;
+  if (step > steps) return 0;
+  bool shuffle = lua_toboolean(L, lua_upvalueindex(5));
+  bool cycle = lua_toboolean(L, lua_upvalueindex(6));
+  Batch b = ds->batch(ds->step_rows(step, size, shuffle, cycle));
+  lua_pushnumber(L, static_cast<lua_Number>(step));
+  lua_replace(L, lua_upvalueindex(4));
+  lua_pushinteger(L, static_cast<lua_Integer>(step));
+  lt_push(L, std::move(b));
+  return 2;
+}
+
+int batches_next_protected(lua_State* L) {
+  return lt_call_protected(L, batches_next);
+}
+
+// ds:batches{size=, steps=, start=0, shuffle=true} -> iterator of (step, Batch), steps start+1..steps.
+// Without steps: one pass over the rows (the last batch may be short); with steps the epochs cycle,
+// epoch e shuffled with seed + e, so start=K resumes exactly where a run stopped after step K.
+int l_data_batches(lua_State* L) {
+  DatasetPtr& ds = lt_check<DatasetPtr>(L, 1);
+  lt_check_options(L, 2, {"size", "steps", "start", "shuffle"});
+  if (!lt_has_field(L, 2, "size")) luaL_argerror(L, 2, "option 'size' (rows per batch) is required");
+  int64_t size = opt_int(L, 2, "size", 1);
+  if (size < 1) luaL_argerror(L, 2, "option 'size' must be at least 1");
+  bool cycle = lt_has_field(L, 2, "steps");
+  int64_t steps = cycle ? opt_int(L, 2, "steps", 0) : (ds->size() + size - 1) / size;
+  int64_t start = opt_int(L, 2, "start", 0);
+  if (start < 0) luaL_argerror(L, 2, "option 'start' must be >= 0 (the last step already done)");
+  lua_pushvalue(L, 1);
+  lua_pushnumber(L, static_cast<lua_Number>(size));
+  lua_pushnumber(L, static_cast<lua_Number>(steps));
+  lua_pushnumber(L, static_cast<lua_Number>(start));
+  lua_pushboolean(L, lt_opt_bool(L, 2, "shuffle", true));
+  lua_pushboolean(L, cycle);
+  lua_pushcclosure(L, batches_next_protected, 6);
+  return 1;
+}
+
+// ============================================================================================
+// Batch methods: the tensors (CPU, int64, (B, T)) and the counts
+
+int l_data_batch_ids(lua_State* L) {
+  lt_push(L, lt_check<Batch>(L, 1).ids);
+  return 1;
+}
+int l_data_batch_targets(lua_State* L) {
+  lt_push(L, lt_check<Batch>(L, 1).targets);
+  return 1;
+}
+int l_data_batch_positions(lua_State* L) {
+  lt_push(L, lt_check<Batch>(L, 1).positions);
+  return 1;
+}
+int l_data_batch_segments(lua_State* L) {
+  lt_push(L, lt_check<Batch>(L, 1).segments);
+  return 1;
+}
+int l_data_batch_tokens(lua_State* L) {
+  lua_pushinteger(L, static_cast<lua_Integer>(lt_check<Batch>(L, 1).tokens));
+  return 1;
+}
+int l_data_batch_target_tokens(lua_State* L) {
+  lua_pushinteger(L, static_cast<lua_Integer>(lt_check<Batch>(L, 1).target_tokens));
+  return 1;
+}
+
+// The module's functions; the Dataset methods are the same functions (ds:split(0.98) is
+// data.split(ds, 0.98)).
+const luaL_Reg data_funcs[] = {
+    {"jsonl", l_data_jsonl}, {"from_records", l_data_from_records},
+    {"split", l_data_split}, {"batches", l_data_batches},
+    {"stats", l_data_stats}, {"size", l_data_size},
+    {"row", l_data_row},     {nullptr, nullptr},
+};
+
+const luaL_Reg dataset_metamethods[] = {
+    {"__len", l_data_size},
+    {nullptr, nullptr},
+};
+
+const luaL_Reg batch_methods[] = {
+    {"ids", l_data_batch_ids},
+    {"targets", l_data_batch_targets},
+    {"positions", l_data_batch_positions},
+    {"segments", l_data_batch_segments},
+    {"tokens", l_data_batch_tokens},
+    {"target_tokens", l_data_batch_target_tokens},
+    {nullptr, nullptr},
+};
+
+}  // namespace
+}  // namespace luatune
+
+extern "C" int luaopen_data(lua_State* L) {
+  using namespace luatune;
+  lt_register_class<DatasetPtr, dataset_describe>(L, data_funcs, dataset_metamethods);
+  lua_pop(L, 1);
+  lt_register_class<Batch, batch_describe>(L, batch_methods);
+  lua_pop(L, 1);
+  lt_new_module(L, data_funcs);
+  return 1;
+}

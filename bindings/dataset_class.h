@@ -1,0 +1,17 @@
+// The Lua name of a Dataset (host/data/dataset.h), shared by the data module (which registers it)
+// and the train module (trainer:evaluate takes one).
+#pragma once
+
+#include <memory>
+
+#include "bindings/lua_util.h"
+#include "host/data/dataset.h"
+
+namespace luatune {
+
+template <>
+struct LuaClass<std::shared_ptr<Dataset>> {
+  static constexpr const char* name = "Dataset";
+};
+
+}  // namespace luatune

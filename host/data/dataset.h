@@ -1,0 +1,136 @@
+// A tokenized JSONL dataset: records are read one line at a time, tokenized (format.h) and kept
+// only as compact token ids (4 bytes a token, the loss mask in the top bit) plus one offset per
+// record; rows are whole documents, packed several to a row or one per row. Batches come from a
+// seeded per-epoch permutation of the rows, so the batch at step k is a pure function of (seed,
+// k, batch size) and a resumed run sees exactly what a straight run would.
+// What stays in memory and why: docs/data.md.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "host/data/batch.h"
+#include "host/data/format.h"
+
+namespace luatune {
+
+class Tokenizer;  // host/text/tokenizer.h
+
+struct DataOptions {
+  std::optional<DataFormat> format;  // unset: detected from the first record
+  int64_t max_length = 2048;         // tokens per row; longer documents are truncated (the start kept)
+  bool pack = true;                  // several whole documents per row of exactly max_length tokens
+  bool pad_to_max_length = false;    // unpacked rows: pad batches to max_length, not their longest row
+  bool train_on_prompt = false;
+  bool add_eos = true;
+  uint64_t seed = 0;         // shuffling (epoch e uses seed + e) and split
+  bool skip_bad = false;     // skip (and count) malformed records instead of failing
+  std::optional<bool> chat;  // render non-chat formats as conversations; unset: when the
+                             // tokenizer has a chat template or chat_format is given
+  std::string chat_format;   // "" = detected from the tokenizer's chat_template
+  int64_t max_records = -1;  // read at most this many records (-1: all)
+};
+
+// Every document, tokenized: token t of document d is tokens[starts[d] + t].
+struct TokenStore {
+  static constexpr uint32_t kTargetBit = 0x80000000u;  // set: the token is a target (mask 1)
+  std::vector<uint32_t> tokens;                        // id | kTargetBit
+  std::vector<int64_t> starts{0};                      // (documents + 1) offsets into tokens
+  std::vector<bool> truncated;                         // per document: cut to max_length
+  std::vector<int64_t> origins;                        // per document: its line (file) or index (records)
+  int64_t skipped_bad = 0;                             // malformed records skipped (skip_bad)
+  int64_t dropped_empty = 0;                           // records with no target token left
+  size_t documents() const { return truncated.size(); }
+};
+
+struct DataStats {
+  int64_t records = 0;        // documents in this dataset
+  int64_t skipped_bad = 0;    // of the source, at load
+  int64_t dropped_empty = 0;  // of the source, at load
+  int64_t rows = 0;
+  int64_t tokens = 0;         // non-padding tokens
+  int64_t target_tokens = 0;  // tokens the loss is on
+  int64_t truncated = 0;      // documents in this dataset cut to max_length
+};
+
+// One row as plain vectors (ids, targets, positions, segments), padded only when packed.
+struct DataRow {
+  std::vector<int64_t> ids, targets, positions, segments;
+};
+
+class Dataset {
+ public:
+  // Reads a JSONL file line by line; errors are "PATH:LINE: expected ...".
+  static std::shared_ptr<Dataset> from_jsonl(const std::string& path, const Tokenizer& tokenizer,
+                                             const DataOptions& options);
+  // Records built in memory (a recipe's own data); errors name "records[i]" (1-based).
+  static std::shared_ptr<Dataset> from_records(const std::vector<nlohmann::json>& records,
+                                               const Tokenizer& tokenizer, const DataOptions& options);
+
+  // Train and validation sets: a seeded permutation of the documents, the first round(fraction * n)
+  // to train; each keeps file order among its documents and is packed on its own.
+  std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> split(double fraction) const;
+
+  int64_t size() const { return static_cast<int64_t>(row_starts_.size()) - 1; }  // rows
+  DataStats stats() const { return stats_; }
+  const DataOptions& options() const { return options_; }
+  DataFormat format() const { return resolved_.format; }
+  std::optional<ChatFormat> chat_format() const { return resolved_.chat; }  // unset: plain text templates
+  DataRow row(int64_t index) const;                                         // rows in dataset order, 0-based
+
+  // The rows of 1-based step `step` with `size` rows a batch: positions (step-1)*size onward in the
+  // endless sequence of epochs, epoch e in the order of a permutation seeded with seed + e (identity
+  // without shuffle). With cycle=false the sequence ends after the first epoch (a short last batch).
+  std::vector<int64_t> step_rows(int64_t step, int64_t size, bool shuffle, bool cycle) const;
+  Batch batch(const std::vector<int64_t>& rows) const;  // CPU int64 tensors (B, T)
+
+  // Documents as stored (for the debug view): ids with the mask bit cleared, and the mask.
+  Document document(int64_t doc) const;
+  int64_t document_origin(int64_t doc) const;  // its line in the file (or index in the records), 1-based
+  int64_t documents() const { return static_cast<int64_t>(docs_.size()); }
+
+ private:
+  // Gives the next record and where it came from ("FILE:LINE"), or a parse error for it; false at
+  // the end.
+  using RecordReader =
+      std::function<bool(nlohmann::json& record, int64_t& origin, std::string& where, std::string& error)>;
+  static std::shared_ptr<Dataset> build(const RecordReader& next, const Tokenizer& tokenizer,
+                                        const DataOptions& options);
+  struct Resolved {  // what loading settled: the format, the chat format used, the padding id
+    DataFormat format = DataFormat::text;
+    std::optional<ChatFormat> chat;
+    int64_t pad_id = 0;
+  };
+  Dataset(std::shared_ptr<const TokenStore> store, std::vector<int64_t> docs, const DataOptions& options,
+          const Resolved& resolved);
+  void plan_rows();
+  int64_t epoch_row(int64_t epoch, int64_t index) const;  // row at `index` of epoch's permutation
+  // Writes row r into T columns starting at the given pointers; returns its non-padding tokens.
+  int64_t write_row(int64_t r, int64_t T, int64_t* ids, int64_t* targets, int64_t* positions,
+                    int64_t* segments) const;
+  int64_t row_length(int64_t r) const;  // tokens before padding
+
+  std::shared_ptr<const TokenStore> store_;
+  std::vector<int64_t> docs_;        // indices into store_, in order
+  std::vector<int64_t> row_starts_;  // row r holds docs_[row_starts_[r] .. row_starts_[r+1])
+  DataOptions options_;
+  Resolved resolved_;
+  DataStats stats_;
+
+  mutable std::mutex order_mutex_;  // the cached permutation of the last epoch asked for
+  mutable int64_t order_epoch_ = -1;
+  mutable std::vector<int64_t> order_;
+};
+
+// A seeded Fisher-Yates permutation of 0..n-1 (splitmix64; the same on every platform).
+std::vector<int64_t> data_permutation(int64_t n, uint64_t seed);
+
+}  // namespace luatune
