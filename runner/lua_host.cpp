@@ -11,6 +11,7 @@
 #include "bindings/modules.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/metrics/metrics.h"
 #include "host/runner/recipes.h"
 
 namespace luatune {
@@ -26,6 +27,7 @@ const Module modules[] = {
     {"torch", luaopen_torch},
     {"tokenizer", luaopen_tokenizer},
     {"models", luaopen_models},
+    {"metrics", luaopen_metrics},
 };
 
 // ============================================================================================
@@ -150,6 +152,7 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd) {
   g_state = nullptr;
 
   if (rc != 0) {
+    metrics_console_clear_live();  // an error message must not land inside a progress line
     if (lua_touserdata(L, -1) == lt_validate_done_token()) {
       std::printf("validate: %s: config resolved; nothing was run\n", path.c_str());
       return kExitOk;
