@@ -9,4 +9,5 @@ int luaopen_torch(lua_State* L);
 int luaopen_tokenizer(lua_State* L);
 int luaopen_models(lua_State* L);
 int luaopen_metrics(lua_State* L);
+int luaopen_eval(lua_State* L);
 }

@@ -28,6 +28,7 @@ const Module modules[] = {
     {"tokenizer", luaopen_tokenizer},
     {"models", luaopen_models},
     {"metrics", luaopen_metrics},
+    {"eval", luaopen_eval},
 };
 
 // ============================================================================================
