@@ -10,4 +10,6 @@ int luaopen_train(lua_State* L);
 int luaopen_tokenizer(lua_State* L);
 int luaopen_models(lua_State* L);
 int luaopen_data(lua_State* L);
+int luaopen_metrics(lua_State* L);
+int luaopen_eval(lua_State* L);
 }

@@ -11,6 +11,7 @@
 #include "bindings/modules.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/metrics/metrics.h"
 #include "host/runner/recipes.h"
 
 namespace luatune {
@@ -28,6 +29,8 @@ const Module modules[] = {
     {"tokenizer", luaopen_tokenizer},
     {"models", luaopen_models},
     {"data", luaopen_data},
+    {"metrics", luaopen_metrics},
+    {"eval", luaopen_eval},
 };
 
 // ============================================================================================
@@ -152,6 +155,7 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd) {
   g_state = nullptr;
 
   if (rc != 0) {
+    metrics_console_clear_live();  // an error message must not land inside a progress line
     if (lua_touserdata(L, -1) == lt_validate_done_token()) {
       std::printf("validate: %s: config resolved; nothing was run\n", path.c_str());
       return kExitOk;

@@ -1,0 +1,155 @@
+// Lua module `metrics`: `local log = metrics.open{...}`, `log:write(step, stats)`, `log:summary{...}`,
+// `log:close()` over host/metrics/. While the module is loaded, the global `print` clears a live
+// progress line before printing and redraws it after, so recipe output never garbles it.
+#include "host/metrics/metrics.h"
+
+#include <memory>
+
+#include "bindings/lua_util.h"
+#include "host/core/error.h"
+
+namespace luatune {
+
+using MetricsPtr = std::shared_ptr<Metrics>;
+
+template <>
+struct LuaClass<MetricsPtr> {
+  static constexpr const char* name = "Metrics";
+};
+
+namespace {
+
+std::string describe_metrics(const MetricsPtr& m) {
+  if (m->closed()) return "Metrics(closed)";
+  return "Metrics(" + std::to_string(m->sink_count()) + " sink" + (m->sink_count() == 1 ? "" : "s") + ")";
+}
+
+// {loss = 2.3, lr = 2e-4, note = "warmup"} -> values in metrics_sort order; `what` names the call.
+MetricValues check_values(lua_State* L, int idx, const char* what) {
+  luaL_checktype(L, idx, LUA_TTABLE);
+  MetricValues v;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    LT_CHECK(lua_type(L, -2) == LUA_TSTRING,
+             what << ": keys must be names, got a " << luaL_typename(L, -2) << " key");
+    std::string key = lua_tostring(L, -2);
+    if (key == "note") {
+      LT_CHECK(lua_type(L, -1) == LUA_TSTRING,
+               what << ": note must be a string, got " << luaL_typename(L, -1));
+      v.note = lua_tostring(L, -1);
+    } else {
+      LT_CHECK(lua_type(L, -1) == LUA_TNUMBER,
+               what << ": value '" << key << "' must be a number, got " << luaL_typename(L, -1)
+                    << (lua_type(L, -1) == LUA_TUSERDATA ? " (for a one-element Tensor pass t:item())" : ""));
+      v.numbers.emplace_back(key, lua_tonumber(L, -1));
+    }
+    lua_pop(L, 1);
+  }
+  metrics_sort(v);
+  return v;
+}
+
+Metrics& check_metrics(lua_State* L, int idx) {
+  MetricsPtr& m = lt_check<MetricsPtr>(L, idx);
+  return *m;
+}
+
+// ============================================================================================
+// Module functions
+
+// metrics.open{console = true, jsonl = "out/metrics.jsonl", total_steps = N, every = 10,
+//              config = cfg, resume = false, wandb = ""}
+int l_metrics_open(lua_State* L) {
+  MetricsOptions o;
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lt_check_options(L, 1, {"console", "jsonl", "total_steps", "every", "config", "resume", "wandb"});
+    o.console = lt_opt_bool(L, 1, "console", true);
+    o.console_options.total_steps = static_cast<int64_t>(lt_opt_number(L, 1, "total_steps", 0));
+    o.console_options.every = static_cast<int64_t>(lt_opt_number(L, 1, "every", 10));
+    o.jsonl.path = lt_opt_string(L, 1, "jsonl", "");
+    o.jsonl.resume = lt_opt_bool(L, 1, "resume", false);
+    o.wandb = lt_opt_string(L, 1, "wandb", "");
+    lua_getfield(L, 1, "config");
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      o.jsonl.config_json = lua_tostring(L, -1);  // config.json()
+    } else if (lua_istable(L, -1)) {
+      ConfigValue c = lt_to_config(L, lua_gettop(L), "config");
+      LT_CHECK(c.kind == ConfigValue::Kind::table || c.items.empty(),
+               "metrics.open: config must be a table of named values, not a list");
+      o.jsonl.config_json = c.kind == ConfigValue::Kind::table ? config_to_json(c) : "{}";
+    } else {
+      LT_CHECK(lua_isnil(L, -1), "metrics.open: config must be the config table (or config.json()), got "
+                                     << luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+  }
+  lt_push<MetricsPtr>(L, MetricsPtr(metrics_open(o)));
+  return 1;
+}
+
+// metrics.print(...): print() that keeps a live progress line intact (also the global print).
+int l_metrics_print(lua_State* L) {
+  int n = lua_gettop(L);
+  std::string line;
+  lua_getglobal(L, "tostring");
+  for (int i = 1; i <= n; i++) {
+    lua_pushvalue(L, -1);
+    lua_pushvalue(L, i);
+    lua_call(L, 1, 1);
+    size_t len;
+    const char* s = lua_tolstring(L, -1, &len);
+    if (!s) return luaL_error(L, "'tostring' must return a string to 'print'");
+    if (i > 1) line += '\t';
+    line.append(s, len);
+    lua_pop(L, 1);
+  }
+  metrics_console_println(line, stdout);
+  return 0;
+}
+
+// ============================================================================================
+// Metrics methods
+
+// log:write(step, {loss = , lr = , ..., note = "..."})
+int l_metrics_write(lua_State* L) {
+  Metrics& m = check_metrics(L, 1);
+  int64_t step = lt_check_int(L, 2);
+  m.write(step, check_values(L, 3, "log:write"));
+  return 0;
+}
+
+// log:summary{loss = , eval_loss = , ...}: the run's final numbers
+int l_metrics_summary(lua_State* L) {
+  Metrics& m = check_metrics(L, 1);
+  m.summary(check_values(L, 2, "log:summary"));
+  return 0;
+}
+
+// log:close([exit_code = 0]); also done when the object is collected or released
+int l_metrics_close(lua_State* L) {
+  Metrics& m = check_metrics(L, 1);
+  m.close(lua_isnoneornil(L, 2) ? 0 : static_cast<int>(lt_check_int(L, 2)));
+  return 0;
+}
+
+const luaL_Reg metrics_methods[] = {{"write", l_metrics_write},
+                                    {"summary", l_metrics_summary},
+                                    {"close", l_metrics_close},
+                                    {nullptr, nullptr}};
+
+const luaL_Reg metrics_funcs[] = {{"open", l_metrics_open}, {"print", l_metrics_print}, {nullptr, nullptr}};
+
+}  // namespace
+
+}  // namespace luatune
+
+extern "C" int luaopen_metrics(lua_State* L) {
+  using namespace luatune;
+  lt_register_class<MetricsPtr, describe_metrics>(L, metrics_methods);
+  lua_pop(L, 1);
+  lt_new_module(L, metrics_funcs);
+  lua_getfield(L, -1, "print");
+  lua_setglobal(L, "print");
+  return 1;
+}

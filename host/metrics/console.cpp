@@ -1,0 +1,161 @@
+// The console sink. On a terminal: one live line redrawn in place with '\r' (step, bar, the key
+// numbers, ETA), which any other print clears first and redraws after (metrics_console_println),
+// so output never lands in the middle of it. Elsewhere (CI logs, files): a plain line every
+// `every` steps. Eval values always get their own line; the summary is a small table.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <mutex>
+
+#include "host/core/error.h"
+#include "host/metrics/metrics.h"
+
+namespace luatune {
+
+namespace {
+
+double steady_seconds() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+int terminal_width(std::FILE* out) {
+  winsize ws{};
+  if (ioctl(fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 100;
+}
+
+class ConsoleSink;
+
+// The one live line of the process (there is one terminal): who draws it and whether it is up.
+std::mutex g_live_mutex;
+ConsoleSink* g_live = nullptr;
+
+class ConsoleSink : public MetricSink {
+ public:
+  explicit ConsoleSink(const ConsoleOptions& o) : o_(o) {
+    if (!o_.clock) o_.clock = steady_seconds;
+    tty_ = o_.tty < 0 ? isatty(fileno(o_.out)) == 1 : o_.tty == 1;
+  }
+  ~ConsoleSink() override {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    if (g_live == this) g_live = nullptr;
+  }
+
+  void write(int64_t step, const MetricValues& values) override {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    MetricValues train, eval;
+    for (const auto& kv : values.numbers)
+      (metrics_is_eval_key(kv.first) ? eval : train).numbers.push_back(kv);
+    // A note goes with the training numbers unless the write holds only eval values.
+    (train.numbers.empty() && !eval.numbers.empty() ? eval : train).note = values.note;
+    if (!eval.empty()) {
+      clear_live_locked();
+      std::string line = "eval " + metrics_plain_line(step, o_.total_steps, eval, 0);
+      std::fprintf(o_.out, "%s\n", line.c_str());
+      if (tty_) draw_locked();
+      std::fflush(o_.out);
+    }
+    if (train.empty()) return;
+    double now = o_.clock();
+    timer_.tick(step, now);
+    last_step_ = step;
+    last_ = train;
+    if (tty_) {
+      bool last = o_.total_steps > 0 && step >= o_.total_steps;
+      if (last || !drawn_once_ || now - last_draw_ >= o_.redraw_interval) {
+        draw_locked();
+        last_draw_ = now;
+      }
+    } else if (step % o_.every == 0 || (o_.total_steps > 0 && step == o_.total_steps)) {
+      std::string line = metrics_plain_line(step, o_.total_steps, train, eta());
+      std::fprintf(o_.out, "%s\n", line.c_str());
+      std::fflush(o_.out);
+    }
+  }
+
+  void summary(const MetricValues& values) override {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    end_live_locked();
+    size_t w = 0;
+    for (const auto& kv : values.numbers) w = std::max(w, kv.first.size());
+    std::fprintf(o_.out, "summary\n");
+    for (const auto& [k, v] : values.numbers)
+      std::fprintf(o_.out, "  %-*s  %s\n", static_cast<int>(w), k.c_str(),
+                   metrics_format_value(k, v).c_str());
+    if (!values.note.empty()) std::fprintf(o_.out, "  %s\n", values.note.c_str());
+    std::fflush(o_.out);
+  }
+
+  void close(int) override {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    end_live_locked();
+  }
+
+  // Wipes the live line so other output can take its place (the caller redraws after).
+  void clear_live_locked() {
+    if (!showing_) return;
+    std::fputs("\r\033[K", o_.out);
+    std::fflush(o_.out);
+    showing_ = false;
+  }
+
+  // Draws (or redraws) the live line from the last training values.
+  void draw_locked() {
+    if (!tty_ || last_step_ < 0) return;
+    int width = o_.width > 0 ? o_.width : terminal_width(o_.out);
+    std::string line = metrics_progress_line(last_step_, o_.total_steps, last_, eta(), width);
+    std::fprintf(o_.out, "\r%s\033[K", line.c_str());
+    std::fflush(o_.out);
+    showing_ = true;
+    drawn_once_ = true;
+    g_live = this;
+  }
+
+  // Leaves the live line on screen as the run's last progress and moves below it.
+  void end_live_locked() {
+    if (showing_) {
+      std::fputs("\n", o_.out);
+      std::fflush(o_.out);
+    }
+    showing_ = false;
+    if (g_live == this) g_live = nullptr;
+  }
+
+ private:
+  double eta() const { return timer_.eta_seconds(last_step_, o_.total_steps); }
+
+  ConsoleOptions o_;
+  bool tty_ = false;
+  StepTimer timer_;
+  int64_t last_step_ = -1;
+  MetricValues last_;
+  bool showing_ = false, drawn_once_ = false;
+  double last_draw_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<MetricSink> console_sink_new(const ConsoleOptions& options) {
+  LT_CHECK(options.every >= 1, "metrics: every must be 1 or more, got " << options.every);
+  LT_CHECK(options.out, "metrics: console output stream is null");
+  return std::make_unique<ConsoleSink>(options);
+}
+
+void metrics_console_println(const std::string& line, std::FILE* out) {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  ConsoleSink* live = g_live;
+  if (live) live->clear_live_locked();
+  std::fprintf(out, "%s\n", line.c_str());
+  std::fflush(out);
+  if (live) live->draw_locked();
+}
+
+void metrics_console_clear_live() {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  if (g_live) g_live->clear_live_locked();
+  g_live = nullptr;
+}
+
+}  // namespace luatune

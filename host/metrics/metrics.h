@@ -1,0 +1,137 @@
+// Training metrics: what the trainer reports each step goes to sinks through one fan-out. A sink
+// is anything with write/summary/close: the console (a live progress line on a terminal, plain
+// lines in CI logs), a JSONL file, and later W&B, which plugs into the same MetricSink interface.
+// Plain C++ with no LibTorch: the numbers arrive as doubles, already pulled off the device.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace luatune {
+
+// ============================================================================================
+// Values and sinks
+
+// One step's numbers, in the order they are shown and written, plus optional free text
+// ("warmup done", a phase name) that sinks show beside them.
+struct MetricValues {
+  std::vector<std::pair<std::string, double>> numbers;
+  std::string note;
+  bool empty() const { return numbers.empty() && note.empty(); }
+};
+
+class MetricSink {
+ public:
+  virtual ~MetricSink() = default;
+  virtual void write(int64_t step, const MetricValues& values) = 0;
+  virtual void summary(const MetricValues& values) = 0;  // the run's final numbers
+  virtual void close(int exit_code) = 0;                 // called once; the sink flushes and lets go
+};
+
+// Eval values (keys starting with "eval_") are shown on their own line by the console.
+bool metrics_is_eval_key(const std::string& name);
+// Orders numbers that arrive unordered (a Lua table): loss, lr, grad_norm, tokens_per_s first,
+// then training values by name, then eval values by name.
+void metrics_sort(MetricValues& values);
+
+// ============================================================================================
+// The fan-out a recipe holds: every call goes to every sink, in the order they were added.
+
+class Metrics {
+ public:
+  ~Metrics();  // closes with exit code 0 if close() was never called
+  void add(std::unique_ptr<MetricSink> sink);
+  void write(int64_t step, const MetricValues& values);
+  void summary(const MetricValues& values);
+  void close(int exit_code);  // idempotent
+  bool closed() const { return closed_; }
+  size_t sink_count() const { return sinks_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<MetricSink>> sinks_;
+  bool closed_ = false;
+};
+
+// ============================================================================================
+// Console sink
+
+struct ConsoleOptions {
+  int64_t total_steps = 0;  // 0: unknown (no bar, no ETA)
+  int64_t every = 10;       // not a terminal: one plain line every `every` steps (and the last)
+  std::FILE* out = stdout;
+  int tty = -1;                   // -1: isatty(out); 0 or 1 forces plain lines or the live line (tests)
+  int width = 0;                  // terminal columns; 0: ask the terminal, 100 when it cannot say
+  double redraw_interval = 0.1;   // seconds between live redraws (the last step always draws)
+  std::function<double()> clock;  // monotonic seconds; default std::chrono::steady_clock
+};
+
+std::unique_ptr<MetricSink> console_sink_new(const ConsoleOptions& options);
+
+// Prints one line on `out` without garbling a live progress line: clears it, prints, redraws it.
+// Lua's print goes through this while the metrics module is loaded.
+void metrics_console_println(const std::string& line, std::FILE* out = stdout);
+// Clears a live progress line and forgets it (before an error message ends the run).
+void metrics_console_clear_live();
+
+// Smoothed seconds per step, from the steps and times the console sees, for the ETA.
+class StepTimer {
+ public:
+  explicit StepTimer(double alpha = 0.1) : alpha_(alpha) {}
+  // Records that `step` was reached at `now` seconds. The first call only sets the origin, so
+  // start-up time before the first step never counts as step time.
+  void tick(int64_t step, double now);
+  double seconds_per_step() const { return per_step_; }   // 0 until two ticks
+  double eta_seconds(int64_t step, int64_t total) const;  // 0 when unknown or done
+
+ private:
+  double alpha_;
+  int64_t last_step_ = -1;
+  double last_time_ = 0;
+  double per_step_ = 0;
+};
+
+// Formatting used by the console, exposed for tests.
+std::string metrics_format_value(const std::string& name, double v);  // lr 2.0e-04, loss 1.2346
+std::string metrics_format_thousands(double v);                       // 12345.6 -> "12,346"
+std::string metrics_format_duration(double seconds);                  // 83 -> "1m23s"
+// The live line for a terminal of `width` columns: "step 12/100 [===>   ]  12% | loss ... | eta 1m23s".
+std::string metrics_progress_line(int64_t step, int64_t total, const MetricValues& values, double eta_s,
+                                  int width);
+// The plain line for logs: "step 10/100 | loss 2.3456 | lr 2.0e-04 | eta 47s".
+std::string metrics_plain_line(int64_t step, int64_t total, const MetricValues& values, double eta_s);
+
+// ============================================================================================
+// JSONL sink
+
+struct JsonlOptions {
+  std::string path;
+  bool resume = false;      // append to an existing file; else start it afresh
+  std::string config_json;  // when non-empty, written once as the first line {"config": ...}
+};
+
+// One JSON object per write, {"step": N, "time": unix, "elapsed": s, ...values, "note": "..."},
+// flushed every write so a crash keeps everything written before it. NaN and infinities are
+// written as null (JSON has no such numbers). The summary is a line {"summary": {...}}.
+std::unique_ptr<MetricSink> jsonl_sink_new(const JsonlOptions& options);
+
+// ============================================================================================
+// What metrics.open builds
+
+struct MetricsOptions {
+  bool console = true;
+  ConsoleOptions console_options;
+  JsonlOptions jsonl;  // no JSONL sink when path is empty
+  std::string wandb;   // W&B project; not supported yet: a non-empty value fails
+};
+
+// Sinks open on rank 0 only (RANK or SLURM_PROCID unset or 0); other ranks get an empty fan-out,
+// so recipes never branch on the rank to log.
+std::unique_ptr<Metrics> metrics_open(const MetricsOptions& options);
+bool metrics_is_rank0();
+
+}  // namespace luatune

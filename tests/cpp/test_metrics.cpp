@@ -1,0 +1,328 @@
+// Metrics sinks: number formatting, the ETA's step timer, console output pinned for logs and for a
+// terminal (a memory stream stands in for it, with a fixed width and a fake clock), the JSONL file
+// parsed back (config line, flush per write, append on resume), and the fan-out's errors.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/core/strings.h"
+#include "host/metrics/metrics.h"
+
+using namespace luatune;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A FILE* writing into memory, standing in for stdout or a terminal.
+struct Capture {
+  char* buf = nullptr;
+  size_t len = 0;
+  std::FILE* f = open_memstream(&buf, &len);
+  ~Capture() {
+    std::fclose(f);
+    std::free(buf);
+  }
+  std::string text() {
+    std::fflush(f);
+    return std::string(buf, len);
+  }
+};
+
+MetricValues vals(std::vector<std::pair<std::string, double>> numbers, std::string note = "") {
+  MetricValues v;
+  v.numbers = std::move(numbers);
+  v.note = std::move(note);
+  return v;
+}
+
+std::string temp_path(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("luatune_test_metrics_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  for (const std::string& line : str_split(file_read(path), '\n'))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Metrics, FormatsNumbersByName) {
+  EXPECT_EQ(metrics_format_value("lr", 2e-4), "2.0e-04");
+  EXPECT_EQ(metrics_format_value("head_lr", 1.5e-5), "1.5e-05");
+  EXPECT_EQ(metrics_format_value("loss", 1.234567), "1.2346");
+  EXPECT_EQ(metrics_format_value("eval_loss", 2.0), "2.0000");
+  EXPECT_EQ(metrics_format_value("tokens_per_s", 12345.6), "12,346");
+  EXPECT_EQ(metrics_format_value("grad_norm", 1.23456), "1.235");
+  EXPECT_EQ(metrics_format_value("epoch", 3), "3");
+  EXPECT_EQ(metrics_format_value("eval_acc", 0.123456), "0.1235");
+  EXPECT_EQ(metrics_format_value("loss", std::nan("")), "nan");
+  EXPECT_EQ(metrics_format_value("loss", -INFINITY), "-inf");
+  EXPECT_EQ(metrics_format_thousands(999), "999");
+  EXPECT_EQ(metrics_format_thousands(1000), "1,000");
+  EXPECT_EQ(metrics_format_thousands(1234567), "1,234,567");
+  EXPECT_EQ(metrics_format_thousands(-4321), "-4,321");
+  EXPECT_EQ(metrics_format_duration(45), "45s");
+  EXPECT_EQ(metrics_format_duration(83), "1m23s");
+  EXPECT_EQ(metrics_format_duration(3725), "1h02m");
+  EXPECT_EQ(metrics_format_duration(90000), "1d01h");
+}
+
+TEST(Metrics, SortPutsKeyNumbersFirstAndEvalLast) {
+  MetricValues v = vals({{"zeta", 1},
+                         {"eval_loss", 1},
+                         {"lr", 1},
+                         {"loss", 1},
+                         {"alpha", 1},
+                         {"eval_acc", 1},
+                         {"tokens_per_s", 1},
+                         {"grad_norm", 1}});
+  metrics_sort(v);
+  std::vector<std::string> keys;
+  for (const auto& kv : v.numbers) keys.push_back(kv.first);
+  EXPECT_EQ(keys, (std::vector<std::string>{"loss", "lr", "grad_norm", "tokens_per_s", "alpha", "zeta",
+                                            "eval_acc", "eval_loss"}));
+}
+
+TEST(Metrics, StepTimerSmoothsSecondsPerStepForTheEta) {
+  StepTimer t(0.1);
+  t.tick(1, 10.0);  // origin only: start-up before step 1 is not step time
+  EXPECT_EQ(t.seconds_per_step(), 0);
+  EXPECT_EQ(t.eta_seconds(1, 10), 0);
+  t.tick(2, 11.0);  // 1 s/step
+  EXPECT_DOUBLE_EQ(t.seconds_per_step(), 1.0);
+  t.tick(4, 15.0);  // 2 s/step over two steps: 0.1 * 2 + 0.9 * 1
+  EXPECT_DOUBLE_EQ(t.seconds_per_step(), 1.1);
+  EXPECT_DOUBLE_EQ(t.eta_seconds(4, 10), 6 * 1.1);
+  EXPECT_EQ(t.eta_seconds(10, 10), 0);  // done
+  EXPECT_EQ(t.eta_seconds(4, 0), 0);    // total unknown
+  t.tick(4, 99.0);                      // a repeated step changes nothing
+  EXPECT_DOUBLE_EQ(t.seconds_per_step(), 1.1);
+}
+
+TEST(Metrics, ConsoleWritesPlainLinesEveryNStepsWhenNotATerminal) {
+  Capture cap;
+  double now = 0;
+  ConsoleOptions o;
+  o.out = cap.f;
+  o.tty = 0;
+  o.total_steps = 5;
+  o.every = 2;
+  o.clock = [&] { return now; };
+  auto sink = console_sink_new(o);
+  for (int step = 1; step <= 5; step++) {
+    now = step;  // one second a step
+    sink->write(step, vals({{"loss", 5.0 - step}, {"lr", 1e-4}}, step == 2 ? "warmup done" : ""));
+    if (step == 4) sink->write(step, vals({{"eval_loss", 1.5}, {"eval_acc", 0.25}}));
+  }
+  sink->summary(vals({{"loss", 0}, {"eval_loss", 1.5}}));
+  sink->close(0);
+  EXPECT_EQ(cap.text(),
+            "step 2/5 | loss 3.0000 | lr 1.0e-04 | eta 3s | warmup done\n"
+            "step 4/5 | loss 1.0000 | lr 1.0e-04 | eta 1s\n"
+            "eval step 4/5 | eval_loss 1.5000 | eval_acc 0.25\n"
+            "step 5/5 | loss 0.0000 | lr 1.0e-04\n"
+            "summary\n"
+            "  loss       0.0000\n"
+            "  eval_loss  1.5000\n");
+}
+
+TEST(Metrics, ConsoleEvalValuesInATrainingWriteGetTheirOwnLine) {
+  Capture cap;
+  ConsoleOptions o;
+  o.out = cap.f;
+  o.tty = 0;
+  o.every = 10;
+  o.clock = [] { return 0.0; };
+  auto sink = console_sink_new(o);
+  sink->write(3, vals({{"loss", 2}, {"eval_loss", 2.5}}));  // step 3 is not a logging step; eval still shows
+  EXPECT_EQ(cap.text(), "eval step 3 | eval_loss 2.5000\n");
+}
+
+TEST(Metrics, ProgressLineFitsTheTerminalWidth) {
+  MetricValues v =
+      vals({{"loss", 2.5}, {"lr", 2e-4}, {"grad_norm", 1.5}, {"tokens_per_s", 12345}, {"other", 3}});
+  std::string tail = " | loss 2.5000 | lr 2.0e-04 | grad_norm 1.500 | tokens_per_s 12,345 | eta 1m30s";
+  // 140 columns: the bar gets its full 30 cells; 10% of them filled.
+  EXPECT_EQ(metrics_progress_line(10, 100, v, 90, 140),
+            "step 10/100 [===>" + std::string(26, ' ') + "]  10%" + tail);
+  // Narrower: the bar shrinks to what is left.
+  std::string mid = metrics_progress_line(10, 100, v, 90, 110);
+  EXPECT_EQ(mid, "step 10/100 [=>" + std::string(9, ' ') + "]  10%" + tail);
+  EXPECT_EQ(mid.size(), 109u);  // the last column stays free
+  // Too narrow for a bar: no bar, and the line is cut at width - 1.
+  EXPECT_EQ(metrics_progress_line(10, 100, v, 90, 40), std::string("step 10/100  10%" + tail).substr(0, 39));
+  // Done, and total unknown.
+  EXPECT_EQ(metrics_progress_line(100, 100, vals({{"loss", 1}}), 0, 60),
+            "step 100/100 [" + std::string(25, '=') + "] 100% | loss 1.0000");
+  EXPECT_EQ(metrics_progress_line(7, 0, vals({{"loss", 1}}), 0, 60), "step 7 | loss 1.0000");
+}
+
+TEST(Metrics, ConsoleOnATerminalRedrawsInPlaceAndKeepsOtherOutputApart) {
+  Capture cap;
+  double now = 0;
+  ConsoleOptions o;
+  o.out = cap.f;
+  o.tty = 1;
+  o.width = 60;
+  o.total_steps = 4;
+  o.clock = [&] { return now; };
+  auto sink = console_sink_new(o);
+  auto line = [&](int step, double loss, double eta) {
+    return "\r" + metrics_progress_line(step, 4, vals({{"loss", loss}}), eta, 60) + "\033[K";
+  };
+  now = 1;
+  sink->write(1, vals({{"loss", 3}}));
+  std::string expect = line(1, 3, 0);
+  EXPECT_EQ(cap.text(), expect);
+  now = 3;
+  sink->write(2, vals({{"loss", 2}}));  // 2 s/step -> eta 4s
+  expect += line(2, 2, 4);
+  EXPECT_EQ(cap.text(), expect);
+  // Another print: the live line is wiped, the text printed, the live line drawn again below it.
+  metrics_console_println("hello", cap.f);
+  expect +=
+      "\r\033[K"
+      "hello\n" +
+      line(2, 2, 4);
+  EXPECT_EQ(cap.text(), expect);
+  // Eval values print on their own line the same way.
+  sink->write(2, vals({{"eval_loss", 2.25}}));
+  expect +=
+      "\r\033[K"
+      "eval step 2/4 | eval_loss 2.2500\n" +
+      line(2, 2, 4);
+  EXPECT_EQ(cap.text(), expect);
+  // Redraws are throttled to redraw_interval, except the last step.
+  now = 3.05;
+  sink->write(3, vals({{"loss", 1}}));
+  EXPECT_EQ(cap.text(), expect);
+  now = 3.06;
+  sink->write(4, vals({{"loss", 0.5}}));
+  double eta = 0;  // step 4 of 4
+  expect += line(4, 0.5, eta);
+  EXPECT_EQ(cap.text(), expect);
+  // Closing leaves the last progress on screen and moves below it; later prints are plain.
+  sink->close(0);
+  metrics_console_println("after", cap.f);
+  expect += "\nafter\n";
+  EXPECT_EQ(cap.text(), expect);
+}
+
+TEST(Metrics, ClearLiveWipesTheLineBeforeAnErrorMessage) {
+  Capture cap;
+  ConsoleOptions o;
+  o.out = cap.f;
+  o.tty = 1;
+  o.width = 50;
+  o.clock = [] { return 0.0; };
+  auto sink = console_sink_new(o);
+  sink->write(1, vals({{"loss", 1}}));
+  metrics_console_clear_live();
+  EXPECT_EQ(cap.text(), "\rstep 1 | loss 1.0000\033[K\r\033[K");
+  sink->close(0);  // nothing showing: no newline
+  EXPECT_EQ(cap.text(), "\rstep 1 | loss 1.0000\033[K\r\033[K");
+}
+
+TEST(Metrics, JsonlWritesConfigThenOneObjectPerWriteFlushedAtOnce) {
+  std::string path = temp_path("run/metrics.jsonl");  // the directory is created
+  fs::remove_all(path_dirname(path));
+  JsonlOptions o;
+  o.path = path;
+  o.config_json = R"({"lr": 0.0002, "lora": {"r": 8}})";
+  auto sink = jsonl_sink_new(o);
+  sink->write(1, vals({{"loss", 2.5}, {"lr", 2e-4}}));
+  sink->write(2, vals({{"loss", std::nan("")}}, "phase 2"));
+  // Before close: everything is already on disk (a crash keeps it).
+  std::vector<nlohmann::json> lines = read_jsonl(path);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], nlohmann::json::parse(R"({"config": {"lr": 0.0002, "lora": {"r": 8}}})"));
+  EXPECT_EQ(str_split(file_read(path), '\n')[1].substr(0, 10), "{\"step\":1,");  // step first, as written
+  EXPECT_EQ(lines[1]["step"], 1);
+  EXPECT_EQ(lines[1]["loss"], 2.5);
+  EXPECT_EQ(lines[1]["lr"], 2e-4);
+  double now = static_cast<double>(std::time(nullptr));
+  EXPECT_NEAR(lines[1]["time"].get<double>(), now, 60);
+  EXPECT_GE(lines[1]["elapsed"].get<double>(), 0);
+  EXPECT_LT(lines[1]["elapsed"].get<double>(), 60);
+  EXPECT_TRUE(lines[2]["loss"].is_null());  // NaN: JSON has no such number
+  EXPECT_EQ(lines[2]["note"], "phase 2");
+  sink->summary(vals({{"eval_loss", 1.25}}));
+  sink->close(0);
+  lines = read_jsonl(path);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[3], nlohmann::json::parse(R"({"summary": {"eval_loss": 1.25}})"));
+
+  // Resuming appends (no second config line); a fresh run truncates.
+  o.resume = true;
+  auto resumed = jsonl_sink_new(o);
+  resumed->write(3, vals({{"loss", 1.0}}));
+  resumed->close(0);
+  lines = read_jsonl(path);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[4]["step"], 3);
+  o.resume = false;
+  auto fresh = jsonl_sink_new(o);
+  fresh->write(1, vals({{"loss", 9.0}}));
+  fresh->close(0);
+  lines = read_jsonl(path);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_TRUE(lines[0].contains("config"));
+  EXPECT_EQ(lines[1]["loss"], 9.0);
+  // Resuming into a file that does not exist yet starts it with the config line.
+  fs::remove(path);
+  o.resume = true;
+  jsonl_sink_new(o)->close(0);
+  EXPECT_TRUE(read_jsonl(path).at(0).contains("config"));
+  fs::remove_all(path_dirname(path));
+}
+
+TEST(Metrics, FanOutReachesEverySinkAndRefusesUseAfterClose) {
+  std::string a = temp_path("a.jsonl"), b = temp_path("b.jsonl");
+  Metrics m;
+  m.add(jsonl_sink_new(JsonlOptions{a, false, ""}));
+  m.add(jsonl_sink_new(JsonlOptions{b, false, ""}));
+  m.write(5, vals({{"loss", 1}}));
+  EXPECT_EQ(read_jsonl(a).at(0)["step"], 5);
+  EXPECT_EQ(read_jsonl(b).at(0)["step"], 5);
+  EXPECT_EQ(error_of([&] { m.write(-1, vals({})); }), "metrics: step must be 0 or more, got -1");
+  m.close(0);
+  m.close(0);  // idempotent
+  EXPECT_EQ(error_of([&] { m.write(6, vals({})); }), "metrics: write after close");
+  fs::remove(a);
+  fs::remove(b);
+}
+
+TEST(Metrics, OpenRejectsWandbForNowAndBadPaths) {
+  MetricsOptions o;
+  o.console = false;
+  o.wandb = "my-project";
+  EXPECT_EQ(str_split(error_of([&] { metrics_open(o); }), '\n')[0],
+            "metrics.open: wandb = 'my-project' is not supported yet (W&B logging arrives in a later issue)");
+  o.wandb = "";
+  o.jsonl.path = "/proc/luatune-no-such-dir/m.jsonl";
+  EXPECT_TRUE(str_starts_with(error_of([&] { metrics_open(o); }),
+                              "metrics: cannot open '/proc/luatune-no-such-dir/m.jsonl' for writing: "));
+  o.jsonl.path = "";
+  EXPECT_EQ(metrics_open(o)->sink_count(), 0u);
+}

@@ -1,0 +1,87 @@
+-- tests/lua/test_metrics.lua: the `metrics` module (bindings/metrics.cpp): metrics.open, log:write,
+-- log:summary, log:close, the JSONL file it leaves, and its errors.
+-- Run: build/runner tests/lua/test_metrics.lua
+local h = require "harness"
+local test, eq, ok, raises = h.test, h.eq, h.ok, h.raises
+
+local tmp = os.getenv("TMPDIR") or "/tmp"
+local function tmpfile(name) return string.format("%s/luatune_lua_metrics_%s_%d.jsonl", tmp, name, os.time()) end
+
+local function lines_of(path)
+  local out = {}
+  for line in io.lines(path) do out[#out + 1] = line end
+  return out
+end
+
+test("write appends one JSON line per call, config first, keys in a fixed order", function()
+  local path = tmpfile("write")
+  local log = metrics.open { console = false, jsonl = path, config = { lr = 2e-4, lora = { r = 8 } } }
+  eq(tostring(log), "Metrics(1 sink)")
+  log:write(1, { lr = 2e-4, tokens_per_s = 1000, loss = 2.5, grad_norm = 1, zz = 3 })
+  log:write(2, { loss = 2.25, note = "warmup done" })
+  -- Flushed per write: the file is complete before close.
+  local lines = lines_of(path)
+  eq(#lines, 3)
+  eq(lines[1], '{"config":{"lora":{"r":8},"lr":0.0002}}')
+  ok(lines[2]:find('^{"step":1,"time":[%d.]+,"elapsed":[%d.e-]+,"loss":2.5,"lr":0.0002,"grad_norm":1.0,'
+                   .. '"tokens_per_s":1000.0,"zz":3.0}$'), lines[2])
+  ok(lines[3]:find('"step":2,.*"loss":2.25,"note":"warmup done"}$'), lines[3])
+  log:summary { eval_loss = 1.5 }
+  log:close()
+  eq(tostring(log), "Metrics(closed)")
+  eq(lines_of(path)[4], '{"summary":{"eval_loss":1.5}}')
+  os.remove(path)
+end)
+
+test("resume appends to the same file; a fresh run starts it again", function()
+  local path = tmpfile("resume")
+  local log = metrics.open { console = false, jsonl = path, config = { steps = 10 } }
+  log:write(1, { loss = 1 })
+  log:close()
+  log = metrics.open { console = false, jsonl = path, config = { steps = 10 }, resume = true }
+  log:write(2, { loss = 0.5 })
+  log:close()
+  local lines = lines_of(path)
+  eq(#lines, 3)
+  ok(lines[3]:find('"step":2,'), lines[3])
+  log = metrics.open { console = false, jsonl = path }
+  log:write(1, { loss = 3 })
+  log:release()  -- closes too
+  lines = lines_of(path)
+  eq(#lines, 1)
+  ok(lines[1]:find('"loss":3.0'), lines[1])
+  os.remove(path)
+end)
+
+test("the console prints plain lines when stdout is not a terminal", function()
+  local log = metrics.open { total_steps = 4, every = 2 }
+  for step = 1, 4 do log:write(step, { loss = 1 / step, lr = 1e-4 }) end
+  log:write(4, { eval_loss = 0.5 })
+  print("print between writes goes through metrics.print")
+  log:summary { loss = 0.25 }
+  log:close()
+  eq(print, metrics.print)
+end)
+
+test("errors name the key, the option or the state", function()
+  local path = tmpfile("errors")
+  local log = metrics.open { console = false, jsonl = path }
+  raises(function() log:write(1, { loss = "2.5" }) end, "log:write: value 'loss' must be a number, got string")
+  raises(function() log:write(1, { loss = torch.tensor { 1 } }) end,
+         "value 'loss' must be a number, got userdata (for a one-element Tensor pass t:item())")
+  raises(function() log:write(1, { note = 3 }) end, "log:write: note must be a string, got number")
+  raises(function() log:write(1, { 1, 2 }) end, "log:write: keys must be names, got a number key")
+  raises(function() log:write(1.5, {}) end, "(integer expected, got 1.5)")
+  raises(function() log:summary { acc = true } end, "log:summary: value 'acc' must be a number, got boolean")
+  log:close()
+  raises(function() log:write(3, { loss = 1 }) end, "metrics: write after close")
+  os.remove(path)
+  raises(function() metrics.open { jsonl = path, evry = 10 } end, "unknown option 'evry' (did you mean 'every'?)")
+  raises(function() metrics.open { wandb = "proj" } end,
+         "metrics.open: wandb = 'proj' is not supported yet (W&B logging arrives in a later issue)")
+  metrics.open { console = false, wandb = "" }:close()  -- empty: accepted, nothing to do
+  raises(function() metrics.open { every = 0 } end, "metrics.open: every must be 1 or more, got 0")
+  raises(function() metrics.open { config = 3 } end, "metrics.open: config must be the config table")
+end)
+
+h.run()
