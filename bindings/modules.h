@@ -8,4 +8,5 @@ int luaopen_config(lua_State* L);
 int luaopen_torch(lua_State* L);
 int luaopen_tokenizer(lua_State* L);
 int luaopen_models(lua_State* L);
+int luaopen_lora(lua_State* L);
 }

@@ -26,6 +26,7 @@ const Module modules[] = {
     {"torch", luaopen_torch},
     {"tokenizer", luaopen_tokenizer},
     {"models", luaopen_models},
+    {"lora", luaopen_lora},
 };
 
 // ============================================================================================
