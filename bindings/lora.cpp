@@ -1,16 +1,18 @@
 // Lua module `lora`: LoRA / DoRA adapters on a Model (host/adapt/lora.h), saved and loaded in
 // PEFT's format. Layer numbers are HF's, as in the weight names (model.layers.0 is layer 0).
+#include "host/adapt/lora.h"
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
 #include "bindings/tensor_class.h"
-#include "host/adapt/lora.h"
 #include "host/core/error.h"
 
 namespace luatune {
 
 namespace {
 
-Model& check_model(lua_State* L, int idx) { return *lt_check<std::shared_ptr<Model>>(L, idx); }
+Model& check_model(lua_State* L, int idx) {
+  return *lt_check<std::shared_ptr<Model>>(L, idx);
+}
 
 // lora.apply's `key` option: a string or a list of strings (nil leaves `out` alone).
 void opt_string_list(lua_State* L, int idx, const char* key, std::vector<std::string>& out) {
@@ -23,7 +25,8 @@ void opt_string_list(lua_State* L, int idx, const char* key, std::vector<std::st
     size_t n = lua_objlen(L, -1);
     for (size_t i = 1; i <= n; i++) {
       lua_rawgeti(L, -1, static_cast<int>(i));
-      LT_CHECK(lua_type(L, -1) == LUA_TSTRING, "lora.apply: " << key << " must be a string or a list of strings");
+      LT_CHECK(lua_type(L, -1) == LUA_TSTRING,
+               "lora.apply: " << key << " must be a string or a list of strings");
       out.push_back(lua_tostring(L, -1));
       lua_pop(L, 1);
     }
@@ -34,7 +37,7 @@ void opt_string_list(lua_State* L, int idx, const char* key, std::vector<std::st
 }
 
 // lora.apply(model, {r=16, alpha=32, dropout=0.05, targets={"q_proj","k_proj","v_proj","o_proj"} or
-//            "all-linear", layers={0, 1, ...}, rslora=false, dora=false, seed=0}) -> number of Linears adapted
+//            "all-linear", layers={0, 1}, rslora=false, dora=false, seed=0}) -> Linears adapted
 int l_lora_apply(lua_State* L) {
   Model& m = check_model(L, 1);
   LoraConfig c;
@@ -135,9 +138,9 @@ int l_lora_parameters(lua_State* L) {
   return 1;
 }
 
-const luaL_Reg lora_funcs[] = {{"apply", l_lora_apply},   {"save", l_lora_save},
-                               {"load", l_lora_load},     {"merge", l_lora_merge},
-                               {"parameters", l_lora_parameters}, {nullptr, nullptr}};
+const luaL_Reg lora_funcs[] = {
+    {"apply", l_lora_apply},           {"save", l_lora_save}, {"load", l_lora_load}, {"merge", l_lora_merge},
+    {"parameters", l_lora_parameters}, {nullptr, nullptr}};
 
 }  // namespace
 

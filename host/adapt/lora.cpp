@@ -22,7 +22,8 @@ namespace luatune {
 
 using json = nlohmann::json;
 
-const char* const kLoraTargetNames[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+const char* const kLoraTargetNames[7] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                         "gate_proj", "up_proj", "down_proj"};
 
 double LoraConfig::scale() const {
   return rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
@@ -69,7 +70,8 @@ at::Tensor LoraAdapter::forward(const Linear& base, const at::Tensor& x) const {
 }
 
 std::vector<std::pair<std::string, at::Tensor*>> LoraAdapter::parameters() {
-  std::vector<std::pair<std::string, at::Tensor*>> out = {{"lora_A.weight", &lora_A}, {"lora_B.weight", &lora_B}};
+  std::vector<std::pair<std::string, at::Tensor*>> out = {{"lora_A.weight", &lora_A},
+                                                          {"lora_B.weight", &lora_B}};
   if (dora) out.emplace_back("lora_magnitude_vector", &magnitude);
   return out;
 }
@@ -90,8 +92,8 @@ at::Tensor LoraAdapter::merged_weight(const Linear& base) const {
 namespace {
 
 struct LinearRef {
-  std::string name;   // "model.layers.3.mlp.up_proj"
-  std::string kind;   // "up_proj"
+  std::string name;    // "model.layers.3.mlp.up_proj"
+  std::string kind;    // "up_proj"
   int64_t layer = -1;  // 3
   Linear* linear = nullptr;
 };
@@ -106,7 +108,8 @@ std::vector<LinearRef> model_linears(Model& m) {
     LinearRef ref;
     ref.name = s.name.substr(0, s.name.size() - suffix.size());
     ref.kind = ref.name.substr(ref.name.rfind('.') + 1);
-    if (ref.name.compare(0, prefix.size(), prefix) == 0) ref.layer = std::stoll(ref.name.substr(prefix.size()));
+    if (ref.name.compare(0, prefix.size(), prefix) == 0)
+      ref.layer = std::stoll(ref.name.substr(prefix.size()));
     ref.linear = s.linear;
     out.push_back(std::move(ref));
   }
@@ -119,11 +122,14 @@ std::string join(const std::vector<std::string>& v, const std::string& sep = ", 
   return s;
 }
 
-std::vector<std::string> all_linear() { return {std::begin(kLoraTargetNames), std::end(kLoraTargetNames)}; }
+std::vector<std::string> all_linear() {
+  return {std::begin(kLoraTargetNames), std::end(kLoraTargetNames)};
+}
 
 bool is_all_linear(const std::string& s) {
   std::string lower = s;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char ch) { return std::tolower(ch); });
   return lower == "all-linear";
 }
 
@@ -138,8 +144,9 @@ bool name_matches(const std::string& name, const std::string& entry) {
 std::vector<LinearRef> select_linears(Model& m, const LoraConfig& c, const std::string& where) {
   std::vector<LinearRef> linears = model_linears(m);
   for (int64_t l : c.layers)
-    LT_CHECK(l >= 0 && l < m.config.num_layers,
-             where << ": layer " << l << " does not exist (the model has layers 0.." << m.config.num_layers - 1 << ")");
+    LT_CHECK(l >= 0 && l < m.config.num_layers, where << ": layer " << l
+                                                      << " does not exist (the model has layers 0.."
+                                                      << m.config.num_layers - 1 << ")");
   std::set<int64_t> layers(c.layers.begin(), c.layers.end());
   auto in_layers = [&](const LinearRef& ref) { return layers.empty() || layers.count(ref.layer) > 0; };
 
@@ -167,16 +174,15 @@ std::vector<LinearRef> select_linears(Model& m, const LoraConfig& c, const std::
   }
   for (const LinearRef& ref : linears) {
     bool exact = std::find(targets.begin(), targets.end(), ref.name) != targets.end();
-    bool suffix = std::any_of(targets.begin(), targets.end(), [&](const std::string& t) {
-      return name_matches(ref.name, t);
-    });
+    bool suffix = std::any_of(targets.begin(), targets.end(),
+                              [&](const std::string& t) { return name_matches(ref.name, t); });
     if (exact || (suffix && in_layers(ref))) out.push_back(ref);
   }
   LT_CHECK(!out.empty(), where << ": the targets match no Linear in layers " << join([&] {
-             std::vector<std::string> s;
-             for (int64_t l : c.layers) s.push_back(std::to_string(l));
-             return s;
-           }()));
+                           std::vector<std::string> s;
+                           for (int64_t l : c.layers) s.push_back(std::to_string(l));
+                           return s;
+                         }()));
   return out;
 }
 
@@ -190,7 +196,8 @@ void freeze(at::Tensor& t) {
 
 int64_t apply_config(Model& m, const LoraConfig& c, uint64_t seed, const std::string& where) {
   LT_CHECK(c.r >= 1, where << ": r must be a positive integer, got " << c.r);
-  LT_CHECK(std::isfinite(c.alpha) && c.alpha > 0, where << ": alpha must be a positive number, got " << c.alpha);
+  LT_CHECK(std::isfinite(c.alpha) && c.alpha > 0,
+           where << ": alpha must be a positive number, got " << c.alpha);
   LT_CHECK(c.dropout >= 0 && c.dropout < 1, where << ": dropout must be in [0, 1), got " << c.dropout);
   std::vector<LinearRef> selected = select_linears(m, c, where);
   for (const LinearRef& ref : model_linears(m))
@@ -250,7 +257,8 @@ LoraConfig config_of(Model& model, const std::string& where) {
   c.targets.clear();
   for (const char* k : kLoraTargetNames)
     if (kinds.count(k)) c.targets.push_back(k);
-  if (static_cast<int64_t>(layers.size()) != model.config.num_layers) c.layers.assign(layers.begin(), layers.end());
+  if (static_cast<int64_t>(layers.size()) != model.config.num_layers)
+    c.layers.assign(layers.begin(), layers.end());
   std::set<std::string> implied;
   for (const LinearRef& ref : model_linears(model))
     if (kinds.count(ref.kind) && layers.count(ref.layer)) implied.insert(ref.name);
@@ -267,7 +275,8 @@ LoraConfig config_of(Model& model, const std::string& where) {
 
 const char* const kConfigFile = "adapter_config.json";
 const char* const kWeightsFile = "adapter_model.safetensors";
-const std::string kPeftPrefix = "base_model.model.";  // PeftModel.base_model (LoraModel) .model (the HF model)
+const std::string kPeftPrefix =
+    "base_model.model.";  // PeftModel.base_model (LoraModel) .model (the HF model)
 
 json number_json(double v) {
   if (std::floor(v) == v && std::fabs(v) < 1e15) return json(static_cast<int64_t>(v));
@@ -280,7 +289,9 @@ int64_t lora_apply(Model& model, const LoraConfig& config, uint64_t seed) {
   return apply_config(model, config, seed, "lora.apply");
 }
 
-LoraConfig lora_config_of(Model& model) { return config_of(model, "lora"); }
+LoraConfig lora_config_of(Model& model) {
+  return config_of(model, "lora");
+}
 
 void lora_save(Model& model, const std::string& dir, const std::string& base_model_name_or_path) {
   LT_CHECK(!dir.empty(), "lora.save: empty directory name");
@@ -290,7 +301,8 @@ void lora_save(Model& model, const std::string& dir, const std::string& base_mod
   json j = {
       {"alpha_pattern", json::object()},
       {"auto_mapping", nullptr},
-      {"base_model_name_or_path", base_model_name_or_path.empty() ? json(nullptr) : json(base_model_name_or_path)},
+      {"base_model_name_or_path",
+       base_model_name_or_path.empty() ? json(nullptr) : json(base_model_name_or_path)},
       {"bias", "none"},
       {"fan_in_fan_out", false},
       {"inference_mode", true},
@@ -348,7 +360,8 @@ LoraConfig parse_adapter_config(const std::string& path) {
 
   LoraConfig c;
   const json& r = get("r");
-  LT_CHECK(r.is_number_integer() && r.get<int64_t>() >= 1, path << ": r must be a positive integer, got " << r.dump());
+  LT_CHECK(r.is_number_integer() && r.get<int64_t>() >= 1,
+           path << ": r must be a positive integer, got " << r.dump());
   c.r = r.get<int64_t>();
   c.alpha = get("lora_alpha").is_number() ? get("lora_alpha").get<double>() : 8.0;  // PEFT's default
   c.dropout = get("lora_dropout").is_number() ? get("lora_dropout").get<double>() : 0.0;
@@ -411,7 +424,8 @@ LoraConfig lora_load(Model& model, const std::string& dir) {
   if (!file_exists(weights_path)) {
     if (file_exists(dir + "/adapter_model.bin"))
       fail(weights_path + ": missing; only adapter_model.bin (pickle) is there",
-           "convert it with peft: PeftModel.from_pretrained(...).save_pretrained(dir, safe_serialization=True)");
+           "convert it with peft: PeftModel.from_pretrained(...).save_pretrained(dir, "
+           "safe_serialization=True)");
     fail(weights_path + ": missing (expected a PEFT adapter directory)");
   }
   std::shared_ptr<SafetensorsFile> file = SafetensorsFile::open(weights_path);
@@ -424,16 +438,17 @@ LoraConfig lora_load(Model& model, const std::string& dir) {
     std::map<std::string, at::Tensor*> wanted;
     for (auto& [name, t] : model.adapter_parameters()) wanted[kPeftPrefix + name] = t;
     for (const SafetensorsEntry& e : file->entries())
-      LT_CHECK(wanted.count(e.name), weights_path << ": tensor " << e.name
-                                                  << " belongs to no adapter that adapter_config.json creates");
+      LT_CHECK(wanted.count(e.name), weights_path
+                                         << ": tensor " << e.name
+                                         << " belongs to no adapter that adapter_config.json creates");
     for (auto& [name, t] : wanted) {
       const SafetensorsEntry* e = file->find(name);
       LT_CHECK(e, weights_path << ": tensor " << name << " is missing");
-      LT_CHECK(e->shape == t->sizes().vec(), weights_path << ": tensor " << name << " has shape " << shape_str(e->shape)
-                                                          << ", expected " << shape_str(t->sizes())
-                                                          << " (r=" << c.r << " from adapter_config.json)");
-      LT_CHECK(at::isFloatingType(e->dtype),
-               weights_path << ": tensor " << name << " has dtype " << e->dtype_name << ", expected a floating dtype");
+      LT_CHECK(e->shape == t->sizes().vec(),
+               weights_path << ": tensor " << name << " has shape " << shape_str(e->shape) << ", expected "
+                            << shape_str(t->sizes()) << " (r=" << c.r << " from adapter_config.json)");
+      LT_CHECK(at::isFloatingType(e->dtype), weights_path << ": tensor " << name << " has dtype "
+                                                          << e->dtype_name << ", expected a floating dtype");
       // A copy, never a view of the mapped file.
       *t = file->tensor(name).to(t->device(), at::kFloat, false, true).set_requires_grad(true);
     }

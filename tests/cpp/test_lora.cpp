@@ -28,7 +28,8 @@ using json = nlohmann::json;
 namespace {
 
 // Hidden 32, 4 heads of 8, 2 KV heads: q (32, 32), k/v (16, 32), o (32, 32), gate/up (48, 32), down (32, 48).
-std::shared_ptr<Model> tiny(const std::string& arch = "llama", at::ScalarType dtype = at::kFloat, uint64_t seed = 1) {
+std::shared_ptr<Model> tiny(const std::string& arch = "llama", at::ScalarType dtype = at::kFloat,
+                            uint64_t seed = 1) {
   std::string fields = R"({"vocab_size": 97, "hidden_size": 32, "intermediate_size": 48,
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})";
   return model_init(model_config_with(arch, fields, "test"), seed, dtype, at::kCPU);
@@ -147,7 +148,8 @@ TEST(Lora, ForwardIsBasePlusScaledBA) {
     const double scale = rslora ? 6.0 / 2.0 : 6.0 / 4.0;  // alpha/sqrt(r) or alpha/r
     EXPECT_DOUBLE_EQ(a->scale, scale);
     at::NoGradGuard g;
-    at::Tensor expected = at::linear(x, q.weight, q.bias) + at::matmul(at::matmul(x, a->lora_A.t()), a->lora_B.t()) * scale;
+    at::Tensor expected =
+        at::linear(x, q.weight, q.bias) + at::matmul(at::matmul(x, a->lora_A.t()), a->lora_B.t()) * scale;
     EXPECT_TRUE(at::allclose(q.forward(x), expected, 1e-5, 1e-6));
     EXPECT_FALSE(at::allclose(q.forward(x), at::linear(x, q.weight, q.bias), 1e-3, 1e-3));
   }
@@ -182,7 +184,8 @@ TEST(Lora, DropoutOnlyWhileTraining) {
   const Linear& q = m->layers[0].q;
   auto* a = dynamic_cast<LoraAdapter*>(q.adapter.get());
   at::NoGradGuard g;
-  at::Tensor no_dropout = at::linear(x, q.weight) + at::matmul(at::matmul(x, a->lora_A.t()), a->lora_B.t()) * 2.0;
+  at::Tensor no_dropout =
+      at::linear(x, q.weight) + at::matmul(at::matmul(x, a->lora_A.t()), a->lora_B.t()) * 2.0;
   EXPECT_TRUE(at::allclose(q.forward(x), no_dropout, 1e-5, 1e-6));
   m->set_training(true);
   EXPECT_TRUE(a->training);
@@ -331,7 +334,8 @@ TEST(Lora, LayersAndRegexTargetsRoundTrip) {
   cj["layers_to_transform"] = nullptr;
   file_write_atomic(dir + "/adapter_config.json", cj.dump());
   auto tensors = std::vector<std::pair<std::string, at::Tensor>>{};
-  for (auto& [name, t] : m->adapter_parameters()) tensors.emplace_back("base_model.model." + name, t->detach());
+  for (auto& [name, t] : m->adapter_parameters())
+    tensors.emplace_back("base_model.model." + name, t->detach());
   tensors.emplace_back("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", at::zeros({2, 32}));
   tensors.emplace_back("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", at::zeros({32, 2}));
   safetensors_save_file(dir + "/adapter_model.safetensors", tensors);
@@ -354,7 +358,8 @@ TEST(Lora, MergeFoldsAdaptersAndSavesAPlainModel) {
     EXPECT_TRUE(m->adapter_parameters().empty());
     EXPECT_EQ(m->count_parameters().adapter, 0);
     at::Tensor merged = logits(*m);
-    EXPECT_TRUE(at::allclose(merged, with_adapter, 1e-4, 1e-5)) << (merged - with_adapter).abs().max().item<double>();
+    EXPECT_TRUE(at::allclose(merged, with_adapter, 1e-4, 1e-5))
+        << (merged - with_adapter).abs().max().item<double>();
     EXPECT_FALSE(at::allclose(merged, logits(*tiny("qwen2")), 1e-3, 1e-3));  // the update is in there
 
     const std::string dir = temp_dir("merged");
@@ -387,10 +392,14 @@ TEST(Lora, ModelToKeepsAdaptersFloat32) {
 
 TEST(Lora, BadConfigsAndAdapterDirsFailWithOneLine) {
   auto m = tiny();
-  EXPECT_EQ(error_of([&] { lora_apply(*m, cfg(4, 8, {"q_proj", "qkv_proj"}), 0); }),
-            "lora.apply: unknown target \"qkv_proj\" (expected q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
-            "down_proj, all-linear, or a module name such as model.layers.0.self_attn.q_proj)");
-  EXPECT_EQ(error_of([&] { lora_apply(*m, cfg(0, 8, {"q_proj"}), 0); }), "lora.apply: r must be a positive integer, got 0");
+  EXPECT_EQ(
+      error_of([&] {
+        lora_apply(*m, cfg(4, 8, {"q_proj", "qkv_proj"}), 0);
+      }),
+      "lora.apply: unknown target \"qkv_proj\" (expected q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+      "down_proj, all-linear, or a module name such as model.layers.0.self_attn.q_proj)");
+  EXPECT_EQ(error_of([&] { lora_apply(*m, cfg(0, 8, {"q_proj"}), 0); }),
+            "lora.apply: r must be a positive integer, got 0");
   LoraConfig far = cfg(4, 8, {"q_proj"});
   far.layers = {2};
   EXPECT_EQ(error_of([&] { lora_apply(*m, far, 0); }),
@@ -407,8 +416,9 @@ TEST(Lora, BadConfigsAndAdapterDirsFailWithOneLine) {
   perturb(*m);
   const std::string dir = temp_dir("bad");
   EXPECT_EQ(error_of([&] { lora_load(*tiny(), dir); }),
-            dir + ": not a directory (expected a PEFT adapter directory with adapter_config.json and "
-                  "adapter_model.safetensors)");
+            dir +
+                ": not a directory (expected a PEFT adapter directory with adapter_config.json and "
+                "adapter_model.safetensors)");
   lora_save(*m, dir, "base");
   const std::string config_path = dir + "/adapter_config.json", weights = dir + "/adapter_model.safetensors";
   const std::string good_config = file_read(config_path);
@@ -430,14 +440,16 @@ TEST(Lora, BadConfigsAndAdapterDirsFailWithOneLine) {
   auto wrong = good;
   wrong[0].second = at::zeros({3, 32});
   safetensors_save_file(weights, wrong);
-  EXPECT_EQ(load_error(), weights + ": tensor base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight has "
-                                    "shape [3, 32], expected [4, 32] (r=4 from adapter_config.json)");
+  EXPECT_EQ(load_error(), weights +
+                              ": tensor base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight has "
+                              "shape [3, 32], expected [4, 32] (r=4 from adapter_config.json)");
   // A tensor the config does not create, and one it needs that is absent.
   auto extra = good;
   extra.emplace_back("base_model.model.model.layers.0.self_attn.v_proj.lora_A.weight", at::zeros({4, 32}));
   safetensors_save_file(weights, extra);
-  EXPECT_EQ(load_error(), weights + ": tensor base_model.model.model.layers.0.self_attn.v_proj.lora_A.weight "
-                                    "belongs to no adapter that adapter_config.json creates");
+  EXPECT_EQ(load_error(), weights +
+                              ": tensor base_model.model.model.layers.0.self_attn.v_proj.lora_A.weight "
+                              "belongs to no adapter that adapter_config.json creates");
   auto missing = good;
   missing.pop_back();
   safetensors_save_file(weights, missing);
@@ -454,15 +466,20 @@ TEST(Lora, BadConfigsAndAdapterDirsFailWithOneLine) {
     return load_error();
   };
   EXPECT_EQ(with("target_modules", json({"q_proj", "c_attn"})),
-            config_path + ": unknown target \"c_attn\" (expected q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
-                          "down_proj, all-linear, or a module name such as model.layers.0.self_attn.q_proj)");
-  EXPECT_EQ(with("peft_type", "IA3"), config_path + ": peft_type \"IA3\" is not supported (expected \"LORA\")");
+            config_path +
+                ": unknown target \"c_attn\" (expected q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                "down_proj, all-linear, or a module name such as model.layers.0.self_attn.q_proj)");
+  EXPECT_EQ(with("peft_type", "IA3"),
+            config_path + ": peft_type \"IA3\" is not supported (expected \"LORA\")");
   EXPECT_EQ(with("bias", "all"), config_path + ": bias \"all\" is not supported by luatune (only \"none\")");
   EXPECT_EQ(with("modules_to_save", json({"lm_head"})),
-            config_path + ": modules_to_save [\"lm_head\"] is not supported by luatune (luatune adapts Linear "
-                          "projections only)");
-  EXPECT_EQ(with("rank_pattern", json({{"q_proj", 8}})),
-            config_path + ": rank_pattern {\"q_proj\":8} is not supported by luatune (one r and alpha for every module)");
+            config_path +
+                ": modules_to_save [\"lm_head\"] is not supported by luatune (luatune adapts Linear "
+                "projections only)");
+  EXPECT_EQ(
+      with("rank_pattern", json({{"q_proj", 8}})),
+      config_path +
+          ": rank_pattern {\"q_proj\":8} is not supported by luatune (one r and alpha for every module)");
   EXPECT_EQ(with("r", 0), config_path + ": r must be a positive integer, got 0");
   file_write_atomic(config_path, "{\"peft_type\": ");
   EXPECT_EQ(load_error().rfind(config_path + ": not valid JSON (", 0), 0u);
