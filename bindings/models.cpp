@@ -22,18 +22,29 @@ namespace {
 using ModelPtr = std::shared_ptr<Model>;
 using json = nlohmann::json;
 
-std::string describe_model(const ModelPtr& m) {
-  const ModelConfig& c = m->config;
+// 8030261248 -> "8B", 4194304 -> "4.2M", 1234 -> "1234".
+std::string count_str(int64_t count) {
   std::ostringstream os;
-  double n = static_cast<double>(m->count_parameters().total);
-  os << "Model(" << c.model_type() << ", " << c.num_layers << " layers, hidden " << c.hidden_size << ", ";
+  double n = static_cast<double>(count);
   if (n >= 1e9)
     os << std::round(n / 1e8) / 10 << "B";
   else if (n >= 1e6)
     os << std::round(n / 1e5) / 10 << "M";
   else
     os << n;
-  os << " params, " << dtype_name(m->dtype()) << ", " << device_name(m->device()) << ")";
+  return os.str();
+}
+
+// "Model(llama, 32 layers, hidden 4096, 8B params, bfloat16, cuda:0)"; once some weights are
+// frozen (LoRA) the trainable count follows: "..., 8B params, 21M trainable, ...".
+std::string describe_model(const ModelPtr& m) {
+  const ModelConfig& c = m->config;
+  ParamCounts n = m->count_parameters();
+  std::ostringstream os;
+  os << "Model(" << c.model_type() << ", " << c.num_layers << " layers, hidden " << c.hidden_size << ", "
+     << count_str(n.total) << " params, ";
+  if (n.trainable != n.total) os << count_str(n.trainable) << " trainable, ";
+  os << dtype_name(m->dtype()) << ", " << device_name(m->device()) << ")";
   return os.str();
 }
 
@@ -313,14 +324,14 @@ int l_models_save(lua_State* L) {
   return 0;
 }
 
-// model:num_params() -> {total, trainable, embedding, attention, mlp, norm, lm_head}
+// model:num_params() -> {total, trainable, embedding, attention, mlp, norm, lm_head, adapter}
 int l_models_num_params(lua_State* L) {
   ParamCounts n = check_model(L, 1).count_parameters();
-  lua_createtable(L, 0, 7);
+  lua_createtable(L, 0, 8);
   const std::pair<const char*, int64_t> fields[] = {{"total", n.total},         {"trainable", n.trainable},
                                                     {"embedding", n.embedding}, {"attention", n.attention},
                                                     {"mlp", n.mlp},             {"norm", n.norm},
-                                                    {"lm_head", n.lm_head}};
+                                                    {"lm_head", n.lm_head},     {"adapter", n.adapter}};
   for (const auto& [k, v] : fields) {
     lua_pushnumber(L, static_cast<double>(v));
     lua_setfield(L, -2, k);

@@ -12,4 +12,5 @@ int luaopen_models(lua_State* L);
 int luaopen_data(lua_State* L);
 int luaopen_metrics(lua_State* L);
 int luaopen_eval(lua_State* L);
+int luaopen_lora(lua_State* L);
 }

@@ -31,6 +31,7 @@ const Module modules[] = {
     {"data", luaopen_data},
     {"metrics", luaopen_metrics},
     {"eval", luaopen_eval},
+    {"lora", luaopen_lora},
 };
 
 // ============================================================================================

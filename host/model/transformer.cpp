@@ -255,6 +255,11 @@ ParamCounts Model::count_parameters() const {
     else if (name.find(".mlp.") != std::string::npos)
       n.mlp += k;
   }
+  for (auto& [name, t] : const_cast<Model*>(this)->adapter_parameters()) {
+    n.adapter += t->numel();
+    n.total += t->numel();
+    n.trainable += t->numel();
+  }
   return n;
 }
 
@@ -276,6 +281,11 @@ void Model::to(c10::Device device, at::ScalarType dtype) {
   for (auto& [name, t] : named_parameters()) {
     bool grad = t->requires_grad();
     at::Tensor moved = t->to(device, dtype);
+    *t = moved.is_same(*t) ? *t : moved.detach().requires_grad_(grad);
+  }
+  for (auto& [name, t] : adapter_parameters()) {
+    bool grad = t->requires_grad();
+    at::Tensor moved = t->to(device);
     *t = moved.is_same(*t) ? *t : moved.detach().requires_grad_(grad);
   }
 }

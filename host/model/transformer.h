@@ -66,8 +66,10 @@ struct ForwardOptions {
   std::function<at::Tensor(const std::function<at::Tensor(const at::Tensor&)>&, const at::Tensor&)> run_layer;
 };
 
+// total = embedding + attention + mlp + norm + lm_head + adapter; trainable = base weights with
+// requires_grad plus every adapter weight (what trainable_parameters() returns).
 struct ParamCounts {
-  int64_t total = 0, trainable = 0, embedding = 0, attention = 0, mlp = 0, norm = 0, lm_head = 0;
+  int64_t total = 0, trainable = 0, embedding = 0, attention = 0, mlp = 0, norm = 0, lm_head = 0, adapter = 0;
 };
 
 class Model {
@@ -101,7 +103,9 @@ class Model {
   KVCache new_cache(int64_t batch, int64_t capacity) const;
   at::ScalarType dtype() const;
   c10::Device device() const;
-  void to(c10::Device device, at::ScalarType dtype);  // moves and casts every weight
+  // Moves and casts every base weight; adapter weights follow the device and keep their dtype
+  // (LoRA keeps float32 adapters on a bf16 model, as PEFT does).
+  void to(c10::Device device, at::ScalarType dtype);
 };
 
 // One weight the config implies: its HF name, where it lives in the model, its shape.

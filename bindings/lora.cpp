@@ -1,0 +1,152 @@
+// Lua module `lora`: LoRA / DoRA adapters on a Model (host/adapt/lora.h), saved and loaded in
+// PEFT's format. Layer numbers are HF's, as in the weight names (model.layers.0 is layer 0).
+#include "host/adapt/lora.h"
+#include "bindings/lua_util.h"
+#include "bindings/model_class.h"
+#include "bindings/tensor_class.h"
+#include "host/core/error.h"
+
+namespace luatune {
+
+namespace {
+
+Model& check_model(lua_State* L, int idx) {
+  return *lt_check<std::shared_ptr<Model>>(L, idx);
+}
+
+// lora.apply's `key` option: a string or a list of strings (nil leaves `out` alone).
+void opt_string_list(lua_State* L, int idx, const char* key, std::vector<std::string>& out) {
+  lua_getfield(L, idx, key);
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    out = {lua_tostring(L, -1)};
+  } else if (lua_istable(L, -1)) {
+    LT_CHECK(lt_is_list(L, -1), "lora.apply: " << key << " must be a string or a list of strings");
+    out.clear();
+    size_t n = lua_objlen(L, -1);
+    for (size_t i = 1; i <= n; i++) {
+      lua_rawgeti(L, -1, static_cast<int>(i));
+      LT_CHECK(lua_type(L, -1) == LUA_TSTRING,
+               "lora.apply: " << key << " must be a string or a list of strings");
+      out.push_back(lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+  } else {
+    LT_CHECK(lua_isnil(L, -1), "lora.apply: " << key << " must be a string or a list of strings");
+  }
+  lua_pop(L, 1);
+}
+
+// lora.apply(model, {r=16, alpha=32, dropout=0.05, targets={"q_proj","k_proj","v_proj","o_proj"} or
+//            "all-linear", layers={0, 1}, rslora=false, dora=false, seed=0}) -> Linears adapted
+int l_lora_apply(lua_State* L) {
+  Model& m = check_model(L, 1);
+  LoraConfig c;
+  uint64_t seed = 0;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lt_check_options(L, 2, {"r", "alpha", "dropout", "targets", "layers", "rslora", "dora", "seed"});
+    double r = lt_opt_number(L, 2, "r", static_cast<double>(c.r));
+    LT_CHECK(r >= 1 && r == static_cast<double>(static_cast<int64_t>(r)),
+             "lora.apply: r must be a positive integer, got " << r);
+    c.r = static_cast<int64_t>(r);
+    c.alpha = lt_opt_number(L, 2, "alpha", c.alpha);
+    c.dropout = lt_opt_number(L, 2, "dropout", c.dropout);
+    c.rslora = lt_opt_bool(L, 2, "rslora", c.rslora);
+    c.dora = lt_opt_bool(L, 2, "dora", c.dora);
+    seed = static_cast<uint64_t>(lt_opt_number(L, 2, "seed", 0));
+    opt_string_list(L, 2, "targets", c.targets);
+    lua_getfield(L, 2, "layers");
+    if (!lua_isnil(L, -1)) {
+      LT_CHECK(lua_istable(L, -1) && lt_is_list(L, -1), "lora.apply: layers must be a list of layer numbers");
+      size_t n = lua_objlen(L, -1);
+      for (size_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, -1, static_cast<int>(i));
+        c.layers.push_back(lt_check_int(L, -1));
+        lua_pop(L, 1);
+      }
+    }
+    lua_pop(L, 1);
+  }
+  lua_pushnumber(L, static_cast<double>(lora_apply(m, c, seed)));
+  return 1;
+}
+
+// lora.save(model, dir, {base_model = "meta-llama/..."}): base_model defaults to the directory
+// the model was loaded from.
+int l_lora_save(lua_State* L) {
+  Model& m = check_model(L, 1);
+  std::string dir = luaL_checkstring(L, 2);
+  std::string base = m.source_dir;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lt_check_options(L, 3, {"base_model"});
+    base = lt_opt_string(L, 3, "base_model", base);
+  }
+  lora_save(m, dir, base);
+  return 0;
+}
+
+// lora.load(model, dir) -> {r=, alpha=, dropout=, targets=, layers=, rslora=, dora=} as read
+int l_lora_load(lua_State* L) {
+  Model& m = check_model(L, 1);
+  std::string dir = luaL_checkstring(L, 2);
+  LoraConfig c = lora_load(m, dir);
+  lua_createtable(L, 0, 7);
+  lua_pushnumber(L, static_cast<double>(c.r));
+  lua_setfield(L, -2, "r");
+  lua_pushnumber(L, c.alpha);
+  lua_setfield(L, -2, "alpha");
+  lua_pushnumber(L, c.dropout);
+  lua_setfield(L, -2, "dropout");
+  lua_pushboolean(L, c.rslora);
+  lua_setfield(L, -2, "rslora");
+  lua_pushboolean(L, c.dora);
+  lua_setfield(L, -2, "dora");
+  if (!c.target_regex.empty()) {
+    lua_pushstring(L, c.target_regex.c_str());
+  } else {
+    lua_createtable(L, static_cast<int>(c.targets.size()), 0);
+    for (size_t i = 0; i < c.targets.size(); i++) {
+      lua_pushstring(L, c.targets[i].c_str());
+      lua_rawseti(L, -2, static_cast<int>(i + 1));
+    }
+  }
+  lua_setfield(L, -2, "targets");
+  lua_createtable(L, static_cast<int>(c.layers.size()), 0);
+  for (size_t i = 0; i < c.layers.size(); i++) {
+    lua_pushnumber(L, static_cast<double>(c.layers[i]));
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  lua_setfield(L, -2, "layers");
+  return 1;
+}
+
+// lora.merge(model): folds the adapters into the base weights and removes them
+int l_lora_merge(lua_State* L) {
+  lora_merge(check_model(L, 1));
+  return 0;
+}
+
+// lora.parameters(model) -> {["model.layers.0.self_attn.q_proj.lora_A.weight"] = Tensor, ...}
+int l_lora_parameters(lua_State* L) {
+  Model& m = check_model(L, 1);
+  lua_newtable(L);
+  for (auto& [name, t] : m.adapter_parameters()) {
+    lt_push<at::Tensor>(L, *t);
+    lua_setfield(L, -2, name.c_str());
+  }
+  return 1;
+}
+
+const luaL_Reg lora_funcs[] = {
+    {"apply", l_lora_apply},           {"save", l_lora_save}, {"load", l_lora_load}, {"merge", l_lora_merge},
+    {"parameters", l_lora_parameters}, {nullptr, nullptr}};
+
+}  // namespace
+
+}  // namespace luatune
+
+extern "C" int luaopen_lora(lua_State* L) {
+  luatune::lt_new_module(L, luatune::lora_funcs);
+  return 1;
+}
