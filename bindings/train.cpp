@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "bindings/batch_class.h"
+#include "bindings/dataset_class.h"
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
 #include "bindings/tensor_class.h"
@@ -124,9 +125,24 @@ int l_train_step(lua_State* L) {
   return 1;
 }
 
-// trainer:evaluate(batches) -> {loss, perplexity, tokens}; batches is a list of Batch
+// trainer:evaluate(data [, {batch_size=8, max_batches=0}]) -> {loss, perplexity, tokens}; data is a
+// Dataset (rows in order) or a list of Batch
 int l_train_evaluate(lua_State* L) {
   Trainer& t = *lt_check<TrainerPtr>(L, 1);
+  if (auto* ds = lt_test<std::shared_ptr<Dataset>>(L, 2)) {
+    int64_t batch_size = 8, max_batches = 0;
+    if (!lua_isnoneornil(L, 3)) {
+      lt_check_options(L, 3, {"batch_size", "max_batches"});
+      batch_size = static_cast<int64_t>(lt_opt_number(L, 3, "batch_size", 8));
+      max_batches = static_cast<int64_t>(lt_opt_number(L, 3, "max_batches", 0));
+    }
+    EvalStats e = t.evaluate(**ds, batch_size, max_batches);
+    lua_createtable(L, 0, 3);
+    set_number(L, "loss", e.loss);
+    set_number(L, "perplexity", e.perplexity);
+    set_number(L, "tokens", static_cast<double>(e.target_tokens));
+    return 1;
+  }
   luaL_checktype(L, 2, LUA_TTABLE);
   std::vector<Batch> batches;
   size_t n = lua_objlen(L, 2);

@@ -65,6 +65,11 @@ struct Recompute : public torch::autograd::Function<Recompute> {
 at::Tensor recompute_forward(const LayerFn& fn, const at::Tensor& x) {
   auto holder = c10::make_intrusive<FnHolder>();
   holder->fn = fn;
+  // With frozen embeddings (LoRA) the first layer's input needs no gradient, and an autograd
+  // function whose inputs need none is cut from the graph, losing the adapters' gradients
+  // (HF works around the same thing with enable_input_require_grads). A detached copy that
+  // requires grad keeps the layer in the graph; its own gradient goes nowhere.
+  if (!x.requires_grad()) return Recompute::apply(x.detach().requires_grad_(true), holder);
   return Recompute::apply(x, holder);
 }
 

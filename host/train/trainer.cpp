@@ -16,6 +16,7 @@
 #include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/data/dataset.h"
 #include "host/io/safetensors.h"
 #include "host/train/loss.h"
 #include "host/train/recompute.h"
@@ -212,6 +213,19 @@ StepStats Trainer::step(const Batch& batch) {
   return s;
 }
 
+namespace {
+
+EvalStats eval_stats(double total, int64_t count) {
+  LT_CHECK(count > 0, "train: evaluate: the evaluation batches have no target tokens");
+  EvalStats e;
+  e.target_tokens = count;
+  e.loss = total / static_cast<double>(count);
+  e.perplexity = std::exp(e.loss);
+  return e;
+}
+
+}  // namespace
+
 EvalStats Trainer::evaluate(const std::vector<Batch>& batches) {
   at::NoGradGuard no_grad;
   model_->set_training(false);
@@ -222,12 +236,23 @@ EvalStats Trainer::evaluate(const std::vector<Batch>& batches) {
     total += sum;
     count += n;
   }
-  LT_CHECK(count > 0, "train: evaluate: the evaluation batches have no target tokens");
-  EvalStats e;
-  e.target_tokens = count;
-  e.loss = total / static_cast<double>(count);
-  e.perplexity = std::exp(e.loss);
-  return e;
+  return eval_stats(total, count);
+}
+
+EvalStats Trainer::evaluate(const Dataset& data, int64_t batch_size, int64_t max_batches) {
+  LT_CHECK(batch_size > 0, "train: evaluate: batch_size must be positive");
+  at::NoGradGuard no_grad;
+  model_->set_training(false);
+  double total = 0;
+  int64_t count = 0, batches = 0;
+  for (int64_t r0 = 0; r0 < data.size() && (max_batches <= 0 || batches < max_batches); r0 += batch_size, batches++) {
+    std::vector<int64_t> rows;
+    for (int64_t r = r0; r < std::min(data.size(), r0 + batch_size); r++) rows.push_back(r);
+    auto [sum, n] = batch_loss(data.batch(rows), false, 1);
+    total += sum;
+    count += n;
+  }
+  return eval_stats(total, count);
 }
 
 // ============================================================================================

@@ -18,6 +18,8 @@
 
 namespace luatune {
 
+class Dataset;
+
 struct TrainOptions {
   std::string optimizer = "adamw";  // "adamw" or "sgd"
   double lr = 2e-5;
@@ -58,6 +60,9 @@ class Trainer {
   Trainer(std::shared_ptr<Model> model, TrainOptions options);
   StepStats step(const Batch& batch);
   EvalStats evaluate(const std::vector<Batch>& batches);
+  // Mean loss over a dataset's rows in order, `batch_size` rows at a time (at most max_batches
+  // batches when > 0), one batch in memory at a time.
+  EvalStats evaluate(const Dataset& data, int64_t batch_size, int64_t max_batches = 0);
   // Writes a checkpoint of the current state to output_dir/checkpoints/step-N (atomically) and
   // prunes old ones; returns its path.
   std::string save();

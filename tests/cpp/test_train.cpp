@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "host/adapt/lora.h"
 #include "host/core/error.h"
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
@@ -235,4 +236,38 @@ TEST(Trainer, NanLossStopsWithTheStepAndAHint) {
     EXPECT_EQ(msg.rfind("train: loss is nan at step 2; stopping before the weights are updated", 0), 0u) << msg;
     EXPECT_NE(msg.find("HINT: lower the learning rate"), std::string::npos);
   }
+}
+
+TEST(Trainer, LoraResumeEqualsAStraightRunBitForBit) {
+  // Dropout on: the resumed run must also replay the random state.
+  LoraConfig lc;
+  lc.r = 4, lc.alpha = 8, lc.dropout = 0.1, lc.targets = {"q_proj", "v_proj", "down_proj"};
+  TrainOptions o;
+  o.lr = 1e-2, o.warmup = 1, o.steps = 6, o.checkpoint_layers = true;
+  std::vector<Batch> data;
+  for (int i = 0; i < 6; i++) data.push_back(random_batch(2, 8, 200 + i));
+  at::manual_seed(5);
+  auto straight = tiny();
+  lora_apply(*straight, lc, 1);
+  Trainer a(straight, o);
+  for (const Batch& b : data) a.step(b);
+  EXPECT_EQ(a.parameters().size(), 2u * 3u * 2u);  // A and B of 3 targets in 2 layers: base frozen
+
+  at::manual_seed(5);
+  o.output_dir = temp_dir("lora");
+  auto first = tiny();
+  lora_apply(*first, lc, 1);
+  Trainer b1(first, o);
+  for (int i = 0; i < 3; i++) b1.step(data[i]);
+  b1.save();
+  at::manual_seed(77);  // the process that resumes starts from another random state
+  auto second = tiny();
+  lora_apply(*second, lc, 2);  // and other adapter weights
+  Trainer b2(second, o);
+  EXPECT_EQ(b2.resume(), 3);
+  for (int i = 3; i < 6; i++) b2.step(data[i]);
+  auto pa = straight->adapter_parameters(), pb = second->adapter_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); i++) EXPECT_TRUE(at::equal(*pa[i].second, *pb[i].second)) << pa[i].first;
+  fs::remove_all(o.output_dir);
 }
