@@ -7,6 +7,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libgloo-dev          # LibTorch 1.13 (CPU) and its c10d Gloo backend
+  libopenblas0-pthread              # an optimised BLAS: LibTorch links libblas.so.3, which is the
+                                    # reference BLAS unless this is installed (matmuls ~13x slower)
   libluajit-5.1-dev luajit          # the embedded Lua
   nlohmann-json3-dev                # JSON (configs, safetensors headers, W&B)
   libcurl4-openssl-dev              # W&B over HTTP
