@@ -14,6 +14,7 @@ local cfg = config {
   lora = { steps = 150, lr = 1e-2, batch_size = 8, r = 16, alpha = 32, dropout = 0.0,
            targets = { "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj" } },
   held_out = 0.2,
+  check = false,  -- fail unless the LoRA clearly taught the task (the test suite sets it)
 }
 
 -- The task, generated: every (a, b) pair of digits, a deterministic 80/20 split, 3 distractors each.
@@ -104,3 +105,9 @@ print(("  %-28s %10.2f %10.2f"):format("accuracy after LoRA", lora_seen, lora_un
 print(("  %-28s %10.3f -> %.3f"):format("pretraining loss", pre_first, pre_last))
 print(("  %-28s %10.3f -> %.3f"):format("LoRA loss (answers only)", lora_first, lora_last))
 print("  adapter (PEFT format): " .. cfg.output_dir .. "/adapter")
+if cfg.check then
+  assert(pre_last < pre_first / 4, "pretraining did not lower the loss enough")
+  assert(lora_last < lora_first / 2, "the LoRA stage did not lower the loss enough")
+  assert(lora_seen >= base_seen + 0.3, "LoRA did not raise accuracy on the questions it was trained on")
+  assert(lora_unseen > base_unseen, "LoRA did not raise accuracy on held-out questions")
+end

@@ -1,0 +1,41 @@
+-- Full fine-tuning (every weight) of a model on JSONL (chat, prompt/response, Alpaca or Guanaco records); writes a Hugging Face model.
+-- runner full_finetune base_model=/models/Qwen2.5-0.5B-Instruct data=data/train.jsonl [lr=1e-5 steps=500 ...]
+local cfg = config {
+  base_model = "models/Qwen2.5-0.5B-Instruct",  -- a local Hugging Face model directory
+  data = "data/train.jsonl",
+  output_dir = "out/full",
+  dtype = "bf16", device = "auto",
+  master_weights = true,  -- fp32 master copies of bf16 weights for the optimizer
+  lr = 1e-5, weight_decay = 0.0, warmup = 20, steps = 500, batch_size = 4, grad_accum = 4, max_length = 2048,
+  checkpoint_layers = true,
+  eval_fraction = 0.02, eval_every = 100, save_every = 100, resume = false,
+  seed = 0,
+  wandb_project = "",
+}
+
+local tok = tokenizer.load(cfg.base_model)
+local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
+print(tostring(model))
+
+local all = data.jsonl(cfg.data, { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed })
+local train_set, eval_set = all:split(1 - cfg.eval_fraction)
+
+local trainer = train.new(model, { lr = cfg.lr, weight_decay = cfg.weight_decay, warmup = cfg.warmup,
+                                   schedule = "cosine", steps = cfg.steps, micro_batch_size = cfg.batch_size,
+                                   master_weights = cfg.master_weights, checkpoint_layers = cfg.checkpoint_layers,
+                                   output_dir = cfg.output_dir, save_every = cfg.save_every })
+local start = cfg.resume and trainer:resume() or 0
+local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
+                           config = cfg, resume = start > 0, wandb = cfg.wandb_project }
+
+for step, batch in train_set:batches { size = cfg.batch_size * cfg.grad_accum, steps = cfg.steps, start = start } do
+  log:write(step, trainer:step(batch))
+  if step % cfg.eval_every == 0 or step == cfg.steps then
+    local e = trainer:evaluate(eval_set, { batch_size = cfg.batch_size })
+    log:write(step, { eval_loss = e.loss, eval_perplexity = e.perplexity })
+  end
+end
+
+model:save(cfg.output_dir .. "/model", { tokenizer = tok })
+log:close()
+print("model (Hugging Face format): " .. cfg.output_dir .. "/model")
