@@ -53,11 +53,11 @@ expect_out "usage: runner RECIPE"
 check no_args 0 "$runner"
 expect_out "usage:"
 check ls 0 "$runner" ls
-expect_out "quickstart  fit a tiny linear model"
+expect_out "The main job on the embedded default"
 
 # --- finding recipes
 check by_name 0 "$runner" validate quickstart
-expect_out "config ("; expect_out "steps     = 200"; expect_out "nothing was run"; refute_out "step    1"
+expect_out "config ("; expect_out "pretrain.steps            = 150"; expect_out "nothing was run"; refute_out "step    1"
 check missing_recipe 2 "$runner" no_such_recipe
 expect_out "runner: no recipe 'no_such_recipe'"; expect_out "shipped recipes: "
 check near_recipe 2 "$runner" quikstart
@@ -72,13 +72,13 @@ expect_out '"steps":3'
 check config_file 0 "$runner" $fx/typed.lua --config tests/fixtures/overrides.lua lora.r=2
 expect_out '"lora":{"r":2,"targets":["o_proj"]}'; expect_out '"steps":7'
 expect_out "[tests/fixtures/overrides.lua]"
-check type_mismatch 2 "$runner" validate quickstart steps=abc
-expect_out "config: key 'steps' expects a number, got 'abc' (command line)"; refute_out "stack traceback"
+check type_mismatch 2 "$runner" validate quickstart held_out=abc
+expect_out "config: key 'held_out' expects a number, got 'abc' (command line)"; refute_out "stack traceback"
 check bool_mismatch 2 "$runner" validate $fx/typed.lua pack=perhaps
 expect_out "config: key 'pack' expects a boolean (true/false), got 'perhaps'"
-check unknown_key 2 "$runner" validate quickstart stepz=3
-expect_out "config: unknown key 'stepz' (command line); did you mean 'steps'?"
-expect_out "valid keys: features, log_every, lr, noise, samples, seed, steps"
+check unknown_key 2 "$runner" validate quickstart seeed=3
+expect_out "config: unknown key 'seeed' (command line); did you mean 'seed'?"
+expect_out "valid keys: check, held_out, lora.alpha, lora.batch_size"
 check table_key 2 "$runner" validate $fx/typed.lua lora=3
 expect_out "config: key 'lora' is a table"
 check not_kv 2 "$runner" quickstart steps
@@ -123,8 +123,8 @@ check cp_into_dir 0 "$runner" cp quickstart "$tmp"
 expect_out "copied to $tmp/quickstart.lua"
 check cp_no_overwrite 2 "$runner" cp quickstart "$tmp/mine.lua"
 expect_out "already exists; not overwriting it"
-check run_copy 0 "$runner" validate "$tmp/mine.lua" steps=5
-expect_out "steps     = 5   [command line]"
+check run_copy 0 "$runner" validate "$tmp/mine.lua" lora.steps=5
+expect_out "lora.steps                = 5   [command line]"
 
 # --- runner tokenize: JSON lines in, JSON lines out (fixture ids: tests/cpp/test_tokenizer.cpp)
 tk=tests/fixtures/tokenizers/bytelevel
