@@ -68,10 +68,11 @@ struct ChunkedCE : public torch::autograd::Function<ChunkedCE> {
       at::Tensor logits = chunk_logits(h, weight, softcap, &th);
       at::Tensor t = targets.narrow(0, r0, n);
       at::Tensor valid = t.ne(-100).to(at::kFloat).unsqueeze(1);          // (n, 1)
-      at::Tensor d = at::exp(logits - lse_all.narrow(0, r0, n).unsqueeze(1));  // softmax (n, V)
+      // In place on the logits buffer: at 128k vocabularies each (n, V) pass is the cost.
+      at::Tensor d = logits.sub_(lse_all.narrow(0, r0, n).unsqueeze(1)).exp_();  // softmax (n, V)
       d.scatter_add_(1, t.clamp_min(0).unsqueeze(1), -at::ones({n, 1}, d.options()));
-      d = d * valid * g;                                                   // dLoss/dlogits
-      if (softcap > 0) d = d * (1 - th * th);                              // through tanh(z/c)*c
+      d.mul_(valid * g);                                                   // dLoss/dlogits
+      if (softcap > 0) d.mul_(th.mul_(th).neg_().add_(1));                 // through tanh(z/c)*c
       grad_hidden.narrow(0, r0, n).copy_(at::matmul(d.to(hidden.scalar_type()), weight));
       if (weight_grad) grad_weight.add_(at::matmul(d.t(), h.to(at::kFloat)));
     }
