@@ -44,7 +44,7 @@ local function mc_records(list)
 end
 local eval_seen, eval_unseen = mc_records(seen), mc_records(unseen)
 
-local tok = tokenizer.load(cfg.tokenizer)
+local tok = tokenizer.load(require("paths").resolve(cfg.tokenizer))  -- also from outside the checkout
 local model = models.init { arch = "llama", tokenizer = tok, seed = cfg.seed, tie_word_embeddings = true,
                             hidden_size = cfg.model.hidden_size,
                             intermediate_size = cfg.model.intermediate_size,

@@ -17,7 +17,7 @@ local cfg = config {
   prompt = "The capital of France is",
 }
 
-local tok = tokenizer.load(cfg.tokenizer)
+local tok = tokenizer.load(require("paths").resolve(cfg.tokenizer))  -- also from outside the checkout
 local model = models.init {
   arch = cfg.arch, tokenizer = tok, seed = cfg.seed, dtype = cfg.dtype,
   hidden_size = cfg.hidden_size, intermediate_size = cfg.intermediate_size,

