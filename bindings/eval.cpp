@@ -94,12 +94,9 @@ int l_eval_multiple_choice(lua_State* L) {
   }
   McResult r = mc_evaluate(model, tok, records, o);
   lua_createtable(L, 0, 3);
-  lua_pushnumber(L, r.acc);
-  lua_setfield(L, -2, "acc");
-  lua_pushnumber(L, r.acc_norm);
-  lua_setfield(L, -2, "acc_norm");
-  lua_pushnumber(L, static_cast<double>(r.n));
-  lua_setfield(L, -2, "n");
+  lt_set_number(L, "acc", r.acc);
+  lt_set_number(L, "acc_norm", r.acc_norm);
+  lt_set_number(L, "n", static_cast<double>(r.n));
   return 1;
 }
 

@@ -92,12 +92,9 @@ int l_lora_load(lua_State* L) {
   std::string dir = luaL_checkstring(L, 2);
   LoraConfig c = lora_load(m, dir);
   lua_createtable(L, 0, 7);
-  lua_pushnumber(L, static_cast<double>(c.r));
-  lua_setfield(L, -2, "r");
-  lua_pushnumber(L, c.alpha);
-  lua_setfield(L, -2, "alpha");
-  lua_pushnumber(L, c.dropout);
-  lua_setfield(L, -2, "dropout");
+  lt_set_number(L, "r", static_cast<double>(c.r));
+  lt_set_number(L, "alpha", c.alpha);
+  lt_set_number(L, "dropout", c.dropout);
   lua_pushboolean(L, c.rslora);
   lua_setfield(L, -2, "rslora");
   lua_pushboolean(L, c.dora);

@@ -279,4 +279,9 @@ void* lt_validate_done_token() {
   return &validate_done_token;
 }
 
+void lt_set_number(lua_State* L, const char* key, double v) {
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, key);
+}
+
 }  // namespace luatune

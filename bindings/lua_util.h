@@ -148,6 +148,8 @@ bool lt_opt_bool(lua_State* L, int idx, const char* key, bool def);
 std::string lt_opt_string(lua_State* L, int idx, const char* key, const std::string& def);
 int64_t lt_check_int(lua_State* L, int idx);  // a number that is a whole integer
 bool lt_is_list(lua_State* L, int idx);       // a table whose keys are exactly 1..n (n may be 0)
+// t[key] = v for the table at the top of the stack (the result tables bindings return).
+void lt_set_number(lua_State* L, const char* key, double v);
 
 // Lua value <-> ConfigValue (scalars, lists, tables); `what` names the value in errors.
 ConfigValue lt_to_config(lua_State* L, int idx, const std::string& what);

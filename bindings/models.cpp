@@ -240,12 +240,10 @@ int l_models_generate(lua_State* L) {
   all.insert(all.end(), r.new_ids.begin(), r.new_ids.end());
   push_int_list(L, all);
   lua_setfield(L, -2, "ids");
-  lua_pushnumber(L, static_cast<double>(r.new_ids.size()));
-  lua_setfield(L, -2, "new_tokens");
+  lt_set_number(L, "new_tokens", static_cast<double>(r.new_ids.size()));
   lua_pushstring(L, r.finish_reason.c_str());
   lua_setfield(L, -2, "finish_reason");
-  lua_pushnumber(L, r.seconds);
-  lua_setfield(L, -2, "seconds");
+  lt_set_number(L, "seconds", r.seconds);
   return 2;
 }
 
@@ -298,10 +296,8 @@ int l_models_perplexity(lua_State* L) {
   PerplexityResult r = model_perplexity(m, seqs, max_length);
   lua_pushnumber(L, r.perplexity);
   lua_createtable(L, 0, 2);
-  lua_pushnumber(L, r.nll);
-  lua_setfield(L, -2, "nll");
-  lua_pushnumber(L, static_cast<double>(r.tokens));
-  lua_setfield(L, -2, "tokens");
+  lt_set_number(L, "nll", r.nll);
+  lt_set_number(L, "tokens", static_cast<double>(r.tokens));
   return 2;
 }
 
@@ -333,8 +329,7 @@ int l_models_num_params(lua_State* L) {
                                                     {"mlp", n.mlp},             {"norm", n.norm},
                                                     {"lm_head", n.lm_head},     {"adapter", n.adapter}};
   for (const auto& [k, v] : fields) {
-    lua_pushnumber(L, static_cast<double>(v));
-    lua_setfield(L, -2, k);
+    lt_set_number(L, k, static_cast<double>(v));
   }
   return 1;
 }

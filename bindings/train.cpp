@@ -29,11 +29,6 @@ std::string describe_trainer(const TrainerPtr& t) {
          std::to_string(t->step_count()) + ", " + std::to_string(t->parameters().size()) + " trainable tensors)";
 }
 
-void set_number(lua_State* L, const char* key, double v) {
-  lua_pushnumber(L, v);
-  lua_setfield(L, -2, key);
-}
-
 // train.new(model, {optimizer="adamw", lr=2e-5, betas={0.9, 0.999}, eps=1e-8, weight_decay=0,
 //   momentum=0, schedule="cosine", warmup=0, steps=, min_lr_ratio=0, micro_batch_size=0,
 //   max_grad_norm=1, master_weights=true, checkpoint_layers=false, loss_chunk=4096,
@@ -114,14 +109,14 @@ int l_train_step(lua_State* L) {
   Trainer& t = *lt_check<TrainerPtr>(L, 1);
   StepStats s = t.step(lt_check<Batch>(L, 2));
   lua_createtable(L, 0, 8);
-  set_number(L, "loss", s.loss);
-  set_number(L, "lr", s.lr);
-  set_number(L, "grad_norm", s.grad_norm);
-  set_number(L, "tokens", static_cast<double>(s.tokens));
-  set_number(L, "target_tokens", static_cast<double>(s.target_tokens));
-  set_number(L, "step_time", s.step_time);
-  set_number(L, "tokens_per_s", s.tokens_per_s);
-  if (s.peak_memory_gb > 0) set_number(L, "peak_memory_gb", s.peak_memory_gb);
+  lt_set_number(L, "loss", s.loss);
+  lt_set_number(L, "lr", s.lr);
+  lt_set_number(L, "grad_norm", s.grad_norm);
+  lt_set_number(L, "tokens", static_cast<double>(s.tokens));
+  lt_set_number(L, "target_tokens", static_cast<double>(s.target_tokens));
+  lt_set_number(L, "step_time", s.step_time);
+  lt_set_number(L, "tokens_per_s", s.tokens_per_s);
+  if (s.peak_memory_gb > 0) lt_set_number(L, "peak_memory_gb", s.peak_memory_gb);
   return 1;
 }
 
@@ -138,9 +133,9 @@ int l_train_evaluate(lua_State* L) {
     }
     EvalStats e = t.evaluate(**ds, batch_size, max_batches);
     lua_createtable(L, 0, 3);
-    set_number(L, "loss", e.loss);
-    set_number(L, "perplexity", e.perplexity);
-    set_number(L, "tokens", static_cast<double>(e.target_tokens));
+    lt_set_number(L, "loss", e.loss);
+    lt_set_number(L, "perplexity", e.perplexity);
+    lt_set_number(L, "tokens", static_cast<double>(e.target_tokens));
     return 1;
   }
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -153,9 +148,9 @@ int l_train_evaluate(lua_State* L) {
   }
   EvalStats e = t.evaluate(batches);
   lua_createtable(L, 0, 3);
-  set_number(L, "loss", e.loss);
-  set_number(L, "perplexity", e.perplexity);
-  set_number(L, "tokens", static_cast<double>(e.target_tokens));
+  lt_set_number(L, "loss", e.loss);
+  lt_set_number(L, "perplexity", e.perplexity);
+  lt_set_number(L, "tokens", static_cast<double>(e.target_tokens));
   return 1;
 }
 

@@ -111,7 +111,7 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
   if (options_.checkpoint_layers && backward) fo.run_layer = [](const LayerFn& fn, const at::Tensor& x) {
     return recompute_forward(fn, x);
   };
-  double total = 0;
+  at::Tensor total = at::zeros({}, at::TensorOptions(at::kDouble).device(dev));  // read once, not per micro-batch
   int64_t count = 0;
   for (int64_t r0 = 0; r0 < rows; r0 += micro) {
     int64_t n = std::min(micro, rows - r0);
@@ -126,10 +126,10 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
     at::Tensor loss = chunked_cross_entropy(h, model_->output_weight(), targets.index_select(0, keep),
                                             options_.loss_chunk, model_->config.final_logit_softcap);
     if (backward) (loss / static_cast<double>(normaliser)).backward();
-    total += loss.item<double>();
+    total += loss.detach();
     count += keep.numel();
   }
-  return {total, count};
+  return {total.item<double>(), count};
 }
 
 double Trainer::clip_gradients() {
@@ -159,8 +159,9 @@ void Trainer::optimizer_update(double lr) {
       if (o.weight_decay > 0) w.mul_(1.0 - lr * o.weight_decay);
       at::Tensor& m = exp_avg_[i];
       at::Tensor& v = exp_avg_sq_[i];
-      m.mul_(o.beta1).add_(g.to(at::kFloat), 1.0 - o.beta1);
-      v.mul_(o.beta2).addcmul_(g.to(at::kFloat), g.to(at::kFloat), 1.0 - o.beta2);
+      const at::Tensor gf = g.to(at::kFloat);  // the moments are float32 whatever the weights are
+      m.mul_(o.beta1).add_(gf, 1.0 - o.beta1);
+      v.mul_(o.beta2).addcmul_(gf, gf, 1.0 - o.beta2);
       const double bc1 = 1.0 - std::pow(o.beta1, t), bc2 = 1.0 - std::pow(o.beta2, t);
       at::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(o.eps);
       w.addcdiv_(m.to(w.scalar_type()), denom.to(w.scalar_type()), -lr / bc1);

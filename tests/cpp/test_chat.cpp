@@ -9,6 +9,7 @@
 
 #include "host/core/error.h"
 #include "host/text/chat.h"
+#include "tests/cpp/test_util.h"
 
 using namespace luatune;
 
@@ -29,17 +30,6 @@ std::vector<std::string> span_texts(const ChatRendered& r) {
   std::vector<std::string> out;
   for (auto [a, z] : r.assistant_spans) out.push_back(r.text.substr(a, z - a));
   return out;
-}
-
-// The message of the luatune::Error that f throws, or "" when it does not throw.
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // The first line of s (an error message without its HINT line).
@@ -183,7 +173,7 @@ TEST(Chat, RoleErrorsNameTheMessage) {
             "chat(gemma): a system message alone is not a conversation (the format puts it into the user "
             "turn that must follow)");
   // Formats whose templates do not check order accept any order.
-  EXPECT_EQ(error_of([] { chat_render(ChatFormat::qwen3, {A("a"), A("b"), S("s")}); }), "");
+  EXPECT_EQ(error_of([] { chat_render(ChatFormat::qwen3, {A("a"), A("b"), S("s")}); }), "(no error)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -217,8 +207,8 @@ TEST(Chat, DetectionRefusesOtherVariants) {
   EXPECT_EQ(first_line(error_of([] { chat_format_detect("{{ '[INST] <<SYS>>\\n' + m + ' [/INST]' }}"); })),
             "chat: Llama 2 ([INST] <<SYS>>) chat templates are not supported");
   // Mistral v0.1/v0.2 (" [/INST]") and Tekken ("[INST]" without a space) render differently.
-  EXPECT_NE(error_of([] { chat_format_detect("{{ '[INST] ' + c + ' [/INST]' }}"); }), "");
-  EXPECT_NE(error_of([] { chat_format_detect("{{ '[INST]' + c + '[/INST]' }}"); }), "");
+  EXPECT_NE(error_of([] { chat_format_detect("{{ '[INST] ' + c + ' [/INST]' }}"); }), "(no error)");
+  EXPECT_NE(error_of([] { chat_format_detect("{{ '[INST]' + c + '[/INST]' }}"); }), "(no error)");
   EXPECT_EQ(chat_format_detect("{{ \"[INST] \" + c + \"[/INST]\" }}"), ChatFormat::mistral);
   // Qwen2's ChatML writes its own default system text; plain ChatML does not.
   EXPECT_EQ(first_line(error_of([] {

@@ -16,6 +16,7 @@
 #include "host/data/dataset.h"
 #include "host/data/preview.h"
 #include "host/text/tokenizer.h"
+#include "tests/cpp/test_util.h"
 
 using namespace luatune;
 using json = nlohmann::json;
@@ -65,15 +66,6 @@ std::string masked_text(const Tokenizer& tok, const DataRow& r) {
   for (size_t i = 0; i < r.ids.size(); i++)
     if (i == 0 || r.targets[i - 1] == kIgnoreTarget) ids.push_back(static_cast<int32_t>(r.ids[i]));
   return tok.decode(ids);
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
@@ -155,12 +147,12 @@ TEST(DataFormat, DetectedFromKeys) {
             DataFormat::alpaca);
   EXPECT_EQ(data_format_detect({{"messages", json::array()}}, w), DataFormat::chat);
   EXPECT_EQ(
-      message_of([&] {
+      error_of([&] {
         data_format_detect({{"question", "a"}}, w);
       }),
       "f.jsonl:1: expected a JSON object with \"text\", \"prompt\"+\"response\", \"instruction\"+\"output\" "
       "or \"messages\" (the format is detected from the first record), got {\"question\":\"a\"}");
-  EXPECT_EQ(message_of([] { data_format_parse("sharegpt"); }),
+  EXPECT_EQ(error_of([] { data_format_parse("sharegpt"); }),
             "data: unknown format 'sharegpt'; expected one of text, prompt_response, alpaca, chat, guanaco");
 }
 
@@ -229,7 +221,9 @@ TEST(DataFormatLlama3, EveryFormatTrainsOnExactlyTheAnswer) {
     ASSERT_EQ(ds->size(), 1);
     DataRow r = ds->row(0);
     EXPECT_EQ(trained_text(*tok, r), c.trained);
-    if (!c.masked.empty()) EXPECT_EQ(masked_text(*tok, r), c.masked);
+    if (!c.masked.empty()) {
+      EXPECT_EQ(masked_text(*tok, r), c.masked);
+    }
     EXPECT_EQ(ds->chat_format().has_value(), c.options == &chat);
     if (c.options == &chat) {
       // The conversation as the chat template renders it, starting with exactly one BOS.
@@ -247,11 +241,11 @@ TEST(DataFormatLlama3, ChatRecordErrorsNameTheRecord) {
   std::vector<json> records = {
       {{"messages", {{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "Yo"}}}}},
       {{"messages", "oops"}}};
-  EXPECT_EQ(message_of([&] { Dataset::from_records(records, *tok, o); }),
+  EXPECT_EQ(error_of([&] { Dataset::from_records(records, *tok, o); }),
             "records[2]: expected a JSON object with \"messages\" (a list of {role, content}), got "
             "{\"messages\":\"oops\"}");
   records[1] = {{"messages", {{{"role", "user"}, {"text", "Hi"}}}}};
-  EXPECT_EQ(message_of([&] { Dataset::from_records(records, *tok, o); }),
+  EXPECT_EQ(error_of([&] { Dataset::from_records(records, *tok, o); }),
             "records[2]: expected messages[0] to be {\"role\": string, \"content\": string}, got "
             "{\"role\":\"user\","
             "\"text\":\"Hi\"}");
@@ -259,7 +253,7 @@ TEST(DataFormatLlama3, ChatRecordErrorsNameTheRecord) {
 
 TEST(DataFormat, ChatNeedsAChatFormat) {
   DataOptions o;  // the fixture's chat template is no family we know
-  std::string m = message_of([&] {
+  std::string m = error_of([&] {
     Dataset::from_records({{{"prompt", "a"}, {"response", "b"}}}, *bytelevel(), o);
   });
   EXPECT_EQ(m,
@@ -268,9 +262,9 @@ TEST(DataFormat, ChatNeedsAChatFormat) {
             "  HINT: pass chat_format = one of llama3, llama3.1, mistral, chatml, qwen2.5, qwen3, gemma; or "
             "chat = false for the plain text template (runner data: --chat-format F, --no-chat)");
   o.chat_format = "chatml2";
-  m = message_of([&] { Dataset::from_records({{{"text", "a"}}}, *bytelevel(), o); });
+  m = error_of([&] { Dataset::from_records({{{"text", "a"}}}, *bytelevel(), o); });
   EXPECT_EQ(m, "(no error)");  // text records never use a chat format
-  m = message_of([&] { Dataset::from_records({{{"prompt", "a"}, {"response", "b"}}}, *bytelevel(), o); });
+  m = error_of([&] { Dataset::from_records({{{"prompt", "a"}, {"response", "b"}}}, *bytelevel(), o); });
   EXPECT_EQ(m.rfind("data: chat_format: ", 0), 0u) << m;
 }
 
@@ -298,7 +292,7 @@ TEST(DataLoad, TruncationKeepsTheStartAndEmptyRecordsAreDropped) {
 TEST(DataLoad, BadRecordsFailWithFileAndLine) {
   DataOptions o = unpacked();
   const std::string path = "tests/fixtures/data/bad_text.jsonl";
-  EXPECT_EQ(message_of([&] { Dataset::from_jsonl(path, *bytelevel(), o); }),
+  EXPECT_EQ(error_of([&] { Dataset::from_jsonl(path, *bytelevel(), o); }),
             path + ":3: expected a JSON object with \"text\" (a string), got {\"txt\":\"hello\"}");
   o.skip_bad = true;  // line 3 (wrong key) and line 4 (not JSON) skipped; line 2 is blank
   auto ds = Dataset::from_jsonl(path, *bytelevel(), o);
@@ -309,9 +303,9 @@ TEST(DataLoad, BadRecordsFailWithFileAndLine) {
   o.skip_bad = false;
   o.format = DataFormat::text;
   std::string p2 = write_temp("not_json.jsonl", "{\"text\": \"hello\"}\nhello world\n");
-  EXPECT_EQ(message_of([&] { Dataset::from_jsonl(p2, *bytelevel(), o); }),
+  EXPECT_EQ(error_of([&] { Dataset::from_jsonl(p2, *bytelevel(), o); }),
             p2 + ":2: expected a JSON object, got 'hello world' (not valid JSON)");
-  EXPECT_EQ(message_of([&] { Dataset::from_jsonl("no/such.jsonl", *bytelevel(), o); }),
+  EXPECT_EQ(error_of([&] { Dataset::from_jsonl("no/such.jsonl", *bytelevel(), o); }),
             "data: cannot open 'no/such.jsonl'");
 }
 

@@ -15,6 +15,7 @@
 #include "host/model/config.h"
 #include "host/text/tokenizer.h"
 #include "host/train/eval.h"
+#include "tests/cpp/test_util.h"
 
 using namespace luatune;
 
@@ -59,15 +60,6 @@ double by_hand(const Model& m, const std::vector<int64_t>& ctx, const std::vecto
   double s = 0;
   for (size_t j = 0; j < cont.size(); j++) s += logp[ctx.size() - 1 + j][cont[j]].item<double>();
   return s;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

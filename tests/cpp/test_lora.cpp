@@ -20,6 +20,7 @@
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
 #include "host/model/transformer.h"
+#include "tests/cpp/test_util.h"
 
 using namespace luatune;
 namespace fs = std::filesystem;
@@ -56,15 +57,6 @@ std::string temp_dir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("luatune_test_lora_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   return p.string();
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 LoraConfig cfg(int64_t r, double alpha, std::vector<std::string> targets, bool dora = false) {

@@ -15,6 +15,7 @@
 #include "host/core/files.h"
 #include "host/core/strings.h"
 #include "host/metrics/metrics.h"
+#include "tests/cpp/test_util.h"
 
 using namespace luatune;
 namespace fs = std::filesystem;
@@ -54,15 +55,6 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   for (const std::string& line : str_split(file_read(path), '\n'))
     if (!line.empty()) out.push_back(nlohmann::json::parse(line));
   return out;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

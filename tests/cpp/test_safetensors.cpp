@@ -17,6 +17,7 @@
 #include "host/core/strings.h"
 #include "host/core/version.h"
 #include "host/io/safetensors.h"
+#include "tests/cpp/test_util.h"
 
 using namespace luatune;
 namespace fs = std::filesystem;
@@ -25,15 +26,6 @@ using Named = std::vector<std::pair<std::string, at::Tensor>>;
 namespace {
 
 // The message of the luatune::Error that fn throws, or "" when it throws none.
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 std::string le64(uint64_t n) {
   std::string s;
   for (int i = 0; i < 8; ++i) s += static_cast<char>((n >> (8 * i)) & 0xff);
