@@ -5,6 +5,7 @@
 
 #include "bindings/batch_class.h"
 #include "bindings/dataset_class.h"
+#include "bindings/hook_class.h"
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
 #include "bindings/tensor_class.h"
@@ -22,6 +23,30 @@ struct LuaClass<TrainerPtr> {
 };
 
 namespace {
+std::vector<HookGetter>& hook_getters() {
+  static std::vector<HookGetter> getters;
+  return getters;
+}
+}  // namespace
+
+void lt_register_hook_getter(HookGetter getter) {
+  for (HookGetter g : hook_getters())
+    if (g == getter) return;
+  hook_getters().push_back(getter);
+}
+
+std::shared_ptr<TrainerHook> lt_test_hook(lua_State* L, int idx) {
+  for (HookGetter g : hook_getters())
+    if (auto h = g(L, idx)) return h;
+  return nullptr;
+}
+
+namespace {
+
+// Hook statistics into the result table at the top of the stack.
+void push_extra(lua_State* L, const std::vector<std::pair<std::string, double>>& extra) {
+  for (const auto& [k, v] : extra) lt_set_number(L, k.c_str(), v);
+}
 
 std::string describe_trainer(const TrainerPtr& t) {
   const TrainOptions& o = t->options();
@@ -32,15 +57,16 @@ std::string describe_trainer(const TrainerPtr& t) {
 // train.new(model, {optimizer="adamw", lr=2e-5, betas={0.9, 0.999}, eps=1e-8, weight_decay=0,
 //   momentum=0, schedule="cosine", warmup=0, steps=, min_lr_ratio=0, micro_batch_size=0,
 //   max_grad_norm=1, master_weights=true, checkpoint_layers=false, loss_chunk=4096,
-//   output_dir=, save_every=0, keep_last=2})
+//   output_dir=, save_every=0, keep_last=2, hooks={pruner, distiller, ...}})
 int l_train_new(lua_State* L) {
   auto model = lt_check<std::shared_ptr<Model>>(L, 1);
   TrainOptions o;
+  std::vector<std::shared_ptr<TrainerHook>> hooks;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
     lt_check_options(L, 2, {"optimizer", "lr", "betas", "eps", "weight_decay", "momentum", "schedule", "warmup",
                             "steps", "min_lr_ratio", "micro_batch_size", "max_grad_norm", "master_weights",
-                            "checkpoint_layers", "loss_chunk", "output_dir", "save_every", "keep_last"});
+                            "checkpoint_layers", "loss_chunk", "output_dir", "save_every", "keep_last", "hooks"});
     o.optimizer = lt_opt_string(L, 2, "optimizer", o.optimizer);
     o.lr = lt_opt_number(L, 2, "lr", o.lr);
     o.eps = lt_opt_number(L, 2, "eps", o.eps);
@@ -68,8 +94,22 @@ int l_train_new(lua_State* L) {
       lua_pop(L, 2);
     }
     lua_pop(L, 1);
+    lua_getfield(L, 2, "hooks");
+    if (!lua_isnil(L, -1)) {
+      LT_CHECK(lt_is_list(L, -1), "train.new: hooks must be a list (of pruners, distillers)");
+      int list = lua_gettop(L);
+      for (size_t i = 1; i <= lua_objlen(L, list); i++) {
+        lua_rawgeti(L, list, static_cast<int>(i));
+        auto h = lt_test_hook(L, lua_gettop(L));
+        LT_CHECK(h != nullptr, "train.new: hooks[" << i << "] is a " << luaL_typename(L, -1)
+                                                   << ", expected a pruner or distiller (prune.sheared, distill.new)");
+        hooks.push_back(h);
+        lua_pop(L, 1);
+      }
+    }
+    lua_pop(L, 1);
   }
-  lt_push<TrainerPtr>(L, std::make_shared<Trainer>(model, o));
+  lt_push<TrainerPtr>(L, std::make_shared<Trainer>(model, o, hooks));
   return 1;
 }
 
@@ -117,6 +157,7 @@ int l_train_step(lua_State* L) {
   lt_set_number(L, "step_time", s.step_time);
   lt_set_number(L, "tokens_per_s", s.tokens_per_s);
   if (s.peak_memory_gb > 0) lt_set_number(L, "peak_memory_gb", s.peak_memory_gb);
+  push_extra(L, s.extra);
   return 1;
 }
 
@@ -136,6 +177,7 @@ int l_train_evaluate(lua_State* L) {
     lt_set_number(L, "loss", e.loss);
     lt_set_number(L, "perplexity", e.perplexity);
     lt_set_number(L, "tokens", static_cast<double>(e.target_tokens));
+    push_extra(L, e.extra);
     return 1;
   }
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -151,6 +193,7 @@ int l_train_evaluate(lua_State* L) {
   lt_set_number(L, "loss", e.loss);
   lt_set_number(L, "perplexity", e.perplexity);
   lt_set_number(L, "tokens", static_cast<double>(e.target_tokens));
+  push_extra(L, e.extra);
   return 1;
 }
 

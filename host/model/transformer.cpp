@@ -62,29 +62,38 @@ at::Tensor attention_mask(const at::Tensor& q_idx, const at::Tensor& k_idx, int6
 
 }  // namespace
 
-at::Tensor Model::hidden(const at::Tensor& ids_in, const ForwardOptions& opt) const {
+namespace {
+
+// RMSNorm under a hidden-channel mask: statistics over the channels where `hz` != 0 only (the
+// channels a pruned model would still have), output multiplied by hz.
+at::Tensor masked_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, bool gemma, const at::Tensor& hz) {
+  if (!hz.defined()) return rms_norm(x, w, eps, gemma);
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor live = hz.ne(0).to(at::kFloat);
+  at::Tensor var = (xf.pow(2) * live).sum(-1, true) / live.sum().clamp_min(1.0);
+  at::Tensor normed = xf * at::rsqrt(var + eps);
+  at::Tensor hzf = hz.to(at::kFloat);
+  if (gemma) return (normed * (1.0 + w.to(at::kFloat)) * hzf).to(x.scalar_type());
+  return w * (normed * hzf).to(x.scalar_type());
+}
+
+const at::Tensor& mask_of(const ForwardOptions& o, const at::Tensor StructureMasks::*field) {
+  static const at::Tensor none;
+  return o.masks ? o.masks->*field : none;
+}
+
+}  // namespace
+
+at::Tensor Model::embed_input(const at::Tensor& ids_in, const ForwardOptions& opt) const {
   const ModelConfig& c = config;
   LT_CHECK(ids_in.dim() == 2, "model:forward: ids must be (batch, length), got " << ids_in.sizes());
   at::Tensor ids = ids_in.to(embed.device(), at::kLong);
-  const int64_t B = ids.size(0), T = ids.size(1);
-  LT_CHECK(T > 0, "model:forward: ids has no positions");
+  LT_CHECK(ids.size(1) > 0, "model:forward: ids has no positions");
   if (ids_in.device().is_cpu()) {  // (on a GPU this check would cost a sync per step)
     int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
     LT_CHECK(lo >= 0 && hi < c.vocab_size,
              "model:forward: token id " << (lo < 0 ? lo : hi) << " outside the vocabulary [0, " << c.vocab_size << ")");
   }
-  KVCache* cache = opt.cache;
-  const int64_t past = cache ? cache->length : 0;
-  if (cache) {
-    LT_CHECK(past + T <= cache->capacity, "model:forward: KV cache full (" << past << " + " << T << " > capacity "
-                                                                            << cache->capacity << ")");
-    LT_CHECK(!opt.segments.defined(), "model:forward: segments cannot be combined with a KV cache");
-  }
-  at::Tensor positions = opt.positions.defined()
-                             ? opt.positions.to(ids.device(), at::kLong)
-                             : (at::arange(past, past + T, ids.options()).unsqueeze(0).expand({B, T}));
-  LT_CHECK(positions.sizes() == ids.sizes(), "model:forward: positions must have the shape of ids");
-
   at::Tensor h = at::embedding(embed, ids);  // (B, T, C)
   if (c.gemma_norms) {
     // HF rounds the normalizer to the model dtype before multiplying.
@@ -92,14 +101,51 @@ at::Tensor Model::hidden(const at::Tensor& ids_in, const ForwardOptions& opt) co
                                               h.options().requires_grad(false));
     h = h * normalizer;
   }
+  const at::Tensor& hz = mask_of(opt, &StructureMasks::hidden);
+  if (hz.defined() && !c.tie_word_embeddings) h = h * hz.to(h.scalar_type());
+  return h;
+}
+
+at::Tensor Model::final_norm(const at::Tensor& h, const ForwardOptions& opt) const {
+  return masked_rms_norm(h, norm, config.rms_norm_eps, config.gemma_norms, mask_of(opt, &StructureMasks::hidden));
+}
+
+at::Tensor Model::hidden(const at::Tensor& ids, const ForwardOptions& opt) const {
+  at::Tensor h = run_layers(embed_input(ids, opt), 0, static_cast<int64_t>(layers.size()), opt);
+  if (opt.last_only) h = h.narrow(1, h.size(1) - 1, 1);
+  return final_norm(h, opt);
+}
+
+at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t end, const ForwardOptions& opt) const {
+  const ModelConfig& c = config;
+  LT_CHECK(h_start.dim() == 3 && h_start.size(2) == c.hidden_size,
+           "model: layer input must be (batch, length, " << c.hidden_size << "), got " << h_start.sizes());
+  LT_CHECK(0 <= begin && begin <= end && end <= static_cast<int64_t>(layers.size()),
+           "model: layers [" << begin << ", " << end << ") outside [0, " << layers.size() << ")");
+  at::Tensor h = h_start;
+  const int64_t B = h.size(0), T = h.size(1);
+  const auto iopts = at::TensorOptions(at::kLong).device(h.device());
+  KVCache* cache = opt.cache;
+  const int64_t past = cache ? cache->length : 0;
+  if (cache) {
+    LT_CHECK(begin == 0 && end == static_cast<int64_t>(layers.size()), "model: a KV cache needs every layer");
+    LT_CHECK(past + T <= cache->capacity, "model:forward: KV cache full (" << past << " + " << T << " > capacity "
+                                                                            << cache->capacity << ")");
+    LT_CHECK(!opt.segments.defined(), "model:forward: segments cannot be combined with a KV cache");
+  }
+  at::Tensor positions = opt.positions.defined()
+                             ? opt.positions.to(h.device(), at::kLong)
+                             : (at::arange(past, past + T, iopts).unsqueeze(0).expand({B, T}));
+  LT_CHECK(positions.size(0) == B && positions.size(1) == T, "model:forward: positions must have the shape of ids");
+
   const at::ScalarType dtype = h.scalar_type();
   auto cos_sin = rope_cos_sin(rope_inv_freq(c), positions, c.rope.type == RopeType::rope_yarn
                                                                   ? c.rope.attention_factor : 1.0, dtype);
   at::Tensor cos = cos_sin.first, sin = cos_sin.second;
 
   // Token indices for the masks: the new tokens follow the cached ones.
-  at::Tensor q_idx = at::arange(past, past + T, ids.options());
-  at::Tensor k_idx = at::arange(0, past + T, ids.options());
+  at::Tensor q_idx = at::arange(past, past + T, iopts);
+  at::Tensor k_idx = at::arange(0, past + T, iopts);
   const bool plain_causal = !cache && !opt.segments.defined();
   at::Tensor mask_full, mask_sliding;
   auto mask_for = [&](bool sliding) -> const at::Tensor& {
@@ -109,16 +155,29 @@ at::Tensor Model::hidden(const at::Tensor& ids_in, const ForwardOptions& opt) co
   };
 
   const int64_t H = c.num_heads, KV = c.num_kv_heads, D = c.head_dim;
-  for (size_t l = 0; l < layers.size(); l++) {
+  const at::Tensor hz = mask_of(opt, &StructureMasks::hidden);
+  const at::Tensor& lz_all = mask_of(opt, &StructureMasks::layer);
+  const at::Tensor& headz_all = mask_of(opt, &StructureMasks::head);
+  const at::Tensor& iz_all = mask_of(opt, &StructureMasks::intermediate);
+  const auto observe = opt.observe;
+  // Inside a layer only when layers are not recomputed (a recomputed layer would report twice).
+  const bool watch = observe && !opt.run_layer;
+  for (int64_t l = begin; l < end; l++) {
     const bool sliding = c.layer_sliding[l] && (past + T > c.sliding_window);
     at::Tensor mask = plain_causal && !sliding ? at::Tensor() : mask_for(sliding);
+    at::Tensor lz = lz_all.defined() ? lz_all[l] : at::Tensor();
+    at::Tensor headz = headz_all.defined() ? headz_all[l] : at::Tensor();
+    at::Tensor iz = iz_all.defined() ? iz_all[l] : at::Tensor();
+    if (observe) observe(l, Site::layer_in, h);
     // One decoder layer, (B, T, C) -> (B, T, C); a function so the trainer can recompute it in the
     // backward pass instead of keeping its activations (ForwardOptions::run_layer).
     // Captures by value: the trainer may call it again after hidden() has returned.
-    auto layer = [this, l, cos, sin, mask, B, T, H, KV, D, past, cache](const at::Tensor& h_in) -> at::Tensor {
+    auto layer = [this, l, cos, sin, mask, B, T, H, KV, D, past, cache, hz, lz, headz, iz,
+                  observe, watch](const at::Tensor& h_in) -> at::Tensor {
       const ModelConfig& c = config;
       const LayerWeights& L = layers[l];
-      at::Tensor x = rms_norm(h_in, L.input_norm, c.rms_norm_eps, c.gemma_norms);
+      at::Tensor x = masked_rms_norm(h_in, L.input_norm, c.rms_norm_eps, c.gemma_norms, hz);
+      if (watch) observe(l, Site::attn_in, x);
       at::Tensor q = L.q.forward(x).view({B, T, H, D});
       at::Tensor k = L.k.forward(x).view({B, T, KV, D});
       at::Tensor v = L.v.forward(x).view({B, T, KV, D}).transpose(1, 2);
@@ -135,20 +194,33 @@ at::Tensor Model::hidden(const at::Tensor& ids_in, const ForwardOptions& opt) co
         v = cache->v[l].narrow(2, 0, past + T);
       }
       at::Tensor a = attention_forward(q, repeat_kv(k, H / KV), repeat_kv(v, H / KV), mask, c.softmax_scale(),
-                                       c.attn_logit_softcap);                  // (B, H, T, D)
-      a = L.o.forward(a.transpose(1, 2).reshape({B, T, H * D}));                // (B, T, C)
-      if (c.gemma_norms) a = rms_norm(a, L.post_attn_norm, c.rms_norm_eps, true);
+                                       c.attn_logit_softcap);  // (B, H, T, D)
+      if (headz.defined()) a = a * headz.to(a.scalar_type()).view({1, H, 1, 1});
+      a = a.transpose(1, 2).reshape({B, T, H * D});
+      if (watch) observe(l, Site::attn_ctx, a);
+      a = L.o.forward(a);  // (B, T, C)
+      // The branch output: Gemma 2's post-norm carries the hidden mask, otherwise multiply by it.
+      if (c.gemma_norms) a = masked_rms_norm(a, L.post_attn_norm, c.rms_norm_eps, true, hz);
+      else if (hz.defined()) a = a * hz.to(a.scalar_type());
+      if (lz.defined()) a = a * lz.to(a.scalar_type());
       at::Tensor h1 = h_in + a;
-      x = rms_norm(h1, c.gemma_norms ? L.pre_ff_norm : L.post_attn_norm, c.rms_norm_eps, c.gemma_norms);
-      at::Tensor m = L.down.forward(activation(L.gate.forward(x), c.act) * L.up.forward(x));
-      if (c.gemma_norms) m = rms_norm(m, L.post_ff_norm, c.rms_norm_eps, true);
+      x = masked_rms_norm(h1, c.gemma_norms ? L.pre_ff_norm : L.post_attn_norm, c.rms_norm_eps, c.gemma_norms, hz);
+      if (watch) observe(l, Site::mlp_in, x);
+      at::Tensor up = L.up.forward(x);
+      if (iz.defined()) up = up * iz.to(up.scalar_type());
+      at::Tensor act = activation(L.gate.forward(x), c.act) * up;
+      if (watch) observe(l, Site::mlp_act, act);
+      at::Tensor m = L.down.forward(act);
+      if (c.gemma_norms) m = masked_rms_norm(m, L.post_ff_norm, c.rms_norm_eps, true, hz);
+      else if (hz.defined()) m = m * hz.to(m.scalar_type());
+      if (lz.defined()) m = m * lz.to(m.scalar_type());
       return h1 + m;
     };
     h = opt.run_layer && !cache ? opt.run_layer(layer, h) : layer(h);
+    if (observe) observe(l, Site::layer_out, h);
   }
   if (cache) cache->length = past + T;
-  if (opt.last_only) h = h.narrow(1, T - 1, 1);
-  return rms_norm(h, norm, c.rms_norm_eps, c.gemma_norms);
+  return h;
 }
 
 at::Tensor Model::logits(const at::Tensor& hidden) const {

@@ -54,6 +54,29 @@ struct KVCache {
   int64_t capacity = 0;
 };
 
+// Soft or hard multipliers on structures, for training pruning masks (Sheared-LLaMA's masked
+// forward; ../shared/reference/pruning_anchors.md section 1.3). Each is optional (undefined = 1):
+//   layer (L): multiplies layer l's attention and MLP branch outputs (0 removes the layer);
+//   head (L, H): multiplies each query head's attention output before o_proj;
+//   intermediate (L, I): multiplies up_proj's output (MLP channel j);
+//   hidden (C): multiplies the embedding output (untied models only: a tied lm_head would see it
+//     twice), every branch output and every RMSNorm output; RMSNorm statistics then cover only the
+//     channels where hidden != 0, so the masked model equals the model with those channels removed.
+// Masks may require grad; they are captured by value, so recomputed layers see the same tensors.
+struct StructureMasks {
+  at::Tensor layer, head, intermediate, hidden;
+};
+
+// Where ForwardOptions::observe sees activations of decoder layer l (all (B, T, *)):
+enum class Site {
+  layer_in,   // (C) the residual stream entering the layer
+  attn_in,    // (C) input_layernorm output: the input of q/k/v_proj
+  attn_ctx,   // (H*D) attention output per head: the input of o_proj
+  mlp_in,     // (C) the MLP's norm output: the input of gate/up_proj
+  mlp_act,    // (I) act(gate) * up: the input of down_proj
+  layer_out,  // (C) the residual stream leaving the layer (differentiable when training)
+};
+
 struct ForwardOptions {
   KVCache* cache = nullptr;  // when set: keys/values appended, positions continue from cache->length
   // (B, T) int64 positions; default arange from the cache length. Packed rows restart per document.
@@ -64,6 +87,11 @@ struct ForwardOptions {
   // When set, each decoder layer runs as run_layer(layer, h) instead of layer(h): the trainer's
   // activation checkpointing (recompute in backward) plugs in here. Ignored with a KV cache.
   std::function<at::Tensor(const std::function<at::Tensor(const at::Tensor&)>&, const at::Tensor&)> run_layer;
+  const StructureMasks* masks = nullptr;  // see StructureMasks
+  // Called with activations as they are computed (calibration statistics, hidden-state
+  // distillation). Sites inside a layer (attn_in .. mlp_act) are reported only when run_layer is
+  // unset (a recomputed layer would report twice); layer_in and layer_out always.
+  std::function<void(int64_t layer, Site site, const at::Tensor& x)> observe;
 };
 
 // total = embedding + attention + mlp + norm + lm_head + adapter; trainable = base weights with
@@ -86,6 +114,12 @@ class Model {
   // Hidden states after the final norm, (B, T, C); the trainer computes chunked losses from these.
   at::Tensor hidden(const at::Tensor& ids, const ForwardOptions& options = {}) const;
   at::Tensor logits(const at::Tensor& hidden) const;  // lm_head (+ Gemma 2 final softcap)
+  // The three stages of hidden(), for layer-by-layer calibration: token embeddings (scaled,
+  // masked) (B, T, C); decoder layers [begin, end) on a residual stream h (positions from
+  // options.positions, else 0..T-1; no KV cache); the final norm.
+  at::Tensor embed_input(const at::Tensor& ids, const ForwardOptions& options = {}) const;
+  at::Tensor run_layers(const at::Tensor& h, int64_t begin, int64_t end, const ForwardOptions& options = {}) const;
+  at::Tensor final_norm(const at::Tensor& h, const ForwardOptions& options = {}) const;
   const at::Tensor& output_weight() const { return lm_head.defined() ? lm_head : embed; }
 
   // Every weight under its HF name, in checkpoint order (lm_head omitted when tied).

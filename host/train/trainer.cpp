@@ -63,7 +63,8 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 
 }  // namespace
 
-Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options) : model_(std::move(model)), options_(options) {
+Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector<std::shared_ptr<TrainerHook>> hooks)
+    : model_(std::move(model)), options_(options), hooks_(std::move(hooks)) {
   const TrainOptions& o = options_;
   LT_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd",
            "train.new: optimizer must be \"adamw\" or \"sgd\", got \"" << o.optimizer << "\"");
@@ -74,6 +75,28 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options) : model_(st
   LT_CHECK(o.loss_chunk > 0, "train.new: loss_chunk must be positive");
   params_ = model_->trainable_parameters();
   LT_CHECK(!params_.empty(), "train.new: the model has no trainable parameters");
+  model_params_ = params_.size();
+  for (size_t i = 0; i < params_.size(); i++) {
+    group_lr_.push_back(o.lr);
+    group_wd_.push_back(o.weight_decay);
+    follow_schedule_.push_back(1);
+    clip_.push_back(1);
+  }
+  std::set<std::string> names;
+  for (auto& [name, p] : params_) names.insert(name);
+  for (auto& hook : hooks_) {
+    LT_CHECK(hook != nullptr, "train.new: a hook is nil");
+    for (ParamGroup& g : hook->parameter_groups())
+      for (auto& [name, p] : g.params) {
+        LT_CHECK(names.insert(name).second, "train.new: two trainable tensors are both named " << name);
+        LT_CHECK(p && p->defined() && p->is_floating_point(), "train.new: hook parameter " << name << " is not a float tensor");
+        params_.emplace_back(name, p);
+        group_lr_.push_back(g.lr);
+        group_wd_.push_back(g.weight_decay);
+        follow_schedule_.push_back(g.follow_schedule);
+        clip_.push_back(g.clip);
+      }
+  }
   for (auto& [name, p] : params_) {
     at::Tensor master;
     if (o.master_weights && is_low_precision(*p)) master = p->detach().to(at::kFloat).clone();
@@ -108,6 +131,7 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
   const int64_t micro = options_.micro_batch_size > 0 ? options_.micro_batch_size : rows;
   const c10::Device dev = model_->device();
   ForwardOptions fo;
+  const bool training = backward;
   if (options_.checkpoint_layers && backward) fo.run_layer = [](const LayerFn& fn, const at::Tensor& x) {
     return recompute_forward(fn, x);
   };
@@ -121,10 +145,17 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
     fo.segments = batch.segments.defined() ? batch.segments.narrow(0, r0, n).to(dev) : at::Tensor();
     at::Tensor keep = targets.ne(kIgnoreTarget).nonzero().squeeze(1);
     if (keep.numel() == 0) continue;  // nothing to learn in these rows
+    for (auto& hook : hooks_) hook->forward_options(fo, training);
     at::Tensor h = model_->hidden(ids, fo);
     h = h.reshape({-1, h.size(-1)}).index_select(0, keep);
-    at::Tensor loss = chunked_cross_entropy(h, model_->output_weight(), targets.index_select(0, keep),
-                                            options_.loss_chunk, model_->config.final_logit_softcap);
+    at::Tensor kept_targets = targets.index_select(0, keep);
+    at::Tensor loss = chunked_cross_entropy(h, model_->output_weight(), kept_targets, options_.loss_chunk,
+                                            model_->config.final_logit_softcap);
+    if (!hooks_.empty()) {
+      MicroBatch mb{ids, fo.positions, fo.segments, keep, kept_targets, h, training};
+      for (auto& hook : hooks_)
+        if (at::Tensor replaced = hook->micro_loss(mb, loss); replaced.defined()) loss = replaced;
+    }
     if (backward) (loss / static_cast<double>(normaliser)).backward();
     total += loss.detach();
     count += keep.numel();
@@ -134,29 +165,33 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
 
 double Trainer::clip_gradients() {
   at::Tensor sq = at::zeros({}, model_->embed.options().dtype(at::kFloat).requires_grad(false));
-  for (auto& [name, p] : params_)
-    if (p->grad().defined()) sq = sq + p->grad().to(at::kFloat).pow(2).sum();
+  for (size_t i = 0; i < params_.size(); i++) {
+    at::Tensor* p = params_[i].second;
+    if (clip_[i] && p->grad().defined()) sq = sq + p->grad().to(at::kFloat).pow(2).sum().to(sq.device());
+  }
   double norm = std::sqrt(sq.item<double>());
   if (options_.max_grad_norm > 0 && std::isfinite(norm) && norm > options_.max_grad_norm) {
     double coef = options_.max_grad_norm / (norm + 1e-6);
-    for (auto& [name, p] : params_)
-      if (p->grad().defined()) p->mutable_grad().mul_(coef);
+    for (size_t i = 0; i < params_.size(); i++)
+      if (clip_[i] && params_[i].second->grad().defined()) params_[i].second->mutable_grad().mul_(coef);
   }
   return norm;
 }
 
-void Trainer::optimizer_update(double lr) {
+void Trainer::optimizer_update(double scheduled_lr) {
   at::NoGradGuard no_grad;
   const TrainOptions& o = options_;
   const double t = static_cast<double>(step_);
   for (size_t i = 0; i < params_.size(); i++) {
     at::Tensor& p = *params_[i].second;
     if (!p.grad().defined()) continue;
+    const double lr = follow_schedule_[i] ? group_lr_[i] * (scheduled_lr / o.lr) : group_lr_[i];
+    const double weight_decay = group_wd_[i];
     at::Tensor w = master_[i].defined() ? master_[i] : p;  // the float copy is the one updated
     at::Tensor g = p.grad().to(w.scalar_type());
     if (o.optimizer == "adamw") {
       // AdamW as torch.optim.AdamW: decoupled decay, bias-corrected moments.
-      if (o.weight_decay > 0) w.mul_(1.0 - lr * o.weight_decay);
+      if (weight_decay > 0) w.mul_(1.0 - lr * weight_decay);
       at::Tensor& m = exp_avg_[i];
       at::Tensor& v = exp_avg_sq_[i];
       const at::Tensor gf = g.to(at::kFloat);  // the moments are float32 whatever the weights are
@@ -166,7 +201,7 @@ void Trainer::optimizer_update(double lr) {
       at::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(o.eps);
       w.addcdiv_(m.to(w.scalar_type()), denom.to(w.scalar_type()), -lr / bc1);
     } else {
-      if (o.weight_decay > 0) g = g.add(w, o.weight_decay);
+      if (weight_decay > 0) g = g.add(w, weight_decay);
       if (momentum_[i].defined()) {
         momentum_[i].mul_(o.momentum).add_(g.to(at::kFloat));
         g = momentum_[i].to(w.scalar_type());
@@ -185,8 +220,10 @@ StepStats Trainer::step(const Batch& batch) {
 #endif
   model_->set_training(true);
   for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
+  for (auto& hook : hooks_) hook->begin(true);
   auto [loss_sum, count] = batch_loss(batch, true, batch.target_tokens);
   model_->set_training(false);
+  for (auto& hook : hooks_) hook->after_backward();
   StepStats s;
   s.loss = loss_sum / static_cast<double>(std::max<int64_t>(count, 1));
   if (!std::isfinite(s.loss))
@@ -199,6 +236,10 @@ StepStats Trainer::step(const Batch& batch) {
   s.lr = lr_at(step_);
   optimizer_update(s.lr);
   for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
+  for (auto& hook : hooks_) {
+    hook->after_step(step_);
+    for (auto& kv : hook->stats(true)) s.extra.push_back(kv);
+  }
   s.tokens = batch.tokens;
   s.target_tokens = batch.target_tokens;
   s.step_time = now_seconds() - t0;
@@ -230,6 +271,7 @@ EvalStats eval_stats(double total, int64_t count) {
 EvalStats Trainer::evaluate(const std::vector<Batch>& batches) {
   at::NoGradGuard no_grad;
   model_->set_training(false);
+  for (auto& hook : hooks_) hook->begin(false);
   double total = 0;
   int64_t count = 0;
   for (const Batch& b : batches) {
@@ -237,13 +279,14 @@ EvalStats Trainer::evaluate(const std::vector<Batch>& batches) {
     total += sum;
     count += n;
   }
-  return eval_stats(total, count);
+  return with_hook_stats(eval_stats(total, count));
 }
 
 EvalStats Trainer::evaluate(const Dataset& data, int64_t batch_size, int64_t max_batches) {
   LT_CHECK(batch_size > 0, "train: evaluate: batch_size must be positive");
   at::NoGradGuard no_grad;
   model_->set_training(false);
+  for (auto& hook : hooks_) hook->begin(false);
   double total = 0;
   int64_t count = 0, batches = 0;
   for (int64_t r0 = 0; r0 < data.size() && (max_batches <= 0 || batches < max_batches); r0 += batch_size, batches++) {
@@ -253,7 +296,13 @@ EvalStats Trainer::evaluate(const Dataset& data, int64_t batch_size, int64_t max
     total += sum;
     count += n;
   }
-  return eval_stats(total, count);
+  return with_hook_stats(eval_stats(total, count));
+}
+
+EvalStats Trainer::with_hook_stats(EvalStats e) {
+  for (auto& hook : hooks_)
+    for (auto& kv : hook->stats(false)) e.extra.push_back(kv);
+  return e;
 }
 
 // ============================================================================================

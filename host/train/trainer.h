@@ -20,6 +20,49 @@ namespace luatune {
 
 class Dataset;
 
+// Extends a Trainer without touching its loop: extra trainable tensors with their own learning
+// rates (pruning masks, Lagrange multipliers, distillation projections), forward options per
+// micro-batch (structure masks, observers), a replacement micro-batch loss (distillation), extra
+// gradients once per step (constraint terms), and statistics for the step's report.
+struct ParamGroup {
+  std::vector<std::pair<std::string, at::Tensor*>> params;  // names must not clash with the model's
+  double lr = 0;               // absolute learning rate at full schedule (negative: gradient ascent)
+  bool follow_schedule = true; // scaled by the trainer's warmup/decay factor (lr_at(step) / lr)
+  double weight_decay = 0;
+  bool clip = false;           // included in the trainer's gradient-norm clipping
+};
+
+// What a hook sees of one micro-batch: its rows on the model's device and the rows that have a
+// target. hidden is the student's final-norm output for the kept rows, (N, C).
+struct MicroBatch {
+  at::Tensor ids;        // (n, T)
+  at::Tensor positions;  // (n, T) or undefined
+  at::Tensor segments;   // (n, T) or undefined
+  at::Tensor keep;       // (N) flat row indices (into n*T) that have a target
+  at::Tensor targets;    // (N) the kept targets
+  at::Tensor hidden;     // (N, C)
+  bool training = false;
+};
+
+class TrainerHook {
+ public:
+  virtual ~TrainerHook() = default;
+  virtual std::vector<ParamGroup> parameter_groups() { return {}; }
+  // Once per step (training) or per evaluation, before any micro-batch.
+  virtual void begin(bool training) {}
+  // Per micro-batch, before the model's forward.
+  virtual void forward_options(ForwardOptions& fo, bool training) {}
+  // The micro-batch's loss as a SUM over its kept rows (the trainer divides by the batch's target
+  // tokens), given the default cross-entropy sum `ce_sum`; return undefined to keep ce_sum.
+  virtual at::Tensor micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum) { return {}; }
+  // After every micro-batch's backward, before clipping and the optimizer (training only).
+  virtual void after_backward() {}
+  // After the optimizer update of step `step` (training only).
+  virtual void after_step(int64_t step) {}
+  // Extra numbers for the step's or evaluation's report, e.g. {"kd_loss", 0.7}.
+  virtual std::vector<std::pair<std::string, double>> stats(bool training) { return {}; }
+};
+
 struct TrainOptions {
   std::string optimizer = "adamw";  // "adamw" or "sgd"
   double lr = 2e-5;
@@ -48,16 +91,19 @@ struct StepStats {
   double step_time = 0;   // seconds
   double tokens_per_s = 0;
   double peak_memory_gb = 0;  // CUDA: peak allocated since the previous step; 0 on CPU
+  std::vector<std::pair<std::string, double>> extra;  // from hooks
 };
 
 struct EvalStats {
   double loss = 0, perplexity = 0;
   int64_t target_tokens = 0;
+  std::vector<std::pair<std::string, double>> extra;  // from hooks
 };
 
 class Trainer {
  public:
-  Trainer(std::shared_ptr<Model> model, TrainOptions options);
+  Trainer(std::shared_ptr<Model> model, TrainOptions options,
+          std::vector<std::shared_ptr<TrainerHook>> hooks = {});
   StepStats step(const Batch& batch);
   EvalStats evaluate(const std::vector<Batch>& batches);
   // Mean loss over a dataset's rows in order, `batch_size` rows at a time (at most max_batches
@@ -73,18 +119,24 @@ class Trainer {
   double lr_at(int64_t step) const;  // learning rate of step `step` (1-based)
   const TrainOptions& options() const { return options_; }
   Model& model() { return *model_; }
-  // (trainable parameter name, tensor) in optimizer order
+  const std::vector<std::shared_ptr<TrainerHook>>& hooks() const { return hooks_; }
+  // (trainable parameter name, tensor) in optimizer order: the model's, then the hooks' groups
   const std::vector<std::pair<std::string, at::Tensor*>>& parameters() const { return params_; }
   // The loss of one batch without updating anything (sum over target tokens and their count).
   std::pair<double, int64_t> batch_loss(const Batch& batch, bool backward, int64_t normaliser);
 
  private:
-  void optimizer_update(double lr);
+  void optimizer_update(double scheduled_lr);
+  EvalStats with_hook_stats(EvalStats e);
   double clip_gradients();
 
   std::shared_ptr<Model> model_;
   TrainOptions options_;
+  std::vector<std::shared_ptr<TrainerHook>> hooks_;
   std::vector<std::pair<std::string, at::Tensor*>> params_;
+  size_t model_params_ = 0;  // params_[0, model_params_) are the model's; then the hooks' groups
+  std::vector<double> group_lr_, group_wd_;  // per parameter: absolute lr (0 = the trainer's), decay
+  std::vector<char> follow_schedule_, clip_;
   std::vector<at::Tensor> master_, exp_avg_, exp_avg_sq_, momentum_;  // per parameter (undefined when unused)
   int64_t step_ = 0;
 };
