@@ -13,4 +13,6 @@ int luaopen_data(lua_State* L);
 int luaopen_metrics(lua_State* L);
 int luaopen_eval(lua_State* L);
 int luaopen_lora(lua_State* L);
+int luaopen_prune(lua_State* L);
+int luaopen_distill(lua_State* L);
 }

@@ -32,6 +32,8 @@ const Module modules[] = {
     {"metrics", luaopen_metrics},
     {"eval", luaopen_eval},
     {"lora", luaopen_lora},
+    {"prune", luaopen_prune},
+    {"distill", luaopen_distill},
 };
 
 // ============================================================================================

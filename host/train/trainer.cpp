@@ -91,7 +91,7 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
         LT_CHECK(names.insert(name).second, "train.new: two trainable tensors are both named " << name);
         LT_CHECK(p && p->defined() && p->is_floating_point(), "train.new: hook parameter " << name << " is not a float tensor");
         params_.emplace_back(name, p);
-        group_lr_.push_back(g.lr);
+        group_lr_.push_back(g.lr == 0 ? o.lr : g.lr);
         group_wd_.push_back(g.weight_decay);
         follow_schedule_.push_back(g.follow_schedule);
         clip_.push_back(g.clip);

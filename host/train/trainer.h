@@ -26,7 +26,7 @@ class Dataset;
 // gradients once per step (constraint terms), and statistics for the step's report.
 struct ParamGroup {
   std::vector<std::pair<std::string, at::Tensor*>> params;  // names must not clash with the model's
-  double lr = 0;               // absolute learning rate at full schedule (negative: gradient ascent)
+  double lr = 0;               // absolute learning rate at full schedule (negative: gradient ascent; 0: the trainer's lr)
   bool follow_schedule = true; // scaled by the trainer's warmup/decay factor (lr_at(step) / lr)
   double weight_decay = 0;
   bool clip = false;           // included in the trainer's gradient-norm clipping

@@ -1,0 +1,2 @@
+// Implementation in progress (issue 5); see importance.h.
+#include "host/prune/importance.h"

@@ -1,0 +1,2 @@
+// Implementation in progress (issue 5); see unstructured.h.
+#include "host/prune/unstructured.h"

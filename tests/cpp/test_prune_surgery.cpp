@@ -1,0 +1,2 @@
+// Tests for issue 5 area prune_surgery (filled in with the implementation).
+#include <gtest/gtest.h>
