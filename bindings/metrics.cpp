@@ -3,6 +3,7 @@
 // progress line before printing and redraws it after, so recipe output never garbles it.
 #include "host/metrics/metrics.h"
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 
@@ -153,7 +154,14 @@ int l_metrics_write_json(lua_State* L) {
   return 0;
 }
 
+// metrics.clock() -> seconds on a monotonic clock (fractions included), for timing recipe phases.
+int l_metrics_clock(lua_State* L) {
+  lua_pushnumber(L, std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+  return 1;
+}
+
 const luaL_Reg metrics_funcs[] = {{"open", l_metrics_open},
+                                  {"clock", l_metrics_clock},
                                   {"print", l_metrics_print},
                                   {"write_json", l_metrics_write_json},
                                   {nullptr, nullptr}};

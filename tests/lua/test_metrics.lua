@@ -93,6 +93,11 @@ test("write_json writes a whole file atomically", function()
   ok(text:find('"before": 3.5', 1, true) or text:find('"before":3.5', 1, true), text)
   ok(text:find('"name"', 1, true) and text:find("%[%s*1,%s*2,%s*3%s*%]"), text)
   raises(function() metrics.write_json(path, { f = print }) end, "metrics.write_json: value")
+  local t0 = metrics.clock()
+  local x = 0
+  for i = 1, 1e6 do x = x + i end
+  local dt = metrics.clock() - t0
+  ok(dt > 0 and dt < 10, "clock difference " .. dt)
   os.execute("rm -rf " .. dir)
 end)
 
