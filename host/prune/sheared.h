@@ -60,7 +60,14 @@ class ShearedPruner : public TrainerHook {
   // afterwards (further use fails).
   ModelShape finalize();
 
-  // log_alpha per kind ("l0.layers.log_alpha" ...) and the multipliers ("l0.heads.lambda1" ...).
+  // Kinds that have a mask, in the order layers, heads, intermediate, hidden (a kind whose target
+  // keeps everything has none).
+  std::vector<std::string> kinds() const;
+  // Optimizer steps taken with this pruner (restored by Trainer::resume through "l0.step").
+  int64_t steps() const;
+  // Every tensor the trainer updates or checkpoints: log_alpha per kind ("l0.layers.log_alpha" ...),
+  // the multipliers ("l0.heads.lambda1", "l0.heads.lambda2" ...) and the step counter "l0.step"
+  // (a float64 scalar without gradient, so a resumed run ramps its targets from the right step).
   std::vector<std::pair<std::string, at::Tensor*>> named_tensors();
 
   // TrainerHook
@@ -76,7 +83,6 @@ class ShearedPruner : public TrainerHook {
   ShearedOptions options_;
   TargetShape target_;
   ModelShape source_;
-  int64_t step_ = 0;     // optimizer steps taken with this pruner
   bool spent_ = false;
   // Implementation state (masks, multipliers, the current sample and its detached leaves) lives
   // in the .cpp's private struct.
