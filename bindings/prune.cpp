@@ -37,7 +37,8 @@ struct LuaClass<ShearedPtr> {
 namespace {
 
 std::string describe_sheared(const ShearedPtr& p) {
-  return "ShearedPruner(target " + shape_string(p->target().shape) + ", step " + std::to_string(p->steps()) + ")";
+  return "ShearedPruner(target " + shape_string(p->target().shape) + ", step " + std::to_string(p->steps()) +
+         ")";
 }
 
 std::shared_ptr<TrainerHook> sheared_hook(lua_State* L, int idx) {
@@ -61,8 +62,9 @@ void push_shape(lua_State* L, const ModelShape& s) {
 int l_prune_sheared(lua_State* L) {
   auto& model = lt_check<std::shared_ptr<Model>>(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, {"layers", "heads", "hidden", "intermediate", "round_to", "warmup_steps", "mask_lr",
-                          "lambda_lr", "init_mean", "init_std", "temperature", "seed"});
+  lt_check_options(L, 2,
+                   {"layers", "heads", "hidden", "intermediate", "round_to", "warmup_steps", "mask_lr",
+                    "lambda_lr", "init_mean", "init_std", "temperature", "seed"});
   ShearedOptions o;
   o.target.layers = lt_opt_number(L, 2, "layers", 0);
   o.target.heads = lt_opt_number(L, 2, "heads", 0);
@@ -100,7 +102,8 @@ int l_sheared_target(lua_State* L) {
 int l_sheared_expected_sparsity(lua_State* L) {
   ShearedPruner& p = *lt_check<ShearedPtr>(L, 1);
   lua_createtable(L, 0, 4);
-  for (const char* kind : {"layers", "heads", "hidden", "intermediate"}) lt_set_number(L, kind, p.expected_sparsity(kind));
+  for (const char* kind : {"layers", "heads", "hidden", "intermediate"})
+    lt_set_number(L, kind, p.expected_sparsity(kind));
   return 1;
 }
 

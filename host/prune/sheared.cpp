@@ -24,8 +24,8 @@ namespace luatune {
 
 namespace {
 
-constexpr double kEps = 1e-6;        // u ~ U(eps, 1 - eps); P(z = 0) clamped to [eps, 1 - eps]
-constexpr double kSoftScale = 0.8;   // the reference's factor in the deterministic score
+constexpr double kEps = 1e-6;       // u ~ U(eps, 1 - eps); P(z = 0) clamped to [eps, 1 - eps]
+constexpr double kSoftScale = 0.8;  // the reference's factor in the deterministic score
 const double kLogAlphaMin = std::log(0.01), kLogAlphaMax = std::log(100.0);
 
 enum MaskKind { kLayers = 0, kHeads, kIntermediate, kHidden, kKinds };
@@ -82,12 +82,12 @@ struct ShearedPruner::State {
     at::Tensor leaf;              // z detached, requiring grad: what the model multiplies by
   };
   Mask masks[kKinds];
-  int64_t group = 1;       // query heads per KV group
-  at::Tensor step;         // () float64 CPU: optimizer steps taken ("l0.step", checkpointed)
-  StructureMasks sample;   // the leaves of the current training step
-  StructureMasks eval;     // deterministic masks for evaluation
+  int64_t group = 1;      // query heads per KV group
+  at::Tensor step;        // () float64 CPU: optimizer steps taken ("l0.step", checkpointed)
+  StructureMasks sample;  // the leaves of the current training step
+  StructureMasks eval;    // deterministic masks for evaluation
   bool eval_valid = false;
-  double lagrangian = 0;   // value at the last training step
+  double lagrangian = 0;  // value at the last training step
   int64_t lagrangian_step = 0;
 };
 
@@ -97,14 +97,15 @@ ShearedPruner::ShearedPruner(std::shared_ptr<Model> model, ShearedOptions option
   const ShearedOptions& o = options_;
   LT_CHECK(o.warmup_steps >= 0, "prune.sheared: warmup_steps must be >= 0, got " << o.warmup_steps);
   LT_CHECK(o.mask_lr > 0, "prune.sheared: mask_lr must be positive, got " << o.mask_lr);
-  LT_CHECK(o.lambda_lr > 0, "prune.sheared: lambda_lr must be positive (it is applied as -lambda_lr), got "
-                                << o.lambda_lr);
+  LT_CHECK(o.lambda_lr > 0,
+           "prune.sheared: lambda_lr must be positive (it is applied as -lambda_lr), got " << o.lambda_lr);
   LT_CHECK(o.temperature > 0, "prune.sheared: temperature must be positive, got " << o.temperature);
   LT_CHECK(o.limit_l < 0 && o.limit_r > 1,
-           "prune.sheared: the stretch interval (limit_l, limit_r) must contain [0, 1], got (" << o.limit_l << ", "
-                                                                                           << o.limit_r << ")");
+           "prune.sheared: the stretch interval (limit_l, limit_r) must contain [0, 1], got ("
+               << o.limit_l << ", " << o.limit_r << ")");
   LT_CHECK(std::isfinite(o.init_mean) && o.init_std >= 0,
-           "prune.sheared: init_mean must be a number and init_std >= 0, got " << o.init_mean << ", " << o.init_std);
+           "prune.sheared: init_mean must be a number and init_std >= 0, got " << o.init_mean << ", "
+                                                                               << o.init_std);
   const ModelConfig& c = model_->config;
   target_ = prune_targets(c, o.target);  // fails on a target that cannot be met
   check_no_dora(*model_);
@@ -164,7 +165,8 @@ double ShearedPruner::target_sparsity(const std::string& kind, int64_t step) con
   const State::Mask& m = state_->masks[kind_index(kind)];
   if (!m.active) return 0;
   const int64_t w = options_.warmup_steps;
-  double ramp = w > 0 ? std::min(1.0, static_cast<double>(std::max<int64_t>(step, 0)) / static_cast<double>(w)) : 1.0;
+  double ramp =
+      w > 0 ? std::min(1.0, static_cast<double>(std::max<int64_t>(step, 0)) / static_cast<double>(w)) : 1.0;
   return m.target * ramp;
 }
 
@@ -224,10 +226,11 @@ StructureMasks ShearedPruner::sample_masks() const {
     if (!m.active) continue;
     // u from the default generator of the device, so a resumed run (which restores it) samples
     // the same masks as a straight one.
-    at::Tensor u = at::empty(m.log_alpha.sizes(), m.log_alpha.options().requires_grad(false)).uniform_(kEps, 1.0 - kEps);
+    at::Tensor u =
+        at::empty(m.log_alpha.sizes(), m.log_alpha.options().requires_grad(false)).uniform_(kEps, 1.0 - kEps);
     at::Tensor s = at::sigmoid((at::log(u) - at::log(1.0 - u) + m.log_alpha) / o.temperature);
-    z[k] = model_shaped(k, at::hardtanh(s * (o.limit_r - o.limit_l) + o.limit_l, 0.0, 1.0), target_.whole_groups,
-                        state_->group);
+    z[k] = model_shaped(k, at::hardtanh(s * (o.limit_r - o.limit_l) + o.limit_l, 0.0, 1.0),
+                        target_.whole_groups, state_->group);
   }
   return {z[kLayers], z[kHeads], z[kIntermediate], z[kHidden]};
 }
@@ -236,7 +239,8 @@ namespace {
 
 // Which entries the deterministic mask keeps, bool on CPU in log_alpha's shape: the `keep`
 // highest scores per row (heads in per_group mode: per KV group of `group` entries).
-at::Tensor keep_entries(const at::Tensor& score_in, int kind, int64_t keep, bool whole_groups, int64_t group) {
+at::Tensor keep_entries(const at::Tensor& score_in, int kind, int64_t keep, bool whole_groups,
+                        int64_t group) {
   at::Tensor score = score_in.to(at::kCPU, at::kFloat).contiguous();
   at::Tensor kept = at::zeros(score.sizes(), at::kBool);
   const int64_t row = score.size(-1), rows = score.numel() / row;
@@ -314,7 +318,8 @@ ModelShape ShearedPruner::finalize() {
 std::vector<std::pair<std::string, at::Tensor*>> ShearedPruner::named_tensors() {
   std::vector<std::pair<std::string, at::Tensor*>> out;
   for (int k = 0; k < kKinds; k++)
-    if (state_->masks[k].active) out.emplace_back("l0." + std::string(kKindNames[k]) + ".log_alpha", &state_->masks[k].log_alpha);
+    if (state_->masks[k].active)
+      out.emplace_back("l0." + std::string(kKindNames[k]) + ".log_alpha", &state_->masks[k].log_alpha);
   for (int k = 0; k < kKinds; k++) {
     State::Mask& m = state_->masks[k];
     if (!m.active) continue;

@@ -23,10 +23,10 @@
 namespace luatune {
 
 struct ShearedOptions {
-  TargetSparsity target;         // kinds with sparsity 0 get no mask
-  int64_t warmup_steps = 0;      // target sparsity ramps linearly from 0 over these steps (Lagrangian warm-up)
-  double mask_lr = 1.0;          // log_alpha learning rate
-  double lambda_lr = 1.0;        // multipliers' learning rate (applied as -lambda_lr)
+  TargetSparsity target;     // kinds whose (rounded) target keeps everything get no mask
+  int64_t warmup_steps = 0;  // target sparsity ramps linearly from 0 over these steps (Lagrangian warm-up)
+  double mask_lr = 1.0;      // log_alpha learning rate
+  double lambda_lr = 1.0;    // multipliers' learning rate (applied as -lambda_lr)
   double init_mean = 5.0, init_std = 0.01;  // log_alpha ~ N(mean, std): every mask starts "on"
   double temperature = 2.0 / 3.0;           // hard-concrete beta
   double limit_l = -0.1, limit_r = 1.1;     // stretch interval (gamma, zeta)

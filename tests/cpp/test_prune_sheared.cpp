@@ -24,13 +24,12 @@ namespace {
 // A tiny model: `heads` query heads in `kv` groups of head_dim 8, `layers` layers.
 std::shared_ptr<Model> tiny(const std::string& arch, int64_t heads, int64_t kv, int64_t layers = 4,
                             uint64_t seed = 1) {
-  std::string extra = arch == "gemma2" ? R"(, "sliding_window": 4)" : "";
-  return model_init(model_config_with(arch, R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
-      "head_dim": 8, "num_hidden_layers": )" + std::to_string(layers) + R"(, "num_attention_heads": )" +
-                                                std::to_string(heads) + R"(, "num_key_value_heads": )" +
-                                                std::to_string(kv) + extra + "}",
-                                      "test"),
-                    seed, at::kFloat, at::kCPU);
+  std::string fields = R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40, "head_dim": 8)";
+  fields += ", \"num_hidden_layers\": " + std::to_string(layers) +
+            ", \"num_attention_heads\": " + std::to_string(heads) +
+            ", \"num_key_value_heads\": " + std::to_string(kv);
+  if (arch == "gemma2") fields += R"(, "sliding_window": 4)";
+  return model_init(model_config_with(arch, fields + "}", "test"), seed, at::kFloat, at::kCPU);
 }
 
 Batch random_batch(int64_t rows, int64_t len, uint64_t seed) {
@@ -71,7 +70,8 @@ void randomize(ShearedPruner& p, uint64_t seed) {
 }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("luatune_test_sheared_" + name + "_" + std::to_string(::getpid()));
+  fs::path p =
+      fs::temp_directory_path() / ("luatune_test_sheared_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   return p.string();
 }
@@ -106,7 +106,7 @@ TEST(Sheared, ShapesAndNames) {
   EXPECT_TRUE(g.target().whole_groups);
   EXPECT_EQ(g.kinds(), std::vector<std::string>{"heads"});
   EXPECT_EQ(tensor(g, "l0.heads.log_alpha").sizes(), at::IntArrayRef({4, 2}));  // per KV group
-  EXPECT_EQ(g.sample_masks().head.sizes(), at::IntArrayRef({4, 4}));           // expanded per query head
+  EXPECT_EQ(g.sample_masks().head.sizes(), at::IntArrayRef({4, 4}));            // expanded per query head
 }
 
 TEST(Sheared, ConstructorErrors) {
@@ -122,9 +122,10 @@ TEST(Sheared, ConstructorErrors) {
   c.r = 2;
   c.dora = true;
   lora_apply(*m, c, 1);
-  EXPECT_EQ(error_of([&] { ShearedPruner(m, opts(0.5, 0, 0, 0)); }),
-            "prune.sheared: the model has DoRA adapters (model.layers.0.self_attn.q_proj); pruning cannot slice "
-            "DoRA's magnitude vectors\n  HINT: merge them first (lora.merge) or train LoRA without dora");
+  EXPECT_EQ(
+      error_of([&] { ShearedPruner(m, opts(0.5, 0, 0, 0)); }),
+      "prune.sheared: the model has DoRA adapters (model.layers.0.self_attn.q_proj); pruning cannot slice "
+      "DoRA's magnitude vectors\n  HINT: merge them first (lora.merge) or train LoRA without dora");
 }
 
 TEST(Sheared, HardConcreteSamples) {
@@ -147,7 +148,7 @@ TEST(Sheared, HardConcreteSamples) {
     }
     return std::make_pair(ones / n, zeros / n);
   };
-  // log_alpha = ln 100: z = 1 when logit(u) >= 1.2 * ... ; P(z = 1) = 1 - sigmoid(-ln 100 + (2/3) logit(11/12)) ~ 0.953.
+  // log_alpha = ln 100: z = 1 when s >= 11/12, P(z = 1) = 1 - sigmoid((2/3) logit(11/12) - ln 100) ~ 0.953.
   auto [on_hi, off_hi] = fractions(std::log(100.0));
   EXPECT_GT(on_hi, 0.9);
   EXPECT_LT(off_hi, 0.02);
@@ -204,7 +205,7 @@ TEST(Sheared, LagrangianValueAndGradients) {
     l2.fill_(-0.3);
   }
   const double s = (q0(-1.0) + q0(0.5) + q0(2.0) + q0(4.0)) / 4, t = 0.25;  // step 2: half of 0.5
-  const double s_int = q0(std::log(100.0)), t_int = 0.25;                     // lambdas 0: no term value
+  const double s_int = q0(std::log(100.0)), t_int = 0.25;                   // lambdas 0: no term value
   at::Tensor lag = p.lagrangian(2);
   EXPECT_NEAR(lag.item<double>(), 0.7 * (s - t) - 0.3 * (s - t) * (s - t), 1e-6);
   lag.backward();
@@ -243,9 +244,10 @@ TEST(Sheared, MultipliersAscendAndMasksFollow) {
   // The report carries the pruner's numbers.
   std::vector<std::string> keys;
   for (auto& [k, v] : s1.extra) keys.push_back(k);
-  EXPECT_EQ(keys, (std::vector<std::string>{"expected_sparsity_layers", "target_sparsity_layers", "lambda1_layers",
-                                            "expected_sparsity_intermediate", "target_sparsity_intermediate",
-                                            "lambda1_intermediate", "lagrangian"}));
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"expected_sparsity_layers", "target_sparsity_layers", "lambda1_layers",
+                                      "expected_sparsity_intermediate", "target_sparsity_intermediate",
+                                      "lambda1_intermediate", "lagrangian"}));
   // Evaluation uses the deterministic masks: exactly 2 of 4 layers.
   EvalStats e = tr.evaluate(std::vector<Batch>{b});
   EXPECT_TRUE(std::isfinite(e.loss));
@@ -355,7 +357,7 @@ TEST(Sheared, MaskedModelEqualsFinalisedModel) {
       {"llama", 4, 2, opts(0.25, 0.8, 0.25, 0.5), false},  // GQA, whole groups
       {"llama", 4, 4, opts(0.5, 0.5, 0.25, 0.5), false},   // MHA
       {"gemma2", 4, 2, opts(0.25, 0.5, 0.25, 0.5), false},
-      {"llama", 8, 2, opts(0.25, 0.5, 0.25, 0.5), true},   // LoRA-wrapped
+      {"llama", 8, 2, opts(0.25, 0.5, 0.25, 0.5), true},  // LoRA-wrapped
   };
   at::Tensor ids = random_batch(2, 9, 8).ids;
   for (const Case& c : cases) {
@@ -395,7 +397,8 @@ TEST(Sheared, MaskedModelEqualsFinalisedModel) {
     }
     EXPECT_LT((masked - pruned).abs().max().item<double>(), 1e-5);
     EXPECT_EQ(error_of([&] { p.finalize(); }), "prune: this Sheared pruner was finalised; make a new one");
-    EXPECT_EQ(error_of([&] { p.deterministic_masks(); }), "prune: this Sheared pruner was finalised; make a new one");
+    EXPECT_EQ(error_of([&] { p.deterministic_masks(); }),
+              "prune: this Sheared pruner was finalised; make a new one");
   }
 }
 
