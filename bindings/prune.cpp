@@ -21,6 +21,106 @@ namespace {
 
 // ==== surgery and targets ====================================================================
 
+Model& check_model(lua_State* L, int idx) { return *lt_check<std::shared_ptr<Model>>(L, idx); }
+
+void push_shape(lua_State* L, const ModelShape& s) {
+  lua_createtable(L, 0, 6);
+  lt_set_number(L, "layers", static_cast<double>(s.layers));
+  lt_set_number(L, "heads", static_cast<double>(s.heads));
+  lt_set_number(L, "kv_heads", static_cast<double>(s.kv_heads));
+  lt_set_number(L, "head_dim", static_cast<double>(s.head_dim));
+  lt_set_number(L, "hidden", static_cast<double>(s.hidden));
+  lt_set_number(L, "intermediate", static_cast<double>(s.intermediate));
+}
+
+void push_target(lua_State* L, const TargetShape& t) {
+  push_shape(L, t.shape);
+  lua_pushboolean(L, t.whole_groups);
+  lua_setfield(L, -2, "whole_groups");
+}
+
+// A Lua list of whole numbers at idx -> vector (what names the option in errors).
+std::vector<int64_t> int_list(lua_State* L, int idx, const std::string& what) {
+  LT_CHECK(lt_is_list(L, idx), "prune: " << what << " must be a list of 0-based numbers");
+  std::vector<int64_t> out;
+  for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
+    lua_rawgeti(L, idx, static_cast<int>(i));
+    LT_CHECK(lua_type(L, -1) == LUA_TNUMBER, "prune: " << what << "[" << i << "] must be a number");
+    double v = lua_tonumber(L, -1);
+    LT_CHECK(v == static_cast<double>(static_cast<int64_t>(v)), "prune: " << what << "[" << i << "] must be whole");
+    out.push_back(static_cast<int64_t>(v));
+    lua_pop(L, 1);
+  }
+  return out;
+}
+
+// Per-layer lists: either one flat list for every layer or a list of L lists (entry k = layer k-1).
+std::vector<std::vector<int64_t>> per_layer(lua_State* L, int idx, int64_t layers, const std::string& what) {
+  LT_CHECK(lt_is_list(L, idx), "prune: " << what << " must be a list (one list for every layer, or a list per layer)");
+  lua_rawgeti(L, idx, 1);
+  bool nested = lua_istable(L, -1);
+  lua_pop(L, 1);
+  if (!nested) return std::vector<std::vector<int64_t>>(layers, int_list(L, idx, what));
+  std::vector<std::vector<int64_t>> out;
+  for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
+    lua_rawgeti(L, idx, static_cast<int>(i));
+    out.push_back(int_list(L, lua_gettop(L), what + "[" + std::to_string(i) + "]"));
+    lua_pop(L, 1);
+  }
+  return out;
+}
+
+TargetSparsity read_sparsity(lua_State* L, int idx) {
+  TargetSparsity t;
+  t.layers = lt_opt_number(L, idx, "layers", 0);
+  t.heads = lt_opt_number(L, idx, "heads", 0);
+  t.hidden = lt_opt_number(L, idx, "hidden", 0);
+  t.intermediate = lt_opt_number(L, idx, "intermediate", 0);
+  t.round_to = static_cast<int64_t>(lt_opt_number(L, idx, "round_to", 1));
+  return t;
+}
+
+// prune.shape(model) -> {layers, heads, kv_heads, head_dim, hidden, intermediate}
+int l_prune_shape(lua_State* L) {
+  push_shape(L, model_shape(check_model(L, 1).config));
+  return 1;
+}
+
+// prune.targets(model, {layers=, heads=, hidden=, intermediate= (sparsities in [0, 1)), round_to=1})
+//   -> the shape after pruning plus whole_groups (docs/pruning.md: rounding and the GQA rule)
+int l_prune_targets(lua_State* L) {
+  Model& m = check_model(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lt_check_options(L, 2, {"layers", "heads", "hidden", "intermediate", "round_to"});
+  push_target(L, prune_targets(m.config, read_sparsity(L, 2)));
+  return 1;
+}
+
+// prune.apply(model, {layers={...}, heads={...} or {{...}, ...}, intermediate=..., hidden={...}})
+//   keeps the listed structures (0-based HF numbers); per-layer kinds take one list for every layer
+//   or one list per layer. Returns the new shape.
+int l_prune_apply(lua_State* L) {
+  Model& m = check_model(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lt_check_options(L, 2, {"layers", "heads", "intermediate", "hidden"});
+  PruneSpec spec;
+  const int64_t layers = m.config.num_layers;
+  lua_getfield(L, 2, "layers");
+  if (!lua_isnil(L, -1)) spec.layers = int_list(L, lua_gettop(L), "layers");
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "hidden");
+  if (!lua_isnil(L, -1)) spec.hidden = int_list(L, lua_gettop(L), "hidden");
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "heads");
+  if (!lua_isnil(L, -1)) spec.heads = per_layer(L, lua_gettop(L), layers, "heads");
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "intermediate");
+  if (!lua_isnil(L, -1)) spec.intermediate = per_layer(L, lua_gettop(L), layers, "intermediate");
+  lua_pop(L, 1);
+  push_shape(L, prune_apply(m, spec));
+  return 1;
+}
+
 // ==== end surgery and targets ================================================================
 
 // ==== sheared ================================================================================
@@ -46,16 +146,7 @@ std::shared_ptr<TrainerHook> sheared_hook(lua_State* L, int idx) {
   return p ? *p : nullptr;
 }
 
-// A shape as {layers=, heads=, kv_heads=, head_dim=, hidden=, intermediate=} (+ whole_groups).
-void push_shape(lua_State* L, const ModelShape& s) {
-  lua_createtable(L, 0, 7);
-  lt_set_number(L, "layers", static_cast<double>(s.layers));
-  lt_set_number(L, "heads", static_cast<double>(s.heads));
-  lt_set_number(L, "kv_heads", static_cast<double>(s.kv_heads));
-  lt_set_number(L, "head_dim", static_cast<double>(s.head_dim));
-  lt_set_number(L, "hidden", static_cast<double>(s.hidden));
-  lt_set_number(L, "intermediate", static_cast<double>(s.intermediate));
-}
+// push_shape and push_target (the surgery section above) give shapes to Lua.
 
 // prune.sheared(model, {layers=0, heads=0, hidden=0, intermediate=0, round_to=1, warmup_steps=0,
 //   mask_lr=1, lambda_lr=1, init_mean=5, init_std=0.01, temperature=2/3, seed=0}) -> ShearedPruner
@@ -91,10 +182,7 @@ int l_prune_sheared(lua_State* L) {
 
 // pruner:target() -> {layers=, heads=, kv_heads=, head_dim=, hidden=, intermediate=, whole_groups=}
 int l_sheared_target(lua_State* L) {
-  const TargetShape& t = lt_check<ShearedPtr>(L, 1)->target();
-  push_shape(L, t.shape);
-  lua_pushboolean(L, t.whole_groups);
-  lua_setfield(L, -2, "whole_groups");
+  push_target(L, lt_check<ShearedPtr>(L, 1)->target());
   return 1;
 }
 
@@ -125,10 +213,9 @@ int l_sheared_masks(lua_State* L) {
 // pruner:finalize() -> the new shape (keys of target()); the model is pruned in place.
 int l_sheared_finalize(lua_State* L) {
   ShearedPruner& p = *lt_check<ShearedPtr>(L, 1);
-  bool whole_groups = p.target().whole_groups;
-  push_shape(L, p.finalize());
-  lua_pushboolean(L, whole_groups);
-  lua_setfield(L, -2, "whole_groups");
+  TargetShape shape = p.target();
+  shape.shape = p.finalize();
+  push_target(L, shape);
   return 1;
 }
 
@@ -150,6 +237,9 @@ const luaL_Reg sheared_methods[] = {{"target", l_sheared_target},
 
 const luaL_Reg prune_funcs[] = {
     // surgery and targets entries
+    {"shape", l_prune_shape},
+    {"targets", l_prune_targets},
+    {"apply", l_prune_apply},
 
     // sheared entries
     {"sheared", l_prune_sheared},

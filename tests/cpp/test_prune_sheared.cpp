@@ -114,7 +114,8 @@ TEST(Sheared, ConstructorErrors) {
   EXPECT_EQ(error_of([&] { ShearedPruner(m, opts(0, 0, 0, 0)); }),
             "prune.sheared: the targets keep every layer, head and channel (target " +
                 shape_string(model_shape(m->config)) + "); nothing to prune");
-  EXPECT_NE(error_of([&] { ShearedPruner(m, opts(1.5, 0, 0, 0)); }), "(no error)");
+  EXPECT_EQ(error_of([&] { ShearedPruner(m, opts(1.5, 0, 0, 0)); }),
+            "prune: target layer sparsity 1.5 outside [0, 1)");
   ShearedOptions o = opts(0.5, 0, 0, 0);
   o.mask_lr = 0;
   EXPECT_EQ(error_of([&] { ShearedPruner(m, o); }), "prune.sheared: mask_lr must be positive, got 0");
@@ -377,11 +378,13 @@ TEST(Sheared, MaskedModelEqualsFinalisedModel) {
     StructureMasks d = p.deterministic_masks();
     ForwardOptions fo;
     fo.masks = &d;
-    at::Tensor masked;
+    at::Tensor masked, plain;
     {
       at::NoGradGuard no_grad;
       masked = m->forward(ids, fo);
+      plain = m->forward(ids);
     }
+    EXPECT_GT((masked - plain).abs().max().item<double>(), 1e-3);  // the masks matter
     ModelShape shape = p.finalize();
     const ModelShape& want = p.target().shape;
     EXPECT_EQ(shape.layers, want.layers);
