@@ -1,9 +1,8 @@
--- Sheared-LLaMA for Llama 3.1: learn which layers, heads, hidden and MLP channels to drop (hard-concrete
--- masks under target-sparsity constraints), cut the model to that shape, then recover quality by
--- distilling from the unpruned model. Writes a smaller Hugging Face model and summary.json.
+-- Sheared-LLaMA for Llama 3.1: learn which layers, heads, hidden and MLP channels to drop, cut the model to that shape, recover by distilling from the unpruned model; writes a smaller HF model and summary.json.
 -- runner llama31_sheared base_model=/models/Llama-3.1-8B-Instruct data=corpus.jsonl [max_steps=200 ...]
--- Phases: the first `prune_fraction` of the steps learn masks (with the weights), the rest continue
--- training the pruned model with distillation from the unpruned teacher (docs/pruning.md).
+-- Masks are hard-concrete gates trained under target-sparsity constraints (Lagrange multipliers). The
+-- first `prune_fraction` of the steps learn masks (with the weights), the rest continue training the
+-- pruned model with distillation from the unpruned teacher (docs/pruning.md).
 local cfg = config {
   base_model = "meta-llama/Llama-3.1-8B-Instruct",  -- a local Hugging Face directory in practice
   data = "data/pruning.jsonl",       -- JSONL (text, chat, instruction formats); see docs/data.md
