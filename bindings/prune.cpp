@@ -53,8 +53,10 @@ std::vector<Batch> importance_calibration(lua_State* L, int idx) {
 
 void importance_push_scores(lua_State* L, const StructureScores& s) {
   lua_createtable(L, 0, 4);
-  for (auto [key, t] : {std::pair<const char*, const at::Tensor*>{"layer", &s.layer}, {"head", &s.head},
-                        {"intermediate", &s.intermediate}, {"hidden", &s.hidden}}) {
+  for (auto [key, t] : {std::pair<const char*, const at::Tensor*>{"layer", &s.layer},
+                        {"head", &s.head},
+                        {"intermediate", &s.intermediate},
+                        {"hidden", &s.hidden}}) {
     if (!t->defined()) continue;
     lt_push<at::Tensor>(L, *t);
     lua_setfield(L, -2, key);
@@ -86,8 +88,10 @@ TargetShape importance_targets(lua_State* L, int idx, const ModelConfig& c, bool
     lt_check_options(L, lua_gettop(L), {"layers", "heads", "kv_heads", "hidden", "intermediate"});
     ModelShape want = model_shape(c);
     int top = lua_gettop(L);
-    for (auto [key, field] : {std::pair<const char*, int64_t*>{"layers", &want.layers}, {"heads", &want.heads},
-                              {"kv_heads", &want.kv_heads}, {"hidden", &want.hidden},
+    for (auto [key, field] : {std::pair<const char*, int64_t*>{"layers", &want.layers},
+                              {"heads", &want.heads},
+                              {"kv_heads", &want.kv_heads},
+                              {"hidden", &want.hidden},
                               {"intermediate", &want.intermediate}}) {
       double v = lt_opt_number(L, top, key, static_cast<double>(*field));
       LT_CHECK(v >= 1 && v == static_cast<double>(static_cast<int64_t>(v)),
@@ -112,8 +116,8 @@ TargetShape importance_targets(lua_State* L, int idx, const ModelConfig& c, bool
 std::string importance_depth_metric(lua_State* L, int idx, const char* key) {
   std::string metric = lt_opt_string(L, idx, key, "block_influence");
   LT_CHECK(metric == "block_influence" || metric == "layer_removal",
-           "prune." << lt_fname(L) << ": " << key << " must be \"block_influence\" or \"layer_removal\", got \""
-                    << metric << "\"");
+           "prune." << lt_fname(L) << ": " << key
+                    << " must be \"block_influence\" or \"layer_removal\", got \"" << metric << "\"");
   return metric;
 }
 
@@ -142,10 +146,14 @@ int l_prune_importance(lua_State* L) {
   LT_CHECK(method == "taylor" || !lt_has_field(L, 3, "variant"),
            "prune.importance: option variant applies to method=\"taylor\" only");
   StructureScores s;
-  if (method == "activation") s = activation_importance(m, calib);
-  else if (method == "taylor") s = taylor_importance(m, calib, variant);
-  else if (method == "block_influence") s.layer = block_influence(m, calib);
-  else if (method == "layer_removal") s.layer = layer_removal_loss(m, calib);
+  if (method == "activation")
+    s = activation_importance(m, calib);
+  else if (method == "taylor")
+    s = taylor_importance(m, calib, variant);
+  else if (method == "block_influence")
+    s.layer = block_influence(m, calib);
+  else if (method == "layer_removal")
+    s.layer = layer_removal_loss(m, calib);
   else
     fail("prune.importance: unknown method \"" + method +
          "\" (expected activation, taylor, block_influence or layer_removal)");
@@ -166,7 +174,8 @@ int l_prune_minitron(lua_State* L) {
   std::string metric = importance_depth_metric(L, 3, "depth_metric");
   TargetShape target = importance_targets(L, 3, m.config, true);
   StructureScores s = activation_importance(m, calib);
-  if (metric == "layer_removal" && target.shape.layers < m.config.num_layers) s.layer = layer_removal_loss(m, calib);
+  if (metric == "layer_removal" && target.shape.layers < m.config.num_layers)
+    s.layer = layer_removal_loss(m, calib);
   return importance_cut(L, m, s, target);
 }
 
@@ -200,11 +209,13 @@ int l_prune_depth(lua_State* L) {
     t.layers = v;
     remove = L0 - prune_targets(m.config, t).shape.layers;
   } else {
-    LT_CHECK(v >= 0 && v == static_cast<double>(static_cast<int64_t>(v)),
-             "prune.depth: layers must be a whole number of layers to remove or a fraction in (0, 1), got " << v);
+    LT_CHECK(
+        v >= 0 && v == static_cast<double>(static_cast<int64_t>(v)),
+        "prune.depth: layers must be a whole number of layers to remove or a fraction in (0, 1), got " << v);
     remove = static_cast<int64_t>(v);
   }
-  LT_CHECK(remove < L0, "prune.depth: cannot remove " << remove << " of " << L0 << " layers; at least one must stay");
+  LT_CHECK(remove < L0,
+           "prune.depth: cannot remove " << remove << " of " << L0 << " layers; at least one must stay");
   StructureScores s;
   s.layer = metric == "layer_removal" ? layer_removal_loss(m, calib) : block_influence(m, calib);
   ModelShape want = model_shape(m.config);
@@ -212,8 +223,10 @@ int l_prune_depth(lua_State* L) {
   PruneSpec spec = prune_select(m.config, s, prune_targets_counts(m.config, want));
   std::vector<int64_t> removed;
   for (int64_t l = 0, k = 0; l < L0; l++) {
-    if (k < static_cast<int64_t>(spec.layers.size()) && spec.layers[k] == l) k++;
-    else removed.push_back(l);
+    if (k < static_cast<int64_t>(spec.layers.size()) && spec.layers[k] == l)
+      k++;
+    else
+      removed.push_back(l);
   }
   if (spec.layers.empty()) removed.clear();  // empty = every layer kept
   ModelShape after = prune_apply(m, spec);

@@ -46,7 +46,8 @@ void check_calibration(const std::vector<Batch>& calibration, const char* fn, bo
     const Batch& b = calibration[i];
     LT_CHECK(b.ids.defined() && b.ids.dim() == 2,
              fn << ": calibration batch " << i + 1 << " needs ids of shape (rows, length)");
-    LT_CHECK(!need_targets || b.targets.defined(), fn << ": calibration batch " << i + 1 << " has no targets");
+    LT_CHECK(!need_targets || b.targets.defined(),
+             fn << ": calibration batch " << i + 1 << " has no targets");
     counted += static_cast<int64_t>(token_weights(b).sum().item<double>());
   }
   LT_CHECK(counted > 0, fn << ": the calibration batches have no target tokens (every target is -100)");
@@ -70,7 +71,8 @@ double summed_loss(const Model& model, const at::Tensor& h, const Batch& b, cons
 // Minitron's aggregation for one hook point: acc += sum over rows of (mean over the row's counted
 // tokens of |x|)^2. x (B, T, X); w (B, T) token weights; inv_n (B) 1 / counted tokens, 0 for rows
 // with none. acc (X) float32.
-void accumulate_sample_l2(at::Tensor& acc, const at::Tensor& x, const at::Tensor& w, const at::Tensor& inv_n) {
+void accumulate_sample_l2(at::Tensor& acc, const at::Tensor& x, const at::Tensor& w,
+                          const at::Tensor& inv_n) {
   at::Tensor mean = (x.to(at::kFloat).abs() * w.unsqueeze(-1)).sum(1) * inv_n.unsqueeze(-1);  // (B, X)
   acc.add_(mean.pow(2).sum(0));
 }
@@ -107,11 +109,21 @@ StructureScores activation_importance(Model& model, const std::vector<Batch>& ca
     ForwardOptions fo = batch_options(b, dev);
     fo.observe = [&](int64_t l, Site site, const at::Tensor& x) {
       switch (site) {
-        case Site::layer_in: layer_in[l] = x; break;
-        case Site::attn_in: accumulate_sample_l2(hidden[2 * l], x, w, inv_n); break;
-        case Site::attn_ctx: accumulate_sample_l2(ctx[l], x, w, inv_n); break;
-        case Site::mlp_in: accumulate_sample_l2(hidden[2 * l + 1], x, w, inv_n); break;
-        case Site::mlp_act: accumulate_sample_l2(act[l], x, w, inv_n); break;
+        case Site::layer_in:
+          layer_in[l] = x;
+          break;
+        case Site::attn_in:
+          accumulate_sample_l2(hidden[2 * l], x, w, inv_n);
+          break;
+        case Site::attn_ctx:
+          accumulate_sample_l2(ctx[l], x, w, inv_n);
+          break;
+        case Site::mlp_in:
+          accumulate_sample_l2(hidden[2 * l + 1], x, w, inv_n);
+          break;
+        case Site::mlp_act:
+          accumulate_sample_l2(act[l], x, w, inv_n);
+          break;
         case Site::layer_out:
           accumulate_influence(influence[l], layer_in[l], x, w);
           layer_in[l] = at::Tensor();
@@ -151,7 +163,9 @@ at::Tensor block_influence(Model& model, const std::vector<Batch>& calibration) 
     ForwardOptions fo = batch_options(b, dev);
     // Only the residual stream is watched; run_layer set to the plain call keeps the sites inside
     // a layer quiet (ForwardOptions::observe).
-    fo.run_layer = [](const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x) { return fn(x); };
+    fo.run_layer = [](const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x) {
+      return fn(x);
+    };
     fo.observe = [&](int64_t l, Site site, const at::Tensor& x) {
       if (site == Site::layer_in) {
         layer_in[l] = x;
@@ -231,7 +245,8 @@ at::Tensor member_scores(const at::Tensor& s, int64_t dim, bool vector) {
 
 }  // namespace
 
-StructureScores taylor_importance(Model& model, const std::vector<Batch>& calibration, const std::string& variant) {
+StructureScores taylor_importance(Model& model, const std::vector<Batch>& calibration,
+                                  const std::string& variant) {
   LT_CHECK(variant == "param_first" || variant == "vector",
            "taylor_importance: unknown variant '" << variant << "' (expected param_first or vector)");
   const bool vector = variant == "vector";
@@ -243,8 +258,9 @@ StructureScores taylor_importance(Model& model, const std::vector<Batch>& calibr
   auto params = model.named_parameters();
   for (auto& [name, t] : params)
     LT_CHECK(t->defined() && t->is_floating_point(),
-             "taylor_importance: weight " << name << " is not a floating-point tensor; Taylor scores need "
-                                          << "gradients of every base weight (merge or drop quantized adapters first)");
+             "taylor_importance: weight "
+                 << name << " is not a floating-point tensor; Taylor scores need "
+                 << "gradients of every base weight (merge or drop quantized adapters first)");
   double counted = 0;
   for (const Batch& b : calibration) counted += token_weights(b).sum().item<double>();
 
@@ -266,15 +282,17 @@ StructureScores taylor_importance(Model& model, const std::vector<Batch>& calibr
       if (keep.numel() == 0) continue;
       at::Tensor h = model.hidden(b.ids, fo);
       h = h.reshape({-1, h.size(-1)}).index_select(0, keep);
-      at::Tensor loss = chunked_cross_entropy(h, model.output_weight(), targets.index_select(0, keep), kLossChunk,
-                                              c.final_logit_softcap);
+      at::Tensor loss = chunked_cross_entropy(h, model.output_weight(), targets.index_select(0, keep),
+                                              kLossChunk, c.final_logit_softcap);
       (loss / counted).backward();
       for (auto& [name, t] : params) {
         at::Tensor& g = t->mutable_grad();
         if (!g.defined()) continue;
         at::Tensor& acc = grad_sum[t->unsafeGetTensorImpl()];
-        if (acc.defined()) acc.add_(g.to(at::kFloat));
-        else acc = g.to(at::kFloat).clone();
+        if (acc.defined())
+          acc.add_(g.to(at::kFloat));
+        else
+          acc = g.to(at::kFloat).clone();
         g = at::Tensor();
       }
     }
@@ -291,7 +309,8 @@ StructureScores taylor_importance(Model& model, const std::vector<Batch>& calibr
   const int64_t group = H / KV;
 
   StructureScores s;
-  at::Tensor hidden = member_scores(saliency(model.embed), 1, vector) + member_scores(saliency(model.norm), 0, vector);
+  at::Tensor hidden =
+      member_scores(saliency(model.embed), 1, vector) + member_scores(saliency(model.norm), 0, vector);
   if (model.lm_head.defined()) hidden += member_scores(saliency(model.lm_head), 1, vector);
   std::vector<at::Tensor> heads, channels;
   for (int64_t l = 0; l < L; l++) {
@@ -299,8 +318,10 @@ StructureScores taylor_importance(Model& model, const std::vector<Batch>& calibr
     // Head h: q rows and o_proj columns of h. A KV group's k/v rows are shared by its `group`
     // query heads: each gets an equal share, so a group's summed score includes them and the
     // ranking inside a group is unchanged.
-    at::Tensor head = member_scores(saliency(w.q.weight), 0, vector) + member_scores(saliency(w.o.weight), 1, vector);
-    at::Tensor kv = member_scores(saliency(w.k.weight), 0, vector) + member_scores(saliency(w.v.weight), 0, vector);
+    at::Tensor head =
+        member_scores(saliency(w.q.weight), 0, vector) + member_scores(saliency(w.o.weight), 1, vector);
+    at::Tensor kv =
+        member_scores(saliency(w.k.weight), 0, vector) + member_scores(saliency(w.v.weight), 0, vector);
     if (w.q.bias.defined()) head += member_scores(saliency(w.q.bias), 0, vector);
     if (w.k.bias.defined()) kv += member_scores(saliency(w.k.bias), 0, vector);
     if (w.v.bias.defined()) kv += member_scores(saliency(w.v.bias), 0, vector);
@@ -308,7 +329,8 @@ StructureScores taylor_importance(Model& model, const std::vector<Batch>& calibr
     heads.push_back(head.view({H, D}).sum(1) + kv_share);
 
     // MLP channel j: gate and up rows j, down column j.
-    at::Tensor ch = member_scores(saliency(w.gate.weight), 0, vector) + member_scores(saliency(w.up.weight), 0, vector) +
+    at::Tensor ch = member_scores(saliency(w.gate.weight), 0, vector) +
+                    member_scores(saliency(w.up.weight), 0, vector) +
                     member_scores(saliency(w.down.weight), 1, vector);
     if (w.gate.bias.defined()) ch += member_scores(saliency(w.gate.bias), 0, vector);
     if (w.up.bias.defined()) ch += member_scores(saliency(w.up.bias), 0, vector);
@@ -317,7 +339,8 @@ StructureScores taylor_importance(Model& model, const std::vector<Batch>& calibr
     // Hidden channel c: every norm entry, q/k/v/gate/up columns, o/down rows (and their biases).
     for (const at::Tensor* n : {&w.input_norm, &w.post_attn_norm, &w.pre_ff_norm, &w.post_ff_norm})
       if (n->defined()) hidden += member_scores(saliency(*n), 0, vector);
-    for (const Linear* in : {&w.q, &w.k, &w.v, &w.gate, &w.up}) hidden += member_scores(saliency(in->weight), 1, vector);
+    for (const Linear* in : {&w.q, &w.k, &w.v, &w.gate, &w.up})
+      hidden += member_scores(saliency(in->weight), 1, vector);
     for (const Linear* out : {&w.o, &w.down}) {
       hidden += member_scores(saliency(out->weight), 0, vector);
       if (out->bias.defined()) hidden += member_scores(saliency(out->bias), 0, vector);

@@ -23,10 +23,12 @@ constexpr int64_t kVocab = 61;
 
 std::shared_ptr<Model> tiny(int64_t layers, const std::string& arch = "llama", uint64_t seed = 1) {
   std::string extra = arch == "gemma2" ? R"(, "head_dim": 8, "sliding_window": 4)" : "";
-  return model_init(model_config_with(arch, R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
+  return model_init(model_config_with(arch,
+                                      R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
       "num_hidden_layers": )" + std::to_string(layers) +
-                                              R"(, "num_attention_heads": 4, "num_key_value_heads": 2)" + extra + "}",
-                                          "test"),
+                                          R"(, "num_attention_heads": 4, "num_key_value_heads": 2)" + extra +
+                                          "}",
+                                      "test"),
                     seed, at::kFloat, at::kCPU);
 }
 
@@ -97,7 +99,9 @@ TEST(ImportanceActivation, EqualsHandComputationOnOneLayer) {
   std::map<Site, std::vector<std::pair<at::Tensor, at::Tensor>>> seen;
   for (const Batch& b : calib) {
     ForwardOptions fo;
-    fo.observe = [&](int64_t, Site site, const at::Tensor& x) { seen[site].push_back({x.detach().clone(), b.targets}); };
+    fo.observe = [&](int64_t, Site site, const at::Tensor& x) {
+      seen[site].push_back({x.detach().clone(), b.targets});
+    };
     at::NoGradGuard no_grad;
     m->hidden(b.ids, fo);
   }
@@ -110,7 +114,8 @@ TEST(ImportanceActivation, EqualsHandComputationOnOneLayer) {
     at::Tensor mlp_in = seen[Site::mlp_in][i].first;
     at::Tensor act = at::silu(at::linear(mlp_in, w.gate.weight)) * at::linear(mlp_in, w.up.weight);
     EXPECT_TRUE(at::allclose(seen[Site::mlp_act][i].first, act, 1e-5, 1e-6));
-    at::Tensor h1 = at::embedding(m->embed, calib[i].ids) + at::linear(seen[Site::attn_ctx][i].first, w.o.weight);
+    at::Tensor h1 =
+        at::embedding(m->embed, calib[i].ids) + at::linear(seen[Site::attn_ctx][i].first, w.o.weight);
     EXPECT_TRUE(at::allclose(mlp_in, rms(h1, w.post_attn_norm, eps), 1e-5, 1e-6));
   }
 
@@ -133,9 +138,9 @@ TEST(ImportanceActivation, ZeroedStructuresScoreLowest) {
   {
     at::NoGradGuard no_grad;
     for (auto& w : m->layers) {
-      w.gate.weight[7].zero_();  // MLP channel 7: act = silu(0) * up = 0
+      w.gate.weight[7].zero_();            // MLP channel 7: act = silu(0) * up = 0
       w.v.weight.narrow(0, 8, 8).zero_();  // KV group 1: heads 2 and 3 read zero values
-      w.input_norm[5].zero_();  // hidden channel 5 is zero in every norm output
+      w.input_norm[5].zero_();             // hidden channel 5 is zero in every norm output
       w.post_attn_norm[5].zero_();
     }
   }
@@ -222,8 +227,8 @@ TEST(ImportanceDepth, LayerRemovalLossEqualsSkippedForward) {
   const Batch& b = calib[0];
   auto mean_ce = [&](const at::Tensor& h) {
     at::Tensor logits = m->logits(m->final_norm(h));
-    return at::cross_entropy_loss(logits.reshape({-1, kVocab}), b.targets.reshape({-1}), {}, at::Reduction::Mean,
-                                  kIgnoreTarget)
+    return at::cross_entropy_loss(logits.reshape({-1, kVocab}), b.targets.reshape({-1}), {},
+                                  at::Reduction::Mean, kIgnoreTarget)
         .item<double>();
   };
   at::NoGradGuard no_grad;
@@ -287,8 +292,11 @@ TEST(ImportanceTaylor, EqualsHandComputedGroupSums) {
     const LayerWeights& x = m->layers[l];
     c4 += sal(q + "input_layernorm.weight", x.input_norm)[4].item<double>() +
           sal(q + "post_attention_layernorm.weight", x.post_attn_norm)[4].item<double>();
-    for (auto [name, lin] : {std::pair<const char*, const Linear*>{"self_attn.q_proj", &x.q}, {"self_attn.k_proj", &x.k},
-                             {"self_attn.v_proj", &x.v}, {"mlp.gate_proj", &x.gate}, {"mlp.up_proj", &x.up}})
+    for (auto [name, lin] : {std::pair<const char*, const Linear*>{"self_attn.q_proj", &x.q},
+                             {"self_attn.k_proj", &x.k},
+                             {"self_attn.v_proj", &x.v},
+                             {"mlp.gate_proj", &x.gate},
+                             {"mlp.up_proj", &x.up}})
       c4 += sal(q + name + ".weight", lin->weight).select(1, 4).sum().item<double>();
     c4 += sal(q + "self_attn.o_proj.weight", x.o.weight)[4].sum().item<double>() +
           sal(q + "mlp.down_proj.weight", x.down.weight)[4].sum().item<double>();
@@ -303,9 +311,10 @@ TEST(ImportanceTaylor, EqualsHandComputedGroupSums) {
   // "vector": |sum of w * g| per row or column, summed over members.
   StructureScores v = taylor_importance(*m, calib, "vector");
   auto signed_sal = [&](const std::string& name, const at::Tensor& t) { return t.detach() * g.at(name); };
-  double ch11v = signed_sal(p + "mlp.gate_proj.weight", w.gate.weight)[11].sum().abs().item<double>() +
-                 signed_sal(p + "mlp.up_proj.weight", w.up.weight)[11].sum().abs().item<double>() +
-                 signed_sal(p + "mlp.down_proj.weight", w.down.weight).select(1, 11).sum().abs().item<double>();
+  double ch11v =
+      signed_sal(p + "mlp.gate_proj.weight", w.gate.weight)[11].sum().abs().item<double>() +
+      signed_sal(p + "mlp.up_proj.weight", w.up.weight)[11].sum().abs().item<double>() +
+      signed_sal(p + "mlp.down_proj.weight", w.down.weight).select(1, 11).sum().abs().item<double>();
   EXPECT_NEAR(v.intermediate[1][11].item<double>(), ch11v, 1e-3 * ch11v + 1e-9);
 }
 
