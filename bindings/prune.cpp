@@ -21,6 +21,106 @@ namespace {
 
 // ==== surgery and targets ====================================================================
 
+Model& check_model(lua_State* L, int idx) { return *lt_check<std::shared_ptr<Model>>(L, idx); }
+
+void push_shape(lua_State* L, const ModelShape& s) {
+  lua_createtable(L, 0, 6);
+  lt_set_number(L, "layers", static_cast<double>(s.layers));
+  lt_set_number(L, "heads", static_cast<double>(s.heads));
+  lt_set_number(L, "kv_heads", static_cast<double>(s.kv_heads));
+  lt_set_number(L, "head_dim", static_cast<double>(s.head_dim));
+  lt_set_number(L, "hidden", static_cast<double>(s.hidden));
+  lt_set_number(L, "intermediate", static_cast<double>(s.intermediate));
+}
+
+void push_target(lua_State* L, const TargetShape& t) {
+  push_shape(L, t.shape);
+  lua_pushboolean(L, t.whole_groups);
+  lua_setfield(L, -2, "whole_groups");
+}
+
+// A Lua list of whole numbers at idx -> vector (what names the option in errors).
+std::vector<int64_t> int_list(lua_State* L, int idx, const std::string& what) {
+  LT_CHECK(lt_is_list(L, idx), "prune: " << what << " must be a list of 0-based numbers");
+  std::vector<int64_t> out;
+  for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
+    lua_rawgeti(L, idx, static_cast<int>(i));
+    LT_CHECK(lua_type(L, -1) == LUA_TNUMBER, "prune: " << what << "[" << i << "] must be a number");
+    double v = lua_tonumber(L, -1);
+    LT_CHECK(v == static_cast<double>(static_cast<int64_t>(v)), "prune: " << what << "[" << i << "] must be whole");
+    out.push_back(static_cast<int64_t>(v));
+    lua_pop(L, 1);
+  }
+  return out;
+}
+
+// Per-layer lists: either one flat list for every layer or a list of L lists (entry k = layer k-1).
+std::vector<std::vector<int64_t>> per_layer(lua_State* L, int idx, int64_t layers, const std::string& what) {
+  LT_CHECK(lt_is_list(L, idx), "prune: " << what << " must be a list (one list for every layer, or a list per layer)");
+  lua_rawgeti(L, idx, 1);
+  bool nested = lua_istable(L, -1);
+  lua_pop(L, 1);
+  if (!nested) return std::vector<std::vector<int64_t>>(layers, int_list(L, idx, what));
+  std::vector<std::vector<int64_t>> out;
+  for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
+    lua_rawgeti(L, idx, static_cast<int>(i));
+    out.push_back(int_list(L, lua_gettop(L), what + "[" + std::to_string(i) + "]"));
+    lua_pop(L, 1);
+  }
+  return out;
+}
+
+TargetSparsity read_sparsity(lua_State* L, int idx) {
+  TargetSparsity t;
+  t.layers = lt_opt_number(L, idx, "layers", 0);
+  t.heads = lt_opt_number(L, idx, "heads", 0);
+  t.hidden = lt_opt_number(L, idx, "hidden", 0);
+  t.intermediate = lt_opt_number(L, idx, "intermediate", 0);
+  t.round_to = static_cast<int64_t>(lt_opt_number(L, idx, "round_to", 1));
+  return t;
+}
+
+// prune.shape(model) -> {layers, heads, kv_heads, head_dim, hidden, intermediate}
+int l_prune_shape(lua_State* L) {
+  push_shape(L, model_shape(check_model(L, 1).config));
+  return 1;
+}
+
+// prune.targets(model, {layers=, heads=, hidden=, intermediate= (sparsities in [0, 1)), round_to=1})
+//   -> the shape after pruning plus whole_groups (docs/pruning.md: rounding and the GQA rule)
+int l_prune_targets(lua_State* L) {
+  Model& m = check_model(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lt_check_options(L, 2, {"layers", "heads", "hidden", "intermediate", "round_to"});
+  push_target(L, prune_targets(m.config, read_sparsity(L, 2)));
+  return 1;
+}
+
+// prune.apply(model, {layers={...}, heads={...} or {{...}, ...}, intermediate=..., hidden={...}})
+//   keeps the listed structures (0-based HF numbers); per-layer kinds take one list for every layer
+//   or one list per layer. Returns the new shape.
+int l_prune_apply(lua_State* L) {
+  Model& m = check_model(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lt_check_options(L, 2, {"layers", "heads", "intermediate", "hidden"});
+  PruneSpec spec;
+  const int64_t layers = m.config.num_layers;
+  lua_getfield(L, 2, "layers");
+  if (!lua_isnil(L, -1)) spec.layers = int_list(L, lua_gettop(L), "layers");
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "hidden");
+  if (!lua_isnil(L, -1)) spec.hidden = int_list(L, lua_gettop(L), "hidden");
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "heads");
+  if (!lua_isnil(L, -1)) spec.heads = per_layer(L, lua_gettop(L), layers, "heads");
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "intermediate");
+  if (!lua_isnil(L, -1)) spec.intermediate = per_layer(L, lua_gettop(L), layers, "intermediate");
+  lua_pop(L, 1);
+  push_shape(L, prune_apply(m, spec));
+  return 1;
+}
+
 // ==== end surgery and targets ================================================================
 
 // ==== sheared ================================================================================
@@ -29,11 +129,8 @@ namespace {
 
 // ==== importance =============================================================================
 // prune.importance scores structures; prune.minitron, prune.taylor and prune.depth score, select
-// (prune_select) and cut (prune_apply) in one call. Calibration: a Lua list of Batch.
-
-Model& importance_model(lua_State* L, int idx) {
-  return *lt_check<std::shared_ptr<Model>>(L, idx);
-}
+// (prune_select) and cut (prune_apply) in one call. Calibration: a Lua list of Batch. Uses
+// check_model, push_shape and read_sparsity from the surgery section.
 
 std::vector<Batch> importance_calibration(lua_State* L, int idx) {
   std::string what = std::string("prune.") + lt_fname(L) + ": calibration";
@@ -63,16 +160,6 @@ void importance_push_scores(lua_State* L, const StructureScores& s) {
   }
 }
 
-void importance_push_shape(lua_State* L, const ModelShape& s) {
-  lua_createtable(L, 0, 6);
-  lt_set_number(L, "layers", static_cast<double>(s.layers));
-  lt_set_number(L, "heads", static_cast<double>(s.heads));
-  lt_set_number(L, "kv_heads", static_cast<double>(s.kv_heads));
-  lt_set_number(L, "head_dim", static_cast<double>(s.head_dim));
-  lt_set_number(L, "hidden", static_cast<double>(s.hidden));
-  lt_set_number(L, "intermediate", static_cast<double>(s.intermediate));
-}
-
 // The width and depth targets of prune.minitron / prune.taylor: shape={layers=, heads=, kv_heads=,
 // hidden=, intermediate=} (kept counts, missing = unchanged) or sparsities layers=, heads=,
 // hidden=, intermediate= in [0, 1) with round_to; not both.
@@ -98,19 +185,13 @@ TargetShape importance_targets(lua_State* L, int idx, const ModelConfig& c, bool
                "prune." << lt_fname(L) << ": shape." << key << " must be a positive whole number, got " << v);
       *field = static_cast<int64_t>(v);
     }
+    // Only kv_heads given: whole groups go, each keeping its query heads.
+    if (!lt_has_field(L, top, "heads") && c.num_kv_heads > 0)
+      want.heads = want.kv_heads * (c.num_heads / c.num_kv_heads);
     lua_pop(L, 1);
     return prune_targets_counts(c, want);
   }
-  TargetSparsity t;
-  t.layers = lt_opt_number(L, idx, "layers", 0);
-  t.heads = lt_opt_number(L, idx, "heads", 0);
-  t.hidden = lt_opt_number(L, idx, "hidden", 0);
-  t.intermediate = lt_opt_number(L, idx, "intermediate", 0);
-  double round_to = lt_opt_number(L, idx, "round_to", 1);
-  LT_CHECK(round_to >= 1 && round_to == static_cast<double>(static_cast<int64_t>(round_to)),
-           "prune." << lt_fname(L) << ": round_to must be a positive whole number, got " << round_to);
-  t.round_to = static_cast<int64_t>(round_to);
-  return prune_targets(c, t);
+  return prune_targets(c, read_sparsity(L, idx));
 }
 
 std::string importance_depth_metric(lua_State* L, int idx, const char* key) {
@@ -127,9 +208,9 @@ int importance_cut(lua_State* L, Model& m, const StructureScores& scores, const 
   PruneSpec spec = prune_select(m.config, scores, target);
   ModelShape after = prune_apply(m, spec);
   lua_createtable(L, 0, 2);
-  importance_push_shape(L, before);
+  push_shape(L, before);
   lua_setfield(L, -2, "before");
-  importance_push_shape(L, after);
+  push_shape(L, after);
   lua_setfield(L, -2, "after");
   return 1;
 }
@@ -138,7 +219,7 @@ int importance_cut(lua_State* L, Model& m, const StructureScores& scores, const 
 //   "layer_removal", variant="param_first"|"vector"}) -> {layer=, head=, intermediate=, hidden=}
 // (the scores the method gives; higher = more important)
 int l_prune_importance(lua_State* L) {
-  Model& m = importance_model(L, 1);
+  Model& m = check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
   lt_check_options(L, 3, {"method", "variant"});
   std::string method = lt_opt_string(L, 3, "method", "activation");
@@ -167,7 +248,7 @@ int l_prune_importance(lua_State* L) {
 // Width by activation importance, depth by block influence (or layer-removal loss), all scored on
 // the unpruned model, cut together.
 int l_prune_minitron(lua_State* L) {
-  Model& m = importance_model(L, 1);
+  Model& m = check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
   lt_check_options(L, 3, {"shape", "layers", "heads", "hidden", "intermediate", "round_to", "depth_metric"});
@@ -182,7 +263,7 @@ int l_prune_minitron(lua_State* L) {
 // prune.taylor(model, calibration, {heads=0.2, intermediate=0.2, hidden=0, layers=0, round_to=1,
 //   variant="param_first"|"vector"}) -> {before=shape, after=shape}: LLM-Pruner's Taylor scores.
 int l_prune_taylor(lua_State* L) {
-  Model& m = importance_model(L, 1);
+  Model& m = check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
   lt_check_options(L, 3, {"layers", "heads", "hidden", "intermediate", "round_to", "variant"});
@@ -194,7 +275,7 @@ int l_prune_taylor(lua_State* L) {
 // prune.depth(model, calibration, {layers=N (layers to remove) or a fraction in (0, 1),
 //   metric="block_influence"|"layer_removal"}) -> {removed={layer numbers}, scores=Tensor, after=shape}
 int l_prune_depth(lua_State* L) {
-  Model& m = importance_model(L, 1);
+  Model& m = check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
   lt_check_options(L, 3, {"layers", "metric"});
@@ -239,7 +320,7 @@ int l_prune_depth(lua_State* L) {
   lua_setfield(L, -2, "removed");
   lt_push<at::Tensor>(L, s.layer);
   lua_setfield(L, -2, "scores");
-  importance_push_shape(L, after);
+  push_shape(L, after);
   lua_setfield(L, -2, "after");
   return 1;
 }
@@ -252,6 +333,9 @@ int l_prune_depth(lua_State* L) {
 
 const luaL_Reg prune_funcs[] = {
     // surgery and targets entries
+    {"shape", l_prune_shape},
+    {"targets", l_prune_targets},
+    {"apply", l_prune_apply},
 
     // sheared entries
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "host/core/error.h"
@@ -69,10 +70,11 @@ bool metrics_is_rank0() {
 }
 
 std::unique_ptr<Metrics> metrics_open(const MetricsOptions& o) {
-  if (!o.wandb.empty())
-    fail_usage(
-        "metrics.open: wandb = '" + o.wandb + "' is not supported yet (W&B logging arrives in a later issue)",
-        "leave wandb empty and use jsonl = 'out/metrics.jsonl' for now");
+  // Recipes name a W&B project by default; until the W&B sink exists (issue 6) that is a warning,
+  // not a failure, so the default run works and says where its metrics go instead.
+  if (!o.wandb.empty() && metrics_is_rank0())
+    std::fprintf(stderr, "warning: metrics.open: wandb = '%s' is not supported yet (W&B logging arrives in a later "
+                         "issue); logging to the console and JSONL only\n", o.wandb.c_str());
   LT_CHECK(o.console_options.every >= 1,
            "metrics.open: every must be 1 or more, got " << o.console_options.every);
   LT_CHECK(o.console_options.total_steps >= 0,

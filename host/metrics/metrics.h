@@ -126,7 +126,7 @@ struct MetricsOptions {
   bool console = true;
   ConsoleOptions console_options;
   JsonlOptions jsonl;  // no JSONL sink when path is empty
-  std::string wandb;   // W&B project; not supported yet: a non-empty value fails
+  std::string wandb;   // W&B project; not supported yet: a non-empty value prints a warning
 };
 
 // Sinks open on rank 0 only (RANK or SLURM_PROCID unset or 0); other ranks get an empty fan-out,

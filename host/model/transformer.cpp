@@ -95,13 +95,15 @@ at::Tensor Model::embed_input(const at::Tensor& ids_in, const ForwardOptions& op
              "model:forward: token id " << (lo < 0 ? lo : hi) << " outside the vocabulary [0, " << c.vocab_size << ")");
   }
   at::Tensor h = at::embedding(embed, ids);  // (B, T, C)
+  const at::Tensor& hz = mask_of(opt, &StructureMasks::hidden);
   if (c.gemma_norms) {
-    // HF rounds the normalizer to the model dtype before multiplying.
+    // HF rounds the normalizer to the model dtype before multiplying. Under a hidden mask it is
+    // sqrt(live channels), what the model with those channels removed will use.
     at::Tensor normalizer = at::scalar_tensor(std::sqrt(static_cast<double>(c.hidden_size)),
                                               h.options().requires_grad(false));
+    if (hz.defined()) normalizer = hz.detach().ne(0).sum().to(at::kDouble).sqrt().to(h.scalar_type());
     h = h * normalizer;
   }
-  const at::Tensor& hz = mask_of(opt, &StructureMasks::hidden);
   if (hz.defined() && !c.tie_word_embeddings) h = h * hz.to(h.scalar_type());
   return h;
 }

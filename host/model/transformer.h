@@ -61,7 +61,8 @@ struct KVCache {
 //   intermediate (L, I): multiplies up_proj's output (MLP channel j);
 //   hidden (C): multiplies the embedding output (untied models only: a tied lm_head would see it
 //     twice), every branch output and every RMSNorm output; RMSNorm statistics then cover only the
-//     channels where hidden != 0, so the masked model equals the model with those channels removed.
+//     channels where hidden != 0 (and Gemma 2's embedding scale is sqrt of their number), so the
+//     masked model equals the model with those channels removed.
 // Masks may require grad; they are captured by value, so recomputed layers see the same tensors.
 struct StructureMasks {
   at::Tensor layer, head, intermediate, hidden;

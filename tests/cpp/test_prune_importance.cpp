@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -367,4 +368,53 @@ TEST(ImportanceTaylor, LeavesWeightsFlagsAndGradientsAlone) {
   EXPECT_GT(s.head[1].min().item<float>(), 0.0f);
   EXPECT_EQ(error_of([&] { taylor_importance(*m, {random_batch(1, 4, 1)}, "param_mix"); }),
             "taylor_importance: unknown variant 'param_mix' (expected param_first or vector)");
+}
+
+// ============================================================================================
+// Selection: the scores drive prune_select as the header promises
+
+TEST(ImportanceSelect, IdentityLayerIsTheOneRemoved) {
+  auto m = tiny(3);
+  make_identity(*m, 1);
+  std::vector<Batch> calib = {random_batch(2, 8, 14)};
+  ModelShape want = model_shape(m->config);
+  want.layers = 2;
+  TargetShape target = prune_targets_counts(m->config, want);
+  // (Block influence only: on random weights, skipping another layer may lower the loss, so the
+  // layer-removal score of the identity layer, 0, need not be the lowest.)
+  StructureScores s;
+  s.layer = block_influence(*m, calib);
+  PruneSpec spec = prune_select(m->config, s, target);
+  EXPECT_EQ(spec.layers, (std::vector<int64_t>{0, 2}));
+  // After the cut, the model computes what the full model did (the layer was the identity).
+  at::Tensor ids = calib[0].ids;
+  at::Tensor full;
+  {
+    at::NoGradGuard no_grad;
+    full = m->forward(ids);
+  }
+  prune_apply(*m, spec);
+  at::NoGradGuard no_grad;
+  EXPECT_EQ(m->config.num_layers, 2);
+  EXPECT_TRUE(at::allclose(m->forward(ids), full, 1e-5, 1e-6));
+}
+
+TEST(ImportanceSelect, ZeroedMlpChannelIsPrunedFirst) {
+  auto m = tiny(2);
+  {
+    at::NoGradGuard no_grad;
+    for (auto& w : m->layers) w.gate.weight[7].zero_();
+  }
+  std::vector<Batch> calib = {random_batch(2, 8, 15)};
+  TargetSparsity t;
+  t.intermediate = 1.0 / 40;  // one channel goes
+  TargetShape target = prune_targets(m->config, t);
+  ASSERT_EQ(target.shape.intermediate, 39);
+  for (const StructureScores& s : {activation_importance(*m, calib), taylor_importance(*m, calib)}) {
+    PruneSpec spec = prune_select(m->config, s, target);
+    for (const auto& kept : spec.intermediate) {
+      ASSERT_EQ(kept.size(), 39u);
+      EXPECT_TRUE(std::find(kept.begin(), kept.end(), 7) == kept.end());
+    }
+  }
 }
