@@ -1,17 +1,114 @@
 // Lua module `distill`: a frozen teacher's logits (and optionally hidden states) as a training
-// signal for a student, as a trainer hook (host/distill/distill.h).
+// signal for a student, as a trainer hook (host/distill/distill.h), and the per-row divergences.
+#include <ATen/ATen.h>
+
 #include "bindings/hook_class.h"
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
+#include "bindings/tensor_class.h"
+#include "host/core/error.h"
 #include "host/distill/distill.h"
 
 namespace luatune {
+
+using DistillerPtr = std::shared_ptr<Distiller>;
+
+template <>
+struct LuaClass<DistillerPtr> {
+  static constexpr const char* name = "Distiller";
+};
+
 namespace {
-const luaL_Reg distill_funcs[] = {{nullptr, nullptr}};
+
+std::string describe_distiller(const DistillerPtr& d) {
+  const DistillOptions& o = d->options();
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "Distiller(%s, temperature %g, alpha %g, %zu hidden pairs)", o.loss.c_str(),
+                o.temperature, o.alpha, o.hidden_layers.size());
+  return buf;
+}
+
+std::shared_ptr<TrainerHook> distiller_hook(lua_State* L, int idx) {
+  DistillerPtr* d = lt_test<DistillerPtr>(L, idx);
+  return d ? *d : nullptr;
+}
+
+// The loss options shared by distill.new and distill.divergence, from the table at idx.
+void read_loss_options(lua_State* L, int idx, DistillOptions& o) {
+  o.loss = lt_opt_string(L, idx, "loss", o.loss);
+  o.temperature = lt_opt_number(L, idx, "temperature", o.temperature);
+  o.beta = lt_opt_number(L, idx, "beta", o.beta);
+}
+
+// distill.new(teacher, student, {loss="forward_kl", temperature=1, alpha=0.5, beta=0.5, chunk=1024,
+//   hidden_layers={{s, t}, ...} (0-based), hidden_loss="cosine", hidden_weight=1, seed=0})
+int l_distill_new(lua_State* L) {
+  auto teacher = lt_check<std::shared_ptr<Model>>(L, 1);
+  auto student = lt_check<std::shared_ptr<Model>>(L, 2);
+  DistillOptions o;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lt_check_options(L, 3, {"loss", "temperature", "alpha", "beta", "chunk", "hidden_layers", "hidden_loss",
+                            "hidden_weight", "seed"});
+    read_loss_options(L, 3, o);
+    o.alpha = lt_opt_number(L, 3, "alpha", o.alpha);
+    o.chunk = static_cast<int64_t>(lt_opt_number(L, 3, "chunk", static_cast<double>(o.chunk)));
+    o.hidden_loss = lt_opt_string(L, 3, "hidden_loss", o.hidden_loss);
+    o.hidden_weight = lt_opt_number(L, 3, "hidden_weight", o.hidden_weight);
+    o.seed = static_cast<uint64_t>(lt_opt_number(L, 3, "seed", 0));
+    lua_getfield(L, 3, "hidden_layers");
+    if (!lua_isnil(L, -1)) {
+      const int list = lua_gettop(L);
+      LT_CHECK(lt_is_list(L, list), "distill.new: hidden_layers must be a list of {student_layer, teacher_layer}");
+      for (size_t i = 1; i <= lua_objlen(L, list); i++) {
+        lua_rawgeti(L, list, static_cast<int>(i));
+        LT_CHECK(lua_istable(L, -1) && lua_objlen(L, -1) == 2,
+                 "distill.new: hidden_layers[" << i << "] must be a pair {student_layer, teacher_layer}");
+        lua_rawgeti(L, -1, 1);
+        lua_rawgeti(L, -2, 2);
+        const int top = lua_gettop(L);
+        o.hidden_layers.emplace_back(lt_check_int(L, top - 1), lt_check_int(L, top));
+        lua_pop(L, 3);
+      }
+    }
+    lua_pop(L, 1);
+  }
+  lt_push<DistillerPtr>(L, std::make_shared<Distiller>(teacher, student, o));
+  return 1;
+}
+
+// distill.divergence(student_logits, teacher_logits [, {loss=, temperature=, beta=}]) -> Tensor (...)
+// per row (no T^2 factor; see docs/distill.md)
+int l_distill_divergence(lua_State* L) {
+  const at::Tensor& s = lt_check<at::Tensor>(L, 1);
+  const at::Tensor& t = lt_check<at::Tensor>(L, 2);
+  DistillOptions o;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lt_check_options(L, 3, {"loss", "temperature", "beta"});
+    read_loss_options(L, 3, o);
+  }
+  lt_push<at::Tensor>(L, distill_divergence(s, t, o));
+  return 1;
+}
+
+// kd:teacher() -> the teacher Model
+int l_distill_teacher(lua_State* L) {
+  lt_push<std::shared_ptr<Model>>(L, lt_check<DistillerPtr>(L, 1)->teacher());
+  return 1;
+}
+
+const luaL_Reg distiller_methods[] = {{"teacher", l_distill_teacher}, {nullptr, nullptr}};
+const luaL_Reg distill_funcs[] = {{"new", l_distill_new}, {"divergence", l_distill_divergence}, {nullptr, nullptr}};
+
 }  // namespace
 }  // namespace luatune
 
 extern "C" int luaopen_distill(lua_State* L) {
-  luatune::lt_new_module(L, luatune::distill_funcs);
+  using namespace luatune;
+  lt_register_class<DistillerPtr, describe_distiller>(L, distiller_methods);
+  lua_pop(L, 1);
+  lt_register_hook_getter(distiller_hook);
+  lt_new_module(L, distill_funcs);
   return 1;
 }

@@ -3,10 +3,13 @@
 // progress line before printing and redraws it after, so recipe output never garbles it.
 #include "host/metrics/metrics.h"
 
+#include <chrono>
+#include <filesystem>
 #include <memory>
 
 #include "bindings/lua_util.h"
 #include "host/core/error.h"
+#include "host/core/files.h"
 
 namespace luatune {
 
@@ -138,7 +141,30 @@ const luaL_Reg metrics_methods[] = {{"write", l_metrics_write},
                                     {"close", l_metrics_close},
                                     {nullptr, nullptr}};
 
-const luaL_Reg metrics_funcs[] = {{"open", l_metrics_open}, {"print", l_metrics_print}, {nullptr, nullptr}};
+// metrics.write_json(path, value): a Lua table (or scalar) as JSON, written to a temporary name and
+// renamed into place (directories created), so a crash never leaves half a results file.
+int l_metrics_write_json(lua_State* L) {
+  std::string path = luaL_checkstring(L, 1);
+  luaL_checkany(L, 2);
+  ConfigValue v = lt_to_config(L, 2, "metrics.write_json: value");
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  file_write_atomic(path, config_to_json(v) + "\n");
+  return 0;
+}
+
+// metrics.clock() -> seconds on a monotonic clock (fractions included), for timing recipe phases.
+int l_metrics_clock(lua_State* L) {
+  lua_pushnumber(L, std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+  return 1;
+}
+
+const luaL_Reg metrics_funcs[] = {{"open", l_metrics_open},
+                                  {"clock", l_metrics_clock},
+                                  {"print", l_metrics_print},
+                                  {"write_json", l_metrics_write_json},
+                                  {nullptr, nullptr}};
 
 }  // namespace
 

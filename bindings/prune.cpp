@@ -125,6 +125,106 @@ int l_prune_apply(lua_State* L) {
 
 // ==== sheared ================================================================================
 
+using ShearedPtr = std::shared_ptr<ShearedPruner>;
+
+}  // namespace
+
+template <>
+struct LuaClass<ShearedPtr> {
+  static constexpr const char* name = "ShearedPruner";
+};
+
+namespace {
+
+std::string describe_sheared(const ShearedPtr& p) {
+  return "ShearedPruner(target " + shape_string(p->target().shape) + ", step " + std::to_string(p->steps()) +
+         ")";
+}
+
+std::shared_ptr<TrainerHook> sheared_hook(lua_State* L, int idx) {
+  ShearedPtr* p = lt_test<ShearedPtr>(L, idx);
+  return p ? *p : nullptr;
+}
+
+// push_shape and push_target (the surgery section above) give shapes to Lua.
+
+// prune.sheared(model, {layers=0, heads=0, hidden=0, intermediate=0, round_to=1, warmup_steps=0,
+//   mask_lr=1, lambda_lr=1, init_mean=5, init_std=0.01, temperature=2/3, seed=0}) -> ShearedPruner
+int l_prune_sheared(lua_State* L) {
+  auto& model = lt_check<std::shared_ptr<Model>>(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lt_check_options(L, 2,
+                   {"layers", "heads", "hidden", "intermediate", "round_to", "warmup_steps", "mask_lr",
+                    "lambda_lr", "init_mean", "init_std", "temperature", "seed"});
+  ShearedOptions o;
+  o.target.layers = lt_opt_number(L, 2, "layers", 0);
+  o.target.heads = lt_opt_number(L, 2, "heads", 0);
+  o.target.hidden = lt_opt_number(L, 2, "hidden", 0);
+  o.target.intermediate = lt_opt_number(L, 2, "intermediate", 0);
+  auto whole = [&](const char* key, double def) {
+    double v = lt_opt_number(L, 2, key, def);
+    LT_CHECK(v >= 0 && v == static_cast<double>(static_cast<int64_t>(v)),
+             "prune.sheared: " << key << " must be a whole number >= 0, got " << v);
+    return static_cast<int64_t>(v);
+  };
+  o.target.round_to = whole("round_to", 1);
+  LT_CHECK(o.target.round_to >= 1, "prune.sheared: round_to must be at least 1");
+  o.warmup_steps = whole("warmup_steps", 0);
+  o.seed = static_cast<uint64_t>(whole("seed", 0));
+  o.mask_lr = lt_opt_number(L, 2, "mask_lr", o.mask_lr);
+  o.lambda_lr = lt_opt_number(L, 2, "lambda_lr", o.lambda_lr);
+  o.init_mean = lt_opt_number(L, 2, "init_mean", o.init_mean);
+  o.init_std = lt_opt_number(L, 2, "init_std", o.init_std);
+  o.temperature = lt_opt_number(L, 2, "temperature", o.temperature);
+  lt_push<ShearedPtr>(L, std::make_shared<ShearedPruner>(model, o));
+  return 1;
+}
+
+// pruner:target() -> {layers=, heads=, kv_heads=, head_dim=, hidden=, intermediate=, whole_groups=}
+int l_sheared_target(lua_State* L) {
+  push_target(L, lt_check<ShearedPtr>(L, 1)->target());
+  return 1;
+}
+
+// pruner:expected_sparsity() -> {layers=, heads=, hidden=, intermediate=} (0 for kinds without a mask)
+int l_sheared_expected_sparsity(lua_State* L) {
+  ShearedPruner& p = *lt_check<ShearedPtr>(L, 1);
+  lua_createtable(L, 0, 4);
+  for (const char* kind : {"layers", "heads", "hidden", "intermediate"})
+    lt_set_number(L, kind, p.expected_sparsity(kind));
+  return 1;
+}
+
+// pruner:masks() -> {layers=Tensor(L), heads=Tensor(L, H), intermediate=Tensor(L, I), hidden=Tensor(C)}:
+// the deterministic masks of the kinds that have one.
+int l_sheared_masks(lua_State* L) {
+  StructureMasks m = lt_check<ShearedPtr>(L, 1)->deterministic_masks();
+  lua_createtable(L, 0, 4);
+  const std::pair<const char*, at::Tensor*> fields[] = {
+      {"layers", &m.layer}, {"heads", &m.head}, {"intermediate", &m.intermediate}, {"hidden", &m.hidden}};
+  for (const auto& [key, t] : fields) {
+    if (!t->defined()) continue;
+    lt_push<at::Tensor>(L, *t);
+    lua_setfield(L, -2, key);
+  }
+  return 1;
+}
+
+// pruner:finalize() -> the new shape (keys of target()); the model is pruned in place.
+int l_sheared_finalize(lua_State* L) {
+  ShearedPruner& p = *lt_check<ShearedPtr>(L, 1);
+  TargetShape shape = p.target();
+  shape.shape = p.finalize();
+  push_target(L, shape);
+  return 1;
+}
+
+const luaL_Reg sheared_methods[] = {{"target", l_sheared_target},
+                                    {"expected_sparsity", l_sheared_expected_sparsity},
+                                    {"masks", l_sheared_masks},
+                                    {"finalize", l_sheared_finalize},
+                                    {nullptr, nullptr}};
+
 // ==== end sheared ============================================================================
 
 // ==== importance =============================================================================
@@ -338,6 +438,7 @@ const luaL_Reg prune_funcs[] = {
     {"apply", l_prune_apply},
 
     // sheared entries
+    {"sheared", l_prune_sheared},
 
     // importance entries
     {"importance", l_prune_importance},
@@ -356,6 +457,9 @@ const luaL_Reg prune_funcs[] = {
 extern "C" int luaopen_prune(lua_State* L) {
   using namespace luatune;
   // sheared: class registration
+  lt_register_class<ShearedPtr, describe_sheared>(L, sheared_methods);
+  lua_pop(L, 1);
+  lt_register_hook_getter(sheared_hook);
 
   lt_new_module(L, prune_funcs);
   return 1;

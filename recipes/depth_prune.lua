@@ -62,13 +62,10 @@ if cfg.steps > 0 then
 end
 
 model:save(cfg.output_dir .. "/model", { tokenizer = tok })
-local f = assert(io.open(cfg.output_dir .. "/summary.json", "w"))
-f:write(("{\"metric\": \"%s\", \"layers_before\": %d, \"layers_after\": %d, \"removed\": [%s], \"scores\": [%s],\n")
-  :format(cfg.metric, cut.after.layers + #cut.removed, cut.after.layers, table.concat(cut.removed, ", "),
-          table.concat(cut.scores:tolist(), ", ")))
-f:write((" \"params_before\": %d, \"params_after\": %d, \"perplexity_before\": %.6f, \"perplexity_pruned\": %.6f,")
-  :format(before.params, pruned.params, before.perplexity, pruned.perplexity))
-f:write((" \"recovery_steps\": %d, \"perplexity_recovered\": %s}\n")
-  :format(cfg.steps, recovered and ("%.6f"):format(recovered) or "null"))
-f:close()
+metrics.write_json(cfg.output_dir .. "/summary.json", {
+  metric = cfg.metric, layers_before = cut.after.layers + #cut.removed, layers_after = cut.after.layers,
+  removed = cut.removed, scores = cut.scores:tolist(), params_before = before.params, params_after = pruned.params,
+  perplexity_before = before.perplexity, perplexity_pruned = pruned.perplexity, recovery_steps = cfg.steps,
+  perplexity_recovered = recovered,  -- absent without recovery
+})
 print("model (Hugging Face format): " .. cfg.output_dir .. "/model; summary: " .. cfg.output_dir .. "/summary.json")

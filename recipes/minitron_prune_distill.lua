@@ -76,15 +76,9 @@ if d.steps > 0 then
 end
 
 student:save(cfg.output_dir .. "/model", { tokenizer = tok })
-local function shape_json(s)
-  return ("{\"layers\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"hidden\": %d, \"intermediate\": %d}")
-      :format(s.layers, s.heads, s.kv_heads, s.head_dim, s.hidden, s.intermediate)
-end
-local f = assert(io.open(cfg.output_dir .. "/summary.json", "w"))
-f:write(("{\"before\": %s, \"after\": %s,\n"):format(shape_json(cut.before), shape_json(cut.after)))
-f:write((" \"params_before\": %d, \"params_after\": %d, \"perplexity_before\": %.6f, \"perplexity_pruned\": %.6f,")
-  :format(params.base, params.pruned, ppl.base, ppl.pruned))
-f:write((" \"distill_steps\": %d, \"perplexity_distilled\": %s}\n")
-  :format(d.steps, ppl.distilled and ("%.6f"):format(ppl.distilled) or "null"))
-f:close()
+metrics.write_json(cfg.output_dir .. "/summary.json", {
+  before = cut.before, after = cut.after, params_before = params.base, params_after = params.pruned,
+  perplexity_before = ppl.base, perplexity_pruned = ppl.pruned, distill_steps = d.steps,
+  perplexity_distilled = ppl.distilled,  -- absent without distillation
+})
 print("model (Hugging Face format): " .. cfg.output_dir .. "/model; summary: " .. cfg.output_dir .. "/summary.json")

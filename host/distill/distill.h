@@ -25,38 +25,50 @@ struct DistillOptions {
   double beta = 0.5;                // jsd: M = beta * p_t + (1 - beta) * p_s, beta KL(t||M) + (1-beta) KL(s||M)
   int64_t chunk = 1024;             // rows of logits (both models) materialised at once
   // Hidden-state loss between student layer outputs and teacher layer outputs (0-based layer
-  // numbers, pairs (student, teacher)); a Linear(C_s -> C_t) projection, identity-initialised
-  // when widths match and trained with the model's learning rate, maps the student's.
+  // numbers, pairs (student, teacher)). Per pair a float32 Linear(C_s -> C_t) without bias maps
+  // the student's; identity-initialised when widths match, else uniform(+-1/sqrt(C_s)) from `seed`
+  // (nn.Linear's default range); trained with the trainer's learning rate and clipped with it.
   std::vector<std::pair<int64_t, int64_t>> hidden_layers;
   std::string hidden_loss = "cosine";  // "cosine" (1 - cos per token) or "mse" (mean over channels)
   double hidden_weight = 1.0;
   uint64_t seed = 0;  // projection initialisation when widths differ
 };
 
-// Per-row divergence of the student from the teacher, (N, V) logits each -> (N) float32 (the
-// reference the chunked path is tested against).
+// Per-row divergence of the student from the teacher: logits (..., V) each (any float dtype, the
+// teacher's moved to the student's device) -> (...) float32. Both sides are divided by the
+// temperature; there is no T^2 factor here (distill_logit_loss applies it). forward_kl is the true
+// KL(p_t || p_s) = sum p_t (log p_t - log p_s), not the cross-entropy form. jsd follows TRL's
+// generalized_jsd_loss: beta 0 is exactly forward_kl, beta 1 exactly reverse_kl, in between
+// beta KL(p_t || M) + (1 - beta) KL(p_s || M) with M = beta p_t + (1 - beta) p_s. Differentiable
+// through ordinary autograd (the reference the chunked path is tested against).
 at::Tensor distill_divergence(const at::Tensor& student_logits, const at::Tensor& teacher_logits,
                               const DistillOptions& o);
 
-// Sum over rows of distill_divergence(logits(student_hidden), logits(teacher_hidden)) * T^2, with
-// logits = softcap(hidden @ weight^T) per side; only `o.chunk` rows of logits exist at a time in
-// forward and backward. Differentiable in student_hidden and student_weight. teacher_* may live on
-// another device or dtype: each chunk is moved to the student's device in float32.
+// T^2 * sum over rows of distill_divergence(logits(student_hidden), logits(teacher_hidden)), with
+// logits = softcap(hidden @ weight^T) per side (softcap 0 = off), as a float32 scalar. Hidden
+// (N, C_s) and (N, C_t), weights (V, C_s) and (V, C_t). Only `o.chunk` rows of logits exist at a
+// time: forward keeps nothing of them, backward recomputes both sides chunk by chunk and forms the
+// gradient in closed form. Differentiable in student_hidden and student_weight. teacher_* may live
+// on another device or dtype: each chunk of teacher logits moves to the student's device in float32.
 at::Tensor distill_logit_loss(const at::Tensor& student_hidden, const at::Tensor& student_weight,
                               double student_softcap, const at::Tensor& teacher_hidden,
                               const at::Tensor& teacher_weight, double teacher_softcap, const DistillOptions& o);
 
 class Distiller : public TrainerHook {
  public:
-  // Freezes the teacher (requires_grad off). Fails naming the problem when vocabularies differ,
-  // a hidden layer number is out of range, or an option is invalid.
-  Distiller(std::shared_ptr<Model> teacher, const Model& student, DistillOptions options);
+  // Freezes the teacher (requires_grad off, adapters included). Holds the student for its LM head
+  // and sizes; it must be the model of the Trainer this hook is given to. Fails naming the problem
+  // when vocabularies differ, a hidden layer number is out of range, an option is invalid, or the
+  // teacher and the student are one model object.
+  Distiller(std::shared_ptr<Model> teacher, std::shared_ptr<Model> student, DistillOptions options);
   const DistillOptions& options() const { return options_; }
   std::shared_ptr<Model> teacher() const { return teacher_; }
 
   // TrainerHook: training micro-batches get (1 - alpha) * ce_sum + alpha * KD sum + hidden term;
-  // evaluation keeps the LM loss and reports kd_loss beside it. stats: lm_loss, kd_loss,
-  // hidden_loss (means per target token since begin()).
+  // evaluation keeps the LM loss and reports kd_loss beside it. stats: lm_loss, kd_loss (with
+  // T^2), hidden_loss (unweighted, summed over pairs; only with hidden_layers), each a mean per
+  // target token since begin(). alpha 0 without hidden_layers leaves the LM step untouched
+  // (the KD term is computed without autograd, for the statistics only).
   std::vector<ParamGroup> parameter_groups() override;
   void begin(bool training) override;
   void forward_options(ForwardOptions& fo, bool training) override;
@@ -64,7 +76,7 @@ class Distiller : public TrainerHook {
   std::vector<std::pair<std::string, double>> stats(bool training) override;
 
  private:
-  std::shared_ptr<Model> teacher_;
+  std::shared_ptr<Model> teacher_, student_;
   DistillOptions options_;
   struct State;
   std::shared_ptr<State> state_;

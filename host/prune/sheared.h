@@ -23,10 +23,10 @@
 namespace luatune {
 
 struct ShearedOptions {
-  TargetSparsity target;         // kinds with sparsity 0 get no mask
-  int64_t warmup_steps = 0;      // target sparsity ramps linearly from 0 over these steps (Lagrangian warm-up)
-  double mask_lr = 1.0;          // log_alpha learning rate
-  double lambda_lr = 1.0;        // multipliers' learning rate (applied as -lambda_lr)
+  TargetSparsity target;     // kinds whose (rounded) target keeps everything get no mask
+  int64_t warmup_steps = 0;  // target sparsity ramps linearly from 0 over these steps (Lagrangian warm-up)
+  double mask_lr = 1.0;      // log_alpha learning rate
+  double lambda_lr = 1.0;    // multipliers' learning rate (applied as -lambda_lr)
   double init_mean = 5.0, init_std = 0.01;  // log_alpha ~ N(mean, std): every mask starts "on"
   double temperature = 2.0 / 3.0;           // hard-concrete beta
   double limit_l = -0.1, limit_r = 1.1;     // stretch interval (gamma, zeta)
@@ -60,7 +60,14 @@ class ShearedPruner : public TrainerHook {
   // afterwards (further use fails).
   ModelShape finalize();
 
-  // log_alpha per kind ("l0.layers.log_alpha" ...) and the multipliers ("l0.heads.lambda1" ...).
+  // Kinds that have a mask, in the order layers, heads, intermediate, hidden (a kind whose target
+  // keeps everything has none).
+  std::vector<std::string> kinds() const;
+  // Optimizer steps taken with this pruner (restored by Trainer::resume through "l0.step").
+  int64_t steps() const;
+  // Every tensor the trainer updates or checkpoints: log_alpha per kind ("l0.layers.log_alpha" ...),
+  // the multipliers ("l0.heads.lambda1", "l0.heads.lambda2" ...) and the step counter "l0.step"
+  // (a float64 scalar without gradient, so a resumed run ramps its targets from the right step).
   std::vector<std::pair<std::string, at::Tensor*>> named_tensors();
 
   // TrainerHook
@@ -76,7 +83,6 @@ class ShearedPruner : public TrainerHook {
   ShearedOptions options_;
   TargetShape target_;
   ModelShape source_;
-  int64_t step_ = 0;     // optimizer steps taken with this pruner
   bool spent_ = false;
   // Implementation state (masks, multipliers, the current sample and its detached leaves) lives
   // in the .cpp's private struct.

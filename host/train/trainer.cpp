@@ -97,6 +97,13 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
         clip_.push_back(g.clip);
       }
   }
+}
+
+// Optimizer state (fp32 master copies, moments) is allocated on the first update or resume, so a
+// Trainer used only to evaluate costs no memory beyond the model.
+void Trainer::ensure_state() {
+  if (state_ready_) return;
+  const TrainOptions& o = options_;
   for (auto& [name, p] : params_) {
     at::Tensor master;
     if (o.master_weights && is_low_precision(*p)) master = p->detach().to(at::kFloat).clone();
@@ -112,6 +119,7 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
       momentum_.push_back(o.momentum > 0 ? at::zeros(p->sizes(), fopts) : at::Tensor());
     }
   }
+  state_ready_ = true;
 }
 
 double Trainer::lr_at(int64_t step) const {
@@ -180,6 +188,7 @@ double Trainer::clip_gradients() {
 
 void Trainer::optimizer_update(double scheduled_lr) {
   at::NoGradGuard no_grad;
+  ensure_state();
   const TrainOptions& o = options_;
   const double t = static_cast<double>(step_);
   for (size_t i = 0; i < params_.size(); i++) {
@@ -321,6 +330,7 @@ std::string Trainer::save() {
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp);
 
+  ensure_state();
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (size_t i = 0; i < params_.size(); i++) {
     const std::string& name = params_[i].first;
@@ -363,6 +373,7 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
   json meta = json::parse(file_read(dir + "/trainer.json"));
   SafetensorsReader st(dir + "/state.safetensors");
   at::NoGradGuard no_grad;
+  ensure_state();
   auto load = [&](const std::string& key, at::Tensor& into) {
     LT_CHECK(st.contains(key), dir << "/state.safetensors: tensor " << key
                                    << " is missing (was the checkpoint written with other trainable parameters?)");

@@ -127,6 +127,7 @@ class Trainer {
 
  private:
   void optimizer_update(double scheduled_lr);
+  void ensure_state();
   EvalStats with_hook_stats(EvalStats e);
   double clip_gradients();
 
@@ -138,6 +139,7 @@ class Trainer {
   std::vector<double> group_lr_, group_wd_;  // per parameter: absolute lr (0 = the trainer's), decay
   std::vector<char> follow_schedule_, clip_;
   std::vector<at::Tensor> master_, exp_avg_, exp_avg_sq_, momentum_;  // per parameter (undefined when unused)
+  bool state_ready_ = false;
   int64_t step_ = 0;
 };
 

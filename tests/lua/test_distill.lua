@@ -1,10 +1,95 @@
--- tests/lua/test_distill.lua: the `distill` module on tiny CPU models.
+-- tests/lua/test_distill.lua: the `distill` module (bindings/distill.cpp) on tiny CPU models.
 -- Run: build/runner tests/lua/test_distill.lua
 local h = require "harness"
 local test, eq, ok, raises = h.test, h.eq, h.ok, h.raises
 
-test("the module is registered", function()
-  eq(type(distill), "table")
+local function tiny(seed, hidden, layers, vocab)
+  return models.init { arch = "llama", vocab_size = vocab or 50, hidden_size = hidden or 32, intermediate_size = 40,
+                       num_hidden_layers = layers or 2, num_attention_heads = 4, num_key_value_heads = 2,
+                       seed = seed or 1 }
+end
+
+local function batch(seed)
+  torch.manual_seed(seed)
+  return train.batch { ids = torch.randint(0, 50, { 4, 10 }, { dtype = "int64" }) }
+end
+
+test("a distiller is a trainer hook: statistics in every step and evaluation", function()
+  local student, teacher = tiny(1), tiny(2, 48, 3)
+  local kd = distill.new(teacher, student, { loss = "forward_kl", temperature = 2, alpha = 1 })
+  ok(tostring(kd):find("^Distiller%(forward_kl, temperature 2, alpha 1"), tostring(kd))
+  local tr = train.new(student, { lr = 1e-2, schedule = "constant", micro_batch_size = 2, hooks = { kd } })
+  local b = batch(3)
+  local first = tr:step(b)
+  ok(first.kd_loss > 0 and first.lm_loss > 0, "kd_loss and lm_loss reported")
+  eq(first.hidden_loss, nil)
+  eq(first.loss, first.kd_loss, 1e-5)  -- alpha 1: the objective is the KD term
+  local last
+  for _ = 1, 12 do last = tr:step(b) end
+  ok(last.kd_loss < 0.6 * first.kd_loss, ("kd_loss %.3f -> %.3f"):format(first.kd_loss, last.kd_loss))
+  local e = tr:evaluate { b }
+  ok(e.kd_loss > 0)
+  eq(e.lm_loss, e.loss, 1e-6)  -- evaluation keeps the LM loss
+  eq(kd:teacher():config().hidden_size, 48)
+end)
+
+test("hidden-state pairs add a trained projection and hidden_loss", function()
+  local student, teacher = tiny(4), tiny(5, 48, 3)
+  local kd = distill.new(teacher, student, { hidden_layers = { { 0, 1 }, { 1, 2 } }, hidden_loss = "mse",
+                                             hidden_weight = 0.5, seed = 7 })
+  local tr = train.new(student, { lr = 1e-2, schedule = "constant", hooks = { kd } })
+  local s = tr:step(batch(6))
+  ok(s.hidden_loss > 0 and s.kd_loss > 0)
+end)
+
+test("alpha 0 leaves the LM step alone", function()
+  local a, b = tiny(8), tiny(8)
+  local kd = distill.new(tiny(9), b, { alpha = 0 })
+  local ta = train.new(a, { lr = 1e-2, schedule = "constant" })
+  local tb = train.new(b, { lr = 1e-2, schedule = "constant", hooks = { kd } })
+  for s = 1, 2 do
+    local x, y = ta:step(batch(10 + s)), tb:step(batch(10 + s))
+    eq(y.loss, x.loss)
+  end
+  local p, q = a:parameters(), b:parameters()
+  for name, t in pairs(p) do ok(torch.equal(t, q[name]), name) end
+end)
+
+test("divergence: per row, jsd edges are the KLs", function()
+  local s = torch.tensor { { 0, 0 }, { 1, 2 } }
+  local t = torch.tensor { { math.log(3), 0 }, { 1, 2 } }
+  local f = distill.divergence(s, t)
+  eq(f:shape(), { 2 })
+  eq(f:tolist(), { 0.75 * math.log(1.5) + 0.25 * math.log(0.5), 0 }, 1e-6)
+  local r = distill.divergence(s, t, { loss = "reverse_kl" })
+  eq(r:tolist()[1], 0.5 * math.log(2 / 3) + 0.5 * math.log(2), 1e-6)
+  ok(torch.equal(distill.divergence(s, t, { loss = "jsd", beta = 0 }), f))
+  ok(torch.equal(distill.divergence(s, t, { loss = "jsd", beta = 1 }), r))
+  local hot = distill.divergence(s * 2, t * 2, { temperature = 2 })
+  eq(hot:tolist(), f:tolist(), 1e-6)
+  raises(function() distill.divergence(s, t, { alpha = 1 }) end, "alpha")
+  raises(function() distill.divergence(s, torch.zeros(2, 3)) end,
+         "distill.divergence: student and teacher logits must have one shape")
+end)
+
+test("option errors", function()
+  local s, t = tiny(1), tiny(2)
+  raises(function() distill.new(tiny(2, 32, 2, 64), tiny(1, 32, 2, 80)) end,
+         "distill.new: teacher vocabulary 64 != student 80")
+  raises(function() distill.new(t, s, { loss = "kl" }) end,
+         'distill.new: loss must be "forward_kl", "reverse_kl" or "jsd", got "kl"')
+  raises(function() distill.new(t, s, { temperature = 0 }) end, "distill.new: temperature must be positive, got 0")
+  raises(function() distill.new(t, s, { alpha = 2 }) end, "distill.new: alpha must be in [0, 1], got 2")
+  raises(function() distill.new(t, s, { beta = -1 }) end, "distill.new: beta must be in [0, 1], got -1")
+  raises(function() distill.new(t, s, { chunk = 0 }) end, "distill.new: chunk must be positive, got 0")
+  raises(function() distill.new(t, s, { hidden_layers = { { 0, 5 } } }) end,
+         "distill.new: hidden_layers[1]: teacher layer 5 is out of range (the teacher has 2 layers, 0..1)")
+  raises(function() distill.new(t, s, { hidden_layers = { 0, 1 } }) end,
+         "distill.new: hidden_layers[1] must be a pair {student_layer, teacher_layer}")
+  raises(function() distill.new(t, s, { temprature = 2 }) end, "temprature")
+  raises(function() distill.new(s, s) end, "distill.new: the teacher and the student are the same model object")
+  raises(function() distill.new(t) end, "Model expected")
+  raises(function() train.new(s, { hooks = { {} } }) end, "expected a pruner or distiller")
 end)
 
 h.run()

@@ -83,4 +83,22 @@ test("errors name the key, the option or the state", function()
   raises(function() metrics.open { config = 3 } end, "metrics.open: config must be the config table")
 end)
 
+test("write_json writes a whole file atomically", function()
+  local dir = string.format("%s/luatune_lua_metrics_json_%d", os.getenv("TMPDIR") or "/tmp", os.time())
+  local path = dir .. "/sub/summary.json"
+  metrics.write_json(path, { ppl = { before = 3.5, after = 4 }, shape = { 1, 2, 3 }, name = "x", ok = true })
+  local f = assert(io.open(path))
+  local text = f:read("*a")
+  f:close()
+  ok(text:find('"before": 3.5', 1, true) or text:find('"before":3.5', 1, true), text)
+  ok(text:find('"name"', 1, true) and text:find("%[%s*1,%s*2,%s*3%s*%]"), text)
+  raises(function() metrics.write_json(path, { f = print }) end, "metrics.write_json: value")
+  local t0 = metrics.clock()
+  local x = 0
+  for i = 1, 1e6 do x = x + i end
+  local dt = metrics.clock() - t0
+  ok(dt > 0 and dt < 10, "clock difference " .. dt)
+  os.execute("rm -rf " .. dir)
+end)
+
 h.run()

@@ -1,0 +1,224 @@
+-- Sheared-LLaMA for Llama 3.1: learn which layers, heads, hidden and MLP channels to drop (hard-concrete
+-- masks under target-sparsity constraints), cut the model to that shape, then recover quality by
+-- distilling from the unpruned model. Writes a smaller Hugging Face model and summary.json.
+-- runner llama31_sheared base_model=/models/Llama-3.1-8B-Instruct data=corpus.jsonl [max_steps=200 ...]
+-- Phases: the first `prune_fraction` of the steps learn masks (with the weights), the rest continue
+-- training the pruned model with distillation from the unpruned teacher (docs/pruning.md).
+local cfg = config {
+  base_model = "meta-llama/Llama-3.1-8B-Instruct",  -- a local Hugging Face directory in practice
+  data = "data/pruning.jsonl",       -- JSONL (text, chat, instruction formats); see docs/data.md
+  format = "",                       -- "" = detect; "text" for plain pretraining text
+  domains = {},                      -- optional {name = "path.jsonl", ...}: dynamic batch loading across domains
+  domain_reference_loss = {},        -- {name = loss}: the per-domain loss to aim for (default: the base model's)
+  domain_update_every = 50,          -- steps between proportion updates (Sheared-LLaMA: 50 while pruning)
+  output_dir = "prune_log/llama31_3b_sheared",
+  target_layer_sparsity = 0.2,
+  target_head_sparsity = 0.3,
+  target_hidden_sparsity = 0.1,
+  target_intermediate_sparsity = 0.4,
+  round_to = 128,                    -- hidden/intermediate sizes to multiples of this (docs/pruning.md)
+  num_epochs = 2,
+  max_steps = 0,                     -- stop early: at most this many optimizer steps in all (0 = the epochs)
+  prune_fraction = 0.5,              -- share of the steps spent learning masks
+  learning_rate = 1e-4,
+  mask_lr = 1.0, lambda_lr = 1.0,    -- masks and Lagrange multipliers (Sheared-LLaMA's defaults)
+  lagrangian_warmup = 0.2,           -- share of the pruning steps over which the target sparsity ramps up
+  warmup = 0.1,                      -- learning-rate warmup, share of each phase
+  batch_size = 4,
+  gradient_accumulation_steps = 8,
+  max_length = 128,
+  gradient_checkpointing = true,
+  distill = true,                    -- distil from the unpruned model after pruning (false: LM loss only)
+  distill_loss = "forward_kl",       -- forward_kl, reverse_kl, jsd
+  distill_temperature = 1.0,
+  distill_alpha = 0.5,               -- (1 - alpha) * LM loss + alpha * KD loss
+  teacher_dtype = "",                -- "" = dtype; e.g. "bf16" for a lower-precision teacher
+  teacher_device = "",               -- "" = device
+  dtype = "bf16", device = "auto",
+  eval_fraction = 0.02, eval_every = 100, eval_batches = 0,
+  seed = 0,
+  wandb_project = "llama31_sheared",
+  check = false,                     -- assert the result's shape and that it reloads and generates (tests)
+}
+
+local json_path = cfg.output_dir .. "/summary.json"
+local t_start = metrics.clock()
+local tok = tokenizer.load(cfg.base_model)
+local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
+print(tostring(model))
+
+local load_opts = { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed }
+if cfg.format ~= "" then load_opts.format = cfg.format end
+local train_set, eval_set
+local domain_sets = {}
+local domain_names = {}
+for name in pairs(cfg.domains) do domain_names[#domain_names + 1] = name end
+table.sort(domain_names)
+if #domain_names > 0 then
+  local evals = {}
+  for _, name in ipairs(domain_names) do
+    local tr, ev = data.jsonl(cfg.domains[name], load_opts):split(1 - cfg.eval_fraction)
+    domain_sets[name] = { train = tr, eval = ev }
+  end
+  -- The overall eval set: the first domain's (perplexities per domain are logged too).
+  eval_set = domain_sets[domain_names[1]].eval
+else
+  train_set, eval_set = data.jsonl(cfg.data, load_opts):split(1 - cfg.eval_fraction)
+end
+
+-- Steps: num_epochs over the training rows in batches of batch_size * gradient_accumulation_steps.
+local rows_per_step = cfg.batch_size * cfg.gradient_accumulation_steps
+local rows = 0
+if train_set then rows = #train_set else for _, d in pairs(domain_sets) do rows = rows + #d.train end end
+local total_steps = cfg.num_epochs * math.max(1, math.ceil(rows / rows_per_step))
+if cfg.max_steps > 0 then total_steps = math.min(total_steps, cfg.max_steps) end
+local prune_steps = math.max(1, math.floor(total_steps * cfg.prune_fraction + 0.5))
+local recover_steps = math.max(0, total_steps - prune_steps)
+
+local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = total_steps,
+                           config = cfg, wandb = cfg.wandb_project }
+local eval_opts = { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }
+local function perplexity(trainer) return trainer:evaluate(eval_set, eval_opts).perplexity end
+
+-- Before: the base model's shape, size and perplexity (a trainer used only to evaluate).
+local shape_before = prune.shape(model)
+local params_before = model:num_params().total
+local ppl_before = perplexity(train.new(model, { lr = cfg.learning_rate }))
+log:write(0, { eval_perplexity = ppl_before })
+
+-- Batches: one dataset, or dynamic batch loading across domains (Sheared-LLaMA's DoReMi-style update).
+local dyn
+if #domain_names > 0 then
+  local ref = cfg.domain_reference_loss
+  if next(ref) == nil then  -- default reference: the base model's own loss per domain
+    ref = {}
+    local base_eval = train.new(model, { lr = cfg.learning_rate })
+    for _, name in ipairs(domain_names) do ref[name] = base_eval:evaluate(domain_sets[name].eval, eval_opts).loss end
+  end
+  local train_sets = {}
+  for _, name in ipairs(domain_names) do train_sets[name] = domain_sets[name].train end
+  dyn = require("dynamic_batches").new { domains = train_sets, reference_loss = ref, seed = cfg.seed }
+end
+local function phase_batches(steps)
+  if not dyn then return train_set:batches { size = rows_per_step, steps = steps } end
+  local step = 0
+  return function()
+    if step >= steps then return nil end
+    step = step + 1
+    return step, dyn:batch(rows_per_step)
+  end
+end
+local function update_domains(trainer, step)
+  if not dyn or step % cfg.domain_update_every ~= 0 then return end
+  local losses, line = {}, {}
+  for _, name in ipairs(domain_names) do
+    losses[name] = trainer:evaluate(domain_sets[name].eval, eval_opts).loss
+    line["eval_loss_" .. name] = losses[name]
+  end
+  dyn:update(losses)
+  for name, p in pairs(dyn:proportions()) do line["proportion_" .. name] = p end
+  log:write(step, line)
+end
+
+-- Phase 1: masks and weights together.
+local pruner = prune.sheared(model, {
+  layers = cfg.target_layer_sparsity, heads = cfg.target_head_sparsity, hidden = cfg.target_hidden_sparsity,
+  intermediate = cfg.target_intermediate_sparsity, round_to = cfg.round_to,
+  warmup_steps = math.floor(cfg.lagrangian_warmup * prune_steps), mask_lr = cfg.mask_lr,
+  lambda_lr = cfg.lambda_lr, seed = cfg.seed,
+})
+local target = pruner:target()
+print(string.format("target: %d layers, %d heads (%d KV), hidden %d, intermediate %d; %d pruning + %d recovery steps",
+                    target.layers, target.heads, target.kv_heads, target.hidden, target.intermediate, prune_steps,
+                    recover_steps))
+local trainer = train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine",
+                                   warmup = math.floor(cfg.warmup * prune_steps), steps = prune_steps,
+                                   min_lr_ratio = 0.1, micro_batch_size = cfg.batch_size,
+                                   checkpoint_layers = cfg.gradient_checkpointing, hooks = { pruner } })
+local tokens = { pruning = 0, recovery = 0 }
+local t_prune = metrics.clock()
+for step, batch in phase_batches(prune_steps) do
+  local s = trainer:step(batch)
+  tokens.pruning = tokens.pruning + s.tokens
+  log:write(step, s)
+  update_domains(trainer, step)
+  if step % cfg.eval_every == 0 or step == prune_steps then
+    log:write(step, { eval_masked_perplexity = perplexity(trainer) })
+  end
+end
+t_prune = metrics.clock() - t_prune
+
+-- Cut the model to the target shape (soft mask values folded into the kept weights).
+local shape_after = pruner:finalize()
+trainer = nil
+collectgarbage()
+local ppl_pruned = perplexity(train.new(model, { lr = cfg.learning_rate }))
+log:write(prune_steps, { eval_perplexity = ppl_pruned })
+print(string.format("pruned to %d layers, %d heads, hidden %d, intermediate %d: perplexity %.3f -> %.3f",
+                    shape_after.layers, shape_after.heads, shape_after.hidden, shape_after.intermediate, ppl_before,
+                    ppl_pruned))
+
+-- Phase 2: continued training of the pruned model, distilled from the unpruned one.
+local teacher
+local hooks = {}
+if cfg.distill and recover_steps > 0 then
+  teacher = models.load(cfg.base_model, { dtype = cfg.teacher_dtype ~= "" and cfg.teacher_dtype or cfg.dtype,
+                                          device = cfg.teacher_device ~= "" and cfg.teacher_device or cfg.device })
+  hooks = { distill.new(teacher, model, { loss = cfg.distill_loss, temperature = cfg.distill_temperature,
+                                          alpha = cfg.distill_alpha }) }
+end
+local t_recover = metrics.clock()
+local ppl_after = ppl_pruned
+if recover_steps > 0 then
+  local recover = train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine",
+                                     warmup = math.floor(cfg.warmup * recover_steps), steps = recover_steps,
+                                     min_lr_ratio = 0.1, micro_batch_size = cfg.batch_size,
+                                     checkpoint_layers = cfg.gradient_checkpointing, hooks = hooks })
+  for step, batch in phase_batches(recover_steps) do
+    local s = recover:step(batch)
+    tokens.recovery = tokens.recovery + s.tokens
+    log:write(prune_steps + step, s)
+    if step % cfg.eval_every == 0 or step == recover_steps then
+      local e = recover:evaluate(eval_set, eval_opts)
+      log:write(prune_steps + step, { eval_loss = e.loss, eval_perplexity = e.perplexity, eval_kd_loss = e.kd_loss })
+      ppl_after = e.perplexity
+    end
+  end
+end
+t_recover = metrics.clock() - t_recover
+if teacher then teacher:release() end
+
+model:save(cfg.output_dir .. "/model", { tokenizer = tok })
+local params_after = model:num_params().total
+local summary = {
+  base_model = cfg.base_model,
+  target_sparsity = { layers = cfg.target_layer_sparsity, heads = cfg.target_head_sparsity,
+                      hidden = cfg.target_hidden_sparsity, intermediate = cfg.target_intermediate_sparsity },
+  shape_before = shape_before, shape_after = shape_after,
+  parameters_before = params_before, parameters_after = params_after,
+  parameters_kept = params_after / params_before,
+  perplexity = { before = ppl_before, after_pruning = ppl_pruned, after_recovery = ppl_after },
+  steps = { pruning = prune_steps, recovery = recover_steps },
+  tokens = { pruning = tokens.pruning, recovery = tokens.recovery },
+  distilled = cfg.distill and recover_steps > 0,
+  seconds = { pruning = t_prune, recovery = t_recover, total = metrics.clock() - t_start },
+  model_dir = cfg.output_dir .. "/model",
+}
+if dyn then summary.domain_proportions = dyn:proportions() end
+metrics.write_json(json_path, summary)
+log:summary { parameters_kept = summary.parameters_kept, perplexity_before = ppl_before, perplexity_after = ppl_after }
+log:close()
+print(string.format("%.1fM -> %.1fM parameters (%.0f%%); perplexity %.3f -> %.3f (pruned) -> %.3f; wrote %s",
+                    params_before / 1e6, params_after / 1e6, 100 * params_after / params_before, ppl_before,
+                    ppl_pruned, ppl_after, cfg.output_dir))
+
+if cfg.check then
+  local back = models.load(cfg.output_dir .. "/model", { dtype = "float32" })
+  local got = prune.shape(back)
+  for _, k in ipairs { "layers", "heads", "kv_heads", "hidden", "intermediate", "head_dim" } do
+    assert(got[k] == target[k], string.format("check: %s is %d, the target %d", k, got[k], target[k]))
+  end
+  local text, info = back:generate(tok, "The", { max_new_tokens = 4 })
+  assert(info.new_tokens > 0, "check: the pruned model generated nothing")
+  print("check: the saved model has the target shape, reloads and generates")
+end
