@@ -228,6 +228,202 @@ const luaL_Reg sheared_methods[] = {{"target", l_sheared_target},
 // ==== end sheared ============================================================================
 
 // ==== importance =============================================================================
+// prune.importance scores structures; prune.minitron, prune.taylor and prune.depth score, select
+// (prune_select) and cut (prune_apply) in one call. Calibration: a Lua list of Batch. Uses
+// check_model, push_shape and read_sparsity from the surgery section.
+
+std::vector<Batch> importance_calibration(lua_State* L, int idx) {
+  std::string what = std::string("prune.") + lt_fname(L) + ": calibration";
+  if (!lua_istable(L, idx) || !lt_is_list(L, idx))
+    luaL_argerror(L, idx, "a list of Batch expected (from ds:batches or train.batch)");
+  std::vector<Batch> out;
+  size_t n = lua_objlen(L, idx);
+  for (size_t i = 1; i <= n; i++) {
+    lua_rawgeti(L, idx, static_cast<int>(i));
+    Batch* b = lt_test<Batch>(L, -1);
+    LT_CHECK(b, what << " entry " << i << " is not a Batch (from ds:batches or train.batch)");
+    out.push_back(*b);
+    lua_pop(L, 1);
+  }
+  return out;
+}
+
+void importance_push_scores(lua_State* L, const StructureScores& s) {
+  lua_createtable(L, 0, 4);
+  for (auto [key, t] : {std::pair<const char*, const at::Tensor*>{"layer", &s.layer},
+                        {"head", &s.head},
+                        {"intermediate", &s.intermediate},
+                        {"hidden", &s.hidden}}) {
+    if (!t->defined()) continue;
+    lt_push<at::Tensor>(L, *t);
+    lua_setfield(L, -2, key);
+  }
+}
+
+// The width and depth targets of prune.minitron / prune.taylor: shape={layers=, heads=, kv_heads=,
+// hidden=, intermediate=} (kept counts, missing = unchanged) or sparsities layers=, heads=,
+// hidden=, intermediate= in [0, 1) with round_to; not both.
+TargetShape importance_targets(lua_State* L, int idx, const ModelConfig& c, bool allow_counts) {
+  const char* kinds[] = {"layers", "heads", "hidden", "intermediate"};
+  bool sparsities = lt_has_field(L, idx, "round_to");
+  for (const char* k : kinds) sparsities = sparsities || lt_has_field(L, idx, k);
+  if (allow_counts && lt_has_field(L, idx, "shape")) {
+    LT_CHECK(!sparsities, "prune." << lt_fname(L) << ": give either shape (kept counts) or sparsities "
+                                   << "(layers=, heads=, hidden=, intermediate=, round_to=), not both");
+    lua_getfield(L, idx, "shape");
+    if (!lua_istable(L, -1)) luaL_argerror(L, idx, "option 'shape' must be a table of kept counts");
+    lt_check_options(L, lua_gettop(L), {"layers", "heads", "kv_heads", "hidden", "intermediate"});
+    ModelShape want = model_shape(c);
+    int top = lua_gettop(L);
+    for (auto [key, field] : {std::pair<const char*, int64_t*>{"layers", &want.layers},
+                              {"heads", &want.heads},
+                              {"kv_heads", &want.kv_heads},
+                              {"hidden", &want.hidden},
+                              {"intermediate", &want.intermediate}}) {
+      double v = lt_opt_number(L, top, key, static_cast<double>(*field));
+      LT_CHECK(v >= 1 && v == static_cast<double>(static_cast<int64_t>(v)),
+               "prune." << lt_fname(L) << ": shape." << key << " must be a positive whole number, got " << v);
+      *field = static_cast<int64_t>(v);
+    }
+    // Only kv_heads given: whole groups go, each keeping its query heads.
+    if (!lt_has_field(L, top, "heads") && c.num_kv_heads > 0)
+      want.heads = want.kv_heads * (c.num_heads / c.num_kv_heads);
+    lua_pop(L, 1);
+    return prune_targets_counts(c, want);
+  }
+  return prune_targets(c, read_sparsity(L, idx));
+}
+
+std::string importance_depth_metric(lua_State* L, int idx, const char* key) {
+  std::string metric = lt_opt_string(L, idx, key, "block_influence");
+  LT_CHECK(metric == "block_influence" || metric == "layer_removal",
+           "prune." << lt_fname(L) << ": " << key
+                    << " must be \"block_influence\" or \"layer_removal\", got \"" << metric << "\"");
+  return metric;
+}
+
+// Selects by `scores`, cuts, and returns {before=shape, after=shape}.
+int importance_cut(lua_State* L, Model& m, const StructureScores& scores, const TargetShape& target) {
+  ModelShape before = model_shape(m.config);
+  PruneSpec spec = prune_select(m.config, scores, target);
+  ModelShape after = prune_apply(m, spec);
+  lua_createtable(L, 0, 2);
+  push_shape(L, before);
+  lua_setfield(L, -2, "before");
+  push_shape(L, after);
+  lua_setfield(L, -2, "after");
+  return 1;
+}
+
+// prune.importance(model, calibration, {method="activation"|"taylor"|"block_influence"|
+//   "layer_removal", variant="param_first"|"vector"}) -> {layer=, head=, intermediate=, hidden=}
+// (the scores the method gives; higher = more important)
+int l_prune_importance(lua_State* L) {
+  Model& m = check_model(L, 1);
+  std::vector<Batch> calib = importance_calibration(L, 2);
+  lt_check_options(L, 3, {"method", "variant"});
+  std::string method = lt_opt_string(L, 3, "method", "activation");
+  std::string variant = lt_opt_string(L, 3, "variant", "param_first");
+  LT_CHECK(method == "taylor" || !lt_has_field(L, 3, "variant"),
+           "prune.importance: option variant applies to method=\"taylor\" only");
+  StructureScores s;
+  if (method == "activation")
+    s = activation_importance(m, calib);
+  else if (method == "taylor")
+    s = taylor_importance(m, calib, variant);
+  else if (method == "block_influence")
+    s.layer = block_influence(m, calib);
+  else if (method == "layer_removal")
+    s.layer = layer_removal_loss(m, calib);
+  else
+    fail("prune.importance: unknown method \"" + method +
+         "\" (expected activation, taylor, block_influence or layer_removal)");
+  importance_push_scores(L, s);
+  return 1;
+}
+
+// prune.minitron(model, calibration, {shape={hidden=, intermediate=, heads=, kv_heads=, layers=}
+//   or layers=, heads=, hidden=, intermediate= (sparsities) with round_to=,
+//   depth_metric="block_influence"|"layer_removal"}) -> {before=shape, after=shape}
+// Width by activation importance, depth by block influence (or layer-removal loss), all scored on
+// the unpruned model, cut together.
+int l_prune_minitron(lua_State* L) {
+  Model& m = check_model(L, 1);
+  std::vector<Batch> calib = importance_calibration(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  lt_check_options(L, 3, {"shape", "layers", "heads", "hidden", "intermediate", "round_to", "depth_metric"});
+  std::string metric = importance_depth_metric(L, 3, "depth_metric");
+  TargetShape target = importance_targets(L, 3, m.config, true);
+  StructureScores s = activation_importance(m, calib);
+  if (metric == "layer_removal" && target.shape.layers < m.config.num_layers)
+    s.layer = layer_removal_loss(m, calib);
+  return importance_cut(L, m, s, target);
+}
+
+// prune.taylor(model, calibration, {heads=0.2, intermediate=0.2, hidden=0, layers=0, round_to=1,
+//   variant="param_first"|"vector"}) -> {before=shape, after=shape}: LLM-Pruner's Taylor scores.
+int l_prune_taylor(lua_State* L) {
+  Model& m = check_model(L, 1);
+  std::vector<Batch> calib = importance_calibration(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  lt_check_options(L, 3, {"layers", "heads", "hidden", "intermediate", "round_to", "variant"});
+  std::string variant = lt_opt_string(L, 3, "variant", "param_first");
+  TargetShape target = importance_targets(L, 3, m.config, false);
+  return importance_cut(L, m, taylor_importance(m, calib, variant), target);
+}
+
+// prune.depth(model, calibration, {layers=N (layers to remove) or a fraction in (0, 1),
+//   metric="block_influence"|"layer_removal"}) -> {removed={layer numbers}, scores=Tensor, after=shape}
+int l_prune_depth(lua_State* L) {
+  Model& m = check_model(L, 1);
+  std::vector<Batch> calib = importance_calibration(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  lt_check_options(L, 3, {"layers", "metric"});
+  if (!lt_has_field(L, 3, "layers"))
+    luaL_argerror(L, 3, "option 'layers' (how many layers to remove, or a fraction) is required");
+  std::string metric = importance_depth_metric(L, 3, "metric");
+  const int64_t L0 = m.config.num_layers;
+  double v = lt_opt_number(L, 3, "layers", 0);
+  int64_t remove = 0;
+  if (v > 0 && v < 1) {
+    TargetSparsity t;
+    t.layers = v;
+    remove = L0 - prune_targets(m.config, t).shape.layers;
+  } else {
+    LT_CHECK(
+        v >= 0 && v == static_cast<double>(static_cast<int64_t>(v)),
+        "prune.depth: layers must be a whole number of layers to remove or a fraction in (0, 1), got " << v);
+    remove = static_cast<int64_t>(v);
+  }
+  LT_CHECK(remove < L0,
+           "prune.depth: cannot remove " << remove << " of " << L0 << " layers; at least one must stay");
+  StructureScores s;
+  s.layer = metric == "layer_removal" ? layer_removal_loss(m, calib) : block_influence(m, calib);
+  ModelShape want = model_shape(m.config);
+  want.layers = L0 - remove;
+  PruneSpec spec = prune_select(m.config, s, prune_targets_counts(m.config, want));
+  std::vector<int64_t> removed;
+  for (int64_t l = 0, k = 0; l < L0; l++) {
+    if (k < static_cast<int64_t>(spec.layers.size()) && spec.layers[k] == l)
+      k++;
+    else
+      removed.push_back(l);
+  }
+  if (spec.layers.empty()) removed.clear();  // empty = every layer kept
+  ModelShape after = prune_apply(m, spec);
+  lua_createtable(L, 0, 3);
+  lua_createtable(L, static_cast<int>(removed.size()), 0);
+  for (size_t i = 0; i < removed.size(); i++) {
+    lua_pushnumber(L, static_cast<double>(removed[i]));
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+  lua_setfield(L, -2, "removed");
+  lt_push<at::Tensor>(L, s.layer);
+  lua_setfield(L, -2, "scores");
+  push_shape(L, after);
+  lua_setfield(L, -2, "after");
+  return 1;
+}
 
 // ==== end importance =========================================================================
 
@@ -330,6 +526,10 @@ const luaL_Reg prune_funcs[] = {
     {"sheared", l_prune_sheared},
 
     // importance entries
+    {"importance", l_prune_importance},
+    {"minitron", l_prune_minitron},
+    {"taylor", l_prune_taylor},
+    {"depth", l_prune_depth},
 
     // unstructured entries
     {"unstructured", l_prune_unstructured},

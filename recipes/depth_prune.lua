@@ -1,0 +1,71 @@
+-- Depth pruning (ShortGPT / Minitron depth): score each layer on calibration text, drop the least important, optionally recover with a short LM-loss run; perplexity before and after.
+-- runner depth_prune base_model=/models/Llama-3.1-8B data=corpus.jsonl [layers=8 metric=layer_removal steps=200 ...]
+-- Scores (docs/pruning.md): block influence, mean over tokens of 1 - cos(layer input, layer output),
+-- or the calibration loss increase when the layer is skipped. Writes output_dir/model (Hugging Face
+-- format, tokenizer included) and output_dir/summary.json.
+local cfg = config {
+  base_model = "models/Llama-3.2-1B",  -- a local Hugging Face model directory
+  data = "data/corpus.jsonl",          -- plain text, {"text": ...} per line
+  output_dir = "out/depth_prune",
+  dtype = "bf16", device = "auto",
+  layers = 0.25,                       -- layers to remove: a count (1, 2, ...) or a fraction in (0, 1)
+  metric = "block_influence",          -- or "layer_removal"
+  calibration_rows = 128, max_length = 2048, batch_size = 4,
+  eval_fraction = 0.05, eval_batches = 0,  -- held-out rows for perplexity; 0 = all of them
+  steps = 0, lr = 2e-5, warmup = 10, grad_accum = 4, checkpoint_layers = true,  -- recovery; steps = 0: none
+  seed = 0,
+  wandb_project = "",
+}
+
+local tok = tokenizer.load(cfg.base_model)
+local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
+print(tostring(model))
+local all = data.jsonl(cfg.data, { tokenizer = tok, format = "text", max_length = cfg.max_length, pack = true,
+                                   seed = cfg.seed })
+local train_set, eval_set = all:split(1 - cfg.eval_fraction)
+
+local calibration, rows = {}, 0
+for _, batch in train_set:batches { size = math.min(cfg.batch_size, cfg.calibration_rows) } do
+  if rows >= cfg.calibration_rows then break end
+  calibration[#calibration + 1] = batch
+  rows = rows + batch:ids():shape()[1]
+end
+print(("calibration: %d rows of up to %d tokens; evaluation: %d held-out rows"):format(rows, cfg.max_length, #eval_set))
+
+-- An evaluator is made for the model as it is now: pruning replaces the weights a trainer holds.
+local function perplexity()
+  local evaluator = train.new(model, { optimizer = "sgd", lr = 1, schedule = "constant", master_weights = false })
+  return evaluator:evaluate(eval_set, { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }).perplexity
+end
+
+local before = { params = model:num_params().total, perplexity = perplexity() }
+local cut = prune.depth(model, calibration, { layers = cfg.layers, metric = cfg.metric })
+local pruned = { params = model:num_params().total, perplexity = perplexity() }
+print(("removed layers %s (%s scores %s)"):format(table.concat(cut.removed, ", "), cfg.metric,
+                                                 table.concat(cut.scores:tolist(), ", ")))
+print(("perplexity %.3f -> %.3f after pruning; parameters %d -> %d"):format(before.perplexity, pruned.perplexity,
+                                                                         before.params, pruned.params))
+
+local recovered
+if cfg.steps > 0 then
+  local trainer = train.new(model, { lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine", steps = cfg.steps,
+                                     micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.checkpoint_layers })
+  local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
+                             config = cfg, wandb = cfg.wandb_project }
+  for step, batch in train_set:batches { size = cfg.batch_size * cfg.grad_accum, steps = cfg.steps } do
+    log:write(step, trainer:step(batch))
+  end
+  recovered = trainer:evaluate(eval_set, { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }).perplexity
+  log:write(cfg.steps, { eval_perplexity = recovered })
+  log:close()
+  print(("perplexity %.3f after %d recovery steps"):format(recovered, cfg.steps))
+end
+
+model:save(cfg.output_dir .. "/model", { tokenizer = tok })
+metrics.write_json(cfg.output_dir .. "/summary.json", {
+  metric = cfg.metric, layers_before = cut.after.layers + #cut.removed, layers_after = cut.after.layers,
+  removed = cut.removed, scores = cut.scores:tolist(), params_before = before.params, params_after = pruned.params,
+  perplexity_before = before.perplexity, perplexity_pruned = pruned.perplexity, recovery_steps = cfg.steps,
+  perplexity_recovered = recovered,  -- absent without recovery
+})
+print("model (Hugging Face format): " .. cfg.output_dir .. "/model; summary: " .. cfg.output_dir .. "/summary.json")
