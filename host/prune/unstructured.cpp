@@ -135,7 +135,7 @@ void prune_weight_wanda(at::Tensor& weight, const at::Tensor& sum_sq, const Spar
 void prune_weight_sparsegpt(at::Tensor& weight, const at::Tensor& hessian, const SparsityOptions& o) {
   at::NoGradGuard no_grad;
   check_weight(weight, "prune_weight_sparsegpt");
-  const int64_t rows = weight.size(0), cols = weight.size(1);
+  const int64_t cols = weight.size(1);
   LT_CHECK(hessian.dim() == 2 && hessian.size(0) == cols && hessian.size(1) == cols,
            "prune_weight_sparsegpt: hessian must be (" << cols << ", " << cols << "), got " << hessian.sizes());
   const bool is_nm = nm(o);
