@@ -40,6 +40,7 @@ local cfg = config {
   check = false,                     -- assert the result's shape and that it reloads and generates (tests)
 }
 
+torch.manual_seed(cfg.seed)  -- mask samples and dropout: the same run twice gives the same model
 local json_path = cfg.output_dir .. "/summary.json"
 local t_start = metrics.clock()
 local tok = tokenizer.load(cfg.base_model)
