@@ -7,8 +7,8 @@ local cfg = config {
   base_model = "meta-llama/Llama-3.1-8B-Instruct",  -- a local Hugging Face directory in practice
   data = "data/pruning.jsonl",       -- JSONL (text, chat, instruction formats); see docs/data.md
   format = "",                       -- "" = detect; "text" for plain pretraining text
-  domains = {},                      -- optional {name = "path.jsonl", ...}: dynamic batch loading across domains
-  domain_reference_loss = {},        -- {name = loss}: the per-domain loss to aim for (default: the base model's)
+  domains = {},                      -- optional "name:path.jsonl" list: dynamic batch loading across domains
+  domain_reference_loss = {},        -- "name:loss" list: the per-domain loss to aim for (default: the base model's)
   domain_update_every = 50,          -- steps between proportion updates (Sheared-LLaMA: 50 while pruning)
   output_dir = "prune_log/llama31_3b_sheared",
   target_layer_sparsity = 0.2,
@@ -43,33 +43,24 @@ local cfg = config {
 torch.manual_seed(cfg.seed)  -- mask samples and dropout: the same run twice gives the same model
 local json_path = cfg.output_dir .. "/summary.json"
 local t_start = metrics.clock()
+local P = require("pruning")  -- scripts/lua/pruning.lua
 local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
 print(tostring(model))
 
 local load_opts = { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed }
 if cfg.format ~= "" then load_opts.format = cfg.format end
+local domains = P.domains(cfg.domains, load_opts, cfg.eval_fraction)  -- nil without domains
 local train_set, eval_set
-local domain_sets = {}
-local domain_names = {}
-for name in pairs(cfg.domains) do domain_names[#domain_names + 1] = name end
-table.sort(domain_names)
-if #domain_names > 0 then
-  local evals = {}
-  for _, name in ipairs(domain_names) do
-    local tr, ev = data.jsonl(cfg.domains[name], load_opts):split(1 - cfg.eval_fraction)
-    domain_sets[name] = { train = tr, eval = ev }
-  end
-  -- The overall eval set: the first domain's (perplexities per domain are logged too).
-  eval_set = domain_sets[domain_names[1]].eval
+if domains then
+  eval_set = domains.sets[domains.names[1]].eval  -- the overall eval set; each domain's loss is logged too
 else
   train_set, eval_set = data.jsonl(cfg.data, load_opts):split(1 - cfg.eval_fraction)
 end
 
 -- Steps: num_epochs over the training rows in batches of batch_size * gradient_accumulation_steps.
 local rows_per_step = cfg.batch_size * cfg.gradient_accumulation_steps
-local rows = 0
-if train_set then rows = #train_set else for _, d in pairs(domain_sets) do rows = rows + #d.train end end
+local rows = domains and domains:rows() or #train_set
 local total_steps = cfg.num_epochs * math.max(1, math.ceil(rows / rows_per_step))
 if cfg.max_steps > 0 then total_steps = math.min(total_steps, cfg.max_steps) end
 local prune_steps = math.max(1, math.floor(total_steps * cfg.prune_fraction + 0.5))
@@ -79,46 +70,17 @@ local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.j
                            config = cfg, wandb = cfg.wandb_project }
 local eval_opts = { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }
 local function perplexity(trainer) return trainer:evaluate(eval_set, eval_opts).perplexity end
-local function evaluator() return train.new(model, { schedule = "constant" }) end  -- evaluation only: no optimizer state
 
 -- Before: the base model's shape, size and perplexity (a trainer used only to evaluate).
 local shape_before = prune.shape(model)
 local params_before = model:num_params().total
-local ppl_before = perplexity(evaluator())
+local ppl_before = P.perplexity(model, eval_set, eval_opts)
 log:write(0, { eval_perplexity = ppl_before })
 
 -- Batches: one dataset, or dynamic batch loading across domains (Sheared-LLaMA's DoReMi-style update).
-local dyn
-if #domain_names > 0 then
-  local ref = cfg.domain_reference_loss
-  if next(ref) == nil then  -- default reference: the base model's own loss per domain
-    ref = {}
-    local base_eval = evaluator()
-    for _, name in ipairs(domain_names) do ref[name] = base_eval:evaluate(domain_sets[name].eval, eval_opts).loss end
-  end
-  local train_sets = {}
-  for _, name in ipairs(domain_names) do train_sets[name] = domain_sets[name].train end
-  dyn = require("dynamic_batches").new { domains = train_sets, reference_loss = ref, seed = cfg.seed }
-end
-local function phase_batches(steps)
-  if not dyn then return train_set:batches { size = rows_per_step, steps = steps } end
-  local step = 0
-  return function()
-    if step >= steps then return nil end
-    step = step + 1
-    return step, dyn:batch(rows_per_step)
-  end
-end
-local function update_domains(trainer, step)
-  if not dyn or step % cfg.domain_update_every ~= 0 then return end
-  local losses, line = {}, {}
-  for _, name in ipairs(domain_names) do
-    losses[name] = trainer:evaluate(domain_sets[name].eval, eval_opts).loss
-    line["eval_loss_" .. name] = losses[name]
-  end
-  dyn:update(losses)
-  for name, p in pairs(dyn:proportions()) do line["proportion_" .. name] = p end
-  log:write(step, line)
+local dyn = domains and domains:start(model, cfg.domain_reference_loss, cfg.seed, eval_opts)
+local function update_domains(trainer, step, log_step)  -- during pruning and recovery, as Sheared-LLaMA does
+  if dyn and step % cfg.domain_update_every == 0 then domains:update(trainer, log_step or step, log, eval_opts) end
 end
 
 -- Phase 1: masks and weights together.
@@ -138,7 +100,7 @@ local trainer = train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }
                                    checkpoint_layers = cfg.gradient_checkpointing, hooks = { pruner } })
 local tokens = { pruning = 0, recovery = 0 }
 local t_prune = metrics.clock()
-for step, batch in phase_batches(prune_steps) do
+for step, batch in P.batches(dyn or train_set, rows_per_step, prune_steps) do
   local s = trainer:step(batch)
   tokens.pruning = tokens.pruning + s.tokens
   log:write(step, s)
@@ -153,7 +115,7 @@ t_prune = metrics.clock() - t_prune
 local shape_after = pruner:finalize()
 trainer = nil
 collectgarbage()
-local ppl_pruned = perplexity(evaluator())
+local ppl_pruned = P.perplexity(model, eval_set, eval_opts)
 log:write(prune_steps, { eval_perplexity = ppl_pruned })
 print(string.format("pruned to %d layers, %d heads, hidden %d, intermediate %d: perplexity %.3f -> %.3f",
                     shape_after.layers, shape_after.heads, shape_after.hidden, shape_after.intermediate, ppl_before,
@@ -175,10 +137,11 @@ if recover_steps > 0 then
                                      warmup = math.floor(cfg.warmup * recover_steps), steps = recover_steps,
                                      min_lr_ratio = 0.1, micro_batch_size = cfg.batch_size,
                                      checkpoint_layers = cfg.gradient_checkpointing, hooks = hooks })
-  for step, batch in phase_batches(recover_steps) do
+  for step, batch in P.batches(dyn or train_set, rows_per_step, recover_steps) do
     local s = recover:step(batch)
     tokens.recovery = tokens.recovery + s.tokens
     log:write(prune_steps + step, s)
+    update_domains(recover, step, prune_steps + step)
     if step % cfg.eval_every == 0 or step == recover_steps then
       local e = recover:evaluate(eval_set, eval_opts)
       log:write(prune_steps + step, { eval_loss = e.loss, eval_perplexity = e.perplexity, eval_kd_loss = e.kd_loss })
@@ -214,12 +177,6 @@ print(string.format("%.1fM -> %.1fM parameters (%.0f%%); perplexity %.3f -> %.3f
                     ppl_pruned, ppl_after, cfg.output_dir))
 
 if cfg.check then
-  local back = models.load(cfg.output_dir .. "/model", { dtype = "float32" })
-  local got = prune.shape(back)
-  for _, k in ipairs { "layers", "heads", "kv_heads", "hidden", "intermediate", "head_dim" } do
-    assert(got[k] == target[k], string.format("check: %s is %d, the target %d", k, got[k], target[k]))
-  end
-  local text, info = back:generate(tok, "The", { max_new_tokens = 4 })
-  assert(info.new_tokens > 0, "check: the pruned model generated nothing")
+  P.check_saved(cfg.output_dir .. "/model", target, tok)
   print("check: the saved model has the target shape, reloads and generates")
 end

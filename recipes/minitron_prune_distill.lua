@@ -22,6 +22,7 @@ local cfg = config {
   wandb_project = "",
 }
 
+local P = require("pruning")
 local tok = tokenizer.load(cfg.base_model)
 local student = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
 print(tostring(student))
@@ -29,18 +30,11 @@ local all = data.jsonl(cfg.data, { tokenizer = tok, format = "text", max_length 
                                    seed = cfg.seed })
 local train_set, eval_set = all:split(1 - cfg.eval_fraction)
 
-local calibration, rows = {}, 0
-for _, batch in train_set:batches { size = math.min(cfg.batch_size, cfg.calibration_rows) } do
-  if rows >= cfg.calibration_rows then break end
-  calibration[#calibration + 1] = batch
-  rows = rows + batch:ids():shape()[1]
-end
+local calibration, rows = P.calibration(train_set, cfg.calibration_rows, cfg.batch_size)
 print(("calibration: %d rows of up to %d tokens; evaluation: %d held-out rows"):format(rows, cfg.max_length, #eval_set))
 
--- An evaluator is made for the model as it is now: pruning replaces the weights a trainer holds.
 local function perplexity(model)
-  local evaluator = train.new(model, { optimizer = "sgd", lr = 1, schedule = "constant", master_weights = false })
-  return evaluator:evaluate(eval_set, { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }).perplexity
+  return P.perplexity(model, eval_set, { batch_size = cfg.batch_size, max_batches = cfg.eval_batches })
 end
 
 local ppl, params = { base = perplexity(student) }, { base = student:num_params().total }

@@ -17,25 +17,19 @@ local cfg = config {
   check = false,  -- fail unless Wanda and SparseGPT beat magnitude at 50% (the papers' ordering)
 }
 
+local P = require("pruning")
 local tok = tokenizer.load(cfg.base_model)
 local all = data.jsonl(cfg.data, { tokenizer = tok, format = "text", max_length = cfg.max_length, pack = true,
                                    seed = cfg.seed })
 local calib_set, eval_set = all:split(1 - cfg.eval_fraction)
 
 -- The same calibration rows for every method: the first nsamples of a seeded shuffle.
-local calibration, rows = {}, 0
-for _, batch in calib_set:batches { size = math.min(cfg.batch_size, cfg.nsamples) } do
-  if rows >= cfg.nsamples then break end
-  calibration[#calibration + 1] = batch
-  rows = rows + batch:ids():shape()[1]
-end
+local calibration, rows = P.calibration(calib_set, cfg.nsamples, cfg.batch_size)
 print(("calibration: %d rows of %d tokens; evaluation: %d held-out rows"):format(rows, cfg.max_length, #eval_set))
 
 local function load() return models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device }) end
 local function perplexity(model)
-  -- A trainer only to evaluate: SGD without momentum or master copies keeps no optimizer memory.
-  local evaluator = train.new(model, { optimizer = "sgd", lr = 1, schedule = "constant", master_weights = false })
-  return evaluator:evaluate(eval_set, { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }).perplexity
+  return P.perplexity(model, eval_set, { batch_size = cfg.batch_size, max_batches = cfg.eval_batches })
 end
 
 local results = { { method = "dense", pattern = "-", sparsity = 0, perplexity = perplexity(load()) } }

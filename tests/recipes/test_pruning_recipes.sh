@@ -63,6 +63,19 @@ check "sheared (groups): 2 layers, 2 heads in 1 KV group, hidden 48, intermediat
   "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["shape_after"]; print(s["layers"],s["heads"],s["kv_heads"],s["hidden"],s["intermediate"])' "$out/summary.json")" = "2 2 1 48 154"
 check "sheared (groups): not distilled" test "$(field "$out/summary.json" distilled)" = False
 
+# Dynamic batch loading across two domains: proportions move and are logged and summarised.
+python3 tests/recipes/make_text_data.py "$work/a.jsonl" 200 1
+python3 tests/recipes/make_text_data.py "$work/b.jsonl" 200 2
+out=$work/domains
+"$runner" llama31_sheared "${common[@]}" output_dir="$out" max_steps=4 domain_update_every=2 \
+  domains=count:"$work/a.jsonl",story:"$work/b.jsonl" >"$work/domains.log" 2>&1
+check "sheared (domains): exits 0" test $? -eq 0
+check "sheared (domains): proportions logged at steps 2 and 4" test \
+  "$(grep -c proportion_count "$out/metrics.jsonl")" = 2
+check "sheared (domains): proportions in summary.json sum to 1" python3 -c 'import json,sys
+p = json.load(open(sys.argv[1]))["domain_proportions"]
+assert set(p) == {"count", "story"} and abs(sum(p.values()) - 1) < 1e-9 and p["count"] != 0.5, p' "$out/summary.json"
+
 # A target that cannot be met fails before any work, naming it.
 "$runner" llama31_sheared "${common[@]}" output_dir="$work/bad" target_head_sparsity=1.0 >"$work/bad.log" 2>&1
 check "sheared: head sparsity 1.0 refused" grep -q "target head sparsity 1 outside \[0, 1)" "$work/bad.log"
