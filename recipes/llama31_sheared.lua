@@ -66,6 +66,17 @@ if cfg.max_steps > 0 then total_steps = math.min(total_steps, cfg.max_steps) end
 local prune_steps = math.max(1, math.floor(total_steps * cfg.prune_fraction + 0.5))
 local recover_steps = math.max(0, total_steps - prune_steps)
 
+-- The pruner first: a target that cannot be met fails here, before any work.
+local pruner = prune.sheared(model, {
+  layers = cfg.target_layer_sparsity, heads = cfg.target_head_sparsity, hidden = cfg.target_hidden_sparsity,
+  intermediate = cfg.target_intermediate_sparsity, round_to = cfg.round_to,
+  warmup_steps = math.floor(cfg.lagrangian_warmup * prune_steps), mask_lr = cfg.mask_lr,
+  lambda_lr = cfg.lambda_lr, seed = cfg.seed,
+})
+local target = pruner:target()
+print(string.format("target: %d layers, %d heads (%d KV), hidden %d, intermediate %d; %d pruning + %d recovery steps",
+                    target.layers, target.heads, target.kv_heads, target.hidden, target.intermediate, prune_steps,
+                    recover_steps))
 local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = total_steps,
                            config = cfg, wandb = cfg.wandb_project }
 local eval_opts = { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }
@@ -84,16 +95,6 @@ local function update_domains(trainer, step, log_step)  -- during pruning and re
 end
 
 -- Phase 1: masks and weights together.
-local pruner = prune.sheared(model, {
-  layers = cfg.target_layer_sparsity, heads = cfg.target_head_sparsity, hidden = cfg.target_hidden_sparsity,
-  intermediate = cfg.target_intermediate_sparsity, round_to = cfg.round_to,
-  warmup_steps = math.floor(cfg.lagrangian_warmup * prune_steps), mask_lr = cfg.mask_lr,
-  lambda_lr = cfg.lambda_lr, seed = cfg.seed,
-})
-local target = pruner:target()
-print(string.format("target: %d layers, %d heads (%d KV), hidden %d, intermediate %d; %d pruning + %d recovery steps",
-                    target.layers, target.heads, target.kv_heads, target.hidden, target.intermediate, prune_steps,
-                    recover_steps))
 local trainer = train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine",
                                    warmup = math.floor(cfg.warmup * prune_steps), steps = prune_steps,
                                    min_lr_ratio = 0.1, micro_batch_size = cfg.batch_size,
