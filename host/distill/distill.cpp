@@ -193,7 +193,7 @@ struct Distiller::State {
 
 namespace {
 
-// The student's layer_out observer; one type so forward_options can tell it is already installed.
+// The student's layer_out observer, in front of any observer another hook set for this micro-batch.
 struct StudentObserver {
   std::shared_ptr<void> keep_alive;  // the State (type-erased: State is private to Distiller)
   std::map<int64_t, at::Tensor>* out;
@@ -261,7 +261,6 @@ void Distiller::begin(bool training) {
 void Distiller::forward_options(ForwardOptions& fo, bool training) {
   state_->student_out.clear();
   if (state_->student_layers.empty()) return;
-  if (fo.observe && fo.observe.target<StudentObserver>()) return;  // installed for an earlier micro-batch
   fo.observe = StudentObserver{state_, &state_->student_out, &state_->student_layers, fo.observe};
 }
 
@@ -336,9 +335,12 @@ at::Tensor Distiller::micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum)
 std::vector<std::pair<std::string, double>> Distiller::stats(bool training) {
   const State& st = *state_;
   const double n = static_cast<double>(std::max<int64_t>(st.tokens, 1));
-  auto mean = [&](const at::Tensor& sum) { return sum.defined() ? sum.item<double>() / n : 0.0; };
-  std::vector<std::pair<std::string, double>> out = {{"lm_loss", mean(st.lm_sum)}, {"kd_loss", mean(st.kd_sum)}};
-  if (!options_.hidden_layers.empty()) out.emplace_back("hidden_loss", mean(st.hidden_sum));
+  std::vector<std::pair<std::string, double>> out = {{"lm_loss", 0.0}, {"kd_loss", 0.0}};
+  if (!options_.hidden_layers.empty()) out.emplace_back("hidden_loss", 0.0);
+  if (!st.lm_sum.defined()) return out;
+  // The sums live on the device: one copy to the host for all of them (one sync per report).
+  at::Tensor sums = at::stack({st.lm_sum, st.kd_sum, st.hidden_sum}).to(at::kCPU).contiguous();
+  for (size_t i = 0; i < out.size(); i++) out[i].second = sums.data_ptr<double>()[i] / n;
   return out;
 }
 

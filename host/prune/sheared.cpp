@@ -37,32 +37,6 @@ int kind_index(const std::string& name) {
   fail("prune.sheared: unknown mask kind \"" + name + "\"; expected layers, heads, intermediate or hidden");
 }
 
-// The indices of the `k` highest of s[0..n), ascending; ties go to the lower index.
-std::vector<int64_t> top_k(const float* s, int64_t n, int64_t k) {
-  std::vector<int64_t> idx(n);
-  std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [s](int64_t a, int64_t b) { return s[a] > s[b]; });
-  idx.resize(std::min(n, k));
-  std::sort(idx.begin(), idx.end());
-  return idx;
-}
-
-void check_no_dora(Model& model) {
-  for (size_t l = 0; l < model.layers.size(); l++) {
-    LayerWeights& L = model.layers[l];
-    const std::pair<const char*, Linear*> linears[] = {{"self_attn.q_proj", &L.q}, {"self_attn.k_proj", &L.k},
-                                                       {"self_attn.v_proj", &L.v}, {"self_attn.o_proj", &L.o},
-                                                       {"mlp.gate_proj", &L.gate}, {"mlp.up_proj", &L.up},
-                                                       {"mlp.down_proj", &L.down}};
-    for (const auto& [name, lin] : linears) {
-      auto* lora = dynamic_cast<LoraAdapter*>(lin->adapter.get());
-      if (lora && lora->dora)
-        fail("prune.sheared: the model has DoRA adapters (model.layers." + std::to_string(l) + "." + name +
-                 "); pruning cannot slice DoRA's magnitude vectors",
-             "merge them first (lora.merge) or train LoRA without dora");
-    }
-  }
-}
 
 }  // namespace
 
@@ -83,11 +57,11 @@ struct ShearedPruner::State {
   };
   Mask masks[kKinds];
   int64_t group = 1;      // query heads per KV group
-  at::Tensor step;        // () float64 CPU: optimizer steps taken ("l0.step", checkpointed)
+  int64_t step = 0;       // optimizer steps taken (the trainer's after_step, also on resume)
   StructureMasks sample;  // the leaves of the current training step
   StructureMasks eval;    // deterministic masks for evaluation
   bool eval_valid = false;
-  double lagrangian = 0;  // value at the last training step
+  at::Tensor lagrangian;  // () value at the last training step, detached (read with the other stats)
   int64_t lagrangian_step = 0;
 };
 
@@ -108,7 +82,7 @@ ShearedPruner::ShearedPruner(std::shared_ptr<Model> model, ShearedOptions option
                                                                                << o.init_std);
   const ModelConfig& c = model_->config;
   target_ = prune_targets(c, o.target);  // fails on a target that cannot be met
-  check_no_dora(*model_);
+  prune_check(*model_, PruneSpec{});  // adapters surgery cannot slice (DoRA) fail here, before any work
   source_ = model_shape(c);
 
   State& s = *state_;
@@ -144,7 +118,6 @@ ShearedPruner::ShearedPruner(std::shared_ptr<Model> model, ShearedOptions option
   }
   LT_CHECK(any, "prune.sheared: the targets keep every layer, head and channel (target "
                     << shape_string(target_.shape) << "); nothing to prune");
-  s.step = at::zeros({}, at::TensorOptions(at::kDouble));
 }
 
 // ============================================================================================
@@ -158,7 +131,7 @@ std::vector<std::string> ShearedPruner::kinds() const {
 }
 
 int64_t ShearedPruner::steps() const {
-  return static_cast<int64_t>(state_->step.item<double>());
+  return state_->step;
 }
 
 double ShearedPruner::target_sparsity(const std::string& kind, int64_t step) const {
@@ -241,16 +214,14 @@ namespace {
 // highest scores per row (heads in per_group mode: per KV group of `group` entries).
 at::Tensor keep_entries(const at::Tensor& score_in, int kind, int64_t keep, bool whole_groups,
                         int64_t group) {
-  at::Tensor score = score_in.to(at::kCPU, at::kFloat).contiguous();
+  at::Tensor score = score_in.to(at::kCPU, at::kFloat).reshape({-1});
   at::Tensor kept = at::zeros(score.sizes(), at::kBool);
-  const int64_t row = score.size(-1), rows = score.numel() / row;
   // Chunks scored separately: a row, or a KV group's query heads.
-  const int64_t chunk = kind == kHeads && !whole_groups ? group : row;
-  const float* s = score.data_ptr<float>();
+  const int64_t chunk = kind == kHeads && !whole_groups ? group : score_in.size(-1);
   bool* out = kept.data_ptr<bool>();
-  for (int64_t r0 = 0; r0 < rows * row; r0 += chunk)
-    for (int64_t i : top_k(s + r0, chunk, keep)) out[r0 + i] = true;
-  return kept;
+  for (int64_t r0 = 0; r0 < score.numel(); r0 += chunk)
+    for (int64_t i : prune_top_k(score.narrow(0, r0, chunk), keep)) out[r0 + i] = true;
+  return kept.view(score_in.sizes());
 }
 
 }  // namespace
@@ -326,7 +297,6 @@ std::vector<std::pair<std::string, at::Tensor*>> ShearedPruner::named_tensors() 
     out.emplace_back("l0." + std::string(kKindNames[k]) + ".lambda1", &m.lambda1);
     out.emplace_back("l0." + std::string(kKindNames[k]) + ".lambda2", &m.lambda2);
   }
-  out.emplace_back("l0.step", &state_->step);
   return out;
 }
 
@@ -397,12 +367,12 @@ void ShearedPruner::after_backward() {
   s.lagrangian_step = steps();
   at::Tensor lag = lagrangian(s.lagrangian_step);
   lag.backward();
-  s.lagrangian = lag.item<double>();
+  s.lagrangian = lag.detach();
 }
 
 void ShearedPruner::after_step(int64_t step) {
   State& s = *state_;
-  s.step.fill_(static_cast<double>(step));
+  s.step = step;
   at::NoGradGuard no_grad;
   for (auto& m : s.masks)
     if (m.active) m.log_alpha.clamp_(kLogAlphaMin, kLogAlphaMax);
@@ -412,16 +382,28 @@ void ShearedPruner::after_step(int64_t step) {
 std::vector<std::pair<std::string, double>> ShearedPruner::stats(bool training) {
   std::vector<std::pair<std::string, double>> out;
   if (spent_) return out;
+  at::NoGradGuard no_grad;
   const int64_t step = training ? state_->lagrangian_step : steps();
+  // Device values are gathered and copied to the host at once: one sync per report, not one each.
+  std::vector<size_t> slots;
+  std::vector<at::Tensor> values;
+  auto later = [&](const std::string& name, const at::Tensor& v) {
+    slots.push_back(out.size());
+    values.push_back(v.detach().to(at::kDouble).reshape({}));
+    out.emplace_back(name, 0.0);
+  };
   for (int k = 0; k < kKinds; k++) {
     const State::Mask& m = state_->masks[k];
     if (!m.active) continue;
     const std::string kind = kKindNames[k];
-    out.emplace_back("expected_sparsity_" + kind, expected_sparsity(kind));
+    later("expected_sparsity_" + kind, expected_rows(m.log_alpha, options_).mean());
     out.emplace_back("target_sparsity_" + kind, target_sparsity(kind, step));
-    out.emplace_back("lambda1_" + kind, m.lambda1.item<double>());
+    later("lambda1_" + kind, m.lambda1);
   }
-  out.emplace_back("lagrangian", state_->lagrangian);
+  if (state_->lagrangian.defined()) later("lagrangian", state_->lagrangian);
+  else out.emplace_back("lagrangian", 0.0);
+  at::Tensor host = at::stack(values).to(at::kCPU).contiguous();
+  for (size_t i = 0; i < slots.size(); i++) out[slots[i]].second = host.data_ptr<double>()[i];
   return out;
 }
 

@@ -63,11 +63,11 @@ class ShearedPruner : public TrainerHook {
   // Kinds that have a mask, in the order layers, heads, intermediate, hidden (a kind whose target
   // keeps everything has none).
   std::vector<std::string> kinds() const;
-  // Optimizer steps taken with this pruner (restored by Trainer::resume through "l0.step").
+  // Optimizer steps taken with this pruner (the trainer's after_step; Trainer::resume calls it with
+  // the restored step).
   int64_t steps() const;
   // Every tensor the trainer updates or checkpoints: log_alpha per kind ("l0.layers.log_alpha" ...),
-  // the multipliers ("l0.heads.lambda1", "l0.heads.lambda2" ...) and the step counter "l0.step"
-  // (a float64 scalar without gradient, so a resumed run ramps its targets from the right step).
+  // and the multipliers ("l0.heads.lambda1", "l0.heads.lambda2" ...).
   std::vector<std::pair<std::string, at::Tensor*>> named_tensors();
 
   // TrainerHook

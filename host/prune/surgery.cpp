@@ -392,8 +392,15 @@ TargetShape prune_targets_counts(const ModelConfig& c, const ModelShape& want) {
 
 namespace {
 
-// The k best of `scores` (higher first, ties to lower numbers), returned ascending.
-std::vector<int64_t> top_k(const at::Tensor& scores, int64_t k) {
+void need(const at::Tensor& t, std::vector<int64_t> shape, const char* what) {
+  LT_CHECK(t.defined(), "prune: " << what << " scores are needed to prune " << what);
+  LT_CHECK(t.sizes().vec() == shape, "prune: " << what << " scores must have shape " << c10::IntArrayRef(shape)
+                                               << ", got " << t.sizes());
+}
+
+}  // namespace
+
+std::vector<int64_t> prune_top_k(const at::Tensor& scores, int64_t k) {
   at::Tensor s = scores.detach().to(at::kCPU, at::kDouble).contiguous();
   const double* v = s.data_ptr<double>();
   const int64_t n = s.numel();
@@ -407,29 +414,21 @@ std::vector<int64_t> top_k(const at::Tensor& scores, int64_t k) {
   return idx;
 }
 
-void need(const at::Tensor& t, std::vector<int64_t> shape, const char* what) {
-  LT_CHECK(t.defined(), "prune: " << what << " scores are needed to prune " << what);
-  LT_CHECK(t.sizes().vec() == shape, "prune: " << what << " scores must have shape " << c10::IntArrayRef(shape)
-                                               << ", got " << t.sizes());
-}
-
-}  // namespace
-
 PruneSpec prune_select(const ModelConfig& c, const StructureScores& sc, const TargetShape& target) {
   const ModelShape& t = target.shape;
   const int64_t L = c.num_layers, H = c.num_heads, KV = c.num_kv_heads, C = c.hidden_size, I = c.intermediate_size;
   PruneSpec spec;
   if (t.layers < L) {
     need(sc.layer, {L}, "layer");
-    spec.layers = top_k(sc.layer, t.layers);
+    spec.layers = prune_top_k(sc.layer, t.layers);
   }
   if (t.hidden < C) {
     need(sc.hidden, {C}, "hidden");
-    spec.hidden = top_k(sc.hidden, t.hidden);
+    spec.hidden = prune_top_k(sc.hidden, t.hidden);
   }
   if (t.intermediate < I) {
     need(sc.intermediate, {L, I}, "intermediate");
-    for (int64_t l = 0; l < L; l++) spec.intermediate.push_back(top_k(sc.intermediate[l], t.intermediate));
+    for (int64_t l = 0; l < L; l++) spec.intermediate.push_back(prune_top_k(sc.intermediate[l], t.intermediate));
   }
   if (t.heads < H) {
     need(sc.head, {L, H}, "head");
@@ -438,12 +437,12 @@ PruneSpec prune_select(const ModelConfig& c, const StructureScores& sc, const Ta
       std::vector<int64_t> heads;
       if (target.whole_groups) {
         at::Tensor group_scores = sc.head[l].to(at::kDouble).view({KV, g}).sum(1);
-        for (int64_t k : top_k(group_scores, t.kv_heads))
+        for (int64_t k : prune_top_k(group_scores, t.kv_heads))
           for (int64_t j = 0; j < g; j++) heads.push_back(k * g + j);
       } else {
         const int64_t per = t.heads / KV;
         for (int64_t k = 0; k < KV; k++)
-          for (int64_t j : top_k(sc.head[l].narrow(0, k * g, g), per)) heads.push_back(k * g + j);
+          for (int64_t j : prune_top_k(sc.head[l].narrow(0, k * g, g), per)) heads.push_back(k * g + j);
       }
       spec.heads.push_back(heads);
     }

@@ -84,6 +84,10 @@ struct StructureScores {
   at::Tensor intermediate;  // (L, I)
   at::Tensor hidden;        // (C)
 };
+// The numbers of the k highest of `scores` (1-D, any device), ascending; ties go to the lower
+// number, NaN counts as lowest.
+std::vector<int64_t> prune_top_k(const at::Tensor& scores, int64_t k);
+
 // The spec that keeps exactly `target`'s counts by score: top layers, top hidden channels, top MLP
 // channels per layer, and per layer either the top `per_group` query heads inside every KV group
 // or (whole_groups) the KV groups with the highest summed head score. Ties break to lower numbers.

@@ -75,13 +75,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
   LT_CHECK(o.loss_chunk > 0, "train.new: loss_chunk must be positive");
   params_ = model_->trainable_parameters();
   LT_CHECK(!params_.empty(), "train.new: the model has no trainable parameters");
-  model_params_ = params_.size();
-  for (size_t i = 0; i < params_.size(); i++) {
-    group_lr_.push_back(o.lr);
-    group_wd_.push_back(o.weight_decay);
-    follow_schedule_.push_back(1);
-    clip_.push_back(1);
-  }
+  // The model's weights: the trainer's lr and decay, scheduled and clipped.
+  settings_.assign(params_.size(), Setting{o.lr, o.weight_decay, true, true});
   std::set<std::string> names;
   for (auto& [name, p] : params_) names.insert(name);
   for (auto& hook : hooks_) {
@@ -91,10 +86,7 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
         LT_CHECK(names.insert(name).second, "train.new: two trainable tensors are both named " << name);
         LT_CHECK(p && p->defined() && p->is_floating_point(), "train.new: hook parameter " << name << " is not a float tensor");
         params_.emplace_back(name, p);
-        group_lr_.push_back(g.lr == 0 ? o.lr : g.lr);
-        group_wd_.push_back(g.weight_decay);
-        follow_schedule_.push_back(g.follow_schedule);
-        clip_.push_back(g.clip);
+        settings_.push_back(Setting{g.lr == 0 ? o.lr : g.lr, g.weight_decay, g.follow_schedule, g.clip});
       }
   }
 }
@@ -138,17 +130,17 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
   const int64_t rows = batch.ids.size(0);
   const int64_t micro = options_.micro_batch_size > 0 ? options_.micro_batch_size : rows;
   const c10::Device dev = model_->device();
-  ForwardOptions fo;
   const bool training = backward;
-  if (options_.checkpoint_layers && backward) fo.run_layer = [](const LayerFn& fn, const at::Tensor& x) {
-    return recompute_forward(fn, x);
-  };
   at::Tensor total = at::zeros({}, at::TensorOptions(at::kDouble).device(dev));  // read once, not per micro-batch
   int64_t count = 0;
   for (int64_t r0 = 0; r0 < rows; r0 += micro) {
     int64_t n = std::min(micro, rows - r0);
     at::Tensor ids = batch.ids.narrow(0, r0, n).to(dev);
     at::Tensor targets = batch.targets.narrow(0, r0, n).to(dev).reshape({-1});
+    ForwardOptions fo;  // fresh per micro-batch: hooks set their fields on a clean one
+    if (options_.checkpoint_layers && backward) fo.run_layer = [](const LayerFn& fn, const at::Tensor& x) {
+      return recompute_forward(fn, x);
+    };
     fo.positions = batch.positions.defined() ? batch.positions.narrow(0, r0, n).to(dev) : at::Tensor();
     fo.segments = batch.segments.defined() ? batch.segments.narrow(0, r0, n).to(dev) : at::Tensor();
     at::Tensor keep = targets.ne(kIgnoreTarget).nonzero().squeeze(1);
@@ -175,13 +167,13 @@ double Trainer::clip_gradients() {
   at::Tensor sq = at::zeros({}, model_->embed.options().dtype(at::kFloat).requires_grad(false));
   for (size_t i = 0; i < params_.size(); i++) {
     at::Tensor* p = params_[i].second;
-    if (clip_[i] && p->grad().defined()) sq = sq + p->grad().to(at::kFloat).pow(2).sum().to(sq.device());
+    if (settings_[i].clip && p->grad().defined()) sq = sq + p->grad().to(at::kFloat).pow(2).sum().to(sq.device());
   }
   double norm = std::sqrt(sq.item<double>());
   if (options_.max_grad_norm > 0 && std::isfinite(norm) && norm > options_.max_grad_norm) {
     double coef = options_.max_grad_norm / (norm + 1e-6);
     for (size_t i = 0; i < params_.size(); i++)
-      if (clip_[i] && params_[i].second->grad().defined()) params_[i].second->mutable_grad().mul_(coef);
+      if (settings_[i].clip && params_[i].second->grad().defined()) params_[i].second->mutable_grad().mul_(coef);
   }
   return norm;
 }
@@ -194,8 +186,9 @@ void Trainer::optimizer_update(double scheduled_lr) {
   for (size_t i = 0; i < params_.size(); i++) {
     at::Tensor& p = *params_[i].second;
     if (!p.grad().defined()) continue;
-    const double lr = follow_schedule_[i] ? group_lr_[i] * (scheduled_lr / o.lr) : group_lr_[i];
-    const double weight_decay = group_wd_[i];
+    const Setting& set = settings_[i];
+    const double lr = set.follow_schedule ? set.lr * (scheduled_lr / o.lr) : set.lr;
+    const double weight_decay = set.weight_decay;
     at::Tensor w = master_[i].defined() ? master_[i] : p;  // the float copy is the one updated
     at::Tensor g = p.grad().to(w.scalar_type());
     if (o.optimizer == "adamw") {
@@ -401,6 +394,7 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
     cuda.set_state(st.tensor("rng.cuda").clone());
   }
   step_ = meta.at("step").get<int64_t>();
+  for (auto& hook : hooks_) hook->after_step(step_);
   return step_;
 }
 

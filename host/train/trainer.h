@@ -57,7 +57,8 @@ class TrainerHook {
   virtual at::Tensor micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum) { return {}; }
   // After every micro-batch's backward, before clipping and the optimizer (training only).
   virtual void after_backward() {}
-  // After the optimizer update of step `step` (training only).
+  // After the optimizer update of step `step` (training only); also once by resume() with the
+  // restored step, so hooks that depend on the step count (warm-ups) continue where they were.
   virtual void after_step(int64_t step) {}
   // Extra numbers for the step's or evaluation's report, e.g. {"kd_loss", 0.7}.
   virtual std::vector<std::pair<std::string, double>> stats(bool training) { return {}; }
@@ -135,9 +136,12 @@ class Trainer {
   TrainOptions options_;
   std::vector<std::shared_ptr<TrainerHook>> hooks_;
   std::vector<std::pair<std::string, at::Tensor*>> params_;
-  size_t model_params_ = 0;  // params_[0, model_params_) are the model's; then the hooks' groups
-  std::vector<double> group_lr_, group_wd_;  // per parameter: absolute lr (0 = the trainer's), decay
-  std::vector<char> follow_schedule_, clip_;
+  // Per parameter, from its group: absolute lr at full schedule, decay, scheduled?, clipped?
+  struct Setting {
+    double lr, weight_decay;
+    bool follow_schedule, clip;
+  };
+  std::vector<Setting> settings_;
   std::vector<at::Tensor> master_, exp_avg_, exp_avg_sq_, momentum_;  // per parameter (undefined when unused)
   bool state_ready_ = false;
   int64_t step_ = 0;

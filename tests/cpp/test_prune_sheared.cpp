@@ -97,7 +97,7 @@ TEST(Sheared, ShapesAndNames) {
   EXPECT_EQ(groups[0].params.size(), 4u);
   EXPECT_EQ(groups[0].lr, 1.0);
   EXPECT_EQ(groups[1].lr, -1.0);
-  EXPECT_EQ(groups[1].params.size(), 9u);  // 4 x (lambda1, lambda2) + l0.step
+  EXPECT_EQ(groups[1].params.size(), 8u);  // 4 x (lambda1, lambda2)
   EXPECT_FALSE(groups[0].follow_schedule || groups[0].clip || groups[1].follow_schedule || groups[1].clip);
   // log_alpha ~ N(5, 0.01) clamped to ln 100: every mask starts on.
   EXPECT_TRUE(at::allclose(tensor(p, "l0.layers.log_alpha"), at::full({4}, std::log(100.0))));
@@ -125,8 +125,8 @@ TEST(Sheared, ConstructorErrors) {
   lora_apply(*m, c, 1);
   EXPECT_EQ(
       error_of([&] { ShearedPruner(m, opts(0.5, 0, 0, 0)); }),
-      "prune.sheared: the model has DoRA adapters (model.layers.0.self_attn.q_proj); pruning cannot slice "
-      "DoRA's magnitude vectors\n  HINT: merge them first (lora.merge) or train LoRA without dora");
+      "prune: model.layers.0.self_attn.q_proj.weight has a DoRA adapter, whose magnitude normalisation slicing "
+      "would change; merge it first (lora.merge)");
 }
 
 TEST(Sheared, HardConcreteSamples) {

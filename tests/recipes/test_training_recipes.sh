@@ -6,12 +6,7 @@
 set -uo pipefail
 runner=$1 base=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
-fails=0
-check() {  # check NAME COMMAND...: the command must succeed
-  local name=$1
-  shift
-  if "$@" >/dev/null 2>&1; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
+source tests/recipes/lib.sh
 steps_logged() {  # the step numbers of metrics.jsonl's training lines, space separated
   python3 -c 'import json,sys
 print(" ".join(str(j["step"]) for j in map(json.loads, open(sys.argv[1])) if "loss" in j))' "$1"
@@ -50,7 +45,4 @@ check "full: tokenizer copied" test -f "$work/full/model/tokenizer.json"
 check "cpt: exits 0" test $? -eq 0
 check "cpt: model written" test -f "$work/cpt/model/config.json"
 
-if [ $fails -ne 0 ]; then
-  for f in "$work"/*.log; do echo "--- $f"; tail -5 "$f"; done
-  exit 1
-fi
+finish
