@@ -167,6 +167,7 @@ struct RunState {
   // kept as text so a usage error a recipe caught with pcall does not mark a later failure).
   std::string usage_message;
   ConfigValue resolved;  // the resolved config, for metric sinks
+  int sweeps_run = 0;    // sweep.run calls (`runner sweep FILE` fails when FILE made none)
 };
 
 RunState& lt_run_state(lua_State* L);

@@ -57,11 +57,60 @@ Metrics& check_metrics(lua_State* L, int idx) {
   return *m;
 }
 
+// metrics.open's `wandb`: a project name, or a table of W&B run settings. The spool directory
+// defaults to a `wandb` directory beside the JSONL file, so a run's output directory holds it.
+void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
+  lua_getfield(L, idx, "wandb");
+  int w = lua_gettop(L);
+  if (lua_type(L, w) == LUA_TSTRING) {
+    o.wandb.project = lua_tostring(L, w);
+  } else if (lua_istable(L, w)) {
+    lt_check_options(L, w, {"project", "entity", "name", "group", "job_type", "notes", "tags", "mode", "run_id",
+                            "base_url", "dir"});
+    o.wandb.project = lt_opt_string(L, w, "project", "");
+    o.wandb.entity = lt_opt_string(L, w, "entity", "");
+    o.wandb.name = lt_opt_string(L, w, "name", "");
+    o.wandb.group = lt_opt_string(L, w, "group", "");
+    o.wandb.job_type = lt_opt_string(L, w, "job_type", "");
+    o.wandb.notes = lt_opt_string(L, w, "notes", "");
+    o.wandb.mode = lt_opt_string(L, w, "mode", "");
+    o.wandb.run_id = lt_opt_string(L, w, "run_id", "");
+    o.wandb.base_url = lt_opt_string(L, w, "base_url", "");
+    o.wandb.dir = lt_opt_string(L, w, "dir", "");
+    lua_getfield(L, w, "tags");
+    if (lua_istable(L, -1)) {
+      for (int i = 1;; i++) {
+        lua_rawgeti(L, -1, i);
+        if (lua_isnil(L, -1)) {
+          lua_pop(L, 1);
+          break;
+        }
+        LT_CHECK(lua_type(L, -1) == LUA_TSTRING,
+                 "metrics.open: wandb.tags[" << i << "] must be a string, got " << luaL_typename(L, -1));
+        o.wandb.tags.push_back(lua_tostring(L, -1));
+        lua_pop(L, 1);
+      }
+    } else {
+      LT_CHECK(lua_isnil(L, -1), "metrics.open: wandb.tags must be a list of strings, got " << luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+  } else {
+    LT_CHECK(lua_isnil(L, w), "metrics.open: wandb must be a project name or a table of W&B settings, got "
+                                  << luaL_typename(L, w));
+  }
+  lua_pop(L, 1);
+  o.wandb.resume = o.jsonl.resume;
+  if (o.wandb.dir.empty() && !o.jsonl.path.empty()) {
+    std::filesystem::path parent = std::filesystem::path(o.jsonl.path).parent_path();
+    o.wandb.dir = (parent.empty() ? std::filesystem::path("wandb") : parent / "wandb").string();
+  }
+}
+
 // ============================================================================================
 // Module functions
 
 // metrics.open{console = true, jsonl = "out/metrics.jsonl", total_steps = N, every = 10,
-//              config = cfg, resume = false, wandb = ""}
+//              config = cfg, resume = false, wandb = "" | "project" | {project = , entity = , ...}}
 int l_metrics_open(lua_State* L) {
   MetricsOptions o;
   if (!lua_isnoneornil(L, 1)) {
@@ -72,7 +121,6 @@ int l_metrics_open(lua_State* L) {
     o.console_options.every = static_cast<int64_t>(lt_opt_number(L, 1, "every", 10));
     o.jsonl.path = lt_opt_string(L, 1, "jsonl", "");
     o.jsonl.resume = lt_opt_bool(L, 1, "resume", false);
-    o.wandb = lt_opt_string(L, 1, "wandb", "");
     lua_getfield(L, 1, "config");
     if (lua_type(L, -1) == LUA_TSTRING) {
       o.jsonl.config_json = lua_tostring(L, -1);  // config.json()
@@ -86,6 +134,8 @@ int l_metrics_open(lua_State* L) {
                                      << luaL_typename(L, -1));
     }
     lua_pop(L, 1);
+    o.wandb.config_json = o.jsonl.config_json;
+    read_wandb(L, 1, o);
   }
   lt_push<MetricsPtr>(L, MetricsPtr(metrics_open(o)));
   return 1;
@@ -136,7 +186,15 @@ int l_metrics_close(lua_State* L) {
   return 0;
 }
 
+// log:stopped() -> true once the run was stopped from outside (the W&B UI): the recipe ends its
+// loop and saves, as after its last step.
+int l_metrics_stopped(lua_State* L) {
+  lua_pushboolean(L, check_metrics(L, 1).stopped());
+  return 1;
+}
+
 const luaL_Reg metrics_methods[] = {{"write", l_metrics_write},
+                                    {"stopped", l_metrics_stopped},
                                     {"summary", l_metrics_summary},
                                     {"close", l_metrics_close},
                                     {nullptr, nullptr}};

@@ -11,6 +11,7 @@
 #include "bindings/modules.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/strings.h"
 #include "host/metrics/metrics.h"
 #include "host/runner/recipes.h"
 
@@ -34,17 +35,21 @@ const Module modules[] = {
     {"lora", luaopen_lora},
     {"prune", luaopen_prune},
     {"distill", luaopen_distill},
+    {"sweep", luaopen_sweep},
 };
 
 // ============================================================================================
-// Ctrl-C: the signal handler only arms a hook; the hook raises a Lua error at the next Lua
-// instruction, so a C++ step already running finishes first. A second Ctrl-C kills the process.
+// Ctrl-C (and SIGTERM, which Slurm and job schedulers send before killing): the signal handler
+// only arms a hook; the hook raises a Lua error at the next Lua instruction, so a C++ step already
+// running finishes first. A second signal kills the process.
 
 lua_State* g_state = nullptr;
 volatile std::sig_atomic_t g_interrupted = 0;
+volatile std::sig_atomic_t g_signal = 0;
 
 void interrupt_hook(lua_State* L, lua_Debug*) {
   lua_sethook(L, nullptr, 0, 0);
+  if (g_signal == SIGTERM) luaL_error(L, "interrupted by SIGTERM");
   luaL_error(L, "interrupted by Ctrl-C (SIGINT)");
 }
 
@@ -53,7 +58,7 @@ void interrupt_hook(lua_State* L, lua_Debug*) {
 // terminals may deliver the same interrupt to the process and to its group.
 volatile std::sig_atomic_t g_first_interrupt_s = 0;
 
-void on_sigint(int) {
+void on_sigint(int sig) {
   timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   if (g_interrupted && now.tv_sec - g_first_interrupt_s >= 1) {
@@ -61,7 +66,10 @@ void on_sigint(int) {
     (void)!write(2, msg, sizeof msg - 1);
     _exit(kExitInterrupted);
   }
-  if (!g_interrupted) g_first_interrupt_s = static_cast<std::sig_atomic_t>(now.tv_sec);
+  if (!g_interrupted) {
+    g_first_interrupt_s = static_cast<std::sig_atomic_t>(now.tv_sec);
+    g_signal = sig;
+  }
   g_interrupted = 1;
   if (g_state) lua_sethook(g_state, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
@@ -153,8 +161,10 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd) {
   }
   g_state = L;
   auto previous = std::signal(SIGINT, on_sigint);
+  auto previous_term = std::signal(SIGTERM, on_sigint);
   int rc = lua_pcall(L, 0, 0, -2);
   std::signal(SIGINT, previous);
+  std::signal(SIGTERM, previous_term);
   g_state = nullptr;
 
   if (rc != 0) {
@@ -165,12 +175,20 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd) {
     }
     const char* msg = lua_tostring(L, -1);
     bool usage = msg && msg == st.usage_message;
-    std::fprintf(stderr, "%s%s\n", usage ? "" : "error: ", msg ? msg : "(no message)");
+    std::string text = std::string(usage ? "" : "error: ") + (msg ? msg : "(no message)");
+    std::fprintf(stderr, "%s\n", text.c_str());
+    for (const auto& line : str_split(text, '\n')) metrics_console_tap(line);  // W&B's output.log
     if (g_interrupted) {
-      std::fprintf(stderr, "runner: interrupted by Ctrl-C; stopped between steps\n");
+      std::fprintf(stderr, "runner: interrupted by %s; stopped between steps\n",
+                   g_signal == SIGTERM ? "SIGTERM" : "Ctrl-C");
       return kExitInterrupted;
     }
     return usage ? kExitUsage : kExitFailed;
+  }
+  if (cmd.verb == Command::Verb::sweep && st.sweeps_run == 0) {
+    std::fprintf(stderr, "runner sweep: %s ran no sweep (it never called sweep.run{...}); see docs/sweeps.md\n",
+                 path.c_str());
+    return kExitUsage;
   }
   if (!st.config_resolved && (st.validate_only || !st.overrides.empty())) {
     std::fprintf(stderr, "config: %s never called config{}, so %s\n", path.c_str(),
@@ -192,8 +210,11 @@ int lua_host_run(const std::string& path, const Command& cmd) {
     rc = kExitUsage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    metrics_console_tap(std::string("error: ") + e.what());
     rc = kExitFailed;
   }
+  // A failed run's logs hear its exit status (W&B shows it); lua_close would close them with 0.
+  if (rc != kExitOk) metrics_close_open(rc);
   std::fflush(stdout);
   lua_close(L);
   return rc;

@@ -15,8 +15,10 @@
 #include "host/core/error.h"
 #include "host/core/version.h"
 #include "host/data/preview.h"
+#include "host/metrics/wandb.h"
 #include "host/runner/cli.h"
 #include "host/runner/recipes.h"
+#include "host/sweep/sweep.h"
 #include "host/text/tokenizer.h"
 #include "runner/lua_host.h"
 
@@ -93,8 +95,14 @@ static int run_command(const Command& cmd) {
       return run_tokenize(cmd);
     case Command::Verb::data:
       return run_data(cmd);
+    case Command::Verb::sweep_report:
+      std::fputs(sweep_report(cmd.dest).c_str(), stdout);
+      return kExitOk;
+    case Command::Verb::wandb_sync:
+      return wandb_sync(cmd.dest, stdout);
     case Command::Verb::run:
     case Command::Verb::validate:
+    case Command::Verb::sweep:
       return lua_host_run(recipe_resolve(cmd.recipe), cmd);
   }
   return kExitFailed;

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "host/core/error.h"
 #include "host/metrics/metrics.h"
@@ -27,6 +29,10 @@ int terminal_width(std::FILE* out) {
 }
 
 class ConsoleSink;
+
+// Console taps (metrics.h): who gets a copy of each printed line.
+std::mutex g_tap_mutex;
+std::vector<std::pair<const void*, std::function<void(const std::string&)>>> g_taps;
 
 // The one live line of the process (there is one terminal): who draws it and whether it is up.
 std::mutex g_live_mutex;
@@ -54,6 +60,7 @@ class ConsoleSink : public MetricSink {
       clear_live_locked();
       std::string line = "eval " + metrics_plain_line(step, o_.total_steps, eval, 0);
       std::fprintf(o_.out, "%s\n", line.c_str());
+      metrics_console_tap(line);
       if (tty_) draw_locked();
       std::fflush(o_.out);
     }
@@ -62,16 +69,19 @@ class ConsoleSink : public MetricSink {
     timer_.tick(step, now);
     last_step_ = step;
     last_ = train;
+    bool plain_due = step % o_.every == 0 || (o_.total_steps > 0 && step == o_.total_steps);
     if (tty_) {
       bool last = o_.total_steps > 0 && step >= o_.total_steps;
       if (last || !drawn_once_ || now - last_draw_ >= o_.redraw_interval) {
         draw_locked();
         last_draw_ = now;
       }
-    } else if (step % o_.every == 0 || (o_.total_steps > 0 && step == o_.total_steps)) {
+      if (plain_due) metrics_console_tap(metrics_plain_line(step, o_.total_steps, train, eta()));
+    } else if (plain_due) {
       std::string line = metrics_plain_line(step, o_.total_steps, train, eta());
       std::fprintf(o_.out, "%s\n", line.c_str());
       std::fflush(o_.out);
+      metrics_console_tap(line);
     }
   }
 
@@ -80,11 +90,17 @@ class ConsoleSink : public MetricSink {
     end_live_locked();
     size_t w = 0;
     for (const auto& kv : values.numbers) w = std::max(w, kv.first.size());
-    std::fprintf(o_.out, "summary\n");
-    for (const auto& [k, v] : values.numbers)
-      std::fprintf(o_.out, "  %-*s  %s\n", static_cast<int>(w), k.c_str(),
-                   metrics_format_value(k, v).c_str());
-    if (!values.note.empty()) std::fprintf(o_.out, "  %s\n", values.note.c_str());
+    std::vector<std::string> lines{"summary"};
+    for (const auto& [k, v] : values.numbers) {
+      char buf[512];
+      std::snprintf(buf, sizeof buf, "  %-*s  %s", static_cast<int>(w), k.c_str(), metrics_format_value(k, v).c_str());
+      lines.push_back(buf);
+    }
+    if (!values.note.empty()) lines.push_back("  " + values.note);
+    for (const auto& line : lines) {
+      std::fprintf(o_.out, "%s\n", line.c_str());
+      metrics_console_tap(line);
+    }
     std::fflush(o_.out);
   }
 
@@ -150,6 +166,23 @@ void metrics_console_println(const std::string& line, std::FILE* out) {
   std::fprintf(out, "%s\n", line.c_str());
   std::fflush(out);
   if (live) live->draw_locked();
+  metrics_console_tap(line);
+}
+
+void metrics_console_add_tap(const void* owner, std::function<void(const std::string&)> tap) {
+  std::lock_guard<std::mutex> lock(g_tap_mutex);
+  g_taps.emplace_back(owner, std::move(tap));
+}
+
+void metrics_console_remove_tap(const void* owner) {
+  std::lock_guard<std::mutex> lock(g_tap_mutex);
+  for (size_t i = g_taps.size(); i-- > 0;)
+    if (g_taps[i].first == owner) g_taps.erase(g_taps.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void metrics_console_tap(const std::string& line) {
+  std::lock_guard<std::mutex> lock(g_tap_mutex);
+  for (const auto& t : g_taps) t.second(line);
 }
 
 void metrics_console_clear_live() {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 
 #include "host/core/error.h"
 #include "host/core/strings.h"
@@ -32,12 +33,44 @@ void metrics_sort(MetricValues& values) {
 // ============================================================================================
 // Fan-out
 
+namespace {
+
+// Every Metrics not yet closed, for metrics_close_open. Touched from the recipe's thread only.
+std::set<Metrics*>& open_metrics() {
+  static std::set<Metrics*> open;
+  return open;
+}
+
+}  // namespace
+
+Metrics::Metrics() {
+  open_metrics().insert(this);
+}
+
 Metrics::~Metrics() {
   try {
     close(0);
   } catch (...) {
     // A sink failing while the run is torn down has nowhere to report; its data was flushed.
   }
+  open_metrics().erase(this);
+}
+
+void metrics_close_open(int exit_code) {
+  std::set<Metrics*> open = open_metrics();  // close() erases
+  for (Metrics* m : open) {
+    try {
+      m->close(exit_code);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "warning: metrics: closing a log failed: %s\n", e.what());
+    }
+  }
+}
+
+bool Metrics::stopped() const {
+  for (const auto& s : sinks_)
+    if (s->stopped()) return true;
+  return false;
 }
 
 void Metrics::add(std::unique_ptr<MetricSink> sink) {
@@ -58,6 +91,7 @@ void Metrics::summary(const MetricValues& values) {
 void Metrics::close(int exit_code) {
   if (closed_) return;
   closed_ = true;
+  open_metrics().erase(this);
   for (auto& s : sinks_) s->close(exit_code);
 }
 
@@ -70,11 +104,6 @@ bool metrics_is_rank0() {
 }
 
 std::unique_ptr<Metrics> metrics_open(const MetricsOptions& o) {
-  // Recipes name a W&B project by default; until the W&B sink exists (issue 6) that is a warning,
-  // not a failure, so the default run works and says where its metrics go instead.
-  if (!o.wandb.empty() && metrics_is_rank0())
-    std::fprintf(stderr, "warning: metrics.open: wandb = '%s' is not supported yet (W&B logging arrives in a later "
-                         "issue); logging to the console and JSONL only\n", o.wandb.c_str());
   LT_CHECK(o.console_options.every >= 1,
            "metrics.open: every must be 1 or more, got " << o.console_options.every);
   LT_CHECK(o.console_options.total_steps >= 0,
@@ -83,6 +112,7 @@ std::unique_ptr<Metrics> metrics_open(const MetricsOptions& o) {
   if (!metrics_is_rank0()) return m;
   if (o.console) m->add(console_sink_new(o.console_options));
   if (!o.jsonl.path.empty()) m->add(jsonl_sink_new(o.jsonl));
+  if (wandb_enabled(o.wandb)) m->add(wandb_sink_new(o.wandb));
   return m;
 }
 

@@ -1,6 +1,6 @@
 // Training metrics: what the trainer reports each step goes to sinks through one fan-out. A sink
 // is anything with write/summary/close: the console (a live progress line on a terminal, plain
-// lines in CI logs), a JSONL file, and later W&B, which plugs into the same MetricSink interface.
+// lines in CI logs), a JSONL file, and Weights & Biases over HTTP (host/metrics/wandb.h).
 // Plain C++ with no LibTorch: the numbers arrive as doubles, already pulled off the device.
 #pragma once
 
@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "host/metrics/wandb.h"
 
 namespace luatune {
 
@@ -31,6 +33,8 @@ class MetricSink {
   virtual void write(int64_t step, const MetricValues& values) = 0;
   virtual void summary(const MetricValues& values) = 0;  // the run's final numbers
   virtual void close(int exit_code) = 0;                 // called once; the sink flushes and lets go
+  // True once the run was stopped from outside (the W&B UI); the recipe ends its loop cleanly.
+  virtual bool stopped() const { return false; }
 };
 
 // Eval values (keys starting with "eval_") are shown on their own line by the console.
@@ -44,12 +48,14 @@ void metrics_sort(MetricValues& values);
 
 class Metrics {
  public:
+  Metrics();   // registers itself so metrics_close_open() can reach it
   ~Metrics();  // closes with exit code 0 if close() was never called
   void add(std::unique_ptr<MetricSink> sink);
   void write(int64_t step, const MetricValues& values);
   void summary(const MetricValues& values);
   void close(int exit_code);  // idempotent
   bool closed() const { return closed_; }
+  bool stopped() const;  // any sink says the run was stopped from outside
   size_t sink_count() const { return sinks_.size(); }
 
  private:
@@ -73,8 +79,17 @@ struct ConsoleOptions {
 std::unique_ptr<MetricSink> console_sink_new(const ConsoleOptions& options);
 
 // Prints one line on `out` without garbling a live progress line: clears it, prints, redraws it.
-// Lua's print goes through this while the metrics module is loaded.
+// Lua's print goes through this while the metrics module is loaded. The line also goes to the
+// console taps.
 void metrics_console_println(const std::string& line, std::FILE* out = stdout);
+
+// Console taps: everything the run shows as lines (print, the console sink's step, eval and
+// summary lines, the runner's error message) is also handed to each tap, for W&B's output.log.
+// On a terminal the console sink taps a plain step line every `every` steps in place of its live
+// line. Taps are called on the thread that prints (the training thread) and must not block.
+void metrics_console_add_tap(const void* owner, std::function<void(const std::string&)> tap);
+void metrics_console_remove_tap(const void* owner);
+void metrics_console_tap(const std::string& line);  // hands a line to the taps without printing it
 // Clears a live progress line and forgets it (before an error message ends the run).
 void metrics_console_clear_live();
 
@@ -126,12 +141,16 @@ struct MetricsOptions {
   bool console = true;
   ConsoleOptions console_options;
   JsonlOptions jsonl;  // no JSONL sink when path is empty
-  std::string wandb;   // W&B project; not supported yet: a non-empty value prints a warning
+  WandbOptions wandb;  // a W&B sink when wandb_enabled(wandb)
 };
 
 // Sinks open on rank 0 only (RANK or SLURM_PROCID unset or 0); other ranks get an empty fan-out,
 // so recipes never branch on the rank to log.
 std::unique_ptr<Metrics> metrics_open(const MetricsOptions& options);
 bool metrics_is_rank0();
+
+// Closes every Metrics still open with `exit_code`: the runner calls it when a recipe fails, so
+// W&B hears exit code 1 (or 130 for Ctrl-C) rather than the 0 a garbage-collected log would send.
+void metrics_close_open(int exit_code);
 
 }  // namespace luatune

@@ -15,6 +15,9 @@ std::string cli_help() {
                                                           tokenize stdin (one JSON string a line)
        runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat]
                    [--max-length N] [--limit N] FILE      show a dataset's records as trained
+       runner sweep SWEEP [key=value ...]                 run a sweep file (trials as child runs)
+       runner sweep --report DIR                          the results table of a sweep so far
+       runner wandb-sync PATH                             upload offline or unsent W&B runs
        runner --version                                   luatune, LibTorch, CUDA versions and devices
        runner --help                                      this text
 
@@ -30,6 +33,10 @@ them, one block per record: its text and token ids with the masked ones (no loss
 --format text|prompt_response|alpaca|chat|guanaco (default: from the first record's keys);
 non-chat records are rendered as conversations when the tokenizer has a chat template (--no-chat:
 plain text templates; --chat-format llama3|llama3.1|mistral|chatml|qwen2.5|qwen3|gemma).
+sweep: SWEEP is a Lua file that calls sweep.run{...} (docs/sweeps.md); each trial runs as its own
+runner process, results go to its output_dir (trials.jsonl, results.md); running it again resumes.
+wandb-sync: PATH is a spooled run (OUTPUT_DIR/wandb/run-ID) or a directory of them; only what the
+server has not acknowledged is sent (docs/wandb.md).
 Exit status: 0 success, 1 the run failed, 2 bad command line or config, 130 interrupted (Ctrl-C).
 )";
 }
@@ -153,6 +160,20 @@ Command cli_parse(const std::vector<std::string>& args) {
   } else if (first == "data") {
     cmd.verb = Command::Verb::data;
     parse_data_args(args, cmd);
+  } else if (first == "sweep") {
+    if (args.size() >= 2 && args[1] == "--report") {
+      cmd.verb = Command::Verb::sweep_report;
+      if (args.size() != 3) fail_usage("runner sweep --report: expected one DIR (a sweep's output_dir)");
+      cmd.dest = args[2];
+    } else {
+      cmd.verb = Command::Verb::sweep;
+      parse_recipe_args(args, 1, "sweep", cmd);
+    }
+  } else if (first == "wandb-sync") {
+    cmd.verb = Command::Verb::wandb_sync;
+    if (args.size() != 2 || str_starts_with(args[1], "-"))
+      fail_usage("runner wandb-sync: expected one PATH (OUTPUT_DIR/wandb/run-ID, or a directory of runs)");
+    cmd.dest = args[1];
   } else if (first == "validate") {
     cmd.verb = Command::Verb::validate;
     parse_recipe_args(args, 1, "validate", cmd);

@@ -1,6 +1,7 @@
 // The runner's command line: `runner RECIPE [key=value ...]`, `runner validate|ls|cp|--help|--version`,
 // `runner tokenize --tokenizer DIR [--special] [--decode]`,
-// `runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] [--limit N] FILE`.
+// `runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] [--limit N] FILE`,
+// `runner sweep SWEEP [key=value ...]`, `runner sweep --report DIR`, `runner wandb-sync PATH`.
 // Parsing only; runner/main.cpp carries the verbs out. Bad command lines raise UsageError (exit 2).
 #pragma once
 
@@ -11,10 +12,10 @@
 namespace luatune {
 
 struct Command {
-  enum class Verb { run, validate, ls, cp, tokenize, data, help, version };
+  enum class Verb { run, validate, ls, cp, tokenize, data, sweep, sweep_report, wandb_sync, help, version };
   Verb verb = Verb::help;
   std::string recipe;                     // run, validate, cp: a path or a shipped recipe's name
-  std::string dest;                       // cp
+  std::string dest;                       // cp; sweep --report DIR; wandb-sync PATH
   std::vector<std::string> overrides;     // "key=value", in order
   std::vector<std::string> config_files;  // --config FILE, applied before the key=value overrides
   std::string tokenizer;                  // tokenize, data: --tokenizer DIR

@@ -305,19 +305,65 @@ TEST(Metrics, FanOutReachesEverySinkAndRefusesUseAfterClose) {
   fs::remove(b);
 }
 
-TEST(Metrics, OpenWarnsAboutWandbForNowAndRejectsBadPaths) {
+TEST(Metrics, OpenRejectsBadPathsAndAddsNoWandbSinkWithoutAProject) {
   MetricsOptions o;
   o.console = false;
-  o.wandb = "my-project";
-  testing::internal::CaptureStderr();
-  EXPECT_EQ(error_of([&] { metrics_open(o); }), "(no error)");
-  EXPECT_EQ(testing::internal::GetCapturedStderr(),
-            "warning: metrics.open: wandb = 'my-project' is not supported yet (W&B logging arrives in a later issue); "
-            "logging to the console and JSONL only\n");
-  o.wandb = "";
   o.jsonl.path = "/proc/luatune-no-such-dir/m.jsonl";
   EXPECT_TRUE(str_starts_with(error_of([&] { metrics_open(o); }),
                               "metrics: cannot open '/proc/luatune-no-such-dir/m.jsonl' for writing: "));
   o.jsonl.path = "";
   EXPECT_EQ(metrics_open(o)->sink_count(), 0u);
+  o.wandb.project = "p";
+  o.wandb.mode = "disabled";
+  EXPECT_EQ(metrics_open(o)->sink_count(), 0u);
+}
+
+// A sink that records what reaches it, to see the fan-out's close and stop plumbing.
+struct RecordingSink : MetricSink {
+  int* closed_with;
+  bool stop = false;
+  explicit RecordingSink(int* c) : closed_with(c) {}
+  void write(int64_t, const MetricValues&) override {}
+  void summary(const MetricValues&) override {}
+  void close(int code) override { *closed_with = code; }
+  bool stopped() const override { return stop; }
+};
+
+TEST(Metrics, CloseOpenReachesEveryOpenLogWithTheExitCodeOnce) {
+  int a = -1, b = -1;
+  Metrics m1, m2;
+  m1.add(std::make_unique<RecordingSink>(&a));
+  auto sink = std::make_unique<RecordingSink>(&b);
+  RecordingSink* raw = sink.get();
+  m2.add(std::move(sink));
+  EXPECT_FALSE(m2.stopped());
+  raw->stop = true;
+  EXPECT_TRUE(m2.stopped());
+  m1.close(0);
+  metrics_close_open(1);
+  EXPECT_EQ(a, 0);  // already closed: untouched
+  EXPECT_EQ(b, 1);
+  metrics_close_open(3);  // nothing open any more
+  EXPECT_EQ(b, 1);
+}
+
+TEST(Metrics, ConsoleTapsSeePrintedLinesUntilRemoved) {
+  std::vector<std::string> seen;
+  int owner = 0;
+  metrics_console_add_tap(&owner, [&](const std::string& l) { seen.push_back(l); });
+  std::FILE* null = std::fopen("/dev/null", "w");
+  metrics_console_println("hello", null);
+  ConsoleOptions co;
+  co.out = null;
+  co.tty = 0;
+  co.every = 2;
+  auto c = console_sink_new(co);
+  c->write(1, {{{"loss", 1.0}}, ""});
+  c->write(2, {{{"loss", 0.5}}, ""});
+  metrics_console_remove_tap(&owner);
+  metrics_console_println("after", null);
+  std::fclose(null);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], "hello");
+  EXPECT_EQ(seen[1], "step 2 | loss 0.5000");
 }

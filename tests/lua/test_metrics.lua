@@ -77,8 +77,12 @@ test("errors name the key, the option or the state", function()
   raises(function() log:write(3, { loss = 1 }) end, "metrics: write after close")
   os.remove(path)
   raises(function() metrics.open { jsonl = path, evry = 10 } end, "unknown option 'evry' (did you mean 'every'?)")
-  metrics.open { console = false, wandb = "proj" }:close()  -- a warning on stderr until the W&B sink exists
+  metrics.open { console = false, wandb = { project = "proj", mode = "disabled" } }:close()  -- disabled: no sink
   metrics.open { console = false, wandb = "" }:close()  -- empty: accepted, nothing to do
+  assert(metrics.open { console = false }:stopped() == false)
+  raises(function() metrics.open { wandb = 3 } end, "metrics.open: wandb must be a project name or a table of W&B settings, got number")
+  raises(function() metrics.open { wandb = { project = "p", tags = { 1 } } } end, "metrics.open: wandb.tags[1] must be a string")
+  raises(function() metrics.open { wandb = { projet = "p" } } end, "projet")
   raises(function() metrics.open { every = 0 } end, "metrics.open: every must be 1 or more, got 0")
   raises(function() metrics.open { config = 3 } end, "metrics.open: config must be the config table")
 end)

@@ -1,0 +1,2 @@
+// The sweep engine: search spaces, trial bookkeeping, resume, reports (being written).
+#include <gtest/gtest.h>
