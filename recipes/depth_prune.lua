@@ -48,6 +48,7 @@ if cfg.steps > 0 then
                              config = cfg, wandb = cfg.wandb_project }
   for step, batch in train_set:batches { size = cfg.batch_size * cfg.grad_accum, steps = cfg.steps } do
     log:write(step, trainer:step(batch))
+    if log:stopped() then break end  -- stopped from the W&B UI: end here and save what there is
   end
   recovered = trainer:evaluate(eval_set, { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }).perplexity
   log:write(cfg.steps, { eval_perplexity = recovered })

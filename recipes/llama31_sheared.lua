@@ -109,6 +109,7 @@ for step, batch in P.batches(dyn or train_set, rows_per_step, prune_steps) do
   if step % cfg.eval_every == 0 or step == prune_steps then
     log:write(step, { eval_masked_perplexity = perplexity(trainer) })
   end
+  if log:stopped() then break end  -- stopped from the W&B UI: cut to the target now, skip recovery
 end
 t_prune = metrics.clock() - t_prune
 
@@ -133,7 +134,7 @@ if cfg.distill and recover_steps > 0 then
 end
 local t_recover = metrics.clock()
 local ppl_after = ppl_pruned
-if recover_steps > 0 then
+if recover_steps > 0 and not log:stopped() then
   local recover = train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine",
                                      warmup = math.floor(cfg.warmup * recover_steps), steps = recover_steps,
                                      min_lr_ratio = 0.1, micro_batch_size = cfg.batch_size,
@@ -148,6 +149,7 @@ if recover_steps > 0 then
       log:write(prune_steps + step, { eval_loss = e.loss, eval_perplexity = e.perplexity, eval_kd_loss = e.kd_loss })
       ppl_after = e.perplexity
     end
+    if log:stopped() then break end
   end
 end
 t_recover = metrics.clock() - t_recover

@@ -36,6 +36,7 @@ for step, batch in train_set:batches { size = cfg.batch_size * cfg.grad_accum, s
     local e = trainer:evaluate(eval_set, { batch_size = cfg.batch_size })
     log:write(step, { eval_loss = e.loss, eval_perplexity = e.perplexity })
   end
+  if log:stopped() then break end  -- stopped from the W&B UI: end here and save what there is
 end
 
 trainer:save()

@@ -61,6 +61,7 @@ if d.steps > 0 then
                              config = cfg, wandb = cfg.wandb_project }
   for step, batch in train_set:batches { size = cfg.batch_size * d.grad_accum, steps = d.steps } do
     log:write(step, trainer:step(batch))  -- loss, kd_loss, lm_loss, ...
+    if log:stopped() then break end  -- stopped from the W&B UI: end here and save what there is
   end
   ppl.distilled = trainer:evaluate(eval_set, { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }).perplexity
   log:write(d.steps, { eval_perplexity = ppl.distilled })

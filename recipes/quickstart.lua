@@ -15,6 +15,7 @@ local cfg = config {
            targets = { "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj" } },
   held_out = 0.2,
   check = false,  -- fail unless the LoRA clearly taught the task (the test suite sets it)
+  wandb_project = "",  -- W&B project: each stage is a run, grouped as "quickstart"
 }
 
 -- The task, generated: every (a, b) pair of digits, a deterministic 80/20 split, 3 distractors each.
@@ -64,13 +65,15 @@ local function run_stage(name, ds, t)
   local trainer = train.new(model, { lr = t.lr, schedule = "cosine", warmup = 10, steps = t.steps,
                                      weight_decay = 0.0 })
   local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/" .. name .. ".jsonl",
-                             total_steps = t.steps, every = 25, config = cfg }
+                             total_steps = t.steps, every = 25, config = cfg,
+                             wandb = { project = cfg.wandb_project, group = "quickstart", job_type = name } }
   local first, last
   for step, batch in ds:batches { size = t.batch_size, steps = t.steps } do
     local s = trainer:step(batch)
     first = first or s.loss
     last = s.loss
     log:write(step, s)
+    if log:stopped() then break end  -- stopped from the W&B UI
   end
   log:close()
   return first, last
