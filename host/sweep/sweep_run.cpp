@@ -282,6 +282,17 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
     return "trial " + std::to_string(p.index) + "/" + std::to_string(total) + " " + show_values(p.values);
   };
 
+  // Should the sweep itself fail (a full disk), its trials must not outlive it.
+  struct KillOnError {
+    std::vector<Running>& running;
+    ~KillOnError() {
+      for (auto& r : running) {
+        kill(-r.pid, SIGKILL);
+        waitpid(r.pid, nullptr, 0);
+      }
+    }
+  } kill_on_error{running};
+
   while ((g_signals == 0 && next < pending.size()) || !running.empty()) {
     // Start trials while there is room.
     while (!stopping && g_signals == 0 && next < pending.size() &&
@@ -319,8 +330,7 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
       }
       if (!r.device.empty()) busy[r.device]--;
       int code = got < 0 ? 1 : exit_code_of(status);
-      if (stopping && code != 0 &&
-          !r.timed_out) {  // stopped by the interrupt: not a result; a resume reruns it
+      if (stopping && code != 0 && !r.timed_out) {  // stopped by the interrupt: a resume reruns it
         std::printf("%s: interrupted\n", label(r.plan).c_str());
         running.erase(running.begin() + static_cast<long>(i));
         continue;
