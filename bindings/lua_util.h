@@ -168,6 +168,9 @@ struct RunState {
   std::string usage_message;
   ConfigValue resolved;  // the resolved config, for metric sinks
   int sweeps_run = 0;    // sweep.run calls (`runner sweep FILE` fails when FILE made none)
+  // The signal (SIGINT, SIGTERM) a binding stopped on while it held the signals itself (sweep.run
+  // waiting on its trials): the run then exits 130 like one the runner's own handler stopped.
+  int interrupted_by = 0;
 };
 
 RunState& lt_run_state(lua_State* L);

@@ -12,6 +12,8 @@ local cfg = config {
   -- Kept counts after pruning; 0 leaves that kind alone (Llama-3.1-Minitron 4B width: hidden 3072,
   -- intermediate 9216; depth: layers 16).
   shape = { hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, layers = 0 },
+  -- Or shares to remove (what sweep_pruning varies): 0.25 keeps 3/4 of that kind; not with shape.
+  sparsity = { hidden = 0, intermediate = 0, heads = 0, layers = 0 },
   depth_metric = "block_influence",    -- or "layer_removal"
   calibration_rows = 1024, max_length = 2048, batch_size = 4,
   eval_fraction = 0.02, eval_batches = 0,  -- held-out rows for perplexity; 0 = all of them
@@ -21,6 +23,14 @@ local cfg = config {
   seed = 0,
   wandb_project = "",
 }
+
+-- Targets: kept counts or shares to remove (0 leaves that kind alone), checked before any work.
+local shape, sparsity = {}, {}
+for key, n in pairs(cfg.shape) do if n > 0 then shape[key] = n end end
+for key, s in pairs(cfg.sparsity) do if s > 0 then sparsity[key] = s end end
+assert(not (next(shape) and next(sparsity)), "give shape (kept counts) or sparsity (shares to remove), not both")
+local targets = next(sparsity) and sparsity or { shape = shape }
+targets.depth_metric = cfg.depth_metric
 
 local P = require("pruning")
 local tok = tokenizer.load(cfg.base_model)
@@ -38,9 +48,7 @@ local function perplexity(model)
 end
 
 local ppl, params = { base = perplexity(student) }, { base = student:num_params().total }
-local shape = {}
-for key, n in pairs(cfg.shape) do if n > 0 then shape[key] = n end end
-local cut = prune.minitron(student, calibration, { shape = shape, depth_metric = cfg.depth_metric })
+local cut = prune.minitron(student, calibration, targets)
 ppl.pruned, params.pruned = perplexity(student), student:num_params().total
 local function describe(s)
   return ("layers %d, heads %d (kv %d), hidden %d, intermediate %d"):format(s.layers, s.heads, s.kv_heads, s.hidden,
@@ -75,5 +83,6 @@ metrics.write_json(cfg.output_dir .. "/summary.json", {
   before = cut.before, after = cut.after, params_before = params.base, params_after = params.pruned,
   perplexity_before = ppl.base, perplexity_pruned = ppl.pruned, distill_steps = d.steps,
   perplexity_distilled = ppl.distilled,  -- absent without distillation
+  parameters_kept = params.pruned / params.base, perplexity_after = ppl.distilled or ppl.pruned,  -- the final model's
 })
 print("model (Hugging Face format): " .. cfg.output_dir .. "/model; summary: " .. cfg.output_dir .. "/summary.json")

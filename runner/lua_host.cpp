@@ -178,9 +178,10 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd) {
     std::string text = std::string(usage ? "" : "error: ") + (msg ? msg : "(no message)");
     std::fprintf(stderr, "%s\n", text.c_str());
     for (const auto& line : str_split(text, '\n')) metrics_console_tap(line);  // W&B's output.log
-    if (g_interrupted) {
+    if (g_interrupted || st.interrupted_by) {  // the runner's handler, or sweep.run's while it waited
+      int sig = g_interrupted ? static_cast<int>(g_signal) : st.interrupted_by;
       std::fprintf(stderr, "runner: interrupted by %s; stopped between steps\n",
-                   g_signal == SIGTERM ? "SIGTERM" : "Ctrl-C");
+                   sig == SIGTERM ? "SIGTERM" : "Ctrl-C");
       return kExitInterrupted;
     }
     return usage ? kExitUsage : kExitFailed;

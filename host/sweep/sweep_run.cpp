@@ -1,0 +1,416 @@
+// Running a sweep: each trial a child process (the runner itself, `run RECIPE key=value ...`) in
+// its own process group with its output in trial-NNN/trial.log, up to `parallel` at once, each
+// finished one appended to trials.jsonl (fsync'd) before the next line is printed. A crash, an
+// OOM or a NaN in one trial is recorded and the sweep goes on; Ctrl-C / SIGTERM stop the running
+// trials (SIGTERM, then SIGKILL after a grace period) without recording them, so a resume reruns them.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/core/strings.h"
+#include "host/runner/recipes.h"
+#include "host/sweep/sweep.h"
+
+extern char** environ;
+
+namespace luatune {
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ============================================================================================
+// Signals: while a sweep runs, Ctrl-C and SIGTERM only set a flag the scheduling loop reads (the
+// trials are in their own process groups, so a terminal's Ctrl-C reaches the sweep alone).
+
+volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_signals = 0;
+
+void on_signal(int sig) {
+  if (!g_signals) g_signal = sig;
+  g_signals = g_signals + 1;
+}
+
+struct SignalGuard {
+  struct sigaction old_int {
+  }, old_term{};
+  SignalGuard() {
+    g_signal = 0;
+    g_signals = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
+
+// ============================================================================================
+// Child processes
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) fail(std::string("sweep: cannot find this program (/proc/self/exe): ") + std::strerror(errno));
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+// The environment with `set` applied in order (a later entry replaces an earlier one of the same name).
+std::vector<std::string> child_env(const std::vector<std::pair<std::string, std::string>>& set) {
+  std::map<std::string, std::string> last;
+  for (const auto& [k, v] : set) last[k] = v;
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; e++) {
+    std::string kv = *e;
+    if (!last.count(kv.substr(0, kv.find('=')))) out.push_back(kv);
+  }
+  for (const auto& [k, v] : last) out.push_back(k + "=" + v);
+  return out;
+}
+
+// fork + exec with stdout and stderr to `log_path`, stdin from /dev/null, in a new process group
+// that gets SIGTERM if the sweep dies. Everything the child touches is prepared before the fork:
+// between fork and exec only async-signal-safe calls.
+pid_t spawn(const std::string& exe, const std::vector<std::string>& args, const std::vector<std::string>& env,
+            const std::string& log_path) {
+  int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log < 0) fail("sweep: cannot write '" + log_path + "': " + std::strerror(errno));
+  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  std::vector<char*> argv, envp;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  long max_fd = sysconf(_SC_OPEN_MAX);
+  if (max_fd < 0 || max_fd > 65536) max_fd = 65536;
+  pid_t parent = getpid();
+  std::string exec_failed = "sweep: cannot run " + exe + "\n";
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    ::close(log);
+    if (null >= 0) ::close(null);
+    fail(std::string("sweep: cannot start a trial: fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(125);  // the sweep died before the line above
+    if (null >= 0) dup2(null, 0);
+    dup2(log, 1);
+    dup2(log, 2);
+    for (long fd = 3; fd < max_fd; fd++) ::close(static_cast<int>(fd));
+    execve(argv[0], argv.data(), envp.data());
+    (void)!::write(2, exec_failed.data(), exec_failed.size());
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also here, so a signal sent right after the fork finds the group
+  ::close(log);
+  if (null >= 0) ::close(null);
+  return pid;
+}
+
+// The exit status, or 128 + N for a child killed by signal N (as shells report it).
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+// The last 64 KiB of a log: where errors are, without reading a long training log whole.
+std::string log_tail(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return "";
+  std::fseek(f, 0, SEEK_END);
+  long size = std::ftell(f);
+  long from = size > 65536 ? size - 65536 : 0;
+  std::fseek(f, from, SEEK_SET);
+  std::string out(static_cast<size_t>(size - from), '\0');
+  size_t n = std::fread(out.data(), 1, out.size(), f);
+  std::fclose(f);
+  out.resize(n);
+  return out;
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) fail("sweep: cannot append to '" + path + "': " + std::strerror(errno));
+  std::string text = line + "\n";
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = ::fsync(fd) == 0 && ok;
+  int saved = errno;
+  ::close(fd);
+  if (!ok) fail("sweep: cannot append to '" + path + "': " + std::strerror(saved));
+}
+
+int cpu_count() {
+  cpu_set_t set;
+  int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  return n > 0 ? n : 1;
+}
+
+std::string show_values(const SweepValues& values) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : values) parts.push_back(k + "=" + sweep_show(v));
+  return str_join(parts, " ");
+}
+
+// One running trial.
+struct Running {
+  pid_t pid = 0;
+  SweepPlan plan;
+  std::string dir, device;
+  double start = 0;
+  double term_sent = -1;  // when SIGTERM went to its group (timeout or interrupt)
+  bool timed_out = false;
+  bool killed = false;
+};
+
+// `runner validate RECIPE ...` with the first pending trial's settings: a misspelt key or a value
+// of the wrong type fails the sweep in a second, with the config's own message.
+void validate_first(const std::string& exe, const SweepSpec& spec, const std::string& recipe_path,
+                    const SweepPlan& plan) {
+  std::string log = spec.output_dir + "/validate.log";
+  pid_t pid = spawn(exe, sweep_trial_args(spec, "validate", recipe_path, plan), child_env({}), log);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    if (g_signals) kill(-pid, SIGTERM);
+  }
+  int code = exit_code_of(status);
+  if (code == 0) return;
+  if (g_signals) return;  // interrupted: the caller stops
+  std::string err = sweep_log_error(log_tail(log));
+  fail_usage("sweep.run: recipe " + spec.recipe + " refuses " + plan.name +
+                 "'s settings (runner validate, exit " + std::to_string(code) + "):\n" + err,
+             "fix the key or value in sweep.run's fixed or parameters; the whole output is in " + log);
+}
+
+}  // namespace
+
+// ============================================================================================
+// The sweep
+
+SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
+  std::string recipe_path = recipe_resolve(spec.recipe);
+  std::vector<SweepPlan> plan = sweep_plan(spec);
+  std::error_code ec;
+  std::filesystem::create_directories(spec.output_dir, ec);
+  if (!dir_exists(spec.output_dir))
+    fail("sweep: cannot create output_dir '" + spec.output_dir + "': " + ec.message());
+
+  // One sweep per directory at a time: a second one would run the same trials again.
+  std::string lock_path = spec.output_dir + "/.sweep.lock";
+  int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock < 0) fail("sweep: cannot open '" + lock_path + "': " + std::strerror(errno));
+  struct LockFd {
+    int fd;
+    ~LockFd() { ::close(fd); }
+  } lock_guard{lock};
+  if (flock(lock, LOCK_EX | LOCK_NB) != 0)
+    fail_usage("sweep.run: another sweep is running in " + spec.output_dir + " (it holds " + lock_path + ")",
+               "wait for it, or watch it with: runner sweep --report " + spec.output_dir);
+
+  sweep_check_resume(spec, plan);
+  std::map<int64_t, SweepTrial> done = sweep_read_trials(spec.output_dir);
+  std::vector<SweepPlan> pending = sweep_pending(plan, done, spec.retry_failed);
+  int64_t recorded = 0;
+  for (const auto& p : plan) recorded += done.count(p.index) ? 1 : 0;
+
+  std::string exe = options.runner.empty() ? self_exe() : options.runner;
+  std::string trials_path = spec.output_dir + "/trials.jsonl";
+  SweepInfo info = sweep_info(spec, static_cast<int64_t>(plan.size()));
+  int64_t total = static_cast<int64_t>(plan.size());
+  std::printf(
+      "sweep %s: %lld trials of %s (%s over %s), %d at a time; %lld recorded before, %lld to run; in %s\n",
+      spec.name.c_str(), static_cast<long long>(total), spec.recipe.c_str(),
+      spec.method == SweepMethod::grid ? "grid" : "random", str_join(info.keys, ", ").c_str(), spec.parallel,
+      static_cast<long long>(recorded), static_cast<long long>(pending.size()), spec.output_dir.c_str());
+  if (pending.empty())
+    std::printf("sweep %s: nothing to run: every trial is recorded in %s%s\n", spec.name.c_str(),
+                trials_path.c_str(),
+                spec.retry_failed ? "" : " (retry_failed = true reruns the ones not ok)");
+  std::fflush(stdout);
+
+  SweepOutcome out;
+  SignalGuard signals;
+  if (!pending.empty()) validate_first(exe, spec, recipe_path, pending.front());
+  // Only a sweep whose settings the recipe accepts is recorded: fixing a typo is not "another sweep".
+  if (!g_signals) file_write_atomic(spec.output_dir + "/sweep.json", sweep_json(spec, plan));
+
+  // Environment every trial shares: threads split between parallel trials, W&B grouping, env{}.
+  std::vector<std::pair<std::string, std::string>> shared_env;
+  int at_once = static_cast<int>(
+      std::min<size_t>(static_cast<size_t>(spec.parallel), std::max<size_t>(1, pending.size())));
+  if (at_once > 1)  // env{} may still set its own
+    shared_env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, cpu_count() / at_once)));
+  if (!spec.wandb_project.empty()) {
+    shared_env.emplace_back("WANDB_RUN_GROUP", spec.name);
+    shared_env.emplace_back("WANDB_JOB_TYPE", "trial");
+  }
+  for (const auto& [k, v] : spec.env) shared_env.emplace_back(k, v.string);
+
+  std::vector<Running> running;
+  std::map<std::string, int> busy;  // device -> trials on it now
+  size_t next = 0;
+  bool stopping = false;
+  int stop_signals = 0;
+  auto label = [&](const SweepPlan& p) {
+    return "trial " + std::to_string(p.index) + "/" + std::to_string(total) + " " + show_values(p.values);
+  };
+
+  // Should the sweep itself fail (a full disk), its trials must not outlive it.
+  struct KillOnError {
+    std::vector<Running>& running;
+    ~KillOnError() {
+      for (auto& r : running) {
+        kill(-r.pid, SIGKILL);
+        waitpid(r.pid, nullptr, 0);
+      }
+    }
+  } kill_on_error{running};
+
+  while ((g_signals == 0 && next < pending.size()) || !running.empty()) {
+    // Start trials while there is room.
+    while (!stopping && g_signals == 0 && next < pending.size() &&
+           static_cast<int>(running.size()) < spec.parallel) {
+      Running r;
+      r.plan = pending[next++];
+      r.dir = spec.output_dir + "/" + r.plan.name;
+      std::filesystem::remove_all(r.dir, ec);  // an interrupted or retried attempt leaves nothing behind
+      std::filesystem::create_directories(r.dir, ec);
+      auto env = shared_env;
+      if (!spec.devices.empty()) {
+        r.device = spec.devices.front();
+        for (const auto& d : spec.devices)
+          if (busy[d] < busy[r.device]) r.device = d;
+        busy[r.device]++;
+        env.emplace_back("CUDA_VISIBLE_DEVICES", r.device);
+      }
+      if (!spec.wandb_project.empty()) env.emplace_back("WANDB_NAME", spec.name + "-" + r.plan.name);
+      r.start = now_seconds();
+      r.pid = spawn(exe, sweep_trial_args(spec, "run", recipe_path, r.plan), child_env(env),
+                    r.dir + "/trial.log");
+      std::printf("%s: started (%s)\n", label(r.plan).c_str(), r.dir.c_str());
+      std::fflush(stdout);
+      running.push_back(std::move(r));
+    }
+
+    // Reap the finished ones.
+    for (size_t i = 0; i < running.size();) {
+      Running& r = running[i];
+      int status = 0;
+      pid_t got = waitpid(r.pid, &status, WNOHANG);
+      if (got == 0 || (got < 0 && errno == EINTR)) {
+        i++;
+        continue;
+      }
+      if (!r.device.empty()) busy[r.device]--;
+      int code = got < 0 ? 1 : exit_code_of(status);
+      if (stopping && code != 0 && !r.timed_out) {  // stopped by the interrupt: a resume reruns it
+        std::printf("%s: interrupted\n", label(r.plan).c_str());
+        running.erase(running.begin() + static_cast<long>(i));
+        continue;
+      }
+      SweepTrial t;
+      t.index = r.plan.index;
+      t.name = r.plan.name;
+      t.dir = r.dir;
+      t.values = r.plan.values;
+      t.seconds = now_seconds() - r.start;
+      t.metrics = sweep_read_metrics(r.dir);
+      sweep_classify(t, spec.metric, code, r.timed_out, log_tail(r.dir + "/trial.log"));
+      append_line(trials_path, sweep_trial_json(t));
+      out.ran++;
+      std::string result = sweep_status_name(t.status);
+      if (t.metric) result += " " + spec.metric + " " + sweep_show_metric(*t.metric);
+      if (t.status != SweepStatus::ok && t.status != SweepStatus::nan) {
+        if (t.exit_code != 0) result += " (exit " + std::to_string(t.exit_code) + ")";
+        std::string first = t.error.substr(0, t.error.find('\n'));
+        if (!first.empty()) result += ": " + first;
+      }
+      std::printf("%s: %s (%.0fs)\n", label(r.plan).c_str(), result.c_str(), t.seconds);
+      std::fflush(stdout);
+      running.erase(running.begin() + static_cast<long>(i));
+    }
+
+    // Timeouts, interrupts, and the grace period after SIGTERM.
+    double now = now_seconds();
+    if (g_signals > stop_signals) {
+      if (!stopping && !running.empty())
+        std::printf("sweep %s: interrupted by %s; stopping %zu running trial(s) (again to kill them now)\n",
+                    spec.name.c_str(), g_signal == SIGTERM ? "SIGTERM" : "Ctrl-C", running.size());
+      std::fflush(stdout);
+      for (auto& r : running) {
+        if (stop_signals == 0) {
+          kill(-r.pid, SIGTERM);
+          r.term_sent = now;
+        } else {
+          kill(-r.pid, SIGKILL);
+          r.killed = true;
+        }
+      }
+      stopping = true;
+      stop_signals = g_signals;
+    }
+    for (auto& r : running) {
+      if (spec.timeout > 0 && r.term_sent < 0 && now - r.start > spec.timeout) {
+        r.timed_out = true;
+        r.term_sent = now;
+        kill(-r.pid, SIGTERM);
+      }
+      if (r.term_sent >= 0 && !r.killed && now - r.term_sent > options.stop_grace_seconds) {
+        kill(-r.pid, SIGKILL);
+        r.killed = true;
+      }
+    }
+    if (!running.empty()) {
+      struct timespec ts {
+        0, 50 * 1000 * 1000
+      };  // 50 ms: trials run for seconds to hours
+      nanosleep(&ts, nullptr);
+    }
+  }
+
+  // Results: every recorded trial of the plan, best first, to results.md and stdout.
+  done = sweep_read_trials(spec.output_dir);
+  for (const auto& p : plan) {
+    auto it = done.find(p.index);
+    if (it != done.end()) out.trials.push_back(it->second);
+  }
+  sweep_sort(out.trials, spec.goal);
+  std::string md = sweep_results_markdown(info, out.trials);
+  file_write_atomic(spec.output_dir + "/results.md", md);
+  std::printf("\n%s\nwrote %s/results.md\n", md.c_str(), spec.output_dir.c_str());
+  if (g_signals) {
+    out.interrupted = true;
+    out.signal = g_signal;
+  }
+  std::fflush(stdout);
+  return out;
+}
+
+}  // namespace luatune
