@@ -59,7 +59,8 @@ local md = ("# Pruning sweep: %s on %s\n\nPareto-optimal: no other trial is both
              :format(P.recipe, cfg.base_model)
            .. sweep.table(results, { "name", { keys[1], "sparsity" }, "parameters_kept", { P.perplexity, "perplexity" },
                                      "seconds", "pareto", "status" })
-local f = assert(io.open(cfg.output_dir .. "/pareto.md", "w"))
+local f = assert(io.open(cfg.output_dir .. "/pareto.md.tmp", "w"))  -- write, then rename: never half a file
 f:write(md)
 f:close()
+assert(os.rename(cfg.output_dir .. "/pareto.md.tmp", cfg.output_dir .. "/pareto.md"))
 print(md .. "wrote " .. cfg.output_dir .. "/pareto.md")
