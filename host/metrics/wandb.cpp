@@ -89,8 +89,8 @@ class WandbSink : public MetricSink {
   bool online_;  // a sender thread talks to the server (online and a key was found)
   std::unique_ptr<WandbSpool> spool_;
   double start_ = 0, runtime_base_ = 0;
-  ojson summary_ = ojson::object();     // the latest value of each key (training thread)
-  ojson overrides_ = ojson::object();   // what summary() set, laid over it
+  ojson summary_ = ojson::object();    // the latest value of each key (training thread)
+  ojson overrides_ = ojson::object();  // what summary() set, laid over it
   double summary_written_ = 0;
   bool closed_ = false;
 
@@ -315,9 +315,10 @@ void WandbSink::close(int exit_code) {
       std::lock_guard<std::mutex> lock(state_mu_);
       unsent = spool_->history_lines() - state_.history_acked;
     }
-    metrics_console_println(unsent > 0 ? "wandb: " + std::to_string(unsent) + " rows not uploaded; run: runner wandb-sync " + dir
-                                       : "wandb: the run's end was not uploaded; run: runner wandb-sync " + dir,
-                            s_.notices);
+    metrics_console_println(
+        unsent > 0 ? "wandb: " + std::to_string(unsent) + " rows not uploaded; run: runner wandb-sync " + dir
+                   : "wandb: the run's end was not uploaded; run: runner wandb-sync " + dir,
+        s_.notices);
   }
 }
 
@@ -410,14 +411,15 @@ bool WandbSink::sender_upsert(WandbQueue& q) {
       // and which queued lines it already holds.
       int64_t first = state_.history_acked;
       wandb_state_reconcile(state_, first + static_cast<int64_t>(q.history.size()), b.history_line_count);
-      q.history.erase(q.history.begin(), q.history.begin() + static_cast<std::ptrdiff_t>(state_.history_acked - first));
+      q.history.erase(q.history.begin(),
+                      q.history.begin() + static_cast<std::ptrdiff_t>(state_.history_acked - first));
       q.history_offset = state_.history_base + state_.history_acked;
       q.output_offset = state_.output_acked;
       run_.entity = b.entity;
       run_.project = b.project;
       std::string name = s_.name.empty() ? s_.run_id : s_.name;
-      notice("wandb: run " + name + ": " + wandb_app_url(s_.base_url) + "/" + b.entity + "/" + b.project + "/runs/" +
-             s_.run_id);
+      notice("wandb: run " + name + ": " + wandb_app_url(s_.base_url) + "/" + b.entity + "/" + b.project +
+             "/runs/" + s_.run_id);
       return true;
     }
     if (!sender_retry_later(r, attempt)) return false;
@@ -427,11 +429,13 @@ bool WandbSink::sender_upsert(WandbQueue& q) {
 // After a failed attempt: one notice per outage, then the wait (Retry-After, else backoff).
 bool WandbSink::sender_retry_later(const WandbReply& r, int attempt) {
   if (!outage_) {
-    notice("wandb: server unreachable (" + wandb_reply_reason(r) + "), retrying; rows are kept in " + s_.run_dir());
+    notice("wandb: server unreachable (" + wandb_reply_reason(r) + "), retrying; rows are kept in " +
+           s_.run_dir());
     outage_ = true;
   }
-  double wait = r.retry_after >= 0 ? r.retry_after
-                                   : wandb_backoff(attempt, s_.retry_wait_min, s_.retry_wait_max, jitter_(rng_));
+  double wait = r.retry_after >= 0
+                    ? r.retry_after
+                    : wandb_backoff(attempt, s_.retry_wait_min, s_.retry_wait_max, jitter_(rng_));
   return sender_wait_until(steady_seconds() + wait);
 }
 
@@ -443,13 +447,14 @@ void WandbSink::sender_stream(WandbQueue& q) {
   std::string url = http_->url(path);
   double next = steady_seconds();  // when the next post may go
   double last_post = next;
-  bool retrying = false;           // next is a retry's wait, which closing does not cut short
+  bool retrying = false;  // next is a retry's wait, which closing does not cut short
   int attempt = 0;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                         std::chrono::duration<double>(std::max(0.0, next - steady_seconds())));
+      auto deadline =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(std::max(0.0, next - steady_seconds())));
       cv_.wait_until(lock, deadline, [&] { return quit_ || (closing_ && !retrying); });
       if (quit_) return;
     }

@@ -32,8 +32,8 @@ double pick_seconds(double option, const char* var, double fallback) {
   std::string v = env(var);
   if (v.empty()) return fallback;
   double x;
-  LT_CHECK(str_to_number(v, &x) && x >= 0, "wandb: " << var << " must be a number of seconds (0 or more), got '"
-                                                      << v << "'");
+  LT_CHECK(str_to_number(v, &x) && x >= 0,
+           "wandb: " << var << " must be a number of seconds (0 or more), got '" << v << "'");
   return x;
 }
 
@@ -75,7 +75,8 @@ WandbSettings wandb_resolve(const WandbOptions& o) {
   WandbSettings s;
   s.mode = wandb_resolve_mode(o.mode);
   s.project = pick(o.project, "WANDB_PROJECT");
-  LT_CHECK(!s.project.empty(), "wandb: no project named (metrics.open{wandb = \"project\"} or WANDB_PROJECT)");
+  LT_CHECK(!s.project.empty(),
+           "wandb: no project named (metrics.open{wandb = \"project\"} or WANDB_PROJECT)");
   s.entity = pick(o.entity, "WANDB_ENTITY");
   s.name = pick(o.name, "WANDB_NAME");
   s.group = pick(o.group, "WANDB_RUN_GROUP");
@@ -96,8 +97,8 @@ WandbSettings wandb_resolve(const WandbOptions& o) {
   s.run_id = pick(o.run_id, "WANDB_RUN_ID");
   if (s.run_id.empty() && s.resume) s.run_id = wandb_latest_run_id(s.dir);
   if (s.run_id.empty()) s.run_id = wandb_new_run_id();
-  LT_CHECK(run_id_ok(s.run_id), "wandb: a run id is letters, digits, '-' and '_' (at most 128), got '"
-                                    << s.run_id << "'");
+  LT_CHECK(run_id_ok(s.run_id),
+           "wandb: a run id is letters, digits, '-' and '_' (at most 128), got '" << s.run_id << "'");
 
   wandb_resolve_pacing(o, &s);
   s.notices = o.notices ? o.notices : stderr;
@@ -243,7 +244,8 @@ std::string wandb_latest_run_id(const std::string& dir) {
   fs::file_time_type best_time;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::string name = entry.path().filename().string();
-    if (!entry.is_directory(ec) || !str_starts_with(name, "run-") || !file_exists((entry.path() / "run.json").string()))
+    if (!entry.is_directory(ec) || !str_starts_with(name, "run-") ||
+        !file_exists((entry.path() / "run.json").string()))
       continue;
     fs::file_time_type newest = fs::last_write_time(entry.path(), ec);
     for (const auto& f : fs::directory_iterator(entry.path(), ec)) {

@@ -122,7 +122,8 @@ std::vector<std::string> wandb_spool_lines(const std::string& path) {
 WandbSpool::WandbSpool(std::string run_dir, bool resume) : dir_(std::move(run_dir)) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
-  LT_CHECK(!ec && dir_exists(dir_), "wandb: cannot create the spool directory '" << dir_ << "': " << ec.message());
+  LT_CHECK(!ec && dir_exists(dir_),
+           "wandb: cannot create the spool directory '" << dir_ << "': " << ec.message());
   if (!resume)
     for (const char* name : {"history.jsonl", "output.log", "summary.json", "state.json"})
       fs::remove(dir_ + "/" + name, ec);

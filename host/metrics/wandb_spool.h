@@ -21,11 +21,11 @@ struct WandbState {
   int64_t history_acked = 0;  // history.jsonl lines the server acknowledged (from the first)
   int64_t output_acked = 0;   // output.log lines likewise
   bool summary_acked = false;
-  int64_t history_base = 0;   // the server's line number of history.jsonl's first line
+  int64_t history_base = 0;                 // the server's line number of history.jsonl's first line
   std::string storage_id, entity, project;  // the server's answers to UpsertBucket
-  bool complete = false;      // the server acknowledged {"complete": true}
-  bool closed = false;        // the run ended (a killed run never gets here)
-  int exit_code = 0;          // when closed
+  bool complete = false;                    // the server acknowledged {"complete": true}
+  bool closed = false;                      // the run ended (a killed run never gets here)
+  int exit_code = 0;                        // when closed
 };
 
 WandbState wandb_state_read(const std::string& run_dir);  // defaults when there is no state.json

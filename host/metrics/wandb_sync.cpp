@@ -49,7 +49,8 @@ WandbVerdict post_with_retries(WandbHttp& http, const std::string& path, const s
     if (attempt == 0) give_up_at = s.finish_timeout;
     give_up_at -= wait;
     if (give_up_at < 0) {
-      *why = "server unreachable (" + wandb_reply_reason(*reply) + ") at " + http.url(path) + "; try again later";
+      *why = "server unreachable (" + wandb_reply_reason(*reply) + ") at " + http.url(path) +
+             "; try again later";
       return WandbVerdict::retry;
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(wait));
@@ -62,7 +63,8 @@ bool sync_run(const std::string& dir, const WandbSettings& pacing, std::FILE* ou
   WandbRunInfo run = wandb_run_json_read(dir, &base_url);
   WandbState st = wandb_state_read(dir);
   if (st.complete) {
-    std::fprintf(out, "wandb-sync: %s: already complete (exit code %d), nothing to send\n", dir.c_str(), st.exit_code);
+    std::fprintf(out, "wandb-sync: %s: already complete (exit code %d), nothing to send\n", dir.c_str(),
+                 st.exit_code);
     return true;
   }
   if (!env("WANDB_BASE_URL").empty()) base_url = env("WANDB_BASE_URL");
@@ -71,8 +73,10 @@ bool sync_run(const std::string& dir, const WandbSettings& pacing, std::FILE* ou
   if (key.empty()) key = wandb_netrc_key(base_url);
   std::string host = wandb_url_host(base_url, false);
   if (key.empty()) {
-    std::fprintf(out, "wandb-sync: %s: no API key for %s (set WANDB_API_KEY, or put 'machine %s password KEY' in "
-                      "~/.netrc)\n", dir.c_str(), host.c_str(), host.c_str());
+    std::fprintf(out,
+                 "wandb-sync: %s: no API key for %s (set WANDB_API_KEY, or put 'machine %s password KEY' in "
+                 "~/.netrc)\n",
+                 dir.c_str(), host.c_str(), host.c_str());
     return false;
   }
   if (!st.entity.empty()) run.entity = st.entity;
@@ -83,8 +87,8 @@ bool sync_run(const std::string& dir, const WandbSettings& pacing, std::FILE* ou
   WandbReply reply;
   std::string why;
   auto failed = [&](int64_t sent) {
-    std::fprintf(out, "wandb-sync: %s: %lld rows sent, then stopped: %s\n", dir.c_str(), static_cast<long long>(sent),
-                 why.c_str());
+    std::fprintf(out, "wandb-sync: %s: %lld rows sent, then stopped: %s\n", dir.c_str(),
+                 static_cast<long long>(sent), why.c_str());
     return false;
   };
   WandbVerdict v = post_with_retries(http, "/graphql", wandb_upsert_body(run), true, pacing, &reply, &why);
@@ -156,13 +160,15 @@ int wandb_sync(const std::string& path, std::FILE* out) {
   } else if (dir_exists(path)) {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(path, ec))
-      if (str_starts_with(e.path().filename().string(), "run-") && file_exists((e.path() / "run.json").string()))
+      if (str_starts_with(e.path().filename().string(), "run-") &&
+          file_exists((e.path() / "run.json").string()))
         runs.push_back(e.path().string());
     std::sort(runs.begin(), runs.end());
   }
   if (runs.empty())
-    fail("runner wandb-sync: '" + path + "' holds no spooled W&B run (a run directory has run.json; a spool "
-         "directory has run-ID directories)",
+    fail("runner wandb-sync: '" + path +
+             "' holds no spooled W&B run (a run directory has run.json; a spool "
+             "directory has run-ID directories)",
          "the spool is OUTPUT_DIR/wandb by default, or the wandb.dir / WANDB_DIR the run was given");
   WandbSettings pacing;
   wandb_resolve_pacing(WandbOptions(), &pacing);

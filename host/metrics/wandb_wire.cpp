@@ -189,9 +189,9 @@ WandbHttp::WandbHttp(std::string base_url, const std::string& api_key, double ti
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   curl_ = curl_easy_init();
   LT_CHECK(curl_, "wandb: libcurl could not start (curl_easy_init failed)");
-  auth_header_ = "Authorization: Basic " + wandb_base64("api:" + api_key);
+  std::string auth = "Authorization: Basic " + wandb_base64("api:" + api_key);
   curl_slist* h = nullptr;
-  h = curl_slist_append(h, auth_header_.c_str());
+  h = curl_slist_append(h, auth.c_str());
   h = curl_slist_append(h, "Content-Type: application/json");
   h = curl_slist_append(h, "Expect:");  // no 100-continue round trip before large bodies
   headers_ = h;
@@ -200,8 +200,6 @@ WandbHttp::WandbHttp(std::string base_url, const std::string& api_key, double ti
 WandbHttp::~WandbHttp() {
   curl_slist_free_all(static_cast<curl_slist*>(headers_));
   curl_easy_cleanup(static_cast<CURL*>(curl_));
-  // Overwrite the header copy so the key does not linger in freed memory longer than needed.
-  std::fill(auth_header_.begin(), auth_header_.end(), '\0');
 }
 
 std::string WandbHttp::url(const std::string& path) const {
@@ -235,7 +233,7 @@ WandbReply WandbHttp::post(const std::string& path, const std::string& body) {
   curl_easy_setopt(c, CURLOPT_XFERINFODATA, &t);
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, std::min(10000L, timeout_ms));
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // we run on a worker thread; no SIGALRM for DNS
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);        // we run on a worker thread; no SIGALRM for DNS
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);  // a redirect would carry the key elsewhere
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
   CURLcode rc = curl_easy_perform(c);
@@ -283,23 +281,23 @@ double wandb_retry_after(const std::string& value, double now_unix) {
 }
 
 std::string wandb_status_text(long status) {
-  switch (status) {
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 413: return "Payload Too Large";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "";
-  }
+  static const std::pair<long, const char*> texts[] = {{400, "Bad Request"},
+                                                       {401, "Unauthorized"},
+                                                       {403, "Forbidden"},
+                                                       {404, "Not Found"},
+                                                       {409, "Conflict"},
+                                                       {410, "Gone"},
+                                                       {413, "Payload Too Large"},
+                                                       {422, "Unprocessable Entity"},
+                                                       {429, "Too Many Requests"},
+                                                       {500, "Internal Server Error"},
+                                                       {501, "Not Implemented"},
+                                                       {502, "Bad Gateway"},
+                                                       {503, "Service Unavailable"},
+                                                       {504, "Gateway Timeout"}};
+  for (const auto& [code, text] : texts)
+    if (code == status) return text;
+  return "";
 }
 
 std::string wandb_reply_reason(const WandbReply& r) {
@@ -319,7 +317,8 @@ std::string wandb_refusal(const WandbReply& r, const std::string& url) {
     case 403:
       return head + "the API key may not write there (check WANDB_ENTITY and WANDB_PROJECT)";
     case 404:
-      return head + "no such entity, project or endpoint (check WANDB_ENTITY, WANDB_PROJECT and WANDB_BASE_URL)";
+      return head +
+             "no such entity, project or endpoint (check WANDB_ENTITY, WANDB_PROJECT and WANDB_BASE_URL)";
     default:
       break;
   }
@@ -489,8 +488,10 @@ size_t lines_that_fit(const Lines& lines, size_t* budget, bool force) {
 
 }  // namespace
 
-std::string wandb_file_stream_path(const std::string& entity, const std::string& project, const std::string& run_id) {
-  return "/files/" + url_escape(entity) + "/" + url_escape(project) + "/" + url_escape(run_id) + "/file_stream";
+std::string wandb_file_stream_path(const std::string& entity, const std::string& project,
+                                   const std::string& run_id) {
+  return "/files/" + url_escape(entity) + "/" + url_escape(project) + "/" + url_escape(run_id) +
+         "/file_stream";
 }
 
 WandbChunk wandb_chunk(const WandbQueue& q, size_t max_bytes) {

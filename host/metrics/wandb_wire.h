@@ -24,10 +24,10 @@ nlohmann::ordered_json wandb_json_parse(const std::string& text);  // reads thos
 // HTTP
 
 struct WandbReply {
-  long status = 0;           // 0: no HTTP answer (connection refused, timeout); error says why
+  long status = 0;  // 0: no HTTP answer (connection refused, timeout); error says why
   std::string body;
-  std::string error;         // curl's reason when status is 0
-  double retry_after = -1;   // seconds the server asked us to wait (Retry-After), -1 when absent
+  std::string error;        // curl's reason when status is 0
+  double retry_after = -1;  // seconds the server asked us to wait (Retry-After), -1 when absent
 };
 
 // One libcurl easy handle (keep-alive across requests), used by one thread at a time. Every
@@ -47,10 +47,9 @@ class WandbHttp {
 
  private:
   std::string base_url_;
-  std::string auth_header_;
   double timeout_s_;
-  void* curl_ = nullptr;      // CURL*
-  void* headers_ = nullptr;   // curl_slist*
+  void* curl_ = nullptr;     // CURL*
+  void* headers_ = nullptr;  // curl_slist*
   std::atomic<bool> abort_{false};
 };
 
@@ -103,11 +102,11 @@ constexpr size_t kWandbMaxRequestBytes = 10 << 20;  // the official client's req
 struct WandbQueue {
   std::deque<std::string> history;  // wandb-history.jsonl rows, as spooled
   int64_t history_offset = 0;
-  std::deque<std::string> output;   // output.log lines, timestamp prefixed
+  std::deque<std::string> output;  // output.log lines, timestamp prefixed
   int64_t output_offset = 0;
-  std::string summary;              // the whole summary object
-  bool summary_dirty = false;       // changed since the server last acknowledged it
-  bool complete = false;            // the run ended: send complete + exitcode after the rest
+  std::string summary;         // the whole summary object
+  bool summary_dirty = false;  // changed since the server last acknowledged it
+  bool complete = false;       // the run ended: send complete + exitcode after the rest
   int exit_code = 0;
   bool empty() const { return history.empty() && output.empty() && !summary_dirty && !complete; }
 };
@@ -126,6 +125,7 @@ WandbChunk wandb_chunk(const WandbQueue& q, size_t max_bytes = kWandbMaxRequestB
 void wandb_queue_ack(WandbQueue& q, const WandbChunk& c);
 // True when a file_stream reply says the run was stopped from the UI ({"stopped": true}).
 bool wandb_reply_stopped(const std::string& body);
-std::string wandb_file_stream_path(const std::string& entity, const std::string& project, const std::string& run_id);
+std::string wandb_file_stream_path(const std::string& entity, const std::string& project,
+                                   const std::string& run_id);
 
 }  // namespace luatune

@@ -134,7 +134,8 @@ void FakeWandb::stop_after_rows(int64_t n) {
   stop_after_ = n;
 }
 
-void FakeWandb::preload(const std::string& entity, const std::string& project, const std::string& id, int64_t lines) {
+void FakeWandb::preload(const std::string& entity, const std::string& project, const std::string& id,
+                        int64_t lines) {
   std::lock_guard<std::mutex> lock(mu_);
   FakeWandbRun& run = runs_[id];
   run.entity = entity;
@@ -163,8 +164,9 @@ void FakeWandb::handle_graphql(const std::string& body, int* status, std::string
   json vars = j["variables"];
   std::string id = vars.value("name", "");
   auto str_or = [&](const char* k, const std::string& d) {
-    return vars.contains(k) && vars[k].is_string() && !vars[k].get<std::string>().empty() ? vars[k].get<std::string>()
-                                                                                          : d;
+    return vars.contains(k) && vars[k].is_string() && !vars[k].get<std::string>().empty()
+               ? vars[k].get<std::string>()
+               : d;
   };
   std::lock_guard<std::mutex> lock(mu_);
   if (id.empty() || !vars.contains("config") || !vars["config"].is_string()) {
@@ -179,18 +181,20 @@ void FakeWandb::handle_graphql(const std::string& body, int* status, std::string
   run.project = str_or("project", run.project.empty() ? "uncategorized" : run.project);
   run.upserts++;
   run.upsert_variables = vars;
-  json bucket = {{"id", "storage-" + id},
-                 {"name", id},
-                 {"displayName", vars.value("displayName", json(nullptr))},
-                 {"project", {{"id", "p1"}, {"name", run.project}, {"entity", {{"id", "e1"}, {"name", run.entity}}}}},
-                 {"historyLineCount", run.history.size()}};
+  json bucket = {
+      {"id", "storage-" + id},
+      {"name", id},
+      {"displayName", vars.value("displayName", json(nullptr))},
+      {"project", {{"id", "p1"}, {"name", run.project}, {"entity", {{"id", "e1"}, {"name", run.entity}}}}},
+      {"historyLineCount", run.history.size()}};
   *reply = json{{"data", {{"upsertBucket", {{"bucket", bucket}, {"inserted", run.upserts == 1}}}}}}.dump();
 }
 
 // file_stream: each file's offset must be where the server's copy ends (history, output.log) or
 // 0 (the one-line summary); anything else is recorded as an error.
-void FakeWandb::handle_file_stream(const std::string& entity, const std::string& project, const std::string& id,
-                                   const std::string& body, int* status, std::string* reply) {
+void FakeWandb::handle_file_stream(const std::string& entity, const std::string& project,
+                                   const std::string& id, const std::string& body, int* status,
+                                   std::string* reply) {
   json j = json::parse(body, nullptr, false);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = runs_.find(id);
@@ -215,7 +219,8 @@ void FakeWandb::handle_file_stream(const std::string& entity, const std::string&
       int64_t offset = f.value().value("offset", int64_t(-1));
       const json& content = f.value()["content"];
       if (name == "wandb-summary.json") {
-        if (offset != 0 || content.size() != 1) errors_.push_back("summary: offset " + std::to_string(offset));
+        if (offset != 0 || content.size() != 1)
+          errors_.push_back("summary: offset " + std::to_string(offset));
         if (!content.empty()) run.summary = content.back().get<std::string>();
         continue;
       }
@@ -227,9 +232,9 @@ void FakeWandb::handle_file_stream(const std::string& entity, const std::string&
         continue;
       }
       if (offset != static_cast<int64_t>(lines->size())) {
-        errors_.push_back(name + ": offset " + std::to_string(offset) + " where " + std::to_string(lines->size()) +
-                          " lines are held (" + (offset < static_cast<int64_t>(lines->size()) ? "repeat" : "gap") +
-                          ")");
+        errors_.push_back(name + ": offset " + std::to_string(offset) + " where " +
+                          std::to_string(lines->size()) + " lines are held (" +
+                          (offset < static_cast<int64_t>(lines->size()) ? "repeat" : "gap") + ")");
         continue;
       }
       for (const auto& line : content) lines->push_back(line.get<std::string>());
@@ -268,10 +273,11 @@ json FakeWandb::dump() const {
   std::lock_guard<std::mutex> lock(mu_);
   json runs = json::object();
   for (const auto& [id, r] : runs_) {
-    runs[id] = {{"entity", r.entity},   {"project", r.project},     {"upserts", r.upserts},
-                {"variables", r.upsert_variables}, {"history", r.history}, {"summary", r.summary},
-                {"output", r.output},   {"complete", r.complete},   {"exit_code", r.exit_code},
-                {"heartbeats", r.heartbeats}};
+    runs[id] = {{"entity", r.entity},       {"project", r.project},
+                {"upserts", r.upserts},     {"variables", r.upsert_variables},
+                {"history", r.history},     {"summary", r.summary},
+                {"output", r.output},       {"complete", r.complete},
+                {"exit_code", r.exit_code}, {"heartbeats", r.heartbeats}};
   }
   json requests = json::array();
   for (const auto& r : requests_) {

@@ -28,20 +28,20 @@ struct FakeWandbRequest {
   std::string path;
   std::multimap<std::string, std::string> headers;
   std::string body;
-  int status = 0;   // what the fake answered
+  int status = 0;  // what the fake answered
 };
 
 struct FakeWandbRun {
   std::string entity, project, id;
   int upserts = 0;
-  nlohmann::json upsert_variables;    // the last UpsertBucket's variables
-  std::vector<std::string> history;   // wandb-history.jsonl lines in order (raw JSON text)
-  std::string summary;                // the last wandb-summary.json line
-  std::vector<std::string> output;    // output.log lines
+  nlohmann::json upsert_variables;   // the last UpsertBucket's variables
+  std::vector<std::string> history;  // wandb-history.jsonl lines in order (raw JSON text)
+  std::string summary;               // the last wandb-summary.json line
+  std::vector<std::string> output;   // output.log lines
   bool complete = false;
   int exit_code = -1;
   int heartbeats = 0;
-  int posts = 0;                      // file_stream requests accepted
+  int posts = 0;  // file_stream requests accepted
 };
 
 class FakeWandb {

@@ -37,11 +37,25 @@ namespace {
 const std::string kKey = "luatuneTESTkey0123456789abcdefghijklmnop";
 
 // Every variable the resolution reads, cleared for a test and restored after it.
-const char* const kVars[] = {"WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_MODE",
-                             "WANDB_RUN_ID", "WANDB_NAME", "WANDB_NOTES", "WANDB_TAGS", "WANDB_RUN_GROUP",
-                             "WANDB_JOB_TYPE", "WANDB_DIR", "WANDB_HTTP_TIMEOUT", "WANDB_HEARTBEAT_SECONDS",
-                             "WANDB_X_FILE_STREAM_TRANSMIT_INTERVAL", "WANDB_X_FILE_STREAM_RETRY_WAIT_MIN_SECONDS",
-                             "WANDB_X_FILE_STREAM_RETRY_WAIT_MAX_SECONDS", "WANDB_X_FINISH_TIMEOUT", "NETRC"};
+const char* const kVars[] = {"WANDB_API_KEY",
+                             "WANDB_BASE_URL",
+                             "WANDB_PROJECT",
+                             "WANDB_ENTITY",
+                             "WANDB_MODE",
+                             "WANDB_RUN_ID",
+                             "WANDB_NAME",
+                             "WANDB_NOTES",
+                             "WANDB_TAGS",
+                             "WANDB_RUN_GROUP",
+                             "WANDB_JOB_TYPE",
+                             "WANDB_DIR",
+                             "WANDB_HTTP_TIMEOUT",
+                             "WANDB_HEARTBEAT_SECONDS",
+                             "WANDB_X_FILE_STREAM_TRANSMIT_INTERVAL",
+                             "WANDB_X_FILE_STREAM_RETRY_WAIT_MIN_SECONDS",
+                             "WANDB_X_FILE_STREAM_RETRY_WAIT_MAX_SECONDS",
+                             "WANDB_X_FINISH_TIMEOUT",
+                             "NETRC"};
 
 struct EnvScope {
   std::map<std::string, std::string> saved;
@@ -193,7 +207,8 @@ TEST(WandbSettings, BadValuesAreRefusedWithTheirName) {
   WandbOptions o;
   EXPECT_FALSE(wandb_enabled(o));  // no project: W&B is not wanted, so WANDB_MODE is not looked at
   o.project = "p";
-  EXPECT_EQ(error_of([&] { wandb_enabled(o); }), "wandb: WANDB_MODE must be online, offline or disabled, got 'x'");
+  EXPECT_EQ(error_of([&] { wandb_enabled(o); }),
+            "wandb: WANDB_MODE must be online, offline or disabled, got 'x'");
   o.mode = "shared";
   EXPECT_EQ(error_of([&] { wandb_resolve(o); }),
             "wandb: WANDB_MODE must be online, offline or disabled, got 'shared'");
@@ -221,7 +236,8 @@ TEST(WandbSettings, ResumeTakesTheSpoolsNewestRun) {
     fs::create_directories(dir.path + "/run-" + id);
     file_write_atomic(dir.path + "/run-" + id + "/run.json", "{}");
   }
-  fs::last_write_time(dir.path + "/run-older/run.json", fs::file_time_type::clock::now() - std::chrono::hours(1));
+  fs::last_write_time(dir.path + "/run-older/run.json",
+                      fs::file_time_type::clock::now() - std::chrono::hours(1));
   fs::last_write_time(dir.path + "/run-older", fs::file_time_type::clock::now() - std::chrono::hours(1));
   EXPECT_EQ(wandb_latest_run_id(dir.path), "newer");
   WandbOptions o;
@@ -442,8 +458,9 @@ TEST(WandbSink, NormalRunSendsConfigRowsSummaryConsoleAndComplete) {
   for (const auto& line : run.output) EXPECT_EQ(line.find("not for this run"), std::string::npos);
   EXPECT_TRUE(run.complete);
   EXPECT_EQ(run.exit_code, 0);
-  EXPECT_NE(notices.text().find("wandb: run my run: " + server.base_url() + "/fake-entity/proj/runs/run00001\n"),
-            std::string::npos)
+  EXPECT_NE(
+      notices.text().find("wandb: run my run: " + server.base_url() + "/fake-entity/proj/runs/run00001\n"),
+      std::string::npos)
       << notices.text();
 
   // Every request is authenticated the same way and says who sent it.
@@ -551,11 +568,15 @@ TEST(WandbSink, RefusedKeyPrintsOneNoticeAndTheRunGoesOnLocally) {
   }
   sink->close(0);
   std::string rd = dir.path + "/run-denied01";
-  EXPECT_EQ(notices.text(),
-            "wandb: 401 Unauthorized from " + server.base_url() +
-                "/graphql: the API key was refused (check WANDB_API_KEY or ~/.netrc); this run goes on logging "
-                "locally to " + rd + ", upload it later with runner wandb-sync " + rd + "\n"
-                "wandb: 3 rows not uploaded; run: runner wandb-sync " + rd + "\n");
+  EXPECT_EQ(
+      notices.text(),
+      "wandb: 401 Unauthorized from " + server.base_url() +
+          "/graphql: the API key was refused (check WANDB_API_KEY or ~/.netrc); this run goes on logging "
+          "locally to " +
+          rd + ", upload it later with runner wandb-sync " + rd +
+          "\n"
+          "wandb: 3 rows not uploaded; run: runner wandb-sync " +
+          rd + "\n");
   EXPECT_EQ(server.requests().size(), 1u);  // a final status: no retries
   EXPECT_EQ(wandb_spool_lines(rd + "/history.jsonl").size(), 3u);
   WandbState st = wandb_state_read(rd);
@@ -581,7 +602,8 @@ TEST(WandbSink, StoppedFromTheUiEndsTheLoop) {
   EXPECT_LT(step, 500);
   sink->write(++step, vals({{"loss", 1}}));  // the notice prints on the next call
   sink->close(0);
-  EXPECT_EQ(count(notices.text(), "wandb: run stopped from the W&B UI; the recipe ends after this step\n"), 1u);
+  EXPECT_EQ(count(notices.text(), "wandb: run stopped from the W&B UI; the recipe ends after this step\n"),
+            1u);
   EXPECT_EQ(server.run("stopme01").history.size(), static_cast<size_t>(step));
   EXPECT_TRUE(server.run("stopme01").complete);
 }
@@ -631,7 +653,8 @@ TEST(WandbSink, NanAndInfinityTravelAsExtendedJson) {
   sink->close(0);
   FakeWandbRun run = server.run("nanrun01");
   ASSERT_EQ(run.history.size(), 1u);
-  EXPECT_NE(run.history[0].find(R"("loss":NaN,"grad_norm":Infinity,"x":-Infinity,"_step":1)"), std::string::npos)
+  EXPECT_NE(run.history[0].find(R"("loss":NaN,"grad_norm":Infinity,"x":-Infinity,"_step":1)"),
+            std::string::npos)
       << run.history[0];
   ojson summary = wandb_json_parse(run.summary);
   EXPECT_TRUE(std::isnan(summary["loss"].get<double>()));
@@ -648,10 +671,13 @@ TEST(WandbSink, NoKeyMeansOneNoticeAndAnOfflineRun) {
   sink->write(1, vals({{"loss", 1}}));
   sink->close(0);
   std::string rd = dir.path + "/run-nokey001";
-  EXPECT_EQ(notices.text(), "wandb: no API key for 127.0.0.1 (set WANDB_API_KEY, or put 'machine 127.0.0.1 "
-                            "password KEY' in ~/.netrc); logging offline to " + rd +
-                                ", upload later with runner wandb-sync " + rd + "\n"
-                                "wandb: offline run saved to " + rd + "; upload with runner wandb-sync " + rd + "\n");
+  EXPECT_EQ(notices.text(),
+            "wandb: no API key for 127.0.0.1 (set WANDB_API_KEY, or put 'machine 127.0.0.1 "
+            "password KEY' in ~/.netrc); logging offline to " +
+                rd + ", upload later with runner wandb-sync " + rd +
+                "\n"
+                "wandb: offline run saved to " +
+                rd + "; upload with runner wandb-sync " + rd + "\n");
   EXPECT_TRUE(server.requests().empty());
 }
 
@@ -671,7 +697,8 @@ TEST(WandbSync, OfflineRunUploadsOnceAndASecondSyncSendsNothing) {
   sink->summary(vals({{"eval_loss", 0.5}}));
   sink->close(0);
   std::string rd = dir.path + "/run-offline1";
-  EXPECT_EQ(notices.text(), "wandb: offline run saved to " + rd + "; upload with runner wandb-sync " + rd + "\n");
+  EXPECT_EQ(notices.text(),
+            "wandb: offline run saved to " + rd + "; upload with runner wandb-sync " + rd + "\n");
   EXPECT_TRUE(server.requests().empty());
 
   ::setenv("WANDB_API_KEY", kKey.c_str(), 1);
@@ -714,9 +741,10 @@ TEST(WandbSync, KilledRunIsCompletedWithExitCode1) {
   std::fclose(f);
   Capture out;
   EXPECT_EQ(wandb_sync(copy.path + "/run-killed01", out.f), 0);
-  EXPECT_EQ(out.text(), "wandb-sync: " + copy.path +
-                            "/run-killed01: 3 rows sent, complete (exit code 1; the run never closed (killed or "
-                            "crashed), so it is marked failed)\n");
+  EXPECT_EQ(out.text(),
+            "wandb-sync: " + copy.path +
+                "/run-killed01: 3 rows sent, complete (exit code 1; the run never closed (killed or "
+                "crashed), so it is marked failed)\n");
   FakeWandbRun run = server.run("killed01");
   EXPECT_EQ(run.history.size(), 3u);
   EXPECT_EQ(run.exit_code, 1);
@@ -764,7 +792,8 @@ TEST(WandbSink, WriteNeverWaitsOnTheNetwork) {
     MetricValues v = vals({{"loss", 1.25}, {"lr", 2e-4}, {"grad_norm", 0.5}, {"tokens_per_s", 12345}});
     auto t0 = std::chrono::steady_clock::now();
     for (int step = 1; step <= 2000; step++) sink->write(step, v);
-    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 2000;
+    double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 2000;
     sink->close(0);
     return us;
   };
