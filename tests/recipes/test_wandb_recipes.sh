@@ -88,6 +88,10 @@ WANDB_MODE=offline "$runner" tests/recipes/wandb_loop.lua output_dir="$work/offl
   wandb_project=tests >"$work/offline.log" 2>&1
 check "offline: exits 0" test $? -eq 0
 check "offline: says how to upload" grep -q "wandb: offline run saved to $work/offline/wandb/run-" "$work/offline.log"
+WANDB_MODE=offline WANDB_DIR="$work/elsewhere" "$runner" tests/recipes/wandb_loop.lua output_dir="$work/offline2" \
+  steps=2 step_seconds=0 wandb_project=tests >"$work/offline2.log" 2>&1
+check "offline: WANDB_DIR beats the spool beside metrics.jsonl" \
+  test -f "$(ls -d "$work"/elsewhere/run-* | head -1)/history.jsonl" -a ! -e "$work/offline2/wandb"
 start_server sync
 "$runner" wandb-sync "$work/offline/wandb" >"$work/sync.log" 2>&1
 check "sync: exits 0" test $? -eq 0
