@@ -369,8 +369,15 @@ void WandbSink::save_state(const WandbQueue& q, bool complete) {
 }
 
 void WandbSink::sender_main() {
-  WandbQueue q;
-  if (sender_upsert(q)) sender_stream(q);
+  try {
+    WandbQueue q;
+    if (sender_upsert(q)) sender_stream(q);
+  } catch (const std::exception& e) {
+    // Nothing may escape a thread (std::terminate); the run goes on with its spool, as after a 4xx.
+    notice(std::string("wandb: the upload stopped: ") + e.what() + "; " + keep_local());
+    std::lock_guard<std::mutex> lock(mu_);
+    gave_up_ = true;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   sender_done_ = true;
   cv_.notify_all();
@@ -447,7 +454,6 @@ void WandbSink::sender_stream(WandbQueue& q) {
   std::string url = http_->url(path);
   double next = steady_seconds();  // when the next post may go
   double last_post = next;
-  bool retrying = false;  // next is a retry's wait, which closing does not cut short
   int attempt = 0;
   for (;;) {
     {
@@ -455,7 +461,7 @@ void WandbSink::sender_stream(WandbQueue& q) {
       auto deadline =
           Clock::now() + std::chrono::duration_cast<Clock::duration>(
                              std::chrono::duration<double>(std::max(0.0, next - steady_seconds())));
-      cv_.wait_until(lock, deadline, [&] { return quit_ || (closing_ && !retrying); });
+      cv_.wait_until(lock, deadline, [this] { return quit_ || closing_; });  // closing: no pacing
       if (quit_) return;
     }
     sender_take_inbox(q);
@@ -476,13 +482,11 @@ void WandbSink::sender_stream(WandbQueue& q) {
       return;
     }
     if (v == WandbVerdict::retry) {
-      retrying = true;
-      if (!sender_retry_later(r, attempt++)) return;
+      if (!sender_retry_later(r, attempt++)) return;  // the wait happens in there
       next = steady_seconds();
       continue;
     }
     last_post = steady_seconds();
-    retrying = false;
     attempt = 0;
     wandb_queue_ack(q, c);
     save_state(q, c.complete);
