@@ -4,6 +4,7 @@
 #include "host/metrics/metrics.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 
@@ -58,7 +59,8 @@ Metrics& check_metrics(lua_State* L, int idx) {
 }
 
 // metrics.open's `wandb`: a project name, or a table of W&B run settings. The spool directory
-// defaults to a `wandb` directory beside the JSONL file, so a run's output directory holds it.
+// defaults to a `wandb` directory beside the JSONL file, so a run's output directory holds it
+// (unless WANDB_DIR names one: an explicit choice beats this default).
 void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
   lua_getfield(L, idx, "wandb");
   int w = lua_gettop(L);
@@ -100,7 +102,8 @@ void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
   }
   lua_pop(L, 1);
   o.wandb.resume = o.jsonl.resume;
-  if (o.wandb.dir.empty() && !o.jsonl.path.empty()) {
+  const char* env_dir = std::getenv("WANDB_DIR");
+  if (o.wandb.dir.empty() && !o.jsonl.path.empty() && !(env_dir && *env_dir)) {
     std::filesystem::path parent = std::filesystem::path(o.jsonl.path).parent_path();
     o.wandb.dir = (parent.empty() ? std::filesystem::path("wandb") : parent / "wandb").string();
   }

@@ -1,6 +1,7 @@
 # Finds everything luatune builds against and exposes each as an imported target:
 #   Torch (variable TORCH_LIBRARIES), LuaJIT::LuaJIT, nlohmann_json::nlohmann_json, CURL::libcurl,
-#   PCRE2::PCRE2, utf8proc::utf8proc, and (when tests are on) GTest::gtest / GTest::gtest_main.
+#   PCRE2::PCRE2, utf8proc::utf8proc, and (when tests are on) GTest::gtest / GTest::gtest_main and
+#   httplib::httplib.
 # Works from system packages (Debian 12) and from an unpacked prefix of Debian packages
 # (-DLUATUNE_DEPS_PREFIX=/opt/deps after `dpkg -x pkg.deb /opt/deps`), for offline GPU hosts where
 # pkg-config files point at absolute /usr paths that do not exist. See third_party/VERSIONS.md.
@@ -67,9 +68,26 @@ if(NOT TARGET utf8proc::utf8proc)
 endif()
 
 # ---------------------------------------------------------------------------------------------
-# GoogleTest, only for tests.
+# GoogleTest and cpp-httplib, only for tests.
 if(LUATUNE_BUILD_TESTS)
   find_package(GTest REQUIRED)
+  find_package(Threads REQUIRED)
+  # cpp-httplib, the loopback W&B server's HTTP (tests only). Debian ships it compiled
+  # (libcpp-httplib.so, built with OpenSSL, zlib and Brotli on); those macros change the layout of
+  # its classes, so code including the header must define them too. Upstream's single header
+  # needs neither.
+  find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
+  find_library(HTTPLIB_LIBRARY NAMES cpp-httplib)
+  if(NOT TARGET httplib::httplib)
+    add_library(httplib::httplib INTERFACE IMPORTED)
+    set_target_properties(httplib::httplib PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${HTTPLIB_INCLUDE_DIR}")
+    target_link_libraries(httplib::httplib INTERFACE Threads::Threads)
+    if(HTTPLIB_LIBRARY)
+      target_link_libraries(httplib::httplib INTERFACE ${HTTPLIB_LIBRARY})
+      target_compile_definitions(httplib::httplib INTERFACE CPPHTTPLIB_OPENSSL_SUPPORT CPPHTTPLIB_ZLIB_SUPPORT
+                                                            CPPHTTPLIB_BROTLI_SUPPORT)
+    endif()
+  endif()
 endif()
 
 # ---------------------------------------------------------------------------------------------

@@ -83,6 +83,8 @@ test("errors name the key, the option or the state", function()
   raises(function() metrics.open { wandb = 3 } end, "metrics.open: wandb must be a project name or a table of W&B settings, got number")
   raises(function() metrics.open { wandb = { project = "p", tags = { 1 } } } end, "metrics.open: wandb.tags[1] must be a string")
   raises(function() metrics.open { wandb = { projet = "p" } } end, "projet")
+  raises(function() metrics.open { console = false, wandb = { project = "p", mode = "sometimes" } } end,
+         "wandb: WANDB_MODE must be online, offline or disabled, got 'sometimes'")
   raises(function() metrics.open { every = 0 } end, "metrics.open: every must be 1 or more, got 0")
   raises(function() metrics.open { config = 3 } end, "metrics.open: config must be the config table")
 end)

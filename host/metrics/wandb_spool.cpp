@@ -1,0 +1,196 @@
+// The spool of a W&B run (see wandb_spool.h): append-only history and console files, the
+// summary, run.json and state.json.
+#include "host/metrics/wandb_spool.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "host/core/error.h"
+#include "host/core/files.h"
+
+namespace luatune {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+// ============================================================================================
+// state.json and run.json
+
+WandbState wandb_state_read(const std::string& run_dir) {
+  WandbState st;
+  std::string path = run_dir + "/state.json";
+  if (!file_exists(path)) return st;
+  ojson j = ojson::parse(file_read(path), nullptr, false);
+  LT_CHECK(!j.is_discarded() && j.is_object(), "wandb: '" << path << "' is not a JSON object");
+  ojson acked = j.value("acked", ojson::object());
+  st.history_acked = acked.value("wandb-history.jsonl", int64_t(0));
+  st.output_acked = acked.value("output.log", int64_t(0));
+  st.summary_acked = acked.value("wandb-summary.json", 0) > 0;
+  st.history_base = j.value("history_base", int64_t(0));
+  st.storage_id = j.value("storage_id", "");
+  st.entity = j.value("entity", "");
+  st.project = j.value("project", "");
+  st.complete = j.value("complete", false);
+  auto code = j.find("exit_code");
+  st.closed = code != j.end() && code->is_number_integer();
+  st.exit_code = st.closed ? code->get<int>() : 0;
+  return st;
+}
+
+void wandb_state_write(const std::string& run_dir, const WandbState& st) {
+  ojson j = ojson::object();
+  j["acked"] = {{"wandb-history.jsonl", st.history_acked},
+                {"wandb-summary.json", st.summary_acked ? 1 : 0},
+                {"output.log", st.output_acked}};
+  j["history_base"] = st.history_base;
+  j["storage_id"] = st.storage_id;
+  j["entity"] = st.entity;
+  j["project"] = st.project;
+  j["complete"] = st.complete;
+  j["exit_code"] = st.closed ? ojson(st.exit_code) : ojson(nullptr);
+  file_write_atomic(run_dir + "/state.json", j.dump(2) + "\n");
+}
+
+void wandb_state_reconcile(WandbState& st, int64_t spool_lines, int64_t server_lines) {
+  int64_t held = server_lines - st.history_base;  // spool lines the server holds, if aligned
+  if (held >= st.history_acked && held <= spool_lines)
+    st.history_acked = held;
+  else
+    st.history_base = server_lines - st.history_acked;
+}
+
+void wandb_run_json_write(const std::string& run_dir, const WandbRunInfo& run, const std::string& base_url) {
+  ojson j = ojson::object();
+  j["base_url"] = base_url;
+  j["entity"] = run.entity;
+  j["project"] = run.project;
+  j["run_id"] = run.run_id;
+  j["name"] = run.name;
+  j["group"] = run.group;
+  j["job_type"] = run.job_type;
+  j["notes"] = run.notes;
+  j["tags"] = run.tags;
+  j["host"] = run.host;
+  j["config"] = wandb_json_parse(run.config_json.empty() ? "{}" : run.config_json);
+  file_write_atomic(run_dir + "/run.json", wandb_json_dump(j) + "\n");
+}
+
+WandbRunInfo wandb_run_json_read(const std::string& run_dir, std::string* base_url) {
+  std::string path = run_dir + "/run.json";
+  ojson j;
+  try {
+    j = wandb_json_parse(file_read(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("wandb: '" + path + "' is not valid JSON: " + e.what());
+  }
+  LT_CHECK(j.is_object() && j.value("run_id", "") != "", "wandb: '" << path << "' has no run_id");
+  WandbRunInfo run;
+  run.run_id = j.value("run_id", "");
+  run.entity = j.value("entity", "");
+  run.project = j.value("project", "");
+  run.name = j.value("name", "");
+  run.group = j.value("group", "");
+  run.job_type = j.value("job_type", "");
+  run.notes = j.value("notes", "");
+  run.host = j.value("host", "");
+  if (j.contains("tags") && j["tags"].is_array())
+    for (const auto& t : j["tags"])
+      if (t.is_string()) run.tags.push_back(t.get<std::string>());
+  run.config_json = j.contains("config") ? wandb_json_dump(j["config"]) : "{}";
+  *base_url = j.value("base_url", "https://api.wandb.ai");
+  return run;
+}
+
+// ============================================================================================
+// Spool files
+
+std::vector<std::string> wandb_spool_lines(const std::string& path) {
+  std::vector<std::string> lines;
+  if (!file_exists(path)) return lines;
+  std::string text = file_read(path);
+  size_t start = 0;
+  for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1)
+    lines.push_back(text.substr(start, nl - start));
+  return lines;  // text after the last newline is a line cut short: left out
+}
+
+WandbSpool::WandbSpool(std::string run_dir, bool resume) : dir_(std::move(run_dir)) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  LT_CHECK(!ec && dir_exists(dir_),
+           "wandb: cannot create the spool directory '" << dir_ << "': " << ec.message());
+  if (!resume)
+    for (const char* name : {"history.jsonl", "output.log", "summary.json", "state.json"})
+      fs::remove(dir_ + "/" + name, ec);
+  history_ = open_append("history.jsonl", resume, &history_lines_);
+  output_ = open_append("output.log", resume, &output_lines_);
+}
+
+WandbSpool::~WandbSpool() {
+  if (history_) std::fclose(history_);
+  if (output_) std::fclose(output_);
+}
+
+std::FILE* WandbSpool::open_append(const std::string& name, bool resume, int64_t* lines) {
+  std::string path = dir_ + "/" + name;
+  *lines = 0;
+  if (resume && file_exists(path)) {
+    // A line cut short by a crash is dropped, so the next append starts a whole line.
+    std::string text = file_read(path);
+    size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+    if (keep != text.size()) {
+      std::error_code ec;
+      fs::resize_file(path, keep, ec);
+    }
+    for (size_t i = 0; i < keep; i++) *lines += text[i] == '\n';
+  }
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  LT_CHECK(f, "wandb: cannot open '" << path << "' for writing: " << std::strerror(errno));
+  return f;
+}
+
+void WandbSpool::append(std::FILE* f, const std::string& name, const std::string& line) {
+  LT_CHECK(f, "wandb: the spool file " << dir_ << "/" << name << " is closed");
+  bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size() && std::fputc('\n', f) != EOF &&
+            std::fflush(f) == 0;
+  LT_CHECK(ok, "wandb: writing " << dir_ << "/" << name << " failed: " << std::strerror(errno));
+}
+
+void WandbSpool::append_history(const std::string& row) {
+  append(history_, "history.jsonl", row);
+  history_lines_++;
+}
+
+void WandbSpool::append_output(const std::string& line) {
+  append(output_, "output.log", line);
+  output_lines_++;
+}
+
+void WandbSpool::write_summary(const std::string& json) {
+  // A temporary name of our own per call, so two writers never share one.
+  static std::atomic<unsigned> counter{0};
+  std::string path = dir_ + "/summary.json";
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  LT_CHECK(f, "wandb: cannot write '" << tmp << "': " << std::strerror(errno));
+  bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size() && std::fputc('\n', f) != EOF;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int saved = errno;
+    std::remove(tmp.c_str());
+    fail("wandb: writing '" + path + "' failed: " + std::strerror(saved));
+  }
+}
+
+void WandbSpool::close() {
+  if (history_) std::fclose(history_);
+  if (output_) std::fclose(output_);
+  history_ = output_ = nullptr;
+}
+
+}  // namespace luatune
