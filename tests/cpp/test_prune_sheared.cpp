@@ -221,7 +221,10 @@ TEST(Sheared, LagrangianValueAndGradients) {
 TEST(Sheared, MultipliersAscendAndMasksFollow) {
   // One step with s < t: the multiplier gradient s - t < 0 and lr -lambda_lr moves lambda1 down,
   // which makes lambda1 (s - t) positive (the penalty grows); the masks then descend lambda1 (s - t)
-  // and their expected sparsity rises.
+  // and their expected sparsity rises. The hard-concrete noise comes from the default generator:
+  // seeded here, so the test does not depend on what ran before it in the process (over 100 seeds
+  // the layer sparsity after 16 steps ranged 0.17-0.5 from 0.002; the bound below is under all).
+  at::manual_seed(17);
   auto m = tiny("llama", 4, 2);
   ShearedOptions o = opts(0.5, 0, 0, 0.5);
   o.mask_lr = 0.5;
@@ -239,7 +242,7 @@ TEST(Sheared, MultipliersAscendAndMasksFollow) {
   EXPECT_NEAR(l1, -0.5, 1e-3);  // Adam's first step: lr * sign(grad)
   for (int i = 0; i < 15; i++) tr.step(b);
   const double after = p->expected_sparsity("layers");
-  EXPECT_GT(after, before + 0.2) << before << " -> " << after;
+  EXPECT_GT(after, before + 0.1) << before << " -> " << after;
   EXPECT_GT(p->expected_sparsity("intermediate"), 0.2);
   EXPECT_EQ(p->steps(), 16);
   // The report carries the pruner's numbers.
