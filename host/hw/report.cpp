@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <utility>
 
 #include "host/core/error.h"
 #include "host/hw/report_doc.h"
@@ -160,8 +161,11 @@ HwReportDoc hw_report_read(const json& report) {
   if (report.contains("formulas") && !report["formulas"].is_null()) {
     const json& f = report["formulas"];
     LT_CHECK(f.is_object(), "hw.report: \"formulas\" must be an object, got " << type_name(f));
-    for (const char* key : {"mfu", "projection", "memory"})
-      if (f.contains(key)) doc.formulas.emplace_back(key, as_text(f[key]));
+    // The three the planner writes first, under names a reader knows; any others as their keys.
+    const std::pair<const char*, const char*> known[] = {
+        {"mfu", "MFU"}, {"projection", "Projection rule"}, {"memory", "Memory model"}};
+    for (const auto& [key, name] : known)
+      if (f.contains(key)) doc.formulas.emplace_back(name, as_text(f[key]));
     for (auto it = f.begin(); it != f.end(); ++it)  // nlohmann orders keys, so the rest are sorted
       if (it.key() != "mfu" && it.key() != "projection" && it.key() != "memory")
         doc.formulas.emplace_back(it.key(), as_text(it.value()));
@@ -272,7 +276,7 @@ std::vector<const HwRunField*> hw_run_fields_shown(const HwReportDoc& doc) {
 
 const char* const hw_kind_meaning_measured = "timed on this GPU by a real run";
 const char* const hw_kind_meaning_projected =
-    "scaled from a measured run by the projection rule (see Formulas); not run on this GPU";
+    "scaled from a measured run by the projection rule (see Formulas), not run on this GPU";
 const char* const hw_kind_meaning_planned = "memory model only: fits or not, no time or cost";
 
 std::string hw_report_summary(const HwReportDoc& doc, const HwMarkup& m) {

@@ -44,7 +44,7 @@ struct HwReportDoc {
   HwNum model_parameters, model_trainable;
   std::vector<HwReportRow> rows;  // sorted: fits first, then by cost ascending, rows without cost after
   std::vector<HwReportRun> measured;
-  std::vector<std::pair<std::string, std::string>> formulas;  // mfu, projection, memory first
+  std::vector<std::pair<std::string, std::string>> formulas;  // {name, text}: MFU, projection, memory first
   std::vector<std::string> notes;
   std::string config;  // the resolved config as indented JSON, "" when absent
 

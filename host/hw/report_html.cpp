@@ -209,7 +209,9 @@ std::string memory_chart(const HwReportDoc& doc) {
     max_value = std::max({max_value, r.memory_gb.value_or(0), r.predicted_peak_gb.value_or(0)});
   std::string legend = legend_item(kBarLeft, kFitColour, "predicted peak, fits") +
                        legend_item(kBarLeft + 170, kNoFitColour, "predicted peak, does not fit") +
-                       legend_item(kBarLeft + 385, kTrackColour, "GPU memory", kMuted);
+                       legend_item(kBarLeft + 385, kTrackColour, "GPU memory", kMuted) +
+                       "<rect x=\"" + num(kBarLeft + 500) + "\" y=\"6\" width=\"3\" height=\"18\" fill=\"" + kInk +
+                       "\"/>" + text_at(kBarLeft + 510, 20, "capacity", kInk);
   Frame f = chart_frame("Predicted peak memory vs GPU memory", doc.rows.size(), max_value,
                         "memory (GB): predicted peak vs the GPU's capacity", "", legend);
   std::ostringstream os;
@@ -314,14 +316,16 @@ body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Liberation Sans",
 h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #e2e8f0;padding-bottom:4px}
 .about{color:#4a5568;margin:0 0 12px}.summary{background:#f7fafc;border-left:4px solid #2b6cb0;padding:10px 14px}
 table{border-collapse:collapse;width:100%;margin:8px 0}th,td{padding:5px 8px;border-bottom:1px solid #e2e8f0;text-align:left}
-th{background:#f7fafc;font-weight:600;white-space:nowrap}.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f7fafc;font-weight:600;font-size:13px;vertical-align:bottom}td{white-space:nowrap}
+.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.nofit td{color:#718096}tr.measured td:first-child{font-weight:600}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;white-space:nowrap}
-.fit{background:#c6f6d5;color:#22543d}.badge.nofit{background:#fed7d7;color:#822727}
+.badge.fit{background:#c6f6d5;color:#22543d}.badge.nofit{background:#fed7d7;color:#822727}
 .kind-measured{background:#2b6cb0;color:#fff}.kind-projected{background:#ebf8ff;color:#2b6cb0;border:1px dashed #2b6cb0}
 .kind-planned{background:#edf2f7;color:#4a5568}.legend-text{color:#4a5568;font-size:13px}
 svg.chart{max-width:100%;height:auto;display:block;margin:4px 0 12px}
 figure{margin:0}figcaption{font-weight:600;margin:16px 0 0}
+.wide{overflow-x:auto}.runs td:first-child{white-space:normal}
 pre{background:#f7fafc;padding:10px;overflow:auto;font-size:12px}li{margin:2px 0}
 )css";
 
@@ -355,7 +359,8 @@ std::string hw_report_html(const nlohmann::json& report) {
   }
   os << "<p class=\"summary\">" << hw_report_summary(doc, HwMarkup{esc, strong}) << "</p>\n";
 
-  os << "<h2>GPUs</h2>\n" << main_table(doc) << "\n";
+  // Wide tables scroll inside their box on a narrow window instead of widening the page.
+  os << "<h2>GPUs</h2>\n<div class=\"wide\">" << main_table(doc) << "</div>\n";
   os << "<p class=\"legend-text\">" << kind_badge("measured") << " " << esc(hw_kind_meaning_measured) << " &nbsp; "
      << kind_badge("projected") << " " << esc(hw_kind_meaning_projected) << " &nbsp; " << kind_badge("planned")
      << " " << esc(hw_kind_meaning_planned) << ". Rows that fit come first, cheapest first.</p>\n";
@@ -372,7 +377,7 @@ std::string hw_report_html(const nlohmann::json& report) {
                     [](double v) { return "$" + hw_fmt_usd(v); })
      << "</figure>\n";
 
-  if (!doc.measured.empty()) os << "<h2>Measured runs</h2>\n" << measured_table(doc) << "\n";
+  if (!doc.measured.empty()) os << "<h2>Measured runs</h2>\n<div class=\"wide\">" << measured_table(doc) << "</div>\n";
 
   std::ostringstream unfit, advice;
   for (const HwReportRow& r : doc.rows) {

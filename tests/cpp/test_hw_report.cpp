@@ -119,8 +119,8 @@ TEST(HwReportMarkdown, SectionsMeasuredAdviceFormulasNotes) {
   EXPECT_TRUE(has_line(md, "| H200 SXM | 3.79 | RunPod | 2026-11-01 |")) << md;
   EXPECT_TRUE(has_line(md, "| H100 SXM | 2.69 | - | - |")) << md;
   // mfu, projection, memory first whatever the document's order.
-  size_t mfu = md.find("- **mfu**: 6 N tok/s / peak"), proj = md.find("- **projection**: scale by FLOP/s"),
-         mem = md.find("- **memory**: weights + states");
+  size_t mfu = md.find("- **MFU**: 6 N tok/s / peak"), proj = md.find("- **Projection rule**: scale by FLOP/s"),
+         mem = md.find("- **Memory model**: weights + states");
   ASSERT_NE(mem, std::string::npos) << md;
   EXPECT_LT(mfu, proj);
   EXPECT_LT(proj, mem);
