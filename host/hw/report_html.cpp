@@ -202,7 +202,8 @@ std::string value_chart(const HwReportDoc& doc, const std::string& id, const Hue
 }
 
 // Predicted peak memory against each GPU's memory: a grey track to the GPU's capacity with a
-// dark tick at its end, and the predicted peak over it, green when it fits and red when not.
+// dark tick at its end, and the predicted peak over it, green when it fits, red when not, grey
+// when the row does not say.
 std::string memory_chart(const HwReportDoc& doc) {
   double max_value = 0;
   for (const HwReportRow& r : doc.rows)
@@ -230,7 +231,7 @@ std::string memory_chart(const HwReportDoc& doc) {
     }
     if (r.predicted_peak_gb) {
       double x = f.x(*r.predicted_peak_gb);
-      const char* colour = r.fits && !*r.fits ? kNoFitColour : kFitColour;
+      const char* colour = !r.fits ? kMuted : *r.fits ? kFitColour : kNoFitColour;  // grey: fit unknown
       os << "<rect class=\"bar peak\" x=\"" << num(kBarLeft) << "\" y=\"" << num(y + 4) << "\" width=\""
          << num(std::max(1.0, x - kBarLeft)) << "\" height=\"" << num(kBarHeight - 8) << "\" fill=\"" << colour
          << "\"/>";
