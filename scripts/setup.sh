@@ -19,6 +19,7 @@ packages=(
   libgtest-dev libgmock-dev         # C++ unit tests
   libcpp-httplib-dev                # loopback HTTP server in tests
   libbenchmark-dev                  # bench/
+  chromium                          # headless render test of the hardware report's HTML (~390 MB)
 )
 
 missing=()
