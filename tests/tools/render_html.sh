@@ -10,6 +10,6 @@ html=$(realpath "$1")
 rm -f "$2"
 # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start. Chromium's D-Bus
 # complaints on a machine without a session bus, and its wrapper script's shell warning, are noise.
-timeout 120 "$chrome" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,2000 \
+timeout 120 "$chrome" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars --window-size=1200,2000 \
   --screenshot="$(realpath -m "$2")" "file://$html" 2> >(grep -v -e dbus -e Fontconfig -e 'unexpected operator' >&2) >/dev/null
 [ -s "$2" ] || { echo "render_html: no screenshot written to $2" >&2; exit 1; }
