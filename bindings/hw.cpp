@@ -497,11 +497,11 @@ int l_hw_monitor_stop(lua_State* L) {
   return 1;
 }
 
-// hw.run_summary(metrics_jsonl) -> {steps, tokens, seconds, tokens_per_s, step_time_s, peak_memory_gb,
+// hw.run_summary(metrics_jsonl) -> {steps, timed_steps, tokens, seconds, tokens_per_s, step_time_s, peak_memory_gb,
 //   loss, eval_loss, accuracy, config} (the first step left out of the rate when there are more)
 int l_hw_run_summary(lua_State* L) {
   RunSummary s = hw_read_metrics(luaL_checkstring(L, 1));
-  json j = {{"steps", s.steps},          {"tokens", s.tokens},           {"seconds", s.seconds},
+  json j = {{"steps", s.steps},          {"timed_steps", s.timed_steps}, {"tokens", s.tokens},           {"seconds", s.seconds},
             {"tokens_per_s", s.tokens_per_s}, {"step_time_s", s.step_time_s}, {"config", json::parse(s.config_json)}};
   if (s.peak_memory_gb > 0) j["peak_memory_gb"] = s.peak_memory_gb;
   if (s.loss >= 0) j["loss"] = s.loss;

@@ -38,13 +38,13 @@ local function measure()
   assert(rc == 0 or rc == true, "hw_compare: the recipe run failed (see its output above)")
   local run = hw.run_summary(run_dir .. "/metrics.jsonl")
   local plan = hw.plan { recipe_config = run.config, recipe = cfg.recipe, model_preset = cfg.model_preset }
-  local prof = hw.profile { model = plan.model, tokens = run.tokens, seconds = run.seconds, steps = run.steps,
+  local prof = hw.profile { model = plan.model, tokens = run.tokens, seconds = run.seconds, steps = run.timed_steps,
                             seq_len = plan.seq_len, method = plan.method, checkpointing = plan.checkpointing,
                             lora_params = plan.method ~= "full" and plan.trainable or 0, dtype = plan.dtype,
                             peak_memory_gb = run.peak_memory_gb, device = probe.kind == "cuda" and probe.name or "cpu" }
   prof.recipe, prof.config = cfg.recipe, run.config
   prof.loss, prof.eval_loss, prof.accuracy = run.loss, run.eval_loss, run.accuracy
-  prof.tokens_per_step = run.tokens / math.max(1, run.steps - 1)
+  prof.tokens_per_step = run.tokens / run.timed_steps
   if sampled.samples > 0 then prof.utilization, prof.power_w = sampled.util_mean / 100, sampled.power_mean_w end
   metrics.write_json(cfg.output_dir .. "/profile.json", prof)
   return prof
@@ -94,7 +94,7 @@ print(string.format("\n%-10s %-9s %-4s %12s %10s %10s", "gpu", "kind", "fits", "
 for _, r in ipairs(rows) do
   print(string.format("%-10s %-9s %-4s %12s %10s %10s", r.gpu, r.kind, r.fits and "yes" or "no",
                       r.tokens_per_s and string.format("%.0f", r.tokens_per_s) or "-",
-                      r.hours and string.format("%.2f", r.hours) or "-", r.cost_usd and string.format("%.2f", r.cost_usd) or "-"))
+                      r.hours and string.format("%.3g", r.hours) or "-", r.cost_usd and string.format("%.3g", r.cost_usd) or "-"))
 end
 hw.report(doc, { markdown = cfg.output_dir .. "/report.md", html = cfg.output_dir .. "/report.html" })
 print("hw_compare: wrote " .. cfg.output_dir .. "/report.md and report.html")

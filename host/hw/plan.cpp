@@ -264,16 +264,20 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
       any = true;
     }
   }
-  for (int64_t len = o.seq_len / 2; len >= 128; len /= 2) {
-    PlanOptions x = o;
-    x.seq_len = len;
-    x.micro_batch = 1;
-    if (fits(c, x, mem)) {
-      out.push_back("shorter sequences: max_length " + std::to_string(len) + " fits at micro_batch 1 (" +
-                    gib(total(x)) + " GiB)");
-      any = true;
-      break;
+  // Shorter sequences at this micro-batch (or at 1 when this one fits at no length).
+  for (int64_t b : {o.micro_batch, int64_t{1}}) {
+    bool found = false;
+    for (int64_t len = o.seq_len / 2; len >= 128 && !found; len /= 2) {
+      PlanOptions x = o;
+      x.seq_len = len;
+      x.micro_batch = b;
+      if (fits(c, x, mem)) {
+        out.push_back("shorter sequences: max_length " + std::to_string(len) + " fits at micro_batch " +
+                      std::to_string(b) + " (" + gib(total(x)) + " GiB)");
+        found = any = true;
+      }
     }
+    if (found || b == 1) break;
   }
   // Large vocabularies (Gemma 2: 256k) make the loss chunk's float32 logits a real share.
   if (o.loss_chunk > 512 && hw_plan_memory(c, o).logits > 0.1 * peak) {
@@ -293,8 +297,7 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
     }
   }
   out.push_back(
-      "more GPUs do not lower this: luatune's data parallelism replicates the model on every GPU, and "
-      "sharding (FSDP/ZeRO) is not supported");
+      "more GPUs do not lower per-GPU memory: luatune's data parallelism replicates the model (no FSDP/ZeRO)");
   if (!any) out.push_back("nothing luatune supports fits in " + gib(mem * kGiB) + " GiB at this sequence length");
   return out;
 }

@@ -141,9 +141,9 @@ RunSummary hw_read_metrics(const std::string& path) {
     s.tokens += steps[i].first;
     s.seconds += steps[i].second;
   }
-  const double counted = static_cast<double>(steps.size() > 1 ? steps.size() - 1 : 1);
+  s.timed_steps = static_cast<int64_t>(steps.size() > 1 ? steps.size() - 1 : 1);
   s.tokens_per_s = s.seconds > 0 ? s.tokens / s.seconds : 0;
-  s.step_time_s = s.seconds / counted;
+  s.step_time_s = s.seconds / static_cast<double>(s.timed_steps);
   return s;
 }
 

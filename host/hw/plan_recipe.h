@@ -37,6 +37,7 @@ PlanRequest hw_plan_request(const nlohmann::json& config, const std::string& rec
 // first step is left out of the rate when there are more (it carries warm-up and allocation).
 struct RunSummary {
   int64_t steps = 0;          // steps with a step_time
+  int64_t timed_steps = 0;    // the steps `seconds` covers
   double tokens = 0, seconds = 0;  // over the steps counted for the rate
   double tokens_per_s = 0, step_time_s = 0;
   double peak_memory_gb = 0;  // max over the steps (0 on CPU)

@@ -200,7 +200,7 @@ TEST(HwPlan, FitsMaxMicroBatchAndAdvice) {
   for (const auto& a : t4->advice) {
     ckpt |= a.rfind("turn on checkpoint_layers", 0) == 0;
     qlora |= a.find("use QLoRA") != std::string::npos;
-    ddp |= a.find("more GPUs do not lower this") != std::string::npos;
+    ddp |= a.find("more GPUs do not lower per-GPU memory") != std::string::npos;
   }
   EXPECT_FALSE(ckpt);  // 8B LoRA does not fit 16 GB even checkpointed
   EXPECT_TRUE(qlora);

@@ -122,6 +122,8 @@ test("run_summary reads a metrics.jsonl, leaving the first step out of the rate"
   f:close()
   local s = hw.run_summary(path)
   eq(s.steps, 3)
+  eq(s.timed_steps, 2)
+  eq(s.step_time_s, 1)
   eq(s.tokens, 200)
   eq(s.seconds, 2)
   eq(s.tokens_per_s, 100)
