@@ -443,7 +443,7 @@ int l_hw_project(lua_State* L) {
     if (r.has_plan) {
       j["predicted_peak_gb"] = r.predicted_peak_gb;
       j["max_micro_batch"] = r.max_micro_batch;
-      j["advice"] = json_of(r.advice);
+      if (!r.advice.empty()) j["advice"] = json_of(r.advice);  // (an empty Lua table would read back as an object)
     }
     if (r.tokens_per_s > 0) j["tokens_per_s"] = r.tokens_per_s;
     if (r.hours >= 0) j["hours"] = r.hours;
