@@ -245,7 +245,9 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
   PlanOptions ck = o;
   ck.checkpointing = true;
   ck.micro_batch = 1;
-  const std::string with_ck = o.checkpointing ? "" : " with checkpoint_layers=true, micro_batch 1";
+  // What the LoRA/QLoRA suggestions change besides the method.
+  const std::string with_ck = std::string(o.checkpointing ? "" : ", checkpoint_layers=true") +
+                              (o.micro_batch > 1 ? ", micro_batch 1" : "");
   if (o.method == PlanMethod::method_full) {
     PlanOptions x = ck;
     x.method = PlanMethod::method_lora;
