@@ -16,4 +16,5 @@ int luaopen_lora(lua_State* L);
 int luaopen_prune(lua_State* L);
 int luaopen_distill(lua_State* L);
 int luaopen_sweep(lua_State* L);
+int luaopen_hw(lua_State* L);
 }

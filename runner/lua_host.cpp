@@ -36,6 +36,7 @@ const Module modules[] = {
     {"prune", luaopen_prune},
     {"distill", luaopen_distill},
     {"sweep", luaopen_sweep},
+    {"hw", luaopen_hw},
 };
 
 // ============================================================================================
@@ -148,10 +149,10 @@ void load_config_files(lua_State* L, const Command& cmd, RunState& st) {
   for (const auto& arg : cmd.overrides) st.overrides.push_back(config_parse_override(arg));
 }
 
-int run_in_state(lua_State* L, const std::string& path, const Command& cmd) {
+int run_in_state(lua_State* L, const std::string& path, const Command& cmd, ConfigValue* resolved) {
   RunState& st = lt_run_state(L);
   st.recipe = path;
-  st.validate_only = cmd.verb == Command::Verb::validate;
+  st.validate_only = cmd.verb == Command::Verb::validate || cmd.verb == Command::Verb::plan;
   load_config_files(L, cmd, st);
 
   lua_pushcfunction(L, message_handler);
@@ -170,7 +171,9 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd) {
   if (rc != 0) {
     metrics_console_clear_live();  // an error message must not land inside a progress line
     if (lua_touserdata(L, -1) == lt_validate_done_token()) {
-      std::printf("validate: %s: config resolved; nothing was run\n", path.c_str());
+      if (resolved) *resolved = st.resolved;
+      if (cmd.verb == Command::Verb::validate)
+        std::printf("validate: %s: config resolved; nothing was run\n", path.c_str());
       return kExitOk;
     }
     const char* msg = lua_tostring(L, -1);
@@ -201,11 +204,11 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd) {
 
 }  // namespace
 
-int lua_host_run(const std::string& path, const Command& cmd) {
+int lua_host_run(const std::string& path, const Command& cmd, ConfigValue* resolved) {
   lua_State* L = open_state(path);
   int rc;
   try {
-    rc = run_in_state(L, path, cmd);
+    rc = run_in_state(L, path, cmd, resolved);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     rc = kExitUsage;

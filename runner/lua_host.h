@@ -15,7 +15,10 @@ constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitInterrupted = 130;
 
-// Runs (or, for Verb::validate, resolves the config of) the recipe at `path`; returns the exit status.
-int lua_host_run(const std::string& path, const Command& cmd);
+struct ConfigValue;
+
+// Runs (or, for Verb::validate and Verb::plan, resolves the config of) the recipe at `path`; returns
+// the exit status. `resolved`, when given, receives the resolved config.
+int lua_host_run(const std::string& path, const Command& cmd, ConfigValue* resolved = nullptr);
 
 }  // namespace luatune

@@ -15,9 +15,13 @@
 #include "host/core/error.h"
 #include "host/core/version.h"
 #include "host/data/preview.h"
+#include "host/hw/catalog.h"
+#include "host/hw/plan_recipe.h"
 #include "host/metrics/wandb.h"
 #include "host/runner/cli.h"
+#include "host/runner/config.h"
 #include "host/runner/recipes.h"
+#include "host/core/strings.h"
 #include "host/sweep/sweep.h"
 #include "host/text/tokenizer.h"
 #include "runner/lua_host.h"
@@ -70,6 +74,41 @@ static int run_data(const Command& cmd) {
   return kExitOk;
 }
 
+// runner plan: the recipe's config resolved as `validate` does (nothing runs), mapped to the
+// planner's inputs (host/hw/plan_recipe.cpp), and the memory plan printed for every catalog GPU.
+// model_preset=, method= and gpus= are plan's own keys, taken out before the recipe sees the rest.
+static int run_plan(const Command& cmd_in) {
+  Command cmd = cmd_in;
+  PlanExtras extras;
+  cmd.overrides.clear();
+  for (const auto& arg : cmd_in.overrides) {
+    ConfigOverride o = config_parse_override(arg);
+    if (o.key == "model_preset") extras.model_preset = o.text;
+    else if (o.key == "method") extras.method = o.text;
+    else if (o.key == "gpus") {
+      double n = 0;
+      if (!str_to_number(o.text, &n) || n < 1 || n != static_cast<double>(static_cast<int64_t>(n)))
+        fail_usage("runner plan: gpus must be a whole number >= 1, got '" + o.text + "'");
+      extras.gpus = static_cast<int64_t>(n);
+    } else {
+      cmd.overrides.push_back(arg);
+    }
+  }
+  if (!extras.method.empty() && extras.method != "full" && extras.method != "lora" && extras.method != "qlora")
+    fail_usage("runner plan: method must be full, lora or qlora, got '" + extras.method + "'");
+  ConfigValue resolved;
+  const std::string path = recipe_resolve(cmd.recipe);
+  int rc = lua_host_run(path, cmd, &resolved);
+  if (rc != kExitOk) return rc;
+  PlanRequest req = hw_plan_request(nlohmann::json::parse(config_to_json(resolved)), path, extras);
+  Plan plan = hw_plan(req.model, req.options, hw_catalog_load(hw_catalog_default_path()));
+  std::printf("\nplan (%s; model from %s)\n", path.c_str(), req.model_source.c_str());
+  for (const auto& n : req.notes) std::printf("%s\n", n.c_str());
+  std::fputs(hw_plan_text(plan).c_str(), stdout);
+  std::printf("formulas and constants: docs/hardware.md; nothing was run\n");
+  return kExitOk;
+}
+
 static int run_command(const Command& cmd) {
   switch (cmd.verb) {
     case Command::Verb::help:
@@ -100,6 +139,8 @@ static int run_command(const Command& cmd) {
       return kExitOk;
     case Command::Verb::wandb_sync:
       return wandb_sync(cmd.dest, stdout);
+    case Command::Verb::plan:
+      return run_plan(cmd);
     case Command::Verb::run:
     case Command::Verb::validate:
     case Command::Verb::sweep:

@@ -9,6 +9,7 @@ namespace luatune {
 std::string cli_help() {
   return R"(usage: runner RECIPE [key=value ...] [--config FILE]   run a recipe
        runner validate RECIPE [key=value ...]             resolve and print its config, run nothing
+       runner plan RECIPE [key=value ...]                 predict its GPU memory per catalog GPU, run nothing
        runner ls                                          list the shipped recipes
        runner cp RECIPE DEST                              copy a shipped recipe to edit
        runner tokenize --tokenizer DIR [--special] [--decode] < in.jsonl
@@ -35,6 +36,11 @@ non-chat records are rendered as conversations when the tokenizer has a chat tem
 plain text templates; --chat-format llama3|llama3.1|mistral|chatml|qwen2.5|qwen3|gemma).
 sweep: SWEEP is a Lua file that calls sweep.run{...} (docs/sweeps.md); each trial runs as its own
 runner process, results go to its output_dir (trials.jsonl, results.md); running it again resumes.
+plan: resolves the recipe's config as validate does, reads base_model's config.json (or a built-in
+shape: model_preset=llama3.1-8b|mistral-7b|gemma2-9b) and prints the predicted peak memory by
+component and, per GPU of the catalog (data/gpu_catalog.json or $LUATUNE_GPU_CATALOG), whether it fits,
+the largest micro-batch that fits and what to change (docs/hardware.md). Plan's own keys:
+model_preset=, method=full|lora|qlora, gpus=N.
 wandb-sync: PATH is a spooled run (OUTPUT_DIR/wandb/run-ID) or a directory of them; only what the
 server has not acknowledged is sent (docs/wandb.md).
 Exit status: 0 success, 1 the run failed, 2 bad command line or config, 130 interrupted (Ctrl-C).
@@ -177,6 +183,9 @@ Command cli_parse(const std::vector<std::string>& args) {
   } else if (first == "validate") {
     cmd.verb = Command::Verb::validate;
     parse_recipe_args(args, 1, "validate", cmd);
+  } else if (first == "plan") {
+    cmd.verb = Command::Verb::plan;
+    parse_recipe_args(args, 1, "plan", cmd);
   } else if (first == "run") {
     cmd.verb = Command::Verb::run;
     parse_recipe_args(args, 1, "run", cmd);

@@ -12,9 +12,9 @@
 namespace luatune {
 
 struct Command {
-  enum class Verb { run, validate, ls, cp, tokenize, data, sweep, sweep_report, wandb_sync, help, version };
+  enum class Verb { run, validate, plan, ls, cp, tokenize, data, sweep, sweep_report, wandb_sync, help, version };
   Verb verb = Verb::help;
-  std::string recipe;                     // run, validate, cp: a path or a shipped recipe's name
+  std::string recipe;                     // run, validate, plan, cp: a path or a shipped recipe's name
   std::string dest;                       // cp; sweep --report DIR; wandb-sync PATH
   std::vector<std::string> overrides;     // "key=value", in order
   std::vector<std::string> config_files;  // --config FILE, applied before the key=value overrides

@@ -185,5 +185,23 @@ expect_out "runner data: --limit expects a whole number >= 1, got 'x'"
 check data_bad_format 2 "$runner" data --tokenizer $tk --format sharegpt $dx/bad_text.jsonl
 expect_out "data: unknown format 'sharegpt'; expected one of text, prompt_response, alpaca, chat, guanaco"
 
+# runner plan: the recipe's config resolved as validate does, then the memory plan (no model needed
+# with a preset); its own keys (model_preset, method, gpus) never reach the recipe.
+check plan_preset 0 "$runner" plan lora_finetune model_preset=llama3.1-8b gpus=2
+expect_out "model: llama, 8.03 B parameters (7.50 B in matmuls), 41.94 M trainable"
+expect_out "method: lora, dtype bf16, LoRA r=16"; expect_out "2 GPUs (data parallel, replicated)"
+expect_out "H100 SXM"; expect_out "MI300X"; expect_out "nothing was run"; refute_out "validate:"
+check plan_full 0 "$runner" plan full_finetune model_preset=llama3.1-8b checkpoint_layers=false
+expect_out "method: full, dtype bf16 with fp32 master weights, adamw"; expect_out "- use LoRA (r=16"
+check plan_no_config 2 "$runner" plan lora_finetune base_model=/nonexistent
+expect_out "plan: base_model '/nonexistent' has no config.json to read the model's shape from"
+expect_out "HINT: point base_model= at a Hugging Face model directory, or pass model_preset=llama3.1-8b|mistral-7b|gemma2-9b"
+check plan_bad_method 2 "$runner" plan lora_finetune model_preset=llama3.1-8b method=dora
+expect_out "runner plan: method must be full, lora or qlora, got 'dora'"
+check plan_bad_preset 2 "$runner" plan lora_finetune model_preset=llama4
+expect_out "plan: no model preset 'llama4'"
+check plan_unknown_key 2 "$runner" plan lora_finetune model_preset=llama3.1-8b seeed=1
+expect_out "seeed"
+
 echo "$checks checks, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,586 @@
+// Lua module `hw`: hw.probe(), hw.catalog([path]), hw.params(model), hw.plan{...}, hw.plan_text(plan),
+// hw.profile{...}, hw.project(profile, {...}), hw.monitor{...}, hw.run_summary(path),
+// hw.read_json(path), hw.report(doc, {markdown=, html=}), hw.runner_path() over host/hw/.
+// Sizes in the tables are GiB (keys end in _gb); counts are plain numbers.
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+
+#include "bindings/lua_util.h"
+#include "bindings/model_class.h"
+#include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/core/strings.h"
+#include "host/hw/catalog.h"
+#include "host/hw/device_probe.h"
+#include "host/hw/plan.h"
+#include "host/hw/plan_recipe.h"
+#include "host/hw/profile.h"
+#include "host/hw/report.h"
+#include "host/model/transformer.h"
+
+namespace luatune {
+
+using MonitorPtr = std::shared_ptr<HwMonitor>;
+
+template <>
+struct LuaClass<MonitorPtr> {
+  static constexpr const char* name = "HwMonitor";
+};
+
+namespace {
+
+using json = nlohmann::json;
+
+// ============================================================================================
+// Lua <-> JSON (tables with 1..n keys are lists; empty tables are objects)
+
+json lua_to_json(lua_State* L, int idx, const std::string& what, int depth = 0) {
+  LT_CHECK(depth < 32, what << ": nested too deeply");
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL: return nullptr;
+    case LUA_TBOOLEAN: return lua_toboolean(L, idx) != 0;
+    case LUA_TNUMBER: {
+      double v = lua_tonumber(L, idx);
+      if (!std::isfinite(v)) return nullptr;
+      if (v == std::floor(v) && std::fabs(v) < 9e15) return static_cast<int64_t>(v);
+      return v;
+    }
+    case LUA_TSTRING: return std::string(lua_tostring(L, idx));
+    case LUA_TTABLE: {
+      if (lt_is_list(L, idx) && lua_objlen(L, idx) > 0) {
+        json a = json::array();
+        for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
+          lua_rawgeti(L, idx, static_cast<int>(i));
+          a.push_back(lua_to_json(L, -1, what, depth + 1));
+          lua_pop(L, 1);
+        }
+        return a;
+      }
+      json o = json::object();
+      lua_pushnil(L);
+      while (lua_next(L, idx)) {
+        std::string key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2)
+                          : lua_type(L, -2) == LUA_TNUMBER ? std::to_string(static_cast<int64_t>(lua_tonumber(L, -2)))
+                                                           : "";
+        LT_CHECK(!key.empty(), what << ": table keys must be strings or numbers");
+        o[key] = lua_to_json(L, -1, what, depth + 1);
+        lua_pop(L, 1);
+      }
+      return o;
+    }
+    default: fail(what + ": cannot convert a " + luaL_typename(L, idx) + " to JSON");
+  }
+}
+
+void push_json(lua_State* L, const json& j) {
+  if (j.is_null()) lua_pushnil(L);
+  else if (j.is_boolean()) lua_pushboolean(L, j.get<bool>());
+  else if (j.is_number()) lua_pushnumber(L, j.get<double>());
+  else if (j.is_string()) lua_pushstring(L, j.get_ref<const std::string&>().c_str());
+  else if (j.is_array()) {
+    lua_createtable(L, static_cast<int>(j.size()), 0);
+    int i = 1;
+    for (const auto& e : j) {
+      push_json(L, e);
+      lua_rawseti(L, -2, i++);
+    }
+  } else {
+    lua_createtable(L, 0, static_cast<int>(j.size()));
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      push_json(L, it.value());
+      lua_setfield(L, -2, it.key().c_str());
+    }
+  }
+}
+
+json json_of(const std::vector<std::string>& v) { return json(v); }
+
+// ============================================================================================
+// Shared readers
+
+std::vector<GpuSpec> catalog_arg(lua_State* L, int idx) {
+  if (lua_isnoneornil(L, idx)) return hw_catalog_load(hw_catalog_default_path());
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    std::string path = lua_tostring(L, idx);
+    return hw_catalog_load(path.empty() ? hw_catalog_default_path() : path);
+  }
+  // A table as hw.catalog() returns it.
+  json j = {{"gpus", lua_to_json(L, idx, "hw: catalog")}};
+  return hw_catalog_parse(j.dump(), "catalog table");
+}
+
+// A model: a Model, a preset name, a model directory or config.json path, or a table of
+// config.json fields (with "model_type" or "architectures", or arch = "llama" and HF keys).
+ModelConfig model_arg(lua_State* L, int idx, const char* what) {
+  if (auto* m = lt_test<std::shared_ptr<Model>>(L, idx)) return (*m)->config;
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    std::string s = lua_tostring(L, idx);
+    ModelConfig c;
+    if (hw_model_preset(s, &c)) return c;
+    return model_config_load(s);
+  }
+  if (lua_istable(L, idx)) {
+    json j = lua_to_json(L, idx, what);
+    if (j.contains("arch") && j["arch"].is_string()) {
+      std::string arch = j["arch"];
+      j.erase("arch");
+      return model_config_with(arch, j.dump(), what);
+    }
+    return model_config_parse(j.dump(), what);
+  }
+  fail(std::string(what) + ": expected a Model, a preset name (" + str_join(hw_model_presets(), ", ") +
+       "), a model directory, or a table of config.json fields; got " + luaL_typename(L, idx));
+}
+
+json params_json(const HwParamCounts& n) {
+  return {{"total", n.total},   {"embedding", n.embedding}, {"lm_head", n.lm_head},
+          {"linear", n.linear}, {"norms", n.norms},         {"matmul", n.matmul}};
+}
+
+json gpu_json(const GpuSpec& g) {
+  return {{"name", g.name},
+          {"aliases", json_of(g.aliases)},
+          {"memory_gb", g.memory_gb},
+          {"bandwidth_gbs", g.bandwidth_gbs},
+          {"bf16_tflops", g.bf16_tflops},
+          {"fp16_tflops", g.fp16_tflops},
+          {"bf16", g.bf16},
+          {"interconnect", g.interconnect},
+          {"price_per_hour", g.price_per_hour},
+          {"price_source", g.price_source},
+          {"price_date", g.price_date},
+          {"notes", g.notes}};
+}
+
+std::vector<std::string> string_list(lua_State* L, int idx, const char* key) {
+  std::vector<std::string> out;
+  lua_getfield(L, idx, key);
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    out.push_back(lua_tostring(L, -1));
+  } else if (lua_istable(L, -1)) {
+    for (size_t i = 1; i <= lua_objlen(L, -1); i++) {
+      lua_rawgeti(L, -1, static_cast<int>(i));
+      LT_CHECK(lua_type(L, -1) == LUA_TSTRING, lt_fname(L) << ": " << key << " must be a list of strings");
+      out.push_back(lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+  } else if (!lua_isnil(L, -1)) {
+    fail(std::string(lt_fname(L)) + ": " + key + " must be a list of strings");
+  }
+  lua_pop(L, 1);
+  return out;
+}
+
+// ============================================================================================
+// Functions
+
+// hw.probe() -> {kind, name, device_count, memory_gb, sm_count, cpu_cores, driver_version, cuda_version, nvml, notes}
+int l_hw_probe(lua_State* L) {
+  DeviceInfo d = hw_device_probe();
+  json j = {{"kind", d.kind},           {"name", d.name},         {"device_count", d.device_count},
+            {"memory_gb", d.memory_gb}, {"cpu_cores", d.cpu_cores}, {"nvml", d.nvml},
+            {"notes", json_of(d.notes)}};
+  if (d.sm_count > 0) j["sm_count"] = d.sm_count;
+  if (!d.driver_version.empty()) j["driver_version"] = d.driver_version;
+  if (!d.cuda_version.empty()) j["cuda_version"] = d.cuda_version;
+  push_json(L, j);
+  return 1;
+}
+
+// hw.catalog([path]) -> list of GPU tables
+int l_hw_catalog(lua_State* L) {
+  std::vector<GpuSpec> cat = catalog_arg(L, 1);
+  json a = json::array();
+  for (const auto& g : cat) a.push_back(gpu_json(g));
+  push_json(L, a);
+  return 1;
+}
+
+// hw.params(model) -> {total, embedding, lm_head, linear, norms, matmul}
+int l_hw_params(lua_State* L) {
+  push_json(L, params_json(hw_param_counts(model_arg(L, 1, "hw.params"))));
+  return 1;
+}
+
+// hw.presets() -> {"llama3.1-8b", ...}
+int l_hw_presets(lua_State* L) {
+  push_json(L, json_of(hw_model_presets()));
+  return 1;
+}
+
+json plan_json(const Plan& p) {
+  json comp = json::object();
+  for (const auto& [name, bytes] : plan_component_list(p.components)) comp[name] = bytes / kGiB;
+  json gpus = json::array();
+  for (const GpuFit& f : p.gpus)
+    gpus.push_back({{"gpu", f.gpu},
+                    {"memory_gb", f.memory_gb},
+                    {"fits", f.fits},
+                    {"headroom_gb", f.headroom_gb},
+                    {"max_micro_batch", f.max_micro_batch},
+                    {"advice", json_of(f.advice)}});
+  const PlanOptions& o = p.options;
+  return {{"components", comp},
+          {"total_gb", p.components.total / kGiB},
+          {"params", params_json(p.params)},
+          {"trainable", p.trainable},
+          {"method", plan_method_name(o.method)},
+          {"dtype", o.dtype},
+          {"micro_batch", o.micro_batch},
+          {"seq_len", o.seq_len},
+          {"checkpointing", o.checkpointing},
+          {"lora_r", o.lora_r},
+          {"lora_targets", json_of(o.lora_targets)},
+          {"gpus", gpus},
+          {"n_gpus", o.gpus},
+          {"model", json::parse(model_config_to_json(p.model))},
+          {"text", hw_plan_text(p)}};
+}
+
+const std::vector<std::string> kPlanKeys = {"model", "method", "dtype", "master_weights", "optimizer", "micro_batch",
+                                            "seq_len", "grad_accum", "checkpointing", "loss_chunk", "lora_r",
+                                            "lora_targets", "lora_dropout", "gpus", "gpu", "catalog", "recipe_config",
+                                            "recipe", "model_preset"};
+
+// hw.plan{model=, method=, dtype=, micro_batch=, seq_len=, checkpointing=, lora_r=, lora_targets=,
+//         gpus=, gpu=, catalog=} or hw.plan{recipe_config = cfg, recipe = "lora_finetune"[, model_preset=]}
+//   -> {components = {name = GiB}, total_gb, params, trainable, gpus = {{gpu, fits, max_micro_batch, advice}}, text}
+int l_hw_plan(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lt_check_options(L, 1, kPlanKeys);
+  ModelConfig model;
+  PlanOptions o;
+  if (lt_has_field(L, 1, "recipe_config")) {
+    lua_getfield(L, 1, "recipe_config");
+    json cfg = lua_to_json(L, -1, "hw.plan: recipe_config");
+    lua_pop(L, 1);
+    PlanExtras ex;
+    ex.model_preset = lt_opt_string(L, 1, "model_preset", "");
+    ex.method = lt_opt_string(L, 1, "method", "");
+    ex.gpus = static_cast<int64_t>(lt_opt_number(L, 1, "gpus", 1));
+    PlanRequest r = hw_plan_request(cfg, lt_opt_string(L, 1, "recipe", ""), ex);
+    model = r.model;
+    o = r.options;
+  } else {
+    LT_CHECK(lt_has_field(L, 1, "model"), "hw.plan: needs model= (a Model, preset name, model directory or config table)");
+    lua_getfield(L, 1, "model");
+    model = model_arg(L, lua_gettop(L), "hw.plan: model");
+    lua_pop(L, 1);
+    o.method = plan_method_parse(lt_opt_string(L, 1, "method", "full"));
+    o.dtype = lt_opt_string(L, 1, "dtype", "bf16");
+    o.master_weights = lt_opt_bool(L, 1, "master_weights", true);
+    o.optimizer = lt_opt_string(L, 1, "optimizer", "adamw");
+    o.micro_batch = static_cast<int64_t>(lt_opt_number(L, 1, "micro_batch", 1));
+    o.seq_len = static_cast<int64_t>(lt_opt_number(L, 1, "seq_len", 2048));
+    o.checkpointing = lt_opt_bool(L, 1, "checkpointing", false);
+    o.loss_chunk = static_cast<int64_t>(lt_opt_number(L, 1, "loss_chunk", 4096));
+    o.lora_r = static_cast<int64_t>(lt_opt_number(L, 1, "lora_r", 16));
+    o.lora_dropout = lt_opt_number(L, 1, "lora_dropout", 0.05);
+    if (lt_has_field(L, 1, "lora_targets")) o.lora_targets = string_list(L, 1, "lora_targets");
+    o.gpus = static_cast<int64_t>(lt_opt_number(L, 1, "gpus", 1));
+  }
+  lua_getfield(L, 1, "catalog");
+  std::vector<GpuSpec> cat = catalog_arg(L, lua_gettop(L));
+  lua_pop(L, 1);
+  if (lt_has_field(L, 1, "gpu")) cat = {hw_catalog_find(cat, lt_opt_string(L, 1, "gpu", ""))};
+  push_json(L, plan_json(hw_plan(model, o, cat)));
+  return 1;
+}
+
+// hw.plan_text(plan) -> the printable table (plan.text)
+int l_hw_plan_text(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "text");
+  LT_CHECK(lua_type(L, -1) == LUA_TSTRING, "hw.plan_text: expected a table from hw.plan (it has no 'text')");
+  return 1;
+}
+
+// ---- profiles -------------------------------------------------------------------------------
+
+const std::vector<std::string> kProfileKeys = {"model", "tokens", "seconds", "steps", "seq_len", "method",
+                                               "lora_params", "checkpointing", "peak_memory_gb", "peak_tflops",
+                                               "price_per_hour", "gpus", "device", "gpu", "catalog", "dtype"};
+
+// Reads a profile's inputs from the table at idx (hw.profile's options, or a profile table itself).
+std::pair<ModelConfig, ProfileInput> profile_input(lua_State* L, int idx, bool strict) {
+  if (strict) lt_check_options(L, idx, kProfileKeys);
+  ProfileInput in;
+  LT_CHECK(lt_has_field(L, idx, "model"), lt_fname(L) << ": the profile needs model= (its config)");
+  lua_getfield(L, idx, "model");
+  ModelConfig c = model_arg(L, lua_gettop(L), "hw.profile: model");
+  lua_pop(L, 1);
+  in.tokens = lt_opt_number(L, idx, "tokens", 0);
+  in.seconds = lt_opt_number(L, idx, "seconds", 0);
+  in.steps = static_cast<int64_t>(lt_opt_number(L, idx, "steps", 0));
+  in.seq_len = static_cast<int64_t>(lt_opt_number(L, idx, "seq_len", 2048));
+  in.method = plan_method_parse(lt_opt_string(L, idx, "method", "full"));
+  in.lora_params = static_cast<int64_t>(lt_opt_number(L, idx, "lora_params", 0));
+  in.checkpointing = lt_opt_bool(L, idx, "checkpointing", false);
+  in.peak_memory_gb = lt_opt_number(L, idx, "peak_memory_gb", 0);
+  in.peak_tflops = lt_opt_number(L, idx, "peak_tflops", 0);
+  in.price_per_hour = lt_opt_number(L, idx, "price_per_hour", 0);
+  in.gpus = static_cast<int64_t>(lt_opt_number(L, idx, "gpus", 1));
+  in.device = lt_opt_string(L, idx, "device", "cpu");
+  in.gpu = lt_opt_string(L, idx, "gpu", "");
+  return {c, in};
+}
+
+json profile_json(const ModelConfig& c, const Profile& p) {
+  const ProfileInput& in = p.in;
+  json j = {{"model", json::parse(model_config_to_json(c))},
+            {"tokens", in.tokens},
+            {"seconds", in.seconds},
+            {"steps", in.steps},
+            {"seq_len", in.seq_len},
+            {"method", plan_method_name(in.method)},
+            {"lora_params", in.lora_params},
+            {"checkpointing", in.checkpointing},
+            {"gpus", in.gpus},
+            {"device", in.device},
+            {"tokens_per_s", p.tokens_per_s},
+            {"step_time_s", p.step_time_s},
+            {"flops_per_token", p.flops.model},
+            {"hardware_flops_per_token", p.flops.hardware},
+            {"flops_convention", p.flops.convention},
+            {"flops_formula", p.flops.formula},
+            {"gpu_hours", p.gpu_hours}};
+  if (!in.gpu.empty()) j["gpu"] = in.gpu;
+  if (in.peak_memory_gb > 0) j["peak_memory_gb"] = in.peak_memory_gb;
+  if (in.peak_tflops > 0) j["peak_tflops"] = in.peak_tflops;
+  if (in.price_per_hour > 0) j["price_per_hour"] = in.price_per_hour;
+  if (p.mfu >= 0) j["mfu"] = p.mfu;
+  if (p.hfu >= 0) j["hfu"] = p.hfu;
+  if (p.cost_usd >= 0) j["cost_usd"] = p.cost_usd;
+  if (p.usd_per_mtok >= 0) j["usd_per_mtok"] = p.usd_per_mtok;
+  return j;
+}
+
+// Fills gpu, peak and price from the catalog when the device is a catalog GPU and they were not given.
+void complete_from_catalog(lua_State* L, int idx, ProfileInput& in, const std::string& dtype) {
+  if (in.device == "cpu" && in.gpu.empty()) return;
+  lua_getfield(L, idx, "catalog");
+  std::vector<GpuSpec> cat = catalog_arg(L, lua_gettop(L));
+  lua_pop(L, 1);
+  const GpuSpec* g = in.gpu.empty() ? hw_catalog_match(cat, in.device) : &hw_catalog_find(cat, in.gpu);
+  if (!g) return;
+  in.gpu = g->name;
+  if (in.peak_tflops <= 0) in.peak_tflops = g->peak_tflops(dtype);
+  if (in.price_per_hour <= 0) in.price_per_hour = g->price_per_hour;
+}
+
+// hw.profile{model=, tokens=, seconds=, steps=, seq_len=, method=, lora_params=, checkpointing=,
+//            peak_memory_gb=, peak_tflops=, price_per_hour=, gpus=, device=, gpu=, catalog=, dtype=}
+//   -> the inputs plus tokens_per_s, step_time_s, flops_per_token (+ convention, formula), mfu, hfu,
+//      gpu_hours, cost_usd, usd_per_mtok (mfu and cost absent without a peak / price)
+int l_hw_profile(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  auto [c, in] = profile_input(L, 1, true);
+  complete_from_catalog(L, 1, in, lt_opt_string(L, 1, "dtype", "bf16"));
+  push_json(L, profile_json(c, hw_profile(c, in)));
+  return 1;
+}
+
+// hw.project(profile|nil, {catalog=, plan=, model=, tokens=, mfu=, dtype=, micro_batch_tokens=})
+//   -> rows {gpu, kind, fits, predicted_peak_gb, max_micro_batch, advice, tokens_per_s, hours,
+//            gpu_hours, cost_usd, usd_per_mtok, mfu, bound, note}, one per catalog GPU
+int l_hw_project(lua_State* L) {
+  lt_check_options(L, 2, {"catalog", "plan", "model", "tokens", "mfu", "dtype", "micro_batch_tokens"});
+  std::vector<GpuSpec> cat;
+  {
+    if (lua_istable(L, 2)) lua_getfield(L, 2, "catalog");
+    else lua_pushnil(L);
+    cat = catalog_arg(L, lua_gettop(L));
+    lua_pop(L, 1);
+  }
+  ProjectOptions po;
+  po.tokens = lua_istable(L, 2) ? lt_opt_number(L, 2, "tokens", 0) : 0;
+  po.mfu = lua_istable(L, 2) ? lt_opt_number(L, 2, "mfu", 0) : 0;
+  po.dtype = lua_istable(L, 2) ? lt_opt_string(L, 2, "dtype", "bf16") : "bf16";
+  po.micro_batch_tokens = lua_istable(L, 2) ? static_cast<int64_t>(lt_opt_number(L, 2, "micro_batch_tokens", 0)) : 0;
+  std::unique_ptr<Plan> plan;
+  if (lua_istable(L, 2) && lt_has_field(L, 2, "plan")) {
+    // Rebuild the fits from the plan table (hw.plan's output).
+    plan = std::make_unique<Plan>();
+    lua_getfield(L, 2, "plan");
+    json pj = lua_to_json(L, -1, "hw.project: plan");
+    lua_pop(L, 1);
+    LT_CHECK(pj.is_object() && pj.contains("gpus") && pj.contains("total_gb"),
+             "hw.project: plan must be a table from hw.plan");
+    plan->components.total = pj["total_gb"].get<double>() * kGiB;
+    for (const auto& g : pj["gpus"]) {
+      GpuFit f;
+      f.gpu = g.value("gpu", "");
+      f.fits = g.value("fits", false);
+      f.max_micro_batch = g.value("max_micro_batch", 0);
+      if (g.contains("advice") && g["advice"].is_array())
+        for (const auto& a : g["advice"]) f.advice.push_back(a.get<std::string>());
+      plan->gpus.push_back(f);
+    }
+    po.plan = plan.get();
+  }
+  ModelConfig c;
+  std::unique_ptr<Profile> prof;
+  if (lua_istable(L, 1)) {
+    auto [pc, in] = profile_input(L, 1, false);
+    c = pc;
+    prof = std::make_unique<Profile>(hw_profile(c, in));
+  } else {
+    LT_CHECK(lua_istable(L, 2) && lt_has_field(L, 2, "model"), "hw.project: without a profile, give model= in the options");
+    lua_getfield(L, 2, "model");
+    c = model_arg(L, lua_gettop(L), "hw.project: model");
+    lua_pop(L, 1);
+  }
+  json rows = json::array();
+  for (const ProjectionRow& r : hw_project(prof.get(), c, cat, po)) {
+    json j = {{"gpu", r.gpu}, {"kind", r.kind}, {"fits", r.fits}, {"note", r.note}};
+    if (r.has_plan) {
+      j["predicted_peak_gb"] = r.predicted_peak_gb;
+      j["max_micro_batch"] = r.max_micro_batch;
+      if (!r.advice.empty()) j["advice"] = json_of(r.advice);  // (an empty Lua table would read back as an object)
+    }
+    if (r.tokens_per_s > 0) j["tokens_per_s"] = r.tokens_per_s;
+    if (r.hours >= 0) j["hours"] = r.hours;
+    if (r.gpu_hours >= 0) j["gpu_hours"] = r.gpu_hours;
+    if (r.cost_usd >= 0) j["cost_usd"] = r.cost_usd;
+    if (r.usd_per_mtok >= 0) j["usd_per_mtok"] = r.usd_per_mtok;
+    if (r.mfu >= 0) j["mfu"] = r.mfu;
+    if (!r.bound.empty()) j["bound"] = r.bound;
+    rows.push_back(j);
+  }
+  push_json(L, rows);
+  return 1;
+}
+
+// hw.projection_rule() -> the projection rule as text (for reports)
+int l_hw_projection_rule(lua_State* L) {
+  lua_pushstring(L, hw_projection_rule().c_str());
+  return 1;
+}
+
+// ---- monitor, run files, report ------------------------------------------------------------
+
+std::string describe_monitor(const MonitorPtr& m) {
+  return std::string("HwMonitor(") + (m && m->running() ? "sampling" : "stopped") + ")";
+}
+
+// hw.monitor{interval = 0.5, device = 0} -> HwMonitor; mon:stop() -> {samples, util_mean, util_max,
+// mem_max_gb, power_mean_w, energy_wh, seconds, note}
+int l_hw_monitor(lua_State* L) {
+  lt_check_options(L, 1, {"interval", "device"});
+  double interval = lua_istable(L, 1) ? lt_opt_number(L, 1, "interval", 0.5) : 0.5;
+  int device = lua_istable(L, 1) ? static_cast<int>(lt_opt_number(L, 1, "device", 0)) : 0;
+  LT_CHECK(interval > 0, "hw.monitor: interval must be positive seconds, got " << interval);
+  lt_push<MonitorPtr>(L, std::make_shared<HwMonitor>(interval, device));
+  return 1;
+}
+
+int l_hw_monitor_stop(lua_State* L) {
+  MonitorPtr& m = lt_check<MonitorPtr>(L, 1);
+  MonitorSummary s = m->stop();
+  json j = {{"samples", s.samples}, {"seconds", s.seconds}};
+  if (s.samples > 0) {
+    j["util_mean"] = s.util_mean;
+    j["util_max"] = s.util_max;
+    j["mem_max_gb"] = s.mem_max_gb;
+    j["power_mean_w"] = s.power_mean_w;
+    j["energy_wh"] = s.energy_wh;
+  }
+  if (!s.note.empty()) j["note"] = s.note;
+  push_json(L, j);
+  return 1;
+}
+
+// hw.run_summary(metrics_jsonl) -> {steps, timed_steps, tokens, seconds, tokens_per_s, step_time_s, peak_memory_gb,
+//   loss, eval_loss, accuracy, config} (the first step left out of the rate when there are more)
+int l_hw_run_summary(lua_State* L) {
+  RunSummary s = hw_read_metrics(luaL_checkstring(L, 1));
+  json j = {{"steps", s.steps},          {"timed_steps", s.timed_steps}, {"tokens", s.tokens},           {"seconds", s.seconds},
+            {"tokens_per_s", s.tokens_per_s}, {"step_time_s", s.step_time_s}, {"config", json::parse(s.config_json)}};
+  if (s.peak_memory_gb > 0) j["peak_memory_gb"] = s.peak_memory_gb;
+  if (s.loss >= 0) j["loss"] = s.loss;
+  if (s.eval_loss >= 0) j["eval_loss"] = s.eval_loss;
+  if (s.accuracy >= 0) j["accuracy"] = s.accuracy;
+  push_json(L, j);
+  return 1;
+}
+
+// hw.read_json(path) -> the file's JSON as Lua values
+int l_hw_read_json(lua_State* L) {
+  std::string path = luaL_checkstring(L, 1);
+  json j = json::parse(file_read(path), nullptr, false);
+  LT_CHECK(!j.is_discarded(), "hw.read_json: " << path << ": not valid JSON");
+  push_json(L, j);
+  return 1;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  file_write_atomic(path, text);
+}
+
+// hw.report(doc, {markdown = path, html = path}) -> the paths written (schema: host/hw/report.h)
+int l_hw_report(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lt_check_options(L, 2, {"markdown", "html"});
+  json doc = lua_to_json(L, 1, "hw.report: doc");
+  std::string md = lt_opt_string(L, 2, "markdown", ""), html = lt_opt_string(L, 2, "html", "");
+  LT_CHECK(!md.empty() || !html.empty(), "hw.report: give markdown= and/or html= paths to write");
+  // Render both before writing either, so a failure leaves no half of a report.
+  std::string md_text = md.empty() ? "" : hw_report_markdown(doc);
+  std::string html_text = html.empty() ? "" : hw_report_html(doc);
+  if (!md.empty()) write_file(md, md_text);
+  if (!html.empty()) write_file(html, html_text);
+  lua_newtable(L);
+  if (!md.empty()) lua_pushstring(L, md.c_str()), lua_setfield(L, -2, "markdown");
+  if (!html.empty()) lua_pushstring(L, html.c_str()), lua_setfield(L, -2, "html");
+  return 1;
+}
+
+// hw.runner_path() -> this runner's executable (to run a recipe as a child process)
+int l_hw_runner_path(lua_State* L) {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  LT_CHECK(n > 0, "hw.runner_path: cannot read /proc/self/exe");
+  lua_pushlstring(L, buf, static_cast<size_t>(n));
+  return 1;
+}
+
+const luaL_Reg hw_monitor_methods[] = {{"stop", l_hw_monitor_stop}, {nullptr, nullptr}};
+
+const luaL_Reg hw_funcs[] = {{"probe", l_hw_probe},
+                             {"catalog", l_hw_catalog},
+                             {"params", l_hw_params},
+                             {"presets", l_hw_presets},
+                             {"plan", l_hw_plan},
+                             {"plan_text", l_hw_plan_text},
+                             {"profile", l_hw_profile},
+                             {"project", l_hw_project},
+                             {"projection_rule", l_hw_projection_rule},
+                             {"monitor", l_hw_monitor},
+                             {"run_summary", l_hw_run_summary},
+                             {"read_json", l_hw_read_json},
+                             {"report", l_hw_report},
+                             {"runner_path", l_hw_runner_path},
+                             {nullptr, nullptr}};
+
+}  // namespace
+
+}  // namespace luatune
+
+extern "C" int luaopen_hw(lua_State* L) {
+  using namespace luatune;
+  lt_register_class<MonitorPtr, describe_monitor>(L, hw_monitor_methods);
+  lua_pop(L, 1);
+  lt_new_module(L, hw_funcs);
+  return 1;
+}

@@ -1,0 +1,150 @@
+// Recipe config -> planner inputs, and metrics.jsonl -> run summary (see plan_recipe.h).
+#include "host/hw/plan_recipe.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <type_traits>
+
+#include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/core/strings.h"
+
+namespace luatune {
+
+const std::vector<std::string> kPlanExtraKeys = {"model_preset", "method", "gpus"};
+
+namespace {
+
+using json = nlohmann::json;
+
+const json* field(const json& cfg, const std::string& dotted) {
+  const json* at = &cfg;
+  for (const auto& part : str_split(dotted, '.')) {
+    if (!at->is_object() || !at->contains(part)) return nullptr;
+    at = &(*at)[part];
+  }
+  return at;
+}
+
+// The first of `keys` the config has, with its type checked; `found` names it.
+template <class T>
+bool pick(const json& cfg, const std::vector<std::string>& keys, T* out, std::string* found) {
+  for (const auto& k : keys)
+    if (const json* v = field(cfg, k)) {
+      bool ok = std::is_same<T, bool>::value ? v->is_boolean()
+                : std::is_same<T, std::string>::value ? v->is_string()
+                                                      : v->is_number();
+      LT_CHECK(ok, "plan: config key '" << k << "' has an unexpected type (" << v->type_name() << ")");
+      *out = v->get<T>();
+      *found = k;
+      return true;
+    }
+  return false;
+}
+
+std::string norm_dtype(const std::string& d) {
+  if (d == "bf16" || d == "bfloat16") return "bf16";
+  if (d == "fp16" || d == "f16" || d == "float16" || d == "half") return "fp16";
+  if (d == "fp32" || d == "f32" || d == "float32" || d == "float") return "fp32";
+  fail("plan: dtype '" + d + "' is not one the planner knows", "expected bf16, fp16 or fp32");
+}
+
+}  // namespace
+
+PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const PlanExtras& extras) {
+  PlanRequest r;
+  PlanOptions& o = r.options;
+  std::string key;
+  // The model: a preset, else base_model's config.json.
+  if (!extras.model_preset.empty()) {
+    if (!hw_model_preset(extras.model_preset, &r.model))
+      fail_usage("plan: no model preset '" + extras.model_preset + "'",
+                 "presets: " + str_join(hw_model_presets(), ", "));
+    r.model_source = "preset " + extras.model_preset;
+  } else {
+    std::string base;
+    if (!pick(cfg, {"base_model", "model", "student", "teacher"}, &base, &key))
+      fail_usage("plan: the recipe's config names no base_model",
+           "pass model_preset=" + str_join(hw_model_presets(), "|") + " to plan a known shape");
+    std::string file = dir_exists(base) ? base + "/config.json" : base;
+    if (!file_exists(file))
+      fail_usage("plan: " + key + " '" + base + "' has no config.json to read the model's shape from",
+           "point " + key + "= at a Hugging Face model directory, or pass model_preset=" +
+               str_join(hw_model_presets(), "|"));
+    r.model = model_config_load(file);
+    r.model_source = file;
+  }
+  // Method: given, else qlora / lora flags, a lora table, or the recipe's name.
+  bool flag = false;
+  std::string method = extras.method;
+  if (method.empty()) {
+    if ((pick(cfg, {"qlora", "lora.qlora"}, &flag, &key) && flag)) method = "qlora";
+    else if (pick(cfg, {"use_lora"}, &flag, &key)) method = flag ? "lora" : "full";
+    else if (field(cfg, "lora") || path_basename(recipe).find("lora") != std::string::npos) method = "lora";
+    else method = "full";
+    r.notes.push_back("method " + method + " (from the config and the recipe's name; method= overrides)");
+  }
+  o.method = plan_method_parse(method);
+  std::string dtype = "bf16";
+  if (pick(cfg, {"dtype"}, &dtype, &key)) dtype = norm_dtype(dtype);
+  o.dtype = dtype;
+  pick(cfg, {"master_weights"}, &o.master_weights, &key);
+  double v = 0;
+  if (pick(cfg, {"micro_batch_size", "micro_batch", "batch_size"}, &v, &key)) o.micro_batch = static_cast<int64_t>(v);
+  if (pick(cfg, {"max_length", "seq_len", "block_size"}, &v, &key)) o.seq_len = static_cast<int64_t>(v);
+  if (!pick(cfg, {"checkpoint_layers", "gradient_checkpointing", "checkpointing"}, &o.checkpointing, &key))
+    o.checkpointing = false;
+  if (pick(cfg, {"loss_chunk"}, &v, &key)) o.loss_chunk = static_cast<int64_t>(v);
+  pick(cfg, {"optimizer"}, &o.optimizer, &key);
+  if (pick(cfg, {"lora.r", "lora_r", "rank"}, &v, &key)) o.lora_r = static_cast<int64_t>(v);
+  if (pick(cfg, {"lora.dropout", "lora_dropout"}, &v, &key)) o.lora_dropout = v;
+  if (const json* t = field(cfg, "lora.targets")) {
+    if (t->is_array()) {
+      o.lora_targets.clear();
+      for (const auto& e : *t)
+        if (e.is_string()) o.lora_targets.push_back(e.get<std::string>());
+    } else if (t->is_string()) {
+      o.lora_targets = {t->get<std::string>()};
+    }
+  } else if (o.method != PlanMethod::method_full) {
+    o.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj"};  // lora.apply's default (LoraConfig)
+  }
+  o.gpus = extras.gpus;
+  return r;
+}
+
+RunSummary hw_read_metrics(const std::string& path) {
+  std::ifstream in(path);
+  LT_CHECK(in, "hw: cannot read '" << path << "' (a run's metrics.jsonl)");
+  RunSummary s;
+  std::string line;
+  std::vector<std::pair<double, double>> steps;  // (tokens, step_time)
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_object()) continue;
+    if (j.contains("config") && j["config"].is_object()) s.config_json = j["config"].dump();
+    auto num = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : -1.0; };
+    if (num("step_time") > 0 && num("tokens") > 0) {
+      steps.emplace_back(num("tokens"), num("step_time"));
+      s.peak_memory_gb = std::max(s.peak_memory_gb, num("peak_memory_gb"));
+    }
+    if (num("loss") >= 0) s.loss = num("loss");
+    if (num("eval_loss") >= 0) s.eval_loss = num("eval_loss");
+    if (num("accuracy") >= 0) s.accuracy = num("accuracy");
+    if (num("eval_accuracy") >= 0) s.accuracy = num("eval_accuracy");
+  }
+  LT_CHECK(!steps.empty(), "hw: '" << path << "' has no training steps (no lines with tokens and step_time)");
+  s.steps = static_cast<int64_t>(steps.size());
+  for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); i++) {
+    s.tokens += steps[i].first;
+    s.seconds += steps[i].second;
+  }
+  s.timed_steps = static_cast<int64_t>(steps.size() > 1 ? steps.size() - 1 : 1);
+  s.tokens_per_s = s.seconds > 0 ? s.tokens / s.seconds : 0;
+  s.step_time_s = s.seconds / static_cast<double>(s.timed_steps);
+  return s;
+}
+
+}  // namespace luatune

@@ -1,0 +1,49 @@
+// From a recipe's resolved config to the planner's inputs, by the shipped recipes' key conventions
+// (base_model, dtype, batch_size / micro_batch_size, max_length, checkpoint_layers, lora.r /
+// lora.targets / lora.dropout, qlora, master_weights, loss_chunk, optimizer), for `runner plan`
+// and recipes/hw_compare.lua; and reading a finished run's metrics.jsonl into the numbers a
+// profile needs.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <string>
+#include <vector>
+
+#include "host/hw/plan.h"
+
+namespace luatune {
+
+// Settings `runner plan` takes that are not the recipe's own keys.
+struct PlanExtras {
+  std::string model_preset;  // "llama3.1-8b", ... instead of base_model's config.json
+  std::string method;        // "full", "lora", "qlora"; "" = from the config and the recipe's name
+  int64_t gpus = 1;
+};
+// The keys PlanExtras reads from `runner plan`'s key=value list.
+extern const std::vector<std::string> kPlanExtraKeys;
+
+struct PlanRequest {
+  ModelConfig model;
+  std::string model_source;  // the config.json read, or "preset NAME"
+  PlanOptions options;
+  std::vector<std::string> notes;  // how each setting was found, for the printout
+};
+
+// `config` is the resolved config as a JSON object; `recipe` the recipe's path or name.
+PlanRequest hw_plan_request(const nlohmann::json& config, const std::string& recipe, const PlanExtras& extras);
+
+// A finished run's numbers, from its metrics.jsonl (the config line and one line per step). The
+// first step is left out of the rate when there are more (it carries warm-up and allocation).
+struct RunSummary {
+  int64_t steps = 0;          // steps with a step_time
+  int64_t timed_steps = 0;    // the steps `seconds` covers
+  double tokens = 0, seconds = 0;  // over the steps counted for the rate
+  double tokens_per_s = 0, step_time_s = 0;
+  double peak_memory_gb = 0;  // max over the steps (0 on CPU)
+  double loss = -1, eval_loss = -1, accuracy = -1;  // last values seen; < 0 when absent
+  std::string config_json = "{}";  // the run's config line
+};
+RunSummary hw_read_metrics(const std::string& metrics_jsonl);
+
+}  // namespace luatune

@@ -1,0 +1,422 @@
+// The hw module's arithmetic against numbers computed by hand (the sums are in the comments):
+// parameter counts of Llama 3.1 8B, Mistral 7B and Gemma 2 9B from their config.json values; the
+// planner's components for full, LoRA and QLoRA on 8B; fits and advice; MFU on hardware.md's
+// published check; projection and cost; the catalog file and its errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "host/hw/catalog.h"
+#include "host/hw/device_probe.h"
+#include "host/hw/plan.h"
+#include "host/hw/plan_recipe.h"
+#include "host/hw/profile.h"
+#include "test_util.h"
+
+#include <nlohmann/json.hpp>
+
+namespace luatune {
+namespace {
+
+// The config.json values of the three models (meta-llama/Llama-3.1-8B, mistralai/Mistral-7B-v0.1,
+// google/gemma-2-9b), written out here rather than read from the presets.
+ModelConfig llama31_8b() {
+  return model_config_with("llama", R"({"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
+      "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": false})",
+                           "test llama");
+}
+ModelConfig mistral_7b() {
+  return model_config_with("mistral", R"({"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
+      "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": false})",
+                           "test mistral");
+}
+ModelConfig gemma2_9b() {
+  return model_config_with("gemma2", R"({"vocab_size": 256000, "hidden_size": 3584, "intermediate_size": 14336,
+      "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+      "query_pre_attn_scalar": 256, "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+      "final_logit_softcapping": 30.0, "tie_word_embeddings": true})",
+                           "test gemma2");
+}
+
+std::vector<GpuSpec> catalog() { return hw_catalog_load(std::string(LUATUNE_SOURCE_DIR) + "/data/gpu_catalog.json"); }
+
+// ---------------------------------------------------------------------------------------------
+// Parameter counts
+
+TEST(HwParams, Llama31_8B) {
+  HwParamCounts n = hw_param_counts(llama31_8b());
+  // embed = lm_head = 128256 * 4096 = 525,336,576
+  EXPECT_EQ(n.embedding, 525336576);
+  EXPECT_EQ(n.lm_head, 525336576);
+  // per layer: q 4096*4096 + k 4096*1024 + v 4096*1024 + o 4096*4096 = 41,943,040;
+  // gate/up/down 3 * 4096 * 14336 = 176,160,768; -> 218,103,808 * 32 = 6,979,321,856
+  EXPECT_EQ(n.linear, 6979321856);
+  EXPECT_EQ(n.norms, 2 * 4096 * 32 + 4096);  // 266,240
+  // 2 * 525,336,576 + 6,979,321,856 + 266,240 = 8,030,261,248 (8.03 B)
+  EXPECT_EQ(n.total, 8030261248);
+  EXPECT_EQ(n.matmul, 8030261248 - 525336576);  // 7.50 B (hardware.md 1.1)
+  // LoRA r=16 on all seven: 16 * ((4096+4096)*2 + (4096+1024)*2 + (4096+14336)*3) = 1,310,720 per layer
+  EXPECT_EQ(hw_lora_params(llama31_8b(), 16, {"all-linear"}), 1310720 * 32);  // 41.9 M (hardware.md 3.2)
+  EXPECT_EQ(hw_lora_params(llama31_8b(), 16, {"q_proj", "v_proj"}), 16 * (8192 + 5120) * 32);
+}
+
+TEST(HwParams, Mistral7B) {
+  // 2 * 32000 * 4096 = 262,144,000 + the same layers as Llama 3.1 8B + final norm 4096
+  EXPECT_EQ(hw_param_counts(mistral_7b()).total, 262144000 + 6979321856 + 266240);  // 7,241,732,096 (7.24 B)
+}
+
+TEST(HwParams, Gemma2_9B) {
+  HwParamCounts n = hw_param_counts(gemma2_9b());
+  // per layer: q 3584*4096 + k 3584*2048 + v 3584*2048 + o 4096*3584 = 44,040,192;
+  // mlp 3 * 3584 * 14336 = 154,140,672; four norms 4 * 3584 = 14,336 -> 198,195,200 * 42 = 8,324,198,400
+  // + tied embedding 256000 * 3584 = 917,504,000 + final norm 3584 = 9,241,705,984 (9.24 B)
+  EXPECT_EQ(n.total, 9241705984);
+  EXPECT_EQ(n.lm_head, 0);
+  EXPECT_EQ(n.matmul, n.total);  // the tied head's matmul counts
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory: Llama 3.1 8B, seq_len 2048, loss chunk 4096
+
+TEST(HwPlan, FullMixedPrecision8B) {
+  PlanOptions o;  // full, bf16 + fp32 master, AdamW, micro_batch 1, seq 2048, no checkpointing
+  PlanComponents m = hw_plan_memory(llama31_8b(), o);
+  const double N = 8030261248.0;
+  EXPECT_DOUBLE_EQ(m.weights, 2 * N);
+  EXPECT_DOUBLE_EQ(m.master_weights, 4 * N);
+  EXPECT_DOUBLE_EQ(m.gradients, 2 * N);
+  EXPECT_DOUBLE_EQ(m.optimizer_states, 8 * N);  // 16 B/param in all: 119.7 GiB (hardware.md 3.1)
+  // per layer per token: norms 2*4096*(4+2) = 49,152; attention 4*4096*2 + 4*32 + 4096*2 = 41,088;
+  // MLP 4*14336*2 = 114,688 -> 204,928; * 2048 tokens = 419,692,544 per layer.
+  // head: 2048 * (4096*6 + 4096*2 + 4) = 67,117,056. 33 layers' worth (32 + one working) + head:
+  EXPECT_DOUBLE_EQ(m.activations, 33.0 * 419692544 + 67117056);  // 13,916,971,008
+  // logits: 2048 rows * 128256 * (4+2) = 1,576,009,728; grad_hidden 2048*4096*2 = 16,777,216;
+  // head gradient 525,336,576 * (4+2) = 3,152,019,456
+  EXPECT_DOUBLE_EQ(m.logits, 1576009728.0 + 16777216 + 3152019456);
+  EXPECT_DOUBLE_EQ(m.optimizer_step, 525336576.0 * 12);
+  // (16N + 13,916,971,008 + 4,744,806,400) * 1.05 + 1 GiB = 155,576,997,068.8 B = 144.9 GiB
+  EXPECT_NEAR(m.total, 155576997068.8, 1.0);
+  EXPECT_GT(m.total / kGiB, 120);  // well over 80 GB
+}
+
+TEST(HwPlan, Lora8B) {
+  PlanOptions o;
+  o.method = PlanMethod::method_lora;  // r=16, all seven projections, dropout 0.05
+  o.checkpointing = true;
+  PlanComponents m = hw_plan_memory(llama31_8b(), o);
+  const double n_lora = 41943040;
+  EXPECT_DOUBLE_EQ(m.weights, 2 * 8030261248.0);
+  EXPECT_DOUBLE_EQ(m.adapters, 4 * n_lora);  // float32 adapters
+  EXPECT_DOUBLE_EQ(m.gradients, 4 * n_lora);
+  EXPECT_DOUBLE_EQ(m.optimizer_states, 8 * n_lora);
+  EXPECT_DOUBLE_EQ(m.master_weights, 0);
+  // frozen layer per token: norms 2*4096*4 = 32,768; attention 4*4096*2 + 128 = 32,896; MLP 3*14336*2
+  // = 86,016; adapters 6 * (4096*5 + 64) + (14336*5 + 64) = 195,008 -> 346,688 B/token.
+  // checkpointed: 32 * 2048 * 4096 * 2 = 536,870,912 + 2 layers 2 * 346,688 * 2048 = 1,420,034,048
+  // + head 2048 * (4096*4 + 4096*2 + 4) = 50,339,840
+  EXPECT_DOUBLE_EQ(m.activations, 536870912.0 + 1420034048 + 50339840);
+  EXPECT_DOUBLE_EQ(m.logits, 1576009728.0 + 16777216);
+  // (16,731,611,136 + 2,007,244,800 + 1,592,786,944) * 1.05 + 1 GiB = 22,421,966,848 B = 20.9 GiB
+  EXPECT_NEAR(m.total, 22421966848.0, 1.0);
+  EXPECT_GT(m.total / kGiB, 16);
+  EXPECT_LT(m.total / kGiB, 25);
+}
+
+TEST(HwPlan, Qlora8BFitsIn16GB) {
+  PlanOptions o;
+  o.method = PlanMethod::method_qlora;
+  o.checkpointing = true;
+  PlanComponents m = hw_plan_memory(llama31_8b(), o);
+  // NF4: 6,979,321,856 * 0.516 = 3,601,330,077.696 (3.35 GiB, hardware.md 3.2); the rest in bf16:
+  // (8,030,261,248 - 6,979,321,856) * 2 = 2,101,878,784 (1.96 GiB)
+  EXPECT_NEAR(m.weights, 3601330077.696 + 2101878784, 1e-3);
+  // as LoRA + one dequantised 4096 x 14336 weight in bf16 (117,440,512)
+  EXPECT_DOUBLE_EQ(m.activations, 536870912.0 + 1420034048 + 50339840 + 117440512);
+  // (5,703,208,861.7 + 671,088,640 + 2,124,685,312 + 1,592,786,944) * 1.05 + 1 GiB = 10.87 GiB
+  EXPECT_NEAR(m.total, 11670100069.58, 1.0);
+  EXPECT_LT(m.total / kGiB, 16);
+}
+
+TEST(HwPlan, OtherModelsOrdersOfMagnitude) {
+  PlanOptions full;
+  EXPECT_GT(hw_plan_memory(mistral_7b(), full).total / kGiB, 80);
+  EXPECT_GT(hw_plan_memory(gemma2_9b(), full).total / kGiB, 80);
+  PlanOptions q;
+  q.method = PlanMethod::method_qlora;
+  q.checkpointing = true;
+  EXPECT_LT(hw_plan_memory(mistral_7b(), q).total / kGiB, 16);
+  // Gemma 2's 256k vocabulary: one 4096-row loss chunk of float32 logits (+ bf16 copy + softcap tanh)
+  // is 2048 * 256000 * 10 B = 4.9 GiB at seq 2048, so 16 GB needs a smaller chunk.
+  EXPECT_GT(hw_plan_memory(gemma2_9b(), q).total / kGiB, 16);
+  q.loss_chunk = 512;
+  EXPECT_LT(hw_plan_memory(gemma2_9b(), q).total / kGiB, 16);
+  Plan g = hw_plan(gemma2_9b(), [&] { PlanOptions x = q; x.loss_chunk = 4096; return x; }(),
+                   {hw_catalog_find(catalog(), "T4")});
+  bool chunk_advice = false;
+  for (const auto& a : g.gpus[0].advice) chunk_advice |= a.rfind("a smaller loss chunk", 0) == 0;
+  EXPECT_TRUE(chunk_advice);
+  // Gemma 2 softcaps its attention logits: the explicit path keeps T x T scores, so without
+  // checkpointing the activations grow with the square of the sequence.
+  PlanOptions l;
+  l.method = PlanMethod::method_lora;
+  l.seq_len = 4096;
+  double a4 = hw_plan_memory(gemma2_9b(), l).activations;
+  l.seq_len = 2048;
+  double a2 = hw_plan_memory(gemma2_9b(), l).activations;
+  EXPECT_GT(a4 / a2, 2.5);
+  EXPECT_NEAR(hw_plan_memory(llama31_8b(), l).activations * 2,
+              [&] { PlanOptions x = l; x.seq_len = 4096; return hw_plan_memory(llama31_8b(), x).activations; }(),
+              1e6);  // SDPA: linear in the sequence
+}
+
+TEST(HwPlan, FitsMaxMicroBatchAndAdvice) {
+  auto cat = catalog();
+  PlanOptions o;
+  o.method = PlanMethod::method_lora;
+  o.micro_batch = 4;
+  Plan p = hw_plan(llama31_8b(), o, cat);
+  ASSERT_EQ(p.gpus.size(), cat.size());
+  int64_t prev = -1;
+  double prev_mem = 0;
+  // Sorted by memory, the max micro-batch never decreases.
+  std::vector<GpuFit> by_mem = p.gpus;
+  std::sort(by_mem.begin(), by_mem.end(), [](const GpuFit& a, const GpuFit& b) { return a.memory_gb < b.memory_gb; });
+  for (const GpuFit& f : by_mem) {
+    if (f.memory_gb > prev_mem) {
+      EXPECT_GE(f.max_micro_batch, prev);
+    }
+    prev = f.max_micro_batch;
+    prev_mem = f.memory_gb;
+    EXPECT_EQ(f.fits, f.max_micro_batch >= 4) << f.gpu;
+    EXPECT_EQ(f.fits, f.advice.empty() || (f.no_bf16 && f.advice.size() == 1)) << f.gpu;
+  }
+  const GpuFit* t4 = nullptr;
+  for (const GpuFit& f : p.gpus)
+    if (f.gpu == "T4") t4 = &f;
+  ASSERT_TRUE(t4);
+  EXPECT_FALSE(t4->fits);
+  bool ckpt = false, qlora = false, ddp = false;
+  for (const auto& a : t4->advice) {
+    ckpt |= a.rfind("turn on checkpoint_layers", 0) == 0;
+    qlora |= a.find("use QLoRA") != std::string::npos;
+    ddp |= a.find("more GPUs do not lower per-GPU memory") != std::string::npos;
+  }
+  EXPECT_FALSE(ckpt);  // 8B LoRA does not fit 16 GB even checkpointed
+  EXPECT_TRUE(qlora);
+  EXPECT_TRUE(ddp);
+  // Full 8B on H100: nothing about micro-batches helps; LoRA does.
+  Plan f = hw_plan(llama31_8b(), PlanOptions{}, {hw_catalog_find(cat, "H100 SXM")});
+  EXPECT_FALSE(f.gpus[0].fits);
+  EXPECT_EQ(f.gpus[0].max_micro_batch, 0);
+  EXPECT_EQ(f.gpus[0].advice[0].rfind("use LoRA", 0), 0u) << f.gpus[0].advice[0];
+  // The text names every GPU.
+  std::string text = hw_plan_text(p);
+  for (const auto& g : cat) EXPECT_NE(text.find(g.name), std::string::npos) << g.name;
+}
+
+TEST(HwPlan, MaxMicroBatchIsTheLargestThatFits) {
+  PlanOptions o;
+  o.method = PlanMethod::method_lora;
+  o.checkpointing = true;
+  int64_t b = hw_max_micro_batch(llama31_8b(), o, 80);
+  ASSERT_GT(b, 1);
+  o.micro_batch = b;
+  EXPECT_LE(hw_plan_memory(llama31_8b(), o).total / kGiB, 80);
+  o.micro_batch = b + 1;
+  EXPECT_GT(hw_plan_memory(llama31_8b(), o).total / kGiB, 80);
+}
+
+// ---------------------------------------------------------------------------------------------
+// FLOPs, MFU, cost, projection
+
+TEST(HwProfile, MfuMatchesHardwareMdCheck) {
+  // 6 * 7,504,924,672 + 12 * 32 * 32 * 128 * 8192 = 45,029,548,032 + 12,884,901,888 = 57.9 GFLOP/token
+  FlopsPerToken f = hw_flops_per_token(llama31_8b(), PlanMethod::method_full, 0, 8192, false);
+  EXPECT_DOUBLE_EQ(f.model, 57914449920.0);
+  ProfileInput in;
+  in.tokens = 5762;
+  in.seconds = 1;
+  in.seq_len = 8192;
+  in.peak_tflops = 989;
+  Profile p = hw_profile(llama31_8b(), in);
+  EXPECT_NEAR(p.mfu, 0.337, 0.0005);  // torchtitan's 5,762 TPS on H100 -> 33.7 %
+}
+
+TEST(HwProfile, LoraConvention) {
+  // Llama-3-8B at T=2048: full 6N + attention = 45,029,548,032 + 3,221,225,472 = 48.25 GFLOP/token;
+  // LoRA 4N + attention = 30,019,698,688 + 3,221,225,472 = 33.24 (hardware.md's figure, no adapter
+  // term); with 6 * 41,943,040 adapter FLOPs: 33.49.
+  EXPECT_DOUBLE_EQ(hw_flops_per_token(llama31_8b(), PlanMethod::method_full, 0, 2048, false).model, 48250773504.0);
+  EXPECT_DOUBLE_EQ(hw_flops_per_token(llama31_8b(), PlanMethod::method_lora, 0, 2048, false).model, 33240924160.0);
+  EXPECT_DOUBLE_EQ(hw_flops_per_token(llama31_8b(), PlanMethod::method_lora, 41943040, 2048, false).model,
+                   33492582400.0);
+  // HFU with checkpointing adds one forward: 2N + 4LHQT
+  FlopsPerToken h = hw_flops_per_token(llama31_8b(), PlanMethod::method_full, 0, 2048, true);
+  EXPECT_DOUBLE_EQ(h.hardware - h.model, 2 * 7504924672.0 + 4 * 32.0 * 32 * 128 * 2048);
+}
+
+TEST(HwProfile, CostAndDollarsPerMillionTokens) {
+  ProfileInput in;
+  in.tokens = 1e6;
+  in.seconds = 3600;
+  in.steps = 100;
+  in.seq_len = 2048;
+  in.gpus = 2;
+  in.price_per_hour = 2.0;
+  Profile p = hw_profile(llama31_8b(), in);
+  EXPECT_DOUBLE_EQ(p.tokens_per_s, 1e6 / 3600);
+  EXPECT_DOUBLE_EQ(p.step_time_s, 36);
+  EXPECT_DOUBLE_EQ(p.gpu_hours, 2);      // 1 h x 2 GPUs
+  EXPECT_DOUBLE_EQ(p.cost_usd, 4);       // 2 GPU-h x $2
+  EXPECT_DOUBLE_EQ(p.usd_per_mtok, 4);   // $4 / 1M tokens
+  EXPECT_LT(p.mfu, 0);                   // no peak given: no MFU
+}
+
+TEST(HwProfile, ProjectionScalesByPeakAndMarksKinds) {
+  auto cat = catalog();
+  ProfileInput in;
+  in.seq_len = 2048;
+  in.seconds = 100;
+  in.gpu = "A100 80GB";
+  in.device = "NVIDIA A100-SXM4-80GB";
+  in.peak_tflops = 312;
+  // 40 % MFU on the A100: tokens/s = 0.4 * 312e12 / 48.25e9 = 2,586.5
+  in.tokens = 0.4 * 312e12 / 48250773504.0 * 100;
+  Profile p = hw_profile(llama31_8b(), in);
+  EXPECT_NEAR(p.mfu, 0.4, 1e-12);
+  ProjectOptions po;
+  po.tokens = 1e9;
+  auto rows = hw_project(&p, llama31_8b(), cat, po);
+  ASSERT_EQ(rows.size(), cat.size());
+  for (const auto& r : rows) {
+    if (r.gpu == "A100 80GB") {
+      EXPECT_EQ(r.kind, "measured");
+      EXPECT_NEAR(r.tokens_per_s, p.tokens_per_s, 1e-9);
+    } else {
+      EXPECT_EQ(r.kind, "projected") << r.gpu;
+    }
+    if (r.gpu == "H100 SXM") {
+      // compute-bound: the same 40 % of 989 -> x 989/312
+      EXPECT_EQ(r.bound, "compute");
+      EXPECT_NEAR(r.tokens_per_s, p.tokens_per_s * 989 / 312, 1e-6);
+      EXPECT_NEAR(r.hours, 1e9 / r.tokens_per_s / 3600, 1e-9);
+      EXPECT_NEAR(r.cost_usd, r.hours * 3.99, 1e-9);
+      EXPECT_NEAR(r.usd_per_mtok, r.cost_usd / 1e3, 1e-12);
+    }
+  }
+  // A plan that does not fit on a GPU: that row has no time.
+  Plan plan = hw_plan(llama31_8b(), PlanOptions{}, cat);  // full 8B: fits nowhere but MI300X / H200
+  po.plan = &plan;
+  for (const auto& r : hw_project(&p, llama31_8b(), cat, po)) {
+    if (!r.fits) {
+      EXPECT_EQ(r.kind, "planned") << r.gpu;
+      EXPECT_LT(r.tokens_per_s, 0);
+    }
+  }
+  // Measured on a CPU: every row is a projection at the default MFU.
+  in.gpu = "";
+  in.device = "cpu";
+  in.peak_tflops = 0;
+  Profile cpu = hw_profile(llama31_8b(), in);
+  po.plan = nullptr;
+  for (const auto& r : hw_project(&cpu, llama31_8b(), cat, po)) {
+    EXPECT_EQ(r.kind, "projected");
+    EXPECT_NE(r.note.find("assumes MFU 35 %"), std::string::npos) << r.note;
+  }
+  // No profile: memory only.
+  for (const auto& r : hw_project(nullptr, llama31_8b(), cat, po)) EXPECT_EQ(r.kind, "planned");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Catalog
+
+TEST(HwCatalog, ShippedFileLoadsAndMatchesDeviceNames) {
+  auto cat = catalog();
+  std::vector<std::string> names;
+  for (const auto& g : cat) {
+    names.push_back(g.name);
+    EXPECT_GT(g.price_per_hour, 0) << g.name;
+    EXPECT_FALSE(g.price_source.empty()) << g.name;
+    EXPECT_FALSE(g.price_date.empty()) << g.name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"H100 SXM", "H100 PCIe", "H200", "A100 80GB", "A100 40GB", "L40S", "L4",
+                                             "A10G", "RTX 4090", "RTX A6000", "T4", "MI300X"}));
+  auto match = [&](const char* dev) {
+    const GpuSpec* g = hw_catalog_match(cat, dev);
+    return g ? g->name : std::string("-");
+  };
+  EXPECT_EQ(match("NVIDIA H100 80GB HBM3"), "H100 SXM");
+  EXPECT_EQ(match("NVIDIA H100 PCIe"), "H100 PCIe");
+  EXPECT_EQ(match("NVIDIA A100-SXM4-40GB"), "A100 40GB");
+  EXPECT_EQ(match("NVIDIA A100-SXM4-80GB"), "A100 80GB");
+  EXPECT_EQ(match("NVIDIA L40S"), "L40S");
+  EXPECT_EQ(match("NVIDIA L4"), "L4");
+  EXPECT_EQ(match("Tesla T4"), "T4");
+  EXPECT_EQ(match("NVIDIA GeForce RTX 4090"), "RTX 4090");
+  EXPECT_EQ(match("Intel(R) Xeon(R) CPU"), "-");
+  const GpuSpec& t4 = hw_catalog_find(cat, "T4");
+  EXPECT_FALSE(t4.bf16);
+  EXPECT_EQ(t4.peak_tflops("bf16"), 65);  // fp16 tensor cores only
+}
+
+TEST(HwCatalog, BadFilesNameFileEntryAndField) {
+  EXPECT_EQ(error_of([] {
+              hw_catalog_parse(R"({"gpus": [{"name": "A", "memory_gb": 1, "bandwidth_gbs": 1, "bf16_tflops": 1,
+                                 "fp16_tflops": 1, "price_per_hour": 1},
+                                {"name": "B", "memory_gb": "80", "bandwidth_gbs": 1}]})",
+                               "my.json");
+            }),
+            "hw.catalog: my.json: entry 2 (\"B\"): field 'memory_gb' must be a number");
+  EXPECT_EQ(error_of([] { hw_catalog_parse(R"({"gpus": [{"name": "A", "memroy_gb": 1}]})", "my.json"); }),
+            "hw.catalog: my.json: entry 1 (\"A\"): unknown field 'memroy_gb' (fields: name, aliases, memory_gb, "
+            "bandwidth_gbs, bf16_tflops, fp16_tflops, bf16, interconnect, price_per_hour, price_source, price_date, "
+            "notes)");
+  EXPECT_EQ(error_of([] { hw_catalog_parse("[1]", "x.json"); }),
+            "hw.catalog: x.json: expected an object with a \"gpus\" list (see data/gpu_catalog.json)");
+  EXPECT_EQ(error_of([] { hw_catalog_load("/nonexistent/cat.json"); }),
+            "hw.catalog: no catalog file '/nonexistent/cat.json'");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recipe config -> plan, presets, the NVML-less monitor
+
+TEST(HwPlanRequest, ReadsTheShippedRecipesKeys) {
+  nlohmann::json cfg = {{"base_model", "/nowhere"}, {"dtype", "bf16"}, {"batch_size", 4}, {"max_length", 1024},
+                        {"checkpoint_layers", true},
+                        {"lora", {{"r", 8}, {"dropout", 0.0}, {"targets", {"q_proj", "v_proj"}}}}};
+  PlanExtras ex;
+  ex.model_preset = "llama3.1-8b";
+  PlanRequest r = hw_plan_request(cfg, "recipes/lora_finetune.lua", ex);
+  EXPECT_EQ(r.options.method, PlanMethod::method_lora);
+  EXPECT_EQ(r.options.micro_batch, 4);
+  EXPECT_EQ(r.options.seq_len, 1024);
+  EXPECT_TRUE(r.options.checkpointing);
+  EXPECT_EQ(r.options.lora_r, 8);
+  EXPECT_EQ(r.options.lora_targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(hw_param_counts(r.model).total, 8030261248);
+  ex.model_preset = "";
+  EXPECT_EQ(error_of([&] { hw_plan_request(cfg, "x.lua", ex); }),
+            "plan: base_model '/nowhere' has no config.json to read the model's shape from\n  HINT: point "
+            "base_model= at a Hugging Face model directory, or pass model_preset=llama3.1-8b|mistral-7b|gemma2-9b");
+  nlohmann::json full = {{"base_model", "/nowhere"}, {"master_weights", false}};
+  ex.model_preset = "gemma2-9b";
+  PlanRequest f = hw_plan_request(full, "recipes/full_finetune.lua", ex);
+  EXPECT_EQ(f.options.method, PlanMethod::method_full);
+  EXPECT_FALSE(f.options.master_weights);
+  EXPECT_EQ(hw_param_counts(f.model).total, 9241705984);
+}
+
+TEST(HwMonitor, WithoutNvmlRecordsNothingAndSaysWhy) {
+  DeviceInfo d = hw_device_probe();
+  if (d.nvml) GTEST_SKIP() << "NVML present: the no-NVML path is not reachable here";
+  EXPECT_EQ(d.kind, "cpu");
+  EXPECT_GT(d.cpu_cores, 0);
+  HwMonitor m(0.01, 0);
+  MonitorSummary s = m.stop();
+  EXPECT_EQ(s.samples, 0);
+  EXPECT_NE(s.note.find("no NVML"), std::string::npos) << s.note;
+}
+
+}  // namespace
+}  // namespace luatune
