@@ -12,11 +12,21 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 fail() { echo "hw_report_renders: $*" >&2; exit 1; }
 
+# First the environment: a trivial page must render. A machine whose Chromium cannot start at all
+# (no /dev/shm, missing libraries, a container that forbids it) says so and skips; from here on a
+# failure is the report's.
+printf '<!doctype html><html><body><p>luatune</p></body></html>\n' >"$out/trivial.html"
+if ! bash "$here/render_html.sh" "$out/trivial.html" "$out/trivial.png" >"$out/trivial.log" 2>&1; then
+  echo "hw_report_renders: headless chromium cannot render even a trivial page here (skipped):"
+  tail -3 "$out/trivial.log"
+  exit 77
+fi
+
 for rows in 0 1 20; do
   name=sample_$rows
   "$sample" "$out/$name.md" "$out/$name.html" "$rows"
   # Parsed by the browser: exactly three charts, and bars in them (9 rows: ~25 rects; 1 row: a few).
-  timeout 120 "$chrome" --headless --no-sandbox --disable-gpu --dump-dom "file://$out/$name.html" \
+  timeout 120 "$chrome" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --dump-dom "file://$out/$name.html" \
     2>/dev/null >"$out/$name.dom.html"
   svgs=$(grep -o '<svg' "$out/$name.dom.html" | wc -l)
   rects=$(grep -o '<rect' "$out/$name.dom.html" | wc -l)
