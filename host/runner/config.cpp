@@ -300,24 +300,25 @@ std::string config_format(const ConfigValue& cfg) {
   return os.str();
 }
 
-static nlohmann::json to_json(const ConfigValue& v) {
+nlohmann::ordered_json config_to_json_value(const ConfigValue& v) {
   switch (v.kind) {
     case ConfigValue::Kind::number:
-      if (std::isfinite(v.number) && v.number == std::floor(v.number) && std::fabs(v.number) < 9.0e15)
-        return static_cast<int64_t>(v.number);
+      if (!std::isfinite(v.number)) return nullptr;  // JSON has no NaN or infinities
+      // Whole numbers as integers, so a reread compares equal.
+      if (v.number == std::floor(v.number) && std::fabs(v.number) < 9.0e15) return static_cast<int64_t>(v.number);
       return v.number;
     case ConfigValue::Kind::boolean:
       return v.boolean;
     case ConfigValue::Kind::string:
       return v.string;
     case ConfigValue::Kind::list: {
-      nlohmann::json a = nlohmann::json::array();
-      for (const auto& i : v.items) a.push_back(to_json(i));
+      nlohmann::ordered_json a = nlohmann::ordered_json::array();
+      for (const auto& i : v.items) a.push_back(config_to_json_value(i));
       return a;
     }
     case ConfigValue::Kind::table: {
-      nlohmann::json o = nlohmann::json::object();
-      for (const auto& [k, f] : v.fields) o[k] = to_json(f);
+      nlohmann::ordered_json o = nlohmann::ordered_json::object();
+      for (const auto& [k, f] : v.fields) o[k] = config_to_json_value(f);
       return o;
     }
   }
@@ -325,7 +326,7 @@ static nlohmann::json to_json(const ConfigValue& v) {
 }
 
 std::string config_to_json(const ConfigValue& cfg) {
-  return to_json(cfg).dump();
+  return config_to_json_value(cfg).dump();
 }
 
 }  // namespace luatune

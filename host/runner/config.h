@@ -4,6 +4,8 @@
 // message names the key, what was expected and where the bad value came from.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <map>
 #include <optional>
 #include <string>
@@ -55,5 +57,7 @@ std::string config_value_str(const ConfigValue& v);
 std::string config_format(const ConfigValue& cfg);
 // The resolved config as JSON (nested objects), for metric sinks.
 std::string config_to_json(const ConfigValue& cfg);
+// The same as a JSON value (keys in name order; NaN and infinities as null).
+nlohmann::ordered_json config_to_json_value(const ConfigValue& cfg);
 
 }  // namespace luatune

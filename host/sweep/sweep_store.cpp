@@ -17,32 +17,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-ojson value_json(const ConfigValue& v) {
-  switch (v.kind) {
-    case ConfigValue::Kind::number:
-      if (!std::isfinite(v.number)) return nullptr;
-      // Whole numbers as integers, as config_to_json writes them, so a reread compares equal.
-      if (v.number == std::floor(v.number) && std::fabs(v.number) < 9.0e15)
-        return static_cast<int64_t>(v.number);
-      return v.number;
-    case ConfigValue::Kind::boolean:
-      return v.boolean;
-    case ConfigValue::Kind::string:
-      return v.string;
-    case ConfigValue::Kind::list: {
-      ojson a = ojson::array();
-      for (const auto& i : v.items) a.push_back(value_json(i));
-      return a;
-    }
-    case ConfigValue::Kind::table: {
-      ojson o = ojson::object();
-      for (const auto& [k, f] : v.fields) o[k] = value_json(f);
-      return o;
-    }
-  }
-  return nullptr;
-}
-
 ConfigValue value_from_json(const ojson& j) {
   if (j.is_number()) return ConfigValue::of_number(j.get<double>());
   if (j.is_boolean()) return ConfigValue::of_boolean(j.get<bool>());
@@ -60,7 +34,7 @@ ConfigValue value_from_json(const ojson& j) {
 
 ojson values_json(const SweepValues& values) {
   ojson o = ojson::object();
-  for (const auto& [k, v] : values) o[k] = value_json(v);
+  for (const auto& [k, v] : values) o[k] = config_to_json_value(v);
   return o;
 }
 
@@ -91,7 +65,7 @@ ojson identity_json(const SweepSpec& s) {
       ojson values = ojson::array();
       for (const auto& choice : p.values) {
         ojson c = ojson::array();
-        for (const auto& v : choice) c.push_back(value_json(v));
+        for (const auto& v : choice) c.push_back(config_to_json_value(v));
         values.push_back(c);
       }
       j["values"] = values;
