@@ -4,7 +4,6 @@
 #include "host/metrics/metrics.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 
@@ -60,7 +59,7 @@ Metrics& check_metrics(lua_State* L, int idx) {
 
 // metrics.open's `wandb`: a project name, or a table of W&B run settings. The spool directory
 // defaults to a `wandb` directory beside the JSONL file, so a run's output directory holds it
-// (unless WANDB_DIR names one: an explicit choice beats this default).
+// (the default after `dir` and WANDB_DIR).
 void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
   lua_getfield(L, idx, "wandb");
   int w = lua_gettop(L);
@@ -102,10 +101,9 @@ void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
   }
   lua_pop(L, 1);
   o.wandb.resume = o.jsonl.resume;
-  const char* env_dir = std::getenv("WANDB_DIR");
-  if (o.wandb.dir.empty() && !o.jsonl.path.empty() && !(env_dir && *env_dir)) {
+  if (!o.jsonl.path.empty()) {
     std::filesystem::path parent = std::filesystem::path(o.jsonl.path).parent_path();
-    o.wandb.dir = (parent.empty() ? std::filesystem::path("wandb") : parent / "wandb").string();
+    o.wandb.default_dir = (parent.empty() ? std::filesystem::path("wandb") : parent / "wandb").string();
   }
 }
 

@@ -40,6 +40,8 @@ struct WandbOptions {
   std::string run_id;             // WANDB_RUN_ID; else (resume) the id spooled in `dir`; else 8 new [a-z0-9]
   std::string base_url;           // WANDB_BASE_URL; https://api.wandb.ai
   std::string dir;                // spool root, the run's files in dir/run-ID/; WANDB_DIR; ./wandb
+  std::string default_dir;        // the spool root when neither `dir` nor WANDB_DIR says ("" = ./wandb);
+                                  // metrics.open puts it beside the recipe's JSONL file
   std::string api_key;            // WANDB_API_KEY; else $NETRC or ~/.netrc for the base URL's host
   std::string config_json;        // the resolved config, a JSON object ("" = {})
   bool resume = false;            // continue the run (same id) after its last history line

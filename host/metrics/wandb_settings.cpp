@@ -90,7 +90,7 @@ WandbSettings wandb_resolve(const WandbOptions& o) {
   while (!s.base_url.empty() && s.base_url.back() == '/') s.base_url.pop_back();
   LT_CHECK(str_starts_with(s.base_url, "http://") || str_starts_with(s.base_url, "https://"),
            "wandb: WANDB_BASE_URL must start with http:// or https://, got '" << s.base_url << "'");
-  s.dir = pick(o.dir, "WANDB_DIR", "wandb");
+  s.dir = pick(o.dir, "WANDB_DIR", o.default_dir.empty() ? "wandb" : o.default_dir);
   s.config_json = o.config_json.empty() ? "{}" : o.config_json;
   s.resume = o.resume;
 

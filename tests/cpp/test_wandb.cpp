@@ -203,6 +203,14 @@ TEST(WandbSettings, OptionBeatsEnvironmentBeatsDefault) {
   EXPECT_NE(wandb_resolve(o).run_id, s.run_id);
   EXPECT_EQ(s.base_url, "https://api.wandb.ai");
   EXPECT_EQ(s.mode, WandbMode::online);
+
+  // The spool: dir, else WANDB_DIR, else the default metrics.open gives (beside the JSONL file).
+  o.default_dir = "out/run/wandb";
+  EXPECT_EQ(wandb_resolve(o).dir, "out/run/wandb");
+  ::setenv("WANDB_DIR", "/spool", 1);
+  EXPECT_EQ(wandb_resolve(o).dir, "/spool");
+  o.dir = "mine";
+  EXPECT_EQ(wandb_resolve(o).dir, "mine");
 }
 
 TEST(WandbSettings, BadValuesAreRefusedWithTheirName) {
