@@ -1,0 +1,151 @@
+// The CPU reference for bitsandbytes' blockwise 4-bit and 8-bit quantization (rules: nf4.h).
+// Compiled with -ffp-contract=off (CMakeLists.txt) so that no multiply-add is fused: the two
+// roundings of the double-quantized scale are part of the format.
+#include "host/adapt/nf4.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace luatune {
+namespace nf4 {
+
+// bitsandbytes functional.py get_4bit_type("nf4") (= kernels.cu nf4_dequantization_lut).
+const float kNF4Code[16] = {-1.0f,
+                            -0.6961928009986877f,
+                            -0.5250730514526367f,
+                            -0.39491748809814453f,
+                            -0.28444138169288635f,
+                            -0.18477343022823334f,
+                            -0.09105003625154495f,
+                            0.0f,
+                            0.07958029955625534f,
+                            0.16093020141124725f,
+                            0.24611230194568634f,
+                            0.33791524171829224f,
+                            0.44070982933044434f,
+                            0.5626170039176941f,
+                            0.7229568362236023f,
+                            1.0f};
+
+// get_4bit_type("fp4"): E2M1 values divided by their largest magnitude (12), code 8 is -0.
+const float kFP4Code[16] = {0.0f / 12,  0.0625f / 12,  8.0f / 12,  12.0f / 12,  4.0f / 12,  6.0f / 12,
+                            2.0f / 12,  3.0f / 12,     -0.0f / 12, -0.0625f / 12, -8.0f / 12, -12.0f / 12,
+                            -4.0f / 12, -6.0f / 12,    -2.0f / 12, -3.0f / 12};
+
+namespace {
+
+// The NF4 decision tree's thresholds (kernels.cu dQuantizeNF4), ascending: code k is chosen when x
+// exceeds exactly the first k of them (comparisons are x > t, so NaN gets code 0).
+const float kNF4Thresholds[15] = {-0.8480964004993439f,  -0.6106329262256622f,  -0.4599952697753906f,
+                                  -0.33967943489551544f, -0.23460740596055984f, -0.13791173323988914f,
+                                  -0.045525018125772476f, 0.03979014977812767f, 0.1202552504837513f,
+                                  0.2035212516784668f,   0.2920137718319893f,   0.3893125355243683f,
+                                  0.5016634166240692f,   0.6427869200706482f,   0.8614784181118011f};
+
+}  // namespace
+
+uint8_t quantize_nf4_value(float x) {
+  // The tree is a binary search over these thresholds; counting them gives the same code.
+  uint8_t k = 0;
+  for (float t : kNF4Thresholds) k += x > t ? 1 : 0;
+  return k;
+}
+
+uint8_t quantize_fp4_value(float x) {
+  // kernels.cu dQuantizeFP4: sign bit 3, the tree on |x| picks the magnitude code.
+  const uint8_t sign = x < 0 ? 0x8 : 0x0;
+  x = std::fabs(x);
+  uint8_t m;
+  if (x > 0.29166667f)
+    m = x > 0.583333f ? (x > 0.8333333f ? 0x3 : 0x2) : (x > 0.4166667f ? 0x5 : 0x4);
+  else
+    m = x > 0.0859375f ? (x > 0.20833333f ? 0x7 : 0x6) : (x > 0.00260417f ? 0x1 : 0x0);
+  return static_cast<uint8_t>(m + sign);
+}
+
+uint8_t quantize_8bit_value(const float* code, float x) {
+  // kernels.cu dQuantize (not stochastic): a 7-step binary search from the middle of the sorted
+  // code, then the nearer of the last value and its bracketing neighbour.
+  int pivot = 127, upper_pivot = 255, lower_pivot = 0;
+  float lower = -1.0f, upper = 1.0f;
+  float val = code[pivot];
+  for (int i = 64; i > 0; i >>= 1) {
+    if (x > val) {
+      lower_pivot = pivot;
+      lower = val;
+      pivot += i;
+    } else {
+      upper_pivot = pivot;
+      upper = val;
+      pivot -= i;
+    }
+    val = code[pivot];
+  }
+  if (upper_pivot == 255) upper = code[upper_pivot];
+  if (lower_pivot == 0) lower = code[lower_pivot];
+  if (x > val) {
+    float midpoint = (upper + val) * 0.5f;
+    return static_cast<uint8_t>(x > midpoint ? upper_pivot : pivot);
+  }
+  float midpoint = (lower + val) * 0.5f;
+  return static_cast<uint8_t>(x < midpoint ? lower_pivot : pivot);
+}
+
+namespace {
+
+float block_absmax(const float* in, int64_t begin, int64_t end) {
+  float m = 0.0f;
+  for (int64_t i = begin; i < end; i++) m = std::max(m, std::fabs(in[i]));
+  return m;
+}
+
+}  // namespace
+
+void quantize_4bit(const float* in, int64_t n, int64_t blocksize, QuantType type, uint8_t* packed, float* absmax) {
+  const int64_t blocks = num_blocks(n, blocksize);
+  for (int64_t b = 0; b < blocks; b++) {
+    const int64_t begin = b * blocksize, end = std::min(n, begin + blocksize);
+    const float m = block_absmax(in, begin, end);
+    absmax[b] = m;
+    const float r = 1.0f / m;
+    // A block starts on an even index whenever blocksize is even (bitsandbytes allows only
+    // powers of two >= 32), so a byte never straddles two blocks.
+    for (int64_t i = begin; i < end; i += 2) {
+      uint8_t hi = quantize_4bit_value(type, in[i] * r);
+      uint8_t lo = i + 1 < end ? quantize_4bit_value(type, in[i + 1] * r) : 0;
+      packed[i / 2] = static_cast<uint8_t>((hi << 4) | lo);
+    }
+  }
+}
+
+void dequantize_4bit(const uint8_t* packed, const float* absmax, int64_t n, int64_t blocksize, QuantType type,
+                     float* out) {
+  const float* code = code4(type);
+  for (int64_t i = 0; i < n; i++) {
+    const uint8_t byte = packed[i / 2];
+    const uint8_t q = (i % 2 == 0) ? (byte >> 4) : (byte & 0x0F);
+    out[i] = code[q] * absmax[i / blocksize];
+  }
+}
+
+void quantize_8bit(const float* in, int64_t n, int64_t blocksize, const float* code256, uint8_t* q, float* absmax) {
+  const int64_t blocks = num_blocks(n, blocksize);
+  for (int64_t b = 0; b < blocks; b++) {
+    const int64_t begin = b * blocksize, end = std::min(n, begin + blocksize);
+    const float m = block_absmax(in, begin, end);
+    absmax[b] = m;
+    const float r = 1.0f / m;
+    for (int64_t i = begin; i < end; i++) q[i] = quantize_8bit_value(code256, in[i] * r);
+  }
+}
+
+void dequantize_8bit(const uint8_t* q, const float* absmax, int64_t n, int64_t blocksize, const float* code256,
+                     float* out, float offset) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = code256[q[i]] * absmax[i / blocksize];
+    out[i] = v + offset;
+  }
+}
+
+}  // namespace nf4
+}  // namespace luatune

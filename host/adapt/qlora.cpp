@@ -1,0 +1,2 @@
+// Placeholder: filled in by the QLoRA work (qlora.h).
+#include "host/adapt/qlora.h"

@@ -1,0 +1,32 @@
+// QLoRA: a model whose decoder-layer Linears hold 4-bit weights (host/adapt/quant.h), with LoRA
+// adapters (host/adapt/lora.h) trained on top. Quantizing, undoing it, and the config.json
+// quantization_config that lets transformers load the saved model with bitsandbytes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "host/adapt/quant.h"
+#include "host/model/transformer.h"
+
+namespace luatune {
+
+// The Linears QLoRA quantizes: the seven projections of every decoder layer (embeddings, norms and
+// lm_head stay in the model dtype, as transformers' bitsandbytes integration leaves the output
+// layer). `skip` entries are matched as LoRA targets are (a full HF module name or its ending).
+// Quantizes each in place (the dense weight is freed as soon as its codes exist); returns how
+// many. Fails if the model already has adapters (quantize first, then lora.apply).
+int64_t qlora_quantize(Model& model, const QuantConfig& config, const std::vector<std::string>& skip = {});
+// Replaces every 4-bit weight with its dequantized weight in the model dtype (frozen).
+int64_t qlora_dequantize(Model& model);
+// How many Linears hold 4-bit weights.
+int64_t qlora_count(const Model& model);
+// The settings of the first quantized Linear (the model's quantization), or nullopt-like false.
+bool qlora_config_of(const Model& model, QuantConfig* out);
+// Fails with "<what>: the model has 4-bit weights (...)" when any Linear is quantized, for
+// operations that need dense weights (pruning, distillation's teacher surgery).
+void qlora_require_dense(const Model& model, const std::string& what);
+// transformers' quantization_config object for config.json (JSON text).
+std::string qlora_hf_quantization_config(const QuantConfig& c, at::ScalarType compute_dtype);
+
+}  // namespace luatune

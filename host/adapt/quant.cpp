@@ -1,0 +1,2 @@
+// Placeholder: filled in by the QLoRA work (quant.h).
+#include "host/adapt/quant.h"
