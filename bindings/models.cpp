@@ -7,8 +7,10 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
+#include "bindings/qlora_options.h"
 #include "bindings/tensor_class.h"
 #include "bindings/tokenizer_class.h"
+#include "host/adapt/qlora.h"
 #include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/tensor_ops.h"
@@ -44,6 +46,8 @@ std::string describe_model(const ModelPtr& m) {
   os << "Model(" << c.model_type() << ", " << c.num_layers << " layers, hidden " << c.hidden_size << ", "
      << count_str(n.total) << " params, ";
   if (n.trainable != n.total) os << count_str(n.trainable) << " trainable, ";
+  QuantConfig q;
+  if (qlora_config_of(*m, &q)) os << qlora_count(*m) << " Linears " << quant_type_name(q.type) << ", ";
   os << dtype_name(m->dtype()) << ", " << device_name(m->device()) << ")";
   return os.str();
 }
@@ -139,9 +143,12 @@ int l_models_load(lua_State* L) {
   LoadOptions o;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
-    lt_check_options(L, 2, {"dtype", "device"});
+    lt_check_options(L, 2, {"dtype", "device", "quantize"});
     o.dtype = lt_opt_string(L, 2, "dtype", "auto");
     o.device = lt_opt_string(L, 2, "device", "cpu");
+    lua_getfield(L, 2, "quantize");
+    o.quantize = lt_quant_options(L, -1, "models.load: quantize", &o.quant, &o.quantize_skip);
+    lua_pop(L, 1);
   }
   lt_push<ModelPtr>(L, model_load(dir, o));
   return 1;

@@ -33,6 +33,7 @@ const Module modules[] = {
     {"metrics", luaopen_metrics},
     {"eval", luaopen_eval},
     {"lora", luaopen_lora},
+    {"qlora", luaopen_qlora},
     {"prune", luaopen_prune},
     {"distill", luaopen_distill},
     {"sweep", luaopen_sweep},

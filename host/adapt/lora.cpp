@@ -48,7 +48,7 @@ at::Tensor LoraAdapter::dora_weight_norm(const at::Tensor& weight) const {
 }
 
 at::Tensor LoraAdapter::forward(const Linear& base, const at::Tensor& x) const {
-  at::Tensor result = at::linear(x, base.weight, base.bias);  // (..., out) in the base dtype
+  at::Tensor result = base.base_forward(x);  // (..., out) in the base dtype (4-bit W dequantized)
   const at::ScalarType out_dtype = result.scalar_type();
   // As PEFT: the input is cast to the adapter's dtype; the sum is formed there and cast back.
   at::Tensor xa = x.to(lora_A.scalar_type());
@@ -59,7 +59,7 @@ at::Tensor LoraAdapter::forward(const Linear& base, const at::Tensor& x) const {
 
   // DoRA: base(x) + (m/||W+sBA|| - 1) * x W^T + (m/||W+sBA||) * s * B A x. Without dropout x W^T is
   // the base result less its bias (PEFT reuses it); with dropout it is recomputed on the dropped x.
-  at::Tensor w = base.weight.to(lora_A.scalar_type());
+  at::Tensor w = base.dense_weight().to(lora_A.scalar_type());
   at::Tensor mag_scale = magnitude / dora_weight_norm(w);  // (out), broadcast over the last dim
   at::Tensor xw;
   if (drop)
@@ -78,7 +78,7 @@ std::vector<std::pair<std::string, at::Tensor*>> LoraAdapter::parameters() {
 
 at::Tensor LoraAdapter::merged_weight(const Linear& base) const {
   at::NoGradGuard no_grad;
-  at::Tensor w = base.weight.to(at::kFloat) + at::matmul(lora_B, lora_A).to(at::kFloat) * scale;
+  at::Tensor w = base.dense_weight().to(at::kFloat) + at::matmul(lora_B, lora_A).to(at::kFloat) * scale;
   if (dora) {
     at::Tensor norm = at::linalg_vector_norm(w, 2, at::IntArrayRef{1}, false, c10::nullopt);
     w = (magnitude.to(at::kFloat) / norm).unsqueeze(1) * w;
@@ -210,13 +210,13 @@ int64_t apply_config(Model& m, const LoraConfig& c, uint64_t seed, const std::st
   at::Generator gen = at::detail::createCPUGenerator(seed);
   for (const LinearRef& ref : selected) {
     Linear& lin = *ref.linear;
-    const int64_t n_out = lin.weight.size(0), n_in = lin.weight.size(1);
+    const int64_t n_out = lin.out_features(), n_in = lin.in_features();
     auto a = std::make_shared<LoraAdapter>(c.r, c.alpha, c.dropout, c.rslora, c.dora);
     // kaiming_uniform_(a=sqrt(5)) on (r, in): gain sqrt(2/(1+5)), bound gain*sqrt(3/in) = 1/sqrt(in).
     const double bound = 1.0 / std::sqrt(static_cast<double>(n_in));
     a->lora_A = at::empty({c.r, n_in}, at::kFloat).uniform_(-bound, bound, gen).to(lin.weight.device());
     a->lora_B = at::zeros({n_out, c.r}, at::TensorOptions(at::kFloat).device(lin.weight.device()));
-    if (c.dora) a->magnitude = a->dora_weight_norm(lin.weight);
+    if (c.dora) a->magnitude = a->dora_weight_norm(lin.dense_weight());
     for (auto& [name, t] : a->parameters()) t->set_requires_grad(true);
     lin.adapter = a;
   }
@@ -465,7 +465,12 @@ void lora_merge(Model& model) {
   for (auto& [ref, a] : lora_adapters(model, "lora.merge")) {
     Linear& lin = *ref.linear;
     at::Tensor merged = a->merged_weight(lin);
-    {
+    if (lin.quant) {
+      // QLoRA: the merge is made on the dequantized weight and stays dense (model dtype), ready
+      // for a bf16 HF save; re-quantizing would add a second rounding to the adapter's update.
+      lin.weight = merged.to(model.dtype()).detach().set_requires_grad(false);
+      lin.quant.reset();
+    } else {
       at::NoGradGuard no_grad;
       lin.weight.copy_(merged);  // cast back to the base dtype, in the weight's own storage
     }

@@ -21,12 +21,17 @@ int64_t qlora_quantize(Model& model, const QuantConfig& config, const std::vecto
 int64_t qlora_dequantize(Model& model);
 // How many Linears hold 4-bit weights.
 int64_t qlora_count(const Model& model);
-// The settings of the first quantized Linear (the model's quantization), or nullopt-like false.
+// The settings of the first quantized Linear (the model's quantization); false when there is none.
 bool qlora_config_of(const Model& model, QuantConfig* out);
+// Whether `name` (an HF module name, "model.layers.0.mlp.up_proj") matches an entry of `skip`.
+bool qlora_skipped(const std::string& name, const std::vector<std::string>& skip);
+// The decoder-layer Linears QLoRA would quantize, by HF module name, with their Linear.
+std::vector<std::pair<std::string, Linear*>> qlora_linears(Model& model);
 // Fails with "<what>: the model has 4-bit weights (...)" when any Linear is quantized, for
 // operations that need dense weights (pruning, distillation's teacher surgery).
 void qlora_require_dense(const Model& model, const std::string& what);
-// transformers' quantization_config object for config.json (JSON text).
-std::string qlora_hf_quantization_config(const QuantConfig& c, at::ScalarType compute_dtype);
+// transformers' quantization_config object for config.json of `model` (JSON text; "" when no
+// Linear is 4-bit). Modules left dense are listed in llm_int8_skip_modules.
+std::string qlora_hf_quantization_config(const Model& model);
 
 }  // namespace luatune

@@ -20,9 +20,8 @@ struct QuantConfig {
   int64_t blocksize = 64;       // 32 .. 4096, a power of two (bitsandbytes' rule)
   bool double_quant = true;     // 8-bit absmax in blocks of nested_blocksize (QLoRA's default)
   int64_t nested_blocksize = 256;
-  // The dtype the weight is dequantized to for the matmul (bnb_4bit_compute_dtype); kUndefined =
-  // the weight's own dtype.
-  at::ScalarType compute_dtype = at::ScalarType::Undefined;
+  // There is no separate compute dtype: a 4-bit weight is dequantized into the activations' dtype
+  // (the model dtype, bf16 for QLoRA), which config.json reports as bnb_4bit_compute_dtype.
 };
 
 const char* quant_type_name(nf4::QuantType t);                       // "nf4" / "fp4"

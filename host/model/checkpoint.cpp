@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "host/adapt/qlora.h"
 #include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
@@ -46,14 +47,31 @@ std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& opt
   const std::string config_path = dir + "/config.json";
   at::ScalarType dtype = checkpoint_dtype(config, options.dtype, config_path);
   c10::Device device = device_parse(options.device);
+  if (options.quantize) quant_config_check(options.quant, "models.load: quantize");
   SafetensorsReader reader(dir);
+  auto has = [&](const std::string& name) { return reader.contains(name); };
 
-  auto expected = model_expected_tensors(config);
+  auto model = std::make_shared<Model>();
+  model->config = config;
+  model->config.torch_dtype = dtype_name(dtype);
+  model->source_dir = dir;
+  std::vector<ParamSlot> slots = model_slots(*model);
+
+  // Weights stored 4-bit (bitsandbytes' layout) bring their quant-state tensors along.
   std::set<std::string> wanted;
-  for (const auto& e : expected) wanted.insert(e.first);
+  std::set<std::string> stored_4bit;
+  for (const ParamSlot& slot : slots) {
+    wanted.insert(slot.name);
+    if (slot.linear && slot.tensor == &slot.linear->weight && quant_state_present(slot.name, has))
+      stored_4bit.insert(slot.name);
+  }
   std::vector<std::string> unexpected;
-  for (const auto& name : reader.names())
-    if (!wanted.count(name) && !ignorable_tensor(name, config)) unexpected.push_back(name);
+  for (const auto& name : reader.names()) {
+    if (wanted.count(name) || ignorable_tensor(name, config)) continue;
+    auto dot = name.find(".weight.");
+    if (dot != std::string::npos && stored_4bit.count(name.substr(0, dot + 7))) continue;
+    unexpected.push_back(name);
+  }
   if (!unexpected.empty()) {
     std::string list;
     for (size_t i = 0; i < unexpected.size() && i < 3; i++) list += (i ? ", " : "") + unexpected[i];
@@ -63,14 +81,29 @@ std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& opt
   }
 
   // One tensor at a time: a zero-copy view of the mapped file, converted and moved, then the view
-  // dropped. Peak extra host memory is one converted tensor.
-  std::map<std::string, at::Tensor> tensors;
-  for (const auto& [name, shape] : expected) {
+  // dropped. Peak extra host memory is one converted tensor (on the device: one dense Linear when
+  // quantizing while loading).
+  for (const ParamSlot& slot : slots) {
+    const std::string& name = slot.name;
+    const bool is_linear_weight = slot.linear && slot.tensor == &slot.linear->weight;
+    if (stored_4bit.count(name)) {
+      const std::string file = reader.file_of(name);
+      auto get = [&](const std::string& n) {
+        LT_CHECK(reader.contains(n), file << ": tensor " << n << " is missing");
+        return reader.tensor(n).clone();  // a copy, never a view of the mapped file
+      };
+      auto [packed, state] = quant_state_from_tensors(name, get, has, slot.shape, file);
+      state.to(device);
+      *slot.tensor = packed.to(device);
+      slot.linear->quant = std::make_shared<QuantState>(std::move(state));
+      continue;
+    }
     LT_CHECK(reader.contains(name), dir << ": tensor " << name << " is missing (config.json describes a "
                                         << config.arch_name() << " with " << config.num_layers << " layers)");
     const SafetensorsEntry& e = reader.entry(name);
-    LT_CHECK(e.shape == shape, reader.file_of(name) << ": tensor " << name << " has shape " << shape_str(e.shape)
-                                                    << ", expected " << shape_str(shape) << " from config.json");
+    LT_CHECK(e.shape == slot.shape, reader.file_of(name) << ": tensor " << name << " has shape " << shape_str(e.shape)
+                                                         << ", expected " << shape_str(slot.shape)
+                                                         << " from config.json");
     LT_CHECK(at::isFloatingType(e.dtype), reader.file_of(name) << ": tensor " << name << " has dtype " << e.dtype_name
                                                                << ", expected a floating dtype");
     at::Tensor t = reader.tensor(name);
@@ -78,13 +111,17 @@ std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& opt
       t = t.to(device, dtype);
       reader.drop_pages(name);  // the copy is all we keep: the mapped bytes can go
     }
-    tensors[name] = t.set_requires_grad(true);
+    if (options.quantize && is_linear_weight &&
+        !qlora_skipped(name.substr(0, name.size() - 7), options.quantize_skip)) {
+      auto [packed, state] = quantize_4bit(t, options.quant);
+      t = at::Tensor();
+      reader.drop_pages(name);
+      *slot.tensor = packed;
+      slot.linear->quant = std::make_shared<QuantState>(std::move(state));
+      continue;
+    }
+    *slot.tensor = t.set_requires_grad(true);
   }
-  auto model = std::make_shared<Model>();
-  model->config = config;
-  model->config.torch_dtype = dtype_name(dtype);
-  model->source_dir = dir;
-  model_bind(*model, tensors);
   return model;
 }
 
@@ -122,6 +159,16 @@ void model_save(const Model& model, const std::string& dir, const SaveOptions& o
   LT_CHECK(dir_exists(dir), dir << ": cannot create directory (" << ec.message() << ")");
   ModelConfig c = model.config;
   c.torch_dtype = dtype_name(model.dtype());
+  {
+    // quantization_config says whether transformers must load this directory with bitsandbytes.
+    json extra = json::parse(c.extra_json);
+    std::string q = qlora_hf_quantization_config(model);
+    if (q.empty())
+      extra.erase("quantization_config");
+    else
+      extra["quantization_config"] = json::parse(q);
+    c.extra_json = extra.dump();
+  }
   std::vector<std::pair<std::string, at::Tensor>> tensors = model.state();
   for (auto& [name, t] : tensors) t = t.detach();
   SafetensorsWriteOptions wo;

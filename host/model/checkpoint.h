@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "host/adapt/quant.h"
 #include "host/model/transformer.h"
 
 namespace luatune {
@@ -19,6 +20,13 @@ struct LoadOptions {
   // Target dtype; "auto" = the checkpoint's torch_dtype (bf16/f16/f32), "" = same as "auto".
   std::string dtype = "auto";
   std::string device = "cpu";  // "cpu", "cuda", "cuda:N", "auto"
+  // QLoRA: quantize every decoder-layer Linear to 4 bits as it is loaded (converted and moved one
+  // tensor at a time, then quantized on the device), so the dense model never sits there whole.
+  // Modules matching `quantize_skip` (as LoRA targets match) stay dense. A checkpoint that is
+  // already 4-bit (bitsandbytes' layout) loads as it is, with or without this.
+  bool quantize = false;
+  QuantConfig quant;
+  std::vector<std::string> quantize_skip;
 };
 
 std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& options = {});
@@ -34,7 +42,9 @@ struct SaveOptions {
   std::vector<std::string> tokenizer_files;  // copied into the directory (tokenizer.json, ...)
 };
 
-// Writes a directory HF transformers loads. Every file is written to a temporary name and renamed;
+// Writes a directory HF transformers loads. 4-bit Linears are written in bitsandbytes' layout with
+// config.json's quantization_config (transformers + bitsandbytes load it 4-bit); a dense model's
+// config.json has none, even when it was loaded from a 4-bit checkpoint. Every file is written to a temporary name and renamed;
 // config.json goes last, so a directory with a config.json is complete.
 void model_save(const Model& model, const std::string& dir, const SaveOptions& options = {});
 

@@ -51,8 +51,8 @@ const std::set<std::string> kOwnedKeys = {
     "pad_token_id", "initializer_range", "torch_dtype", "dtype"};
 
 // Fields whose presence means a model we cannot run faithfully.
-const char* const kRefusedKeys[] = {"quantization_config", "num_experts", "num_local_experts",
-                                    "moe_intermediate_size", "n_routed_experts"};
+const char* const kRefusedKeys[] = {"num_experts", "num_local_experts", "moe_intermediate_size",
+                                    "n_routed_experts"};
 
 class Reader {
  public:
@@ -302,8 +302,16 @@ ModelConfig model_config_parse(const std::string& text, const std::string& sourc
     LT_CHECK(!arch.empty(), source << ": missing required field \"architectures\" (or \"model_type\")");
   }
   for (const char* k : kRefusedKeys)
-    LT_CHECK(!r.has(k), source << ": field \"" << k << "\" is not supported (mixture-of-experts and pre-quantized "
-                                  "checkpoints are not implemented)");
+    LT_CHECK(!r.has(k), source << ": field \"" << k << "\" is not supported (mixture-of-experts models are not "
+                                  "implemented)");
+  if (r.has("quantization_config")) {
+    // bitsandbytes 4-bit checkpoints load (their Linears stay 4-bit); GPTQ, AWQ, 8-bit, FP8 do not.
+    const json& q = j["quantization_config"];
+    const bool bnb4 = q.is_object() && q.value("quant_method", "") == "bitsandbytes" &&
+                      (q.value("load_in_4bit", false) || q.value("_load_in_4bit", false));
+    LT_CHECK(bnb4, source << ": quantization_config " << (q.is_object() ? q.value("quant_method", "?") : "?")
+                          << " is not supported (only bitsandbytes 4-bit, nf4 or fp4)");
+  }
   LT_CHECK(r.number("partial_rotary_factor", 1.0) == 1.0,
            source << ": field \"partial_rotary_factor\" != 1 is not supported");
 

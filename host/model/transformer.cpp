@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "host/adapt/quant.h"
 #include "host/core/error.h"
 #include "host/model/attention.h"
 #include "host/model/rope.h"
@@ -16,8 +17,17 @@ namespace luatune {
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
   if (adapter) return adapter->forward(*this, x);
+  return base_forward(x);
+}
+
+at::Tensor Linear::base_forward(const at::Tensor& x) const {
+  if (quant) return linear_4bit(x, weight, *quant, bias);
   return at::linear(x, weight, bias);
 }
+
+at::Tensor Linear::dense_weight() const { return quant ? dequantize_4bit(weight, *quant) : weight; }
+int64_t Linear::out_features() const { return quant ? quant->shape.at(0) : weight.size(0); }
+int64_t Linear::in_features() const { return quant ? quant->shape.at(1) : weight.size(1); }
 
 namespace {
 
@@ -308,14 +318,26 @@ void Model::set_training(bool training) {
 
 std::vector<std::pair<std::string, at::Tensor>> Model::state() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (auto& [name, t] : const_cast<Model*>(this)->named_parameters()) out.emplace_back(name, *t);
+  for (const ParamSlot& s : model_slots(const_cast<Model&>(*this))) {
+    if (!s.tensor->defined()) continue;
+    if (s.linear && s.linear->quant && s.tensor == &s.linear->weight) {
+      for (auto& e : quant_state_tensors(s.name, *s.tensor, *s.linear->quant)) out.push_back(std::move(e));
+      continue;
+    }
+    out.emplace_back(s.name, *s.tensor);
+  }
   return out;
 }
 
 ParamCounts Model::count_parameters() const {
   ParamCounts n;
-  for (const auto& [name, t] : state()) {
-    int64_t k = t.numel();
+  for (const ParamSlot& s : model_slots(const_cast<Model&>(*this))) {
+    if (!s.tensor->defined()) continue;
+    const std::string& name = s.name;
+    const at::Tensor& t = *s.tensor;
+    // A 4-bit weight counts its logical elements, as transformers' num_parameters does.
+    const bool q = s.linear && s.linear->quant && s.tensor == &s.linear->weight;
+    int64_t k = q ? s.linear->quant->numel() : t.numel();
     n.total += k;
     if (t.requires_grad()) n.trainable += k;
     if (name == "model.embed_tokens.weight")
@@ -352,9 +374,13 @@ at::ScalarType Model::dtype() const { return embed.scalar_type(); }
 c10::Device Model::device() const { return embed.device(); }
 
 void Model::to(c10::Device device, at::ScalarType dtype) {
-  for (auto& [name, t] : named_parameters()) {
+  for (const ParamSlot& s : model_slots(*this)) {
+    at::Tensor* t = s.tensor;
+    if (!t->defined()) continue;
     bool grad = t->requires_grad();
-    at::Tensor moved = t->to(device, dtype);
+    const bool q = s.linear && s.linear->quant && t == &s.linear->weight;
+    if (q) s.linear->quant->to(device);  // 4-bit codes move but keep their dtype (uint8)
+    at::Tensor moved = q ? t->to(device) : t->to(device, dtype);
     *t = moved.is_same(*t) ? *t : moved.detach().requires_grad_(grad);
   }
   for (auto& [name, t] : adapter_parameters()) {

@@ -16,6 +16,7 @@
 namespace luatune {
 
 struct Linear;
+struct QuantState;  // host/adapt/quant.h
 
 // Replaces a Linear's computation (LoRA, QLoRA): given the base layer and x (..., in), returns
 // (..., out). The base weight may be frozen, quantized or absent, as the adapter decides.
@@ -30,10 +31,15 @@ class LinearAdapter {
 };
 
 struct Linear {
-  at::Tensor weight;  // (out, in), as nn.Linear
+  at::Tensor weight;  // (out, in), as nn.Linear; 4-bit: the packed codes, uint8 ((out*in + 1) / 2, 1)
   at::Tensor bias;    // (out) or undefined
   std::shared_ptr<LinearAdapter> adapter;
-  at::Tensor forward(const at::Tensor& x) const;
+  std::shared_ptr<QuantState> quant;  // set when the weight is 4-bit (QLoRA): its scales and shape
+  at::Tensor forward(const at::Tensor& x) const;  // the adapter's forward when there is one
+  at::Tensor base_forward(const at::Tensor& x) const;  // x W^T + b, dequantizing a 4-bit W on the fly
+  at::Tensor dense_weight() const;  // W (out, in): the weight itself, or a 4-bit one dequantized
+  int64_t out_features() const;
+  int64_t in_features() const;
 };
 
 struct LayerWeights {  // model.layers.{i}.*

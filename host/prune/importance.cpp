@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "host/adapt/qlora.h"
 #include "host/core/error.h"
 #include "host/train/loss.h"
 
@@ -247,6 +248,7 @@ at::Tensor member_scores(const at::Tensor& s, int64_t dim, bool vector) {
 
 StructureScores taylor_importance(Model& model, const std::vector<Batch>& calibration,
                                   const std::string& variant) {
+  qlora_require_dense(model, "prune.importance (taylor)");
   LT_CHECK(variant == "param_first" || variant == "vector",
            "taylor_importance: unknown variant '" << variant << "' (expected param_first or vector)");
   const bool vector = variant == "vector";

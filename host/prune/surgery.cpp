@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "host/adapt/lora.h"
+#include "host/adapt/qlora.h"
 #include "host/core/error.h"
 
 namespace luatune {
@@ -213,6 +214,7 @@ std::vector<int64_t> head_rows(const std::vector<int64_t>& heads, int64_t D) {
 }  // namespace
 
 void prune_check(const Model& model, const PruneSpec& spec) {
+  qlora_require_dense(model, "prune");
   make_plan(model, spec);
   Model& m = const_cast<Model&>(model);
   for (const ParamSlot& s : model_slots(m))

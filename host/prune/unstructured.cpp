@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "host/adapt/qlora.h"
 #include "host/core/error.h"
 
 namespace luatune {
@@ -200,6 +201,7 @@ void prune_weight_sparsegpt(at::Tensor& weight, const at::Tensor& hessian, const
 
 void sparsity_check(const Model& model, const SparsityOptions& o, bool have_calibration) {
   const char* p = "prune.unstructured: ";
+  qlora_require_dense(model, "prune.unstructured");
   LT_CHECK(o.method == "magnitude" || o.method == "wanda" || o.method == "sparsegpt",
            p << "unknown method \"" << o.method << "\" (magnitude, wanda, sparsegpt)");
   if (nm(o)) {
@@ -316,6 +318,7 @@ std::vector<LinearSparsity> prune_unstructured(Model& model, const std::vector<B
 }
 
 std::vector<LinearSparsity> measure_sparsity(const Model& model) {
+  qlora_require_dense(model, "prune.sparsity");
   std::vector<LinearSparsity> out;
   for (size_t l = 0; l < model.layers.size(); l++) {
     for (const char* t : kLinearNames) {

@@ -106,8 +106,10 @@ TEST(ModelConfig, ErrorsNameTheField) {
   EXPECT_EQ(msg(R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}, )" + base + "}"),
             "dir/config.json: rope_scaling: rope_type \"dynamic\" is not supported (supported: default, linear, llama3, yarn)");
   EXPECT_EQ(msg(R"({"architectures": ["MistralForCausalLM"], "num_hidden_layers": 1, "num_local_experts": 8, )" + base + "}"),
-            "dir/config.json: field \"num_local_experts\" is not supported (mixture-of-experts and pre-quantized "
-            "checkpoints are not implemented)");
+            "dir/config.json: field \"num_local_experts\" is not supported (mixture-of-experts models are not "
+            "implemented)");
+  EXPECT_EQ(msg(R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1, "quantization_config": {"quant_method": "gptq", "bits": 4}, )" + base + "}"),
+            "dir/config.json: quantization_config gptq is not supported (only bitsandbytes 4-bit, nf4 or fp4)");
   EXPECT_EQ(msg(R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": "2", )" + base + "}"),
             "dir/config.json: field \"num_hidden_layers\" must be an integer, got \"2\"");
   EXPECT_THROW(model_config_with("llama", R"({"hiden_size": 8})", "models.init"), UsageError);
