@@ -1,10 +1,12 @@
 -- LoRA fine-tuning of a chat model on JSONL (chat, prompt/response, Alpaca or Guanaco records); writes a PEFT adapter.
 -- runner lora_finetune base_model=/models/Llama-3.1-8B-Instruct data=data/train.jsonl [lora.r=32 steps=2000 ...]
+-- quantize=nf4 makes it QLoRA (a 4-bit base); recipes/qlora_finetune.lua has QLoRA's defaults and merging.
 local cfg = config {
   base_model = "models/Llama-3.1-8B-Instruct",  -- a local Hugging Face model directory
   data = "data/train.jsonl",
   output_dir = "out/lora",
   dtype = "bf16", device = "auto",
+  quantize = "",  -- "nf4" (QLoRA) or "fp4": the base's Linears 4-bit, quantized while loading
   lora = { r = 16, alpha = 32, dropout = 0.05, rslora = false, dora = false,
            targets = { "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj" } },
   lr = 2e-4, warmup = 20, steps = 1000, batch_size = 4, grad_accum = 8, max_length = 2048,
@@ -15,7 +17,7 @@ local cfg = config {
 }
 
 local tok = tokenizer.load(cfg.base_model)
-local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
+local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device, quantize = cfg.quantize })
 lora.apply(model, { r = cfg.lora.r, alpha = cfg.lora.alpha, dropout = cfg.lora.dropout, targets = cfg.lora.targets,
                     rslora = cfg.lora.rslora, dora = cfg.lora.dora, seed = cfg.seed })
 print(tostring(model))

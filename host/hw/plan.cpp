@@ -262,7 +262,7 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
     x.dtype = "bf16";
     if (total(x) / kGiB <= mem) {
       out.push_back("use QLoRA (NF4 base" + with_ck + ": " + gib(total(x)) +
-                    " GiB; not in luatune yet, planned from bitsandbytes' layout)");
+                    " GiB: recipes/qlora_finetune.lua, or quantize=nf4)");
       any = true;
     }
   }

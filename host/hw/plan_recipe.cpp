@@ -76,11 +76,15 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
     r.model = model_config_load(file);
     r.model_source = file;
   }
-  // Method: given, else qlora / lora flags, a lora table, or the recipe's name.
+  // Method: given, else qlora / quantize / lora flags, a lora table, or the recipe's name.
   bool flag = false;
   std::string method = extras.method;
   if (method.empty()) {
-    if ((pick(cfg, {"qlora", "lora.qlora"}, &flag, &key) && flag)) method = "qlora";
+    // models.load's quantize= as recipes pass it on: "nf4" / "fp4", true, or an options table.
+    const json* q = field(cfg, "quantize");
+    const bool quantize = q && ((q->is_string() && !q->get<std::string>().empty()) || q->is_object() ||
+                                (q->is_boolean() && q->get<bool>()));
+    if ((pick(cfg, {"qlora", "lora.qlora"}, &flag, &key) && flag) || quantize) method = "qlora";
     else if (pick(cfg, {"use_lora"}, &flag, &key)) method = flag ? "lora" : "full";
     else if (field(cfg, "lora") || path_basename(recipe).find("lora") != std::string::npos) method = "lora";
     else method = "full";

@@ -32,6 +32,38 @@ check "lora: metrics go on from step 3" test "$(steps_logged "$out/metrics.jsonl
 check "lora: resumed run equals the straight run (adapter bytes)" \
   cmp "$out/adapter/adapter_model.safetensors" "$work/straight_adapter.safetensors"
 
+# QLoRA: a 4-bit base, the same resume guarantee as LoRA, and merge=true writing a dense HF model
+# whose logits match the 4-bit base with the adapter on (within the bf16/4-bit rounding).
+out=$work/qlora
+qargs=(base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$out" steps=4 save_every=2 merge=true)
+"$runner" qlora_finetune "${qargs[@]}" "${common[@]}" >"$work/qlora_a.log" 2>&1
+check "qlora: run exits 0" test $? -eq 0
+check "qlora: reports the 4-bit base" grep -q "4-bit base: 14 Linears nf4" "$work/qlora_a.log"
+check "qlora: PEFT adapter written" test -f "$out/adapter/adapter_config.json"
+check "qlora: merged model written without quantization_config" \
+  bash -c "test -f '$out/merged/model.safetensors' && ! grep -q quantization_config '$out/merged/config.json'"
+cp "$out/adapter/adapter_model.safetensors" "$work/straight_qadapter.safetensors"
+rm -rf "$out/checkpoints/step-0000004" "$out/adapter"
+"$runner" qlora_finetune "${qargs[@]}" resume=true "${common[@]}" >"$work/qlora_b.log" 2>&1
+check "qlora: resumed run exits 0" test $? -eq 0
+check "qlora: resumed run equals the straight run (adapter bytes)" \
+  cmp "$out/adapter/adapter_model.safetensors" "$work/straight_qadapter.safetensors"
+cat >"$work/qlora_check.lua" <<LUA
+local ids = { { 1, 5, 9, 13, 17, 21, 25, 29 } }
+local q = models.load("$base", { dtype = "float32", quantize = "nf4" })
+lora.load(q, "$out/adapter")
+local a = q:forward(ids)
+local b = models.load("$out/merged"):forward(ids)
+local rel = ((a - b):norm() / a:norm()):item()
+print("relative difference " .. rel)
+if not (rel < 1e-3) then os.exit(1) end
+LUA
+"$runner" "$work/qlora_check.lua" >"$work/qlora_check.log" 2>&1
+check "qlora: merged model equals 4-bit base + adapter" test $? -eq 0
+"$runner" lora_finetune base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$work/lora_nf4" \
+  steps=2 save_every=0 quantize=nf4 "${common[@]}" >"$work/lora_nf4.log" 2>&1
+check "lora quantize=nf4: exits 0 with a 4-bit base" grep -q "14 Linears nf4" "$work/lora_nf4.log"
+
 # Full fine-tuning writes a model that loads back.
 "$runner" full_finetune base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$work/full" \
   steps=2 save_every=0 "${common[@]}" >"$work/full.log" 2>&1
