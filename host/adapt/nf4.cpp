@@ -121,10 +121,17 @@ void quantize_4bit(const float* in, int64_t n, int64_t blocksize, QuantType type
 void dequantize_4bit(const uint8_t* packed, const float* absmax, int64_t n, int64_t blocksize, QuantType type,
                      float* out) {
   const float* code = code4(type);
-  for (int64_t i = 0; i < n; i++) {
-    const uint8_t byte = packed[i / 2];
-    const uint8_t q = (i % 2 == 0) ? (byte >> 4) : (byte & 0x0F);
-    out[i] = code[q] * absmax[i / blocksize];
+  // Block by block, byte by byte (blocks start on even indices: blocksize is even).
+  for (int64_t begin = 0; begin < n; begin += blocksize) {
+    const float scale = absmax[begin / blocksize];
+    const int64_t end = std::min(n, begin + blocksize);
+    int64_t i = begin;
+    for (; i + 1 < end; i += 2) {
+      const uint8_t byte = packed[i / 2];
+      out[i] = code[byte >> 4] * scale;
+      out[i + 1] = code[byte & 0x0F] * scale;
+    }
+    if (i < end) out[i] = code[packed[i / 2] >> 4] * scale;
   }
 }
 

@@ -3,6 +3,7 @@
 // and FP4, f32/bf16/f16 in and out, plain and double-quantized scales. Skips (77) without a CUDA
 // device. Expected bf16/f16 outputs are the reference's float32 rounded by c10::BFloat16 /
 // c10::Half (round to nearest even), an implementation we did not write. docs/kernels.md.
+#include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <cuda_runtime.h>
@@ -20,6 +21,7 @@
 
 #include "host/adapt/kernels/nf4_cuda.h"
 #include "host/adapt/nf4.h"
+#include "host/adapt/quant.h"
 
 namespace {
 
@@ -142,25 +144,10 @@ std::vector<float> normal_values(size_t n, uint64_t seed, float scale = 1.0f) {
   return v;
 }
 
-// bitsandbytes' create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8) in shape: per
-// decade 10^(i-6), i = 0..6, the 2^i midpoints of linspace(0.1, 1, 2^i + 1), both signs, plus 0
-// and 1, sorted. Built in double here; the kernels only need some sorted 256-value code (they read
-// whatever table they get), and quant.cpp's dynamic_map_8bit() owns bitsandbytes' exact floats.
+// bitsandbytes' 8-bit dynamic map as quant.cpp builds it (the kernels read whatever table they get).
 std::vector<float> dynamic_map_like() {
-  std::vector<float> v;
-  for (int i = 0; i < 7; i++) {
-    const int items = (1 << i) + 1;
-    for (int k = 0; k + 1 < items; k++) {
-      const double a = 0.1 + 0.9 * k / (items - 1), b = 0.1 + 0.9 * (k + 1) / (items - 1);
-      const double m = std::pow(10.0, i - 6) * (a + b) / 2.0;
-      v.push_back(float(m));
-      v.push_back(float(-m));
-    }
-  }
-  v.push_back(0.0f);
-  v.push_back(1.0f);
-  std::sort(v.begin(), v.end());
-  return v;  // 2 * 127 + 2 = 256 values
+  at::Tensor m = luatune::dynamic_map_8bit().contiguous();
+  return std::vector<float>(m.data_ptr<float>(), m.data_ptr<float>() + m.numel());
 }
 
 // The NF4 thresholds (formats.md 4.1) and FP4's (on |x|), for the edge-value blocks.

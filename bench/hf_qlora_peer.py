@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""bench/hf_qlora_peer.py MODEL_DIR lora|qlora LENGTH: the peer for bench/qlora_vs_lora.sh.
+
+HF transformers + peft (+ bitsandbytes for QLoRA: NF4, double quantization, bf16 compute) on the
+same random model directory, LoRA r 16 / alpha 32 on all linear layers, gradient checkpointing,
+AdamW, batch 1 x LENGTH, 2 warm-up steps then 6 timed ones. Prints one JSON line like
+bench/qlora_step.lua: base weight GB, peak allocated GB (torch.cuda.max_memory_allocated), median
+tokens/s. Needs a CUDA GPU.
+"""
+import json
+import sys
+import time
+
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+
+def main():
+    model_dir, method, length = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    kwargs = {"torch_dtype": torch.bfloat16, "device_map": {"": 0}}
+    if method == "qlora":
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16)
+    torch.cuda.reset_peak_memory_stats()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, **kwargs)
+    weights = model.get_memory_footprint() / 1e9
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear",
+                                             task_type="CAUSAL_LM"))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    torch.manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (1, length), device="cuda")
+    rates = []
+    for step in range(8):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if step >= 2:
+            rates.append(length / (time.perf_counter() - t0))
+    rates.sort()
+    print(json.dumps({"method": "hf-" + method, "shape": model_dir, "device": "cuda", "weights_gb": weights,
+                      "peak_gb": torch.cuda.max_memory_allocated() / 1e9,
+                      "tokens_per_s": rates[(len(rates) - 1) // 2], "tokens_per_step": length}))
+
+
+if __name__ == "__main__":
+    main()
