@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # scripts/offline-deps.sh DIR: downloads (apt-get download) the Debian 12 packages of every
-# non-Torch dependency into DIR, for a GPU host without network. On that host:
-#   for d in DIR/*.deb; do dpkg -x "$d" /opt/deps; done
+# non-Torch dependency, with the libraries they load in turn, into DIR, for a GPU host without
+# network. The C library, the compiler's runtime and other base packages every Linux host has are
+# left out (their host versions must be the ones used). On that host, scripts/gpu-build.sh DIR
+# unpacks them into DIR/prefix, builds against the Python environment's CUDA LibTorch and runs the
+# tests; by hand:
+#   for d in DIR/*.deb; do dpkg -x "$d" DIR/prefix; done
 #   scripts/build.sh -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
-#                    -DLUATUNE_DEPS_PREFIX=/opt/deps
-#   export LD_LIBRARY_PATH=/opt/deps/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
+#                    -DLUATUNE_DEPS_PREFIX=DIR/prefix
+#   export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:DIR/prefix/usr/lib/x86_64-linux-gnu   # after the host's own
 set -euo pipefail
 dir=${1:?usage: scripts/offline-deps.sh DIR}
 mkdir -p "$dir"
@@ -19,6 +23,11 @@ packages=(
   libcpp-httplib-dev
   libbenchmark-dev libbenchmark1debian
 )
+# Base packages the host provides itself (and must: mixing C libraries breaks programs).
+base='^(libc6|libc6-dev|libc-dev-bin|linux-libc-dev|libgcc-s1|libstdc\+\+6|gcc-12-base|libcrypt1|libcrypt-dev|libnsl2|libnsl-dev|libtirpc3|libtirpc-dev|libtirpc-common|rpcsvc-proto|zlib1g|libzstd1|libffi8|libgmp10|libdb5.3)$'
+closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
+            --no-enhances "${packages[@]}" | grep '^[a-z0-9]' | sort -u | grep -Ev "$base")
 cd "$dir"
-apt-get download "${packages[@]}"
+# shellcheck disable=SC2086
+apt-get download $closure
 ls -1 "$dir"/*.deb | wc -l | xargs echo "offline-deps: packages in $dir:"

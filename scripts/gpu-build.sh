@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# scripts/gpu-build.sh [DEPS_DIR] [BUILD_DIR]: builds luatune on a CUDA machine without network and
+# runs the whole test suite there, `gpu` tests included. Uses the CUDA LibTorch of the Python
+# environment (python3 -c 'import torch'), nvcc from the CUDA toolkit (the .cu kernels), and the
+# Debian packages scripts/offline-deps.sh gathered into DEPS_DIR (default .deps), unpacked into
+# DEPS_DIR/prefix. The host's own libraries come first at run time; the unpacked ones only fill in
+# what the host lacks (LuaJIT, utf8proc, cpp-httplib, ...).
+#   scripts/offline-deps.sh .deps        # on a networked Debian 12 machine
+#   scripts/gpu-build.sh .deps build-gpu # on the GPU host
+# Extra environment: LUATUNE_CTEST_ARGS (e.g. "-L gpu"), CUDAARCHS (default 90 on Hopper).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+deps=$(cd "${1:-.deps}" && pwd) build=${2:-build-gpu}
+prefix=$deps/prefix
+if [ ! -d "$prefix/usr" ]; then
+  mkdir -p "$prefix"
+  for d in "$deps"/*.deb; do dpkg -x "$d" "$prefix"; done
+fi
+torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+arch_lib=$prefix/usr/lib/$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$torch_lib:$arch_lib
+export PATH=$PATH:/usr/local/cuda/bin
+echo "gpu-build: LibTorch $(python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)')"
+generator=()
+if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" \
+  -DLUATUNE_DEPS_PREFIX="$prefix" -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}"
+cmake --build "$build" -j "$(nproc)"
+"$build/runner" --version
+# shellcheck disable=SC2086
+ctest --test-dir "$build" -j "$(nproc)" --output-on-failure ${LUATUNE_CTEST_ARGS:-}
