@@ -3,45 +3,20 @@
 // roundings of the double-quantized scale are part of the format.
 #include "host/adapt/nf4.h"
 
+#include "host/adapt/nf4_tables.h"
+
 #include <algorithm>
 #include <cmath>
 
 namespace luatune {
 namespace nf4 {
 
-// bitsandbytes functional.py get_4bit_type("nf4") (= kernels.cu nf4_dequantization_lut).
-const float kNF4Code[16] = {-1.0f,
-                            -0.6961928009986877f,
-                            -0.5250730514526367f,
-                            -0.39491748809814453f,
-                            -0.28444138169288635f,
-                            -0.18477343022823334f,
-                            -0.09105003625154495f,
-                            0.0f,
-                            0.07958029955625534f,
-                            0.16093020141124725f,
-                            0.24611230194568634f,
-                            0.33791524171829224f,
-                            0.44070982933044434f,
-                            0.5626170039176941f,
-                            0.7229568362236023f,
-                            1.0f};
-
-// get_4bit_type("fp4"): E2M1 values divided by their largest magnitude (12), code 8 is -0.
-const float kFP4Code[16] = {0.0f / 12,  0.0625f / 12,  8.0f / 12,  12.0f / 12,  4.0f / 12,  6.0f / 12,
-                            2.0f / 12,  3.0f / 12,     -0.0f / 12, -0.0625f / 12, -8.0f / 12, -12.0f / 12,
-                            -4.0f / 12, -6.0f / 12,    -2.0f / 12, -3.0f / 12};
+const float kNF4Code[16] = {LUATUNE_NF4_CODE};
+const float kFP4Code[16] = {LUATUNE_FP4_CODE};
 
 namespace {
-
-// The NF4 decision tree's thresholds (kernels.cu dQuantizeNF4), ascending: code k is chosen when x
-// exceeds exactly the first k of them (comparisons are x > t, so NaN gets code 0).
-const float kNF4Thresholds[15] = {-0.8480964004993439f,  -0.6106329262256622f,  -0.4599952697753906f,
-                                  -0.33967943489551544f, -0.23460740596055984f, -0.13791173323988914f,
-                                  -0.045525018125772476f, 0.03979014977812767f, 0.1202552504837513f,
-                                  0.2035212516784668f,   0.2920137718319893f,   0.3893125355243683f,
-                                  0.5016634166240692f,   0.6427869200706482f,   0.8614784181118011f};
-
+const float kNF4Thresholds[15] = {LUATUNE_NF4_THRESHOLDS};
+const float kFP4Thresholds[7] = {LUATUNE_FP4_THRESHOLDS};
 }  // namespace
 
 uint8_t quantize_nf4_value(float x) {
@@ -53,13 +28,14 @@ uint8_t quantize_nf4_value(float x) {
 
 uint8_t quantize_fp4_value(float x) {
   // kernels.cu dQuantizeFP4: sign bit 3, the tree on |x| picks the magnitude code.
+  const float* t = kFP4Thresholds;
   const uint8_t sign = x < 0 ? 0x8 : 0x0;
   x = std::fabs(x);
   uint8_t m;
-  if (x > 0.29166667f)
-    m = x > 0.583333f ? (x > 0.8333333f ? 0x3 : 0x2) : (x > 0.4166667f ? 0x5 : 0x4);
+  if (x > t[3])
+    m = x > t[5] ? (x > t[6] ? 0x3 : 0x2) : (x > t[4] ? 0x5 : 0x4);
   else
-    m = x > 0.0859375f ? (x > 0.20833333f ? 0x7 : 0x6) : (x > 0.00260417f ? 0x1 : 0x0);
+    m = x > t[1] ? (x > t[2] ? 0x7 : 0x6) : (x > t[0] ? 0x1 : 0x0);
   return static_cast<uint8_t>(m + sign);
 }
 

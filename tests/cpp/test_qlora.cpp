@@ -23,6 +23,7 @@
 #include "host/model/config.h"
 #include "host/prune/surgery.h"
 #include "host/train/trainer.h"
+#include "tests/cpp/test_batch.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
@@ -67,18 +68,8 @@ at::Tensor logits(const Model& m) {
   return m.forward(ids());
 }
 
-Batch random_batch(int64_t rows, int64_t len, uint64_t seed) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  Batch b;
-  b.ids = at::randint(97, {rows, len}, gen, at::TensorOptions(at::kLong));
-  b.targets = at::full({rows, len}, kIgnoreTarget, at::kLong);
-  b.targets.narrow(1, 0, len - 1).copy_(b.ids.narrow(1, 1, len - 1));
-  b.positions = at::arange(len, at::kLong).unsqueeze(0).repeat({rows, 1});
-  b.segments = at::zeros({rows, len}, at::kLong);
-  b.target_tokens = rows * (len - 1);
-  b.tokens = rows * len;
-  return b;
-}
+// Rows of random documents over the tiny models' 97-token vocabulary.
+Batch random_batch(int64_t rows, int64_t len, uint64_t seed) { return luatune::random_batch(97, rows, len, seed); }
 
 std::string temp_dir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("luatune_test_qlora_" + name + "_" + std::to_string(::getpid()));

@@ -14,6 +14,7 @@
 #include "host/model/config.h"
 #include "host/train/loss.h"
 #include "host/train/trainer.h"
+#include "tests/cpp/test_batch.h"
 
 using namespace luatune;
 namespace fs = std::filesystem;
@@ -27,19 +28,8 @@ std::shared_ptr<Model> tiny(const std::string& arch = "llama", uint64_t seed = 1
                     seed, at::kFloat, at::kCPU);
 }
 
-// Rows of random documents: ids (B, T), next-token targets within the row, all trained on.
-Batch random_batch(int64_t rows, int64_t len, uint64_t seed) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  Batch b;
-  b.ids = at::randint(61, {rows, len}, gen, at::TensorOptions(at::kLong));
-  b.targets = at::full({rows, len}, kIgnoreTarget, at::kLong);
-  b.targets.narrow(1, 0, len - 1).copy_(b.ids.narrow(1, 1, len - 1));
-  b.positions = at::arange(len, at::kLong).unsqueeze(0).repeat({rows, 1});
-  b.segments = at::zeros({rows, len}, at::kLong);
-  b.target_tokens = rows * (len - 1);
-  b.tokens = rows * len;
-  return b;
-}
+// Rows of random documents over this file's 61-token vocabulary, every next token a target.
+Batch random_batch(int64_t rows, int64_t len, uint64_t seed) { return luatune::random_batch(61, rows, len, seed); }
 
 std::string temp_dir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("luatune_test_train_" + name + "_" + std::to_string(::getpid()));

@@ -21,6 +21,7 @@
 
 #include "host/adapt/kernels/nf4_cuda.h"
 #include "host/adapt/nf4.h"
+#include "host/adapt/nf4_tables.h"
 #include "host/adapt/quant.h"
 
 namespace {
@@ -151,13 +152,8 @@ std::vector<float> dynamic_map_like() {
 }
 
 // The NF4 thresholds (formats.md 4.1) and FP4's (on |x|), for the edge-value blocks.
-const float kNF4Thresholds[15] = {-0.8480964004993439f,   -0.6106329262256622f,  -0.4599952697753906f,
-                                  -0.33967943489551544f,  -0.23460740596055984f, -0.13791173323988914f,
-                                  -0.045525018125772476f, 0.03979014977812767f,  0.1202552504837513f,
-                                  0.2035212516784668f,    0.2920137718319893f,   0.3893125355243683f,
-                                  0.5016634166240692f,    0.6427869200706482f,   0.8614784181118011f};
-const float kFP4Thresholds[7] = {0.29166667f, 0.583333f,   0.8333333f, 0.4166667f,
-                                 0.0859375f,  0.20833333f, 0.00260417f};
+const float kNF4Thresholds[15] = {LUATUNE_NF4_THRESHOLDS};
+const float kFP4Thresholds[7] = {LUATUNE_FP4_THRESHOLDS};
 
 // Blocks of 64 built to sit on the trees' decision points (comparisons are x > t, so a value equal
 // to a threshold and its float neighbours must all agree). With absmax 1 the scaled value is the

@@ -9,64 +9,48 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "host/adapt/nf4_tables.h"
+
 namespace luatune {
 namespace cuda {
 
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// Code tables and the quantization trees. The literals are the CPU reference's, character for
-// character (nf4.cpp), so both sides hold the same float32 values.
+// Code tables and the quantization trees, on nf4_tables.h's literals: the CPU reference (nf4.cpp)
+// compiles the same characters, so both sides hold the same float32 values.
 
-__constant__ float kNF4CodeDev[16] = {-1.0f,
-                                      -0.6961928009986877f,
-                                      -0.5250730514526367f,
-                                      -0.39491748809814453f,
-                                      -0.28444138169288635f,
-                                      -0.18477343022823334f,
-                                      -0.09105003625154495f,
-                                      0.0f,
-                                      0.07958029955625534f,
-                                      0.16093020141124725f,
-                                      0.24611230194568634f,
-                                      0.33791524171829224f,
-                                      0.44070982933044434f,
-                                      0.5626170039176941f,
-                                      0.7229568362236023f,
-                                      1.0f};
+__constant__ float kNF4CodeDev[16] = {LUATUNE_NF4_CODE};
+__constant__ float kFP4CodeDev[16] = {LUATUNE_FP4_CODE};
 
-__constant__ float kFP4CodeDev[16] = {
-    0.0f / 12,  0.0625f / 12,  8.0f / 12,  12.0f / 12,  4.0f / 12,  6.0f / 12,  2.0f / 12,  3.0f / 12,
-    -0.0f / 12, -0.0625f / 12, -8.0f / 12, -12.0f / 12, -4.0f / 12, -6.0f / 12, -2.0f / 12, -3.0f / 12};
-
-// NF4: the code is the number of thresholds x exceeds (x > t; NaN exceeds none -> code 0). A
-// binary search over the 15 ascending thresholds, as bitsandbytes' dQuantizeNF4 tree.
+// The decision trees of nf4.cpp (and bitsandbytes' kernels), on the shared threshold literals.
 __device__ __forceinline__ uint32_t nf4_code_of(float x) {
-  if (x > 0.03979014977812767f) {
-    if (x > 0.3893125355243683f) {
-      if (x > 0.6427869200706482f) return x > 0.8614784181118011f ? 15 : 14;
-      return x > 0.5016634166240692f ? 13 : 12;
+  constexpr float t[15] = {LUATUNE_NF4_THRESHOLDS};
+  if (x > t[7]) {
+    if (x > t[11]) {
+      if (x > t[13]) return x > t[14] ? 15 : 14;
+      return x > t[12] ? 13 : 12;
     }
-    if (x > 0.2035212516784668f) return x > 0.2920137718319893f ? 11 : 10;
-    return x > 0.1202552504837513f ? 9 : 8;
+    if (x > t[9]) return x > t[10] ? 11 : 10;
+    return x > t[8] ? 9 : 8;
   }
-  if (x > -0.33967943489551544f) {
-    if (x > -0.13791173323988914f) return x > -0.045525018125772476f ? 7 : 6;
-    return x > -0.23460740596055984f ? 5 : 4;
+  if (x > t[3]) {
+    if (x > t[5]) return x > t[6] ? 7 : 6;
+    return x > t[4] ? 5 : 4;
   }
-  if (x > -0.6106329262256622f) return x > -0.4599952697753906f ? 3 : 2;
-  return x > -0.8480964004993439f ? 1 : 0;
+  if (x > t[1]) return x > t[2] ? 3 : 2;
+  return x > t[0] ? 1 : 0;
 }
 
-// FP4 (E2M1 / 12): sign in bit 3, the tree on |x| picks the magnitude (dQuantizeFP4).
 __device__ __forceinline__ uint32_t fp4_code_of(float x) {
+  constexpr float t[7] = {LUATUNE_FP4_THRESHOLDS};
   const uint32_t sign = x < 0.0f ? 0x8u : 0x0u;
   x = fabsf(x);
   uint32_t m;
-  if (x > 0.29166667f)
-    m = x > 0.583333f ? (x > 0.8333333f ? 0x3u : 0x2u) : (x > 0.4166667f ? 0x5u : 0x4u);
+  if (x > t[3])
+    m = x > t[5] ? (x > t[6] ? 0x3u : 0x2u) : (x > t[4] ? 0x5u : 0x4u);
   else
-    m = x > 0.0859375f ? (x > 0.20833333f ? 0x7u : 0x6u) : (x > 0.00260417f ? 0x1u : 0x0u);
+    m = x > t[1] ? (x > t[2] ? 0x7u : 0x6u) : (x > t[0] ? 0x1u : 0x0u);
   return m + sign;
 }
 
