@@ -9,7 +9,7 @@ local cfg = config {
   make = "", model = "",
   method = "qlora",  -- "lora" (bf16 base) or "qlora" (NF4 + double quantization)
   shape = "small",   -- "small" (runs on a CPU), "1b" (Llama 3.2 1B), "8b" (Llama 3.1 8B)
-  device = "auto", steps = 6, warmup = 2, batch = 1, length = 256, r = 16, seed = 0,
+  device = "auto", steps = 10, warmup = 2, batch = 1, length = 256, r = 16, seed = 0,
 }
 local shapes = {
   small = { vocab_size = 32000, hidden_size = 512, intermediate_size = 1536, num_hidden_layers = 8,

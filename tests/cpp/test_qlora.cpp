@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/function.h>
 
 #include <cmath>
 #include <cstring>
@@ -418,6 +419,11 @@ TEST(Qlora, LinearBackwardEqualsTheDenseOneWithoutAWeightGradient) {
   EXPECT_TRUE(at::allclose(x1.grad(), x2.grad(), 1e-5, 1e-6));
   EXPECT_TRUE(at::allclose(bias.grad(), bias2.grad(), 1e-5, 1e-6));
   EXPECT_FALSE(packed.requires_grad());
+  // The graph node is the 4-bit function, which keeps the codes rather than a dense weight (a plain
+  // linear on the dequantized weight would save that (out, in) tensor for backward).
+  ASSERT_TRUE(y1.grad_fn());
+  at::Tensor yb = linear_4bit(x1, packed, s, at::Tensor());
+  EXPECT_NE(yb.grad_fn()->name().find("Linear4bitFn"), std::string::npos) << yb.grad_fn()->name();
 }
 
 TEST(Qlora, TrainingReachesOnlyTheAdaptersAndLeavesCodesAlone) {
