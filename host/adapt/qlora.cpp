@@ -26,7 +26,7 @@ std::vector<std::pair<std::string, Linear*>> qlora_linears(Model& model) {
   std::vector<std::pair<std::string, Linear*>> out;
   const std::string suffix = ".weight";
   for (const ParamSlot& s : model_slots(model)) {
-    if (!s.linear || s.tensor != &s.linear->weight) continue;
+    if (!s.is_linear_weight()) continue;
     out.emplace_back(s.name.substr(0, s.name.size() - suffix.size()), s.linear);
   }
   return out;

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -62,14 +63,14 @@ std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& opt
   std::set<std::string> stored_4bit;
   for (const ParamSlot& slot : slots) {
     wanted.insert(slot.name);
-    if (slot.linear && slot.tensor == &slot.linear->weight && quant_state_present(slot.name, has))
+    if (slot.is_linear_weight() && quant_state_present(slot.name, has))
       stored_4bit.insert(slot.name);
   }
   std::vector<std::string> unexpected;
   for (const auto& name : reader.names()) {
     if (wanted.count(name) || ignorable_tensor(name, config)) continue;
-    auto dot = name.find(".weight.");
-    if (dot != std::string::npos && stored_4bit.count(name.substr(0, dot + 7))) continue;
+    auto dot = name.find(".weight.");  // "<linear>.weight.absmax" and the rest of a 4-bit weight's state
+    if (dot != std::string::npos && stored_4bit.count(name.substr(0, dot + std::strlen(".weight")))) continue;
     unexpected.push_back(name);
   }
   if (!unexpected.empty()) {
@@ -85,7 +86,6 @@ std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& opt
   // quantizing while loading).
   for (const ParamSlot& slot : slots) {
     const std::string& name = slot.name;
-    const bool is_linear_weight = slot.linear && slot.tensor == &slot.linear->weight;
     if (stored_4bit.count(name)) {
       const std::string file = reader.file_of(name);
       auto get = [&](const std::string& n) {
@@ -111,8 +111,8 @@ std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& opt
       t = t.to(device, dtype);
       reader.drop_pages(name);  // the copy is all we keep: the mapped bytes can go
     }
-    if (options.quantize && is_linear_weight &&
-        !qlora_skipped(name.substr(0, name.size() - 7), options.quantize_skip)) {
+    if (options.quantize && slot.is_linear_weight() &&
+        !qlora_skipped(name.substr(0, name.size() - std::strlen(".weight")), options.quantize_skip)) {
       auto [packed, state] = quantize_4bit(t, options.quant);
       t = at::Tensor();
       reader.drop_pages(name);

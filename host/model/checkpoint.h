@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "host/adapt/quant.h"
@@ -17,6 +18,8 @@
 namespace luatune {
 
 struct LoadOptions {
+  LoadOptions() = default;
+  LoadOptions(std::string dtype_, std::string device_ = "cpu") : dtype(std::move(dtype_)), device(std::move(device_)) {}
   // Target dtype; "auto" = the checkpoint's torch_dtype (bf16/f16/f32), "" = same as "auto".
   std::string dtype = "auto";
   std::string device = "cpu";  // "cpu", "cuda", "cuda:N", "auto"

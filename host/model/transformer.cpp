@@ -320,7 +320,7 @@ std::vector<std::pair<std::string, at::Tensor>> Model::state() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const ParamSlot& s : model_slots(const_cast<Model&>(*this))) {
     if (!s.tensor->defined()) continue;
-    if (s.linear && s.linear->quant && s.tensor == &s.linear->weight) {
+    if (s.is_4bit()) {
       for (auto& e : quant_state_tensors(s.name, *s.tensor, *s.linear->quant)) out.push_back(std::move(e));
       continue;
     }
@@ -336,8 +336,7 @@ ParamCounts Model::count_parameters() const {
     const std::string& name = s.name;
     const at::Tensor& t = *s.tensor;
     // A 4-bit weight counts its logical elements, as transformers' num_parameters does.
-    const bool q = s.linear && s.linear->quant && s.tensor == &s.linear->weight;
-    int64_t k = q ? s.linear->quant->numel() : t.numel();
+    int64_t k = s.is_4bit() ? s.linear->quant->numel() : t.numel();
     n.total += k;
     if (t.requires_grad()) n.trainable += k;
     if (name == "model.embed_tokens.weight")
@@ -378,9 +377,8 @@ void Model::to(c10::Device device, at::ScalarType dtype) {
     at::Tensor* t = s.tensor;
     if (!t->defined()) continue;
     bool grad = t->requires_grad();
-    const bool q = s.linear && s.linear->quant && t == &s.linear->weight;
-    if (q) s.linear->quant->to(device);  // 4-bit codes move but keep their dtype (uint8)
-    at::Tensor moved = q ? t->to(device) : t->to(device, dtype);
+    if (s.is_4bit()) s.linear->quant->to(device);  // 4-bit codes move but keep their dtype (uint8)
+    at::Tensor moved = s.is_4bit() ? t->to(device) : t->to(device, dtype);
     *t = moved.is_same(*t) ? *t : moved.detach().requires_grad_(grad);
   }
   for (auto& [name, t] : adapter_parameters()) {

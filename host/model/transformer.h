@@ -155,6 +155,8 @@ struct ParamSlot {
   at::Tensor* tensor;
   std::vector<int64_t> shape;
   Linear* linear = nullptr;  // the Linear a weight/bias belongs to (adapters hang there)
+  bool is_linear_weight() const { return linear && tensor == &linear->weight; }
+  bool is_4bit() const { return is_linear_weight() && linear->quant; }  // packed codes (QLoRA)
 };
 // Every weight of m.config in checkpoint order (lm_head only when untied), sizing m.layers first.
 // The single list of HF names: loading, saving, init and parameter access all walk it.
