@@ -1,6 +1,6 @@
 // runner: luatune's executable. Parses the command line (host/runner/cli.cpp) and carries out
-// the verb: run or validate a recipe, list or copy shipped recipes, tokenize stdin, show a dataset
-// as trained, print help or versions.
+// the verb: run or validate a recipe (or start N ranks of it), list or copy shipped recipes,
+// tokenize stdin, show a dataset as trained, print help or versions.
 #include <luajit.h>
 #include <nlohmann/json.hpp>
 
@@ -14,7 +14,9 @@
 #include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/version.h"
+#include "host/core/process.h"
 #include "host/data/preview.h"
+#include "host/dist/launch.h"
 #include "host/hw/catalog.h"
 #include "host/hw/plan_recipe.h"
 #include "host/metrics/wandb.h"
@@ -109,6 +111,21 @@ static int run_plan(const Command& cmd_in) {
   return kExitOk;
 }
 
+// runner --nproc N: N ranks of this same runner on this machine (host/dist/launch.cpp), each given
+// the recipe (resolved here, so a missing one fails once) and the same --config files and overrides.
+static int run_nproc(const Command& cmd) {
+  LaunchOptions o;
+  o.nproc = cmd.nproc;
+  o.runner = process_self_exe("runner --nproc");
+  o.args.push_back(recipe_resolve(cmd.recipe));
+  for (const auto& f : cmd.config_files) {
+    o.args.push_back("--config");
+    o.args.push_back(f);
+  }
+  for (const auto& kv : cmd.overrides) o.args.push_back(kv);
+  return dist_launch_local(o);
+}
+
 static int run_command(const Command& cmd) {
   switch (cmd.verb) {
     case Command::Verb::help:
@@ -142,6 +159,8 @@ static int run_command(const Command& cmd) {
     case Command::Verb::plan:
       return run_plan(cmd);
     case Command::Verb::run:
+      if (cmd.nproc > 1) return run_nproc(cmd);
+      return lua_host_run(recipe_resolve(cmd.recipe), cmd);
     case Command::Verb::validate:
     case Command::Verb::sweep:
       return lua_host_run(recipe_resolve(cmd.recipe), cmd);

@@ -8,6 +8,7 @@ namespace luatune {
 
 std::string cli_help() {
   return R"(usage: runner RECIPE [key=value ...] [--config FILE]   run a recipe
+       runner --nproc N RECIPE [key=value ...]            run it as N data-parallel ranks on this machine
        runner validate RECIPE [key=value ...]             resolve and print its config, run nothing
        runner plan RECIPE [key=value ...]                 predict its GPU memory per catalog GPU, run nothing
        runner ls                                          list the shipped recipes
@@ -36,6 +37,11 @@ non-chat records are rendered as conversations when the tokenizer has a chat tem
 plain text templates; --chat-format llama3|llama3.1|mistral|chatml|qwen2.5|qwen3|gemma).
 sweep: SWEEP is a Lua file that calls sweep.run{...} (docs/sweeps.md); each trial runs as its own
 runner process, results go to its output_dir (trials.jsonl, results.md); running it again resumes.
+--nproc: starts N copies of the runner as ranks 0..N-1 of one job, with the variables torchrun
+sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...); rank 0's output as it is, the
+others' lines prefixed "[rank N] ". The first rank to fail stops the others and its status is the
+runner's. Under torchrun or srun, run the runner plainly: it reads their variables
+(docs/distributed.md).
 plan: resolves the recipe's config as validate does, reads base_model's config.json (or a built-in
 shape: model_preset=llama3.1-8b|mistral-7b|gemma2-9b) and prints the predicted peak memory by
 component and, per GPU of the catalog (data/gpu_catalog.json or $LUATUNE_GPU_CATALOG), whether it fits,
@@ -141,6 +147,29 @@ void parse_data_args(const std::vector<std::string>& args, Command& cmd) {
   if (cmd.data_file.empty()) fail_usage("runner data: missing FILE (a JSONL dataset)", usage);
 }
 
+// --nproc N / --nproc=N at args[0]: the rest must run a recipe.
+Command parse_nproc(const std::vector<std::string>& args) {
+  size_t rest = 1;
+  std::string text;
+  if (args[0] == "--nproc") {
+    if (args.size() < 2) fail_usage("runner: --nproc needs N, a whole number >= 1");
+    text = args[1];
+    rest = 2;
+  } else {
+    text = args[0].substr(8);
+  }
+  bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  long n = !digits ? 0 : text.size() > 6 ? 1000000 : std::stol(text);
+  if (n < 1) fail_usage("runner: --nproc expects a whole number >= 1, got '" + text + "'");
+  if (n > 1024) fail_usage("runner: --nproc " + text + " is more ranks than one machine runs (at most 1024)");
+  if (rest >= args.size()) fail_usage("runner --nproc: missing RECIPE");
+  Command cmd = cli_parse(std::vector<std::string>(args.begin() + static_cast<long>(rest), args.end()));
+  if (cmd.verb != Command::Verb::run || cmd.nproc != 0)
+    fail_usage("runner --nproc: expected RECIPE [key=value ...] after N, got '" + args[rest] + "'");
+  cmd.nproc = static_cast<int>(n);
+  return cmd;
+}
+
 }  // namespace
 
 Command cli_parse(const std::vector<std::string>& args) {
@@ -151,6 +180,8 @@ Command cli_parse(const std::vector<std::string>& args) {
     cmd.verb = Command::Verb::help;
   } else if (first == "--version" || first == "-V" || first == "version") {
     cmd.verb = Command::Verb::version;
+  } else if (first == "--nproc" || str_starts_with(first, "--nproc=")) {
+    cmd = parse_nproc(args);
   } else if (first == "ls") {
     cmd.verb = Command::Verb::ls;
     if (args.size() > 1) fail_usage("runner ls: takes no arguments, got '" + args[1] + "'");

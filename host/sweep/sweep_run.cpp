@@ -4,9 +4,7 @@
 // OOM or a NaN in one trial is recorded and the sweep goes on; Ctrl-C / SIGTERM stop the running
 // trials (SIGTERM, then SIGKILL after a grace period) without recording them, so a resume reruns them.
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/file.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -23,11 +21,10 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/process.h"
 #include "host/core/strings.h"
 #include "host/runner/recipes.h"
 #include "host/sweep/sweep.h"
-
-extern char** environ;
 
 namespace luatune {
 
@@ -70,75 +67,16 @@ struct SignalGuard {
 // ============================================================================================
 // Child processes
 
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) fail(std::string("sweep: cannot find this program (/proc/self/exe): ") + std::strerror(errno));
-  return std::string(buf, static_cast<size_t>(n));
-}
-
-// The environment with `set` applied in order (a later entry replaces an earlier one of the same name).
-std::vector<std::string> child_env(const std::vector<std::pair<std::string, std::string>>& set) {
-  std::map<std::string, std::string> last;
-  for (const auto& [k, v] : set) last[k] = v;
-  std::vector<std::string> out;
-  for (char** e = environ; e && *e; e++) {
-    std::string kv = *e;
-    if (!last.count(kv.substr(0, kv.find('=')))) out.push_back(kv);
-  }
-  for (const auto& [k, v] : last) out.push_back(k + "=" + v);
-  return out;
-}
-
-// fork + exec with stdout and stderr to `log_path`, stdin from /dev/null, in a new process group
-// that gets SIGTERM if the sweep dies. Everything the child touches is prepared before the fork:
-// between fork and exec only async-signal-safe calls.
+// A trial: stdout and stderr to `log_path` (see process_spawn for the rest).
 pid_t spawn(const std::string& exe, const std::vector<std::string>& args, const std::vector<std::string>& env,
             const std::string& log_path) {
   int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log < 0) fail("sweep: cannot write '" + log_path + "': " + std::strerror(errno));
-  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  std::vector<char*> argv, envp;
-  argv.push_back(const_cast<char*>(exe.c_str()));
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  long max_fd = sysconf(_SC_OPEN_MAX);
-  if (max_fd < 0 || max_fd > 65536) max_fd = 65536;
-  pid_t parent = getpid();
-  std::string exec_failed = "sweep: cannot run " + exe + "\n";
-  std::fflush(stdout);
-  std::fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    ::close(log);
-    if (null >= 0) ::close(null);
-    fail(std::string("sweep: cannot start a trial: fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(125);  // the sweep died before the line above
-    if (null >= 0) dup2(null, 0);
-    dup2(log, 1);
-    dup2(log, 2);
-    for (long fd = 3; fd < max_fd; fd++) ::close(static_cast<int>(fd));
-    execve(argv[0], argv.data(), envp.data());
-    (void)!::write(2, exec_failed.data(), exec_failed.size());
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also here, so a signal sent right after the fork finds the group
-  ::close(log);
-  if (null >= 0) ::close(null);
-  return pid;
-}
-
-// The exit status, or 128 + N for a child killed by signal N (as shells report it).
-int exit_code_of(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_log{log};
+  return process_spawn(exe, args, env, log, log, "sweep");
 }
 
 // The last 64 KiB of a log: where errors are, without reading a long training log whole.
@@ -167,12 +105,6 @@ void append_line(const std::string& path, const std::string& line) {
   if (!ok) fail("sweep: cannot append to '" + path + "': " + std::strerror(saved));
 }
 
-int cpu_count() {
-  cpu_set_t set;
-  int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-  return n > 0 ? n : 1;
-}
-
 std::string show_values(const SweepValues& values) {
   std::vector<std::string> parts;
   for (const auto& [k, v] : values) parts.push_back(k + "=" + sweep_show(v));
@@ -195,12 +127,12 @@ struct Running {
 void validate_first(const std::string& exe, const SweepSpec& spec, const std::string& recipe_path,
                     const SweepPlan& plan) {
   std::string log = spec.output_dir + "/validate.log";
-  pid_t pid = spawn(exe, sweep_trial_args(spec, "validate", recipe_path, plan), child_env({}), log);
+  pid_t pid = spawn(exe, sweep_trial_args(spec, "validate", recipe_path, plan), process_env({}), log);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     if (g_signals) kill(-pid, SIGTERM);
   }
-  int code = exit_code_of(status);
+  int code = process_exit_code(status);
   if (code == 0) return;
   if (g_signals) return;  // interrupted: the caller stops
   std::string err = sweep_log_error(log_tail(log));
@@ -240,7 +172,7 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
   int64_t recorded = 0;
   for (const auto& p : plan) recorded += done.count(p.index) ? 1 : 0;
 
-  std::string exe = options.runner.empty() ? self_exe() : options.runner;
+  std::string exe = options.runner.empty() ? process_self_exe("sweep") : options.runner;
   std::string trials_path = spec.output_dir + "/trials.jsonl";
   SweepInfo info = sweep_info(spec, static_cast<int64_t>(plan.size()));
   int64_t total = static_cast<int64_t>(plan.size());
@@ -266,7 +198,7 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
   int at_once = static_cast<int>(
       std::min<size_t>(static_cast<size_t>(spec.parallel), std::max<size_t>(1, pending.size())));
   if (at_once > 1)  // env{} may still set its own
-    shared_env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, cpu_count() / at_once)));
+    shared_env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, process_cpu_count() / at_once)));
   if (!spec.wandb_project.empty()) {
     shared_env.emplace_back("WANDB_RUN_GROUP", spec.name);
     shared_env.emplace_back("WANDB_JOB_TYPE", "trial");
@@ -312,7 +244,7 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
       }
       if (!spec.wandb_project.empty()) env.emplace_back("WANDB_NAME", spec.name + "-" + r.plan.name);
       r.start = now_seconds();
-      r.pid = spawn(exe, sweep_trial_args(spec, "run", recipe_path, r.plan), child_env(env),
+      r.pid = spawn(exe, sweep_trial_args(spec, "run", recipe_path, r.plan), process_env(env),
                     r.dir + "/trial.log");
       std::printf("%s: started (%s)\n", label(r.plan).c_str(), r.dir.c_str());
       std::fflush(stdout);
@@ -329,7 +261,7 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
         continue;
       }
       if (!r.device.empty()) busy[r.device]--;
-      int code = got < 0 ? 1 : exit_code_of(status);
+      int code = got < 0 ? 1 : process_exit_code(status);
       if (stopping && code != 0 && !r.timed_out) {  // stopped by the interrupt: a resume reruns it
         std::printf("%s: interrupted\n", label(r.plan).c_str());
         running.erase(running.begin() + static_cast<long>(i));

@@ -207,5 +207,21 @@ expect_out "plan: no model preset 'llama4'"
 check plan_unknown_key 2 "$runner" plan lora_finetune model_preset=llama3.1-8b seeed=1
 expect_out "seeed"
 
+# --- runner --nproc: the command line only (the launcher itself: tests/dist/test_launch.sh)
+check help_nproc 0 "$runner" --help
+expect_out "runner --nproc N RECIPE [key=value ...]"
+check nproc_zero 2 "$runner" --nproc 0 quickstart
+expect_exact "runner: --nproc expects a whole number >= 1, got '0'"
+check nproc_word 2 "$runner" --nproc=x quickstart
+expect_exact "runner: --nproc expects a whole number >= 1, got 'x'"
+check nproc_no_value 2 "$runner" --nproc
+expect_exact "runner: --nproc needs N, a whole number >= 1"
+check nproc_no_recipe 2 "$runner" --nproc 2
+expect_exact "runner --nproc: missing RECIPE"
+check nproc_verb 2 "$runner" --nproc 2 validate quickstart
+expect_exact "runner --nproc: expected RECIPE [key=value ...] after N, got 'validate'"
+check nproc_missing_recipe 2 "$runner" --nproc 2 no_such_recipe
+expect_out "runner: no recipe 'no_such_recipe'"; refute_out "[rank 1]"
+
 echo "$checks checks, $failed failed"
 [ "$failed" -eq 0 ]

@@ -75,3 +75,35 @@ TEST(Cli, UsageErrors) {
               std::string::npos);
   }
 }
+
+TEST(Cli, Nproc) {
+  Command c = cli_parse({"--nproc", "4", "quickstart", "steps=2", "--config", "o.lua"});
+  EXPECT_EQ(c.verb, Command::Verb::run);
+  EXPECT_EQ(c.nproc, 4);
+  EXPECT_EQ(c.recipe, "quickstart");
+  EXPECT_EQ(c.overrides, (std::vector<std::string>{"steps=2"}));
+  EXPECT_EQ(c.config_files, (std::vector<std::string>{"o.lua"}));
+  EXPECT_EQ(cli_parse({"--nproc=2", "run", "x.lua"}).nproc, 2);
+  EXPECT_EQ(cli_parse({"x.lua"}).nproc, 0);
+  auto message = [](std::vector<std::string> args) -> std::string {
+    try {
+      cli_parse(args);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(message({"--nproc", "0", "x.lua"}), "runner: --nproc expects a whole number >= 1, got '0'");
+  EXPECT_EQ(message({"--nproc", "x", "x.lua"}), "runner: --nproc expects a whole number >= 1, got 'x'");
+  EXPECT_EQ(message({"--nproc", "-2", "x.lua"}), "runner: --nproc expects a whole number >= 1, got '-2'");
+  EXPECT_EQ(message({"--nproc", "1.5", "x.lua"}), "runner: --nproc expects a whole number >= 1, got '1.5'");
+  EXPECT_EQ(message({"--nproc=", "x.lua"}), "runner: --nproc expects a whole number >= 1, got ''");
+  EXPECT_EQ(message({"--nproc", "99999999999", "x.lua"}),
+            "runner: --nproc 99999999999 is more ranks than one machine runs (at most 1024)");
+  EXPECT_EQ(message({"--nproc"}), "runner: --nproc needs N, a whole number >= 1");
+  EXPECT_EQ(message({"--nproc", "2"}), "runner --nproc: missing RECIPE");
+  EXPECT_EQ(message({"--nproc", "2", "validate", "x.lua"}),
+            "runner --nproc: expected RECIPE [key=value ...] after N, got 'validate'");
+  EXPECT_EQ(message({"--nproc", "2", "--nproc", "3", "x.lua"}),
+            "runner --nproc: expected RECIPE [key=value ...] after N, got '--nproc'");
+}
