@@ -2,12 +2,14 @@
 -- Prints the variables its launcher set, one line to stdout and one to stderr, then exits: with
 -- status 3 on rank fail_rank, forever busy on rank hang_rank: in Lua, or in a child
 -- `sleep HANG_SLEEP` when hang_sleep is set (a unique number of seconds, so a test can see that a
--- rank's own children stop too). Reads the environment only: it needs no process group, so it
--- runs whatever the runner does with WORLD_SIZE > 1.
+-- rank's own children stop too). With ready_file set, the hanging rank creates it and the failing
+-- rank waits for it, so the failure always finds the other rank hanging. Reads the environment
+-- only: it needs no process group, so it runs whatever the runner does with WORLD_SIZE > 1.
 local cfg = config {
   fail_rank = -1, hang_rank = -1,
   hang_sleep = "",  -- e.g. "1000.4321"
   marker = "",      -- any text; lets a test find the ranks with pgrep -f
+  ready_file = "",
 }
 
 local rank = tonumber(os.getenv("RANK") or "0")
@@ -23,8 +25,16 @@ io.stdout:flush()
 if rank == cfg.hang_rank then
   print("\nprobe hanging " .. cfg.marker)
   io.stdout:flush()
-  if cfg.hang_sleep ~= "" then os.execute("sleep " .. cfg.hang_sleep) end
+  if cfg.hang_sleep ~= "" then  -- ready once the child runs
+    os.execute((cfg.ready_file ~= "" and "touch '" .. cfg.ready_file .. "'; " or "") .. "sleep " .. cfg.hang_sleep)
+  elseif cfg.ready_file ~= "" then
+    assert(io.open(cfg.ready_file, "w")):close()
+  end
+  jit.off()  -- the runner stops a recipe from a Lua hook, and hooks do not run in compiled loops
   while true do end
 end
-if rank == cfg.fail_rank then os.exit(3) end
+if rank == cfg.fail_rank then
+  while cfg.ready_file ~= "" and not io.open(cfg.ready_file) do os.execute("sleep 0.05") end
+  os.exit(3)
+end
 print()

@@ -22,7 +22,7 @@ source tests/recipes/lib.sh  # check NAME COMMAND..., finish
 has() { grep -qxF -- "$2" "$work/$1"; }         # FILE (out|err) has the whole line
 has_prefix() { grep -q -- "^$2" "$work/$1"; }   # a line of FILE starts with the regex
 lacks() { ! grep -qF -- "$2" "$work/$1"; }
-left_running() { pgrep -f -- "$marker|sleep $sleep_s" >/dev/null; }
+nothing_left() { ! pgrep -f -- "$marker|sleep $sleep_s" >/dev/null; }  # (pgrep never matches itself)
 launch() {  # launch ARGS...: the launcher's output in out/err, its status in $rc
   timeout 60 "$runner" "$@" marker="$marker" >"$work/out" 2>"$work/err"
   rc=$?
@@ -64,18 +64,18 @@ check "one: no RANK set" has_prefix out "probe RANK=nil WORLD_SIZE=nil"
 
 # ---------------------------------------------------------------------------------------------
 # Failures: rank 1 fails while rank 0 hangs in Lua; rank 0 fails while rank 1 hangs in a child.
-launch --nproc 2 "$probe" fail_rank=1 hang_rank=0
+launch --nproc 2 "$probe" fail_rank=1 hang_rank=0 ready_file="$work/ready1"
 check "fail 1: the failing rank's status 3" test "$rc" -eq 3
 check "fail 1: one line names rank 1" has err "runner --nproc: rank 1 exited with status 3; stopping the other ranks"
 check "fail 1: rank 0 was hanging" has out "probe hanging $marker"
-check "fail 1: nothing left running" bash -c "! pgrep -f -- '$marker' >/dev/null"
+check "fail 1: nothing left running" nothing_left
 [ "$fails" -eq 0 ] || show
 
-launch --nproc 2 "$probe" fail_rank=0 hang_rank=1 hang_sleep="$sleep_s"
+launch --nproc 2 "$probe" fail_rank=0 hang_rank=1 hang_sleep="$sleep_s" ready_file="$work/ready0"
 check "fail 0: the failing rank's status 3" test "$rc" -eq 3
 check "fail 0: one line names rank 0" has err "runner --nproc: rank 0 exited with status 3; stopping the other ranks"
 check "fail 0: rank 1 was hanging" has out "[rank 1] probe hanging $marker"
-check "fail 0: neither rank 1 nor its sleep left running" bash -c "! pgrep -f -- '$marker|sleep $sleep_s' >/dev/null"
+check "fail 0: neither rank 1 nor its sleep left running" nothing_left
 [ "$fails" -eq 0 ] || show
 
 # ---------------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ wait "$pid"
 rc=$?
 check "ctrl-c: exit status 130" test "$rc" -eq 130
 check "ctrl-c: says so" has_prefix err "runner --nproc: interrupted by Ctrl-C"
-check "ctrl-c: nothing left running" bash -c "! pgrep -f -- '$marker' >/dev/null"
+check "ctrl-c: nothing left running" nothing_left
 [ "$fails" -eq 0 ] || show
 
 # ---------------------------------------------------------------------------------------------
