@@ -10,6 +10,7 @@
 #include "bindings/tensor_class.h"
 #include "bindings/tokenizer_class.h"
 #include "host/core/error.h"
+#include "host/dist/dist.h"
 
 namespace luatune {
 
@@ -219,7 +220,9 @@ int batches_next(lua_State* L) {
   if (step > steps) return 0;
   bool shuffle = lua_toboolean(L, lua_upvalueindex(5));
   bool cycle = lua_toboolean(L, lua_upvalueindex(6));
-  Batch b = ds->batch(ds->step_rows(step, size, shuffle, cycle));
+  // Data parallel (host/dist): each rank takes its slice of a batch N times as large.
+  std::vector<int64_t> rows = ds->shard_rows(step, size, shuffle, cycle, dist_rank(), dist_world_size());
+  Batch b = rows.empty() ? ds->empty_batch() : ds->batch(rows);
   lua_pushnumber(L, static_cast<lua_Number>(step));
   lua_replace(L, lua_upvalueindex(4));
   lua_pushinteger(L, static_cast<lua_Integer>(step));
@@ -241,7 +244,8 @@ int l_data_batches(lua_State* L) {
   int64_t size = opt_int(L, 2, "size", 1);
   if (size < 1) luaL_argerror(L, 2, "option 'size' must be at least 1");
   bool cycle = lt_has_field(L, 2, "steps");
-  int64_t steps = cycle ? opt_int(L, 2, "steps", 0) : (ds->size() + size - 1) / size;
+  const int64_t global = size * dist_world_size();  // rows a step takes over all ranks
+  int64_t steps = cycle ? opt_int(L, 2, "steps", 0) : (ds->size() + global - 1) / global;
   int64_t start = opt_int(L, 2, "start", 0);
   if (start < 0) luaL_argerror(L, 2, "option 'start' must be >= 0 (the last step already done)");
   lua_pushvalue(L, 1);

@@ -15,6 +15,7 @@ int luaopen_eval(lua_State* L);
 int luaopen_lora(lua_State* L);
 int luaopen_qlora(lua_State* L);
 int luaopen_prune(lua_State* L);
+int luaopen_dist(lua_State* L);
 int luaopen_distill(lua_State* L);
 int luaopen_sweep(lua_State* L);
 int luaopen_hw(lua_State* L);

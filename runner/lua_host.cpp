@@ -12,6 +12,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
+#include "host/dist/dist.h"
 #include "host/metrics/metrics.h"
 #include "host/runner/recipes.h"
 
@@ -35,6 +36,7 @@ const Module modules[] = {
     {"lora", luaopen_lora},
     {"qlora", luaopen_qlora},
     {"prune", luaopen_prune},
+    {"dist", luaopen_dist},
     {"distill", luaopen_distill},
     {"sweep", luaopen_sweep},
     {"hw", luaopen_hw},
@@ -209,6 +211,12 @@ int lua_host_run(const std::string& path, const Command& cmd, ConfigValue* resol
   lua_State* L = open_state(path);
   int rc;
   try {
+    // One of several processes (torchrun, Slurm, runner --nproc): join the job first, so the
+    // recipe's trainer, data and saves see their rank.
+    if (cmd.verb == Command::Verb::run) {
+      DistEnv env = dist_env();
+      if (env.world_size > 1) dist_init(env, dist_options_from_env());
+    }
     rc = run_in_state(L, path, cmd, resolved);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());
@@ -222,6 +230,7 @@ int lua_host_run(const std::string& path, const Command& cmd, ConfigValue* resol
   if (rc != kExitOk) metrics_close_open(rc);
   std::fflush(stdout);
   lua_close(L);
+  dist_shutdown();
   return rc;
 }
 

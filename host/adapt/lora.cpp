@@ -15,6 +15,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/tensor_ops.h"
+#include "host/dist/dist.h"
 #include "host/io/safetensors.h"
 #include "host/text/tokenizer_parts.h"
 
@@ -294,6 +295,8 @@ LoraConfig lora_config_of(Model& model) {
 }
 
 void lora_save(Model& model, const std::string& dir, const std::string& base_model_name_or_path) {
+  DistMainOnly main_only;  // data parallel: rank 0 writes, the others wait for the files
+  if (!main_only) return;
   LT_CHECK(!dir.empty(), "lora.save: empty directory name");
   LoraConfig c = config_of(model, "lora.save");
   // The fields of PEFT's LoraConfig that have existed since use_dora did (peft >= 0.9), so older

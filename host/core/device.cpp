@@ -76,11 +76,19 @@ int cuda_device_count() {
   return at::hasCUDA() ? at::detail::getCUDAHooks().getNumGPUs() : 0;
 }
 
+namespace {
+int g_default_cuda_index = 0;
+}  // namespace
+
+void device_set_default_cuda_index(int index) { g_default_cuda_index = index; }
+
 c10::Device device_parse(const std::string& name) {
-  if (name == "auto") return cuda_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  if (name == "auto")
+    return cuda_available() ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(g_default_cuda_index))
+                            : c10::Device(c10::kCPU);
   if (name == "cpu") return c10::Device(c10::kCPU);
   if (name == "cuda" || str_starts_with(name, "cuda:")) {
-    int index = 0;
+    int index = g_default_cuda_index;
     if (name.size() > 5) {
       double v = 0;
       LT_CHECK(str_to_number(name.substr(5), &v) && v >= 0 && v == static_cast<int>(v),

@@ -17,6 +17,8 @@ bool dtype_try_parse(const std::string& name, c10::ScalarType* out);
 // The PyTorch name: "float32", "bfloat16", ...
 std::string dtype_name(c10::ScalarType t);
 
+// The GPU "cuda" and "auto" mean (default 0); a data-parallel rank sets its LOCAL_RANK here.
+void device_set_default_cuda_index(int index);
 // "cpu", "cuda", "cuda:N", or "auto" (CUDA when present, else CPU). A CUDA device on a machine
 // without CUDA fails with a hint instead of LibTorch's longer message later.
 c10::Device device_parse(const std::string& name);

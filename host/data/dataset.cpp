@@ -326,6 +326,24 @@ std::vector<int64_t> Dataset::step_rows(int64_t step, int64_t size, bool shuffle
   return out;
 }
 
+std::vector<int64_t> Dataset::shard_rows(int64_t step, int64_t size, bool shuffle, bool cycle, int rank,
+                                         int world) const {
+  LT_CHECK(world >= 1 && rank >= 0 && rank < world, "data: rank " << rank << " outside [0, " << world << ")");
+  std::vector<int64_t> all = step_rows(step, size * world, shuffle, cycle);
+  const int64_t n = static_cast<int64_t>(all.size());
+  const int64_t per = cycle ? size : (n + world - 1) / world;
+  const int64_t begin = std::min(n, rank * per), end = std::min(n, begin + per);
+  return std::vector<int64_t>(all.begin() + begin, all.begin() + end);
+}
+
+Batch Dataset::empty_batch() const {
+  Batch b = batch({0});
+  b.targets.fill_(kIgnoreTarget);
+  b.target_tokens = 0;
+  b.tokens = 0;
+  return b;
+}
+
 Batch Dataset::batch(const std::vector<int64_t>& rows) const {
   LT_CHECK(!rows.empty(), "data: a batch needs at least one row");
   int64_t T = 0;

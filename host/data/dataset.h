@@ -90,7 +90,16 @@ class Dataset {
   // endless sequence of epochs, epoch e in the order of a permutation seeded with seed + e (identity
   // without shuffle). With cycle=false the sequence ends after the first epoch (a short last batch).
   std::vector<int64_t> step_rows(int64_t step, int64_t size, bool shuffle, bool cycle) const;
+  // Data parallel: rank `rank` of `world`'s share of step `step` when each rank takes `size` rows.
+  // The step's rows are step_rows(step, size * world, ...) and rank r takes the r-th contiguous
+  // slice, so N ranks together train on what one process with N times the batch trains on. A
+  // short last batch (cycle=false) is split in slices of ceil(n / world); a rank left with none
+  // gets an empty list (train it on empty_batch()).
+  std::vector<int64_t> shard_rows(int64_t step, int64_t size, bool shuffle, bool cycle, int rank, int world) const;
   Batch batch(const std::vector<int64_t>& rows) const;  // CPU int64 tensors (B, T)
+  // A batch that trains on nothing (row 0 with every target ignored, 0 tokens): a rank's share of
+  // a short last batch, so that it still joins the step's collectives.
+  Batch empty_batch() const;
 
   // Documents as stored (for the debug view): ids with the mask bit cleared, and the mask.
   Document document(int64_t doc) const;

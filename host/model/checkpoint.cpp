@@ -14,6 +14,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/tensor_ops.h"
+#include "host/dist/dist.h"
 #include "host/io/safetensors.h"
 
 namespace luatune {
@@ -154,6 +155,9 @@ std::shared_ptr<Model> model_init(const ModelConfig& config_in, uint64_t seed, a
 
 void model_save(const Model& model, const std::string& dir, const SaveOptions& options) {
   LT_CHECK(!dir.empty(), "model:save: empty directory name");
+  // Data parallel: every rank holds the same model; rank 0 writes it, the others wait for it.
+  DistMainOnly main_only;
+  if (!main_only) return;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   LT_CHECK(dir_exists(dir), dir << ": cannot create directory (" << ec.message() << ")");

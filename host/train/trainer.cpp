@@ -17,6 +17,8 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/data/dataset.h"
+#include "host/dist/dist.h"
+#include "host/dist/grad_sync.h"
 #include "host/io/safetensors.h"
 #include "host/train/loss.h"
 #include "host/train/recompute.h"
@@ -89,6 +91,18 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
         settings_.push_back(Setting{g.lr == 0 ? o.lr : g.lr, g.weight_decay, g.follow_schedule, g.clip});
       }
   }
+  if (dist_active()) {
+    // Data parallel: every rank starts from rank 0's trainable weights (frozen ones come from the
+    // same files), and their gradients are summed across ranks each step.
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor*> ptrs;
+    for (auto& [name, p] : params_) {
+      at::Tensor t = p->detach();
+      dist_broadcast_(t, 0);
+      ptrs.push_back(p);
+    }
+    sync_ = std::make_shared<GradSync>(ptrs);
+  }
 }
 
 // Optimizer state (fp32 master copies, moments) is allocated on the first update or resume, so a
@@ -156,6 +170,7 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
       for (auto& hook : hooks_)
         if (at::Tensor replaced = hook->micro_loss(mb, loss); replaced.defined()) loss = replaced;
     }
+    if (backward && sync_ && r0 + micro >= rows) sync_->arm();  // the step's last backward: sum as grads land
     if (backward) (loss / static_cast<double>(normaliser)).backward();
     total += loss.detach();
     count += keep.numel();
@@ -216,14 +231,22 @@ void Trainer::optimizer_update(double scheduled_lr) {
 
 StepStats Trainer::step(const Batch& batch) {
   const double t0 = now_seconds();
-  LT_CHECK(batch.target_tokens > 0, "train: step " << step_ + 1 << ": the batch has no target tokens");
+  // Data parallel: the loss is normalised by every rank's target tokens together, and gradients
+  // are summed, so N ranks compute what one process computes on their rows together.
+  const int64_t global_targets = dist_sum(batch.target_tokens);
+  LT_CHECK(global_targets > 0, "train: step " << step_ + 1 << ": the batch has no target tokens");
 #ifdef LUATUNE_HAS_CUDA
   if (model_->device().is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(model_->device().index());
 #endif
   model_->set_training(true);
   for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
   for (auto& hook : hooks_) hook->begin(true);
-  auto [loss_sum, count] = batch_loss(batch, true, batch.target_tokens);
+  auto [loss_sum, count] = batch_loss(batch, true, global_targets);
+  if (sync_) {
+    sync_->finish();
+    loss_sum = dist_sum(loss_sum);
+    count = dist_sum(count);
+  }
   model_->set_training(false);
   for (auto& hook : hooks_) hook->after_backward();
   StepStats s;
@@ -242,8 +265,8 @@ StepStats Trainer::step(const Batch& batch) {
     hook->after_step(step_);
     for (auto& kv : hook->stats(true)) s.extra.push_back(kv);
   }
-  s.tokens = batch.tokens;
-  s.target_tokens = batch.target_tokens;
+  s.tokens = dist_sum(batch.tokens);
+  s.target_tokens = global_targets;
   s.step_time = now_seconds() - t0;
   s.tokens_per_s = s.step_time > 0 ? static_cast<double>(s.tokens) / s.step_time : 0;
 #ifdef LUATUNE_HAS_CUDA
@@ -292,13 +315,14 @@ EvalStats Trainer::evaluate(const Dataset& data, int64_t batch_size, int64_t max
   double total = 0;
   int64_t count = 0, batches = 0;
   for (int64_t r0 = 0; r0 < data.size() && (max_batches <= 0 || batches < max_batches); r0 += batch_size, batches++) {
+    if (batches % dist_world_size() != dist_rank() % dist_world_size()) continue;  // data parallel: every N-th batch
     std::vector<int64_t> rows;
     for (int64_t r = r0; r < std::min(data.size(), r0 + batch_size); r++) rows.push_back(r);
     auto [sum, n] = batch_loss(data.batch(rows), false, 1);
     total += sum;
     count += n;
   }
-  return with_hook_stats(eval_stats(total, count));
+  return with_hook_stats(eval_stats(dist_sum(total), dist_sum(count)));
 }
 
 EvalStats Trainer::with_hook_stats(EvalStats e) {
@@ -315,6 +339,12 @@ EvalStats Trainer::with_hook_stats(EvalStats e) {
 std::string Trainer::save() {
   LT_CHECK(!options_.output_dir.empty(), "train: save needs output_dir");
   std::string root = options_.output_dir + "/checkpoints";
+  if (!dist_is_main()) {
+    // Data parallel: every rank holds the same state; rank 0 writes it, the others wait for it.
+    ensure_state();
+    dist_barrier();
+    return root + "/" + step_dir_name(step_);
+  }
   std::error_code ec;
   fs::create_directories(root, ec);
   LT_CHECK(fs::is_directory(root), root << ": cannot create the checkpoint directory (" << ec.message() << ")");
@@ -343,7 +373,8 @@ std::string Trainer::save() {
                {"schedule", options_.schedule},
                {"warmup", options_.warmup},
                {"steps", options_.steps},
-               {"parameters", params_.size()}};
+               {"parameters", params_.size()},
+               {"world_size", dist_world_size()}};
   file_write_atomic(tmp + "/trainer.json", meta.dump(2) + "\n");
   fs::remove_all(final_dir, ec);
   fs::rename(tmp, final_dir);
@@ -351,6 +382,7 @@ std::string Trainer::save() {
   auto all = list_checkpoints(root);
   for (size_t i = 0; options_.keep_last > 0 && i + options_.keep_last < all.size(); i++)
     fs::remove_all(all[i].second, ec);
+  dist_barrier();
   return final_dir;
 }
 
@@ -364,6 +396,15 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
   }
   LT_CHECK(file_exists(dir + "/trainer.json"), dir << ": not a luatune checkpoint (no trainer.json)");
   json meta = json::parse(file_read(dir + "/trainer.json"));
+  // The data order depends on the number of ranks: a run resumed on another count would not
+  // continue the one it resumes.
+  const int64_t saved_world = meta.value("world_size", int64_t{1});
+  if (saved_world != dist_world_size())
+    fail(dir + ": written by a run of " + std::to_string(saved_world) + " process" + (saved_world == 1 ? "" : "es") +
+             ", this run has " + std::to_string(dist_world_size()) +
+             "; resuming would change which rows each step trains on",
+         "resume with the same number of processes (runner --nproc / torchrun --nproc_per_node " +
+             std::to_string(saved_world) + "), or start a new output_dir");
   SafetensorsReader st(dir + "/state.safetensors");
   at::NoGradGuard no_grad;
   ensure_state();

@@ -18,6 +18,8 @@
 
 namespace luatune {
 
+class GradSync;  // host/dist/grad_sync.h
+
 class Dataset;
 
 // Extends a Trainer without touching its loop: extra trainable tensors with their own learning
@@ -145,6 +147,8 @@ class Trainer {
   std::vector<at::Tensor> master_, exp_avg_, exp_avg_sq_, momentum_;  // per parameter (undefined when unused)
   bool state_ready_ = false;
   int64_t step_ = 0;
+  // Data parallel (host/dist): the gradient all-reduce, set when the process is one of several.
+  std::shared_ptr<GradSync> sync_;
 };
 
 }  // namespace luatune

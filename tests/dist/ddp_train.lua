@@ -1,0 +1,45 @@
+-- tests/dist/ddp_train.lua: a few training steps on the tiny Llama, run as 1 process or as N ranks,
+-- writing (rank 0) every step's loss and the final trainable weights to out/, for
+-- tests/dist/test_ddp.sh to compare. die_rank/die_step make one rank exit abruptly (os.exit 9) or
+-- hang (hang=true) before that step, for the failure tests.
+local cfg = config {
+  base = "build/tmp/tiny-llama", data = "tests/fixtures/data/text_small.jsonl", out = "",
+  method = "full",          -- "full" or "lora"
+  size = 4,                 -- rows per rank per step
+  micro = 0,                -- micro_batch_size (0: whole batch)
+  checkpoint_layers = false,
+  steps = 3, lr = 1e-3,
+  die_rank = -1, die_step = 0, hang = false,
+}
+local tok = tokenizer.load(cfg.base)
+local model = models.load(cfg.base, { dtype = "float32" })
+if cfg.method == "lora" then
+  lora.apply(model, { r = 4, alpha = 8, dropout = 0, targets = "all-linear", seed = 1 })
+end
+local ds = data.jsonl(cfg.data, { tokenizer = tok, max_length = 48, pack = true, seed = 3 })
+local trainer = train.new(model, { lr = cfg.lr, schedule = "constant", steps = cfg.steps, micro_batch_size = cfg.micro,
+                                   checkpoint_layers = cfg.checkpoint_layers })
+local losses = {}
+for step, batch in ds:batches { size = cfg.size, steps = cfg.steps } do
+  if dist.rank() == cfg.die_rank and step == cfg.die_step then
+    io.stderr:write(string.format("ddp_train: rank %d %s at step %d on purpose\n", dist.rank(),
+                                  cfg.hang and "hangs" or "dies", step))
+    io.stderr:flush()
+    if cfg.hang then while true do os.execute("sleep 1") end end
+    os.exit(9)
+  end
+  local s = trainer:step(batch)
+  losses[#losses + 1] = s.loss
+  print(string.format("step %d loss %.9f tokens %d world %d", step, s.loss, s.target_tokens, dist.world_size()))
+end
+local e = trainer:evaluate(ds, { batch_size = 3 })
+print(string.format("eval loss %.9f", e.loss))
+if cfg.out ~= "" and dist.is_main() then
+  os.execute("mkdir -p " .. cfg.out)
+  local f = assert(io.open(cfg.out .. "/losses.txt", "w"))
+  for _, l in ipairs(losses) do f:write(string.format("%.9f\n", l)) end
+  f:write(string.format("eval %.9f\n", e.loss))
+  f:close()
+  local weights = cfg.method == "lora" and lora.parameters(model) or model:parameters()
+  torch.save(weights, cfg.out .. "/weights.pt")
+end
