@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -115,6 +116,44 @@ int process_cpu_count() {
   cpu_set_t set;
   int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
   return n > 0 ? n : 1;
+}
+
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_signals = 0;
+struct sigaction g_old_int {
+}, g_old_term{};
+
+void on_signal(int sig) {
+  if (!g_signals) g_signal = sig;
+  g_signals = g_signals + 1;
+}
+
+}  // namespace
+
+InterruptCounter::InterruptCounter() {
+  g_signal = 0;
+  g_signals = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &g_old_int);
+  sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+InterruptCounter::~InterruptCounter() {
+  g_signal = 0;
+  g_signals = 0;
+  sigaction(SIGINT, &g_old_int, nullptr);
+  sigaction(SIGTERM, &g_old_term, nullptr);
+}
+
+int InterruptCounter::count() { return g_signals; }
+int InterruptCounter::first_signal() { return g_signal; }
+
+double process_now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace luatune

@@ -34,4 +34,19 @@ std::string process_signal_name(int sig);
 // CPUs this process may run on (its affinity mask), at least 1.
 int process_cpu_count();
 
+// While alive, SIGINT and SIGTERM only count (the loops that wait on children poll the count and
+// forward or stop); the previous handlers come back after. One at a time.
+class InterruptCounter {
+ public:
+  InterruptCounter();
+  ~InterruptCounter();
+  InterruptCounter(const InterruptCounter&) = delete;
+  InterruptCounter& operator=(const InterruptCounter&) = delete;
+  static int count();         // signals received so far (0 when none is alive)
+  static int first_signal();  // the first one (SIGINT or SIGTERM), 0 before any
+};
+
+// Seconds on a monotonic clock, for timing children.
+double process_now_seconds();
+
 }  // namespace luatune

@@ -31,39 +31,6 @@ namespace luatune {
 
 namespace {
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// ============================================================================================
-// Signals: the handler only counts; the wait loop below forwards them (it polls every 100 ms).
-
-volatile std::sig_atomic_t g_signal = 0;
-volatile std::sig_atomic_t g_signals = 0;
-
-void on_signal(int sig) {
-  if (!g_signals) g_signal = sig;
-  g_signals = g_signals + 1;
-}
-
-struct SignalGuard {
-  struct sigaction old_int {
-  }, old_term{};
-  SignalGuard() {
-    g_signal = 0;
-    g_signals = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-  }
-  ~SignalGuard() {
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
-  }
-};
-
 // ============================================================================================
 // Output: one pipe per rank and stream, cut into lines
 
@@ -162,7 +129,7 @@ int dist_launch_local(const LaunchOptions& o) {
   if (!std::getenv("OMP_NUM_THREADS"))  // each rank its share of the cores, as torchrun's would be 1
     shared.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, process_cpu_count() / o.nproc)));
 
-  SignalGuard signals;
+  InterruptCounter signals;
   std::vector<Rank> ranks(static_cast<size_t>(o.nproc));
   // Should the launcher itself fail (fork refused for rank 3), the ranks started must not outlive it.
   struct KillOnError {
@@ -253,26 +220,26 @@ int dist_launch_local(const LaunchOptions& o) {
         say("rank " + std::to_string(r.index) + " " + describe_exit(status) + "; stopping the other ranks");
         stop_all(SIGTERM);
         stopping = true;
-        stop_sent = now_seconds();
+        stop_sent = process_now_seconds();
       }
     }
     if (!any_running) break;
 
-    if (g_signals > signals_seen) {
+    if (signals.count() > signals_seen) {
       if (signals_seen == 0 && !stopping) {
-        say(std::string("interrupted by ") + (g_signal == SIGTERM ? "SIGTERM" : "Ctrl-C") +
+        say(std::string("interrupted by ") + (signals.first_signal() == SIGTERM ? "SIGTERM" : "Ctrl-C") +
             "; stopping the ranks (again to kill them now)");
-        stop_all(g_signal);
+        stop_all(signals.first_signal());
         stopping = true;
-        stop_sent = now_seconds();
+        stop_sent = process_now_seconds();
         result = 130;
       } else if (!killed) {
         stop_all(SIGKILL);
         killed = true;
       }
-      signals_seen = g_signals;
+      signals_seen = signals.count();
     }
-    if (stopping && !killed && now_seconds() - stop_sent > o.kill_grace_s) {
+    if (stopping && !killed && process_now_seconds() - stop_sent > o.kill_grace_s) {
       int left = 0;
       for (auto& r : ranks) left += r.running ? 1 : 0;
       char grace[32];

@@ -30,40 +30,6 @@ namespace luatune {
 
 namespace {
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// ============================================================================================
-// Signals: while a sweep runs, Ctrl-C and SIGTERM only set a flag the scheduling loop reads (the
-// trials are in their own process groups, so a terminal's Ctrl-C reaches the sweep alone).
-
-volatile std::sig_atomic_t g_signal = 0;
-volatile std::sig_atomic_t g_signals = 0;
-
-void on_signal(int sig) {
-  if (!g_signals) g_signal = sig;
-  g_signals = g_signals + 1;
-}
-
-struct SignalGuard {
-  struct sigaction old_int {
-  }, old_term{};
-  SignalGuard() {
-    g_signal = 0;
-    g_signals = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-  }
-  ~SignalGuard() {
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
-  }
-};
-
 // ============================================================================================
 // Child processes
 
@@ -130,11 +96,11 @@ void validate_first(const std::string& exe, const SweepSpec& spec, const std::st
   pid_t pid = spawn(exe, sweep_trial_args(spec, "validate", recipe_path, plan), process_env({}), log);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    if (g_signals) kill(-pid, SIGTERM);
+    if (InterruptCounter::count()) kill(-pid, SIGTERM);
   }
   int code = process_exit_code(status);
   if (code == 0) return;
-  if (g_signals) return;  // interrupted: the caller stops
+  if (InterruptCounter::count()) return;  // interrupted: the caller stops
   std::string err = sweep_log_error(log_tail(log));
   fail_usage("sweep.run: recipe " + spec.recipe + " refuses " + plan.name +
                  "'s settings (runner validate, exit " + std::to_string(code) + "):\n" + err,
@@ -188,10 +154,10 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
   std::fflush(stdout);
 
   SweepOutcome out;
-  SignalGuard signals;
+  InterruptCounter signals;
   if (!pending.empty()) validate_first(exe, spec, recipe_path, pending.front());
   // Only a sweep whose settings the recipe accepts is recorded: fixing a typo is not "another sweep".
-  if (!g_signals) file_write_atomic(spec.output_dir + "/sweep.json", sweep_json(spec, plan));
+  if (!signals.count()) file_write_atomic(spec.output_dir + "/sweep.json", sweep_json(spec, plan));
 
   // Environment every trial shares: threads split between parallel trials, W&B grouping, env{}.
   std::vector<std::pair<std::string, std::string>> shared_env;
@@ -225,9 +191,9 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
     }
   } kill_on_error{running};
 
-  while ((g_signals == 0 && next < pending.size()) || !running.empty()) {
+  while ((signals.count() == 0 && next < pending.size()) || !running.empty()) {
     // Start trials while there is room.
-    while (!stopping && g_signals == 0 && next < pending.size() &&
+    while (!stopping && signals.count() == 0 && next < pending.size() &&
            static_cast<int>(running.size()) < spec.parallel) {
       Running r;
       r.plan = pending[next++];
@@ -243,7 +209,7 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
         env.emplace_back("CUDA_VISIBLE_DEVICES", r.device);
       }
       if (!spec.wandb_project.empty()) env.emplace_back("WANDB_NAME", spec.name + "-" + r.plan.name);
-      r.start = now_seconds();
+      r.start = process_now_seconds();
       r.pid = spawn(exe, sweep_trial_args(spec, "run", recipe_path, r.plan), process_env(env),
                     r.dir + "/trial.log");
       std::printf("%s: started (%s)\n", label(r.plan).c_str(), r.dir.c_str());
@@ -272,7 +238,7 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
       t.name = r.plan.name;
       t.dir = r.dir;
       t.values = r.plan.values;
-      t.seconds = now_seconds() - r.start;
+      t.seconds = process_now_seconds() - r.start;
       t.metrics = sweep_read_metrics(r.dir);
       sweep_classify(t, spec.metric, code, r.timed_out, log_tail(r.dir + "/trial.log"));
       append_line(trials_path, sweep_trial_json(t));
@@ -290,11 +256,11 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
     }
 
     // Timeouts, interrupts, and the grace period after SIGTERM.
-    double now = now_seconds();
-    if (g_signals > stop_signals) {
+    double now = process_now_seconds();
+    if (signals.count() > stop_signals) {
       if (!stopping && !running.empty())
         std::printf("sweep %s: interrupted by %s; stopping %zu running trial(s) (again to kill them now)\n",
-                    spec.name.c_str(), g_signal == SIGTERM ? "SIGTERM" : "Ctrl-C", running.size());
+                    spec.name.c_str(), signals.first_signal() == SIGTERM ? "SIGTERM" : "Ctrl-C", running.size());
       std::fflush(stdout);
       for (auto& r : running) {
         if (stop_signals == 0) {
@@ -306,7 +272,7 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
         }
       }
       stopping = true;
-      stop_signals = g_signals;
+      stop_signals = signals.count();
     }
     for (auto& r : running) {
       if (spec.timeout > 0 && r.term_sent < 0 && now - r.start > spec.timeout) {
@@ -337,9 +303,9 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
   std::string md = sweep_results_markdown(info, out.trials);
   file_write_atomic(spec.output_dir + "/results.md", md);
   std::printf("\n%s\nwrote %s/results.md\n", md.c_str(), spec.output_dir.c_str());
-  if (g_signals) {
+  if (signals.count()) {
     out.interrupted = true;
-    out.signal = g_signal;
+    out.signal = signals.first_signal();
   }
   std::fflush(stdout);
   return out;
