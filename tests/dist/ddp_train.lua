@@ -30,7 +30,8 @@ for step, batch in ds:batches { size = cfg.size, steps = cfg.steps } do
   end
   local s = trainer:step(batch)
   losses[#losses + 1] = s.loss
-  print(string.format("step %d loss %.9f tokens %d world %d", step, s.loss, s.target_tokens, dist.world_size()))
+  print(string.format("step %d loss %.9f tokens %d world %d tokens/s %.1f", step, s.loss, s.target_tokens,
+                      dist.world_size(), s.tokens_per_s))
 end
 local e = trainer:evaluate(ds, { batch_size = 3 })
 print(string.format("eval loss %.9f", e.loss))
