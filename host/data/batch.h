@@ -17,8 +17,14 @@ struct Batch {
                          // document when it is trained on), else kIgnoreTarget
   at::Tensor positions;  // (B, T) int64 RoPE positions, restarting at 0 for every document
   at::Tensor segments;   // (B, T) int64 document index within the row; padding has its own index
+  at::Tensor lengths;    // (B) int64 tokens of each row before its padding (undefined: unknown)
   int64_t target_tokens = 0;  // number of targets != kIgnoreTarget (the loss is normalised by it)
   int64_t tokens = 0;         // number of non-padding tokens (for tokens/s)
+  // Preference batches (host/data/preference.h): rows 2i and 2i+1 are pair i's chosen and
+  // rejected sequences; pair_ids (pairs) int64 names each pair by its record (line) in the source,
+  // which keys cached reference log-probabilities. pairs = 0: not a preference batch.
+  int64_t pairs = 0;
+  at::Tensor pair_ids;
 };
 
 }  // namespace luatune

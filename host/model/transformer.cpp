@@ -16,7 +16,7 @@
 namespace luatune {
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
-  if (adapter) return adapter->forward(*this, x);
+  if (adapter && adapter->enabled) return adapter->forward(*this, x);
   return base_forward(x);
 }
 
@@ -314,6 +314,11 @@ std::vector<std::pair<std::string, at::Tensor*>> Model::trainable_parameters() {
 void Model::set_training(bool training) {
   for (const ParamSlot& s : model_slots(*this))
     if (s.linear && s.linear->adapter) s.linear->adapter->training = training;
+}
+
+void Model::set_adapters_enabled(bool enabled) {
+  for (const ParamSlot& s : model_slots(*this))
+    if (s.linear && s.linear->adapter) s.linear->adapter->enabled = enabled;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::state() const {

@@ -28,6 +28,7 @@ class LinearAdapter {
   // checkpointed and synchronised like any parameter.
   virtual std::vector<std::pair<std::string, at::Tensor*>> parameters() = 0;
   bool training = false;  // dropout and the like apply only while training (Model::set_training)
+  bool enabled = true;    // false: the Linear computes its base output (Model::set_adapters_enabled)
 };
 
 struct Linear {
@@ -137,6 +138,9 @@ class Model {
   // What an optimizer updates: base weights with requires_grad, then every adapter weight.
   std::vector<std::pair<std::string, at::Tensor*>> trainable_parameters();
   void set_training(bool training);  // forwarded to every adapter
+  // Turns every adapter off (the base model's outputs, e.g. DPO's reference without a second copy)
+  // or back on; adapter weights are kept either way.
+  void set_adapters_enabled(bool enabled);
   // The same, as tensors sharing storage with the weights (for saving and counting).
   std::vector<std::pair<std::string, at::Tensor>> state() const;
   ParamCounts count_parameters() const;
