@@ -7,6 +7,7 @@
 
 #include "bindings/batch_class.h"
 #include "bindings/dataset_class.h"
+#include "bindings/preference_class.h"
 #include "bindings/tensor_class.h"
 #include "bindings/tokenizer_class.h"
 #include "host/core/error.h"
@@ -17,6 +18,7 @@ namespace luatune {
 namespace {
 
 using DatasetPtr = std::shared_ptr<Dataset>;
+using PreferencePtr = std::shared_ptr<PreferenceDataset>;
 using json = nlohmann::json;
 
 std::string dataset_describe(const DatasetPtr& ds) {
@@ -24,6 +26,10 @@ std::string dataset_describe(const DatasetPtr& ds) {
          ", format=" + data_format_name(ds->format()) +
          ", max_length=" + std::to_string(ds->options().max_length) +
          (ds->options().pack ? ", packed)" : ")");
+}
+
+std::string preference_describe(const PreferencePtr& ds) {
+  return "PreferenceSet(pairs=" + std::to_string(ds->size()) + ", max_length=" + std::to_string(ds->options().max_length) + ")";
 }
 
 std::string batch_describe(const Batch& b) {
@@ -155,11 +161,27 @@ int l_data_from_records(lua_State* L) {
   return 1;
 }
 
+// data.preferences(path, {tokenizer=, max_length=2048, chat=, chat_format=, seed=, skip_bad=,
+// max_records=}) -> PreferenceSet of {prompt, chosen, rejected} or chat-style records
+int l_data_preferences(lua_State* L) {
+  std::string path = luaL_checkstring(L, 1);
+  DataOptions o;
+  auto tok = check_data_options(L, 2, &o);
+  lt_push(L, PreferenceDataset::from_jsonl(path, *tok, o));
+  return 1;
+}
+
 // ============================================================================================
 // Dataset methods
 
-// ds:split(fraction) -> train, validation (by record, seeded, before packing)
+// ds:split(fraction) -> train, validation (by record, seeded, before packing); a PreferenceSet by pair
 int l_data_split(lua_State* L) {
+  if (auto* pds = lt_test<PreferencePtr>(L, 1)) {
+    auto [train, held] = (*pds)->split(luaL_checknumber(L, 2));
+    lt_push(L, train);
+    lt_push(L, held);
+    return 2;
+  }
   DatasetPtr& ds = lt_check<DatasetPtr>(L, 1);
   auto [train, val] = ds->split(luaL_checknumber(L, 2));
   lt_push(L, train);
@@ -168,7 +190,50 @@ int l_data_split(lua_State* L) {
 }
 
 int l_data_size(lua_State* L) {
+  if (auto* pds = lt_test<PreferencePtr>(L, 1)) {
+    lua_pushinteger(L, static_cast<lua_Integer>((*pds)->size()));
+    return 1;
+  }
   lua_pushinteger(L, static_cast<lua_Integer>(lt_check<DatasetPtr>(L, 1)->size()));
+  return 1;
+}
+
+// pref:stats() -> {pairs, skipped_bad, dropped_empty, truncated, tokens, target_tokens}
+int l_data_preference_stats(lua_State* L) {
+  PreferenceStats s = lt_check<PreferencePtr>(L, 1)->stats();
+  lua_createtable(L, 0, 6);
+  for (const auto& [key, v] : {std::pair<const char*, int64_t>{"pairs", s.pairs},
+                               {"skipped_bad", s.skipped_bad},
+                               {"dropped_empty", s.dropped_empty},
+                               {"truncated", s.truncated},
+                               {"tokens", s.tokens},
+                               {"target_tokens", s.target_tokens}}) {
+    lua_pushinteger(L, static_cast<lua_Integer>(v));
+    lua_setfield(L, -2, key);
+  }
+  return 1;
+}
+
+// pref:pair(i) -> {line=, chosen={ids=, mask=}, rejected={ids=, mask=}} (i from 1 to #pref)
+int l_data_preference_pair(lua_State* L) {
+  PreferencePtr& ds = lt_check<PreferencePtr>(L, 1);
+  int64_t i = lt_check_int(L, 2);
+  if (i < 1 || i > ds->size()) {
+    std::string msg = "pair " + std::to_string(i) + " out of range (1 to " + std::to_string(ds->size()) + ")";
+    luaL_argerror(L, 2, msg.c_str());
+  }
+  lua_createtable(L, 0, 3);
+  lua_pushinteger(L, static_cast<lua_Integer>(ds->origin(i - 1)));
+  lua_setfield(L, -2, "line");
+  for (int side = 0; side < 2; side++) {
+    Document d = ds->document(i - 1, side);
+    lua_createtable(L, 0, 2);
+    push_int_list(L, std::vector<int64_t>(d.ids.begin(), d.ids.end()));
+    lua_setfield(L, -2, "ids");
+    push_int_list(L, std::vector<int64_t>(d.mask.begin(), d.mask.end()));
+    lua_setfield(L, -2, "mask");
+    lua_setfield(L, -2, side == 0 ? "chosen" : "rejected");
+  }
   return 1;
 }
 
@@ -213,7 +278,6 @@ int l_data_row(lua_State* L) {
 // The iterator ds:batches returns. Upvalues: dataset, size, last step, step done so far, shuffle,
 // cycle. It runs behind the exception bridge like every other binding.
 int batches_next(lua_State* L) {
-  DatasetPtr& ds = lt_check<DatasetPtr>(L, lua_upvalueindex(1));
   int64_t size = static_cast<int64_t>(lua_tonumber(L, lua_upvalueindex(2)));
   int64_t steps = static_cast<int64_t>(lua_tonumber(L, lua_upvalueindex(3)));
   int64_t step = static_cast<int64_t>(lua_tonumber(L, lua_upvalueindex(4))) + 1;
@@ -221,8 +285,16 @@ int batches_next(lua_State* L) {
   bool shuffle = lua_toboolean(L, lua_upvalueindex(5));
   bool cycle = lua_toboolean(L, lua_upvalueindex(6));
   // Data parallel (host/dist): each rank takes its slice of a batch N times as large.
-  std::vector<int64_t> rows = ds->shard_rows(step, size, shuffle, cycle, dist_rank(), dist_world_size());
-  Batch b = rows.empty() ? ds->empty_batch() : ds->batch(rows);
+  // A preference set's batches take `size` pairs (2 * size rows).
+  Batch b;
+  if (auto* pds = lt_test<PreferencePtr>(L, lua_upvalueindex(1))) {
+    std::vector<int64_t> pairs = (*pds)->shard_pairs(step, size, shuffle, cycle, dist_rank(), dist_world_size());
+    b = pairs.empty() ? (*pds)->empty_batch() : (*pds)->batch(pairs);
+  } else {
+    DatasetPtr& ds = lt_check<DatasetPtr>(L, lua_upvalueindex(1));
+    std::vector<int64_t> rows = ds->shard_rows(step, size, shuffle, cycle, dist_rank(), dist_world_size());
+    b = rows.empty() ? ds->empty_batch() : ds->batch(rows);
+  }
   lua_pushnumber(L, static_cast<lua_Number>(step));
   lua_replace(L, lua_upvalueindex(4));
   lua_pushinteger(L, static_cast<lua_Integer>(step));
@@ -238,14 +310,15 @@ int batches_next_protected(lua_State* L) {
 // Without steps: one pass over the rows (the last batch may be short); with steps the epochs cycle,
 // epoch e shuffled with seed + e, so start=K resumes exactly where a run stopped after step K.
 int l_data_batches(lua_State* L) {
-  DatasetPtr& ds = lt_check<DatasetPtr>(L, 1);
+  auto* pds = lt_test<PreferencePtr>(L, 1);
+  const int64_t items = pds ? (*pds)->size() : lt_check<DatasetPtr>(L, 1)->size();  // rows, or pairs
   lt_check_options(L, 2, {"size", "steps", "start", "shuffle"});
   if (!lt_has_field(L, 2, "size")) luaL_argerror(L, 2, "option 'size' (rows per batch) is required");
   int64_t size = opt_int(L, 2, "size", 1);
   if (size < 1) luaL_argerror(L, 2, "option 'size' must be at least 1");
   bool cycle = lt_has_field(L, 2, "steps");
   const int64_t global = size * dist_world_size();  // rows a step takes over all ranks
-  int64_t steps = cycle ? opt_int(L, 2, "steps", 0) : (ds->size() + global - 1) / global;
+  int64_t steps = cycle ? opt_int(L, 2, "steps", 0) : (items + global - 1) / global;
   int64_t start = opt_int(L, 2, "start", 0);
   if (start < 0) luaL_argerror(L, 2, "option 'start' must be >= 0 (the last step already done)");
   lua_pushvalue(L, 1);
@@ -292,7 +365,13 @@ const luaL_Reg data_funcs[] = {
     {"jsonl", l_data_jsonl}, {"from_records", l_data_from_records},
     {"split", l_data_split}, {"batches", l_data_batches},
     {"stats", l_data_stats}, {"size", l_data_size},
-    {"row", l_data_row},     {nullptr, nullptr},
+    {"row", l_data_row},     {"preferences", l_data_preferences},
+    {nullptr, nullptr},
+};
+
+const luaL_Reg preference_methods[] = {
+    {"split", l_data_split}, {"batches", l_data_batches}, {"stats", l_data_preference_stats},
+    {"size", l_data_size},   {"pair", l_data_preference_pair}, {nullptr, nullptr},
 };
 
 const luaL_Reg dataset_metamethods[] = {
@@ -316,6 +395,8 @@ const luaL_Reg batch_methods[] = {
 extern "C" int luaopen_data(lua_State* L) {
   using namespace luatune;
   lt_register_class<DatasetPtr, dataset_describe>(L, data_funcs, dataset_metamethods);
+  lua_pop(L, 1);
+  lt_register_class<PreferencePtr, preference_describe>(L, preference_methods, dataset_metamethods);
   lua_pop(L, 1);
   lt_register_class<Batch, batch_describe>(L, batch_methods);
   lua_pop(L, 1);

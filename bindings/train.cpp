@@ -8,18 +8,25 @@
 #include "bindings/hook_class.h"
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
+#include "bindings/preference_class.h"
 #include "bindings/tensor_class.h"
 #include "host/core/error.h"
 #include "host/core/tensor_ops.h"
+#include "host/train/preference.h"
 #include "host/train/trainer.h"
 
 namespace luatune {
 
 using TrainerPtr = std::shared_ptr<Trainer>;
+using PreferenceLossPtr = std::shared_ptr<PreferenceLoss>;
 
 template <>
 struct LuaClass<TrainerPtr> {
   static constexpr const char* name = "Trainer";
+};
+template <>
+struct LuaClass<PreferenceLossPtr> {
+  static constexpr const char* name = "PreferenceLoss";
 };
 
 namespace {
@@ -102,7 +109,7 @@ int l_train_new(lua_State* L) {
         lua_rawgeti(L, list, static_cast<int>(i));
         auto h = lt_test_hook(L, lua_gettop(L));
         LT_CHECK(h != nullptr, "train.new: hooks[" << i << "] is a " << luaL_typename(L, -1)
-                                                   << ", expected a pruner or distiller (prune.sheared, distill.new)");
+                                                   << ", expected a pruner, distiller or preference loss (prune.sheared, distill.new, train.preference)");
         hooks.push_back(h);
         lua_pop(L, 1);
       }
@@ -161,23 +168,29 @@ int l_train_step(lua_State* L) {
   return 1;
 }
 
-// trainer:evaluate(data [, {batch_size=8, max_batches=0}]) -> {loss, perplexity, tokens}; data is a
-// Dataset (rows in order) or a list of Batch
+void push_eval(lua_State* L, const EvalStats& e) {
+  lua_createtable(L, 0, 3);
+  lt_set_number(L, "loss", e.loss);
+  if (e.perplexity > 0) lt_set_number(L, "perplexity", e.perplexity);
+  lt_set_number(L, "tokens", static_cast<double>(e.target_tokens));
+  push_extra(L, e.extra);
+}
+
+// trainer:evaluate(data [, {batch_size=8, max_batches=0}]) -> {loss, perplexity, tokens, <hook stats>};
+// data is a Dataset (rows in order), a PreferenceSet (batch_size pairs at a time) or a list of Batch.
+// perplexity only when the loss is per token.
 int l_train_evaluate(lua_State* L) {
   Trainer& t = *lt_check<TrainerPtr>(L, 1);
-  if (auto* ds = lt_test<std::shared_ptr<Dataset>>(L, 2)) {
+  auto* ds = lt_test<std::shared_ptr<Dataset>>(L, 2);
+  auto* pds = lt_test<std::shared_ptr<PreferenceDataset>>(L, 2);
+  if (ds || pds) {
     int64_t batch_size = 8, max_batches = 0;
     if (!lua_isnoneornil(L, 3)) {
       lt_check_options(L, 3, {"batch_size", "max_batches"});
       batch_size = static_cast<int64_t>(lt_opt_number(L, 3, "batch_size", 8));
       max_batches = static_cast<int64_t>(lt_opt_number(L, 3, "max_batches", 0));
     }
-    EvalStats e = t.evaluate(**ds, batch_size, max_batches);
-    lua_createtable(L, 0, 3);
-    lt_set_number(L, "loss", e.loss);
-    lt_set_number(L, "perplexity", e.perplexity);
-    lt_set_number(L, "tokens", static_cast<double>(e.target_tokens));
-    push_extra(L, e.extra);
+    push_eval(L, ds ? t.evaluate(**ds, batch_size, max_batches) : t.evaluate(**pds, batch_size, max_batches));
     return 1;
   }
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -188,12 +201,90 @@ int l_train_evaluate(lua_State* L) {
     batches.push_back(lt_check<Batch>(L, lua_gettop(L)));
     lua_pop(L, 1);
   }
-  EvalStats e = t.evaluate(batches);
-  lua_createtable(L, 0, 3);
-  lt_set_number(L, "loss", e.loss);
-  lt_set_number(L, "perplexity", e.perplexity);
-  lt_set_number(L, "tokens", static_cast<double>(e.target_tokens));
-  push_extra(L, e.extra);
+  push_eval(L, t.evaluate(batches));
+  return 1;
+}
+
+// ============================================================================================
+// Preference optimisation (host/train/preference.h)
+
+std::string describe_preference(const PreferenceLossPtr& p) {
+  const PreferenceOptions& o = p->options();
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "PreferenceLoss(%s, beta %g, label_smoothing %g)", o.loss.c_str(), o.beta,
+                o.label_smoothing);
+  return buf;
+}
+
+std::shared_ptr<TrainerHook> preference_hook(lua_State* L, int idx) {
+  PreferenceLossPtr* p = lt_test<PreferenceLossPtr>(L, idx);
+  return p ? *p : nullptr;
+}
+
+// train.preference(model, {loss="sigmoid"|"ipo"|"hinge"|"orpo", beta=0.1, label_smoothing=0,
+//   chunk=1024, reference=Model | "adapters_off" | "cache.safetensors"}) -> a hook for train.new
+int l_train_preference(lua_State* L) {
+  auto model = lt_check<std::shared_ptr<Model>>(L, 1);
+  PreferenceOptions o;
+  std::shared_ptr<Model> reference;
+  std::string cache_path;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lt_check_options(L, 2, {"loss", "beta", "label_smoothing", "chunk", "reference"});
+    o.loss = lt_opt_string(L, 2, "loss", o.loss);
+    o.beta = lt_opt_number(L, 2, "beta", o.beta);
+    o.label_smoothing = lt_opt_number(L, 2, "label_smoothing", o.label_smoothing);
+    o.chunk = static_cast<int64_t>(lt_opt_number(L, 2, "chunk", static_cast<double>(o.chunk)));
+    lua_getfield(L, 2, "reference");
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      std::string r = lua_tostring(L, -1);
+      if (r == "adapters_off") reference = model;
+      else cache_path = r;
+    } else if (!lua_isnil(L, -1)) {
+      auto* m = lt_test<std::shared_ptr<Model>>(L, -1);
+      LT_CHECK(m != nullptr, "train.preference: reference must be a Model, \"adapters_off\" or a cache file path "
+                             "(train.reference_logprobs), got a " << luaL_typename(L, -1));
+      reference = *m;
+    }
+    lua_pop(L, 1);
+  }
+  if (o.loss != "orpo" && !reference && cache_path.empty())
+    fail("train.preference: loss \"" + o.loss + "\" needs a reference",
+         "reference = a frozen Model, \"adapters_off\" (LoRA/QLoRA), or a cache from train.reference_logprobs");
+  auto hook = std::make_shared<PreferenceLoss>(model, reference, o);
+  if (!cache_path.empty()) hook->set_reference_cache(reference_cache_load(cache_path), cache_path);
+  lt_push<PreferenceLossPtr>(L, hook);
+  return 1;
+}
+
+// train.reference_logprobs(model, pairs | {pairs, ...}, {path=, adapters_off=false, batch_size=4,
+// chunk=1024}) -> pairs cached: the model's summed log-probs of every pair's responses, keyed by the
+// pair's content, written to `path` (one file for a train and a held-out set).
+int l_train_reference_logprobs(lua_State* L) {
+  auto model = lt_check<std::shared_ptr<Model>>(L, 1);
+  std::vector<std::shared_ptr<PreferenceDataset>> sets;
+  if (auto* one = lt_test<std::shared_ptr<PreferenceDataset>>(L, 2)) {
+    sets.push_back(*one);
+  } else {
+    LT_CHECK(lua_istable(L, 2) && lt_is_list(L, 2),
+             "train.reference_logprobs: argument 2 must be a PreferenceSet (data.preferences) or a list of them");
+    for (size_t i = 1; i <= lua_objlen(L, 2); i++) {
+      lua_rawgeti(L, 2, static_cast<int>(i));
+      sets.push_back(lt_check<std::shared_ptr<PreferenceDataset>>(L, lua_gettop(L)));
+      lua_pop(L, 1);
+    }
+  }
+  luaL_checktype(L, 3, LUA_TTABLE);
+  lt_check_options(L, 3, {"path", "adapters_off", "batch_size", "chunk"});
+  std::string path = lt_opt_string(L, 3, "path", "");
+  LT_CHECK(!path.empty(), "train.reference_logprobs: option 'path' (the cache file to write) is required");
+  ReferenceCache cache;
+  for (const auto& set : sets)
+    cache = reference_logprobs(*model, lt_opt_bool(L, 3, "adapters_off", false), *set,
+                               static_cast<int64_t>(lt_opt_number(L, 3, "batch_size", 4)),
+                               static_cast<int64_t>(lt_opt_number(L, 3, "chunk", 1024)), std::move(cache));
+  reference_cache_save(cache, path);
+  lua_pushinteger(L, static_cast<lua_Integer>(cache.size()));
   return 1;
 }
 
@@ -228,7 +319,12 @@ const luaL_Reg trainer_methods[] = {{"step", l_train_step},   {"evaluate", l_tra
                                     {"save", l_train_save},   {"resume", l_train_resume},
                                     {"step_count", l_train_step_count}, {"lr", l_train_lr},
                                     {nullptr, nullptr}};
-const luaL_Reg train_funcs[] = {{"new", l_train_new}, {"batch", l_train_batch}, {nullptr, nullptr}};
+const luaL_Reg train_funcs[] = {{"new", l_train_new},
+                                {"batch", l_train_batch},
+                                {"preference", l_train_preference},
+                                {"reference_logprobs", l_train_reference_logprobs},
+                                {nullptr, nullptr}};
+const luaL_Reg preference_methods[] = {{nullptr, nullptr}};
 
 }  // namespace
 
@@ -238,6 +334,9 @@ extern "C" int luaopen_train(lua_State* L) {
   using namespace luatune;
   lt_register_class<TrainerPtr, describe_trainer>(L, trainer_methods);
   lua_pop(L, 1);
+  lt_register_class<PreferenceLossPtr, describe_preference>(L, preference_methods);
+  lua_pop(L, 1);
+  lt_register_hook_getter(preference_hook);
   lt_new_module(L, train_funcs);
   return 1;
 }

@@ -52,10 +52,7 @@ std::vector<int64_t> data_permutation(int64_t n, uint64_t seed) {
 // ============================================================================================
 // Loading
 
-namespace {
-
-// Whether records of `format` are rendered through a chat format, and which one.
-std::optional<ChatFormat> resolve_chat(DataFormat format, const DataOptions& o, const Tokenizer& tok) {
+std::optional<ChatFormat> data_resolve_chat(DataFormat format, const DataOptions& o, const Tokenizer& tok) {
   if (format == DataFormat::text) return std::nullopt;
   bool want =
       format == DataFormat::chat || o.chat.value_or(!o.chat_format.empty() || !tok.chat_template().empty());
@@ -83,8 +80,6 @@ std::optional<ChatFormat> resolve_chat(DataFormat format, const DataOptions& o, 
   }
 }
 
-}  // namespace
-
 std::shared_ptr<Dataset> Dataset::build(const RecordReader& next, const Tokenizer& tok,
                                         const DataOptions& o) {
   LT_CHECK(o.max_length >= 2, "data: max_length must be at least 2, got " << o.max_length);
@@ -95,7 +90,7 @@ std::shared_ptr<Dataset> Dataset::build(const RecordReader& next, const Tokenize
   eo.add_eos = o.add_eos;
   auto configure = [&](DataFormat f) {
     eo.format = f;
-    eo.chat = resolve_chat(f, o, tok);
+    eo.chat = data_resolve_chat(f, o, tok);
     bool appends_eos = !eo.chat && f != DataFormat::chat;
     if (o.add_eos && appends_eos && tok.special().eos.empty())
       fail_usage("data: " + tok.source_dir() +
@@ -147,6 +142,37 @@ std::shared_ptr<Dataset> Dataset::build(const RecordReader& next, const Tokenize
   resolved.format = format.value_or(DataFormat::text);
   resolved.chat = eo.chat;
   resolved.pad_id = tok.special().pad >= 0 ? tok.special().pad : 0;
+  return std::shared_ptr<Dataset>(new Dataset(std::move(store), std::move(docs), o, resolved));
+}
+
+std::shared_ptr<Dataset> Dataset::from_documents(std::vector<Document> documents, const std::vector<int64_t>& origins,
+                                                 const DataOptions& options, std::optional<ChatFormat> chat,
+                                                 int64_t pad_id) {
+  LT_CHECK(origins.size() == documents.size(), "data: from_documents: one origin per document");
+  LT_CHECK(options.max_length >= 2, "data: max_length must be at least 2, got " << options.max_length);
+  auto store = std::make_shared<TokenStore>();
+  for (size_t d = 0; d < documents.size(); d++) {
+    Document& doc = documents[d];
+    LT_CHECK(doc.ids.size() == doc.mask.size(), "data: from_documents: document " << d << " has "
+                                                    << doc.ids.size() << " ids and " << doc.mask.size() << " mask entries");
+    bool truncated = static_cast<int64_t>(doc.ids.size()) > options.max_length;
+    if (truncated) doc.ids.resize(options.max_length);
+    for (size_t i = 0; i < doc.ids.size(); i++) {
+      LT_ASSERT(doc.ids[i] >= 0, "negative token id " << doc.ids[i]);
+      store->tokens.push_back(static_cast<uint32_t>(doc.ids[i]) | (doc.mask[i] ? TokenStore::kTargetBit : 0));
+    }
+    store->starts.push_back(static_cast<int64_t>(store->tokens.size()));
+    store->truncated.push_back(truncated);
+    store->origins.push_back(origins[d]);
+  }
+  std::vector<int64_t> docs(store->documents());
+  for (size_t i = 0; i < docs.size(); i++) docs[i] = static_cast<int64_t>(i);
+  DataOptions o = options;
+  o.pack = false;
+  Resolved resolved;
+  resolved.format = DataFormat::chat;
+  resolved.chat = chat;
+  resolved.pad_id = pad_id;
   return std::shared_ptr<Dataset>(new Dataset(std::move(store), std::move(docs), o, resolved));
 }
 
@@ -361,9 +387,12 @@ Batch Dataset::batch(const std::vector<int64_t>& rows) const {
   b.segments = at::empty({B, T}, at::kLong);
   int64_t *ids = b.ids.data_ptr<int64_t>(), *targets = b.targets.data_ptr<int64_t>();
   int64_t *positions = b.positions.data_ptr<int64_t>(), *segments = b.segments.data_ptr<int64_t>();
+  b.lengths = at::empty({B}, at::kLong);
+  int64_t* lengths = b.lengths.data_ptr<int64_t>();
   for (int64_t i = 0; i < B; i++) {
     int64_t o = i * T;
-    b.tokens += write_row(rows[i], T, ids + o, targets + o, positions + o, segments + o);
+    lengths[i] = write_row(rows[i], T, ids + o, targets + o, positions + o, segments + o);
+    b.tokens += lengths[i];
   }
   for (int64_t i = 0; i < B * T; i++) b.target_tokens += targets[i] != kIgnoreTarget;
   return b;

@@ -75,6 +75,13 @@ class Dataset {
   static std::shared_ptr<Dataset> from_records(const std::vector<nlohmann::json>& records,
                                                const Tokenizer& tokenizer, const DataOptions& options);
 
+  // Documents tokenized elsewhere (a preference set's chosen and rejected sequences), one row each
+  // (options.pack is ignored), kept in the given order: none is dropped, a longer one than
+  // max_length is cut (the start kept). origins[d] names document d in messages.
+  static std::shared_ptr<Dataset> from_documents(std::vector<Document> documents, const std::vector<int64_t>& origins,
+                                                 const DataOptions& options, std::optional<ChatFormat> chat,
+                                                 int64_t pad_id);
+
   // Train and validation sets: a seeded permutation of the documents, the first round(fraction * n)
   // to train; each keeps file order among its documents and is packed on its own.
   std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> split(double fraction) const;
@@ -138,6 +145,10 @@ class Dataset {
   mutable int64_t order_epoch_ = -1;
   mutable std::vector<int64_t> order_;
 };
+
+// Whether records of `format` are rendered through a chat format (options.chat, chat_format, or the
+// tokenizer's chat_template), and which one; a usage error with a hint when none can be chosen.
+std::optional<ChatFormat> data_resolve_chat(DataFormat format, const DataOptions& options, const Tokenizer& tokenizer);
 
 // A seeded Fisher-Yates permutation of 0..n-1 (splitmix64; the same on every platform).
 std::vector<int64_t> data_permutation(int64_t n, uint64_t seed);

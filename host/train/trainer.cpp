@@ -17,6 +17,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/data/dataset.h"
+#include "host/data/preference.h"
 #include "host/dist/dist.h"
 #include "host/dist/grad_sync.h"
 #include "host/io/safetensors.h"
@@ -147,6 +148,10 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
   const bool training = backward;
   at::Tensor total = at::zeros({}, at::TensorOptions(at::kDouble).device(dev));  // read once, not per micro-batch
   int64_t count = 0;
+  // A preference pair's loss needs both of its rows in one forward: micro-batches of whole pairs.
+  LT_CHECK(batch.pairs == 0 || micro % 2 == 0,
+           "train: micro_batch_size " << micro << " would split a preference pair (chosen and rejected rows); use an even number");
+  const bool lm_loss = !hooks_replace_lm_loss();
   for (int64_t r0 = 0; r0 < rows; r0 += micro) {
     int64_t n = std::min(micro, rows - r0);
     at::Tensor ids = batch.ids.narrow(0, r0, n).to(dev);
@@ -160,22 +165,37 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
     at::Tensor keep = targets.ne(kIgnoreTarget).nonzero().squeeze(1);
     if (keep.numel() == 0) continue;  // nothing to learn in these rows
     for (auto& hook : hooks_) hook->forward_options(fo, training);
-    at::Tensor h = model_->hidden(ids, fo);
-    h = h.reshape({-1, h.size(-1)}).index_select(0, keep);
+    at::Tensor h_all = model_->hidden(ids, fo);
+    at::Tensor h = h_all.reshape({-1, h_all.size(-1)}).index_select(0, keep);
     at::Tensor kept_targets = targets.index_select(0, keep);
-    at::Tensor loss = chunked_cross_entropy(h, model_->output_weight(), kept_targets, options_.loss_chunk,
-                                            model_->config.final_logit_softcap);
+    at::Tensor loss;
+    if (lm_loss)
+      loss = chunked_cross_entropy(h, model_->output_weight(), kept_targets, options_.loss_chunk,
+                                   model_->config.final_logit_softcap);
     if (!hooks_.empty()) {
-      MicroBatch mb{ids, fo.positions, fo.segments, keep, kept_targets, h, training};
+      MicroBatch mb{&batch, r0, h_all, ids, fo.positions, fo.segments, keep, kept_targets, h, training};
       for (auto& hook : hooks_)
         if (at::Tensor replaced = hook->micro_loss(mb, loss); replaced.defined()) loss = replaced;
     }
+    LT_ASSERT(loss.defined(), "a hook replaced the LM loss but returned none");
     if (backward && sync_ && r0 + micro >= rows) sync_->arm();  // the step's last backward: sum as grads land
     if (backward) (loss / static_cast<double>(normaliser)).backward();
     total += loss.detach();
     count += keep.numel();
   }
   return {total.item<double>(), count};
+}
+
+bool Trainer::hooks_replace_lm_loss() const {
+  for (const auto& hook : hooks_)
+    if (hook->replaces_lm_loss()) return true;
+  return false;
+}
+
+int64_t Trainer::loss_units(const Batch& batch) const {
+  for (const auto& hook : hooks_)
+    if (int64_t u = hook->loss_units(batch); u >= 0) return u;
+  return batch.target_tokens;
 }
 
 double Trainer::clip_gradients() {
@@ -235,18 +255,22 @@ StepStats Trainer::step(const Batch& batch) {
   // are summed, so N ranks compute what one process computes on their rows together.
   const int64_t global_targets = dist_sum(batch.target_tokens);
   LT_CHECK(global_targets > 0, "train: step " << step_ + 1 << ": the batch has no target tokens");
+  const int64_t units = loss_units(batch);
+  const int64_t global_units = units == batch.target_tokens ? global_targets : dist_sum(units);
+  LT_CHECK(global_units > 0, "train: step " << step_ + 1 << ": the batch has nothing to compute the loss on");
 #ifdef LUATUNE_HAS_CUDA
   if (model_->device().is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(model_->device().index());
 #endif
   model_->set_training(true);
   for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
   for (auto& hook : hooks_) hook->begin(true);
-  auto [loss_sum, count] = batch_loss(batch, true, global_targets);
+  auto [loss_sum, count] = batch_loss(batch, true, global_units);
   if (sync_) {
     sync_->finish();
     loss_sum = dist_sum(loss_sum);
     count = dist_sum(count);
   }
+  if (units != batch.target_tokens) count = global_units;  // a loss per pair (or other unit), not per token
   model_->set_training(false);
   for (auto& hook : hooks_) hook->after_backward();
   StepStats s;
@@ -282,12 +306,13 @@ StepStats Trainer::step(const Batch& batch) {
 
 namespace {
 
-EvalStats eval_stats(double total, int64_t count) {
-  LT_CHECK(count > 0, "train: evaluate: the evaluation batches have no target tokens");
+// total / units; tokens: the target tokens seen (the perplexity is only for a loss per token).
+EvalStats eval_stats(double total, int64_t units, int64_t tokens) {
+  LT_CHECK(units > 0, "train: evaluate: the evaluation batches have no target tokens");
   EvalStats e;
-  e.target_tokens = count;
-  e.loss = total / static_cast<double>(count);
-  e.perplexity = std::exp(e.loss);
+  e.target_tokens = tokens;
+  e.loss = total / static_cast<double>(units);
+  e.perplexity = units == tokens ? std::exp(e.loss) : 0;
   return e;
 }
 
@@ -298,31 +323,45 @@ EvalStats Trainer::evaluate(const std::vector<Batch>& batches) {
   model_->set_training(false);
   for (auto& hook : hooks_) hook->begin(false);
   double total = 0;
-  int64_t count = 0;
+  int64_t count = 0, units = 0;
   for (const Batch& b : batches) {
     auto [sum, n] = batch_loss(b, false, 1);
     total += sum;
     count += n;
+    units += loss_units(b) == b.target_tokens ? n : loss_units(b);
   }
-  return with_hook_stats(eval_stats(total, count));
+  return with_hook_stats(eval_stats(total, units, count));
 }
 
-EvalStats Trainer::evaluate(const Dataset& data, int64_t batch_size, int64_t max_batches) {
+EvalStats Trainer::evaluate_items(int64_t n_items, int64_t batch_size, int64_t max_batches,
+                                  const std::function<Batch(const std::vector<int64_t>&)>& make) {
   LT_CHECK(batch_size > 0, "train: evaluate: batch_size must be positive");
   at::NoGradGuard no_grad;
   model_->set_training(false);
   for (auto& hook : hooks_) hook->begin(false);
   double total = 0;
-  int64_t count = 0, batches = 0;
-  for (int64_t r0 = 0; r0 < data.size() && (max_batches <= 0 || batches < max_batches); r0 += batch_size, batches++) {
+  int64_t count = 0, units = 0, batches = 0;
+  for (int64_t r0 = 0; r0 < n_items && (max_batches <= 0 || batches < max_batches); r0 += batch_size, batches++) {
     if (batches % dist_world_size() != dist_rank() % dist_world_size()) continue;  // data parallel: every N-th batch
-    std::vector<int64_t> rows;
-    for (int64_t r = r0; r < std::min(data.size(), r0 + batch_size); r++) rows.push_back(r);
-    auto [sum, n] = batch_loss(data.batch(rows), false, 1);
+    std::vector<int64_t> items;
+    for (int64_t r = r0; r < std::min(n_items, r0 + batch_size); r++) items.push_back(r);
+    Batch b = make(items);
+    auto [sum, n] = batch_loss(b, false, 1);
     total += sum;
     count += n;
+    units += loss_units(b) == b.target_tokens ? n : loss_units(b);
   }
-  return with_hook_stats(eval_stats(dist_sum(total), dist_sum(count)));
+  return with_hook_stats(eval_stats(dist_sum(total), dist_sum(units), dist_sum(count)));
+}
+
+EvalStats Trainer::evaluate(const Dataset& data, int64_t batch_size, int64_t max_batches) {
+  return evaluate_items(data.size(), batch_size, max_batches,
+                        [&](const std::vector<int64_t>& rows) { return data.batch(rows); });
+}
+
+EvalStats Trainer::evaluate(const PreferenceDataset& data, int64_t batch_size, int64_t max_batches) {
+  return evaluate_items(data.size(), batch_size, max_batches,
+                        [&](const std::vector<int64_t>& pairs) { return data.batch(pairs); });
 }
 
 EvalStats Trainer::with_hook_stats(EvalStats e) {

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +22,7 @@ namespace luatune {
 class GradSync;  // host/dist/grad_sync.h
 
 class Dataset;
+class PreferenceDataset;  // host/data/preference.h
 
 // Extends a Trainer without touching its loop: extra trainable tensors with their own learning
 // rates (pruning masks, Lagrange multipliers, distillation projections), forward options per
@@ -35,8 +37,12 @@ struct ParamGroup {
 };
 
 // What a hook sees of one micro-batch: its rows on the model's device and the rows that have a
-// target. hidden is the student's final-norm output for the kept rows, (N, C).
+// target. hidden is the student's final-norm output for the kept rows, (N, C); hidden_all the
+// same for every position, (n, T, C). The micro-batch is rows [row_begin, row_begin + n) of *batch.
 struct MicroBatch {
+  const Batch* batch = nullptr;
+  int64_t row_begin = 0;
+  at::Tensor hidden_all;  // (n, T, C)
   at::Tensor ids;        // (n, T)
   at::Tensor positions;  // (n, T) or undefined
   at::Tensor segments;   // (n, T) or undefined
@@ -55,8 +61,15 @@ class TrainerHook {
   // Per micro-batch, before the model's forward.
   virtual void forward_options(ForwardOptions& fo, bool training) {}
   // The micro-batch's loss as a SUM over its kept rows (the trainer divides by the batch's target
-  // tokens), given the default cross-entropy sum `ce_sum`; return undefined to keep ce_sum.
+  // tokens, or by loss_units), given the default cross-entropy sum `ce_sum`; return undefined to
+  // keep ce_sum.
   virtual at::Tensor micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum) { return {}; }
+  // True when micro_loss computes the whole loss itself (preference and reward losses): the
+  // trainer then skips the LM cross-entropy and passes an undefined ce_sum.
+  virtual bool replaces_lm_loss() const { return false; }
+  // What the step's summed micro losses are divided by, e.g. the batch's pairs for a loss per
+  // preference pair; negative (the default) keeps the batch's target tokens. Summed over ranks.
+  virtual int64_t loss_units(const Batch& batch) const { return -1; }
   // After every micro-batch's backward, before clipping and the optimizer (training only).
   virtual void after_backward() {}
   // After the optimizer update of step `step` (training only); also once by resume() with the
@@ -98,7 +111,7 @@ struct StepStats {
 };
 
 struct EvalStats {
-  double loss = 0, perplexity = 0;
+  double loss = 0, perplexity = 0;  // perplexity 0 when the loss is not per token (loss_units)
   int64_t target_tokens = 0;
   std::vector<std::pair<std::string, double>> extra;  // from hooks
 };
@@ -112,6 +125,8 @@ class Trainer {
   // Mean loss over a dataset's rows in order, `batch_size` rows at a time (at most max_batches
   // batches when > 0), one batch in memory at a time.
   EvalStats evaluate(const Dataset& data, int64_t batch_size, int64_t max_batches = 0);
+  // The same over preference pairs, `batch_size` pairs at a time.
+  EvalStats evaluate(const PreferenceDataset& data, int64_t batch_size, int64_t max_batches = 0);
   // Writes a checkpoint of the current state to output_dir/checkpoints/step-N (atomically) and
   // prunes old ones; returns its path.
   std::string save();
@@ -127,11 +142,18 @@ class Trainer {
   const std::vector<std::pair<std::string, at::Tensor*>>& parameters() const { return params_; }
   // The loss of one batch without updating anything (sum over target tokens and their count).
   std::pair<double, int64_t> batch_loss(const Batch& batch, bool backward, int64_t normaliser);
+  // What this batch's loss is a mean over: a hook's loss_units, else its target tokens.
+  int64_t loss_units(const Batch& batch) const;
 
  private:
   void optimizer_update(double scheduled_lr);
   void ensure_state();
   EvalStats with_hook_stats(EvalStats e);
+  // Evaluation over `n` items (rows or pairs) in order, `batch_size` at a time, data-parallel ranks
+  // taking every N-th batch; make(items) builds a batch.
+  EvalStats evaluate_items(int64_t n, int64_t batch_size, int64_t max_batches,
+                           const std::function<Batch(const std::vector<int64_t>&)>& make);
+  bool hooks_replace_lm_loss() const;
   double clip_gradients();
 
   std::shared_ptr<Model> model_;

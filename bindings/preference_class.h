@@ -1,0 +1,17 @@
+// The Lua name of a preference set (host/data/preference.h), shared by the data module (which
+// registers it) and the train module (trainer:evaluate and train.reference_logprobs take one).
+#pragma once
+
+#include <memory>
+
+#include "bindings/lua_util.h"
+#include "host/data/preference.h"
+
+namespace luatune {
+
+template <>
+struct LuaClass<std::shared_ptr<PreferenceDataset>> {
+  static constexpr const char* name = "PreferenceSet";
+};
+
+}  // namespace luatune

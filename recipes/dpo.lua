@@ -1,0 +1,76 @@
+-- DPO (or IPO / hinge) on preference pairs, LoRA by default: the reference is the base model itself
+-- with the adapters switched off, so there is no second copy. use_lora=false trains every weight
+-- against a frozen copy; precompute_reference=true computes the reference log-probs once, caches
+-- them (output_dir/reference_logps.safetensors) and frees the reference.
+-- runner dpo base_model=/models/Llama-3.1-8B-Instruct data=data/prefs.jsonl [beta=0.1 loss=ipo ...]
+local cfg = config {
+  base_model = "models/Llama-3.1-8B-Instruct",  -- usually the SFT model
+  data = "data/preferences.jsonl",               -- {prompt, chosen, rejected} or chat-style pairs
+  eval_data = "",                                -- held-out pairs; "" = eval_fraction of data
+  output_dir = "out/dpo",
+  dtype = "bf16", device = "auto", quantize = "",  -- quantize=nf4: QLoRA
+  use_lora = true,
+  lora = { r = 16, alpha = 32, dropout = 0.05, targets = "all-linear" },
+  loss = "sigmoid", beta = 0.1, label_smoothing = 0,  -- "sigmoid" (DPO), "ipo", "hinge"
+  precompute_reference = false,
+  lr = 5e-6, warmup = 10, steps = 500, batch_size = 2, grad_accum = 8, max_length = 1024,
+  checkpoint_layers = true,
+  eval_fraction = 0.05, eval_every = 50, save_every = 100, resume = false,
+  seed = 0,
+  wandb_project = "",
+}
+
+local tok = tokenizer.load(cfg.base_model)
+local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device, quantize = cfg.quantize })
+if cfg.use_lora then
+  lora.apply(model, { r = cfg.lora.r, alpha = cfg.lora.alpha, dropout = cfg.lora.dropout, targets = cfg.lora.targets,
+                      seed = cfg.seed })
+end
+print(tostring(model))
+
+local opts = { tokenizer = tok, max_length = cfg.max_length, seed = cfg.seed }
+local train_set, eval_set = data.preferences(cfg.data, opts), nil
+if cfg.eval_data ~= "" then eval_set = data.preferences(cfg.eval_data, opts)
+else train_set, eval_set = train_set:split(1 - cfg.eval_fraction) end
+print(string.format("preference pairs: %d train, %d held out", #train_set, #eval_set))
+
+-- The reference: the base with adapters off (LoRA), or a frozen copy (full fine-tuning); or their
+-- log-probs computed once and read from disk.
+local reference = cfg.use_lora and "adapters_off"
+  or models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
+if cfg.precompute_reference then  -- one file for both sets: pairs are keyed by their tokens
+  reference = cfg.output_dir .. "/reference_logps.safetensors"
+  os.execute("mkdir -p '" .. cfg.output_dir .. "'")
+  if not (cfg.resume and io.open(reference)) then
+    train.reference_logprobs(cfg.use_lora and model or reference, { train_set, eval_set },
+                             { path = reference, adapters_off = cfg.use_lora, batch_size = cfg.batch_size })
+  end
+end
+local dpo = train.preference(model, { loss = cfg.loss, beta = cfg.beta, label_smoothing = cfg.label_smoothing,
+                                      reference = reference })
+
+local trainer = train.new(model, { lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine", steps = cfg.steps,
+                                   micro_batch_size = 2 * cfg.batch_size, checkpoint_layers = cfg.checkpoint_layers,
+                                   output_dir = cfg.output_dir, save_every = cfg.save_every, hooks = { dpo } })
+local start = cfg.resume and trainer:resume() or 0
+local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
+                           config = cfg, resume = start > 0, wandb = cfg.wandb_project }
+
+local function evaluate(step)
+  local e = trainer:evaluate(eval_set, { batch_size = cfg.batch_size })
+  log:write(step, { eval_loss = e.loss, eval_preference_accuracy = e.preference_accuracy,
+                    eval_reward_margin = e.reward_margin, eval_rewards_chosen = e.rewards_chosen,
+                    eval_rewards_rejected = e.rewards_rejected })
+end
+if start == 0 then evaluate(0) end
+for step, batch in train_set:batches { size = cfg.batch_size * cfg.grad_accum, steps = cfg.steps, start = start } do
+  log:write(step, trainer:step(batch))
+  if step % cfg.eval_every == 0 or step == cfg.steps then evaluate(step) end
+  if log:stopped() then break end
+end
+
+trainer:save()
+if cfg.use_lora then lora.save(model, cfg.output_dir .. "/adapter", { base_model = cfg.base_model })
+else model:save(cfg.output_dir .. "/model", { tokenizer = tok }) end
+log:close()
+print("saved: " .. cfg.output_dir .. (cfg.use_lora and "/adapter (PEFT format)" or "/model (Hugging Face format)"))
