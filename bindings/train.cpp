@@ -10,15 +10,19 @@
 #include "bindings/model_class.h"
 #include "bindings/preference_class.h"
 #include "bindings/tensor_class.h"
+#include "bindings/tokenizer_class.h"
 #include "host/core/error.h"
 #include "host/core/tensor_ops.h"
 #include "host/train/preference.h"
+#include "host/train/rejection.h"
+#include "host/train/reward.h"
 #include "host/train/trainer.h"
 
 namespace luatune {
 
 using TrainerPtr = std::shared_ptr<Trainer>;
 using PreferenceLossPtr = std::shared_ptr<PreferenceLoss>;
+using RewardModelPtr = std::shared_ptr<RewardModel>;
 
 template <>
 struct LuaClass<TrainerPtr> {
@@ -27,6 +31,10 @@ struct LuaClass<TrainerPtr> {
 template <>
 struct LuaClass<PreferenceLossPtr> {
   static constexpr const char* name = "PreferenceLoss";
+};
+template <>
+struct LuaClass<RewardModelPtr> {
+  static constexpr const char* name = "RewardModel";
 };
 
 namespace {
@@ -109,7 +117,8 @@ int l_train_new(lua_State* L) {
         lua_rawgeti(L, list, static_cast<int>(i));
         auto h = lt_test_hook(L, lua_gettop(L));
         LT_CHECK(h != nullptr, "train.new: hooks[" << i << "] is a " << luaL_typename(L, -1)
-                                                   << ", expected a pruner, distiller or preference loss (prune.sheared, distill.new, train.preference)");
+                                                   << ", expected a pruner, distiller, preference loss or reward model (prune.sheared, "
+                                                      "distill.new, train.preference, train.reward_model)");
         hooks.push_back(h);
         lua_pop(L, 1);
       }
@@ -288,6 +297,125 @@ int l_train_reference_logprobs(lua_State* L) {
   return 1;
 }
 
+// ============================================================================================
+// Reward models (host/train/reward.h) and rejection sampling (host/train/rejection.h)
+
+std::string describe_reward(const RewardModelPtr& r) {
+  return "RewardModel(" + r->model()->config.arch_name() + ", hidden " + std::to_string(r->head().size(1)) + ")";
+}
+
+std::shared_ptr<TrainerHook> reward_hook(lua_State* L, int idx) {
+  RewardModelPtr* r = lt_test<RewardModelPtr>(L, idx);
+  return r ? *r : nullptr;
+}
+
+// train.reward_model(model, {seed=0, load=dir}) -> a RewardModel: a score head on `model`, a hook for
+// train.new (Bradley-Terry loss on preference pairs); load= reads the head of a saved reward model
+// (whose body models.load reads).
+int l_train_reward_model(lua_State* L) {
+  auto model = lt_check<std::shared_ptr<Model>>(L, 1);
+  uint64_t seed = 0;
+  std::string load;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lt_check_options(L, 2, {"seed", "load"});
+    seed = static_cast<uint64_t>(lt_opt_number(L, 2, "seed", 0));
+    load = lt_opt_string(L, 2, "load", "");
+  }
+  auto reward = std::make_shared<RewardModel>(model, seed);
+  if (!load.empty()) reward_load_head(*reward, load);
+  lt_push<RewardModelPtr>(L, reward);
+  return 1;
+}
+
+// reward:score(pairs [, {batch_size=8}]) -> Tensor (pairs, 2) of chosen/rejected rewards;
+// reward:score(batch) -> Tensor (rows) of each row's reward
+int l_train_reward_score(lua_State* L) {
+  RewardModel& r = *lt_check<RewardModelPtr>(L, 1);
+  if (auto* pds = lt_test<std::shared_ptr<PreferenceDataset>>(L, 2)) {
+    int64_t batch_size = 8;
+    if (!lua_isnoneornil(L, 3)) {
+      lt_check_options(L, 3, {"batch_size"});
+      batch_size = static_cast<int64_t>(lt_opt_number(L, 3, "batch_size", 8));
+    }
+    lt_push<at::Tensor>(L, r.score_pairs(**pds, batch_size));
+    return 1;
+  }
+  lt_push<at::Tensor>(L, r.score(lt_check<Batch>(L, 2)));
+  return 1;
+}
+
+// reward:save(dir, {pad_token_id=, tokenizer=}) -> writes a <Family>ForSequenceClassification
+// directory; pad_token_id defaults to the tokenizer's pad token.
+int l_train_reward_save(lua_State* L) {
+  RewardModel& r = *lt_check<RewardModelPtr>(L, 1);
+  std::string dir = luaL_checkstring(L, 2);
+  int64_t pad = -1;
+  std::vector<std::string> files;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lt_check_options(L, 3, {"pad_token_id", "tokenizer"});
+    pad = static_cast<int64_t>(lt_opt_number(L, 3, "pad_token_id", -1));
+    lua_getfield(L, 3, "tokenizer");
+    if (!lua_isnil(L, -1)) {
+      auto& tok = lt_check<std::shared_ptr<Tokenizer>>(L, lua_gettop(L));
+      files = tok->files();
+      if (pad < 0) pad = tok->special().pad;
+    }
+    lua_pop(L, 1);
+  }
+  if (pad < 0)
+    fail("reward:save: no pad_token_id (HF reads each row's reward before its first pad token)",
+         "pass pad_token_id = an id no response ends with, or a tokenizer that has a pad token");
+  reward_save(r, dir, pad, files);
+  return 0;
+}
+
+int l_train_reward_model_of(lua_State* L) {
+  lt_push<std::shared_ptr<Model>>(L, lt_check<RewardModelPtr>(L, 1)->model());
+  return 1;
+}
+
+// train.rejection_sample(policy, reward, {prompts=, out=, tokenizer=, n=4, max_new_tokens=128,
+//   temperature=1, top_k=0, top_p=1, seed=0, max_length=2048, chat=, chat_format=, max_records=,
+//   batch_size=8}) -> {prompts, candidates, mean_best, mean_reward, mean_new_tokens, seconds}
+int l_train_rejection_sample(lua_State* L) {
+  auto policy = lt_check<std::shared_ptr<Model>>(L, 1);
+  RewardModel& reward = *lt_check<RewardModelPtr>(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  lt_check_options(L, 3, {"prompts", "out", "tokenizer", "n", "max_new_tokens", "temperature", "top_k", "top_p",
+                          "seed", "max_length", "chat", "chat_format", "max_records", "batch_size"});
+  lua_getfield(L, 3, "tokenizer");
+  auto* tok = lt_test<std::shared_ptr<Tokenizer>>(L, -1);
+  LT_CHECK(tok != nullptr, "train.rejection_sample: option 'tokenizer' expects a Tokenizer (tokenizer.load(dir)), got "
+                               << luaL_typename(L, -1));
+  std::shared_ptr<Tokenizer> tokenizer = *tok;
+  lua_pop(L, 1);
+  std::string prompts = lt_opt_string(L, 3, "prompts", "");
+  LT_CHECK(!prompts.empty(), "train.rejection_sample: option 'prompts' (a JSONL file of prompts) is required");
+  RejectionOptions o;
+  o.n = static_cast<int64_t>(lt_opt_number(L, 3, "n", static_cast<double>(o.n)));
+  o.batch_size = static_cast<int64_t>(lt_opt_number(L, 3, "batch_size", static_cast<double>(o.batch_size)));
+  o.generate.max_new_tokens = static_cast<int64_t>(lt_opt_number(L, 3, "max_new_tokens", 128));
+  o.generate.temperature = lt_opt_number(L, 3, "temperature", 1.0);
+  o.generate.top_k = static_cast<int64_t>(lt_opt_number(L, 3, "top_k", 0));
+  o.generate.top_p = lt_opt_number(L, 3, "top_p", 1.0);
+  o.generate.seed = static_cast<uint64_t>(lt_opt_number(L, 3, "seed", 0));
+  o.data.max_length = static_cast<int64_t>(lt_opt_number(L, 3, "max_length", static_cast<double>(o.data.max_length)));
+  o.data.max_records = static_cast<int64_t>(lt_opt_number(L, 3, "max_records", -1));
+  if (lt_has_field(L, 3, "chat")) o.data.chat = lt_opt_bool(L, 3, "chat", true);
+  o.data.chat_format = lt_opt_string(L, 3, "chat_format", "");
+  RejectionStats st = rejection_sample(*policy, reward, *tokenizer, prompts, lt_opt_string(L, 3, "out", ""), o);
+  lua_createtable(L, 0, 6);
+  lt_set_number(L, "prompts", static_cast<double>(st.prompts));
+  lt_set_number(L, "candidates", static_cast<double>(st.candidates));
+  lt_set_number(L, "mean_best", st.mean_best);
+  lt_set_number(L, "mean_reward", st.mean_reward);
+  lt_set_number(L, "mean_new_tokens", st.mean_new_tokens);
+  lt_set_number(L, "seconds", st.seconds);
+  return 1;
+}
+
 int l_train_save(lua_State* L) {
   std::string path = lt_check<TrainerPtr>(L, 1)->save();
   lua_pushstring(L, path.c_str());
@@ -323,8 +451,14 @@ const luaL_Reg train_funcs[] = {{"new", l_train_new},
                                 {"batch", l_train_batch},
                                 {"preference", l_train_preference},
                                 {"reference_logprobs", l_train_reference_logprobs},
+                                {"reward_model", l_train_reward_model},
+                                {"rejection_sample", l_train_rejection_sample},
                                 {nullptr, nullptr}};
 const luaL_Reg preference_methods[] = {{nullptr, nullptr}};
+const luaL_Reg reward_methods[] = {{"score", l_train_reward_score},
+                                   {"save", l_train_reward_save},
+                                   {"model", l_train_reward_model_of},
+                                   {nullptr, nullptr}};
 
 }  // namespace
 
@@ -336,7 +470,10 @@ extern "C" int luaopen_train(lua_State* L) {
   lua_pop(L, 1);
   lt_register_class<PreferenceLossPtr, describe_preference>(L, preference_methods);
   lua_pop(L, 1);
+  lt_register_class<RewardModelPtr, describe_reward>(L, reward_methods);
+  lua_pop(L, 1);
   lt_register_hook_getter(preference_hook);
+  lt_register_hook_getter(reward_hook);
   lt_new_module(L, train_funcs);
   return 1;
 }

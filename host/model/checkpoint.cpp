@@ -38,6 +38,7 @@ at::ScalarType checkpoint_dtype(const ModelConfig& c, const std::string& request
 bool ignorable_tensor(const std::string& name, const ModelConfig& c) {
   // Old Llama checkpoints stored RoPE buffers; tied models sometimes keep a copy of the embedding.
   if (name.find("rotary_emb.inv_freq") != std::string::npos) return true;
+  if (c.score_head && name == "score.weight") return true;  // the reward model's (reward_load_head)
   return c.tie_word_embeddings && name == "lm_head.weight";
 }
 
@@ -175,6 +176,7 @@ void model_save(const Model& model, const std::string& dir, const SaveOptions& o
   }
   std::vector<std::pair<std::string, at::Tensor>> tensors = model.state();
   for (auto& [name, t] : tensors) t = t.detach();
+  for (const auto& [name, t] : options.extra_tensors) tensors.emplace_back(name, t.detach());
   SafetensorsWriteOptions wo;
   wo.max_shard_bytes = options.max_shard_bytes;
   safetensors_save_dir(dir, tensors, wo);

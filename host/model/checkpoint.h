@@ -43,6 +43,8 @@ std::shared_ptr<Model> model_init(const ModelConfig& config, uint64_t seed, at::
 struct SaveOptions {
   uint64_t max_shard_bytes = 5000000000ull;
   std::vector<std::string> tokenizer_files;  // copied into the directory (tokenizer.json, ...)
+  // Written beside the model's weights, e.g. a reward model's score.weight (host/train/reward.h).
+  std::vector<std::pair<std::string, at::Tensor>> extra_tensors;
 };
 
 // Writes a directory HF transformers loads. 4-bit Linears are written in bitsandbytes' layout with

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "host/core/error.h"
@@ -39,6 +40,8 @@ const ArchInfo& arch_info(ModelArch a) {
     if (i.arch == a) return i;
   LT_ASSERT(false, "unknown ModelArch");
 }
+
+constexpr const char* kSequenceClassification = "ForSequenceClassification";
 
 // Fields this file reads (and writes back itself); everything else goes to extra_json.
 const std::set<std::string> kOwnedKeys = {
@@ -186,7 +189,10 @@ json rope_to_json(const RopeConfig& r) {
 
 }  // namespace
 
-std::string ModelConfig::arch_name() const { return arch_info(arch).hf_class; }
+std::string ModelConfig::arch_name() const {
+  std::string name = arch_info(arch).hf_class;
+  return score_head ? name.substr(0, name.size() - std::strlen("ForCausalLM")) + kSequenceClassification : name;
+}
 std::string ModelConfig::model_type() const { return arch_info(arch).model_type; }
 
 double ModelConfig::softmax_scale() const {
@@ -315,7 +321,19 @@ ModelConfig model_config_parse(const std::string& text, const std::string& sourc
   LT_CHECK(r.number("partial_rotary_factor", 1.0) == 1.0,
            source << ": field \"partial_rotary_factor\" != 1 is not supported");
 
+  // Reward models: <Family>ForSequenceClassification with a single label (HF derives num_labels
+  // from id2label, else num_labels, else 2).
+  const size_t suffix = std::strlen(kSequenceClassification);
+  const bool score_head = arch.size() > suffix && arch.compare(arch.size() - suffix, suffix, kSequenceClassification) == 0;
+  if (score_head) {
+    int64_t labels = j.contains("id2label") && j["id2label"].is_object() ? static_cast<int64_t>(j["id2label"].size())
+                                                                          : r.integer("num_labels", 2);
+    LT_CHECK(labels == 1, source << ": " << arch << " with " << labels
+                                 << " labels is not supported (a reward model has one: num_labels 1)");
+    arch = arch.substr(0, arch.size() - suffix) + "ForCausalLM";
+  }
   ModelConfig c = defaults_for(model_arch_parse(arch, source));
+  c.score_head = score_head;
   c.vocab_size = r.integer("vocab_size", 0, true);
   c.hidden_size = r.integer("hidden_size", 0, true);
   c.intermediate_size = r.integer("intermediate_size", 0, true);

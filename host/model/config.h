@@ -64,8 +64,12 @@ struct ModelConfig {
   // Mistral/Qwen2 details kept for a faithful config.json on save.
   bool use_sliding_window = false;
   int64_t max_window_layers = 0;
+  // A <Family>ForSequenceClassification checkpoint with one label (a reward model): the body and
+  // score.weight (1, C), no lm_head. The body loads as a Model; the score head is the reward
+  // model's (host/train/reward.h).
+  bool score_head = false;
 
-  std::string arch_name() const;           // "LlamaForCausalLM"
+  std::string arch_name() const;           // "LlamaForCausalLM" ("LlamaForSequenceClassification": score_head)
   std::string model_type() const;          // "llama"
   double softmax_scale() const;
 };

@@ -280,7 +280,7 @@ std::vector<ParamSlot> model_slots(Model& m) {
     linear(p + "mlp.down_proj", L.down, C, I, c.mlp_bias);
   }
   add("model.norm.weight", m.norm, {C});
-  add("lm_head.weight", m.lm_head, {V, C}, !c.tie_word_embeddings);
+  add("lm_head.weight", m.lm_head, {V, C}, !c.tie_word_embeddings && !c.score_head);  // a reward model has none
   return out;
 }
 

@@ -89,7 +89,7 @@ test("option errors", function()
   raises(function() distill.new(t, s, { temprature = 2 }) end, "temprature")
   raises(function() distill.new(s, s) end, "distill.new: the teacher and the student are the same model object")
   raises(function() distill.new(t) end, "Model expected")
-  raises(function() train.new(s, { hooks = { {} } }) end, "expected a pruner or distiller")
+  raises(function() train.new(s, { hooks = { {} } }) end, "expected a pruner, distiller, preference loss or reward model")
 end)
 
 h.run()

@@ -1,0 +1,140 @@
+// Best-of-N rejection sampling (see rejection.h). The prompt a candidate is generated from is the
+// part of its encoded preference record before the first trained token, and the scored sequence is
+// that record's whole side: generation and scoring use one encoding, the one the reward model saw.
+#include "host/train/rejection.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <fstream>
+
+#include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/data/format.h"
+#include "host/data/preference.h"
+#include "host/dist/dist.h"
+#include "host/text/tokenizer.h"
+
+namespace luatune {
+
+using json = nlohmann::json;
+
+namespace {
+
+// The prompt of one JSONL record: "prompt" as it is, else "messages" without a final assistant turn.
+json record_prompt(const json& record, const std::string& where) {
+  if (record.is_object() && record.contains("prompt") && (record["prompt"].is_string() || record["prompt"].is_array()))
+    return record["prompt"];
+  if (record.is_object() && record.contains("messages") && record["messages"].is_array() &&
+      !record["messages"].empty()) {
+    json m = record["messages"];
+    if (m.back().is_object() && m.back().value("role", "") == "assistant") m.erase(m.size() - 1);
+    if (!m.empty()) return m;
+  }
+  fail(where + ": expected a JSON object with \"prompt\" (a string or a message list) or \"messages\", got " +
+       data_record_excerpt(record));
+}
+
+// The record data.preferences would read for two responses to `prompt`.
+json pair_record(const json& prompt, const std::string& a, const std::string& b) {
+  if (prompt.is_string()) return {{"prompt", prompt}, {"chosen", a}, {"rejected", b}};
+  return {{"prompt", prompt},
+          {"chosen", json::array({{{"role", "assistant"}, {"content", a}}})},
+          {"rejected", json::array({{{"role", "assistant"}, {"content", b}}})}};
+}
+
+}  // namespace
+
+RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const Tokenizer& tok,
+                                const std::string& prompts_path, const std::string& out_path,
+                                const RejectionOptions& o) {
+  LT_CHECK(o.n >= 1, "train.rejection_sample: n must be at least 1, got " << o.n);
+  LT_CHECK(o.batch_size >= 1, "train.rejection_sample: batch_size must be at least 1");
+  LT_CHECK(!out_path.empty(), "train.rejection_sample: option 'out' (the JSONL file to write) is required");
+  RejectionStats st;
+  DistMainOnly main_only;  // one process generates and writes; data-parallel ranks wait
+  if (!main_only) return st;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::ifstream in(prompts_path, std::ios::binary);
+  LT_CHECK(in, "train.rejection_sample: cannot open '" << prompts_path << "'");
+  std::string line, out;
+  int64_t line_no = 0, new_tokens = 0;
+  double sum_best = 0, sum_all = 0;
+  while (std::getline(in, line)) {
+    line_no++;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (o.data.max_records >= 0 && st.prompts >= o.data.max_records) break;
+    const std::string where = prompts_path + ":" + std::to_string(line_no);
+    json record;
+    try {
+      record = json::parse(line);
+    } catch (const json::exception& e) {
+      fail(where + ": not valid JSON (" + e.what() + ")");
+    }
+    const json prompt = record_prompt(record, where);
+    const uint64_t seed0 = o.generate.seed + static_cast<uint64_t>(st.prompts * o.n);
+
+    // The generation prompt: the encoded record up to its first trained token; that token (the
+    // end of an empty response: EOS or the chat format's end of turn) also stops generation.
+    Document empty;
+    try {
+      empty = PreferenceDataset::from_records({pair_record(prompt, "", "")}, tok, o.data)->document(0, 0);
+    } catch (const Error& e) {
+      fail(where + ": " + e.what());
+    }
+    size_t first = 1;
+    while (first < empty.mask.size() && !empty.mask[first]) first++;
+    LT_CHECK(first < empty.mask.size(), where << ": the prompt leaves no room for a response within max_length "
+                                              << o.data.max_length);
+    std::vector<int64_t> prefix(empty.ids.begin(), empty.ids.begin() + static_cast<std::ptrdiff_t>(first));
+    GenerateOptions go = o.generate;
+    go.stop_ids.push_back(empty.ids[first]);
+
+    std::vector<std::string> candidates;
+    for (int64_t k = 0; k < o.n; k++) {
+      go.seed = seed0 + static_cast<uint64_t>(k);
+      GenerateResult g = model_generate_ids(policy, prefix, go, &tok);
+      new_tokens += static_cast<int64_t>(g.new_ids.size());
+      candidates.push_back(g.text);
+    }
+    // Score: candidates two by two as the chosen/rejected sides of pairs (an odd one out twice).
+    std::vector<json> pairs;
+    for (size_t k = 0; k < candidates.size(); k += 2)
+      pairs.push_back(pair_record(prompt, candidates[k], candidates[std::min(k + 1, candidates.size() - 1)]));
+    auto set = PreferenceDataset::from_records(pairs, tok, o.data);
+    LT_CHECK(set->size() == static_cast<int64_t>(pairs.size()),
+             where << ": a candidate was cut away entirely by max_length " << o.data.max_length << "; raise it");
+    at::Tensor scores = reward.score_pairs(*set, std::max<int64_t>(1, o.batch_size / 2)).reshape({-1});
+    std::vector<double> rewards;
+    for (int64_t k = 0; k < o.n; k++) rewards.push_back(scores[k].item<double>());
+    size_t best = 0;
+    for (size_t k = 1; k < rewards.size(); k++)
+      if (rewards[k] > rewards[best]) best = k;
+
+    json row;
+    if (prompt.is_string()) {
+      row = {{"prompt", prompt}, {"response", candidates[best]}};
+    } else {
+      json messages = prompt;
+      messages.push_back({{"role", "assistant"}, {"content", candidates[best]}});
+      row = {{"messages", messages}};
+    }
+    row["reward"] = rewards[best];
+    row["candidate_rewards"] = rewards;
+    out += row.dump() + "\n";
+    st.prompts++;
+    st.candidates += o.n;
+    sum_best += rewards[best];
+    for (double r : rewards) sum_all += r;
+  }
+  LT_CHECK(st.prompts > 0, "train.rejection_sample: " << prompts_path << " has no prompts");
+  file_write_atomic(out_path, out);
+  st.mean_best = sum_best / static_cast<double>(st.prompts);
+  st.mean_reward = sum_all / static_cast<double>(st.candidates);
+  st.mean_new_tokens = static_cast<double>(new_tokens) / static_cast<double>(st.candidates);
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace luatune
