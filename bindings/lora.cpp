@@ -1,9 +1,15 @@
-// Lua module `lora`: LoRA / DoRA adapters on a Model (host/adapt/lora.h), saved and loaded in
-// PEFT's format. Layer numbers are HF's, as in the weight names (model.layers.0 is layer 0).
+// Lua module `lora`: LoRA / DoRA adapters on a Model (host/adapt/lora.h) and LLaMA-Adapter's
+// adaption prompts (host/adapt/adaption_prompt.h), saved and loaded in PEFT's format. Layer numbers
+// are HF's, as in the weight names (model.layers.0 is layer 0).
 #include "host/adapt/lora.h"
+
+#include <cmath>
+
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
 #include "bindings/tensor_class.h"
+#include "host/adapt/adaption_prompt.h"
+#include "host/adapt/peft.h"
 #include "host/core/error.h"
 
 namespace luatune {
@@ -71,8 +77,32 @@ int l_lora_apply(lua_State* L) {
   return 1;
 }
 
-// lora.save(model, dir, {base_model = "meta-llama/..."}): base_model defaults to the directory
-// the model was loaded from.
+// lora.adaption_prompt(model, {adapter_len=10, adapter_layers=30, seed=0}) -> layers adapted
+// (the top adapter_layers ones)
+int l_lora_adaption_prompt(lua_State* L) {
+  Model& m = check_model(L, 1);
+  AdaptionPromptConfig c;
+  uint64_t seed = 0;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lt_check_options(L, 2, {"adapter_len", "adapter_layers", "seed"});
+    // Whole numbers here; their ranges are adaption_prompt_apply's checks.
+    auto whole = [&](const char* key, int64_t def) {
+      double v = lt_opt_number(L, 2, key, static_cast<double>(def));
+      LT_CHECK(v == std::floor(v),
+               "lora.adaption_prompt: " << key << " must be a positive integer, got " << v);
+      return static_cast<int64_t>(v);
+    };
+    c.adapter_len = whole("adapter_len", c.adapter_len);
+    c.adapter_layers = whole("adapter_layers", c.adapter_layers);
+    seed = static_cast<uint64_t>(lt_opt_number(L, 2, "seed", 0));
+  }
+  lua_pushnumber(L, static_cast<double>(adaption_prompt_apply(m, c, seed)));
+  return 1;
+}
+
+// lora.save(model, dir, {base_model = "meta-llama/..."}): LoRA or adaption prompt, whichever the
+// model has; base_model defaults to the directory the model was loaded from.
 int l_lora_save(lua_State* L) {
   Model& m = check_model(L, 1);
   std::string dir = luaL_checkstring(L, 2);
@@ -82,14 +112,25 @@ int l_lora_save(lua_State* L) {
     lt_check_options(L, 3, {"base_model"});
     base = lt_opt_string(L, 3, "base_model", base);
   }
-  lora_save(m, dir, base);
+  if (adaption_prompt_present(m))
+    adaption_prompt_save(m, dir, base);
+  else
+    lora_save(m, dir, base);
   return 0;
 }
 
-// lora.load(model, dir) -> {r=, alpha=, dropout=, targets=, layers=, rslora=, dora=} as read
+// lora.load(model, dir) -> the config read: {r=, alpha=, dropout=, targets=, layers=, rslora=, dora=}
+// for LoRA, {adapter_len=, adapter_layers=} for an adaption prompt (peft_type ADAPTION_PROMPT)
 int l_lora_load(lua_State* L) {
   Model& m = check_model(L, 1);
   std::string dir = luaL_checkstring(L, 2);
+  if (peft_adapter_type(dir) == "ADAPTION_PROMPT") {
+    AdaptionPromptConfig a = adaption_prompt_load(m, dir);
+    lua_createtable(L, 0, 2);
+    lt_set_number(L, "adapter_len", static_cast<double>(a.adapter_len));
+    lt_set_number(L, "adapter_layers", static_cast<double>(a.adapter_layers));
+    return 1;
+  }
   LoraConfig c = lora_load(m, dir);
   lua_createtable(L, 0, 7);
   lt_set_number(L, "r", static_cast<double>(c.r));
@@ -125,6 +166,7 @@ int l_lora_merge(lua_State* L) {
 }
 
 // lora.parameters(model) -> {["model.layers.0.self_attn.q_proj.lora_A.weight"] = Tensor, ...}
+// (adaption prompts: ["model.layers.1.self_attn.adaption_prompt"], [...adaption_gate])
 int l_lora_parameters(lua_State* L) {
   Model& m = check_model(L, 1);
   lua_newtable(L);
@@ -135,9 +177,10 @@ int l_lora_parameters(lua_State* L) {
   return 1;
 }
 
-const luaL_Reg lora_funcs[] = {
-    {"apply", l_lora_apply},           {"save", l_lora_save}, {"load", l_lora_load}, {"merge", l_lora_merge},
-    {"parameters", l_lora_parameters}, {nullptr, nullptr}};
+const luaL_Reg lora_funcs[] = {{"apply", l_lora_apply}, {"adaption_prompt", l_lora_adaption_prompt},
+                               {"save", l_lora_save},   {"load", l_lora_load},
+                               {"merge", l_lora_merge}, {"parameters", l_lora_parameters},
+                               {nullptr, nullptr}};
 
 }  // namespace
 

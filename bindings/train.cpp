@@ -346,7 +346,8 @@ int l_train_reward_score(lua_State* L) {
 }
 
 // reward:save(dir, {pad_token_id=, tokenizer=}) -> writes a <Family>ForSequenceClassification
-// directory; pad_token_id defaults to the tokenizer's pad token.
+// directory; pad_token_id (HF reads each row's reward before its first pad token) defaults to the
+// tokenizer's pad token, else the vocabulary's last id.
 int l_train_reward_save(lua_State* L) {
   RewardModel& r = *lt_check<RewardModelPtr>(L, 1);
   std::string dir = luaL_checkstring(L, 2);
@@ -364,9 +365,8 @@ int l_train_reward_save(lua_State* L) {
     }
     lua_pop(L, 1);
   }
-  if (pad < 0)
-    fail("reward:save: no pad_token_id (HF reads each row's reward before its first pad token)",
-         "pass pad_token_id = an id no response ends with, or a tokenizer that has a pad token");
+  // No pad token (Llama 3.1 has none): the vocabulary's last id, a reserved token no response ends with.
+  if (pad < 0) pad = r.model()->config.vocab_size - 1;
   reward_save(r, dir, pad, files);
   return 0;
 }

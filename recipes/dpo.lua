@@ -28,11 +28,8 @@ if cfg.use_lora then
 end
 print(tostring(model))
 
-local opts = { tokenizer = tok, max_length = cfg.max_length, seed = cfg.seed }
-local train_set, eval_set = data.preferences(cfg.data, opts), nil
-if cfg.eval_data ~= "" then eval_set = data.preferences(cfg.eval_data, opts)
-else train_set, eval_set = train_set:split(1 - cfg.eval_fraction) end
-print(string.format("preference pairs: %d train, %d held out", #train_set, #eval_set))
+local pref = require("preference")  -- scripts/lua/preference.lua
+local train_set, eval_set = pref.sets(cfg, tok)
 
 -- The reference: the base with adapters off (LoRA), or a frozen copy (full fine-tuning); or their
 -- log-probs computed once and read from disk.
@@ -57,10 +54,7 @@ local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.j
                            config = cfg, resume = start > 0, wandb = cfg.wandb_project }
 
 local function evaluate(step)
-  local e = trainer:evaluate(eval_set, { batch_size = cfg.batch_size })
-  log:write(step, { eval_loss = e.loss, eval_preference_accuracy = e.preference_accuracy,
-                    eval_reward_margin = e.reward_margin, eval_rewards_chosen = e.rewards_chosen,
-                    eval_rewards_rejected = e.rewards_rejected })
+  log:write(step, pref.eval_fields(trainer:evaluate(eval_set, { batch_size = cfg.batch_size })))
 end
 if start == 0 then evaluate(0) end
 for step, batch in train_set:batches { size = cfg.batch_size * cfg.grad_accum, steps = cfg.steps, start = start } do

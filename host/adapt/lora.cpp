@@ -8,15 +8,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <filesystem>
-#include <map>
 #include <set>
 
+#include "host/adapt/peft.h"
 #include "host/core/error.h"
-#include "host/core/files.h"
-#include "host/core/tensor_ops.h"
-#include "host/dist/dist.h"
-#include "host/io/safetensors.h"
 #include "host/text/tokenizer_parts.h"
 
 namespace luatune {
@@ -187,24 +182,19 @@ std::vector<LinearRef> select_linears(Model& m, const LoraConfig& c, const std::
   return out;
 }
 
-void freeze(at::Tensor& t) {
-  if (!t.defined() || !t.requires_grad()) return;
-  if (t.is_leaf())
-    t.set_requires_grad(false);  // in place: every handle on this weight sees it frozen
-  else
-    t = t.detach();
-}
-
 int64_t apply_config(Model& m, const LoraConfig& c, uint64_t seed, const std::string& where) {
   LT_CHECK(c.r >= 1, where << ": r must be a positive integer, got " << c.r);
   LT_CHECK(std::isfinite(c.alpha) && c.alpha > 0,
            where << ": alpha must be a positive number, got " << c.alpha);
   LT_CHECK(c.dropout >= 0 && c.dropout < 1, where << ": dropout must be in [0, 1), got " << c.dropout);
   std::vector<LinearRef> selected = select_linears(m, c, where);
+  for (const LayerWeights& layer : m.layers)
+    LT_CHECK(!layer.adaption, where << ": the model already has an adaption prompt (LLaMA-Adapter); LoRA and "
+                                       "adaption prompts are not combined (start from a fresh model)");
   for (const LinearRef& ref : model_linears(m))
     LT_CHECK(!ref.linear->adapter, where << ": the model already has an adapter on " << ref.name
                                          << " (merge it with lora.merge, or start from a fresh model)");
-  for (auto& [name, t] : m.named_parameters()) freeze(*t);
+  peft_freeze_base(m);
 
   // Drawn in float32 on CPU in checkpoint order, then moved: the same seed gives the same
   // adapter on every device.
@@ -271,19 +261,6 @@ LoraConfig config_of(Model& model, const std::string& where) {
   return c;
 }
 
-// ============================================================================================
-// PEFT's adapter directory
-
-const char* const kConfigFile = "adapter_config.json";
-const char* const kWeightsFile = "adapter_model.safetensors";
-const std::string kPeftPrefix =
-    "base_model.model.";  // PeftModel.base_model (LoraModel) .model (the HF model)
-
-json number_json(double v) {
-  if (std::floor(v) == v && std::fabs(v) < 1e15) return json(static_cast<int64_t>(v));
-  return json(v);
-}
-
 }  // namespace
 
 int64_t lora_apply(Model& model, const LoraConfig& config, uint64_t seed) {
@@ -295,9 +272,6 @@ LoraConfig lora_config_of(Model& model) {
 }
 
 void lora_save(Model& model, const std::string& dir, const std::string& base_model_name_or_path) {
-  DistMainOnly main_only;  // data parallel: rank 0 writes, the others wait for the files
-  if (!main_only) return;
-  LT_CHECK(!dir.empty(), "lora.save: empty directory name");
   LoraConfig c = config_of(model, "lora.save");
   // The fields of PEFT's LoraConfig that have existed since use_dora did (peft >= 0.9), so older
   // and newer peft both load it; newer fields take their defaults. Keys sorted, as PEFT writes them.
@@ -313,7 +287,7 @@ void lora_save(Model& model, const std::string& dir, const std::string& base_mod
       {"layers_pattern", nullptr},
       {"layers_to_transform", c.layers.empty() ? json(nullptr) : json(c.layers)},
       {"loftq_config", json::object()},
-      {"lora_alpha", number_json(c.alpha)},
+      {"lora_alpha", peft_number(c.alpha)},
       {"lora_dropout", c.dropout},
       {"megatron_config", nullptr},
       {"megatron_core", "megatron.core"},
@@ -327,28 +301,13 @@ void lora_save(Model& model, const std::string& dir, const std::string& base_mod
       {"use_dora", c.dora},
       {"use_rslora", c.rslora},
   };
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (auto& [name, t] : model.adapter_parameters()) tensors.emplace_back(kPeftPrefix + name, t->detach());
-
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  LT_CHECK(dir_exists(dir), dir << ": cannot create directory (" << ec.message() << ")");
-  // Weights first, config last: a directory with an adapter_config.json is complete.
-  safetensors_save_file(dir + "/" + kWeightsFile, tensors, {{"format", "pt"}});
-  file_write_atomic(dir + "/" + kConfigFile, j.dump(2) + "\n");
+  peft_dir_save(model, dir, j, "lora.save");
 }
 
 namespace {
 
-// adapter_config.json -> LoraConfig, rejecting what luatune cannot reproduce.
-LoraConfig parse_adapter_config(const std::string& path) {
-  json j;
-  try {
-    j = json::parse(file_read(path));
-  } catch (const json::exception& e) {
-    fail(path + ": not valid JSON (" + e.what() + ")");
-  }
-  LT_CHECK(j.is_object(), path << ": expected a JSON object");
+// adapter_config.json (`j`, read from `path`) -> LoraConfig, rejecting what luatune cannot reproduce.
+LoraConfig parse_adapter_config(const json& j, const std::string& path) {
   auto get = [&](const char* key) -> const json& {
     static const json null_json;
     auto it = j.find(key);
@@ -358,7 +317,9 @@ LoraConfig parse_adapter_config(const std::string& path) {
     fail(path + ": " + key + " " + get(key).dump() + " is not supported by luatune (" + why + ")");
   };
   const json& type = get("peft_type");
-  LT_CHECK(type.is_string(), path << ": peft_type is missing (is this a PEFT adapter_config.json?)");
+  if (type == "ADAPTION_PROMPT")
+    fail(path + ": peft_type \"ADAPTION_PROMPT\" is an adaption prompt (LLaMA-Adapter), not LoRA",
+         "load it with adaption_prompt_load (in Lua, lora.load reads both kinds)");
   LT_CHECK(type == "LORA", path << ": peft_type " << type.dump() << " is not supported (expected \"LORA\")");
 
   LoraConfig c;
@@ -419,52 +380,22 @@ LoraConfig parse_adapter_config(const std::string& path) {
 }  // namespace
 
 LoraConfig lora_load(Model& model, const std::string& dir) {
-  LT_CHECK(dir_exists(dir), dir << ": not a directory (expected a PEFT adapter directory with " << kConfigFile
-                                << " and " << kWeightsFile << ")");
-  const std::string config_path = dir + "/" + kConfigFile, weights_path = dir + "/" + kWeightsFile;
-  LT_CHECK(file_exists(config_path), config_path << ": missing (expected a PEFT adapter directory)");
-  LoraConfig c = parse_adapter_config(config_path);
-  if (!file_exists(weights_path)) {
-    if (file_exists(dir + "/adapter_model.bin"))
-      fail(weights_path + ": missing; only adapter_model.bin (pickle) is there",
-           "convert it with peft: PeftModel.from_pretrained(...).save_pretrained(dir, "
-           "safe_serialization=True)");
-    fail(weights_path + ": missing (expected a PEFT adapter directory)");
-  }
-  std::shared_ptr<SafetensorsFile> file = SafetensorsFile::open(weights_path);
-
-  // Apply, then fill; on any error take the adapters off again and restore the base weights' flags.
-  std::vector<std::pair<at::Tensor*, bool>> grad_flags;
-  for (auto& [name, t] : model.named_parameters()) grad_flags.emplace_back(t, t->requires_grad());
-  apply_config(model, c, 0, config_path);
-  try {
-    std::map<std::string, at::Tensor*> wanted;
-    for (auto& [name, t] : model.adapter_parameters()) wanted[kPeftPrefix + name] = t;
-    for (const SafetensorsEntry& e : file->entries())
-      LT_CHECK(wanted.count(e.name), weights_path
-                                         << ": tensor " << e.name
-                                         << " belongs to no adapter that adapter_config.json creates");
-    for (auto& [name, t] : wanted) {
-      const SafetensorsEntry* e = file->find(name);
-      LT_CHECK(e, weights_path << ": tensor " << name << " is missing");
-      LT_CHECK(e->shape == t->sizes().vec(),
-               weights_path << ": tensor " << name << " has shape " << shape_str(e->shape) << ", expected "
-                            << shape_str(t->sizes()) << " (r=" << c.r << " from adapter_config.json)");
-      LT_CHECK(at::isFloatingType(e->dtype), weights_path << ": tensor " << name << " has dtype "
-                                                          << e->dtype_name << ", expected a floating dtype");
-      // A copy, never a view of the mapped file.
-      *t = file->tensor(name).to(t->device(), at::kFloat, false, true).set_requires_grad(true);
-    }
-  } catch (...) {
-    for (LinearRef& ref : model_linears(model)) ref.linear->adapter.reset();
-    for (auto& [t, flag] : grad_flags)
-      if (t->is_leaf()) t->set_requires_grad(flag);
-    throw;
-  }
+  std::string config_path;
+  LoraConfig c = parse_adapter_config(peft_config_read(dir, &config_path), config_path);
+  peft_weights_load(
+      model, dir, [&] { apply_config(model, c, 0, config_path); },
+      [&] {
+        for (LinearRef& ref : model_linears(model)) ref.linear->adapter.reset();
+      },
+      "r=" + std::to_string(c.r) + " from adapter_config.json");
   return c;
 }
 
 void lora_merge(Model& model) {
+  for (const LayerWeights& layer : model.layers)
+    LT_CHECK(!layer.adaption, "lora.merge: the model has an adaption prompt (LLaMA-Adapter), which cannot be "
+                              "merged into the weights (its attention over the prompt depends on each input); "
+                              "save it with lora.save instead");
   for (auto& [ref, a] : lora_adapters(model, "lora.merge")) {
     Linear& lin = *ref.linear;
     at::Tensor merged = a->merged_weight(lin);

@@ -77,11 +77,13 @@ void lora_save(Model& model, const std::string& dir, const std::string& base_mod
 
 // Reads a PEFT LoRA/DoRA adapter directory, applies its config to `model` and loads its weights
 // (converted to float32 on the model's device). Every tensor must match an adapter, every adapter
-// weight must be present with PEFT's shape. Returns the config read.
+// weight must be present with PEFT's shape. Returns the config read. An ADAPTION_PROMPT directory
+// fails with a hint naming adaption_prompt_load (host/adapt/adaption_prompt.h).
 LoraConfig lora_load(Model& model, const std::string& dir);
 
 // Folds every adapter into its base weight (in float32, cast back to the base dtype) and removes
-// the adapters; base weights stay frozen. model_save then writes a plain HF model.
+// the adapters; base weights stay frozen. model_save then writes a plain HF model. Fails on a model
+// with adaption prompts (nothing to fold them into).
 void lora_merge(Model& model);
 
 }  // namespace luatune

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "host/adapt/adaption_prompt.h"
 #include "host/adapt/quant.h"
 #include "host/core/error.h"
 #include "host/model/attention.h"
@@ -211,6 +212,7 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
       a = a.transpose(1, 2).reshape({B, T, H * D});
       if (watch) observe(l, Site::attn_ctx, a);
       a = L.o.forward(a);  // (B, T, C)
+      if (L.adaption && L.adaption->enabled) a = a + L.adaption->forward(L, c, q);  // LLaMA-Adapter's branch
       // The branch output: Gemma 2's post-norm carries the hidden mask, otherwise multiply by it.
       if (c.gemma_norms) a = masked_rms_norm(a, L.post_attn_norm, c.rms_norm_eps, true, hz);
       else if (hz.defined()) a = a * hz.to(a.scalar_type());
@@ -300,6 +302,13 @@ std::vector<std::pair<std::string, at::Tensor*>> Model::adapter_parameters() {
     std::string base = s.name.substr(0, s.name.size() - suffix.size());
     for (auto& [name, t] : s.linear->adapter->parameters()) out.emplace_back(base + "." + name, t);
   }
+  for (size_t i = 0; i < layers.size(); i++) {
+    AdaptionPrompt* a = layers[i].adaption.get();
+    if (!a) continue;
+    std::string p = "model.layers." + std::to_string(i) + ".self_attn.";
+    out.emplace_back(p + "adaption_prompt", &a->prompt);
+    out.emplace_back(p + "adaption_gate", &a->gate);
+  }
   return out;
 }
 
@@ -319,6 +328,8 @@ void Model::set_training(bool training) {
 void Model::set_adapters_enabled(bool enabled) {
   for (const ParamSlot& s : model_slots(*this))
     if (s.linear && s.linear->adapter) s.linear->adapter->enabled = enabled;
+  for (LayerWeights& L : layers)
+    if (L.adaption) L.adaption->enabled = enabled;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::state() const {

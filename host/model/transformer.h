@@ -16,7 +16,8 @@
 namespace luatune {
 
 struct Linear;
-struct QuantState;  // host/adapt/quant.h
+struct QuantState;      // host/adapt/quant.h
+struct AdaptionPrompt;  // host/adapt/adaption_prompt.h
 
 // Replaces a Linear's computation (LoRA, QLoRA): given the base layer and x (..., in), returns
 // (..., out). The base weight may be frozen, quantized or absent, as the adapter decides.
@@ -51,6 +52,9 @@ struct LayerWeights {  // model.layers.{i}.*
   at::Tensor pre_ff_norm;     // (C) Gemma 2 pre_feedforward_layernorm
   at::Tensor post_ff_norm;    // (C) Gemma 2 post_feedforward_layernorm
   Linear gate, up, down;      // (I, C) (I, C) (C, I) mlp.{gate,up,down}_proj
+  // LLaMA-Adapter's prompt and gate (self_attn.adaption_prompt / adaption_gate), or null: an extra
+  // attention branch added to o_proj's output.
+  std::shared_ptr<AdaptionPrompt> adaption;
 };
 
 // Keys and values of every layer for the positions seen so far: k[l], v[l] are (B, KV, capacity, D);
@@ -133,7 +137,8 @@ class Model {
   // Every weight under its HF name, in checkpoint order (lm_head omitted when tied).
   std::vector<std::pair<std::string, at::Tensor*>> named_parameters();
   // Adapter weights under "<linear name>.<adapter param>", e.g.
-  // "model.layers.0.self_attn.q_proj.lora_A.weight".
+  // "model.layers.0.self_attn.q_proj.lora_A.weight", then adaption prompts under
+  // "model.layers.{i}.self_attn.adaption_prompt" and "...adaption_gate".
   std::vector<std::pair<std::string, at::Tensor*>> adapter_parameters();
   // What an optimizer updates: base weights with requires_grad, then every adapter weight.
   std::vector<std::pair<std::string, at::Tensor*>> trainable_parameters();

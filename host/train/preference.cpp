@@ -250,7 +250,7 @@ at::Tensor PreferenceLoss::micro_loss(const MicroBatch& mb, const at::Tensor& ce
   // Statistics as sums over pairs, read (one sync) by stats().
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> s = {out[1].sum(), out[2].sum(), (out[1] - out[2]).sum(), out[1].gt(out[2]).sum(),
-                               pc.sum(), pr.sum()};
+                               pc.sum(), pr.sum(), pc.gt(pr).sum()};
   if (options_.loss == "orpo") {
     s.push_back((-pc / nc.to(pc.scalar_type())).sum());
     s.push_back(at::log_sigmoid(out[3]).sum());
@@ -265,9 +265,9 @@ at::Tensor PreferenceLoss::micro_loss(const MicroBatch& mb, const at::Tensor& ce
 
 std::vector<std::pair<std::string, double>> PreferenceLoss::stats(bool training) {
   static const char* const names[] = {"rewards_chosen", "rewards_rejected", "reward_margin", "preference_accuracy",
-                                      "logps_chosen",   "logps_rejected",   "nll_loss",      "log_odds_ratio",
-                                      "log_odds_chosen"};
-  const size_t k = options_.loss == "orpo" ? 9 : 6;
+                                      "logps_chosen",   "logps_rejected",   "logps_accuracy", "nll_loss",
+                                      "log_odds_ratio", "log_odds_chosen"};
+  const size_t k = options_.loss == "orpo" ? 10 : 7;
   // Data parallel: every rank calls this at the same point; each sum covers the ranks' pairs.
   std::vector<double> values(k, 0.0);
   for (size_t i = 0; i < k && i < sums_.size(); i++) values[i] = sums_[i].item<double>();

@@ -57,8 +57,10 @@ class PreferenceLoss : public TrainerHook {
 
   // TrainerHook: the loss of a micro-batch is the sum of its pairs' losses; the step divides by
   // the pairs. stats (means per pair since begin()): rewards_chosen, rewards_rejected,
-  // reward_margin, preference_accuracy, logps_chosen, logps_rejected; ORPO adds nll_loss,
-  // log_odds_ratio, log_odds_chosen.
+  // reward_margin, preference_accuracy, logps_chosen, logps_rejected, logps_accuracy (the share of
+  // pairs whose chosen response the policy itself gives the higher summed log-prob, which unlike
+  // the implicit rewards is meaningful before the first step); ORPO adds nll_loss, log_odds_ratio,
+  // log_odds_chosen.
   void begin(bool training) override;
   at::Tensor micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum) override;
   bool replaces_lm_loss() const override { return true; }

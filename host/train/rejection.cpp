@@ -52,12 +52,17 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
   LT_CHECK(o.n >= 1, "train.rejection_sample: n must be at least 1, got " << o.n);
   LT_CHECK(o.batch_size >= 1, "train.rejection_sample: batch_size must be at least 1");
   LT_CHECK(!out_path.empty(), "train.rejection_sample: option 'out' (the JSONL file to write) is required");
+  LT_CHECK(reward.model()->config.vocab_size == policy.config.vocab_size,
+           "train.rejection_sample: the reward model's vocabulary (" << reward.model()->config.vocab_size
+               << ") differs from the policy's (" << policy.config.vocab_size
+               << "); both must use the tokenizer given here");
   RejectionStats st;
   DistMainOnly main_only;  // one process generates and writes; data-parallel ranks wait
   if (!main_only) return st;
   const auto t0 = std::chrono::steady_clock::now();
   std::ifstream in(prompts_path, std::ios::binary);
   LT_CHECK(in, "train.rejection_sample: cannot open '" << prompts_path << "'");
+  const bool chat = data_resolve_chat(DataFormat::prompt_response, o.data, tok).has_value();
   std::string line, out;
   int64_t line_no = 0, new_tokens = 0;
   double sum_best = 0, sum_all = 0;
@@ -112,11 +117,13 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
     for (size_t k = 1; k < rewards.size(); k++)
       if (rewards[k] > rewards[best]) best = k;
 
+    // One record shape for the whole file (data.jsonl detects it from the first record): a
+    // conversation whenever a chat format renders the prompts, else prompt/response.
     json row;
-    if (prompt.is_string()) {
+    if (!chat) {
       row = {{"prompt", prompt}, {"response", candidates[best]}};
     } else {
-      json messages = prompt;
+      json messages = prompt.is_string() ? json::array({{{"role", "user"}, {"content", prompt}}}) : prompt;
       messages.push_back({{"role", "assistant"}, {"content", candidates[best]}});
       row = {{"messages", messages}};
     }

@@ -32,8 +32,9 @@ struct RejectionStats {
 
 // Reads prompts from `prompts_path` (JSONL: {"prompt": string or messages}, or {"messages": [...]}
 // whose trailing assistant message, if any, is dropped; preference records' prompts work too) and
-// writes `out_path` atomically: {"prompt", "response", "reward", "candidate_rewards"} for string
-// prompts, {"messages", "reward", "candidate_rewards"} for conversations. Errors name PATH:LINE.
+// writes `out_path` atomically, one record shape for the file: {"messages", "reward",
+// "candidate_rewards"} when a chat format renders the prompts (string prompts become a user turn),
+// else {"prompt", "response", "reward", "candidate_rewards"}. Errors name PATH:LINE.
 RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const Tokenizer& tokenizer,
                                 const std::string& prompts_path, const std::string& out_path,
                                 const RejectionOptions& options);

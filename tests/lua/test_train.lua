@@ -67,4 +67,126 @@ test("bad options fail clearly", function()
   raises(function() train.new(tiny(), { lr = 1e-3, lerning_rate = 1 }) end, "lerning_rate")
 end)
 
+
+-- ---------------------------------------------------------------------------------------------
+-- Preference losses, reward models and rejection sampling on the byte-level fixture tokenizer
+-- (hello=11, " world"=16, "!"=18), plain prompt/response template, with a model of its vocabulary.
+local TOK = tokenizer.load("tests/fixtures/tokenizers/bytelevel")
+local TMP = os.tmpname()
+os.remove(TMP)
+os.execute("mkdir -p '" .. TMP .. "'")
+
+local function write(path, lines)
+  local f = assert(io.open(path, "w"))
+  for _, l in ipairs(lines) do f:write(l, "\n") end
+  f:close()
+  return path
+end
+
+local PAIRS = write(TMP .. "/pairs.jsonl", {
+  '{"prompt": "hello", "chosen": " world", "rejected": "!"}',
+  '{"prompt": "hello!", "chosen": " world", "rejected": "!!"}',
+  '{"prompt": "!", "chosen": " world!", "rejected": "hello"}',
+  '{"prompt": " world", "chosen": "hello", "rejected": " world world"}',
+})
+
+local function small(seed) return models.init { arch = "llama", vocab_size = 32, hidden_size = 32, intermediate_size = 40,
+                                               num_hidden_layers = 2, num_attention_heads = 4, num_key_value_heads = 2,
+                                               seed = seed or 1 } end
+
+test("reward model: a hook with pair statistics, scores, HF layout round trip", function()
+  local pairs = data.preferences(PAIRS, { tokenizer = TOK, max_length = 32, chat = false })
+  eq(#pairs, 4)
+  local model = small(3)
+  local rm = train.reward_model(model, { seed = 2 })
+  ok(tostring(rm):find("RewardModel(LlamaForSequenceClassification", 1, true) == nil)  -- a causal LM body
+  ok(tostring(rm):find("RewardModel(", 1, true) == 1)
+  local tr = train.new(model, { lr = 1e-2, schedule = "constant", micro_batch_size = 4, hooks = { rm } })
+  local before = rm:score(pairs)
+  eq(before:shape(), { 4, 2 })
+  local e0 = tr:evaluate(pairs, { batch_size = 2 })
+  local rows = before:tolist()
+  local acc = 0
+  for _, r in ipairs(rows) do if r[1] > r[2] then acc = acc + 0.25 end end
+  eq(e0.preference_accuracy, acc)
+  local first
+  for step, b in pairs:batches { size = 4, steps = 30 } do
+    local s = tr:step(b)
+    first = first or s
+    ok(s.preference_accuracy ~= nil and s.reward_margin ~= nil)
+  end
+  local e1 = tr:evaluate(pairs, { batch_size = 2 })
+  ok(e1.loss < e0.loss, ("train pairs' loss %.4f -> %.4f"):format(e0.loss, e1.loss))
+  eq(e1.preference_accuracy, 1)
+  -- Saved as HF sequence classification; the body loads with models.load, the head with load=.
+  rm:save(TMP .. "/rm", { tokenizer = TOK, pad_token_id = 31 })
+  local cfg = io.open(TMP .. "/rm/config.json"):read("*a")
+  ok(cfg:find('"LlamaForSequenceClassification"', 1, true) and cfg:find('"pad_token_id": 31', 1, true), cfg)
+  ok(io.open(TMP .. "/rm/tokenizer.json") ~= nil)
+  local back = train.reward_model(models.load(TMP .. "/rm"), { load = TMP .. "/rm" })
+  ok(torch.equal(back:score(pairs), rm:score(pairs)))
+  eq(back:model():config().vocab_size, 32)
+  local causal = small()
+  causal:save(TMP .. "/causal")
+  raises(function() train.reward_model(causal, { load = TMP .. "/causal" }) end, "tensor score.weight is missing")
+  raises(function() train.reward_model(model, { sed = 1 }) end, "sed")
+end)
+
+test("rejection sampling: best of n per prompt, as SFT records", function()
+  local policy, rm = small(5), train.reward_model(small(6), { seed = 1 })
+  local prompts = write(TMP .. "/prompts.jsonl", {
+    '{"prompt": "hello"}',
+    '{"prompt": " world", "response": "ignored"}',
+    '',
+    '{"prompt": "hello!", "chosen": "x", "rejected": "y"}',
+  })
+  local opts = { prompts = prompts, out = TMP .. "/best.jsonl", tokenizer = TOK, n = 3, max_new_tokens = 3,
+                 temperature = 1, seed = 4, max_length = 32, chat = false }
+  local s = train.rejection_sample(policy, rm, opts)
+  eq(s.prompts, 3)
+  eq(s.candidates, 9)
+  ok(s.mean_best >= s.mean_reward and s.mean_new_tokens <= 3)
+  local n = 0
+  for line in io.lines(TMP .. "/best.jsonl") do
+    n = n + 1
+    ok(line:find('"candidate_rewards":%[') and line:find('"reward":') and line:find('"response":'), line)
+    if n == 2 then ok(line:find('"prompt":" world"', 1, true) and not line:find("ignored", 1, true), line) end
+  end
+  eq(n, 3)
+  -- The same seed gives the same file.
+  local first = io.open(TMP .. "/best.jsonl"):read("*a")
+  train.rejection_sample(policy, rm, opts)
+  eq(io.open(TMP .. "/best.jsonl"):read("*a"), first)
+  local chats = write(TMP .. "/chats.jsonl", { '{"messages": [{"role": "user", "content": "hello"}]}' })
+  raises(function() train.rejection_sample(policy, rm, { prompts = chats, out = TMP .. "/x.jsonl", tokenizer = TOK,
+                                                         chat = false }) end, "chats.jsonl:1: ")
+  local bad = write(TMP .. "/bad.jsonl", { '{"text": "hello"}' })
+  raises(function() train.rejection_sample(policy, rm, { prompts = bad, out = TMP .. "/x.jsonl", tokenizer = TOK, chat = false }) end,
+         "bad.jsonl:1: expected a JSON object with \"prompt\" (a string or a message list) or \"messages\"")
+  raises(function() train.rejection_sample(policy, rm, { prompts = prompts, out = TMP .. "/x.jsonl" }) end,
+         "option 'tokenizer' expects a Tokenizer")
+  raises(function() train.rejection_sample(policy, rm, { prompts = prompts, out = TMP .. "/x.jsonl", tokenizer = TOK, n = 0, chat = false }) end,
+         "n must be at least 1")
+  local other = train.reward_model(models.init { arch = "llama", vocab_size = 40, hidden_size = 32, intermediate_size = 40,
+                                                  num_hidden_layers = 1, num_attention_heads = 4 })
+  raises(function() train.rejection_sample(policy, other, { prompts = prompts, out = TMP .. "/x.jsonl", tokenizer = TOK, chat = false }) end,
+         "the reward model's vocabulary (40) differs from the policy's (32)")
+  ok(io.open(TMP .. "/x.jsonl") == nil, "nothing written by the failed runs")
+end)
+
+test("preference losses: ORPO statistics and option errors", function()
+  local pairs = data.preferences(PAIRS, { tokenizer = TOK, max_length = 32, chat = false })
+  local model = small(7)
+  local orpo = train.preference(model, { loss = "orpo", beta = 0.2 })
+  local e = train.new(model, { lr = 1e-3, schedule = "constant", hooks = { orpo } }):evaluate(pairs)
+  for _, k in ipairs { "nll_loss", "log_odds_ratio", "log_odds_chosen", "logps_accuracy", "preference_accuracy" } do
+    ok(type(e[k]) == "number", k)
+  end
+  ok(math.abs(e.loss - (e.nll_loss - 0.2 * e.log_odds_ratio)) < 1e-6, "ORPO loss = nll - beta * log sigmoid(log odds)")
+  raises(function() train.preference(model, { loss = "sigmoid" }) end, "needs a reference")
+  raises(function() train.preference(model, { loss = "sigmoid", reference = "adapters_off" }) end,
+         "reference = \"adapters_off\" needs a model with adapters")
+  raises(function() train.preference(model, { loss = "dpo", reference = small() }) end, "loss must be")
+end)
+
 h.run()

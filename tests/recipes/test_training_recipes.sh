@@ -64,6 +64,40 @@ check "qlora: merged model equals 4-bit base + adapter" test $? -eq 0
   steps=2 save_every=0 quantize=nf4 "${common[@]}" >"$work/lora_nf4.log" 2>&1
 check "lora quantize=nf4: exits 0 with a 4-bit base" grep -q "14 Linears nf4" "$work/lora_nf4.log"
 
+# LLaMA-Adapter (adaption prompts in both layers): the eval loss falls over 6 steps (warmup off, so the
+# prompts and gates move from step 1), the PEFT adapter loads back with its config and changes the base's
+# logits, and resume=true from the step-3 checkpoint ends at the same adapter bytes.
+out=$work/adapter
+aargs=(base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$out" steps=6 save_every=3 warmup=0
+  adapter.adapter_layers=2)
+"$runner" adapter_finetune "${aargs[@]}" "${common[@]}" >"$work/adapter_a.log" 2>&1
+check "adapter: run exits 0" test $? -eq 0
+check "adapter: PEFT adapter written" test -f "$out/adapter/adapter_config.json" -a -f "$out/adapter/adapter_model.safetensors"
+check "adapter: config says ADAPTION_PROMPT" test "$(json "$out/adapter/adapter_config.json" \
+  '(j["peft_type"], j["adapter_len"], j["adapter_layers"], j["target_modules"])')" = "('ADAPTION_PROMPT', 10, 2, 'self_attn')"
+check "adapter: eval loss falls from step 2 to step 6" python3 -c 'import json,sys
+e = [j["eval_loss"] for j in map(json.loads, open(sys.argv[1])) if "eval_loss" in j]
+sys.exit(not (len(e) == 3 and e[2] < e[1] < e[0]))' "$out/metrics.jsonl"
+cp "$out/adapter/adapter_model.safetensors" "$work/straight_aadapter.safetensors"
+rm -rf "$out/checkpoints/step-0000006" "$out/adapter"
+"$runner" adapter_finetune "${aargs[@]}" resume=true "${common[@]}" >"$work/adapter_b.log" 2>&1
+check "adapter: resumed run exits 0" test $? -eq 0
+check "adapter: resumed run equals the straight run (adapter bytes)" \
+  cmp "$out/adapter/adapter_model.safetensors" "$work/straight_aadapter.safetensors"
+cat >"$work/adapter_check.lua" <<LUA
+local ids = { { 1, 5, 9, 13, 17, 21, 25, 29 } }
+local m = models.load("$base", { dtype = "float32" })
+local base = m:forward(ids)
+local c = lora.load(m, "$out/adapter")
+assert(c.adapter_len == 10 and c.adapter_layers == 2, "config read back")
+local gate = lora.parameters(m)["model.layers.1.self_attn.adaption_gate"]:item()
+print("gate " .. gate)
+assert(gate ~= 0, "the gate moved off zero")
+assert(not torch.equal(m:forward(ids), base), "the adapter changes the logits")
+LUA
+"$runner" "$work/adapter_check.lua" >"$work/adapter_check.log" 2>&1
+check "adapter: loads back and changes the logits" test $? -eq 0
+
 # Full fine-tuning writes a model that loads back.
 "$runner" full_finetune base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$work/full" \
   steps=2 save_every=0 "${common[@]}" >"$work/full.log" 2>&1

@@ -1,0 +1,27 @@
+-- scripts/lua/preference.lua: what the alignment recipes (dpo, orpo, reward_model) share: their
+-- training and held-out pair sets, and evaluation statistics logged under an eval_ prefix.
+--   local pref = require("preference")
+--   local train_set, eval_set = pref.sets(cfg, tok)   -- cfg.data, cfg.eval_data, cfg.eval_fraction, ...
+--   log:write(step, pref.eval_fields(trainer:evaluate(eval_set, { batch_size = 4 })))
+local M = {}
+
+-- Pairs from cfg.data; held out: cfg.eval_data when given, else cfg.eval_fraction of cfg.data.
+function M.sets(cfg, tok)
+  local opts = { tokenizer = tok, max_length = cfg.max_length, seed = cfg.seed }
+  local train_set, eval_set = data.preferences(cfg.data, opts), nil
+  if cfg.eval_data ~= "" then eval_set = data.preferences(cfg.eval_data, opts)
+  else train_set, eval_set = train_set:split(1 - cfg.eval_fraction) end
+  print(string.format("preference pairs: %d train, %d held out", #train_set, #eval_set))
+  return train_set, eval_set
+end
+
+-- trainer:evaluate's table -> {eval_loss = ..., eval_preference_accuracy = ..., ...}
+function M.eval_fields(e)
+  local out = {}
+  for k, v in pairs(e) do
+    if type(v) == "number" and k ~= "tokens" then out["eval_" .. k] = v end
+  end
+  return out
+end
+
+return M
