@@ -189,10 +189,7 @@ int64_t PreferenceLoss::loss_units(const Batch& batch) const {
   return batch.pairs;
 }
 
-void PreferenceLoss::begin(bool training) {
-  sums_.clear();
-  pairs_ = 0;
-}
+void PreferenceLoss::begin(bool training) { stats_.clear(); }
 
 std::pair<at::Tensor, at::Tensor> PreferenceLoss::reference_rows(const MicroBatch& mb) {
   const int64_t n = mb.ids.size(0);
@@ -256,25 +253,40 @@ at::Tensor PreferenceLoss::micro_loss(const MicroBatch& mb, const at::Tensor& ce
     s.push_back(at::log_sigmoid(out[3]).sum());
     s.push_back(out[3].sum());
   }
-  if (sums_.empty())
-    for (const at::Tensor& t : s) sums_.push_back(at::zeros({}, at::TensorOptions(at::kDouble).device(t.device())));
-  for (size_t i = 0; i < s.size(); i++) sums_[i] += s[i].to(at::kDouble);
-  pairs_ += n / 2;
+  stats_.add(s, n / 2);
   return loss;
 }
 
 std::vector<std::pair<std::string, double>> PreferenceLoss::stats(bool training) {
-  static const char* const names[] = {"rewards_chosen", "rewards_rejected", "reward_margin", "preference_accuracy",
-                                      "logps_chosen",   "logps_rejected",   "logps_accuracy", "nll_loss",
-                                      "log_odds_ratio", "log_odds_chosen"};
-  const size_t k = options_.loss == "orpo" ? 10 : 7;
-  // Data parallel: every rank calls this at the same point; each sum covers the ranks' pairs.
-  std::vector<double> values(k, 0.0);
-  for (size_t i = 0; i < k && i < sums_.size(); i++) values[i] = sums_[i].item<double>();
+  std::vector<const char*> names = {"rewards_chosen", "rewards_rejected", "reward_margin", "preference_accuracy",
+                                    "logps_chosen",   "logps_rejected",   "logps_accuracy"};
+  if (options_.loss == "orpo") names.insert(names.end(), {"nll_loss", "log_odds_ratio", "log_odds_chosen"});
+  return stats_.means(names);
+}
+
+// ============================================================================================
+// PairStats
+
+void PairStats::clear() {
+  sums_.clear();
+  pairs_ = 0;
+}
+
+void PairStats::add(const std::vector<at::Tensor>& sums, int64_t pairs) {
+  at::NoGradGuard no_grad;
+  if (sums_.empty())
+    for (const at::Tensor& t : sums) sums_.push_back(at::zeros({}, at::TensorOptions(at::kDouble).device(t.device())));
+  LT_ASSERT(sums.size() == sums_.size(), "PairStats: a different number of statistics than before");
+  for (size_t i = 0; i < sums.size(); i++) sums_[i] += sums[i].to(at::kDouble);
+  pairs_ += pairs;
+}
+
+std::vector<std::pair<std::string, double>> PairStats::means(const std::vector<const char*>& names) const {
+  // Data parallel: every rank calls this at the same point (a rank without pairs sums zeros).
   const double pairs = static_cast<double>(dist_sum(pairs_));
   std::vector<std::pair<std::string, double>> out;
-  for (size_t i = 0; i < k; i++) {
-    double v = dist_sum(values[i]);
+  for (size_t i = 0; i < names.size(); i++) {
+    const double v = dist_sum(i < sums_.size() ? sums_[i].item<double>() : 0.0);
     out.emplace_back(names[i], pairs > 0 ? v / pairs : 0.0);
   }
   return out;

@@ -47,6 +47,23 @@ ReferenceCache reference_logprobs(Model& model, bool adapters_off, const Prefere
 void reference_cache_save(const ReferenceCache& cache, const std::string& path);
 ReferenceCache reference_cache_load(const std::string& path);
 
+// Means per preference pair of statistics a hook sums on the device over a step or an evaluation:
+// one host sync when read, summed over data-parallel ranks. Shared by PreferenceLoss and
+// RewardModel (host/train/reward.h).
+class PairStats {
+ public:
+  void clear();
+  // `sums`: scalar tensors, each a sum over the `pairs` pairs just seen, in the same order each call.
+  void add(const std::vector<at::Tensor>& sums, int64_t pairs);
+  // The means of the first names.size() sums, named (0 with no pairs). Every rank must call this at
+  // the same point: the sums are all-reduced.
+  std::vector<std::pair<std::string, double>> means(const std::vector<const char*>& names) const;
+
+ private:
+  std::vector<at::Tensor> sums_;  // float64 scalars on the device
+  int64_t pairs_ = 0;
+};
+
 class PreferenceLoss : public TrainerHook {
  public:
   // reference: nullptr for ORPO; the policy itself (with adapters) for "adapters off"; another
@@ -76,8 +93,7 @@ class PreferenceLoss : public TrainerHook {
   ReferenceCache cache_;
   std::string cache_source_;
   bool use_cache_ = false;
-  std::vector<at::Tensor> sums_;  // accumulated statistics (float64 scalars), see stats()
-  int64_t pairs_ = 0;
+  PairStats stats_;  // see stats()
 };
 
 // The per-pair loss and the rewards from summed log-probs (float64 or float32 tensors (P)):

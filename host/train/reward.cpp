@@ -9,7 +9,6 @@
 
 #include "host/core/error.h"
 #include "host/data/preference.h"
-#include "host/dist/dist.h"
 #include "host/io/safetensors.h"
 
 namespace luatune {
@@ -69,10 +68,7 @@ std::vector<ParamGroup> RewardModel::parameter_groups() {
   return {g};
 }
 
-void RewardModel::begin(bool training) {
-  sums_.clear();
-  pairs_ = 0;
-}
+void RewardModel::begin(bool training) { stats_.clear(); }
 
 int64_t RewardModel::loss_units(const Batch& batch) const {
   LT_CHECK(batch.pair_ids.defined(), "train: the reward model's loss needs preference batches (data.preferences), "
@@ -90,24 +86,12 @@ at::Tensor RewardModel::micro_loss(const MicroBatch& mb, const at::Tensor& ce_su
   at::Tensor rc = r.slice(0, 0, n, 2), rr = r.slice(0, 1, n, 2);
   at::Tensor loss = -at::log_sigmoid(rc - rr).sum();  // Bradley-Terry: P(chosen > rejected) = sigmoid(rc - rr)
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> s = {rc.sum(), rr.sum(), (rc - rr).sum(), rc.gt(rr).sum()};
-  if (sums_.empty())
-    for (const at::Tensor& t : s) sums_.push_back(at::zeros({}, at::TensorOptions(at::kDouble).device(t.device())));
-  for (size_t i = 0; i < s.size(); i++) sums_[i] += s[i].to(at::kDouble);
-  pairs_ += n / 2;
+  stats_.add({rc.sum(), rr.sum(), (rc - rr).sum(), rc.gt(rr).sum()}, n / 2);
   return loss;
 }
 
 std::vector<std::pair<std::string, double>> RewardModel::stats(bool training) {
-  static const char* const names[] = {"rewards_chosen", "rewards_rejected", "reward_margin", "preference_accuracy"};
-  // Data parallel: every rank calls this at the same point; each sum covers the ranks' pairs.
-  const double pairs = static_cast<double>(dist_sum(pairs_));
-  std::vector<std::pair<std::string, double>> out;
-  for (size_t i = 0; i < 4; i++) {
-    double v = dist_sum(i < sums_.size() ? sums_[i].item<double>() : 0.0);
-    out.emplace_back(names[i], pairs > 0 ? v / pairs : 0.0);
-  }
-  return out;
+  return stats_.means({"rewards_chosen", "rewards_rejected", "reward_margin", "preference_accuracy"});
 }
 
 // ============================================================================================

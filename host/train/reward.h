@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "host/model/checkpoint.h"
+#include "host/train/preference.h"
 #include "host/train/trainer.h"
 
 namespace luatune {
@@ -47,8 +48,7 @@ class RewardModel : public TrainerHook {
  private:
   std::shared_ptr<Model> model_;
   at::Tensor head_;  // (1, C) float32
-  std::vector<at::Tensor> sums_;
-  int64_t pairs_ = 0;
+  PairStats stats_;
 };
 
 // Writes `dir` as HF loads a sequence-classification model: config.json (architectures

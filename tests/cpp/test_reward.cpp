@@ -101,10 +101,17 @@ TEST(Reward, TrainerStepIsBradleyTerryByPlainAutograd) {
   EXPECT_NEAR(st.loss, loss.item<double>(), 1e-5);
   double acc = rc.gt(rr).to(at::kDouble).mean().item<double>();
   double margin = (rc - rr).mean().item<double>();
+  int seen = 0;
   for (auto& [k, v] : st.extra) {
-    if (k == "preference_accuracy") EXPECT_NEAR(v, acc, 1e-9);
-    if (k == "reward_margin") EXPECT_NEAR(v, margin, 1e-5);
+    if (k == "preference_accuracy") {
+      EXPECT_NEAR(v, acc, 1e-9);
+      seen++;
+    } else if (k == "reward_margin") {
+      EXPECT_NEAR(v, margin, 1e-5);
+      seen++;
+    }
   }
+  EXPECT_EQ(seen, 2);
   // SGD without momentum: new = old - lr * grad, for the head and a body weight.
   EXPECT_TRUE(at::allclose(rm->head(), ref.head() - 0.1 * ref.head().grad(), 1e-5, 1e-6));
   at::Tensor& w = ref_model->layers[1].down.weight;
