@@ -8,7 +8,7 @@ local cfg = config {
   data = "data/preferences.jsonl",               -- {prompt, chosen, rejected} or chat-style pairs
   eval_data = "",                                -- held-out pairs; "" = eval_fraction of data
   output_dir = "out/reward_model",
-  dtype = "bf16", device = "auto",
+  dtype = "bf16", device = "auto", quantize = "",  -- quantize=nf4: QLoRA (merged projections are saved dense)
   use_lora = true,                               -- merged into the weights before saving
   lora = { r = 16, alpha = 32, dropout = 0.05, targets = "all-linear" },
   lr = 1e-4, warmup = 10, steps = 500, batch_size = 4, grad_accum = 4, max_length = 1024,
@@ -20,7 +20,7 @@ local cfg = config {
 }
 
 local tok = tokenizer.load(cfg.base_model)
-local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
+local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device, quantize = cfg.quantize })
 if cfg.use_lora then
   lora.apply(model, { r = cfg.lora.r, alpha = cfg.lora.alpha, dropout = cfg.lora.dropout, targets = cfg.lora.targets,
                       seed = cfg.seed })
