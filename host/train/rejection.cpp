@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
+#include <vector>
 
 #include "host/core/error.h"
 #include "host/core/files.h"
@@ -56,20 +58,22 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
            "train.rejection_sample: the reward model's vocabulary (" << reward.model()->config.vocab_size
                << ") differs from the policy's (" << policy.config.vocab_size
                << "); both must use the tokenizer given here");
-  RejectionStats st;
-  DistMainOnly main_only;  // one process generates and writes; data-parallel ranks wait
-  if (!main_only) return st;
   const auto t0 = std::chrono::steady_clock::now();
   std::ifstream in(prompts_path, std::ios::binary);
   LT_CHECK(in, "train.rejection_sample: cannot open '" << prompts_path << "'");
   const bool chat = data_resolve_chat(DataFormat::prompt_response, o.data, tok).has_value();
+  // Data parallel: prompt i is rank (i mod N)'s; each rank writes its rows to a part file and rank 0
+  // interleaves them back into prompt order. Seeds follow the prompt, so any N writes the same file.
+  const int64_t rank = dist_rank(), world = dist_world_size();
+  RejectionStats st;
   std::string line, out;
-  int64_t line_no = 0, new_tokens = 0;
+  int64_t line_no = 0, index = -1, new_tokens = 0;
   double sum_best = 0, sum_all = 0;
   while (std::getline(in, line)) {
     line_no++;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (o.data.max_records >= 0 && st.prompts >= o.data.max_records) break;
+    if (o.data.max_records >= 0 && index + 1 >= o.data.max_records) break;
+    if (++index % world != rank) continue;
     const std::string where = prompts_path + ":" + std::to_string(line_no);
     json record;
     try {
@@ -78,7 +82,7 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
       fail(where + ": not valid JSON (" + e.what() + ")");
     }
     const json prompt = record_prompt(record, where);
-    const uint64_t seed0 = o.generate.seed + static_cast<uint64_t>(st.prompts * o.n);
+    const uint64_t seed0 = o.generate.seed + static_cast<uint64_t>(index * o.n);
 
     // The generation prompt: the encoded record up to its first trained token; that token (the
     // end of an empty response: EOS or the chat format's end of turn) also stops generation.
@@ -135,8 +139,32 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
     sum_best += rewards[best];
     for (double r : rewards) sum_all += r;
   }
+  st.prompts = dist_sum(st.prompts);
+  st.candidates = dist_sum(st.candidates);
+  new_tokens = dist_sum(new_tokens);
+  sum_best = dist_sum(sum_best);
+  sum_all = dist_sum(sum_all);
   LT_CHECK(st.prompts > 0, "train.rejection_sample: " << prompts_path << " has no prompts");
-  file_write_atomic(out_path, out);
+  if (world == 1) {
+    file_write_atomic(out_path, out);
+  } else {
+    const std::string part = out_path + ".part-" + std::to_string(rank);
+    file_write_atomic(part, out);
+    dist_barrier();
+    DistMainOnly main_only;  // rank 0 merges; the others wait for the file
+    if (main_only) {
+      std::vector<std::ifstream> parts;
+      for (int64_t r = 0; r < world; r++) parts.emplace_back(out_path + ".part-" + std::to_string(r), std::ios::binary);
+      std::string merged, row;
+      for (int64_t i = 0; i < st.prompts; i++) {
+        LT_CHECK(std::getline(parts[static_cast<size_t>(i % world)], row),
+                 out_path << ".part-" << i % world << ": ends early (a rank wrote fewer rows than its prompts)");
+        merged += row + "\n";
+      }
+      file_write_atomic(out_path, merged);
+      for (int64_t r = 0; r < world; r++) std::remove((out_path + ".part-" + std::to_string(r)).c_str());
+    }
+  }
   st.mean_best = sum_best / static_cast<double>(st.prompts);
   st.mean_reward = sum_all / static_cast<double>(st.candidates);
   st.mean_new_tokens = static_cast<double>(new_tokens) / static_cast<double>(st.candidates);

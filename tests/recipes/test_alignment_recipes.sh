@@ -56,9 +56,15 @@ check "reward_model: config says LlamaForSequenceClassification, one label" \
 
 # Rejection sampling from the DPO policy scored by that reward model: one row per prompt whose
 # response is the best-scored of its n candidates; chat prompts come back as conversations.
-"$runner" rejection_sampling policy="$work/dpo/model" reward_model="$work/rm/model" prompts="$work/held.jsonl" \
-  out="$work/rs/best.jsonl" dtype=float32 device=cpu n=3 max_new_tokens=3 max_prompts=6 >"$work/rs.log" 2>&1
+rs=(policy="$work/dpo/model" reward_model="$work/rm/model" prompts="$work/held.jsonl" dtype=float32 device=cpu n=3
+    max_new_tokens=3 max_prompts=6)
+"$runner" rejection_sampling "${rs[@]}" out="$work/rs/best.jsonl" >"$work/rs.log" 2>&1
 check "rejection_sampling: run exits 0" test $? -eq 0
+# Data parallel: prompt i goes to rank i mod 2, seeds follow the prompt: the same file as one process.
+"$runner" --nproc 2 rejection_sampling "${rs[@]}" out="$work/rs2/best.jsonl" >"$work/rs2.log" 2>&1
+check "rejection_sampling: 2 ranks exit 0" test $? -eq 0
+check "rejection_sampling: 2 ranks write the same file as 1 process, no part files left" \
+  bash -c "cmp '$work/rs/best.jsonl' '$work/rs2/best.jsonl' && test \$(ls '$work/rs2' | wc -l) -eq 1"
 check "rejection_sampling: 6 rows, each keeping its best candidate, SFT-shaped" python3 -c '
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
