@@ -14,6 +14,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -234,6 +235,15 @@ int64_t dist_sum(int64_t v) {
   at::Tensor t = at::full({1}, v, at::TensorOptions(at::kLong).device(comm_device()));
   dist_all_reduce_sum_(t);
   return t.item<int64_t>();
+}
+
+std::vector<double> dist_sum(std::vector<double> v) {
+  if (!dist_active() || v.empty()) return v;
+  at::Tensor t = at::tensor(v, at::kDouble).to(comm_device());
+  dist_all_reduce_sum_(t);
+  t = t.cpu();
+  std::copy(t.data_ptr<double>(), t.data_ptr<double>() + t.numel(), v.begin());
+  return v;
 }
 
 DistMainOnly::~DistMainOnly() noexcept(false) {

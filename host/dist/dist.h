@@ -46,6 +46,7 @@ void dist_broadcast_(at::Tensor& t, int root);
 void dist_barrier();
 double dist_sum(double v);      // all-reduce of one number (float64)
 int64_t dist_sum(int64_t v);
+std::vector<double> dist_sum(std::vector<double> v);  // element-wise, one all-reduce
 
 // For writers that only rank 0 runs (model and adapter saves): true on rank 0; a barrier when it
 // goes out of scope, so no rank reads the files before they exist. Single process: true, no barrier.

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "host/core/error.h"
@@ -268,27 +269,34 @@ std::vector<std::pair<std::string, double>> PreferenceLoss::stats(bool training)
 // PairStats
 
 void PairStats::clear() {
-  sums_.clear();
+  sums_ = at::Tensor();
   pairs_ = 0;
 }
 
 void PairStats::add(const std::vector<at::Tensor>& sums, int64_t pairs) {
   at::NoGradGuard no_grad;
-  if (sums_.empty())
-    for (const at::Tensor& t : sums) sums_.push_back(at::zeros({}, at::TensorOptions(at::kDouble).device(t.device())));
-  LT_ASSERT(sums.size() == sums_.size(), "PairStats: a different number of statistics than before");
-  for (size_t i = 0; i < sums.size(); i++) sums_[i] += sums[i].to(at::kDouble);
+  std::vector<at::Tensor> d;
+  for (const at::Tensor& t : sums) d.push_back(t.to(at::kDouble));
+  at::Tensor s = at::stack(d);
+  LT_ASSERT(!sums_.defined() || sums_.sizes() == s.sizes(), "PairStats: a different number of statistics than before");
+  sums_ = sums_.defined() ? sums_ + s : s;
   pairs_ += pairs;
 }
 
 std::vector<std::pair<std::string, double>> PairStats::means(const std::vector<const char*>& names) const {
-  // Data parallel: every rank calls this at the same point (a rank without pairs sums zeros).
-  const double pairs = static_cast<double>(dist_sum(pairs_));
-  std::vector<std::pair<std::string, double>> out;
-  for (size_t i = 0; i < names.size(); i++) {
-    const double v = dist_sum(i < sums_.size() ? sums_[i].item<double>() : 0.0);
-    out.emplace_back(names[i], pairs > 0 ? v / pairs : 0.0);
+  // One host sync and one all-reduce: the sums, then the pair count last. A rank without pairs
+  // (data parallel) contributes zeros.
+  std::vector<double> v(names.size() + 1, 0.0);
+  if (sums_.defined()) {
+    at::Tensor host = sums_.cpu();
+    const int64_t k = std::min<int64_t>(host.numel(), static_cast<int64_t>(names.size()));
+    std::copy(host.data_ptr<double>(), host.data_ptr<double>() + k, v.begin());
   }
+  v.back() = static_cast<double>(pairs_);
+  v = dist_sum(std::move(v));
+  const double pairs = v.back();
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < names.size(); i++) out.emplace_back(names[i], pairs > 0 ? v[i] / pairs : 0.0);
   return out;
 }
 

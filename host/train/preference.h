@@ -60,7 +60,7 @@ class PairStats {
   std::vector<std::pair<std::string, double>> means(const std::vector<const char*>& names) const;
 
  private:
-  std::vector<at::Tensor> sums_;  // float64 scalars on the device
+  at::Tensor sums_;  // (statistics) float64 on the device; undefined before the first add
   int64_t pairs_ = 0;
 };
 

@@ -114,9 +114,9 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
     auto set = PreferenceDataset::from_records(pairs, tok, o.data);
     LT_CHECK(set->size() == static_cast<int64_t>(pairs.size()),
              where << ": a candidate was cut away entirely by max_length " << o.data.max_length << "; raise it");
-    at::Tensor scores = reward.score_pairs(*set, std::max<int64_t>(1, o.batch_size / 2)).reshape({-1});
-    std::vector<double> rewards;
-    for (int64_t k = 0; k < o.n; k++) rewards.push_back(scores[k].item<double>());
+    at::Tensor scores = reward.score_pairs(*set, std::max<int64_t>(1, o.batch_size / 2)).to(at::kDouble).contiguous();
+    const double* r = scores.data_ptr<double>();  // (pairs, 2) row-major: candidate k is element k
+    std::vector<double> rewards(r, r + o.n);
     size_t best = 0;
     for (size_t k = 1; k < rewards.size(); k++)
       if (rewards[k] > rewards[best]) best = k;

@@ -99,8 +99,8 @@ std::vector<std::pair<std::string, double>> RewardModel::stats(bool training) {
 
 void reward_save(RewardModel& reward, const std::string& dir, int64_t pad_token_id,
                  const std::vector<std::string>& tokenizer_files) {
-  const Model& model = *reward.model();
-  if (!const_cast<Model&>(model).adapter_parameters().empty())
+  Model& model = *reward.model();
+  if (!model.adapter_parameters().empty())
     fail("reward:save: the model has adapters; HF's sequence-classification layout holds plain weights",
          "merge them first (lora.merge(model)), or save the adapter with lora.save");
   LT_CHECK(pad_token_id >= 0, "reward:save: pad_token_id must be >= 0 (HF finds each row's last token with it)");
