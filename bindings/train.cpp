@@ -72,7 +72,8 @@ std::string describe_trainer(const TrainerPtr& t) {
 // train.new(model, {optimizer="adamw", lr=2e-5, betas={0.9, 0.999}, eps=1e-8, weight_decay=0,
 //   momentum=0, schedule="cosine", warmup=0, steps=, min_lr_ratio=0, micro_batch_size=0,
 //   max_grad_norm=1, master_weights=true, checkpoint_layers=false, loss_chunk=4096,
-//   output_dir=, save_every=0, keep_last=2, hooks={pruner, distiller, ...}})
+//   output_dir=, save_every=0, keep_last=2, hooks={pruner, distiller, ...},
+//   shard="none"|"optimizer"|"gradients"|"full", optimizer_offload="none"|"cpu"})
 int l_train_new(lua_State* L) {
   auto model = lt_check<std::shared_ptr<Model>>(L, 1);
   TrainOptions o;
@@ -81,7 +82,8 @@ int l_train_new(lua_State* L) {
     luaL_checktype(L, 2, LUA_TTABLE);
     lt_check_options(L, 2, {"optimizer", "lr", "betas", "eps", "weight_decay", "momentum", "schedule", "warmup",
                             "steps", "min_lr_ratio", "micro_batch_size", "max_grad_norm", "master_weights",
-                            "checkpoint_layers", "loss_chunk", "output_dir", "save_every", "keep_last", "hooks"});
+                            "checkpoint_layers", "loss_chunk", "output_dir", "save_every", "keep_last", "hooks",
+                            "shard", "optimizer_offload"});
     o.optimizer = lt_opt_string(L, 2, "optimizer", o.optimizer);
     o.lr = lt_opt_number(L, 2, "lr", o.lr);
     o.eps = lt_opt_number(L, 2, "eps", o.eps);
@@ -99,6 +101,8 @@ int l_train_new(lua_State* L) {
     o.output_dir = lt_opt_string(L, 2, "output_dir", "");
     o.save_every = static_cast<int64_t>(lt_opt_number(L, 2, "save_every", 0));
     o.keep_last = static_cast<int64_t>(lt_opt_number(L, 2, "keep_last", o.keep_last));
+    o.shard = lt_opt_string(L, 2, "shard", o.shard);
+    o.optimizer_offload = lt_opt_string(L, 2, "optimizer_offload", o.optimizer_offload);
     lua_getfield(L, 2, "betas");
     if (!lua_isnil(L, -1)) {
       LT_CHECK(lua_istable(L, -1) && lua_objlen(L, -1) == 2, "train.new: betas must be a list of two numbers");
@@ -443,10 +447,27 @@ int l_train_lr(lua_State* L) {
   return 1;
 }
 
+// trainer:memory() -> bytes of training state this rank holds {weights, masters, gradients,
+// optimizer, host} and an unsharded replica's {full_weights, full_masters, full_gradients, full_optimizer}
+int l_train_memory(lua_State* L) {
+  TrainMemory m = lt_check<TrainerPtr>(L, 1)->memory();
+  lua_createtable(L, 0, 9);
+  lt_set_number(L, "weights", static_cast<double>(m.weights));
+  lt_set_number(L, "masters", static_cast<double>(m.masters));
+  lt_set_number(L, "gradients", static_cast<double>(m.gradients));
+  lt_set_number(L, "optimizer", static_cast<double>(m.optimizer));
+  lt_set_number(L, "full_weights", static_cast<double>(m.full_weights));
+  lt_set_number(L, "full_masters", static_cast<double>(m.full_masters));
+  lt_set_number(L, "full_gradients", static_cast<double>(m.full_gradients));
+  lt_set_number(L, "full_optimizer", static_cast<double>(m.full_optimizer));
+  lt_set_number(L, "host", static_cast<double>(m.host));
+  return 1;
+}
+
 const luaL_Reg trainer_methods[] = {{"step", l_train_step},   {"evaluate", l_train_evaluate},
                                     {"save", l_train_save},   {"resume", l_train_resume},
                                     {"step_count", l_train_step_count}, {"lr", l_train_lr},
-                                    {nullptr, nullptr}};
+                                    {"memory", l_train_memory}, {nullptr, nullptr}};
 const luaL_Reg train_funcs[] = {{"new", l_train_new},
                                 {"batch", l_train_batch},
                                 {"preference", l_train_preference},

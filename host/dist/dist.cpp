@@ -39,6 +39,10 @@ class Group {
   virtual c10::intrusive_ptr<c10d::Work> all_reduce_sum(std::vector<at::Tensor>& t) = 0;
   virtual c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& t, int root) = 0;
   virtual c10::intrusive_ptr<c10d::Work> barrier() = 0;
+  virtual c10::intrusive_ptr<c10d::Work> all_gather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in) = 0;
+  // Only where the backend has it (NCCL); Gloo in LibTorch 1.13 throws "does not support reduce_scatter".
+  virtual c10::intrusive_ptr<c10d::Work> reduce_scatter_sum(std::vector<at::Tensor>& out,
+                                                            std::vector<std::vector<at::Tensor>>& in) = 0;
 };
 
 template <class PG>
@@ -56,6 +60,15 @@ class GroupOf : public Group {
     return pg_->broadcast(t, o);
   }
   c10::intrusive_ptr<c10d::Work> barrier() override { return pg_->barrier(); }
+  c10::intrusive_ptr<c10d::Work> all_gather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in) override {
+    return pg_->allgather(out, in, c10d::AllgatherOptions());
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_sum(std::vector<at::Tensor>& out,
+                                                    std::vector<std::vector<at::Tensor>>& in) override {
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    return pg_->reduce_scatter(out, in, o);
+  }
 
  private:
   c10::intrusive_ptr<PG> pg_;
@@ -95,7 +108,15 @@ std::string first_line(const std::string& s) {
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
+// Gloo in LibTorch 1.13 has no bfloat16 ("Invalid scalar type"): such tensors travel as float32
+// (exact for bf16 values; sums are rounded back once). Other dtypes go as they are.
+bool needs_float_staging(const at::Tensor& t) {
+  return state().backend == "gloo" && t.scalar_type() == at::kBFloat16;
+}
+
 }  // namespace
+
+bool dist_wire_dtype_float(const at::Tensor& t) { return needs_float_staging(t); }
 
 [[noreturn]] void dist_fail(const std::string& what, const std::string& detail) {
   const State& s = state();
@@ -205,12 +226,24 @@ std::chrono::milliseconds dist_timeout() { return state().options.timeout; }
 
 void dist_all_reduce_sum_(at::Tensor& t) {
   if (!dist_active()) return;
+  if (needs_float_staging(t)) {
+    at::Tensor f = t.to(at::kFloat);
+    dist_all_reduce_sum_(f);
+    t.copy_(f);
+    return;
+  }
   std::vector<at::Tensor> v{t};
   wait_or_fail(state().group->all_reduce_sum(v), "all-reduce");
 }
 
 void dist_broadcast_(at::Tensor& t, int root) {
   if (!dist_active()) return;
+  if (needs_float_staging(t)) {
+    at::Tensor f = t.to(at::kFloat);
+    dist_broadcast_(f, root);
+    t.copy_(f);
+    return;
+  }
   std::vector<at::Tensor> v{t};
   wait_or_fail(state().group->broadcast(v, root), "broadcast");
 }
@@ -235,6 +268,56 @@ int64_t dist_sum(int64_t v) {
   at::Tensor t = at::full({1}, v, at::TensorOptions(at::kLong).device(comm_device()));
   dist_all_reduce_sum_(t);
   return t.item<int64_t>();
+}
+
+int64_t dist_max(int64_t v) {
+  if (!dist_active()) return v;
+  // One all-reduce of a one-hot row per rank (c10d's MAX would do, but SUM is the op every call here uses).
+  std::vector<double> row(static_cast<size_t>(dist_world_size()), 0.0);
+  row[static_cast<size_t>(dist_rank())] = static_cast<double>(v);
+  row = dist_sum(row);
+  return static_cast<int64_t>(*std::max_element(row.begin(), row.end()));
+}
+
+void dist_reduce_scatter_sum(const at::Tensor& flat, at::Tensor& shard) {
+  const int64_t n = dist_world_size();
+  LT_ASSERT(flat.dim() == 1 && flat.numel() == shard.numel() * n && shard.is_contiguous(),
+            "reduce-scatter: a flat buffer of " << flat.numel() << " elements cannot fill " << n << " shards of "
+                                                << shard.numel());
+  if (!dist_active()) {
+    shard.copy_(flat);
+    return;
+  }
+  if (state().backend == "nccl") {
+    std::vector<at::Tensor> out{shard};
+    std::vector<std::vector<at::Tensor>> in{std::vector<at::Tensor>(flat.contiguous().chunk(n))};
+    wait_or_fail(state().group->reduce_scatter_sum(out, in), "reduce-scatter");
+    return;
+  }
+  // Gloo (1.13 has no reduce_scatter): the whole sum, of which this rank keeps its slice. The same
+  // numbers as a reduce-scatter; twice its traffic.
+  at::Tensor sum = flat.contiguous().clone();
+  dist_all_reduce_sum_(sum);
+  shard.copy_(sum.narrow(0, static_cast<int64_t>(dist_rank()) * shard.numel(), shard.numel()));
+}
+
+void dist_all_gather(const at::Tensor& shard, at::Tensor& flat) {
+  const int64_t n = dist_world_size();
+  LT_ASSERT(flat.dim() == 1 && flat.numel() == shard.numel() * n && flat.is_contiguous(),
+            "all-gather: " << n << " shards of " << shard.numel() << " elements do not fill " << flat.numel());
+  if (!dist_active()) {
+    flat.copy_(shard);
+    return;
+  }
+  if (needs_float_staging(flat)) {
+    at::Tensor f = at::empty({flat.numel()}, flat.options().dtype(at::kFloat));
+    dist_all_gather(shard.to(at::kFloat), f);
+    flat.copy_(f);
+    return;
+  }
+  std::vector<at::Tensor> in{shard.contiguous()};
+  std::vector<std::vector<at::Tensor>> out{std::vector<at::Tensor>(flat.chunk(n))};
+  wait_or_fail(state().group->all_gather(out, in), "all-gather");
 }
 
 std::vector<double> dist_sum(std::vector<double> v) {

@@ -47,6 +47,15 @@ void dist_barrier();
 double dist_sum(double v);      // all-reduce of one number (float64)
 int64_t dist_sum(int64_t v);
 std::vector<double> dist_sum(std::vector<double> v);  // element-wise, one all-reduce
+int64_t dist_max(int64_t v);    // the largest of every rank's v
+// ZeRO's two collectives on flat 1-D buffers split in world_size equal slices (rank r's is
+// [r*n, (r+1)*n)): shard = this rank's slice of the sum of every rank's `flat`; and `flat` = every
+// rank's shard, concatenated. One process: copies.
+void dist_reduce_scatter_sum(const at::Tensor& flat, at::Tensor& shard);
+void dist_all_gather(const at::Tensor& shard, at::Tensor& flat);
+// True when `t`'s dtype cannot cross this backend as it is (bfloat16 on Gloo): the blocking calls
+// above then send it as float32; async callers convert themselves.
+bool dist_wire_dtype_float(const at::Tensor& t);
 
 // For writers that only rank 0 runs (model and adapter saves): true on rank 0; a barrier when it
 // goes out of scope, so no rank reads the files before they exist. Single process: true, no barrier.

@@ -105,6 +105,7 @@ void GradSync::start(size_t bi) {
   {
     at::NoGradGuard no_grad;
     b.flat = at::cat(parts);
+    if (dist_wire_dtype_float(b.flat)) b.flat = b.flat.to(at::kFloat);
   }
   b.work = dist_all_reduce_sum_async(b.flat);
   b.started = true;
@@ -143,7 +144,7 @@ void GradSync::finish() {
       if (p.grad().defined())
         p.mutable_grad().copy_(sum);
       else
-        p.mutable_grad() = sum.clone();
+        p.mutable_grad() = sum.to(p.scalar_type()).clone();
       offset += n;
     }
     b.flat = at::Tensor();

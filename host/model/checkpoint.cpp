@@ -157,6 +157,8 @@ std::shared_ptr<Model> model_init(const ModelConfig& config_in, uint64_t seed, a
 void model_save(const Model& model, const std::string& dir, const SaveOptions& options) {
   LT_CHECK(!dir.empty(), "model:save: empty directory name");
   // Data parallel: every rank holds the same model; rank 0 writes it, the others wait for it.
+  // ZeRO-3 first gathers the sharded layers on every rank (a collective).
+  model.ensure_full_weights();
   DistMainOnly main_only;
   if (!main_only) return;
   std::error_code ec;

@@ -135,6 +135,7 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
            "model: layer input must be (batch, length, " << c.hidden_size << "), got " << h_start.sizes());
   LT_CHECK(0 <= begin && begin <= end && end <= static_cast<int64_t>(layers.size()),
            "model: layers [" << begin << ", " << end << ") outside [0, " << layers.size() << ")");
+  if (!opt.run_layer_gathers) ensure_full_weights();
   at::Tensor h = h_start;
   const int64_t B = h.size(0), T = h.size(1);
   const auto iopts = at::TensorOptions(at::kLong).device(h.device());
@@ -230,11 +231,15 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
       if (lz.defined()) m = m * lz.to(m.scalar_type());
       return h1 + m;
     };
-    h = opt.run_layer && !cache ? opt.run_layer(layer, h) : layer(h);
+    h = opt.run_layer && !cache ? opt.run_layer(l, layer, h) : layer(h);
     if (observe) observe(l, Site::layer_out, h);
   }
   if (cache) cache->length = past + T;
   return h;
+}
+
+void Model::ensure_full_weights() const {
+  if (residency) residency->acquire_all();
 }
 
 at::Tensor Model::logits(const at::Tensor& hidden) const {

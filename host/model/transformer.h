@@ -96,14 +96,29 @@ struct ForwardOptions {
   // (B, T) int64 document ids for packed rows: attention stays inside a document. Undefined = one.
   at::Tensor segments;
   bool last_only = false;  // logits for the last position only: (B, 1, V)
-  // When set, each decoder layer runs as run_layer(layer, h) instead of layer(h): the trainer's
-  // activation checkpointing (recompute in backward) plugs in here. Ignored with a KV cache.
-  std::function<at::Tensor(const std::function<at::Tensor(const at::Tensor&)>&, const at::Tensor&)> run_layer;
+  // When set, decoder layer l runs as run_layer(l, layer, h) instead of layer(h): the trainer's
+  // activation checkpointing (recompute in backward) and ZeRO-3 gathers plug in here. Ignored with a
+  // KV cache.
+  std::function<at::Tensor(int64_t, const std::function<at::Tensor(const at::Tensor&)>&, const at::Tensor&)> run_layer;
+  // True when run_layer itself gathers each layer's sharded weights (a ZeRO-3 trainer); otherwise a
+  // forward first makes every weight full (Model::ensure_full_weights).
+  bool run_layer_gathers = false;
   const StructureMasks* masks = nullptr;  // see StructureMasks
   // Called with activations as they are computed (calibration statistics, hidden-state
   // distillation). Sites inside a layer (attn_in .. mlp_act) are reported only when run_layer is
   // unset (a recomputed layer would report twice); layer_in and layer_out always.
   std::function<void(int64_t layer, Site site, const at::Tensor& x)> observe;
+};
+
+// Where a model's decoder-layer weights live when a ZeRO-3 trainer shards them (host/dist/zero.h):
+// between uses each rank holds only its slice, and the full tensors exist while acquired. Every
+// call is collective (all ranks, same order).
+class LayerResidency {
+ public:
+  virtual ~LayerResidency() = default;
+  // Every layer's weights full until the trainer's next step (forward, generation, saving and
+  // counting outside the trainer call this first; no-op when they already are).
+  virtual void acquire_all() = 0;
 };
 
 // total = embedding + attention + mlp + norm + lm_head + adapter; trainable = base weights with
@@ -120,6 +135,10 @@ class Model {
   at::Tensor norm;     // (C) model.norm
   at::Tensor lm_head;  // (V, C); undefined when tie_word_embeddings
   std::string source_dir;  // where it was loaded from ("" for models.init)
+  // Set by a ZeRO trainer; kept by the model too, so the weights can be gathered after the trainer is gone.
+  std::shared_ptr<LayerResidency> residency;
+  // Makes every weight full where a ZeRO-3 trainer sharded them (collective; no-op otherwise).
+  void ensure_full_weights() const;
 
   // ids (B, T) int64 -> logits (B, T, V) in the model's dtype.
   at::Tensor forward(const at::Tensor& ids, const ForwardOptions& options = {}) const;

@@ -164,7 +164,7 @@ at::Tensor block_influence(Model& model, const std::vector<Batch>& calibration) 
     ForwardOptions fo = batch_options(b, dev);
     // Only the residual stream is watched; run_layer set to the plain call keeps the sites inside
     // a layer quiet (ForwardOptions::observe).
-    fo.run_layer = [](const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x) {
+    fo.run_layer = [](int64_t, const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x) {
       return fn(x);
     };
     fo.observe = [&](int64_t l, Site site, const at::Tensor& x) {

@@ -18,6 +18,7 @@ using torch::autograd::variable_list;
 
 struct FnHolder : torch::CustomClassHolder {
   LayerFn fn;
+  RecomputeHooks hooks;
   at::Tensor cpu_rng, cuda_rng;
 };
 
@@ -32,7 +33,10 @@ struct Recompute : public torch::autograd::Function<Recompute> {
     ctx->saved_data["fn"] = c10::IValue::make_capsule(c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(holder));
     ctx->save_for_backward({x});
     at::NoGradGuard no_grad;
-    return holder->fn(x);
+    if (holder->hooks.before_run) holder->hooks.before_run();
+    at::Tensor y = holder->fn(x);
+    if (holder->hooks.after_forward) holder->hooks.after_forward();
+    return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
@@ -49,6 +53,7 @@ struct Recompute : public torch::autograd::Function<Recompute> {
       cuda.set_state(holder->cuda_rng);
     }
     at::Tensor y;
+    if (holder->hooks.before_run) holder->hooks.before_run();
     {
       at::AutoGradMode grad(true);
       y = holder->fn(x);
@@ -56,15 +61,20 @@ struct Recompute : public torch::autograd::Function<Recompute> {
     cpu.set_state(cpu_now);
     if (cuda_now.defined()) cuda.set_state(cuda_now);
     torch::autograd::backward({y}, {grad_out[0]});
+    y = at::Tensor();
+    if (holder->hooks.after_backward) holder->hooks.after_backward();
     return {x.grad(), at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor recompute_forward(const LayerFn& fn, const at::Tensor& x) {
+at::Tensor recompute_forward(const LayerFn& fn, const at::Tensor& x) { return recompute_forward(fn, x, {}); }
+
+at::Tensor recompute_forward(const LayerFn& fn, const at::Tensor& x, const RecomputeHooks& hooks) {
   auto holder = c10::make_intrusive<FnHolder>();
   holder->fn = fn;
+  holder->hooks = hooks;
   // With frozen embeddings (LoRA) the first layer's input needs no gradient, and an autograd
   // function whose inputs need none is cut from the graph, losing the adapters' gradients
   // (HF works around the same thing with enable_input_require_grads). A detached copy that

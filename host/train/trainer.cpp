@@ -20,6 +20,7 @@
 #include "host/data/preference.h"
 #include "host/dist/dist.h"
 #include "host/dist/grad_sync.h"
+#include "host/dist/zero.h"
 #include "host/io/safetensors.h"
 #include "host/train/loss.h"
 #include "host/train/recompute.h"
@@ -69,8 +70,15 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector<std::shared_ptr<TrainerHook>> hooks)
     : model_(std::move(model)), options_(options), hooks_(std::move(hooks)) {
   const TrainOptions& o = options_;
-  LT_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd",
-           "train.new: optimizer must be \"adamw\" or \"sgd\", got \"" << o.optimizer << "\"");
+  LT_CHECK(o.optimizer == "adamw" || o.optimizer == "adamw8bit" || o.optimizer == "sgd",
+           "train.new: optimizer must be \"adamw\", \"adamw8bit\" or \"sgd\", got \"" << o.optimizer << "\"");
+  LT_CHECK(o.optimizer_offload == "none" || o.optimizer_offload == "cpu",
+           "train.new: optimizer_offload must be \"none\" or \"cpu\", got \"" << o.optimizer_offload << "\"");
+  const ShardStage stage = shard_stage_parse(o.shard);
+  options_.shard = shard_stage_name(stage);
+  // ZeRO-3 frees a layer's weights after its forward: its backward needs them gathered again, which
+  // the recomputed layer does (activation checkpointing is part of the stage).
+  if (stage == ShardStage::full) options_.checkpoint_layers = true;
   LT_CHECK(o.schedule == "constant" || o.schedule == "linear" || o.schedule == "cosine",
            "train.new: schedule must be \"constant\", \"linear\" or \"cosine\", got \"" << o.schedule << "\"");
   LT_CHECK(o.schedule == "constant" || o.steps > 0, "train.new: schedule \"" << o.schedule << "\" needs steps > 0");
@@ -78,6 +86,7 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
   LT_CHECK(o.loss_chunk > 0, "train.new: loss_chunk must be positive");
   params_ = model_->trainable_parameters();
   LT_CHECK(!params_.empty(), "train.new: the model has no trainable parameters");
+  const size_t model_params = params_.size();
   // The model's weights: the trainer's lr and decay, scheduled and clipped.
   settings_.assign(params_.size(), Setting{o.lr, o.weight_decay, true, true});
   std::set<std::string> names;
@@ -96,12 +105,30 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
     // Data parallel: every rank starts from rank 0's trainable weights (frozen ones come from the
     // same files), and their gradients are summed across ranks each step.
     at::NoGradGuard no_grad;
-    std::vector<at::Tensor*> ptrs;
     for (auto& [name, p] : params_) {
       at::Tensor t = p->detach();
       dist_broadcast_(t, 0);
-      ptrs.push_back(p);
     }
+  }
+  if (stage != ShardStage::none) {
+    ZeroOptions z;
+    z.stage = stage;
+    z.hyper.optimizer = o.optimizer;
+    z.hyper.beta1 = o.beta1;
+    z.hyper.beta2 = o.beta2;
+    z.hyper.eps = o.eps;
+    z.hyper.momentum = o.momentum;
+    z.master_weights = o.master_weights;
+    z.offload = o.optimizer_offload == "cpu";
+    z.recompute = options_.checkpoint_layers;
+    std::vector<std::pair<std::string, at::Tensor*>> mine(params_.begin(), params_.begin() + model_params);
+    zero_ = std::make_shared<ZeroShards>(mine, static_cast<int64_t>(model_->layers.size()), z);
+    model_->residency = zero_;
+    first_local_ = model_params;
+  }
+  if (dist_active() && first_local_ < params_.size()) {
+    std::vector<at::Tensor*> ptrs;  // the replicated ones: summed across ranks each step
+    for (size_t i = first_local_; i < params_.size(); i++) ptrs.push_back(params_[i].second);
     sync_ = std::make_shared<GradSync>(ptrs);
   }
 }
@@ -111,20 +138,17 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
 void Trainer::ensure_state() {
   if (state_ready_) return;
   const TrainOptions& o = options_;
-  for (auto& [name, p] : params_) {
-    at::Tensor master;
-    if (o.master_weights && is_low_precision(*p)) master = p->detach().to(at::kFloat).clone();
-    master_.push_back(master);
-    auto fopts = p->options().dtype(at::kFloat).requires_grad(false);
-    if (o.optimizer == "adamw") {
-      exp_avg_.push_back(at::zeros(p->sizes(), fopts));
-      exp_avg_sq_.push_back(at::zeros(p->sizes(), fopts));
-      momentum_.emplace_back();
-    } else {
-      exp_avg_.emplace_back();
-      exp_avg_sq_.emplace_back();
-      momentum_.push_back(o.momentum > 0 ? at::zeros(p->sizes(), fopts) : at::Tensor());
-    }
+  const bool offload = o.optimizer_offload == "cpu";
+  master_.assign(params_.size(), at::Tensor());
+  opt_.assign(params_.size(), OptimState());
+  for (size_t i = first_local_; i < params_.size(); i++) {  // the sharded ones keep theirs in zero_
+    const at::Tensor& p = *params_[i].second;
+    // Offloaded: every parameter has a host copy that the update runs on (float32 for bf16/f16).
+    if (o.master_weights && is_low_precision(p))
+      master_[i] = p.detach().to(offload ? c10::Device(c10::kCPU) : p.device(), at::kFloat).clone();
+    else if (offload)
+      master_[i] = p.detach().to(c10::Device(c10::kCPU)).clone();
+    opt_[i] = OptimState::create(o.optimizer, o.momentum, p.sizes(), offload ? c10::Device(c10::kCPU) : p.device());
   }
   state_ready_ = true;
 }
@@ -152,18 +176,31 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
   LT_CHECK(batch.pairs == 0 || micro % 2 == 0,
            "train: micro_batch_size " << micro << " would split a preference pair (chosen and rejected rows); use an even number");
   const bool lm_loss = !hooks_replace_lm_loss();
+  // ZeRO-2/3 communicate inside every micro-batch: a rank with fewer micro-batches (or rows
+  // without targets) makes the same collectives with nothing to add.
+  const bool zero_slots = zero_ && backward && zero_->stage() >= ShardStage::gradients;
+  const bool zero_layers = zero_ && backward && options_.checkpoint_layers && zero_->stage() >= ShardStage::gradients;
+  const int64_t my_slots = rows > 0 ? (rows + micro - 1) / micro : 0;
+  const int64_t all_slots = zero_slots ? dist_max(my_slots) : my_slots;
   for (int64_t r0 = 0; r0 < rows; r0 += micro) {
     int64_t n = std::min(micro, rows - r0);
     at::Tensor ids = batch.ids.narrow(0, r0, n).to(dev);
     at::Tensor targets = batch.targets.narrow(0, r0, n).to(dev).reshape({-1});
     ForwardOptions fo;  // fresh per micro-batch: hooks set their fields on a clean one
-    if (options_.checkpoint_layers && backward) fo.run_layer = [](const LayerFn& fn, const at::Tensor& x) {
-      return recompute_forward(fn, x);
-    };
+    if (zero_layers) {
+      ZeroShards* z = zero_.get();
+      fo.run_layer = [z](int64_t l, const LayerFn& fn, const at::Tensor& x) { return z->run_layer(l, fn, x, true); };
+      fo.run_layer_gathers = true;
+    } else if (options_.checkpoint_layers && backward) {
+      fo.run_layer = [](int64_t, const LayerFn& fn, const at::Tensor& x) { return recompute_forward(fn, x); };
+    }
     fo.positions = batch.positions.defined() ? batch.positions.narrow(0, r0, n).to(dev) : at::Tensor();
     fo.segments = batch.segments.defined() ? batch.segments.narrow(0, r0, n).to(dev) : at::Tensor();
     at::Tensor keep = targets.ne(kIgnoreTarget).nonzero().squeeze(1);
-    if (keep.numel() == 0) continue;  // nothing to learn in these rows
+    if (keep.numel() == 0) {  // nothing to learn in these rows
+      if (zero_slots) zero_->empty_micro_batch();
+      continue;
+    }
     for (auto& hook : hooks_) hook->forward_options(fo, training);
     at::Tensor h_all = model_->hidden(ids, fo);
     at::Tensor h = h_all.reshape({-1, h_all.size(-1)}).index_select(0, keep);
@@ -180,9 +217,11 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
     LT_ASSERT(loss.defined(), "a hook replaced the LM loss but returned none");
     if (backward && sync_ && r0 + micro >= rows) sync_->arm();  // the step's last backward: sum as grads land
     if (backward) (loss / static_cast<double>(normaliser)).backward();
+    if (zero_slots) zero_->end_micro_batch();
     total += loss.detach();
     count += keep.numel();
   }
+  for (int64_t i = my_slots; i < all_slots; i++) zero_->empty_micro_batch();
   return {total.item<double>(), count};
 }
 
@@ -200,14 +239,16 @@ int64_t Trainer::loss_units(const Batch& batch) const {
 
 double Trainer::clip_gradients() {
   at::Tensor sq = at::zeros({}, model_->embed.options().dtype(at::kFloat).requires_grad(false));
-  for (size_t i = 0; i < params_.size(); i++) {
+  for (size_t i = first_local_; i < params_.size(); i++) {
     at::Tensor* p = params_[i].second;
     if (settings_[i].clip && p->grad().defined()) sq = sq + p->grad().to(at::kFloat).pow(2).sum().to(sq.device());
   }
-  double norm = std::sqrt(sq.item<double>());
+  // ZeRO: each rank has its slices' share of the norm; the replicated ones count once.
+  double norm = std::sqrt(sq.item<double>() + (zero_ ? dist_sum(zero_->grad_norm_sq()) : 0.0));
   if (options_.max_grad_norm > 0 && std::isfinite(norm) && norm > options_.max_grad_norm) {
     double coef = options_.max_grad_norm / (norm + 1e-6);
-    for (size_t i = 0; i < params_.size(); i++)
+    if (zero_) zero_->scale_gradients(coef);
+    for (size_t i = first_local_; i < params_.size(); i++)
       if (settings_[i].clip && params_[i].second->grad().defined()) params_[i].second->mutable_grad().mul_(coef);
   }
   return norm;
@@ -217,34 +258,23 @@ void Trainer::optimizer_update(double scheduled_lr) {
   at::NoGradGuard no_grad;
   ensure_state();
   const TrainOptions& o = options_;
-  const double t = static_cast<double>(step_);
-  for (size_t i = 0; i < params_.size(); i++) {
+  OptimHyper h;
+  h.optimizer = o.optimizer;
+  h.beta1 = o.beta1;
+  h.beta2 = o.beta2;
+  h.eps = o.eps;
+  h.momentum = o.momentum;
+  h.step = step_;
+  // The model's weights all follow the trainer's own lr and decay (settings_ of their group).
+  if (zero_) zero_->update(scheduled_lr, o.weight_decay, step_);
+  for (size_t i = first_local_; i < params_.size(); i++) {
     at::Tensor& p = *params_[i].second;
     if (!p.grad().defined()) continue;
     const Setting& set = settings_[i];
-    const double lr = set.follow_schedule ? set.lr * (scheduled_lr / o.lr) : set.lr;
-    const double weight_decay = set.weight_decay;
-    at::Tensor w = master_[i].defined() ? master_[i] : p;  // the float copy is the one updated
-    at::Tensor g = p.grad().to(w.scalar_type());
-    if (o.optimizer == "adamw") {
-      // AdamW as torch.optim.AdamW: decoupled decay, bias-corrected moments.
-      if (weight_decay > 0) w.mul_(1.0 - lr * weight_decay);
-      at::Tensor& m = exp_avg_[i];
-      at::Tensor& v = exp_avg_sq_[i];
-      const at::Tensor gf = g.to(at::kFloat);  // the moments are float32 whatever the weights are
-      m.mul_(o.beta1).add_(gf, 1.0 - o.beta1);
-      v.mul_(o.beta2).addcmul_(gf, gf, 1.0 - o.beta2);
-      const double bc1 = 1.0 - std::pow(o.beta1, t), bc2 = 1.0 - std::pow(o.beta2, t);
-      at::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(o.eps);
-      w.addcdiv_(m.to(w.scalar_type()), denom.to(w.scalar_type()), -lr / bc1);
-    } else {
-      if (weight_decay > 0) g = g.add(w, weight_decay);
-      if (momentum_[i].defined()) {
-        momentum_[i].mul_(o.momentum).add_(g.to(at::kFloat));
-        g = momentum_[i].to(w.scalar_type());
-      }
-      w.add_(g, -lr);
-    }
+    h.lr = set.follow_schedule ? set.lr * (scheduled_lr / o.lr) : set.lr;
+    h.weight_decay = set.weight_decay;
+    at::Tensor w = master_[i].defined() ? master_[i] : p;  // the float (or host) copy is the one updated
+    optim_update(w, p.grad().to(w.device()), opt_[i], h);
     if (master_[i].defined()) p.copy_(master_[i]);
   }
 }
@@ -262,11 +292,13 @@ StepStats Trainer::step(const Batch& batch) {
   if (model_->device().is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(model_->device().index());
 #endif
   model_->set_training(true);
+  if (zero_) zero_->begin_step();
   for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
   for (auto& hook : hooks_) hook->begin(true);
   auto [loss_sum, count] = batch_loss(batch, true, global_units);
-  if (sync_) {
-    sync_->finish();
+  if (sync_) sync_->finish();
+  if (zero_) zero_->finish_gradients();
+  if (dist_active()) {
     loss_sum = dist_sum(loss_sum);
     count = dist_sum(count);
   }
@@ -377,6 +409,7 @@ EvalStats Trainer::with_hook_stats(EvalStats e) {
 
 std::string Trainer::save() {
   LT_CHECK(!options_.output_dir.empty(), "train: save needs output_dir");
+  if (zero_) return save_sharded();
   std::string root = options_.output_dir + "/checkpoints";
   if (!dist_is_main()) {
     // Data parallel: every rank holds the same state; rank 0 writes it, the others wait for it.
@@ -398,9 +431,7 @@ std::string Trainer::save() {
     const std::string& name = params_[i].first;
     tensors.emplace_back("param." + name, params_[i].second->detach());
     if (master_[i].defined()) tensors.emplace_back("master." + name, master_[i]);
-    if (exp_avg_[i].defined()) tensors.emplace_back("exp_avg." + name, exp_avg_[i]);
-    if (exp_avg_sq_[i].defined()) tensors.emplace_back("exp_avg_sq." + name, exp_avg_sq_[i]);
-    if (momentum_[i].defined()) tensors.emplace_back("momentum." + name, momentum_[i]);
+    for (auto& kv : opt_[i].tensors(name)) tensors.push_back(kv);
   }
   tensors.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
   if (model_->device().is_cuda())
@@ -413,7 +444,8 @@ std::string Trainer::save() {
                {"warmup", options_.warmup},
                {"steps", options_.steps},
                {"parameters", params_.size()},
-               {"world_size", dist_world_size()}};
+               {"world_size", dist_world_size()},
+               {"shard", "none"}};
   file_write_atomic(tmp + "/trainer.json", meta.dump(2) + "\n");
   fs::remove_all(final_dir, ec);
   fs::rename(tmp, final_dir);
@@ -444,6 +476,16 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
              "; resuming would change which rows each step trains on",
          "resume with the same number of processes (runner --nproc / torchrun --nproc_per_node " +
              std::to_string(saved_world) + "), or start a new output_dir");
+  const std::string saved_shard = meta.value("shard", std::string("none"));
+  if (saved_shard != options_.shard)
+    fail(dir + ": written by a run with shard=" + saved_shard + ", this run has shard=" + options_.shard,
+         "resume with shard=" + saved_shard + ", or start a new output_dir");
+  if (zero_) {
+    resume_sharded(dir);
+    step_ = meta.at("step").get<int64_t>();
+    for (auto& hook : hooks_) hook->after_step(step_);
+    return step_;
+  }
   SafetensorsReader st(dir + "/state.safetensors");
   at::NoGradGuard no_grad;
   ensure_state();
@@ -459,9 +501,8 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
     const std::string& name = params_[i].first;
     load("param." + name, *params_[i].second);
     if (master_[i].defined()) load("master." + name, master_[i]);
-    if (exp_avg_[i].defined()) load("exp_avg." + name, exp_avg_[i]);
-    if (exp_avg_sq_[i].defined()) load("exp_avg_sq." + name, exp_avg_sq_[i]);
-    if (momentum_[i].defined()) load("momentum." + name, momentum_[i]);
+    opt_[i].load(name, [&](const std::string& key) { return st.contains(key) ? st.tensor(key) : at::Tensor(); },
+                 dir + "/state.safetensors");
   }
   int64_t expected = 0;
   for (const auto& n : st.names()) expected += n.compare(0, 6, "param.") == 0;
@@ -476,6 +517,137 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
   step_ = meta.at("step").get<int64_t>();
   for (auto& hook : hooks_) hook->after_step(step_);
   return step_;
+}
+
+}  // namespace luatune
+
+namespace luatune {
+
+// ============================================================================================
+// Sharded checkpoints: step-N/rank-RRRRR.safetensors (each rank's slices, its generator state and,
+// in rank 0's, the replicated hook parameters) and trainer.json (the manifest: step, world size,
+// stage, the groups' layout), written into step-N.tmp-zero by every rank and renamed by rank 0 once
+// all have written; resume reads the same world size and layout back exactly.
+
+namespace {
+
+std::string rank_file(int rank) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "rank-%05d.safetensors", rank);
+  return buf;
+}
+
+}  // namespace
+
+std::string Trainer::save_sharded() {
+  std::string root = options_.output_dir + "/checkpoints";
+  std::string final_dir = root + "/" + step_dir_name(step_);
+  std::string tmp = final_dir + ".tmp-zero";  // one name every rank agrees on
+  std::error_code ec;
+  if (dist_is_main()) {
+    fs::remove_all(tmp, ec);
+    fs::create_directories(tmp, ec);
+    LT_CHECK(fs::is_directory(tmp), tmp << ": cannot create the checkpoint directory (" << ec.message() << ")");
+  }
+  dist_barrier();
+  ensure_state();
+  std::vector<std::pair<std::string, at::Tensor>> tensors = zero_->state_tensors();
+  if (dist_is_main())
+    for (size_t i = first_local_; i < params_.size(); i++) {
+      const std::string& name = params_[i].first;
+      tensors.emplace_back("param." + name, params_[i].second->detach());
+      if (master_[i].defined()) tensors.emplace_back("master." + name, master_[i]);
+      for (auto& kv : opt_[i].tensors(name)) tensors.push_back(kv);
+    }
+  tensors.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+  if (model_->device().is_cuda())
+    tensors.emplace_back("rng.cuda", at::globalContext().defaultGenerator(model_->device()).get_state());
+  safetensors_save_file(tmp + "/" + rank_file(dist_rank()), tensors);
+  dist_barrier();
+  if (dist_is_main()) {
+    json meta = {{"step", step_},
+                 {"optimizer", options_.optimizer},
+                 {"lr", options_.lr},
+                 {"schedule", options_.schedule},
+                 {"warmup", options_.warmup},
+                 {"steps", options_.steps},
+                 {"parameters", params_.size()},
+                 {"world_size", dist_world_size()},
+                 {"shard", options_.shard},
+                 {"layout", json::parse(zero_->layout_json())}};
+    file_write_atomic(tmp + "/trainer.json", meta.dump(2) + "\n");
+    fs::remove_all(final_dir, ec);
+    fs::rename(tmp, final_dir);
+    auto all = list_checkpoints(root);
+    for (size_t i = 0; options_.keep_last > 0 && i + options_.keep_last < all.size(); i++)
+      fs::remove_all(all[i].second, ec);
+  }
+  dist_barrier();
+  return final_dir;
+}
+
+void Trainer::resume_sharded(const std::string& dir) {
+  json meta = json::parse(file_read(dir + "/trainer.json"));
+  if (meta.contains("layout") && meta["layout"].dump() != json::parse(zero_->layout_json()).dump())
+    fail(dir + ": its shards were laid out for other trainable parameters, optimizer or offload than this run's",
+         "resume with the same recipe settings (shard, optimizer, optimizer_offload, lora), or start a new output_dir");
+  const std::string mine = dir + "/" + rank_file(dist_rank());
+  LT_CHECK(file_exists(mine), mine << ": missing (every rank writes its own shard file)");
+  SafetensorsReader st(mine);
+  at::NoGradGuard no_grad;
+  ensure_state();
+  auto get = [&](const std::string& key) { return st.contains(key) ? st.tensor(key) : at::Tensor(); };
+  zero_->load_state(get, mine);
+  if (first_local_ < params_.size()) {
+    // The replicated parameters are in rank 0's file.
+    SafetensorsReader st0(dir + "/" + rank_file(0));
+    auto get0 = [&](const std::string& key) { return st0.contains(key) ? st0.tensor(key) : at::Tensor(); };
+    for (size_t i = first_local_; i < params_.size(); i++) {
+      const std::string& name = params_[i].first;
+      at::Tensor p = get0("param." + name);
+      LT_CHECK(p.defined() && p.sizes() == params_[i].second->sizes(),
+               dir << "/" << rank_file(0) << ": tensor param." << name << " is missing or has another shape");
+      params_[i].second->detach().copy_(p);
+      if (master_[i].defined()) {
+        at::Tensor m = get0("master." + name);
+        LT_CHECK(m.defined(), dir << "/" << rank_file(0) << ": tensor master." << name << " is missing");
+        master_[i].copy_(m);
+      }
+      opt_[i].load(name, get0, dir + "/" + rank_file(0));
+    }
+  }
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();
+  cpu.set_state(st.tensor("rng.cpu").clone());
+  if (model_->device().is_cuda() && st.contains("rng.cuda")) {
+    at::Generator cuda = at::globalContext().defaultGenerator(model_->device());
+    cuda.set_state(st.tensor("rng.cuda").clone());
+  }
+}
+
+TrainMemory Trainer::memory() {
+  ensure_state();
+  TrainMemory m;
+  if (zero_) {
+    ZeroMemory z = zero_->memory();
+    m = TrainMemory{z.weights, z.masters, z.gradients, z.optimizer, z.full_weights, z.full_masters, z.full_gradients,
+                    z.full_optimizer, z.host};
+  }
+  auto bytes = [](const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; };
+  for (size_t i = first_local_; i < params_.size(); i++) {
+    const at::Tensor& p = *params_[i].second;
+    const int64_t w = bytes(p);
+    m.weights += w;
+    m.full_weights += w;
+    m.gradients += w;  // a replicated parameter's gradient has its shape
+    m.full_gradients += w;
+    m.masters += bytes(master_[i]);
+    m.full_masters += bytes(master_[i]);
+    m.optimizer += opt_[i].bytes();
+    m.full_optimizer += opt_[i].bytes();
+    if (master_[i].defined() && !master_[i].device().is_cuda() && p.device().is_cuda())
+      m.host += bytes(master_[i]) + opt_[i].bytes();
+  }
+  return m;
 }
 
 }  // namespace luatune

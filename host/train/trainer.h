@@ -16,10 +16,12 @@
 
 #include "host/data/batch.h"
 #include "host/model/transformer.h"
+#include "host/train/optim.h"
 
 namespace luatune {
 
-class GradSync;  // host/dist/grad_sync.h
+class GradSync;    // host/dist/grad_sync.h
+class ZeroShards;  // host/dist/zero.h
 
 class Dataset;
 class PreferenceDataset;  // host/data/preference.h
@@ -80,7 +82,7 @@ class TrainerHook {
 };
 
 struct TrainOptions {
-  std::string optimizer = "adamw";  // "adamw" or "sgd"
+  std::string optimizer = "adamw";  // "adamw", "adamw8bit" (bitsandbytes' blockwise 8-bit states) or "sgd"
   double lr = 2e-5;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weight_decay = 0.0;
@@ -97,6 +99,18 @@ struct TrainOptions {
   std::string output_dir;           // checkpoints go to output_dir/checkpoints/step-NNNNNNN
   int64_t save_every = 0;           // 0 = only when save() is called
   int64_t keep_last = 2;            // checkpoints kept (older ones are deleted)
+  // ZeRO over the data-parallel ranks (host/dist/zero.h): "none", "optimizer", "gradients", "full"
+  // (or FSDP's NO_SHARD / SHARD_GRAD_OP / FULL_SHARD). "full" recomputes layers (checkpoint_layers).
+  std::string shard = "none";
+  std::string optimizer_offload = "none";  // "cpu": masters and optimizer states in host memory
+};
+
+// Bytes of training state this rank holds, and what an unsharded replica holds (for the report and
+// the tests): trainable weights, fp32 masters, gradients, optimizer states; `host` of them offloaded.
+struct TrainMemory {
+  int64_t weights = 0, masters = 0, gradients = 0, optimizer = 0;
+  int64_t full_weights = 0, full_masters = 0, full_gradients = 0, full_optimizer = 0;
+  int64_t host = 0;
 };
 
 struct StepStats {
@@ -136,6 +150,7 @@ class Trainer {
   int64_t step_count() const { return step_; }
   double lr_at(int64_t step) const;  // learning rate of step `step` (1-based)
   const TrainOptions& options() const { return options_; }
+  TrainMemory memory();
   Model& model() { return *model_; }
   const std::vector<std::shared_ptr<TrainerHook>>& hooks() const { return hooks_; }
   // (trainable parameter name, tensor) in optimizer order: the model's, then the hooks' groups
@@ -166,8 +181,15 @@ class Trainer {
     bool follow_schedule, clip;
   };
   std::vector<Setting> settings_;
-  std::vector<at::Tensor> master_, exp_avg_, exp_avg_sq_, momentum_;  // per parameter (undefined when unused)
+  std::vector<at::Tensor> master_;  // per parameter (undefined when unused; on the host when offloaded)
+  std::vector<OptimState> opt_;     // per parameter
   bool state_ready_ = false;
+  // ZeRO: the model's trainable parameters (params_[0, first_local_)) live as shards there; the
+  // hooks' (pruning masks, multipliers: small) stay replicated and use the plain path.
+  std::shared_ptr<ZeroShards> zero_;
+  size_t first_local_ = 0;
+  std::string save_sharded();
+  void resume_sharded(const std::string& dir);
   int64_t step_ = 0;
   // Data parallel (host/dist): the gradient all-reduce, set when the process is one of several.
   std::shared_ptr<GradSync> sync_;

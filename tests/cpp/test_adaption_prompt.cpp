@@ -238,7 +238,7 @@ TEST(AdaptionPrompt, GradientsReachPromptsAndGatesOnly) {
 
   // Activation checkpointing: recomputed layers give the same gradients.
   ForwardOptions o;
-  o.run_layer = recompute_forward;
+  o.run_layer = [](int64_t, const LayerFn& fn, const at::Tensor& x) { return recompute_forward(fn, x); };
   loss_of(o).backward();
   size_t i = 0;
   for (auto& [name, t] : m->adapter_parameters())

@@ -10,26 +10,7 @@ runner=$1 base=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 source tests/recipes/lib.sh
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-# two_ranks LOG_PREFIX ARGS...: ranks 0 and 1 as torchrun would start them; returns the worse
-# exit status (rank 0's when both fail).
-two_ranks() {
-  local prefix=$1; shift
-  local p; p=$(port)
-  local pids=() r
-  for r in 0 1; do
-    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p \
-      TORCHELASTIC_USE_AGENT_STORE=False OMP_NUM_THREADS=1 \
-      "$runner" tests/dist/ddp_train.lua base="$base" "$@" >"$prefix.rank$r.log" 2>&1 &
-    pids+=($!)
-  done
-  local rc0 rc1
-  wait "${pids[0]}"; rc0=$?
-  wait "${pids[1]}"; rc1=$?
-  [ "$rc0" -ne 0 ] && return "$rc0"
-  return "$rc1"
-}
+source tests/dist/ranks.sh
 one() { OMP_NUM_THREADS=2 "$runner" tests/dist/ddp_train.lua base="$base" "$@"; }
 
 for method in full lora; do
