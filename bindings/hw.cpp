@@ -216,8 +216,20 @@ int l_hw_presets(lua_State* L) {
 }
 
 json plan_json(const Plan& p) {
-  json comp = json::object();
-  for (const auto& [name, bytes] : plan_component_list(p.components)) comp[name] = bytes / kGiB;
+  json comp = json::object(), notes = json::object();
+  for (const auto& [name, bytes] : plan_component_list(p.components)) {
+    comp[name] = bytes / kGiB;
+    std::string note = plan_component_note(p.options, name);
+    if (!note.empty()) notes[name] = note;
+  }
+  const PlanComponents& m = p.components;
+  json host = {
+      {"master_weights_gb", m.host_master_weights / kGiB},
+      {"optimizer_states_gb", m.host_optimizer_states / kGiB},
+      {"grad_staging_gb", m.host_grad_staging / kGiB},
+      {"per_rank_gb", (m.host_master_weights + m.host_optimizer_states + m.host_grad_staging) / kGiB},
+      {"ranks_per_node", m.ranks_per_node},
+      {"per_node_gb", m.host_per_node / kGiB}};
   json gpus = json::array();
   for (const GpuFit& f : p.gpus)
     gpus.push_back({{"gpu", f.gpu},
@@ -228,6 +240,8 @@ json plan_json(const Plan& p) {
                     {"advice", json_of(f.advice)}});
   const PlanOptions& o = p.options;
   return {{"components", comp},
+          {"notes", notes},
+          {"host_ram", host},
           {"total_gb", p.components.total / kGiB},
           {"params", params_json(p.params)},
           {"trainable", p.trainable},
@@ -238,23 +252,42 @@ json plan_json(const Plan& p) {
           {"checkpointing", o.checkpointing},
           {"lora_r", o.lora_r},
           {"lora_targets", json_of(o.lora_targets)},
+          {"optimizer", o.optimizer},
+          {"optimizer_offload", o.optimizer_offload},
+          {"shard", plan_shard_name(o.shard)},
           {"gpus", gpus},
           {"n_gpus", o.gpus},
+          {"memory_formula", hw_plan_formula(o)},
           {"model", json::parse(model_config_to_json(p.model))},
           {"text", hw_plan_text(p)}};
 }
 
-const std::vector<std::string> kPlanKeys = {"model", "method", "dtype", "master_weights", "optimizer", "micro_batch",
-                                            "seq_len", "grad_accum", "checkpointing", "loss_chunk", "lora_r",
-                                            "lora_targets", "lora_dropout", "gpus", "gpu", "catalog", "recipe_config",
-                                            "recipe", "model_preset"};
+const std::vector<std::string> kPlanKeys = {
+    "model",  "method",       "dtype",         "master_weights", "optimizer",     "optimizer_offload",
+    "shard",  "micro_batch",  "seq_len",       "grad_accum",     "checkpointing", "loss_chunk",
+    "lora_r", "lora_targets", "lora_dropout",  "gpus",           "nproc",         "gpus_per_node",
+    "gpu",    "catalog",      "recipe_config", "recipe",         "model_preset"};
+
+// shard= as a name ("full", "FULL_SHARD") or the ZeRO stage (3); "" when not given.
+std::string shard_arg(lua_State* L, int idx) {
+  lua_getfield(L, idx, "shard");
+  std::string s = lua_type(L, -1) == LUA_TNUMBER ? str_from_number(lua_tonumber(L, -1)) : "";
+  lua_pop(L, 1);
+  return s.empty() ? lt_opt_string(L, idx, "shard", "") : s;
+}
 
 // hw.plan{model=, method=, dtype=, micro_batch=, seq_len=, checkpointing=, lora_r=, lora_targets=,
-//         gpus=, gpu=, catalog=} or hw.plan{recipe_config = cfg, recipe = "lora_finetune"[, model_preset=]}
-//   -> {components = {name = GiB}, total_gb, params, trainable, gpus = {{gpu, fits, max_micro_batch, advice}}, text}
+//         optimizer=, optimizer_offload=, shard=, gpus= (or nproc=), gpus_per_node=, gpu=, catalog=}
+//   or hw.plan{recipe_config = cfg, recipe = "lora_finetune"[, model_preset=, shard=, ...]}
+//   -> {components = {name = GiB}, notes, host_ram, total_gb, params, trainable,
+//       gpus = {{gpu, fits, max_micro_batch, advice}}, text}
 int l_hw_plan(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lt_check_options(L, 1, kPlanKeys);
+  LT_CHECK(!lt_has_field(L, 1, "gpus") || !lt_has_field(L, 1, "nproc"),
+           "hw.plan: give gpus= or nproc= (the same setting), not both");
+  const int64_t gpus = static_cast<int64_t>(lt_opt_number(L, 1, "nproc", lt_opt_number(L, 1, "gpus", 1)));
+  const int64_t gpus_per_node = static_cast<int64_t>(lt_opt_number(L, 1, "gpus_per_node", 0));
   ModelConfig model;
   PlanOptions o;
   if (lt_has_field(L, 1, "recipe_config")) {
@@ -264,7 +297,11 @@ int l_hw_plan(lua_State* L) {
     PlanExtras ex;
     ex.model_preset = lt_opt_string(L, 1, "model_preset", "");
     ex.method = lt_opt_string(L, 1, "method", "");
-    ex.gpus = static_cast<int64_t>(lt_opt_number(L, 1, "gpus", 1));
+    ex.gpus = gpus;
+    ex.gpus_per_node = gpus_per_node;
+    ex.shard = shard_arg(L, 1);
+    ex.optimizer = lt_opt_string(L, 1, "optimizer", "");
+    ex.optimizer_offload = lt_opt_string(L, 1, "optimizer_offload", "");
     PlanRequest r = hw_plan_request(cfg, lt_opt_string(L, 1, "recipe", ""), ex);
     model = r.model;
     o = r.options;
@@ -284,7 +321,11 @@ int l_hw_plan(lua_State* L) {
     o.lora_r = static_cast<int64_t>(lt_opt_number(L, 1, "lora_r", 16));
     o.lora_dropout = lt_opt_number(L, 1, "lora_dropout", 0.05);
     if (lt_has_field(L, 1, "lora_targets")) o.lora_targets = string_list(L, 1, "lora_targets");
-    o.gpus = static_cast<int64_t>(lt_opt_number(L, 1, "gpus", 1));
+    o.optimizer_offload = lt_opt_string(L, 1, "optimizer_offload", "none");
+    const std::string shard = shard_arg(L, 1);
+    o.shard = plan_shard_parse(shard.empty() ? "none" : shard);
+    o.gpus = gpus;
+    o.gpus_per_node = gpus_per_node;
   }
   lua_getfield(L, 1, "catalog");
   std::vector<GpuSpec> cat = catalog_arg(L, lua_gettop(L));

@@ -9,6 +9,9 @@ local cfg = config {
   lora = { r = 64, alpha = 128, dropout = 0.0, targets = { "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj" } },
   lr = 5e-5, warmup = 50, steps = 2000, min_lr_ratio = 0.1, batch_size = 4, grad_accum = 8, max_length = 2048,
   checkpoint_layers = true,
+  shard = "none",              -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
+  optimizer = "adamw",         -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
+  optimizer_offload = "none",  -- none | cpu (fp32 masters and optimizer states in host memory)
   eval_fraction = 0.01, eval_every = 200, save_every = 200, resume = false,
   seed = 0,
   wandb_project = "",
@@ -29,7 +32,8 @@ local train_set, eval_set = all:split(1 - cfg.eval_fraction)
 local trainer = train.new(model, { lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine", steps = cfg.steps,
                                    min_lr_ratio = cfg.min_lr_ratio, micro_batch_size = cfg.batch_size,
                                    checkpoint_layers = cfg.checkpoint_layers, output_dir = cfg.output_dir,
-                                   save_every = cfg.save_every })
+                                   save_every = cfg.save_every, shard = cfg.shard, optimizer = cfg.optimizer,
+                                   optimizer_offload = cfg.optimizer_offload })
 local start = cfg.resume and trainer:resume() or 0
 local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
                            config = cfg, resume = start > 0, wandb = cfg.wandb_project }

@@ -13,6 +13,9 @@ local cfg = config {
   calibration_rows = 128, max_length = 2048, batch_size = 4,
   eval_fraction = 0.05, eval_batches = 0,  -- held-out rows for perplexity; 0 = all of them
   steps = 0, lr = 2e-5, warmup = 10, grad_accum = 4, checkpoint_layers = true,  -- recovery; steps = 0: none
+  shard = "none",                      -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
+  optimizer = "adamw",                 -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
+  optimizer_offload = "none",          -- none | cpu (fp32 masters and optimizer states in host memory)
   seed = 0,
   wandb_project = "",
 }
@@ -43,7 +46,9 @@ print(("perplexity %.3f -> %.3f after pruning; parameters %d -> %d"):format(befo
 local recovered
 if cfg.steps > 0 then
   local trainer = train.new(model, { lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine", steps = cfg.steps,
-                                     micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.checkpoint_layers })
+                                     micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.checkpoint_layers,
+                                     shard = cfg.shard, optimizer = cfg.optimizer,
+                                     optimizer_offload = cfg.optimizer_offload })
   local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
                              config = cfg, wandb = cfg.wandb_project }
   for step, batch in train_set:batches { size = cfg.batch_size * cfg.grad_accum, steps = cfg.steps } do

@@ -15,6 +15,9 @@ local cfg = config {
   precompute_reference = false,
   lr = 5e-6, warmup = 10, steps = 500, batch_size = 2, grad_accum = 8, max_length = 1024,
   checkpoint_layers = true,
+  shard = "none",                                -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
+  optimizer = "adamw",                           -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
+  optimizer_offload = "none",                    -- none | cpu (fp32 masters and optimizer states in host memory)
   eval_fraction = 0.05, eval_every = 50, save_every = 100, resume = false,
   seed = 0,
   wandb_project = "",
@@ -48,7 +51,9 @@ local dpo = train.preference(model, { loss = cfg.loss, beta = cfg.beta, label_sm
 
 local trainer = train.new(model, { lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine", steps = cfg.steps,
                                    micro_batch_size = 2 * cfg.batch_size, checkpoint_layers = cfg.checkpoint_layers,
-                                   output_dir = cfg.output_dir, save_every = cfg.save_every, hooks = { dpo } })
+                                   output_dir = cfg.output_dir, save_every = cfg.save_every, shard = cfg.shard,
+                                   optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
+                                   hooks = { dpo } })
 local start = cfg.resume and trainer:resume() or 0
 local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
                            config = cfg, resume = start > 0, wandb = cfg.wandb_project }

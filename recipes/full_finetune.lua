@@ -8,6 +8,9 @@ local cfg = config {
   master_weights = true,  -- fp32 master copies of bf16 weights for the optimizer
   lr = 1e-5, weight_decay = 0.0, warmup = 20, steps = 500, batch_size = 4, grad_accum = 4, max_length = 2048,
   checkpoint_layers = true,
+  shard = "none",              -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
+  optimizer = "adamw",         -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
+  optimizer_offload = "none",  -- none | cpu (fp32 masters and optimizer states in host memory)
   eval_fraction = 0.02, eval_every = 100, save_every = 100, resume = false,
   seed = 0,
   wandb_project = "",
@@ -23,7 +26,8 @@ local train_set, eval_set = all:split(1 - cfg.eval_fraction)
 local trainer = train.new(model, { lr = cfg.lr, weight_decay = cfg.weight_decay, warmup = cfg.warmup,
                                    schedule = "cosine", steps = cfg.steps, micro_batch_size = cfg.batch_size,
                                    master_weights = cfg.master_weights, checkpoint_layers = cfg.checkpoint_layers,
-                                   output_dir = cfg.output_dir, save_every = cfg.save_every })
+                                   output_dir = cfg.output_dir, save_every = cfg.save_every, shard = cfg.shard,
+                                   optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload })
 local start = cfg.resume and trainer:resume() or 0
 local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
                            config = cfg, resume = start > 0, wandb = cfg.wandb_project }

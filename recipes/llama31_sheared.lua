@@ -3,6 +3,11 @@
 -- Masks are hard-concrete gates trained under target-sparsity constraints (Lagrange multipliers). The
 -- first `prune_fraction` of the steps learn masks (with the weights), the rest continue training the
 -- pruned model with distillation from the unpruned teacher (docs/pruning.md).
+-- The 8B seed job on 2 GPUs: shard=full (ZeRO-3: weights, gradients and optimizer states split over
+-- the ranks, layers recomputed) is what makes it fit 2 x A100 80GB; `runner plan` predicts 133 GiB
+-- per GPU replicated, 78.5 GiB with shard=full (1.5 GiB to spare; optimizer=adamw8bit: 55.1 GiB).
+--   torchrun --nproc_per_node 2 --no-python build/runner llama31_sheared base_model=... data=... shard=full
+--   build/runner --nproc 2 llama31_sheared base_model=... data=... shard=full   (the same without torchrun)
 local cfg = config {
   base_model = "meta-llama/Llama-3.1-8B-Instruct",  -- a local Hugging Face directory in practice
   data = "data/pruning.jsonl",       -- JSONL (text, chat, instruction formats); see docs/data.md
@@ -27,6 +32,9 @@ local cfg = config {
   gradient_accumulation_steps = 8,
   max_length = 128,
   gradient_checkpointing = true,
+  shard = "none",                    -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
+  optimizer = "adamw",               -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
+  optimizer_offload = "none",        -- none | cpu (fp32 masters and optimizer states in host memory)
   distill = true,                    -- distil from the unpruned model after pruning (false: LM loss only)
   distill_loss = "forward_kl",       -- forward_kl, reverse_kl, jsd
   distill_temperature = 1.0,
@@ -98,7 +106,9 @@ end
 local trainer = train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine",
                                    warmup = math.floor(cfg.warmup * prune_steps), steps = prune_steps,
                                    min_lr_ratio = 0.1, micro_batch_size = cfg.batch_size,
-                                   checkpoint_layers = cfg.gradient_checkpointing, hooks = { pruner } })
+                                   checkpoint_layers = cfg.gradient_checkpointing, shard = cfg.shard,
+                                   optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
+                                   hooks = { pruner } })
 local tokens = { pruning = 0, recovery = 0 }
 local t_prune = metrics.clock()
 for step, batch in P.batches(dyn or train_set, rows_per_step, prune_steps) do
@@ -138,7 +148,9 @@ if recover_steps > 0 and not log:stopped() then
   local recover = train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine",
                                      warmup = math.floor(cfg.warmup * recover_steps), steps = recover_steps,
                                      min_lr_ratio = 0.1, micro_batch_size = cfg.batch_size,
-                                     checkpoint_layers = cfg.gradient_checkpointing, hooks = hooks })
+                                     checkpoint_layers = cfg.gradient_checkpointing, shard = cfg.shard,
+                                     optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
+                                     hooks = hooks })
   for step, batch in P.batches(dyn or train_set, rows_per_step, recover_steps) do
     local s = recover:step(batch)
     tokens.recovery = tokens.recovery + s.tokens

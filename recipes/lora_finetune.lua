@@ -11,6 +11,9 @@ local cfg = config {
            targets = { "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj" } },
   lr = 2e-4, warmup = 20, steps = 1000, batch_size = 4, grad_accum = 8, max_length = 2048,
   checkpoint_layers = true,
+  shard = "none",              -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
+  optimizer = "adamw",         -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
+  optimizer_offload = "none",  -- none | cpu (fp32 masters and optimizer states in host memory)
   eval_fraction = 0.02, eval_every = 100, save_every = 200, resume = false,
   seed = 0,
   wandb_project = "",
@@ -27,7 +30,8 @@ local train_set, eval_set = all:split(1 - cfg.eval_fraction)
 
 local trainer = train.new(model, { lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine", steps = cfg.steps,
                                    micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.checkpoint_layers,
-                                   output_dir = cfg.output_dir, save_every = cfg.save_every })
+                                   output_dir = cfg.output_dir, save_every = cfg.save_every, shard = cfg.shard,
+                                   optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload })
 local start = cfg.resume and trainer:resume() or 0
 local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
                            config = cfg, resume = start > 0, wandb = cfg.wandb_project }

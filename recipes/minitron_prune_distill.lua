@@ -20,6 +20,9 @@ local cfg = config {
   distill = { steps = 1000, lr = 1e-4, min_lr_ratio = 0.01, warmup = 60, grad_accum = 8,
               loss = "forward_kl", temperature = 1.0, alpha = 1.0 },  -- steps = 0: prune only
   checkpoint_layers = true,
+  shard = "none",                      -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
+  optimizer = "adamw",                 -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
+  optimizer_offload = "none",          -- none | cpu (fp32 masters and optimizer states in host memory)
   seed = 0,
   wandb_project = "",
 }
@@ -64,7 +67,9 @@ if d.steps > 0 then
   local kd = distill.new(teacher, student, { loss = d.loss, temperature = d.temperature, alpha = d.alpha })
   local trainer = train.new(student, { lr = d.lr, warmup = d.warmup, schedule = "cosine", steps = d.steps,
                                        min_lr_ratio = d.min_lr_ratio, micro_batch_size = cfg.batch_size,
-                                       checkpoint_layers = cfg.checkpoint_layers, hooks = { kd } })
+                                       checkpoint_layers = cfg.checkpoint_layers, shard = cfg.shard,
+                                       optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
+                                       hooks = { kd } })
   local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = d.steps,
                              config = cfg, wandb = cfg.wandb_project }
   for step, batch in train_set:batches { size = cfg.batch_size * d.grad_accum, steps = d.steps } do

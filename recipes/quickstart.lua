@@ -14,6 +14,9 @@ local cfg = config {
   lora = { steps = 150, lr = 1e-2, batch_size = 8, r = 16, alpha = 32, dropout = 0.0,
            targets = { "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj" } },
   held_out = 0.2,
+  shard = "none",              -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
+  optimizer = "adamw",         -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
+  optimizer_offload = "none",  -- none | cpu (fp32 masters and optimizer states in host memory)
   check = false,  -- fail unless the LoRA clearly taught the task (the test suite sets it)
   wandb_project = "",  -- W&B project: each stage is a run, grouped as "quickstart"
 }
@@ -63,7 +66,8 @@ end
 
 local function run_stage(name, ds, t)
   local trainer = train.new(model, { lr = t.lr, schedule = "cosine", warmup = 10, steps = t.steps,
-                                     weight_decay = 0.0 })
+                                     weight_decay = 0.0, shard = cfg.shard, optimizer = cfg.optimizer,
+                                     optimizer_offload = cfg.optimizer_offload })
   local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/" .. name .. ".jsonl",
                              total_steps = t.steps, every = 25, config = cfg,
                              wandb = { project = cfg.wandb_project, group = "quickstart", job_type = name } }

@@ -78,26 +78,16 @@ static int run_data(const Command& cmd) {
 
 // runner plan: the recipe's config resolved as `validate` does (nothing runs), mapped to the
 // planner's inputs (host/hw/plan_recipe.cpp), and the memory plan printed for every catalog GPU.
-// model_preset=, method= and gpus= are plan's own keys, taken out before the recipe sees the rest.
+// Plan's own keys (kPlanExtraKeys: model_preset=, method=, gpus=/nproc=, shard=, optimizer=, ...)
+// are taken out before the recipe sees the rest, so they work on recipes that do not declare them.
 static int run_plan(const Command& cmd_in) {
   Command cmd = cmd_in;
   PlanExtras extras;
   cmd.overrides.clear();
   for (const auto& arg : cmd_in.overrides) {
     ConfigOverride o = config_parse_override(arg);
-    if (o.key == "model_preset") extras.model_preset = o.text;
-    else if (o.key == "method") extras.method = o.text;
-    else if (o.key == "gpus") {
-      double n = 0;
-      if (!str_to_number(o.text, &n) || n < 1 || n != static_cast<double>(static_cast<int64_t>(n)))
-        fail_usage("runner plan: gpus must be a whole number >= 1, got '" + o.text + "'");
-      extras.gpus = static_cast<int64_t>(n);
-    } else {
-      cmd.overrides.push_back(arg);
-    }
+    if (!hw_plan_extra_set(&extras, o.key, o.text)) cmd.overrides.push_back(arg);
   }
-  if (!extras.method.empty() && extras.method != "full" && extras.method != "lora" && extras.method != "qlora")
-    fail_usage("runner plan: method must be full, lora or qlora, got '" + extras.method + "'");
   ConfigValue resolved;
   const std::string path = recipe_resolve(cmd.recipe);
   int rc = lua_host_run(path, cmd, &resolved);

@@ -1,6 +1,8 @@
 // Memory planner: parameter counts and peak memory by component, as luatune's trainer allocates it
-// (host/train/trainer.cpp, loss.cpp, recompute.cpp; host/model/transformer.cpp; host/adapt/lora.cpp).
-// Why each term is what it is: docs/hardware.md "Memory planner", with an 8B example worked by hand.
+// (host/train/trainer.cpp, loss.cpp, recompute.cpp; host/model/transformer.cpp; host/adapt/lora.cpp),
+// with ZeRO sharding over the data-parallel ranks, 8-bit AdamW moments and CPU offload of the
+// optimizer state. Why each term is what it is: docs/hardware.md "Memory planner", with an 8B example
+// worked by hand.
 #include "host/hw/plan.h"
 
 #include <algorithm>
@@ -86,6 +88,30 @@ std::string plan_method_name(PlanMethod m) {
   return "?";
 }
 
+PlanShard plan_shard_parse(const std::string& name) {
+  if (name == "none" || name == "NO_SHARD" || name == "0") return PlanShard::shard_none;
+  if (name == "optimizer" || name == "1") return PlanShard::shard_optimizer;
+  if (name == "gradients" || name == "SHARD_GRAD_OP" || name == "2") return PlanShard::shard_gradients;
+  if (name == "full" || name == "FULL_SHARD" || name == "3") return PlanShard::shard_full;
+  fail("hw.plan: unknown shard '" + name + "'",
+       "expected \"none\", \"optimizer\", \"gradients\" or \"full\" (or NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, "
+       "0-3)");
+}
+
+std::string plan_shard_name(PlanShard s) {
+  switch (s) {
+    case PlanShard::shard_none:
+      return "none";
+    case PlanShard::shard_optimizer:
+      return "optimizer";
+    case PlanShard::shard_gradients:
+      return "gradients";
+    case PlanShard::shard_full:
+      return "full";
+  }
+  return "?";
+}
+
 // ============================================================================================
 // Memory
 
@@ -126,15 +152,86 @@ double layer_bytes_per_token(const ModelConfig& c, const PlanOptions& o, double 
   return b;
 }
 
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The trainable tensors as the sharded trainer (host/dist/zero.cpp) flattens them: one group per
+// decoder layer and one for everything outside the layers (embedding, untied head, final norm: full
+// fine-tuning only). Every group is padded to a multiple of N ranks; each rank owns one 1/N slice.
+struct TrainableGroups {
+  int64_t layers = 0;
+  std::vector<int64_t> layer_tensors;    // element counts of one decoder layer's trainable tensors
+  std::vector<int64_t> outside_tensors;  // those outside the layers
+  int64_t per_layer = 0, outside = 0;    // their sums
+  int64_t total() const { return layers * per_layer + outside; }
+  int64_t layers_shard(int64_t n) const { return layers * ceil_div(per_layer, n); }
+  int64_t shard(int64_t n) const { return layers_shard(n) + ceil_div(outside, n); }
+};
+
+TrainableGroups trainable_groups(const ModelConfig& c, const PlanOptions& o) {
+  TrainableGroups g;
+  g.layers = c.num_layers;
+  if (o.method == PlanMethod::method_full) {
+    for (const Proj& p : layer_projections(c)) {
+      g.layer_tensors.push_back(p.in * p.out);
+      if (p.bias) g.layer_tensors.push_back(p.out);
+    }
+    for (int i = 0; i < (c.gemma_norms ? 4 : 2); i++) g.layer_tensors.push_back(c.hidden_size);
+    if (c.qk_norm) g.layer_tensors.insert(g.layer_tensors.end(), {c.head_dim, c.head_dim});
+    const HwParamCounts n = hw_param_counts(c);
+    g.outside_tensors = {n.embedding, c.hidden_size};
+    if (n.lm_head > 0) g.outside_tensors.push_back(n.lm_head);
+  } else {
+    for (const Proj& p : layer_projections(c))
+      if (targeted(o.lora_targets, p.name))
+        g.layer_tensors.insert(g.layer_tensors.end(), {o.lora_r * p.in, o.lora_r * p.out});
+  }
+  for (int64_t t : g.layer_tensors) g.per_layer += t;
+  for (int64_t t : g.outside_tensors) g.outside += t;
+  return g;
+}
+
+// Optimizer state of one flat tensor (or one group's slice) of n elements (host/train/optim.cpp).
+double moment_bytes_of(const PlanOptions& o, int64_t n) {
+  if (o.optimizer == "adamw") return 8.0 * n;  // exp_avg, exp_avg_sq: float32
+  if (o.optimizer == "sgd") return o.sgd_momentum ? 4.0 * n : 0;
+  // adamw8bit: a byte per element per moment + a float32 absmax per block per moment; as
+  // bitsandbytes, a tensor under kHw8bitMinElements keeps float32 moments.
+  if (n < kHw8bitMinElements) return 8.0 * n;
+  return 2.0 * n + 8.0 * ceil_div(n, kHw8bitBlock);
+}
+
+// The optimizer state this rank keeps: per tensor unsharded, per group slice under ZeRO.
+double moment_bytes(const PlanOptions& o, const TrainableGroups& g, bool sharded, int64_t ranks) {
+  double b = 0;
+  if (!sharded) {
+    for (int64_t t : g.layer_tensors) b += moment_bytes_of(o, t) * g.layers;
+    for (int64_t t : g.outside_tensors) b += moment_bytes_of(o, t);
+  } else {
+    if (g.per_layer > 0) b += moment_bytes_of(o, ceil_div(g.per_layer, ranks)) * g.layers;
+    if (g.outside > 0) b += moment_bytes_of(o, ceil_div(g.outside, ranks));
+  }
+  return b;
+}
+
 }  // namespace
 
-PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o) {
-  LT_CHECK(o.micro_batch > 0, "hw.plan: micro_batch must be positive, got " << o.micro_batch);
-  LT_CHECK(o.seq_len > 0, "hw.plan: seq_len must be positive, got " << o.seq_len);
-  LT_CHECK(o.gpus > 0, "hw.plan: gpus must be positive, got " << o.gpus);
-  LT_CHECK(o.loss_chunk > 0, "hw.plan: loss_chunk must be positive, got " << o.loss_chunk);
-  LT_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd",
-           "hw.plan: optimizer must be \"adamw\" or \"sgd\", got \"" << o.optimizer << "\"");
+PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
+  LT_CHECK(o_in.micro_batch > 0, "hw.plan: micro_batch must be positive, got " << o_in.micro_batch);
+  LT_CHECK(o_in.seq_len > 0, "hw.plan: seq_len must be positive, got " << o_in.seq_len);
+  LT_CHECK(o_in.gpus > 0, "hw.plan: gpus must be positive, got " << o_in.gpus);
+  LT_CHECK(o_in.gpus_per_node >= 0, "hw.plan: gpus_per_node must be >= 0, got " << o_in.gpus_per_node);
+  LT_CHECK(o_in.loss_chunk > 0, "hw.plan: loss_chunk must be positive, got " << o_in.loss_chunk);
+  LT_CHECK(
+      o_in.optimizer == "adamw" || o_in.optimizer == "adamw8bit" || o_in.optimizer == "sgd",
+      "hw.plan: optimizer must be \"adamw\", \"adamw8bit\" or \"sgd\", got \"" << o_in.optimizer << "\"");
+  LT_CHECK(
+      o_in.optimizer_offload == "none" || o_in.optimizer_offload == "cpu",
+      "hw.plan: optimizer_offload must be \"none\" or \"cpu\", got \"" << o_in.optimizer_offload << "\"");
+  PlanOptions o = o_in;
+  const bool zero3 = o.shard == PlanShard::shard_full;
+  if (zero3) o.checkpointing = true;  // ZeRO-3 always recomputes each layer in backward
   const HwParamCounts n = hw_param_counts(c);
   const double p = dtype_bytes(o.dtype);
   const bool full = o.method == PlanMethod::method_full;
@@ -144,20 +241,61 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o) {
   const double L = static_cast<double>(c.num_layers);
   PlanComponents m;
 
+  // What sharding splits: the trainable parameters (a frozen LoRA/QLoRA base stays replicated).
+  // `own`: how many of them this rank keeps the optimizer state of (all, or its padded slices).
+  const TrainableGroups g = trainable_groups(c, o);
+  const bool sharded = o.shard != PlanShard::shard_none;
+  const int64_t ranks = sharded ? o.gpus : 1;
+  const double own = static_cast<double>(g.shard(ranks));
+  const bool offload = o.optimizer_offload == "cpu";
+  // Layers reduce-scattered as backward leaves them (ZeRO-2/3 with recomputed layers), not at the end.
+  const bool per_layer_reduce = o.shard >= PlanShard::shard_gradients && o.checkpointing;
+
   // Weights. QLoRA: NF4 + double quantisation on the layers' projections, 16-bit for the rest.
+  // ZeRO-3 keeps the decoder layers' trainable weights sharded at rest; the embedding, head and
+  // final norm stay whole on every rank.
   if (o.method == PlanMethod::method_qlora)
     m.weights = static_cast<double>(n.linear) * kHwNf4BytesPerParam + (N - static_cast<double>(n.linear)) * p;
+  else if (full && zero3)
+    m.weights = static_cast<double>(g.layers_shard(o.gpus) + g.outside) * p;
   else
     m.weights = N * p;
 
   // Trainable weights: the whole model, or float32 adapters (lora.cpp keeps A and B in float32).
-  double trainable = full ? N : static_cast<double>(hw_lora_params(c, o.lora_r, o.lora_targets));
-  double train_bytes = full ? p : 4;
-  if (!full) m.adapters = trainable * 4;
-  if (full && o.master_weights && p < 4) m.master_weights = N * 4;
-  m.gradients = trainable * train_bytes;  // a parameter's gradient has its dtype
-  if (o.optimizer == "adamw") m.optimizer_states = trainable * 8;  // exp_avg, exp_avg_sq: float32
-  else if (o.sgd_momentum) m.optimizer_states = trainable * 4;
+  const double trainable = static_cast<double>(g.total());
+  const double train_bytes = full ? p : 4;
+  const double layer_train = static_cast<double>(g.per_layer) * train_bytes;  // one layer's, whole
+  if (!full) m.adapters = (zero3 ? static_cast<double>(g.layers_shard(o.gpus)) : trainable) * 4;
+  // The copy the update runs on: float32 masters of bf16/fp16 weights; under ZeRO (and offloaded)
+  // the owned slice is copied even without masters (ZeRO-3's layer slices are the weights themselves).
+  const bool fp32_masters = full && o.master_weights && p < 4;
+  const double w_bytes = fp32_masters ? 4 : train_bytes;
+  double masters = 0;
+  if (fp32_masters || offload)
+    masters = own * w_bytes;
+  else if (sharded)
+    masters = (zero3 ? static_cast<double>(ceil_div(g.outside, ranks)) : own) * w_bytes;
+  // Gradients: each has its parameter's dtype and lives through backward; ZeRO adds the float32 slice
+  // the reduce-scatter sums into (every stage), and from ZeRO-2 with recomputed layers only one
+  // layer's gradients are whole at a time. Offloaded, the float32 slice is in host RAM.
+  const double grad_shard = sharded ? own * 4 : 0;
+  m.gradients = (per_layer_reduce ? layer_train : trainable * train_bytes) + (offload ? 0 : grad_shard);
+  double moments = moment_bytes(o, g, sharded, ranks);
+  if (offload) {
+    m.host_master_weights = masters;
+    m.host_optimizer_states = moments;
+    // ZeRO: the pinned float32 gradient slice; unsharded: each gradient copied down in turn.
+    int64_t largest_tensor = 0;
+    for (int64_t t : g.layer_tensors) largest_tensor = std::max(largest_tensor, t);
+    for (int64_t t : g.outside_tensors) largest_tensor = std::max(largest_tensor, t);
+    m.host_grad_staging = sharded ? grad_shard : static_cast<double>(largest_tensor) * train_bytes;
+  } else {
+    m.master_weights = masters;
+    m.optimizer_states = moments;
+  }
+  m.ranks_per_node = std::min(o.gpus, o.gpus_per_node > 0 ? o.gpus_per_node : kHwGpusPerNode);
+  m.host_per_node = (m.host_master_weights + m.host_optimizer_states + m.host_grad_staging) *
+                    static_cast<double>(m.ranks_per_node);
 
   // Activations: all layers (or, checkpointed, each layer's input plus a recomputed layer), one
   // layer's backward working set, and the head: the final norm and the hidden rows the loss keeps.
@@ -176,15 +314,42 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o) {
   m.logits = rows * V * (4 + (p < 4 ? p : 0) + (c.final_logit_softcap > 0 ? 4 : 0)) + tokens * C * p;
   if (full) m.logits += V * C * (4 + p);
 
-  // The optimizer step, after backward (activations freed): per parameter, clip's float32 square
-  // and the update's float32 gradient + sqrt temporaries; the largest trainable tensor sets it.
-  double largest = full ? static_cast<double>(std::max({n.embedding, n.lm_head, n.largest_linear}))
-                        : static_cast<double>(c.intermediate_size + c.hidden_size) * static_cast<double>(o.lora_r);
-  m.optimizer_step = largest * (p < 4 || !full ? 12 : 8);
+  // After backward (activations freed), the largest of what the step allocates for a moment.
+  if (!sharded) {
+    // Per tensor: clip's float32 square and the update's float32 gradient + sqrt temporaries; the
+    // 8-bit update works in small chunks and an offloaded one on the CPU, leaving clip's.
+    double largest =
+        full ? static_cast<double>(std::max({n.embedding, n.lm_head, n.largest_linear}))
+             : static_cast<double>(c.intermediate_size + c.hidden_size) * static_cast<double>(o.lora_r);
+    const double clip = train_bytes < 4 ? 8 : 4;
+    m.optimizer_step = largest * (offload || o.optimizer == "adamw8bit" ? clip : (p < 4 || !full ? 12 : 8));
+  } else {
+    // Per group, in turn: the reduce-scatter's whole flat buffer (with the outside group's whole
+    // gradients when the layers went during backward), the update's float32 temporaries on the
+    // slice (none on the GPU offloaded; small chunks for 8-bit) and clip's square, then the
+    // all-gather of the updated slice back into whole weights (ZeRO-3: the outside group only).
+    const double biggest = static_cast<double>(std::max(g.per_layer, g.outside));
+    const double slice =
+        static_cast<double>(std::max(ceil_div(g.per_layer, ranks), ceil_div(g.outside, ranks)));
+    const double outside = static_cast<double>(g.outside);
+    const double reduce = per_layer_reduce ? 2 * outside * train_bytes : biggest * train_bytes;
+    const double update = offload ? 0 : slice * (o.optimizer == "adamw8bit" ? 4 : w_bytes == 4 ? 8 : 12);
+    const double gather =
+        zero3 ? (outside > 0 ? (outside + static_cast<double>(ceil_div(g.outside, ranks))) * train_bytes : 0)
+              : (biggest + slice) * train_bytes;
+    m.optimizer_step = std::max({reduce, update, gather});
+  }
 
-  if (o.gpus > 1) m.ddp_buckets = kHwDdpBucketBytes;
+  // ZeRO-3 gathers a layer's weights whole before using it, and prefetches the next.
+  if (zero3) m.gather_buffers = 2 * layer_train;
+  // Communication: DDP's gradient buckets; sharded, one layer's flat buffer (reduce-scatter, gather).
+  if (sharded)
+    m.comm_buckets = layer_train;
+  else if (o.gpus > 1)
+    m.comm_buckets = kHwDdpBucketBytes;
+
   double allocated = m.weights + m.adapters + m.master_weights + m.gradients + m.optimizer_states +
-                     std::max(m.activations + m.logits, m.optimizer_step) + m.ddp_buckets;
+                     std::max(m.activations + m.logits, m.optimizer_step) + m.gather_buffers + m.comm_buckets;
   m.fragmentation = allocated * kHwFragmentation;
   m.cuda_context = kHwCudaContextBytes;
   m.total = allocated + m.fragmentation + m.cuda_context;
@@ -200,9 +365,45 @@ std::vector<std::pair<std::string, double>> plan_component_list(const PlanCompon
           {"activations", p.activations},
           {"logits", p.logits},
           {"optimizer_step", p.optimizer_step},
-          {"ddp_buckets", p.ddp_buckets},
+          {"gather_buffers", p.gather_buffers},
+          {"comm_buckets", p.comm_buckets},
           {"cuda_context", p.cuda_context},
           {"fragmentation", p.fragmentation}};
+}
+
+std::string plan_component_note(const PlanOptions& o, const std::string& name) {
+  const bool full = o.method == PlanMethod::method_full;
+  const bool offload = o.optimizer_offload == "cpu";
+  const std::string slice = o.shard == PlanShard::shard_none ? "" : "sharded 1/" + std::to_string(o.gpus);
+  if (name == "weights" && o.shard == PlanShard::shard_full)
+    return full ? "decoder layers " + slice + "; embedding, lm_head, final norm whole on every rank"
+                : "frozen base: replicated on every rank (not sharded)";
+  if (name == "weights" && !full && o.shard != PlanShard::shard_none)
+    return "frozen base: replicated (not sharded)";
+  if (name == "adapters" && o.shard == PlanShard::shard_full) return slice;
+  if (name == "master_weights") return offload ? "in host RAM: optimizer_offload=cpu" : slice;
+  if (name == "gradients" && o.shard != PlanShard::shard_none) {
+    const bool per_layer =
+        o.shard >= PlanShard::shard_gradients && (o.checkpointing || o.shard == PlanShard::shard_full);
+    return std::string(per_layer ? "one decoder layer's whole at a time" : "whole until reduce-scattered") +
+           " + the fp32 slice, " + slice + (offload ? ", in host RAM" : "");
+  }
+  if (name == "optimizer_states") {
+    if (offload) return "in host RAM: optimizer_offload=cpu";
+    std::string what =
+        o.optimizer == "adamw8bit" ? "8-bit moments + fp32 absmax per " + std::to_string(kHw8bitBlock) : "";
+    if (!slice.empty()) what += (what.empty() ? "" : ", ") + slice;
+    return what;
+  }
+  if (name == "activations" && o.shard == PlanShard::shard_full && !o.checkpointing)
+    return "layers recomputed: shard=full always checkpoints";
+  if (name == "optimizer_step")
+    return "transient after backward; the larger of it and activations+logits counts";
+  if (name == "gather_buffers")
+    return "two decoder layers' whole weights: the current one and the prefetched next";
+  if (name == "comm_buckets")
+    return o.shard == PlanShard::shard_none ? "DDP: 2 x 25 MiB" : "one decoder layer's flat buffer, whole";
+  return "";
 }
 
 // ============================================================================================
@@ -220,13 +421,59 @@ std::string gib(double bytes) {
   return buf;
 }
 
+// The smallest change of sharding, optimizer, offload or GPU count that fits in `mem` GiB, as the
+// keys to add, in this order of preference: shard=optimizer, shard=gradients, shard=full,
+// optimizer=adamw8bit, optimizer_offload=cpu, more GPUs (nproc=, with sharding). Each later lever
+// is tried with the earlier ones; "" when none fits.
+std::string advise_sharding(const ModelConfig& c, const PlanOptions& o, double mem) {
+  const int now = static_cast<int>(o.shard);
+  const bool can_8bit = o.optimizer == "adamw";
+  const PlanComponents base = hw_plan_memory(c, o);
+  const bool can_offload = o.optimizer_offload != "cpu" && base.master_weights + base.optimizer_states > 0;
+  std::string found;
+  // At `gpus` ranks: shard levels from `lowest` up, then with 8-bit moments, then offloaded.
+  auto first_fit = [&](int64_t gpus, int lowest) {
+    for (int off = 0; off <= (can_offload ? 1 : 0); off++)
+      for (int eight = 0; eight <= (can_8bit ? 1 : 0); eight++)
+        for (int s = lowest; s <= static_cast<int>(PlanShard::shard_full); s++) {
+          if (gpus == o.gpus && s == now && !off && !eight) continue;  // that is the plan itself
+          if (gpus == 1 && s != now) continue;                         // one rank has nothing to shard over
+          PlanOptions x = o;
+          x.gpus = gpus;
+          x.shard = static_cast<PlanShard>(s);
+          if (eight) x.optimizer = "adamw8bit";
+          if (off) x.optimizer_offload = "cpu";
+          const PlanComponents m = hw_plan_memory(c, x);
+          if (m.total / kGiB > mem) continue;
+          std::string keys;
+          if (gpus != o.gpus) keys += " nproc=" + std::to_string(gpus);
+          if (s != now) keys += " shard=" + plan_shard_name(x.shard);
+          if (eight) keys += " optimizer=adamw8bit";
+          if (off) keys += " optimizer_offload=cpu";
+          found = "add" + keys + " (" + gib(m.total) + " GiB per GPU";
+          if (s > 0) found += ", ZeRO-" + std::to_string(s) + " over " + std::to_string(gpus) + " GPUs";
+          if (off) found += "; " + gib(m.host_per_node) + " GiB of pinned host RAM per node";
+          if (gpus != o.gpus) found += "; runner --nproc " + std::to_string(gpus) + " or torchrun";
+          found += ")";
+          return true;
+        }
+    return false;
+  };
+  if (first_fit(o.gpus, now)) return found;
+  // More GPUs lower per-GPU memory only through sharding.
+  for (int64_t gpus : {2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512})
+    if (gpus > o.gpus && first_fit(gpus, std::max(now, static_cast<int>(PlanShard::shard_optimizer))))
+      return found;
+  return "";
+}
+
 std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, const GpuSpec& g, double peak) {
   std::vector<std::string> out;
   const double mem = g.memory_gb;
   auto total = [&](const PlanOptions& x) { return hw_plan_memory(c, x).total; };
   const std::string now = "peak " + gib(peak) + " GiB";
   bool any = false;
-  if (!o.checkpointing) {
+  if (!o.checkpointing && o.shard != PlanShard::shard_full) {  // ZeRO-3 checkpoints already
     PlanOptions x = o;
     x.checkpointing = true;
     if (total(x) / kGiB <= mem) {
@@ -241,6 +488,12 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
                     "; raise grad_accum to keep the batch)");
       any = true;
     }
+  }
+  // Keep the method: shard, 8-bit moments, offload, or more GPUs with sharding.
+  const std::string zero = advise_sharding(c, o, mem);
+  if (!zero.empty()) {
+    out.push_back(zero);
+    any = true;
   }
   PlanOptions ck = o;
   ck.checkpointing = true;
@@ -298,8 +551,6 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
       any = true;
     }
   }
-  out.push_back(
-      "more GPUs do not lower per-GPU memory: luatune's data parallelism replicates the model (no FSDP/ZeRO)");
   if (!any) out.push_back("nothing luatune supports fits in " + gib(mem * kGiB) + " GiB at this sequence length");
   return out;
 }
@@ -352,8 +603,9 @@ Plan hw_plan(const ModelConfig& c, const PlanOptions& o, const std::vector<GpuSp
 
 std::string hw_plan_text(const Plan& p) {
   std::ostringstream s;
-  char buf[256];
+  char buf[512];
   const PlanOptions& o = p.options;
+  const PlanComponents& m = p.components;
   std::snprintf(buf, sizeof buf, "model: %s, %.2f B parameters (%.2f B in matmuls), %s trainable\n",
                 p.model.model_type().c_str(), p.params.total / 1e9, p.params.matmul / 1e9,
                 p.trainable >= 1e9 ? (str_from_number(std::round(p.trainable / 1e7) / 100) + " B").c_str()
@@ -364,20 +616,44 @@ std::string hw_plan_text(const Plan& p) {
     s << (o.master_weights && o.dtype != "fp32" ? " with fp32 master weights" : "");
   else
     s << ", LoRA r=" << o.lora_r << " on " << str_join(o.lora_targets, ",");
-  s << ", " << o.optimizer << "\n";
+  s << ", " << o.optimizer << (o.optimizer_offload == "cpu" ? " offloaded to the CPU" : "") << "\n";
+  const bool zero3 = o.shard == PlanShard::shard_full;
   s << "shape: micro_batch " << o.micro_batch << " x seq_len " << o.seq_len << ", checkpointing "
-    << (o.checkpointing ? "on" : "off") << ", loss chunk " << o.loss_chunk << ", " << o.gpus << " GPU"
-    << (o.gpus == 1 ? "" : "s (data parallel, replicated)") << "\n\n";
+    << (o.checkpointing || zero3 ? "on" : "off")
+    << (zero3 && !o.checkpointing ? " (shard=full recomputes layers)" : "") << ", loss chunk " << o.loss_chunk
+    << ", " << o.gpus << " GPU";
+  if (o.shard != PlanShard::shard_none)
+    s << (o.gpus == 1 ? "" : "s") << " (data parallel, shard=" << plan_shard_name(o.shard) << ": ZeRO-"
+      << static_cast<int>(o.shard) << ")";
+  else
+    s << (o.gpus == 1 ? "" : "s (data parallel, replicated)");
+  s << "\n\n";
   s << "predicted peak memory per GPU (GiB)\n";
   for (const auto& [name, bytes] : plan_component_list(p.components)) {
-    if (bytes < 0.005 * kGiB) continue;  // below the printed precision
+    // Below the printed precision: left out, unless it went to host RAM (shown as 0 with where it went).
+    const bool moved = (name == "master_weights" && m.host_master_weights > 0) ||
+                       (name == "optimizer_states" && m.host_optimizer_states > 0);
+    if (bytes < 0.005 * kGiB && !moved) continue;
+    const std::string note = plan_component_note(o, name);
     std::snprintf(buf, sizeof buf, "  %-18s %8.2f%s\n", name.c_str(), bytes / kGiB,
-                  name == "optimizer_step" ? "  (transient after backward; the larger of it and activations+logits counts)"
-                                           : "");
+                  note.empty() ? "" : ("  (" + note + ")").c_str());
     s << buf;
   }
-  std::snprintf(buf, sizeof buf, "  %-18s %8.2f\n\n", "total", p.components.total / kGiB);
+  std::snprintf(buf, sizeof buf, "  %-18s %8.2f\n", "total", p.components.total / kGiB);
   s << buf;
+  if (o.optimizer_offload == "cpu") {
+    const double rank = m.host_master_weights + m.host_optimizer_states + m.host_grad_staging;
+    std::snprintf(
+        buf, sizeof buf,
+        "host RAM (pinned, optimizer_offload=cpu): per rank %.2f GiB (fp32 masters %.2f + optimizer "
+        "moments %.2f + fp32 gradient staging %.2f); per node %lld rank%s x %.2f = %.2f GiB\n\n",
+        rank / kGiB, m.host_master_weights / kGiB, m.host_optimizer_states / kGiB, m.host_grad_staging / kGiB,
+        static_cast<long long>(m.ranks_per_node), m.ranks_per_node == 1 ? "" : "s", rank / kGiB,
+        m.host_per_node / kGiB);
+    s << buf;
+  } else {
+    s << "host RAM: no optimizer state offloaded (optimizer_offload=none)\n\n";
+  }
   std::snprintf(buf, sizeof buf, "%-10s %8s %5s %9s %10s\n", "gpu", "memory", "fits", "headroom", "max_micro");
   s << buf;
   for (const GpuFit& f : p.gpus) {
@@ -387,6 +663,19 @@ std::string hw_plan_text(const Plan& p) {
     for (const auto& a : f.advice) s << "             - " << a << "\n";
   }
   return s.str();
+}
+
+std::string hw_plan_formula(const PlanOptions& o) {
+  std::string f = "weights + master + gradients + optimizer + max(activations + logits, optimizer step)";
+  if (o.shard == PlanShard::shard_full) f += " + gather buffers";
+  if (o.shard != PlanShard::shard_none || o.gpus > 1) f += " + communication buckets";
+  f += " + 5 % allocator overhead + 1 GiB CUDA context, per GPU";
+  if (o.shard != PlanShard::shard_none)
+    f += "; shard=" + plan_shard_name(o.shard) + " (ZeRO-" + std::to_string(static_cast<int>(o.shard)) +
+         ") over " + std::to_string(o.gpus) + " GPUs";
+  if (o.optimizer != "adamw") f += "; optimizer=" + o.optimizer;
+  if (o.optimizer_offload == "cpu") f += "; masters and optimizer states in host RAM (optimizer_offload=cpu)";
+  return f + " (docs/hardware.md)";
 }
 
 // ============================================================================================

@@ -1,7 +1,8 @@
 // The memory planner: exact parameter counts from a ModelConfig, and the peak GPU memory of a
 // training configuration as luatune's trainer allocates it (weights by dtype, fp32 master copies,
-// gradients, fp32 AdamW moments, LoRA/QLoRA, activations with and without checkpointing, the
-// chunked cross-entropy's logits, DDP buckets, CUDA context and allocator overhead); per catalog GPU:
+// gradients, AdamW moments in fp32 or 8 bits, LoRA/QLoRA, activations with and without checkpointing,
+// the chunked cross-entropy's logits, ZeRO sharding over the data-parallel ranks, CPU offload of the
+// optimizer state, communication buffers, CUDA context and allocator overhead); per catalog GPU:
 // fits or not, the largest micro-batch that fits, and what to change. Formulas: docs/hardware.md.
 #pragma once
 
@@ -32,12 +33,23 @@ enum class PlanMethod { method_full, method_lora, method_qlora };
 PlanMethod plan_method_parse(const std::string& name);  // "full", "lora", "qlora"
 std::string plan_method_name(PlanMethod m);
 
+// ZeRO stage over the data-parallel ranks (the trainer's shard=): which of the trainable parameters'
+// fp32 masters + optimizer moments (optimizer), + gradients (gradients), + layer weights (full) each
+// rank keeps only a 1/N slice of.
+enum class PlanShard { shard_none, shard_optimizer, shard_gradients, shard_full };
+// "none"|"optimizer"|"gradients"|"full", FSDP's NO_SHARD|SHARD_GRAD_OP|FULL_SHARD, or the stage "0".."3".
+PlanShard plan_shard_parse(const std::string& name);
+std::string plan_shard_name(PlanShard s);  // "none", "optimizer", "gradients", "full"
+
 struct PlanOptions {
   PlanMethod method = PlanMethod::method_full;
   std::string dtype = "bf16";      // the model's weights: "bf16", "fp16" or "fp32"
   bool master_weights = true;      // fp32 master copies of low-precision trainable weights (the trainer's default)
-  std::string optimizer = "adamw";  // "adamw" (two fp32 moments) or "sgd" (fp32 momentum when momentum > 0)
-  bool sgd_momentum = false;
+  std::string optimizer = "adamw";  // "adamw" (two fp32 moments), "adamw8bit" (two 8-bit moments) or "sgd"
+  bool sgd_momentum = false;        // sgd keeps an fp32 momentum buffer only when momentum > 0
+  std::string optimizer_offload =
+      "none";  // "cpu": fp32 masters and moments in pinned host RAM, updated there
+  PlanShard shard = PlanShard::shard_none;
   int64_t lora_r = 16;
   double lora_dropout = 0.05;      // > 0: the adapter keeps its dropped input and a mask
   std::vector<std::string> lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
@@ -45,27 +57,41 @@ struct PlanOptions {
   int64_t seq_len = 2048;          // tokens per row (max_length)
   bool checkpointing = false;      // checkpoint_layers: recompute each layer in backward
   int64_t loss_chunk = 4096;       // rows of logits the chunked cross-entropy materialises at once
-  int64_t gpus = 1;                // data-parallel replicas (everything is replicated per GPU)
+  int64_t gpus = 1;           // data-parallel ranks (runner --nproc N); replicas unless shard= says otherwise
+  int64_t gpus_per_node = 0;  // ranks sharing one host's RAM (offload); 0 = min(gpus, 8)
   bool sdpa = true;                // fused attention (no T x T scores) unless the model softcaps its attention logits
 };
 
-// Bytes, per GPU.
+// Bytes, per GPU (and, offloaded, per rank in host RAM). "Sharded" = this rank's padded 1/N slice.
 struct PlanComponents {
-  double weights = 0;           // the model's weights (QLoRA: NF4 linears + 16-bit embeddings, norms, head)
-  double adapters = 0;          // LoRA A/B, float32
-  double master_weights = 0;    // fp32 copies of bf16/fp16 trainable weights
-  double gradients = 0;         // in the trainable weights' dtype
-  double optimizer_states = 0;  // AdamW exp_avg + exp_avg_sq, float32
+  double weights = 0;         // the model's weights (QLoRA: NF4 linears + 16-bit embeddings, norms, head);
+                              // shard=full: the layers' trainable weights sharded, the rest full
+  double adapters = 0;        // LoRA A/B, float32 (sharded under shard=full)
+  double master_weights = 0;  // fp32 copies of bf16/fp16 trainable weights (sharded from shard=optimizer)
+  double gradients = 0;       // in the trainable weights' dtype; from shard=gradients: an fp32 shard +
+                              // one decoder layer's full gradients in flight
+  double optimizer_states =
+      0;  // AdamW exp_avg + exp_avg_sq: float32, or 8-bit + absmax (sharded from shard=optimizer)
   double activations = 0;       // saved for backward, all layers + one layer's working set
   double logits = 0;            // one loss chunk of logits (+ the head's fp32 gradient when it trains)
   double optimizer_step = 0;    // transient during the update (after backward: max'd with activations + logits)
-  double ddp_buckets = 0;       // gradient buckets when gpus > 1
+  double gather_buffers = 0;  // shard=full: two decoder layers' full trainable weights (current + prefetched)
+  double comm_buckets = 0;  // shard none: DDP's gradient buckets when gpus > 1; else one layer's flat buffer
   double cuda_context = 0;
   double fragmentation = 0;     // allocator overhead on everything allocated
-  double total = 0;
+  double total = 0;             // per GPU
+  // Host RAM (pinned), optimizer_offload=cpu: per rank, and for every rank on one node.
+  double host_master_weights = 0;    // the fp32 masters (this rank's shard)
+  double host_optimizer_states = 0;  // the moments (this rank's shard)
+  double host_grad_staging = 0;      // fp32 copy of this rank's gradient shard, for the CPU update
+  int64_t ranks_per_node = 1;
+  double host_per_node = 0;  // (the three above) * ranks_per_node
 };
-// (name, bytes) in display order.
+// (name, bytes) in display order: the GPU terms that make up `total`.
 std::vector<std::pair<std::string, double>> plan_component_list(const PlanComponents& p);
+// What a term is under these options when sharding, 8-bit moments or offload change it ("" otherwise),
+// e.g. "sharded 1/8" for master_weights under shard=optimizer over 8 ranks.
+std::string plan_component_note(const PlanOptions& o, const std::string& name);
 
 struct GpuFit {
   std::string gpu;
@@ -91,6 +117,10 @@ constexpr double kHwCudaContextBytes = 1.0 * (1 << 30);  // CUDA context + kerne
 constexpr double kHwFragmentation = 0.05;                // allocator overhead on allocated bytes (Megatron's 5 %)
 constexpr double kHwNf4BytesPerParam = 0.516;            // NF4 + double quantisation: 4.127 bits
 constexpr double kHwDdpBucketBytes = 2 * 25.0 * (1 << 20);  // two 25 MiB gradient buckets
+constexpr int64_t kHw8bitBlock =
+    256;  // adamw8bit: one fp32 absmax per 256 elements per moment (train/adamw8bit.h)
+constexpr int64_t kHw8bitMinElements = 4096;  // adamw8bit keeps tensors under this many elements in fp32
+constexpr int64_t kHwGpusPerNode = 8;         // ranks sharing a host's RAM when gpus_per_node is not given
 
 PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o);
 // The memory plan and, for each GPU of `catalog`, the fit, max micro-batch and advice.
@@ -99,6 +129,8 @@ Plan hw_plan(const ModelConfig& c, const PlanOptions& o, const std::vector<GpuSp
 int64_t hw_max_micro_batch(const ModelConfig& c, PlanOptions o, double memory_gb);
 // The plan as a printable table: components, totals, one line per GPU.
 std::string hw_plan_text(const Plan& p);
+// One line naming the terms summed under these options, for reports (hw_compare's "Memory model").
+std::string hw_plan_formula(const PlanOptions& o);
 
 // Built-in model shapes for planning without weights: "llama3.1-8b", "mistral-7b", "gemma2-9b".
 std::vector<std::string> hw_model_presets();

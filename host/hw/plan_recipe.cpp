@@ -13,7 +13,52 @@
 
 namespace luatune {
 
-const std::vector<std::string> kPlanExtraKeys = {"model_preset", "method", "gpus"};
+const std::vector<std::string> kPlanExtraKeys = {"model_preset",  "method", "gpus",      "nproc",
+                                                 "gpus_per_node", "shard",  "optimizer", "optimizer_offload"};
+
+bool hw_plan_extra_set(PlanExtras* ex, const std::string& key, const std::string& text) {
+  auto count = [&](int64_t* out) {
+    double n = 0;
+    if (!str_to_number(text, &n) || n < 1 || n != static_cast<double>(static_cast<int64_t>(n)))
+      fail_usage("runner plan: " + key + " must be a whole number >= 1, got '" + text + "'");
+    *out = static_cast<int64_t>(n);
+  };
+  if (key == "model_preset") {
+    ex->model_preset = text;
+  } else if (key == "method") {
+    if (text != "full" && text != "lora" && text != "qlora")
+      fail_usage("runner plan: method must be full, lora or qlora, got '" + text + "'");
+    ex->method = text;
+  } else if (key == "gpus" || key == "nproc") {
+    int64_t n = 0;
+    count(&n);
+    if (ex->gpus != 1 && n != ex->gpus)
+      fail_usage("runner plan: gpus and nproc disagree (" + std::to_string(ex->gpus) + " and " + text + ")",
+                 "they are the same setting: give one");
+    ex->gpus = n;
+  } else if (key == "gpus_per_node") {
+    count(&ex->gpus_per_node);
+  } else if (key == "shard") {
+    try {
+      plan_shard_parse(text);
+    } catch (const Error&) {
+      fail_usage("runner plan: shard must be none, optimizer, gradients or full, got '" + text + "'",
+                 "FSDP's NO_SHARD, SHARD_GRAD_OP, FULL_SHARD and the ZeRO stage 0-3 work too");
+    }
+    ex->shard = text;
+  } else if (key == "optimizer") {
+    if (text != "adamw" && text != "adamw8bit" && text != "sgd")
+      fail_usage("runner plan: optimizer must be adamw, adamw8bit or sgd, got '" + text + "'");
+    ex->optimizer = text;
+  } else if (key == "optimizer_offload") {
+    if (text != "none" && text != "cpu")
+      fail_usage("runner plan: optimizer_offload must be none or cpu, got '" + text + "'");
+    ex->optimizer_offload = text;
+  } else {
+    return false;
+  }
+  return true;
+}
 
 namespace {
 
@@ -101,7 +146,29 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
   if (!pick(cfg, {"checkpoint_layers", "gradient_checkpointing", "checkpointing"}, &o.checkpointing, &key))
     o.checkpointing = false;
   if (pick(cfg, {"loss_chunk"}, &v, &key)) o.loss_chunk = static_cast<int64_t>(v);
-  pick(cfg, {"optimizer"}, &o.optimizer, &key);
+  // The trainer's sharding and optimizer keys: plan's own key=value wins over the config. A key the
+  // recipe does not declare cannot be given to a run of it, so the plan says so.
+  auto trainer_key = [&](const std::string& name, const std::string& given, std::string* out) {
+    const json* v = field(cfg, name);
+    if (!given.empty()) {
+      *out = given;
+      if (!v)
+        r.notes.push_back("note: " + (recipe.empty() ? std::string("the recipe") : path_basename(recipe)) +
+                          " declares no '" + name + "' key: planned with " + name + "=" + given +
+                          ", but a run needs the recipe to take " + name + "= and pass it to train.new");
+    } else if (v && v->is_string()) {
+      *out = v->get<std::string>();
+    } else if (v && v->is_number_integer() && name == "shard") {
+      *out = std::to_string(v->get<int64_t>());  // the ZeRO stage
+    } else if (v) {
+      fail("plan: config key '" + name + "' has an unexpected type (" + v->type_name() + ")");
+    }
+  };
+  trainer_key("optimizer", extras.optimizer, &o.optimizer);
+  trainer_key("optimizer_offload", extras.optimizer_offload, &o.optimizer_offload);
+  std::string shard = "none";
+  trainer_key("shard", extras.shard, &shard);
+  o.shard = plan_shard_parse(shard);
   if (pick(cfg, {"lora.r", "lora_r", "rank"}, &v, &key)) o.lora_r = static_cast<int64_t>(v);
   if (pick(cfg, {"lora.dropout", "lora_dropout"}, &v, &key)) o.lora_dropout = v;
   if (const json* t = field(cfg, "lora.targets")) {
@@ -116,6 +183,7 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
     o.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj"};  // lora.apply's default (LoraConfig)
   }
   o.gpus = extras.gpus;
+  o.gpus_per_node = extras.gpus_per_node;
   return r;
 }
 

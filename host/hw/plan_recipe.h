@@ -1,8 +1,8 @@
 // From a recipe's resolved config to the planner's inputs, by the shipped recipes' key conventions
 // (base_model, dtype, batch_size / micro_batch_size, max_length, checkpoint_layers, lora.r /
-// lora.targets / lora.dropout, qlora, master_weights, loss_chunk, optimizer), for `runner plan`
-// and recipes/hw_compare.lua; and reading a finished run's metrics.jsonl into the numbers a
-// profile needs.
+// lora.targets / lora.dropout, qlora, master_weights, loss_chunk, optimizer, optimizer_offload,
+// shard), for `runner plan` and recipes/hw_compare.lua; and reading a finished run's metrics.jsonl
+// into the numbers a profile needs.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -14,14 +14,23 @@
 
 namespace luatune {
 
-// Settings `runner plan` takes that are not the recipe's own keys.
+// Settings `runner plan` takes that are not the recipe's own keys. The trainer's shard=, optimizer=
+// and optimizer_offload= are taken here too, so a plan can try them on a recipe that does not pass
+// them on yet; given here, they win over the recipe's config.
 struct PlanExtras {
   std::string model_preset;  // "llama3.1-8b", ... instead of base_model's config.json
   std::string method;        // "full", "lora", "qlora"; "" = from the config and the recipe's name
-  int64_t gpus = 1;
+  int64_t gpus = 1;          // gpus= or nproc=: data-parallel ranks
+  int64_t gpus_per_node = 0;      // ranks per node for host RAM; 0 = min(gpus, 8)
+  std::string shard;              // "" = the config's shard, else none
+  std::string optimizer;          // "" = the config's optimizer, else adamw
+  std::string optimizer_offload;  // "" = the config's optimizer_offload, else none
 };
 // The keys PlanExtras reads from `runner plan`'s key=value list.
 extern const std::vector<std::string> kPlanExtraKeys;
+// When `key` is one of kPlanExtraKeys, checks `text` and sets it in `extras` (true); false for any
+// other key (the recipe's). Bad values throw UsageError naming the key and what it takes.
+bool hw_plan_extra_set(PlanExtras* extras, const std::string& key, const std::string& text);
 
 struct PlanRequest {
   ModelConfig model;

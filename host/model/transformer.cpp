@@ -292,6 +292,7 @@ std::vector<ParamSlot> model_slots(Model& m) {
 }
 
 std::vector<std::pair<std::string, at::Tensor*>> Model::named_parameters() {
+  ensure_full_weights();  // ZeRO-3: whoever reads the weights gets them whole
   std::vector<std::pair<std::string, at::Tensor*>> out;
   for (const ParamSlot& s : model_slots(*this))
     if (s.tensor->defined()) out.emplace_back(s.name, s.tensor);
@@ -299,6 +300,7 @@ std::vector<std::pair<std::string, at::Tensor*>> Model::named_parameters() {
 }
 
 std::vector<std::pair<std::string, at::Tensor*>> Model::adapter_parameters() {
+  ensure_full_weights();  // ZeRO-3: whoever reads the weights gets them whole
   std::vector<std::pair<std::string, at::Tensor*>> out;
   for (const ParamSlot& s : model_slots(*this)) {
     const std::string suffix = ".weight";
@@ -338,6 +340,7 @@ void Model::set_adapters_enabled(bool enabled) {
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::state() const {
+  ensure_full_weights();  // ZeRO-3: whoever reads the weights gets them whole
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const ParamSlot& s : model_slots(const_cast<Model&>(*this))) {
     if (!s.tensor->defined()) continue;
@@ -351,6 +354,7 @@ std::vector<std::pair<std::string, at::Tensor>> Model::state() const {
 }
 
 ParamCounts Model::count_parameters() const {
+  ensure_full_weights();  // ZeRO-3: whoever reads the weights gets them whole
   ParamCounts n;
   for (const ParamSlot& s : model_slots(const_cast<Model&>(*this))) {
     if (!s.tensor->defined()) continue;

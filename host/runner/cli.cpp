@@ -46,7 +46,8 @@ plan: resolves the recipe's config as validate does, reads base_model's config.j
 shape: model_preset=llama3.1-8b|mistral-7b|gemma2-9b) and prints the predicted peak memory by
 component and, per GPU of the catalog (data/gpu_catalog.json or $LUATUNE_GPU_CATALOG), whether it fits,
 the largest micro-batch that fits and what to change (docs/hardware.md). Plan's own keys:
-model_preset=, method=full|lora|qlora, gpus=N.
+model_preset=, method=full|lora|qlora, nproc=N (or gpus=N), shard=none|optimizer|gradients|full,
+optimizer=adamw|adamw8bit|sgd, optimizer_offload=none|cpu, gpus_per_node=N (host RAM per node).
 wandb-sync: PATH is a spooled run (OUTPUT_DIR/wandb/run-ID) or a directory of them; only what the
 server has not acknowledged is sent (docs/wandb.md).
 Exit status: 0 success, 1 the run failed, 2 bad command line or config, 130 interrupted (Ctrl-C).

@@ -84,7 +84,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
   LT_CHECK(o.schedule == "constant" || o.steps > 0, "train.new: schedule \"" << o.schedule << "\" needs steps > 0");
   LT_CHECK(o.lr > 0, "train.new: lr must be positive");
   LT_CHECK(o.loss_chunk > 0, "train.new: loss_chunk must be positive");
-  params_ = model_->trainable_parameters();
+  params_ = model_->trainable_parameters();  // whole again if an earlier ZeRO-3 trainer sharded them
+  model_->residency.reset();                 // that trainer's slices are stale from here on
   LT_CHECK(!params_.empty(), "train.new: the model has no trainable parameters");
   const size_t model_params = params_.size();
   // The model's weights: the trainer's lr and decay, scheduled and clipped.

@@ -186,7 +186,7 @@ check data_bad_format 2 "$runner" data --tokenizer $tk --format sharegpt $dx/bad
 expect_out "data: unknown format 'sharegpt'; expected one of text, prompt_response, alpaca, chat, guanaco"
 
 # runner plan: the recipe's config resolved as validate does, then the memory plan (no model needed
-# with a preset); its own keys (model_preset, method, gpus) never reach the recipe.
+# with a preset); its own keys (model_preset, method, gpus/nproc, ...) never reach the recipe.
 check plan_preset 0 "$runner" plan lora_finetune model_preset=llama3.1-8b gpus=2
 expect_out "model: llama, 8.03 B parameters (7.50 B in matmuls), 41.94 M trainable"
 expect_out "method: lora, dtype bf16, LoRA r=16"; expect_out "2 GPUs (data parallel, replicated)"
@@ -206,6 +206,28 @@ check plan_bad_preset 2 "$runner" plan lora_finetune model_preset=llama4
 expect_out "plan: no model preset 'llama4'"
 check plan_unknown_key 2 "$runner" plan lora_finetune model_preset=llama3.1-8b seeed=1
 expect_out "seeed"
+# ZeRO sharding, 8-bit moments, CPU offload: nproc=, shard=, optimizer=, optimizer_offload= are plan's
+# own keys too (a recipe that declares them gets plan's value; one that does not gets a note).
+check plan_zero3_sheared 0 "$runner" plan llama31_sheared model_preset=llama3.1-8b nproc=2 shard=full
+expect_out "2 GPUs (data parallel, shard=full: ZeRO-3)"
+expect_out "decoder layers sharded 1/2; embedding, lm_head, final norm whole on every rank"
+expect_out "A100 80GB        80   yes"; refute_out "declares no"
+check plan_zero3_full 0 "$runner" plan full_finetune model_preset=llama3.1-8b nproc=8 shard=full
+expect_out "A100 40GB        40   yes"
+check plan_zero_advice 0 "$runner" plan llama31_sheared model_preset=llama3.1-8b nproc=2
+expect_out "A100 80GB        80    no"; expect_out "- add shard=full (78.5 GiB per GPU, ZeRO-3 over 2 GPUs)"
+refute_out "replicates the model"
+check plan_offload 0 "$runner" plan full_finetune model_preset=llama3.1-8b nproc=8 shard=full optimizer_offload=cpu gpus_per_node=4
+expect_out "adamw offloaded to the CPU"; expect_out "per node 4 ranks x 14.96 = 59.83 GiB"
+check plan_undeclared_key 0 "$runner" plan $fx/typed.lua model_preset=llama3.1-8b shard=FULL_SHARD nproc=2
+expect_out "note: typed.lua declares no 'shard' key: planned with shard=FULL_SHARD, but a run needs the recipe to take shard= and pass it to train.new"
+expect_out "shard=full: ZeRO-3"
+check plan_bad_shard 2 "$runner" plan full_finetune model_preset=llama3.1-8b shard=zero3
+expect_out "runner plan: shard must be none, optimizer, gradients or full, got 'zero3'"
+check plan_bad_optimizer 2 "$runner" plan full_finetune model_preset=llama3.1-8b optimizer=adam
+expect_out "runner plan: optimizer must be adamw, adamw8bit or sgd, got 'adam'"
+check plan_bad_nproc 2 "$runner" plan full_finetune model_preset=llama3.1-8b nproc=0
+expect_out "runner plan: nproc must be a whole number >= 1, got '0'"
 
 # --- runner --nproc: the command line only (the launcher itself: tests/dist/test_launch.sh)
 check help_nproc 0 "$runner" --help

@@ -196,20 +196,24 @@ TEST(HwPlan, FitsMaxMicroBatchAndAdvice) {
     if (f.gpu == "T4") t4 = &f;
   ASSERT_TRUE(t4);
   EXPECT_FALSE(t4->fits);
-  bool ckpt = false, qlora = false, ddp = false;
+  bool ckpt = false, qlora = false, lever = false;
   for (const auto& a : t4->advice) {
     ckpt |= a.rfind("turn on checkpoint_layers", 0) == 0;
     qlora |= a.find("use QLoRA") != std::string::npos;
-    ddp |= a.find("more GPUs do not lower per-GPU memory") != std::string::npos;
+    lever |= a.rfind("add ", 0) == 0;
+    EXPECT_EQ(a.find("replicates"), std::string::npos) << a;  // the pre-ZeRO advice is gone
   }
   EXPECT_FALSE(ckpt);  // 8B LoRA does not fit 16 GB even checkpointed
   EXPECT_TRUE(qlora);
-  EXPECT_TRUE(ddp);
-  // Full 8B on H100: nothing about micro-batches helps; LoRA does.
+  EXPECT_FALSE(lever);  // the frozen base is replicated: no sharding, 8-bit or GPU count gets it under 16 GB
+  // Full 8B on one H100: nothing about micro-batches helps; offloading the optimizer does (the
+  // first lever that fits on one GPU), then LoRA.
   Plan f = hw_plan(llama31_8b(), PlanOptions{}, {hw_catalog_find(cat, "H100 SXM")});
   EXPECT_FALSE(f.gpus[0].fits);
   EXPECT_EQ(f.gpus[0].max_micro_batch, 0);
-  EXPECT_EQ(f.gpus[0].advice[0].rfind("use LoRA", 0), 0u) << f.gpus[0].advice[0];
+  ASSERT_GE(f.gpus[0].advice.size(), 2u);
+  EXPECT_EQ(f.gpus[0].advice[0].rfind("add optimizer_offload=cpu (", 0), 0u) << f.gpus[0].advice[0];
+  EXPECT_EQ(f.gpus[0].advice[1].rfind("use LoRA", 0), 0u) << f.gpus[0].advice[1];
   // The text names every GPU.
   std::string text = hw_plan_text(p);
   for (const auto& g : cat) EXPECT_NE(text.find(g.name), std::string::npos) << g.name;
@@ -225,6 +229,226 @@ TEST(HwPlan, MaxMicroBatchIsTheLargestThatFits) {
   EXPECT_LE(hw_plan_memory(llama31_8b(), o).total / kGiB, 80);
   o.micro_batch = b + 1;
   EXPECT_GT(hw_plan_memory(llama31_8b(), o).total / kGiB, 80);
+}
+
+// ---------------------------------------------------------------------------------------------
+// ZeRO sharding, 8-bit moments, CPU offload (host/dist/zero.cpp, host/train/optim.cpp): Llama 3.1 8B.
+// Groups: one per decoder layer, 218,103,808 projection + 2 * 4096 norm = 218,112,000 elements, and
+// the rest, 2 * 525,336,576 + 4096 = 1,050,677,248 (embedding, lm_head, final norm).
+
+constexpr double kN8B = 8030261248.0;
+constexpr double kLayer8B = 218112000.0, kOutside8B = 1050677248.0;
+
+PlanOptions sharded(PlanShard s, int64_t gpus) {
+  PlanOptions o;  // full, bf16 + fp32 masters, AdamW, micro_batch 1, seq 2048
+  o.shard = s;
+  o.gpus = gpus;
+  return o;
+}
+
+TEST(HwPlanZero, EachStageShardsItsTermsToOneNth) {
+  const PlanComponents none = hw_plan_memory(llama31_8b(), sharded(PlanShard::shard_none, 8));
+  EXPECT_DOUBLE_EQ(none.master_weights, 4 * kN8B);  // replicated: everything whole
+  EXPECT_DOUBLE_EQ(none.optimizer_states, 8 * kN8B);
+  EXPECT_DOUBLE_EQ(none.gradients, 2 * kN8B);
+  EXPECT_DOUBLE_EQ(none.comm_buckets, kHwDdpBucketBytes);
+  // 8 ranks divide both groups exactly: 218,112,000 / 8 = 27,264,000 and 1,050,677,248 / 8 =
+  // 131,334,656; 32 * 27,264,000 + 131,334,656 = 1,003,782,656 = N / 8, no padding.
+  const double own = kN8B / 8;
+  const PlanComponents z1 = hw_plan_memory(llama31_8b(), sharded(PlanShard::shard_optimizer, 8));
+  EXPECT_DOUBLE_EQ(z1.weights, 2 * kN8B);
+  EXPECT_DOUBLE_EQ(z1.master_weights, none.master_weights / 8);
+  EXPECT_DOUBLE_EQ(z1.optimizer_states, none.optimizer_states / 8);
+  EXPECT_DOUBLE_EQ(z1.gradients, 2 * kN8B + 4 * own);  // whole + the fp32 slice the reduce-scatter sums into
+  EXPECT_DOUBLE_EQ(z1.comm_buckets, 2 * kLayer8B);     // one layer's flat buffer in bf16
+  EXPECT_DOUBLE_EQ(z1.gather_buffers, 0);
+  // ZeRO-2: without recomputed layers the gradients are reduced when the micro-batch ends (whole
+  // until then); with them, layer by layer: one layer's whole gradients in flight.
+  const PlanComponents z2 = hw_plan_memory(llama31_8b(), sharded(PlanShard::shard_gradients, 8));
+  EXPECT_DOUBLE_EQ(z2.master_weights, 4 * own);
+  EXPECT_DOUBLE_EQ(z2.optimizer_states, 8 * own);
+  EXPECT_DOUBLE_EQ(z2.gradients, 2 * kN8B + 4 * own);
+  PlanOptions ck = sharded(PlanShard::shard_gradients, 8);
+  ck.checkpointing = true;
+  const PlanComponents z2c = hw_plan_memory(llama31_8b(), ck);
+  EXPECT_DOUBLE_EQ(z2c.gradients, 4 * own + 2 * kLayer8B);
+  EXPECT_DOUBLE_EQ(z2c.weights, 2 * kN8B);
+  // ZeRO-3: the layers' weights sharded at rest, the embedding, head and final norm whole; two
+  // layers gathered; layers always recomputed (the same activations as checkpoint_layers).
+  const PlanComponents z3 = hw_plan_memory(llama31_8b(), sharded(PlanShard::shard_full, 8));
+  EXPECT_DOUBLE_EQ(z3.weights, (32 * kLayer8B / 8 + kOutside8B) * 2);
+  EXPECT_DOUBLE_EQ(z3.master_weights, 4 * own);
+  EXPECT_DOUBLE_EQ(z3.optimizer_states, 8 * own);
+  EXPECT_DOUBLE_EQ(z3.gradients, 4 * own + 2 * kLayer8B);
+  EXPECT_DOUBLE_EQ(z3.gather_buffers, 2 * 2 * kLayer8B);
+  EXPECT_DOUBLE_EQ(z3.comm_buckets, 2 * kLayer8B);
+  PlanOptions ckpt;
+  ckpt.checkpointing = true;
+  EXPECT_DOUBLE_EQ(z3.activations, hw_plan_memory(llama31_8b(), ckpt).activations);
+  // Each stage lowers the total.
+  EXPECT_LT(z1.total, none.total);
+  EXPECT_LT(z2c.total, z1.total);
+  EXPECT_LT(z3.total, z2c.total);
+}
+
+TEST(HwPlanZero, PaddingAndFrozenBases) {
+  // 7 ranks: slices are ceil(218,112,000 / 7) = 31,158,858 and ceil(1,050,677,248 / 7) = 150,096,750;
+  // 32 * 31,158,858 + 150,096,750 = 1,147,180,206 elements, 28 more than N / 7.
+  const PlanComponents z = hw_plan_memory(llama31_8b(), sharded(PlanShard::shard_optimizer, 7));
+  EXPECT_DOUBLE_EQ(z.optimizer_states, 8 * 1147180206.0);
+  EXPECT_DOUBLE_EQ(z.master_weights, 4 * 1147180206.0);
+  EXPECT_NEAR(z.master_weights / (4 * kN8B / 7), 1, 1e-7);
+  // LoRA / QLoRA: only the adapters shard; the frozen base stays whole on every rank.
+  for (PlanMethod method : {PlanMethod::method_lora, PlanMethod::method_qlora}) {
+    PlanOptions o;
+    o.method = method;
+    o.lora_targets = {"all-linear"};
+    o.checkpointing = true;
+    const PlanComponents base = hw_plan_memory(llama31_8b(), o);
+    o.shard = PlanShard::shard_full;
+    o.gpus = 8;
+    const PlanComponents z3 = hw_plan_memory(llama31_8b(), o);
+    EXPECT_DOUBLE_EQ(z3.weights, base.weights);
+    // 1,310,720 adapter elements per layer / 8 = 163,840
+    EXPECT_DOUBLE_EQ(z3.adapters, 32 * 163840.0 * 4);
+    EXPECT_DOUBLE_EQ(z3.optimizer_states, base.optimizer_states / 8);
+    EXPECT_DOUBLE_EQ(z3.gather_buffers, 2 * 1310720.0 * 4);  // float32 adapters of two layers
+  }
+}
+
+TEST(HwPlanZero, EightBitMomentsAreAQuarter) {
+  // Every tensor of Llama 3.1 8B has >= 4096 elements and a multiple of 256: per element 2 bytes
+  // of codes + 2 * 4 bytes of absmax per 256 = 2.03125 bytes, against AdamW's 8 (0.254).
+  PlanOptions o;
+  o.optimizer = "adamw8bit";
+  const PlanComponents m = hw_plan_memory(llama31_8b(), o);
+  EXPECT_DOUBLE_EQ(m.optimizer_states, 2.03125 * kN8B);
+  EXPECT_NEAR(m.optimizer_states / hw_plan_memory(llama31_8b(), PlanOptions{}).optimizer_states, 0.254,
+              0.001);
+  // Sharded: per group slice (27,264,000 and 131,334,656 are multiples of 256 too).
+  PlanOptions z = sharded(PlanShard::shard_full, 8);
+  z.optimizer = "adamw8bit";
+  EXPECT_DOUBLE_EQ(hw_plan_memory(llama31_8b(), z).optimizer_states, 2.03125 * kN8B / 8);
+  // Tensors under 4096 elements keep float32 moments: a tiny model costs what AdamW costs.
+  ModelConfig tiny =
+      model_config_with("llama", R"({"vocab_size": 100, "hidden_size": 8, "intermediate_size": 16,
+      "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": true})",
+                        "tiny");
+  PlanOptions t;
+  t.optimizer = "adamw8bit";
+  EXPECT_DOUBLE_EQ(hw_plan_memory(tiny, t).optimizer_states,
+                   hw_plan_memory(tiny, PlanOptions{}).optimizer_states);
+}
+
+TEST(HwPlanZero, OffloadMovesMastersAndMomentsToHostRam) {
+  PlanOptions o = sharded(PlanShard::shard_full, 8);
+  const PlanComponents gpu = hw_plan_memory(llama31_8b(), o);
+  EXPECT_DOUBLE_EQ(gpu.host_per_node, 0);
+  o.optimizer_offload = "cpu";
+  const PlanComponents off = hw_plan_memory(llama31_8b(), o);
+  EXPECT_DOUBLE_EQ(off.master_weights, 0);
+  EXPECT_DOUBLE_EQ(off.optimizer_states, 0);
+  EXPECT_DOUBLE_EQ(off.host_master_weights, gpu.master_weights);      // 4 N / 8
+  EXPECT_DOUBLE_EQ(off.host_optimizer_states, gpu.optimizer_states);  // 8 N / 8
+  EXPECT_DOUBLE_EQ(off.host_grad_staging, 4 * kN8B / 8);              // the fp32 gradient slice, pinned
+  EXPECT_DOUBLE_EQ(off.gradients, 2 * kLayer8B);                      // on the GPU: one layer in flight
+  EXPECT_EQ(off.ranks_per_node, 8);
+  EXPECT_DOUBLE_EQ(off.host_per_node, 8 * (4 + 8 + 4) * kN8B / 8);  // 16 N: 119.7 GiB
+  EXPECT_NEAR(gpu.total - off.total, (gpu.master_weights + gpu.optimizer_states + 4 * kN8B / 8) * 1.05, 1e6);
+  o.gpus_per_node = 4;  // two nodes of four
+  EXPECT_DOUBLE_EQ(hw_plan_memory(llama31_8b(), o).host_per_node, off.host_per_node / 2);
+  // Unsharded: every master and moment on the host; each gradient copied down in turn (the
+  // largest, the embedding's, in bf16).
+  PlanOptions u;
+  u.optimizer_offload = "cpu";
+  const PlanComponents h = hw_plan_memory(llama31_8b(), u);
+  EXPECT_DOUBLE_EQ(h.host_master_weights, 4 * kN8B);
+  EXPECT_DOUBLE_EQ(h.host_optimizer_states, 8 * kN8B);
+  EXPECT_DOUBLE_EQ(h.host_grad_staging, 2 * 525336576.0);
+  EXPECT_EQ(h.ranks_per_node, 1);
+  std::string text = hw_plan_text(hw_plan(llama31_8b(), o, {hw_catalog_find(catalog(), "A100 40GB")}));
+  EXPECT_NE(
+      text.find("host RAM (pinned, optimizer_offload=cpu): per rank 14.96 GiB (fp32 masters 3.74 + optimizer "
+                "moments 7.48 + fp32 gradient staging 3.74); per node 4 ranks x 14.96 = 59.83 GiB"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("0.00  (in host RAM: optimizer_offload=cpu)"), std::string::npos) << text;
+}
+
+// The recipes' defaults: llama31_sheared (batch_size 4, max_length 128, gradient_checkpointing) and
+// full_finetune (batch_size 4, max_length 2048, checkpoint_layers), 8B, bf16 + fp32 masters, AdamW.
+PlanOptions sheared_8b(int64_t gpus, PlanShard s) {
+  PlanOptions o = sharded(s, gpus);
+  o.micro_batch = 4;
+  o.seq_len = 128;
+  o.checkpointing = true;
+  return o;
+}
+
+TEST(HwPlanZero, SeedJobsFit) {
+  auto cat = catalog();
+  const GpuSpec& a100_80 = hw_catalog_find(cat, "A100 80GB");
+  const GpuSpec& a100_40 = hw_catalog_find(cat, "A100 40GB");
+  Plan sheared = hw_plan(llama31_8b(), sheared_8b(2, PlanShard::shard_full), {a100_80});
+  EXPECT_TRUE(sheared.gpus[0].fits) << hw_plan_text(sheared);
+  EXPECT_GT(hw_plan_memory(llama31_8b(), sheared_8b(1, PlanShard::shard_none)).total / kGiB, 130);
+  PlanOptions ft = sharded(PlanShard::shard_full, 8);
+  ft.micro_batch = 4;
+  ft.checkpointing = true;
+  Plan full = hw_plan(llama31_8b(), ft, {a100_40});
+  EXPECT_TRUE(full.gpus[0].fits) << hw_plan_text(full);
+  ft.shard = PlanShard::shard_none;
+  EXPECT_FALSE(hw_plan(llama31_8b(), ft, {a100_40}).gpus[0].fits);
+}
+
+TEST(HwPlanZero, AdviceNamesTheSmallestChangeThatFits) {
+  auto cat = catalog();
+  auto advice = [&](const PlanOptions& o, const char* gpu) {
+    Plan p = hw_plan(llama31_8b(), o, {hw_catalog_find(cat, gpu)});
+    EXPECT_FALSE(p.gpus[0].fits);
+    for (const auto& a : p.gpus[0].advice)
+      if (a.rfind("add ", 0) == 0) return a;
+    return std::string("(none)");
+  };
+  auto fits = [&](PlanOptions o, PlanShard s, double gb) {
+    o.shard = s;
+    return hw_plan_memory(llama31_8b(), o).total / kGiB <= gb;
+  };
+  // 2 x A100 80GB: neither ZeRO-1 nor ZeRO-2 fits, ZeRO-3 does.
+  PlanOptions two = sheared_8b(2, PlanShard::shard_none);
+  EXPECT_FALSE(fits(two, PlanShard::shard_optimizer, 80));
+  EXPECT_FALSE(fits(two, PlanShard::shard_gradients, 80));
+  EXPECT_TRUE(fits(two, PlanShard::shard_full, 80));
+  EXPECT_EQ(advice(two, "A100 80GB").rfind("add shard=full (", 0), 0u) << advice(two, "A100 80GB");
+  // 8 GPUs: ZeRO-1 is enough on 80 GB, ZeRO-2 on 40 GB; ZeRO-3 + 8-bit moments on 24 GB; offload on 16.
+  PlanOptions eight = sheared_8b(8, PlanShard::shard_none);
+  EXPECT_EQ(advice(eight, "A100 80GB").rfind("add shard=optimizer (", 0), 0u) << advice(eight, "A100 80GB");
+  EXPECT_EQ(advice(eight, "A100 40GB").rfind("add shard=gradients (", 0), 0u) << advice(eight, "A100 40GB");
+  EXPECT_EQ(advice(eight, "L4").rfind("add shard=full optimizer=adamw8bit (", 0), 0u) << advice(eight, "L4");
+  EXPECT_EQ(advice(eight, "T4").rfind("add shard=full optimizer_offload=cpu (", 0), 0u)
+      << advice(eight, "T4");
+  // One GPU: sharding needs ranks; offload fits 80 GB, and 24 GB takes a second GPU too.
+  PlanOptions one = sheared_8b(1, PlanShard::shard_none);
+  EXPECT_EQ(advice(one, "A100 80GB").rfind("add optimizer_offload=cpu (", 0), 0u) << advice(one, "A100 80GB");
+  EXPECT_EQ(advice(one, "L4").rfind("add nproc=2 shard=gradients optimizer_offload=cpu (", 0), 0u)
+      << advice(one, "L4");
+  EXPECT_NE(advice(one, "L4").find("runner --nproc 2"), std::string::npos);
+}
+
+TEST(HwPlanZero, ShardNames) {
+  EXPECT_EQ(plan_shard_parse("FULL_SHARD"), PlanShard::shard_full);
+  EXPECT_EQ(plan_shard_parse("SHARD_GRAD_OP"), PlanShard::shard_gradients);
+  EXPECT_EQ(plan_shard_parse("NO_SHARD"), PlanShard::shard_none);
+  EXPECT_EQ(plan_shard_parse("1"), PlanShard::shard_optimizer);
+  EXPECT_EQ(plan_shard_name(PlanShard::shard_gradients), "gradients");
+  EXPECT_EQ(error_of([] { plan_shard_parse("zero3"); }),
+            "hw.plan: unknown shard 'zero3'\n  HINT: expected \"none\", \"optimizer\", \"gradients\" or "
+            "\"full\" (or "
+            "NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, 0-3)");
+  PlanOptions o;
+  o.optimizer = "adam";
+  EXPECT_EQ(error_of([&] { hw_plan_memory(llama31_8b(), o); }),
+            "hw.plan: optimizer must be \"adamw\", \"adamw8bit\" or \"sgd\", got \"adam\"");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -405,6 +629,45 @@ TEST(HwPlanRequest, ReadsTheShippedRecipesKeys) {
   EXPECT_EQ(f.options.method, PlanMethod::method_full);
   EXPECT_FALSE(f.options.master_weights);
   EXPECT_EQ(hw_param_counts(f.model).total, 9241705984);
+}
+
+TEST(HwPlanRequest, ShardOptimizerAndOffloadFromConfigOrPlanKeys) {
+  nlohmann::json cfg = {{"base_model", "/nowhere"},
+                        {"shard", "SHARD_GRAD_OP"},
+                        {"optimizer", "adamw8bit"},
+                        {"optimizer_offload", "cpu"}};
+  PlanExtras ex;
+  ex.model_preset = "llama3.1-8b";
+  PlanRequest r = hw_plan_request(cfg, "recipes/full_finetune.lua", ex);
+  EXPECT_EQ(r.options.shard, PlanShard::shard_gradients);
+  EXPECT_EQ(r.options.optimizer, "adamw8bit");
+  EXPECT_EQ(r.options.optimizer_offload, "cpu");
+  // Plan's own keys win over the config; a key the recipe does not declare gets a note.
+  EXPECT_TRUE(hw_plan_extra_set(&ex, "shard", "3"));
+  EXPECT_TRUE(hw_plan_extra_set(&ex, "nproc", "4"));
+  EXPECT_FALSE(hw_plan_extra_set(&ex, "lr", "1e-5"));
+  r = hw_plan_request(cfg, "recipes/full_finetune.lua", ex);
+  EXPECT_EQ(r.options.shard, PlanShard::shard_full);
+  EXPECT_EQ(r.options.gpus, 4);
+  PlanRequest bare = hw_plan_request({{"base_model", "/nowhere"}}, "recipes/full_finetune.lua", ex);
+  EXPECT_EQ(bare.options.optimizer, "adamw");
+  ASSERT_FALSE(bare.notes.empty());
+  EXPECT_EQ(
+      bare.notes.back(),
+      "note: full_finetune.lua declares no 'shard' key: planned with shard=3, but a run needs the recipe to "
+      "take shard= and pass it to train.new");
+  PlanExtras preset;
+  preset.model_preset = "llama3.1-8b";
+  EXPECT_EQ(hw_plan_request({{"base_model", "/nowhere"}, {"shard", 1}}, "x.lua", preset).options.shard,
+            PlanShard::shard_optimizer);  // the ZeRO stage as a number
+  EXPECT_EQ(
+      error_of([&] { hw_plan_extra_set(&ex, "shard", "zero2"); }),
+      "runner plan: shard must be none, optimizer, gradients or full, got 'zero2'\n  HINT: FSDP's NO_SHARD, "
+      "SHARD_GRAD_OP, FULL_SHARD and the ZeRO stage 0-3 work too");
+  EXPECT_EQ(error_of([&] { hw_plan_extra_set(&ex, "gpus", "2"); }),
+            "runner plan: gpus and nproc disagree (4 and 2)\n  HINT: they are the same setting: give one");
+  EXPECT_EQ(error_of([&] { hw_plan_extra_set(&ex, "optimizer_offload", "nvme"); }),
+            "runner plan: optimizer_offload must be none or cpu, got 'nvme'");
 }
 
 TEST(HwMonitor, WithoutNvmlRecordsNothingAndSaysWhy) {

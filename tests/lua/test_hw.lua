@@ -43,7 +43,8 @@ test("plan: components in GiB, one row per GPU, advice where it does not fit", f
     if g.gpu == "H100 SXM" then
       eq(g.fits, false)
       eq(g.max_micro_batch, 0)
-      ok(g.advice[1]:find("use LoRA", 1, true), g.advice[1])
+      ok(g.advice[1]:find("add optimizer_offload=cpu (", 1, true), g.advice[1])  -- one GPU: offload, then LoRA
+      ok(g.advice[2]:find("use LoRA", 1, true), g.advice[2])
     end
   end
   local q = hw.plan { model = "llama3.1-8b", method = "qlora", checkpointing = true, gpu = "T4" }
@@ -63,6 +64,51 @@ test("plan from a recipe's config uses the recipes' keys", function()
   eq(p.micro_batch, 2)
   eq(p.seq_len, 512)
   eq(p.trainable, 8 * (4096 + 4096) * 32)
+end)
+
+test("plan: shard, 8-bit moments and offload change the terms by the formula; host RAM reported", function()
+  local N = 8030261248
+  local gib = 1024 ^ 3
+  local base = hw.plan { model = "llama3.1-8b", gpus = 8 }
+  local z3 = hw.plan { model = "llama3.1-8b", nproc = 8, shard = "full" }
+  eq(z3.shard, "full")
+  eq(z3.n_gpus, 8)
+  -- 8 ranks split both groups exactly: masters and moments are an eighth of the replicated ones
+  ok(math.abs(z3.components.master_weights - base.components.master_weights / 8) < 1e-9)
+  ok(math.abs(z3.components.optimizer_states - base.components.optimizer_states / 8) < 1e-9)
+  ok(math.abs(z3.components.optimizer_states * gib - N) < 1)  -- 8 N / 8 bytes
+  ok(z3.components.gather_buffers > 0 and base.components.gather_buffers == 0)
+  ok(z3.notes.weights:find("decoder layers sharded 1/8", 1, true), z3.notes.weights)
+  ok(hw.plan_text(z3):find("shard=full: ZeRO-3", 1, true))
+  ok(z3.memory_formula:find("+ gather buffers", 1, true), z3.memory_formula)
+  ok(z3.memory_formula:find("shard=full (ZeRO-3) over 8 GPUs", 1, true), z3.memory_formula)
+  eq(hw.plan { model = "llama3.1-8b", nproc = 8, shard = 3 }.components.weights, z3.components.weights)
+  local q = hw.plan { model = "llama3.1-8b", optimizer = "adamw8bit" }
+  ok(math.abs(q.components.optimizer_states * gib - 2.03125 * N) < 1, q.components.optimizer_states)
+  local off = hw.plan { model = "llama3.1-8b", nproc = 8, shard = "full", optimizer_offload = "cpu" }
+  eq(off.components.optimizer_states, 0)
+  eq(off.host_ram.ranks_per_node, 8)
+  ok(math.abs(off.host_ram.per_node_gb * gib - 16 * N) < 8, off.host_ram.per_node_gb)  -- (4 + 8 + 4) N / 8 x 8
+  eq(base.host_ram.per_node_gb, 0)
+  raises(function() hw.plan { model = "llama3.1-8b", gpus = 2, nproc = 2 } end, "give gpus= or nproc=")
+  raises(function() hw.plan { model = "llama3.1-8b", shard = "zero3" } end, "hw.plan: unknown shard 'zero3'")
+  raises(function() hw.plan { model = "llama3.1-8b", optimizer_offload = "disk" } end,
+         'optimizer_offload must be "none" or "cpu"')
+end)
+
+test("plan from a recipe's config reads shard, optimizer and optimizer_offload; plan keys win", function()
+  local p = hw.plan { recipe_config = { base_model = "/none", batch_size = 4, max_length = 128,
+                                        gradient_checkpointing = true, shard = "none", optimizer = "adamw",
+                                        optimizer_offload = "none" },
+                      recipe = "llama31_sheared", model_preset = "llama3.1-8b", nproc = 2, shard = "FULL_SHARD",
+                      gpu = "A100 80GB" }
+  eq(p.shard, "full")
+  eq(p.gpus[1].fits, true)
+  local c = hw.plan { recipe_config = { base_model = "/none", shard = "gradients", optimizer = "adamw8bit" },
+                      recipe = "full_finetune", model_preset = "llama3.1-8b", gpus = 4 }
+  eq(c.shard, "gradients")
+  eq(c.optimizer, "adamw8bit")
+  eq(c.optimizer_offload, "none")
 end)
 
 test("profile: MFU on the hardware.md check, cost, and no MFU on CPU", function()

@@ -62,11 +62,41 @@ test("save and resume continue exactly", function()
 end)
 
 test("bad options fail clearly", function()
-  raises(function() train.new(tiny(), { optimizer = "adam" }) end, 'optimizer must be "adamw" or "sgd"')
+  raises(function() train.new(tiny(), { optimizer = "adam" }) end, 'optimizer must be "adamw", "adamw8bit" or "sgd"')
+  raises(function() train.new(tiny(), { shard = "zero3" }) end,
+         'shard must be "none", "optimizer", "gradients" or "full" (ZeRO stage 0-3')
+  raises(function() train.new(tiny(), { optimizer_offload = "nvme" }) end, 'optimizer_offload must be "none" or "cpu"')
   raises(function() train.new(tiny(), { schedule = "cosine" }) end, 'schedule "cosine" needs steps > 0')
   raises(function() train.new(tiny(), { lr = 1e-3, lerning_rate = 1 }) end, "lerning_rate")
 end)
 
+test("shard, 8-bit AdamW and offload in one process: the plain trainer's numbers, memory reported", function()
+  -- One process is one shard: every stage must give the unsharded weights; 8-bit AdamW and offload
+  -- train too, and trainer:memory() reports the state each holds.
+  local function run(opts)
+    local m = tiny(3)
+    local t = train.new(m, opts)
+    for s = 1, 3 do t:step(batch(20 + s)) end
+    return m:parameters(), t:memory()
+  end
+  local base = { lr = 1e-2, schedule = "constant" }
+  local plain, pm = run(base)
+  for _, stage in ipairs { "optimizer", "gradients", "full", "SHARD_GRAD_OP" } do
+    local w = run { lr = 1e-2, schedule = "constant", shard = stage }
+    for name, t in pairs(plain) do ok(torch.allclose(t, w[name], { rtol = 1e-5, atol = 1e-6 }), stage .. " " .. name) end
+  end
+  local off = run { lr = 1e-2, schedule = "constant", optimizer_offload = "cpu" }
+  for name, t in pairs(plain) do ok(torch.equal(t, off[name]), "offload " .. name) end
+  eq(pm.optimizer, pm.full_optimizer)
+  ok(pm.optimizer > 0 and pm.weights > 0, "memory reports the plain trainer's state")
+  local q, qm = run { lr = 1e-2, schedule = "constant", optimizer = "adamw8bit", shard = "optimizer" }
+  -- 8-bit layers (2 bytes an element + scales); the 3232-element embeddings group is under bitsandbytes'
+  -- 4096-element minimum and stays float32, so this tiny model lands at ~0.4 of AdamW's 8 bytes.
+  ok(qm.optimizer < 0.45 * pm.optimizer, "8-bit states are well under AdamW's: " .. qm.optimizer .. " vs " .. pm.optimizer)
+  local moved = 0
+  for name, t in pairs(plain) do moved = moved + (torch.equal(t, q[name]) and 0 or 1) end
+  ok(moved > 0, "8-bit AdamW updates the weights")
+end)
 
 -- ---------------------------------------------------------------------------------------------
 -- Preference losses, reward models and rejection sampling on the byte-level fixture tokenizer
