@@ -24,16 +24,22 @@ ShardStage shard_stage_parse(const std::string& s) {
   if (s == "optimizer" || s == "1") return ShardStage::optimizer;
   if (s == "gradients" || s == "SHARD_GRAD_OP" || s == "2") return ShardStage::gradients;
   if (s == "full" || s == "FULL_SHARD" || s == "3") return ShardStage::full;
-  fail("train.new: shard must be \"none\", \"optimizer\", \"gradients\" or \"full\" (ZeRO stage 0-3; FSDP's "
-       "NO_SHARD, SHARD_GRAD_OP, FULL_SHARD also accepted), got \"" + s + "\"");
+  fail(
+      "train.new: shard must be \"none\", \"optimizer\", \"gradients\" or \"full\" (ZeRO stage 0-3; FSDP's "
+      "NO_SHARD, SHARD_GRAD_OP, FULL_SHARD also accepted), got \"" +
+      s + "\"");
 }
 
 const char* shard_stage_name(ShardStage s) {
   switch (s) {
-    case ShardStage::none: return "none";
-    case ShardStage::optimizer: return "optimizer";
-    case ShardStage::gradients: return "gradients";
-    case ShardStage::full: return "full";
+    case ShardStage::none:
+      return "none";
+    case ShardStage::optimizer:
+      return "optimizer";
+    case ShardStage::gradients:
+      return "gradients";
+    case ShardStage::full:
+      return "full";
   }
   return "none";
 }
@@ -51,9 +57,13 @@ int64_t layer_of(const std::string& name) {
   return std::stoll(name.substr(prefix.size(), end - prefix.size()));
 }
 
-bool is_low_precision(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+bool is_low_precision(at::ScalarType t) {
+  return t == at::kBFloat16 || t == at::kHalf;
+}
 
-int64_t nbytes(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+int64_t nbytes(const at::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
 
 // Zeros in host memory, page-locked when a GPU will copy to and from it.
 at::Tensor host_zeros(int64_t n, at::ScalarType dtype, bool pinned) {
@@ -111,7 +121,8 @@ ZeroShards::ZeroShards(std::vector<std::pair<std::string, at::Tensor*>> params, 
     g.shard = std::max<int64_t>(1, (g.numel + world_ * unit - 1) / (world_ * unit)) * unit;
     g.padded = g.shard * world_;
     at::Tensor flat = at::zeros({g.padded}, at::TensorOptions(g.dtype).device(g.device));
-    for (const Member& m : g.members) flat.narrow(0, m.offset, m.numel).copy_(params_[m.param].second->detach().reshape({-1}));
+    for (const Member& m : g.members)
+      flat.narrow(0, m.offset, m.numel).copy_(params_[m.param].second->detach().reshape({-1}));
     at::Tensor slice = flat.narrow(0, static_cast<int64_t>(rank_) * g.shard, g.shard);
     const at::ScalarType wtype = options_.master_weights && is_low_precision(g.dtype) ? at::kFloat : g.dtype;
     if (options_.offload) {
@@ -144,7 +155,8 @@ void ZeroShards::acquire(Group& g) {
   at::NoGradGuard no_grad;
   at::Tensor flat = at::empty({g.padded}, at::TensorOptions(g.dtype).device(g.device));
   dist_all_gather(g.weight, flat);
-  for (const Member& m : g.members) params_[m.param].second->set_data(flat.narrow(0, m.offset, m.numel).view(m.shape));
+  for (const Member& m : g.members)
+    params_[m.param].second->set_data(flat.narrow(0, m.offset, m.numel).view(m.shape));
   g.resident = true;
 }
 
@@ -259,7 +271,8 @@ void ZeroShards::update(double lr, double weight_decay, int64_t step) {
 
 at::Tensor ZeroShards::run_layer(int64_t layer, const std::function<at::Tensor(const at::Tensor&)>& fn,
                                  const at::Tensor& x, bool training) {
-  LT_ASSERT(layer >= 0 && layer < static_cast<int64_t>(layer_groups_.size()), "layer " << layer << " out of range");
+  LT_ASSERT(layer >= 0 && layer < static_cast<int64_t>(layer_groups_.size()),
+            "layer " << layer << " out of range");
   const std::vector<size_t>& mine = layer_groups_[static_cast<size_t>(layer)];
   if (!training) {  // no backward to come: gather, run, free
     for (size_t gi : mine) acquire(groups_[gi]);
@@ -295,13 +308,15 @@ std::vector<std::pair<std::string, at::Tensor>> ZeroShards::state_tensors() cons
   return out;
 }
 
-void ZeroShards::load_state(const std::function<at::Tensor(const std::string&)>& get, const std::string& where) {
+void ZeroShards::load_state(const std::function<at::Tensor(const std::string&)>& get,
+                            const std::string& where) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < groups_.size(); i++) {
     Group& g = groups_[i];
     const std::string name = "zero." + std::to_string(i);
     at::Tensor w = get(name + ".w");
-    LT_CHECK(w.defined(), where << ": tensor " << name << ".w is missing (a checkpoint of another sharding?)");
+    LT_CHECK(w.defined(),
+             where << ": tensor " << name << ".w is missing (a checkpoint of another sharding?)");
     LT_CHECK(w.numel() == g.shard && w.scalar_type() == g.w.scalar_type(),
              where << ": tensor " << name << ".w has " << w.numel() << " elements of " << w.scalar_type()
                    << ", this rank's slice is " << g.shard << " of " << g.w.scalar_type());

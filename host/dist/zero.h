@@ -42,7 +42,7 @@ struct ZeroOptions {
 
 // Bytes this rank holds, and what one unsharded replica would hold, per kind of state.
 struct ZeroMemory {
-  int64_t weights = 0, masters = 0, gradients = 0, optimizer = 0;              // this rank (device + host)
+  int64_t weights = 0, masters = 0, gradients = 0, optimizer = 0;  // this rank (device + host)
   int64_t full_weights = 0, full_masters = 0, full_gradients = 0, full_optimizer = 0;  // unsharded
   int64_t host = 0;  // of the above, bytes in host memory (offload)
 };
@@ -51,7 +51,8 @@ class ZeroShards : public LayerResidency {
  public:
   // params: the model's trainable parameters (name, tensor), equal on every rank; names of decoder
   // layer weights start with "model.layers.<l>.".
-  ZeroShards(std::vector<std::pair<std::string, at::Tensor*>> params, int64_t num_layers, ZeroOptions options);
+  ZeroShards(std::vector<std::pair<std::string, at::Tensor*>> params, int64_t num_layers,
+             ZeroOptions options);
   ~ZeroShards() override;
   ZeroShards(const ZeroShards&) = delete;
   ZeroShards& operator=(const ZeroShards&) = delete;
@@ -66,8 +67,8 @@ class ZeroShards : public LayerResidency {
   // The collectives of a micro-batch this rank has no rows for (ranks with fewer micro-batches,
   // or rows without targets), so every rank makes the same calls; its gradients count as zeros.
   void empty_micro_batch();
-  void finish_gradients();         // stage 1: the one reduce-scatter of the step
-  double grad_norm_sq() const;     // of this rank's gradient slices (the caller sums over ranks)
+  void finish_gradients();      // stage 1: the one reduce-scatter of the step
+  double grad_norm_sq() const;  // of this rank's gradient slices (the caller sums over ranks)
   void scale_gradients(double c);
   // One optimizer update of the owned slices (lr and decay for every model parameter), then the
   // weights gathered back (stages 1, 2; ZeRO-3 keeps decoder layers as slices).
@@ -76,8 +77,8 @@ class ZeroShards : public LayerResidency {
   // --- ZeRO-3 ---------------------------------------------------------------------------------
   // Decoder layer l as the trainer runs it: gathered, run (recomputed in backward with the
   // weights gathered again, its gradients then reduce-scattered), freed.
-  at::Tensor run_layer(int64_t layer, const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x,
-                       bool training);
+  at::Tensor run_layer(int64_t layer, const std::function<at::Tensor(const at::Tensor&)>& fn,
+                       const at::Tensor& x, bool training);
   void acquire_all() override;
 
   // --- checkpoints ----------------------------------------------------------------------------
@@ -92,26 +93,26 @@ class ZeroShards : public LayerResidency {
 
  private:
   struct Member {
-    size_t param;            // index into params_
-    int64_t offset, numel;   // in the group's flat buffer
+    size_t param;           // index into params_
+    int64_t offset, numel;  // in the group's flat buffer
     std::vector<int64_t> shape;
   };
   struct Group {
-    int64_t layer = -1;      // decoder layer, or -1
-    at::ScalarType dtype;    // of its parameters
+    int64_t layer = -1;    // decoder layer, or -1
+    at::ScalarType dtype;  // of its parameters
     c10::Device device = c10::kCPU;
     std::vector<Member> members;
     int64_t numel = 0, padded = 0, shard = 0;  // shard = padded / N elements per rank
-    at::Tensor w;            // (shard) the owned slice being optimized: float32 master or the dtype's
-    at::Tensor weight;       // ZeRO-3 layers: (shard) the owned slice in the parameter dtype (may be w)
-    at::Tensor grad;         // (shard) float32, summed gradient of the owned slice
+    at::Tensor w;       // (shard) the owned slice being optimized: float32 master or the dtype's
+    at::Tensor weight;  // ZeRO-3 layers: (shard) the owned slice in the parameter dtype (may be w)
+    at::Tensor grad;    // (shard) float32, summed gradient of the owned slice
     OptimState opt;
-    bool resident = true;    // ZeRO-3 layers: full tensors present
-    bool reduced = false;    // its gradients were reduce-scattered in this micro-batch
+    bool resident = true;  // ZeRO-3 layers: full tensors present
+    bool reduced = false;  // its gradients were reduce-scattered in this micro-batch
   };
 
   bool sharded_at_rest(const Group& g) const { return options_.stage == ShardStage::full && g.layer >= 0; }
-  void reduce(Group& g);             // flat gradients -> += owned slice; frees them
+  void reduce(Group& g);                                       // flat gradients -> += owned slice; frees them
   void gather_into_params(Group& g, const at::Tensor& slice);  // every rank's slice -> the tensors
   void acquire(Group& g);
   void release(Group& g);

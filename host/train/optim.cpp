@@ -43,7 +43,8 @@ std::vector<std::pair<std::string, at::Tensor>> OptimState::tensors(const std::s
   if (exp_avg_sq.defined()) out.emplace_back("exp_avg_sq." + name, exp_avg_sq);
   if (momentum.defined()) out.emplace_back("momentum." + name, momentum);
   if (is_8bit)
-    for (auto& [part, t] : q8.tensors("adamw8bit")) out.emplace_back(part + "." + name, t);  // adamw8bit.<part>.NAME
+    for (auto& [part, t] : q8.tensors("adamw8bit"))
+      out.emplace_back(part + "." + name, t);  // adamw8bit.<part>.NAME
   return out;
 }
 
@@ -63,9 +64,10 @@ void OptimState::load(const std::string& name, const std::function<at::Tensor(co
   for (auto& [key, into] : tensors(name)) {
     at::Tensor t = get(key);
     LT_CHECK(t.defined(), where << ": tensor " << key
-                                << " is missing (was the checkpoint written with another optimizer or other trainable parameters?)");
-    LT_CHECK(t.sizes() == into.sizes(), where << ": tensor " << key << " has shape " << t.sizes() << ", expected "
-                                              << into.sizes());
+                                << " is missing (was the checkpoint written with another optimizer or other "
+                                   "trainable parameters?)");
+    LT_CHECK(t.sizes() == into.sizes(),
+             where << ": tensor " << key << " has shape " << t.sizes() << ", expected " << into.sizes());
     at::Tensor dst = into;  // shares storage with the state's tensor
     dst.copy_(t);
   }

@@ -32,13 +32,15 @@ struct OptimState {
   Adam8bitState q8;                // adamw8bit
   bool is_8bit = false;
 
-  static OptimState create(const std::string& optimizer, double momentum, at::IntArrayRef shape, c10::Device device);
+  static OptimState create(const std::string& optimizer, double momentum, at::IntArrayRef shape,
+                           c10::Device device);
   int64_t bytes() const;
   // Named for checkpoints: "<kind>.<name>" as the trainer has always written them
   // (exp_avg.NAME, exp_avg_sq.NAME, momentum.NAME), the 8-bit state under "adamw8bit.<part>.NAME".
   std::vector<std::pair<std::string, at::Tensor>> tensors(const std::string& name) const;
   // The same tensors back, from `get(key)` (undefined when absent); fails naming what is missing.
-  void load(const std::string& name, const std::function<at::Tensor(const std::string&)>& get, const std::string& where);
+  void load(const std::string& name, const std::function<at::Tensor(const std::string&)>& get,
+            const std::string& where);
 };
 
 // w -= update(g); w is float32 or the parameter's dtype, g any float dtype of w's shape.

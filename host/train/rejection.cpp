@@ -54,6 +54,9 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
   LT_CHECK(o.n >= 1, "train.rejection_sample: n must be at least 1, got " << o.n);
   LT_CHECK(o.batch_size >= 1, "train.rejection_sample: batch_size must be at least 1");
   LT_CHECK(!out_path.empty(), "train.rejection_sample: option 'out' (the JSONL file to write) is required");
+  // ZeRO-3 models gather here, on every rank alike (ranks sample different numbers of prompts).
+  policy.ensure_full_weights();
+  reward.model()->ensure_full_weights();
   LT_CHECK(reward.model()->config.vocab_size == policy.config.vocab_size,
            "train.rejection_sample: the reward model's vocabulary (" << reward.model()->config.vocab_size
                << ") differs from the policy's (" << policy.config.vocab_size

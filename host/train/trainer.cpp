@@ -353,6 +353,7 @@ EvalStats eval_stats(double total, int64_t units, int64_t tokens) {
 
 EvalStats Trainer::evaluate(const std::vector<Batch>& batches) {
   at::NoGradGuard no_grad;
+  model_->ensure_full_weights();  // ZeRO-3: here, on every rank, not in the first forward of some
   model_->set_training(false);
   for (auto& hook : hooks_) hook->begin(false);
   double total = 0;
@@ -370,6 +371,9 @@ EvalStats Trainer::evaluate_items(int64_t n_items, int64_t batch_size, int64_t m
                                   const std::function<Batch(const std::vector<int64_t>&)>& make) {
   LT_CHECK(batch_size > 0, "train: evaluate: batch_size must be positive");
   at::NoGradGuard no_grad;
+  // ZeRO-3: the layers are gathered here, on every rank alike; ranks evaluate different numbers of
+  // batches (one may have none), so the first forward is no place for a collective.
+  model_->ensure_full_weights();
   model_->set_training(false);
   for (auto& hook : hooks_) hook->begin(false);
   double total = 0;
