@@ -125,14 +125,23 @@ ZeroShards::ZeroShards(std::vector<std::pair<std::string, at::Tensor*>> params, 
       flat.narrow(0, m.offset, m.numel).copy_(params_[m.param].second->detach().reshape({-1}));
     at::Tensor slice = flat.narrow(0, static_cast<int64_t>(rank_) * g.shard, g.shard);
     const at::ScalarType wtype = options_.master_weights && is_low_precision(g.dtype) ? at::kFloat : g.dtype;
-    if (options_.offload) {
+    if (!sharded_at_rest(g)) {
+      // The parameters become views of the group's buffer (as FSDP's flat parameters).
+      g.flat = flat;
+      for (const Member& m : g.members)
+        params_[m.param].second->set_data(flat.narrow(0, m.offset, m.numel).view(m.shape));
+    }
+    g.w_in_flat = !sharded_at_rest(g) && wtype == g.dtype && !options_.offload;
+    if (g.w_in_flat) {
+      g.w = slice;  // updated in place: the weights themselves
+    } else if (options_.offload) {
       g.w = host_zeros(g.shard, wtype, cuda);
       g.w.copy_(slice);
-      g.grad = host_zeros(g.shard, at::kFloat, cuda);
     } else {
       g.w = slice.to(wtype).clone();
-      g.grad = at::zeros({g.shard}, at::TensorOptions(at::kFloat).device(g.device));
     }
+    // Stage 1 sums gradients into the slice only at the end of the step (finish_gradients).
+    if (options_.stage != ShardStage::optimizer) g.grad = new_grad_slice(g);
     g.opt = OptimState::create(options_.hyper.optimizer, options_.hyper.momentum, {g.shard}, g.w.device());
     if (sharded_at_rest(g)) {
       g.weight = (g.w.scalar_type() == g.dtype && g.w.device() == g.device) ? g.w : slice.clone();
@@ -142,6 +151,11 @@ ZeroShards::ZeroShards(std::vector<std::pair<std::string, at::Tensor*>> params, 
 }
 
 ZeroShards::~ZeroShards() = default;
+
+at::Tensor ZeroShards::new_grad_slice(const Group& g) const {
+  if (options_.offload) return host_zeros(g.shard, at::kFloat, g.device.is_cuda());
+  return at::zeros({g.shard}, at::TensorOptions(at::kFloat).device(g.device));
+}
 
 at::Tensor ZeroShards::placeholder(const Group& g, const Member& m) const {
   // A released weight keeps its shape (counting and checks still work) on one element of storage,
@@ -187,17 +201,13 @@ void ZeroShards::reduce(Group& g) {
 
 void ZeroShards::gather_into_params(Group& g, const at::Tensor& slice) {
   at::NoGradGuard no_grad;
-  at::Tensor flat = at::empty({g.padded}, at::TensorOptions(g.dtype).device(g.device));
-  dist_all_gather(slice.to(g.device, g.dtype).contiguous(), flat);
-  for (const Member& m : g.members) {
-    at::Tensor p = params_[m.param].second->detach();
-    p.copy_(flat.narrow(0, m.offset, m.numel).view(m.shape));
-  }
+  // The parameters are views of g.flat: gathering into it is the whole update of the weights.
+  dist_all_gather(g.w_in_flat ? slice : slice.to(g.device, g.dtype).contiguous(), g.flat);
 }
 
 void ZeroShards::begin_step() {
   for (Group& g : groups_) {
-    g.grad.zero_();
+    if (g.grad.defined()) g.grad.zero_();
     g.reduced = false;
     if (sharded_at_rest(g)) release(g);
   }
@@ -238,17 +248,22 @@ void ZeroShards::empty_micro_batch() {
 
 void ZeroShards::finish_gradients() {
   if (options_.stage != ShardStage::optimizer) return;
-  for (Group& g : groups_) reduce(g);
+  for (Group& g : groups_) {
+    g.grad = new_grad_slice(g);  // freed again after the update: the full gradients were the cost
+    reduce(g);
+  }
 }
 
 double ZeroShards::grad_norm_sq() const {
   double sq = 0;
-  for (const Group& g : groups_) sq += g.grad.pow(2).sum().item<double>();
+  for (const Group& g : groups_)
+    if (g.grad.defined()) sq += g.grad.pow(2).sum().item<double>();
   return sq;
 }
 
 void ZeroShards::scale_gradients(double c) {
-  for (Group& g : groups_) g.grad.mul_(c);
+  for (Group& g : groups_)
+    if (g.grad.defined()) g.grad.mul_(c);
 }
 
 void ZeroShards::update(double lr, double weight_decay, int64_t step) {
@@ -258,7 +273,9 @@ void ZeroShards::update(double lr, double weight_decay, int64_t step) {
   h.weight_decay = weight_decay;
   h.step = step;
   for (Group& g : groups_) {
+    if (!g.grad.defined()) continue;  // stage 1 before its first reduce (no step yet)
     optim_update(g.w, g.grad, g.opt, h);
+    if (options_.stage == ShardStage::optimizer) g.grad = at::Tensor();
     if (sharded_at_rest(g)) {
       if (!g.weight.is_same(g.w)) g.weight.copy_(g.w);
       // A layer gathered since the last step (acquire_all) would hold stale weights: free it.
@@ -358,14 +375,17 @@ ZeroMemory ZeroShards::memory() const {
     z.full_weights += g.numel * elem;
     z.weights += sharded_at_rest(g) ? nbytes(g.weight) : g.numel * elem;
     z.full_masters += options_.master_weights && lowp ? g.numel * 4 : 0;
-    // The owned slice is a copy of its own unless it is the ZeRO-3 weight slice itself.
-    if (!g.weight.defined() || !g.weight.is_same(g.w)) z.masters += nbytes(g.w);
+    // The owned slice is a copy of its own unless it is the weights' (stages 1-2, same dtype) or the
+    // ZeRO-3 weight slice itself.
+    if (!g.w_in_flat && !(g.weight.defined() && g.weight.is_same(g.w))) z.masters += nbytes(g.w);
     z.full_gradients += g.numel * elem;
-    z.gradients += nbytes(g.grad) + (options_.stage == ShardStage::optimizer ? g.numel * elem : 0);
+    // Stage 1: the full gradients during the backward (the slice exists only around the update).
+    z.gradients += options_.stage == ShardStage::optimizer ? g.numel * elem : nbytes(g.grad);
     for (const Member& m : g.members)
       z.full_optimizer += optimizer_bytes(options_.hyper.optimizer, options_.hyper.momentum, m.numel);
     z.optimizer += g.opt.bytes();
-    if (options_.offload) z.host += nbytes(g.w) + nbytes(g.grad) + g.opt.bytes();
+    if (options_.offload)
+      z.host += nbytes(g.w) + (g.grad.defined() ? nbytes(g.grad) : g.shard * 4) + g.opt.bytes();
   }
   return z;
 }

@@ -104,6 +104,10 @@ class ZeroShards : public LayerResidency {
     std::vector<Member> members;
     int64_t numel = 0, padded = 0, shard = 0;  // shard = padded / N elements per rank
     at::Tensor w;       // (shard) the owned slice being optimized: float32 master or the dtype's
+    // Stages 1-2: one buffer (padded) the group's parameters are views of, so the all-gather writes
+    // the weights in place; w is its own slice of it when no other dtype or device is needed.
+    at::Tensor flat;
+    bool w_in_flat = false;
     at::Tensor weight;  // ZeRO-3 layers: (shard) the owned slice in the parameter dtype (may be w)
     at::Tensor grad;    // (shard) float32, summed gradient of the owned slice
     OptimState opt;
@@ -117,6 +121,7 @@ class ZeroShards : public LayerResidency {
   void acquire(Group& g);
   void release(Group& g);
   at::Tensor placeholder(const Group& g, const Member& m) const;
+  at::Tensor new_grad_slice(const Group& g) const;  // float32 zeros, on the host when offloaded
 
   std::vector<std::pair<std::string, at::Tensor*>> params_;
   ZeroOptions options_;
