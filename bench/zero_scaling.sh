@@ -6,6 +6,8 @@
 # stage, 8-bit AdamW and CPU offload. Per configuration: median tokens/s over the steps after the
 # first, the training state rank 0 holds (trainer:memory(): weights + masters + gradients +
 # optimizer, MB), the peak RSS of the largest process (GNU time), and both as ratios to 1 process.
+# LoRA (r 4, all linears) rows compare adapters replicated (shard=none) with adapters sharded
+# (shard=full) against 1 LoRA process: whether sharding the small adapters pays.
 # On one CPU the ranks share the cores: this measures what sharding costs in communication and what
 # it saves in memory, not a speed-up.
 set -euo pipefail
@@ -40,13 +42,15 @@ run() {  # run NAME NPROC ARGS...
 }
 
 run base 1
+run lora-base 1 method=lora
 configs=("none:shard=none" "optimizer:shard=optimizer" "gradients:shard=gradients" "full:shard=full"
          "full+8bit:shard=full optimizer=adamw8bit" "full+offload:shard=full offload=cpu"
-         "none+8bit:shard=none optimizer=adamw8bit")
+         "none+8bit:shard=none optimizer=adamw8bit" "lora none:method=lora shard=none"
+         "lora full:method=lora shard=full")
 for c in "${configs[@]}"; do
   name=${c%%:*}
   # shellcheck disable=SC2086
-  run "$name" 2 ${c#*:}
+  run "${name// /-}" 2 ${c#*:}
 done
 
 b_tps=$(cat "$work/base.tps") b_mb=$(cat "$work/base.mb") b_rss=$(cat "$work/base.rss")
@@ -54,9 +58,10 @@ printf '1 process, %d rows a step: %.1f tokens/s, state %.1f MB, peak RSS %s MB\
 printf '| 2 ranks | tokens/s | vs 1 process | state MB (rank 0) | vs 1 process | peak RSS MB | vs 1 process |\n'
 printf '|---|---|---|---|---|---|---|\n'
 for c in "${configs[@]}"; do
-  name=${c%%:*}
-  python3 - "$name" "$(cat "$work/$name.tps")" "$b_tps" "$(cat "$work/$name.mb")" "$b_mb" \
-    "$(cat "$work/$name.rss")" "${b_rss:-0}" <<'EOF'
+  name=${c%%:*} f=$work/${name// /-} base=base
+  [ "${name#lora}" != "$name" ] && base=lora-base  # LoRA rows: against 1 LoRA process
+  python3 - "$name" "$(cat "$f.tps")" "$(cat "$work/$base.tps")" "$(cat "$f.mb")" "$(cat "$work/$base.mb")" \
+    "$(cat "$f.rss")" "$(cat "$work/$base.rss")" <<'EOF'
 import sys
 name, tps, btps, mb, bmb = sys.argv[1], *map(float, sys.argv[2:6])
 rss = float(sys.argv[6] or 0); brss = float(sys.argv[7] or 0)

@@ -81,12 +81,13 @@ local doc = {
             trainable = plan.trainable, method = plan.method },
   config = first.config, measured = measured, rows = rows,
   formulas = { mfu = first.flops_convention .. ": " .. first.flops_formula, projection = hw.projection_rule(),
-               memory = "weights + master + gradients + optimizer + max(activations + logits, optimizer step) "
-                        .. "+ 5 % allocator overhead + 1 GiB CUDA context (docs/hardware.md)" },
+               memory = plan.memory_formula },
   notes = { string.format("priced for %d steps of %.0f tokens (%.3g tokens)", cfg.full_steps,
                           first.tokens_per_step, tokens),
             "measured rows ran on this device; projected rows assume the stated MFU on the target's peak; "
-            .. "planned rows have a memory prediction only" },
+            .. "planned rows have a memory prediction only",
+            string.format("memory per GPU as the run was configured: shard=%s, optimizer=%s, optimizer_offload=%s",
+                          plan.shard, plan.optimizer, plan.optimizer_offload) },
 }
 metrics.write_json(cfg.output_dir .. "/report.json", doc)
 

@@ -352,6 +352,46 @@ class DoneWork : public DistWork {
 
 }  // namespace
 
+namespace {
+
+// An all-gather in flight; for bfloat16 on Gloo it gathers a float32 copy and converts on wait().
+class GatherWork : public DistWork {
+ public:
+  GatherWork(c10::intrusive_ptr<c10d::Work> w, at::Tensor staged, at::Tensor flat)
+      : w_(std::move(w)), staged_(std::move(staged)), flat_(std::move(flat)) {}
+  void wait() override {
+    if (!w_) return;
+    wait_or_fail(w_, "all-gather");
+    w_.reset();
+    if (staged_.defined()) flat_.copy_(staged_);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> w_;
+  at::Tensor staged_, flat_;
+};
+
+}  // namespace
+
+std::unique_ptr<DistWork> dist_all_gather_async(const at::Tensor& shard, at::Tensor& flat) {
+  const int64_t n = dist_world_size();
+  LT_ASSERT(flat.dim() == 1 && flat.numel() == shard.numel() * n && flat.is_contiguous(),
+            "all-gather: " << n << " shards of " << shard.numel() << " elements do not fill " << flat.numel());
+  if (!dist_active()) {
+    flat.copy_(shard);
+    return std::make_unique<DoneWork>();
+  }
+  const bool staged = needs_float_staging(flat);
+  at::Tensor target = staged ? at::empty({flat.numel()}, flat.options().dtype(at::kFloat)) : flat;
+  std::vector<at::Tensor> in{staged ? shard.to(at::kFloat) : shard.contiguous()};
+  std::vector<std::vector<at::Tensor>> out{std::vector<at::Tensor>(target.chunk(n))};
+  try {
+    return std::make_unique<GatherWork>(state().group->all_gather(out, in), staged ? target : at::Tensor(), flat);
+  } catch (const std::exception& e) {
+    dist_fail("all-gather", e.what());
+  }
+}
+
 std::unique_ptr<DistWork> dist_all_reduce_sum_async(at::Tensor& t) {
   if (!dist_active()) return std::make_unique<DoneWork>();
   std::vector<at::Tensor> v{t};

@@ -76,6 +76,8 @@ class DistWork {
   virtual void wait() = 0;
 };
 std::unique_ptr<DistWork> dist_all_reduce_sum_async(at::Tensor& t);
+// dist_all_gather started now; wait() completes it (ZeRO-3 gathers the next layer while one runs).
+std::unique_ptr<DistWork> dist_all_gather_async(const at::Tensor& shard, at::Tensor& flat);
 
 // Fails with "dist: <what> failed on rank R of W: ..." naming the probable cause (a peer died or
 // hung past the timeout) when a collective throws; used by every call above.

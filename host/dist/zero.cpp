@@ -20,28 +20,13 @@ namespace luatune {
 using json = nlohmann::json;
 
 ShardStage shard_stage_parse(const std::string& s) {
-  if (s == "none" || s == "NO_SHARD" || s == "0") return ShardStage::none;
-  if (s == "optimizer" || s == "1") return ShardStage::optimizer;
-  if (s == "gradients" || s == "SHARD_GRAD_OP" || s == "2") return ShardStage::gradients;
-  if (s == "full" || s == "FULL_SHARD" || s == "3") return ShardStage::full;
-  fail(
-      "train.new: shard must be \"none\", \"optimizer\", \"gradients\" or \"full\" (ZeRO stage 0-3; FSDP's "
-      "NO_SHARD, SHARD_GRAD_OP, FULL_SHARD also accepted), got \"" +
-      s + "\"");
-}
-
-const char* shard_stage_name(ShardStage s) {
-  switch (s) {
-    case ShardStage::none:
-      return "none";
-    case ShardStage::optimizer:
-      return "optimizer";
-    case ShardStage::gradients:
-      return "gradients";
-    case ShardStage::full:
-      return "full";
-  }
-  return "none";
+  ShardStage stage;
+  if (!shard_stage_lookup(s, &stage))
+    fail(
+        "train.new: shard must be \"none\", \"optimizer\", \"gradients\" or \"full\" (ZeRO stage 0-3; FSDP's "
+        "NO_SHARD, SHARD_GRAD_OP, FULL_SHARD also accepted), got \"" +
+        s + "\"");
+  return stage;
 }
 
 namespace {
@@ -164,14 +149,39 @@ at::Tensor ZeroShards::placeholder(const Group& g, const Member& m) const {
       .expand(m.shape);
 }
 
+void ZeroShards::prefetch(Group& g) {
+  if (g.resident || g.pending) return;
+  g.pending_flat = at::empty({g.padded}, at::TensorOptions(g.dtype).device(g.device));
+  g.pending = dist_all_gather_async(g.weight, g.pending_flat);
+}
+
 void ZeroShards::acquire(Group& g) {
   if (g.resident) return;
   at::NoGradGuard no_grad;
-  at::Tensor flat = at::empty({g.padded}, at::TensorOptions(g.dtype).device(g.device));
-  dist_all_gather(g.weight, flat);
+  prefetch(g);  // started now unless the previous layer started it
+  g.pending->wait();
+  g.pending.reset();
+  at::Tensor flat = std::move(g.pending_flat);
   for (const Member& m : g.members)
     params_[m.param].second->set_data(flat.narrow(0, m.offset, m.numel).view(m.shape));
   g.resident = true;
+}
+
+void ZeroShards::layer_enter(int64_t layer, int64_t next) {
+  for (size_t gi : layer_groups_[static_cast<size_t>(layer)]) acquire(groups_[gi]);
+  if (next >= 0 && next < static_cast<int64_t>(layer_groups_.size()))
+    for (size_t gi : layer_groups_[static_cast<size_t>(next)])
+      if (sharded_at_rest(groups_[gi])) prefetch(groups_[gi]);
+}
+
+void ZeroShards::layer_forward_done(int64_t layer) {
+  for (size_t gi : layer_groups_[static_cast<size_t>(layer)])
+    if (sharded_at_rest(groups_[gi])) release(groups_[gi]);
+}
+
+void ZeroShards::layer_backward_done(int64_t layer) {
+  for (size_t gi : layer_groups_[static_cast<size_t>(layer)]) reduce(groups_[gi]);
+  layer_forward_done(layer);
 }
 
 void ZeroShards::release(Group& g) {
@@ -233,15 +243,13 @@ void ZeroShards::empty_micro_batch() {
   const int64_t layers = static_cast<int64_t>(layer_groups_.size());
   if (options_.stage == ShardStage::full)
     for (int64_t l = 0; l < layers; l++) {  // the forward's gathers
-      for (size_t gi : layer_groups_[l]) acquire(groups_[gi]);
-      for (size_t gi : layer_groups_[l]) release(groups_[gi]);
+      layer_enter(l, l + 1);
+      layer_forward_done(l);
     }
   if (options_.recompute)
     for (int64_t l = layers; l-- > 0;) {  // the backward's: gather, reduce zeros, free
-      for (size_t gi : layer_groups_[l]) acquire(groups_[gi]);
-      for (size_t gi : layer_groups_[l]) reduce(groups_[gi]);
-      for (size_t gi : layer_groups_[l])
-        if (sharded_at_rest(groups_[gi])) release(groups_[gi]);
+      layer_enter(l, l - 1);
+      layer_backward_done(l);
     }
   end_micro_batch();
 }
@@ -290,28 +298,18 @@ at::Tensor ZeroShards::run_layer(int64_t layer, const std::function<at::Tensor(c
                                  const at::Tensor& x, bool training) {
   LT_ASSERT(layer >= 0 && layer < static_cast<int64_t>(layer_groups_.size()),
             "layer " << layer << " out of range");
-  const std::vector<size_t>& mine = layer_groups_[static_cast<size_t>(layer)];
   if (!training) {  // no backward to come: gather, run, free
-    for (size_t gi : mine) acquire(groups_[gi]);
+    layer_enter(layer, -1);
     at::Tensor y = fn(x);
-    for (size_t gi : mine)
-      if (sharded_at_rest(groups_[gi])) release(groups_[gi]);
+    layer_forward_done(layer);
     return y;
   }
+  // The forward gathers layer+1 while this one runs, the backward layer-1 (the order layers come).
   RecomputeHooks hooks;
-  // The hooks outlive this call (the backward runs later): they capture the group list by value.
-  hooks.before_run = [this, mine] {
-    for (size_t gi : mine) acquire(groups_[gi]);
-  };
-  hooks.after_forward = [this, mine] {
-    for (size_t gi : mine)
-      if (sharded_at_rest(groups_[gi])) release(groups_[gi]);
-  };
-  hooks.after_backward = [this, mine] {
-    for (size_t gi : mine) reduce(groups_[gi]);
-    for (size_t gi : mine)
-      if (sharded_at_rest(groups_[gi])) release(groups_[gi]);
-  };
+  hooks.before_forward = [this, layer] { layer_enter(layer, layer + 1); };
+  hooks.after_forward = [this, layer] { layer_forward_done(layer); };
+  hooks.before_backward = [this, layer] { layer_enter(layer, layer - 1); };
+  hooks.after_backward = [this, layer] { layer_backward_done(layer); };
   return recompute_forward(fn, x, hooks);
 }
 

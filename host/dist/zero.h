@@ -20,17 +20,15 @@
 #include <utility>
 #include <vector>
 
+#include "host/dist/dist.h"
+#include "host/dist/shard_stage.h"
 #include "host/model/transformer.h"
 #include "host/train/optim.h"
 
 namespace luatune {
 
-enum class ShardStage { none = 0, optimizer = 1, gradients = 2, full = 3 };
-
-// "none" | "optimizer" | "gradients" | "full", FSDP's NO_SHARD / SHARD_GRAD_OP / FULL_SHARD, or the
-// stage number "0".."3"; fails in one line naming the accepted values.
+// shard_stage_lookup, or a one-line error naming the accepted values.
 ShardStage shard_stage_parse(const std::string& s);
-const char* shard_stage_name(ShardStage s);
 
 struct ZeroOptions {
   ShardStage stage = ShardStage::optimizer;
@@ -103,7 +101,7 @@ class ZeroShards : public LayerResidency {
     c10::Device device = c10::kCPU;
     std::vector<Member> members;
     int64_t numel = 0, padded = 0, shard = 0;  // shard = padded / N elements per rank
-    at::Tensor w;       // (shard) the owned slice being optimized: float32 master or the dtype's
+    at::Tensor w;  // (shard) the owned slice being optimized: float32 master or the dtype's
     // Stages 1-2: one buffer (padded) the group's parameters are views of, so the all-gather writes
     // the weights in place; w is its own slice of it when no other dtype or device is needed.
     at::Tensor flat;
@@ -111,7 +109,9 @@ class ZeroShards : public LayerResidency {
     at::Tensor weight;  // ZeRO-3 layers: (shard) the owned slice in the parameter dtype (may be w)
     at::Tensor grad;    // (shard) float32, summed gradient of the owned slice
     OptimState opt;
-    bool resident = true;  // ZeRO-3 layers: full tensors present
+    bool resident = true;               // ZeRO-3 layers: full tensors present
+    std::unique_ptr<DistWork> pending;  // ZeRO-3: a prefetch (all-gather into pending_flat) in flight
+    at::Tensor pending_flat;
     bool reduced = false;  // its gradients were reduce-scattered in this micro-batch
   };
 
@@ -119,6 +119,13 @@ class ZeroShards : public LayerResidency {
   void reduce(Group& g);                                       // flat gradients -> += owned slice; frees them
   void gather_into_params(Group& g, const at::Tensor& slice);  // every rank's slice -> the tensors
   void acquire(Group& g);
+  void prefetch(Group& g);  // starts the all-gather acquire() will then only wait for
+  // One decoder layer's collectives, in the order the real and the empty micro-batch both make
+  // them: gather layer l (prefetching layer `next`), then after its forward free it, or after its
+  // backward reduce-scatter its gradients and free it.
+  void layer_enter(int64_t layer, int64_t next);
+  void layer_forward_done(int64_t layer);
+  void layer_backward_done(int64_t layer);
   void release(Group& g);
   at::Tensor placeholder(const Group& g, const Member& m) const;
   at::Tensor new_grad_slice(const Group& g) const;  // float32 zeros, on the host when offloaded

@@ -12,6 +12,7 @@
 
 #include "host/core/error.h"
 #include "host/core/strings.h"
+#include "host/dist/shard_stage.h"
 
 namespace luatune {
 
@@ -88,29 +89,17 @@ std::string plan_method_name(PlanMethod m) {
   return "?";
 }
 
+// The stage names are the trainer's (host/dist/shard_stage.h); PlanShard lists them in the same order.
 PlanShard plan_shard_parse(const std::string& name) {
-  if (name == "none" || name == "NO_SHARD" || name == "0") return PlanShard::shard_none;
-  if (name == "optimizer" || name == "1") return PlanShard::shard_optimizer;
-  if (name == "gradients" || name == "SHARD_GRAD_OP" || name == "2") return PlanShard::shard_gradients;
-  if (name == "full" || name == "FULL_SHARD" || name == "3") return PlanShard::shard_full;
-  fail("hw.plan: unknown shard '" + name + "'",
-       "expected \"none\", \"optimizer\", \"gradients\" or \"full\" (or NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, "
-       "0-3)");
+  ShardStage stage;
+  if (!shard_stage_lookup(name, &stage))
+    fail("hw.plan: unknown shard '" + name + "'",
+         "expected \"none\", \"optimizer\", \"gradients\" or \"full\" (or NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, "
+         "0-3)");
+  return static_cast<PlanShard>(static_cast<int>(stage));
 }
 
-std::string plan_shard_name(PlanShard s) {
-  switch (s) {
-    case PlanShard::shard_none:
-      return "none";
-    case PlanShard::shard_optimizer:
-      return "optimizer";
-    case PlanShard::shard_gradients:
-      return "gradients";
-    case PlanShard::shard_full:
-      return "full";
-  }
-  return "?";
-}
+std::string plan_shard_name(PlanShard s) { return shard_stage_name(static_cast<ShardStage>(static_cast<int>(s))); }
 
 // ============================================================================================
 // Memory

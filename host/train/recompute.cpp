@@ -33,7 +33,7 @@ struct Recompute : public torch::autograd::Function<Recompute> {
     ctx->saved_data["fn"] = c10::IValue::make_capsule(c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(holder));
     ctx->save_for_backward({x});
     at::NoGradGuard no_grad;
-    if (holder->hooks.before_run) holder->hooks.before_run();
+    if (holder->hooks.before_forward) holder->hooks.before_forward();
     at::Tensor y = holder->fn(x);
     if (holder->hooks.after_forward) holder->hooks.after_forward();
     return y;
@@ -53,7 +53,7 @@ struct Recompute : public torch::autograd::Function<Recompute> {
       cuda.set_state(holder->cuda_rng);
     }
     at::Tensor y;
-    if (holder->hooks.before_run) holder->hooks.before_run();
+    if (holder->hooks.before_backward) holder->hooks.before_backward();
     {
       at::AutoGradMode grad(true);
       y = holder->fn(x);

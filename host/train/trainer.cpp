@@ -442,6 +442,12 @@ std::string Trainer::save() {
   if (model_->device().is_cuda())
     tensors.emplace_back("rng.cuda", at::globalContext().defaultGenerator(model_->device()).get_state());
   safetensors_save_file(tmp + "/state.safetensors", tensors);
+  publish_checkpoint(tmp, final_dir, checkpoint_meta());
+  dist_barrier();
+  return final_dir;
+}
+
+std::string Trainer::checkpoint_meta() const {
   json meta = {{"step", step_},
                {"optimizer", options_.optimizer},
                {"lr", options_.lr},
@@ -450,16 +456,21 @@ std::string Trainer::save() {
                {"steps", options_.steps},
                {"parameters", params_.size()},
                {"world_size", dist_world_size()},
-               {"shard", "none"}};
-  file_write_atomic(tmp + "/trainer.json", meta.dump(2) + "\n");
+               {"shard", options_.shard}};
+  if (zero_) meta["layout"] = json::parse(zero_->layout_json());
+  return meta.dump();
+}
+
+// The manifest written last, then the directory renamed into place, then the oldest beyond
+// keep_last deleted: resume only ever sees complete checkpoints.
+void Trainer::publish_checkpoint(const std::string& tmp, const std::string& final_dir, const std::string& meta) {
+  std::error_code ec;
+  file_write_atomic(tmp + "/trainer.json", json::parse(meta).dump(2) + "\n");
   fs::remove_all(final_dir, ec);
   fs::rename(tmp, final_dir);
-
-  auto all = list_checkpoints(root);
+  auto all = list_checkpoints(options_.output_dir + "/checkpoints");
   for (size_t i = 0; options_.keep_last > 0 && i + options_.keep_last < all.size(); i++)
     fs::remove_all(all[i].second, ec);
-  dist_barrier();
-  return final_dir;
 }
 
 int64_t Trainer::resume(const std::string& checkpoint_dir) {
@@ -569,24 +580,7 @@ std::string Trainer::save_sharded() {
     tensors.emplace_back("rng.cuda", at::globalContext().defaultGenerator(model_->device()).get_state());
   safetensors_save_file(tmp + "/" + rank_file(dist_rank()), tensors);
   dist_barrier();
-  if (dist_is_main()) {
-    json meta = {{"step", step_},
-                 {"optimizer", options_.optimizer},
-                 {"lr", options_.lr},
-                 {"schedule", options_.schedule},
-                 {"warmup", options_.warmup},
-                 {"steps", options_.steps},
-                 {"parameters", params_.size()},
-                 {"world_size", dist_world_size()},
-                 {"shard", options_.shard},
-                 {"layout", json::parse(zero_->layout_json())}};
-    file_write_atomic(tmp + "/trainer.json", meta.dump(2) + "\n");
-    fs::remove_all(final_dir, ec);
-    fs::rename(tmp, final_dir);
-    auto all = list_checkpoints(root);
-    for (size_t i = 0; options_.keep_last > 0 && i + options_.keep_last < all.size(); i++)
-      fs::remove_all(all[i].second, ec);
-  }
+  if (dist_is_main()) publish_checkpoint(tmp, final_dir, checkpoint_meta());
   dist_barrier();
   return final_dir;
 }

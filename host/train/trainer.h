@@ -189,6 +189,8 @@ class Trainer {
   std::shared_ptr<ZeroShards> zero_;
   size_t first_local_ = 0;
   std::string save_sharded();
+  std::string checkpoint_meta() const;  // trainer.json's fields (JSON text)
+  void publish_checkpoint(const std::string& tmp, const std::string& final_dir, const std::string& meta);
   void resume_sharded(const std::string& dir);
   int64_t step_ = 0;
   // Data parallel (host/dist): the gradient all-reduce, set when the process is one of several.
