@@ -219,6 +219,9 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
       o_in.optimizer_offload == "none" || o_in.optimizer_offload == "cpu",
       "hw.plan: optimizer_offload must be \"none\" or \"cpu\", got \"" << o_in.optimizer_offload << "\"");
   PlanOptions o = o_in;
+  // The trainer shards the model's own trainable weights; LoRA/QLoRA adapters stay replicated
+  // (faster at their size) and the frozen base is never sharded: shard= changes nothing there.
+  if (o.method != PlanMethod::method_full) o.shard = PlanShard::shard_none;
   const bool zero3 = o.shard == PlanShard::shard_full;
   if (zero3) o.checkpointing = true;  // ZeRO-3 always recomputes each layer in backward
   const HwParamCounts n = hw_param_counts(c);
@@ -362,6 +365,13 @@ std::vector<std::pair<std::string, double>> plan_component_list(const PlanCompon
 
 std::string plan_component_note(const PlanOptions& o, const std::string& name) {
   const bool full = o.method == PlanMethod::method_full;
+  if (!full && o.shard != PlanShard::shard_none) {  // hw_plan_memory: nothing of LoRA/QLoRA is sharded
+    if (name == "weights") return "frozen base: replicated on every rank (not sharded)";
+    if (name == "adapters") return "replicated: adapters are not sharded (faster at their size)";
+    if (name == "master_weights" || name == "optimizer_states")
+      return o.optimizer_offload == "cpu" ? "in host RAM: optimizer_offload=cpu" : "";
+    return "";
+  }
   const bool offload = o.optimizer_offload == "cpu";
   const std::string slice = o.shard == PlanShard::shard_none ? "" : "sharded 1/" + std::to_string(o.gpus);
   if (name == "weights" && o.shard == PlanShard::shard_full)
@@ -606,7 +616,7 @@ std::string hw_plan_text(const Plan& p) {
   else
     s << ", LoRA r=" << o.lora_r << " on " << str_join(o.lora_targets, ",");
   s << ", " << o.optimizer << (o.optimizer_offload == "cpu" ? " offloaded to the CPU" : "") << "\n";
-  const bool zero3 = o.shard == PlanShard::shard_full;
+  const bool zero3 = o.shard == PlanShard::shard_full && o.method == PlanMethod::method_full;
   s << "shape: micro_batch " << o.micro_batch << " x seq_len " << o.seq_len << ", checkpointing "
     << (o.checkpointing || zero3 ? "on" : "off")
     << (zero3 && !o.checkpointing ? " (shard=full recomputes layers)" : "") << ", loss chunk " << o.loss_chunk

@@ -76,9 +76,6 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
            "train.new: optimizer_offload must be \"none\" or \"cpu\", got \"" << o.optimizer_offload << "\"");
   const ShardStage stage = shard_stage_parse(o.shard);
   options_.shard = shard_stage_name(stage);
-  // ZeRO-3 frees a layer's weights after its forward: its backward needs them gathered again, which
-  // the recomputed layer does (activation checkpointing is part of the stage).
-  if (stage == ShardStage::full) options_.checkpoint_layers = true;
   LT_CHECK(o.schedule == "constant" || o.schedule == "linear" || o.schedule == "cosine",
            "train.new: schedule must be \"constant\", \"linear\" or \"cosine\", got \"" << o.schedule << "\"");
   LT_CHECK(o.schedule == "constant" || o.steps > 0, "train.new: schedule \"" << o.schedule << "\" needs steps > 0");
@@ -111,7 +108,15 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
       dist_broadcast_(t, 0);
     }
   }
-  if (stage != ShardStage::none) {
+  // What ZeRO shards: the model's own trainable weights. Adapters (LoRA, DoRA, adaption prompts)
+  // stay replicated like the hooks' tensors: at their size a bucketed all-reduce beats per-layer
+  // gathers and reduce-scatters (bench/zero_scaling.sh: replicated 1.16x the tokens/s of sharded),
+  // and their optimizer state is a few hundred MB even for an 8B model.
+  const size_t base_params = model_params - model_->adapter_parameters().size();
+  if (stage != ShardStage::none && base_params > 0) {
+    // ZeRO-3 frees a layer's weights after its forward: its backward needs them gathered again,
+    // which the recomputed layer does (activation checkpointing is part of the stage).
+    if (stage == ShardStage::full) options_.checkpoint_layers = true;
     ZeroOptions z;
     z.stage = stage;
     z.hyper.optimizer = o.optimizer;
@@ -122,10 +127,10 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
     z.master_weights = o.master_weights;
     z.offload = o.optimizer_offload == "cpu";
     z.recompute = options_.checkpoint_layers;
-    std::vector<std::pair<std::string, at::Tensor*>> mine(params_.begin(), params_.begin() + model_params);
+    std::vector<std::pair<std::string, at::Tensor*>> mine(params_.begin(), params_.begin() + base_params);
     zero_ = std::make_shared<ZeroShards>(mine, static_cast<int64_t>(model_->layers.size()), z);
     model_->residency = zero_;
-    first_local_ = model_params;
+    first_local_ = base_params;
   }
   if (dist_active() && first_local_ < params_.size()) {
     std::vector<at::Tensor*> ptrs;  // the replicated ones: summed across ranks each step

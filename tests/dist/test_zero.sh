@@ -37,8 +37,16 @@ half() {  # sharded is 1/2 of unsharded, give or take 1% (padding)
 }
 check "shard=optimizer: optimizer states are 1/2" half "$(memory full-optimizer optimizer)"
 check "shard=gradients: gradients are 1/2" half "$(memory full-gradients gradients)"
-check "shard=full: LoRA weights (all in layers) are 1/2" half "$(memory lora-full weights)"
-check "shard=full: optimizer states are 1/2" half "$(memory lora-full optimizer)"
+check "shard=full: LoRA adapters stay replicated" bash -c "read -r a b <<<'$(memory lora-full optimizer)'; test \$a -eq \$b"
+check "shard=full: optimizer states are 1/2" half "$(memory full-full optimizer)"
+check "shard=full: the decoder layers' weights are 1/2 (embeddings and head whole)" python3 -c "
+import json, sys
+c = json.load(open('$base/config.json'))
+C, I, L, H, KV, D = (c[k] for k in ('hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads',
+                                     'num_key_value_heads', 'head_dim'))
+layers = L * (2 * H * D * C + 2 * KV * D * C + 3 * I * C + 2 * C) * 4  # fp32 bytes
+a, b = map(int, '$(memory full-full weights)'.split())
+sys.exit(0 if b - a == layers // 2 else 1)"
 two_ranks "$work/bf16" method=full size=2 dtype=bfloat16 shard=gradients steps=1 out="$work/bf16"
 check "bf16 shard=gradients: runs" test $? -eq 0
 check "bf16 shard=gradients: fp32 masters are 1/2" half "$(memory bf16 masters)"
