@@ -436,8 +436,18 @@ std::string Trainer::save() {
   fs::create_directories(tmp);
 
   ensure_state();
+  safetensors_save_file(tmp + "/state.safetensors", local_state(true));
+  publish_checkpoint(tmp, final_dir, checkpoint_meta());
+  dist_barrier();
+  return final_dir;
+}
+
+// The parameters the plain path updates (params_[first_local_, end): all of them unsharded; the
+// replicated adapters and hooks' under ZeRO) with their masters and optimizer state, when
+// `replicated`; then this process's generator states.
+std::vector<std::pair<std::string, at::Tensor>> Trainer::local_state(bool replicated) const {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (size_t i = 0; i < params_.size(); i++) {
+  for (size_t i = first_local_; replicated && i < params_.size(); i++) {
     const std::string& name = params_[i].first;
     tensors.emplace_back("param." + name, params_[i].second->detach());
     if (master_[i].defined()) tensors.emplace_back("master." + name, master_[i]);
@@ -446,10 +456,7 @@ std::string Trainer::save() {
   tensors.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
   if (model_->device().is_cuda())
     tensors.emplace_back("rng.cuda", at::globalContext().defaultGenerator(model_->device()).get_state());
-  safetensors_save_file(tmp + "/state.safetensors", tensors);
-  publish_checkpoint(tmp, final_dir, checkpoint_meta());
-  dist_barrier();
-  return final_dir;
+  return tensors;
 }
 
 std::string Trainer::checkpoint_meta() const {
@@ -573,16 +580,7 @@ std::string Trainer::save_sharded() {
   dist_barrier();
   ensure_state();
   std::vector<std::pair<std::string, at::Tensor>> tensors = zero_->state_tensors();
-  if (dist_is_main())
-    for (size_t i = first_local_; i < params_.size(); i++) {
-      const std::string& name = params_[i].first;
-      tensors.emplace_back("param." + name, params_[i].second->detach());
-      if (master_[i].defined()) tensors.emplace_back("master." + name, master_[i]);
-      for (auto& kv : opt_[i].tensors(name)) tensors.push_back(kv);
-    }
-  tensors.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
-  if (model_->device().is_cuda())
-    tensors.emplace_back("rng.cuda", at::globalContext().defaultGenerator(model_->device()).get_state());
+  for (auto& kv : local_state(dist_is_main())) tensors.push_back(kv);  // rank 0 adds the replicated ones
   safetensors_save_file(tmp + "/" + rank_file(dist_rank()), tensors);
   dist_barrier();
   if (dist_is_main()) publish_checkpoint(tmp, final_dir, checkpoint_meta());

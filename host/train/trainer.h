@@ -190,6 +190,7 @@ class Trainer {
   size_t first_local_ = 0;
   std::string save_sharded();
   std::string checkpoint_meta() const;  // trainer.json's fields (JSON text)
+  std::vector<std::pair<std::string, at::Tensor>> local_state(bool replicated) const;
   void publish_checkpoint(const std::string& tmp, const std::string& final_dir, const std::string& meta);
   void resume_sharded(const std::string& dir);
   int64_t step_ = 0;
