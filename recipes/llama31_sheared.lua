@@ -3,11 +3,9 @@
 -- Masks are hard-concrete gates trained under target-sparsity constraints (Lagrange multipliers). The
 -- first `prune_fraction` of the steps learn masks (with the weights), the rest continue training the
 -- pruned model with distillation from the unpruned teacher (docs/pruning.md).
--- The 8B seed job on 2 GPUs: shard=full (ZeRO-3: weights, gradients and optimizer states split over
--- the ranks, layers recomputed) is what makes it fit 2 x A100 80GB; `runner plan` predicts 133 GiB
--- per GPU replicated, 78.5 GiB with shard=full (1.5 GiB to spare; optimizer=adamw8bit: 55.1 GiB).
---   torchrun --nproc_per_node 2 --no-python build/runner llama31_sheared base_model=... data=... shard=full
---   build/runner --nproc 2 llama31_sheared base_model=... data=... shard=full   (the same without torchrun)
+-- The 8B seed job fits 2 x A100 80GB with shard=full (ZeRO-3, docs/zero.md; `runner plan`: 78.5 GiB
+-- per GPU, 133 replicated): torchrun --nproc_per_node 2 --no-python build/runner llama31_sheared
+-- base_model=... data=... shard=full (or build/runner --nproc 2 llama31_sheared ...).
 local cfg = config {
   base_model = "meta-llama/Llama-3.1-8B-Instruct",  -- a local Hugging Face directory in practice
   data = "data/pruning.jsonl",       -- JSONL (text, chat, instruction formats); see docs/data.md

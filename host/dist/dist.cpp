@@ -279,9 +279,9 @@ int64_t dist_max(int64_t v) {
   return static_cast<int64_t>(*std::max_element(row.begin(), row.end()));
 }
 
-void dist_reduce_scatter_sum(const at::Tensor& flat, at::Tensor& shard) {
+void dist_reduce_scatter_sum(at::Tensor& flat, at::Tensor& shard) {
   const int64_t n = dist_world_size();
-  LT_ASSERT(flat.dim() == 1 && flat.numel() == shard.numel() * n && shard.is_contiguous(),
+  LT_ASSERT(flat.dim() == 1 && flat.numel() == shard.numel() * n && flat.is_contiguous() && shard.is_contiguous(),
             "reduce-scatter: a flat buffer of " << flat.numel() << " elements cannot fill " << n << " shards of "
                                                 << shard.numel());
   if (!dist_active()) {
@@ -290,15 +290,14 @@ void dist_reduce_scatter_sum(const at::Tensor& flat, at::Tensor& shard) {
   }
   if (state().backend == "nccl") {
     std::vector<at::Tensor> out{shard};
-    std::vector<std::vector<at::Tensor>> in{std::vector<at::Tensor>(flat.contiguous().chunk(n))};
+    std::vector<std::vector<at::Tensor>> in{std::vector<at::Tensor>(flat.chunk(n))};
     wait_or_fail(state().group->reduce_scatter_sum(out, in), "reduce-scatter");
     return;
   }
-  // Gloo (1.13 has no reduce_scatter): the whole sum, of which this rank keeps its slice. The same
-  // numbers as a reduce-scatter; twice its traffic.
-  at::Tensor sum = flat.contiguous().clone();
-  dist_all_reduce_sum_(sum);
-  shard.copy_(sum.narrow(0, static_cast<int64_t>(dist_rank()) * shard.numel(), shard.numel()));
+  // Gloo (1.13 has no reduce_scatter): the whole sum, in place, of which this rank keeps its slice.
+  // The same numbers as a reduce-scatter; twice its traffic.
+  dist_all_reduce_sum_(flat);
+  shard.copy_(flat.narrow(0, static_cast<int64_t>(dist_rank()) * shard.numel(), shard.numel()));
 }
 
 void dist_all_gather(const at::Tensor& shard, at::Tensor& flat) {

@@ -48,10 +48,11 @@ double dist_sum(double v);      // all-reduce of one number (float64)
 int64_t dist_sum(int64_t v);
 std::vector<double> dist_sum(std::vector<double> v);  // element-wise, one all-reduce
 int64_t dist_max(int64_t v);    // the largest of every rank's v
-// ZeRO's two collectives on flat 1-D buffers split in world_size equal slices (rank r's is
-// [r*n, (r+1)*n)): shard = this rank's slice of the sum of every rank's `flat`; and `flat` = every
-// rank's shard, concatenated. One process: copies.
-void dist_reduce_scatter_sum(const at::Tensor& flat, at::Tensor& shard);
+// ZeRO's two collectives on contiguous flat 1-D buffers split in world_size equal slices (rank r's
+// is [r*n, (r+1)*n)): shard = this rank's slice of the sum of every rank's `flat` (which may be
+// overwritten: it is the caller's scratch); and `flat` = every rank's shard, concatenated. One
+// process: copies.
+void dist_reduce_scatter_sum(at::Tensor& flat, at::Tensor& shard);
 void dist_all_gather(const at::Tensor& shard, at::Tensor& flat);
 // True when `t`'s dtype cannot cross this backend as it is (bfloat16 on Gloo): the blocking calls
 // above then send it as float32; async callers convert themselves.

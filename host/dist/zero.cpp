@@ -130,6 +130,7 @@ ZeroShards::ZeroShards(std::vector<std::pair<std::string, at::Tensor*>> params, 
     g.opt = OptimState::create(options_.hyper.optimizer, options_.hyper.momentum, {g.shard}, g.w.device());
     if (sharded_at_rest(g)) {
       g.weight = (g.w.scalar_type() == g.dtype && g.w.device() == g.device) ? g.w : slice.clone();
+      g.nan = at::full({}, std::numeric_limits<double>::quiet_NaN(), at::TensorOptions(g.dtype).device(g.device));
       release(g);
     }
   }
@@ -140,13 +141,6 @@ ZeroShards::~ZeroShards() = default;
 at::Tensor ZeroShards::new_grad_slice(const Group& g) const {
   if (options_.offload) return host_zeros(g.shard, at::kFloat, g.device.is_cuda());
   return at::zeros({g.shard}, at::TensorOptions(at::kFloat).device(g.device));
-}
-
-at::Tensor ZeroShards::placeholder(const Group& g, const Member& m) const {
-  // A released weight keeps its shape (counting and checks still work) on one element of storage,
-  // NaN so that a forward which forgot to gather shows up as a NaN loss, not as a quiet wrong one.
-  return at::full({}, std::numeric_limits<double>::quiet_NaN(), at::TensorOptions(g.dtype).device(g.device))
-      .expand(m.shape);
 }
 
 void ZeroShards::prefetch(Group& g) {
@@ -186,7 +180,9 @@ void ZeroShards::layer_backward_done(int64_t layer) {
 
 void ZeroShards::release(Group& g) {
   if (!g.resident) return;
-  for (const Member& m : g.members) params_[m.param].second->set_data(placeholder(g, m));
+  // A released weight keeps its shape (counting and checks still work) as a view of one NaN, so a
+  // forward which forgot to gather shows up as a NaN loss, not as a quietly wrong one.
+  for (const Member& m : g.members) params_[m.param].second->set_data(g.nan.expand(m.shape));
   g.resident = false;
 }
 
@@ -263,10 +259,13 @@ void ZeroShards::finish_gradients() {
 }
 
 double ZeroShards::grad_norm_sq() const {
-  double sq = 0;
-  for (const Group& g : groups_)
-    if (g.grad.defined()) sq += g.grad.pow(2).sum().item<double>();
-  return sq;
+  at::Tensor sq;  // summed where the first slice lives: one host sync for all groups
+  for (const Group& g : groups_) {
+    if (!g.grad.defined()) continue;
+    at::Tensor part = g.grad.pow(2).sum();
+    sq = sq.defined() ? sq + part.to(sq.device()) : part;
+  }
+  return sq.defined() ? sq.item<double>() : 0.0;
 }
 
 void ZeroShards::scale_gradients(double c) {

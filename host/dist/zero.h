@@ -112,6 +112,7 @@ class ZeroShards : public LayerResidency {
     bool resident = true;               // ZeRO-3 layers: full tensors present
     std::unique_ptr<DistWork> pending;  // ZeRO-3: a prefetch (all-gather into pending_flat) in flight
     at::Tensor pending_flat;
+    at::Tensor nan;  // ZeRO-3 layers: the one NaN element released weights view
     bool reduced = false;  // its gradients were reduce-scattered in this micro-batch
   };
 
@@ -127,7 +128,6 @@ class ZeroShards : public LayerResidency {
   void layer_forward_done(int64_t layer);
   void layer_backward_done(int64_t layer);
   void release(Group& g);
-  at::Tensor placeholder(const Group& g, const Member& m) const;
   at::Tensor new_grad_slice(const Group& g) const;  // float32 zeros, on the host when offloaded
 
   std::vector<std::pair<std::string, at::Tensor*>> params_;

@@ -50,6 +50,13 @@ std::string step_dir_name(int64_t step) {
   return buf;
 }
 
+// A sharded checkpoint's file of one rank.
+std::string rank_file(int rank) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "rank-%05d.safetensors", rank);
+  return buf;
+}
+
 // Checkpoint directories under `root`, oldest first: (step, path).
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& root) {
   std::vector<std::pair<int64_t, std::string>> out;
@@ -112,6 +119,11 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
   // stay replicated like the hooks' tensors: at their size a bucketed all-reduce beats per-layer
   // gathers and reduce-scatters (bench/zero_scaling.sh: replicated 1.16x the tokens/s of sharded),
   // and their optimizer state is a few hundred MB even for an 8B model.
+  hyper_.optimizer = o.optimizer;
+  hyper_.beta1 = o.beta1;
+  hyper_.beta2 = o.beta2;
+  hyper_.eps = o.eps;
+  hyper_.momentum = o.momentum;
   const size_t base_params = model_params - model_->adapter_parameters().size();
   if (stage != ShardStage::none && base_params > 0) {
     // ZeRO-3 frees a layer's weights after its forward: its backward needs them gathered again,
@@ -119,11 +131,7 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
     if (stage == ShardStage::full) options_.checkpoint_layers = true;
     ZeroOptions z;
     z.stage = stage;
-    z.hyper.optimizer = o.optimizer;
-    z.hyper.beta1 = o.beta1;
-    z.hyper.beta2 = o.beta2;
-    z.hyper.eps = o.eps;
-    z.hyper.momentum = o.momentum;
+    z.hyper = hyper_;
     z.master_weights = o.master_weights;
     z.offload = o.optimizer_offload == "cpu";
     z.recompute = options_.checkpoint_layers;
@@ -264,12 +272,7 @@ void Trainer::optimizer_update(double scheduled_lr) {
   at::NoGradGuard no_grad;
   ensure_state();
   const TrainOptions& o = options_;
-  OptimHyper h;
-  h.optimizer = o.optimizer;
-  h.beta1 = o.beta1;
-  h.beta2 = o.beta2;
-  h.eps = o.eps;
-  h.momentum = o.momentum;
+  OptimHyper h = hyper_;
   h.step = step_;
   // The model's weights all follow the trainer's own lr and decay (settings_ of their group).
   if (zero_) zero_->update(scheduled_lr, o.weight_decay, step_);
@@ -437,7 +440,7 @@ std::string Trainer::save() {
 
   ensure_state();
   safetensors_save_file(tmp + "/state.safetensors", local_state(true));
-  publish_checkpoint(tmp, final_dir, checkpoint_meta());
+  publish_checkpoint(tmp, final_dir);
   dist_barrier();
   return final_dir;
 }
@@ -459,7 +462,9 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::local_state(bool replic
   return tensors;
 }
 
-std::string Trainer::checkpoint_meta() const {
+// trainer.json written last, then the directory renamed into place, then the oldest beyond
+// keep_last deleted: resume only ever sees complete checkpoints.
+void Trainer::publish_checkpoint(const std::string& tmp, const std::string& final_dir) {
   json meta = {{"step", step_},
                {"optimizer", options_.optimizer},
                {"lr", options_.lr},
@@ -470,14 +475,8 @@ std::string Trainer::checkpoint_meta() const {
                {"world_size", dist_world_size()},
                {"shard", options_.shard}};
   if (zero_) meta["layout"] = json::parse(zero_->layout_json());
-  return meta.dump();
-}
-
-// The manifest written last, then the directory renamed into place, then the oldest beyond
-// keep_last deleted: resume only ever sees complete checkpoints.
-void Trainer::publish_checkpoint(const std::string& tmp, const std::string& final_dir, const std::string& meta) {
   std::error_code ec;
-  file_write_atomic(tmp + "/trainer.json", json::parse(meta).dump(2) + "\n");
+  file_write_atomic(tmp + "/trainer.json", meta.dump(2) + "\n");
   fs::remove_all(final_dir, ec);
   fs::rename(tmp, final_dir);
   auto all = list_checkpoints(options_.output_dir + "/checkpoints");
@@ -508,64 +507,47 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
   if (saved_shard != options_.shard)
     fail(dir + ": written by a run with shard=" + saved_shard + ", this run has shard=" + options_.shard,
          "resume with shard=" + saved_shard + ", or start a new output_dir");
-  if (zero_) {
-    resume_sharded(dir);
-    step_ = meta.at("step").get<int64_t>();
-    for (auto& hook : hooks_) hook->after_step(step_);
-    return step_;
-  }
-  SafetensorsReader st(dir + "/state.safetensors");
   at::NoGradGuard no_grad;
   ensure_state();
-  auto load = [&](const std::string& key, at::Tensor& into) {
-    LT_CHECK(st.contains(key), dir << "/state.safetensors: tensor " << key
-                                   << " is missing (was the checkpoint written with other trainable parameters?)");
-    at::Tensor t = st.tensor(key);
-    LT_CHECK(t.sizes() == into.sizes(), dir << "/state.safetensors: tensor " << key << " has shape " << t.sizes()
-                                            << ", the model has " << into.sizes());
-    into.copy_(t);
+  auto getter = [](SafetensorsReader& r) -> TensorGetter {
+    return [&r](const std::string& key) { return r.contains(key) ? r.tensor(key) : at::Tensor(); };
   };
-  for (size_t i = 0; i < params_.size(); i++) {
-    const std::string& name = params_[i].first;
-    load("param." + name, *params_[i].second);
-    if (master_[i].defined()) load("master." + name, master_[i]);
-    opt_[i].load(name, [&](const std::string& key) { return st.contains(key) ? st.tensor(key) : at::Tensor(); },
-                 dir + "/state.safetensors");
-  }
-  int64_t expected = 0;
-  for (const auto& n : st.names()) expected += n.compare(0, 6, "param.") == 0;
-  LT_CHECK(expected == static_cast<int64_t>(params_.size()),
-           dir << ": the checkpoint has " << expected << " trainable tensors, the model " << params_.size());
-  at::Generator cpu = at::detail::getDefaultCPUGenerator();  // a handle: setting it sets the global one
-  cpu.set_state(st.tensor("rng.cpu").clone());
-  if (model_->device().is_cuda() && st.contains("rng.cuda")) {
-    at::Generator cuda = at::globalContext().defaultGenerator(model_->device());
-    cuda.set_state(st.tensor("rng.cuda").clone());
+  if (zero_) {
+    // Sharded: this rank's slices and generators from its own file, the replicated parameters
+    // from rank 0's.
+    if (meta.contains("layout") && meta["layout"] != json::parse(zero_->layout_json()))
+      fail(dir + ": its shards were laid out for other trainable parameters, optimizer or offload than this run's",
+           "resume with the same recipe settings (shard, optimizer, optimizer_offload, lora), or start a new "
+           "output_dir");
+    const std::string mine = dir + "/" + rank_file(dist_rank()), first = dir + "/" + rank_file(0);
+    LT_CHECK(file_exists(mine), mine << ": missing (every rank writes its own shard file)");
+    SafetensorsReader st(mine);
+    zero_->load_state(getter(st), mine);
+    if (first_local_ < params_.size()) {
+      SafetensorsReader st0(first);
+      load_local_state(getter(st0), first, getter(st));
+    } else {
+      load_local_state(getter(st), mine, getter(st));
+    }
+  } else {
+    const std::string file = dir + "/state.safetensors";
+    SafetensorsReader st(file);
+    load_local_state(getter(st), file, getter(st));
+    int64_t expected = 0;
+    for (const auto& n : st.names()) expected += n.compare(0, 6, "param.") == 0;
+    LT_CHECK(expected == static_cast<int64_t>(params_.size()),
+             dir << ": the checkpoint has " << expected << " trainable tensors, the model " << params_.size());
   }
   step_ = meta.at("step").get<int64_t>();
   for (auto& hook : hooks_) hook->after_step(step_);
   return step_;
 }
 
-}  // namespace luatune
-
-namespace luatune {
-
 // ============================================================================================
 // Sharded checkpoints: step-N/rank-RRRRR.safetensors (each rank's slices, its generator state and,
 // in rank 0's, the replicated hook parameters) and trainer.json (the manifest: step, world size,
 // stage, the groups' layout), written into step-N.tmp-zero by every rank and renamed by rank 0 once
 // all have written; resume reads the same world size and layout back exactly.
-
-namespace {
-
-std::string rank_file(int rank) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "rank-%05d.safetensors", rank);
-  return buf;
-}
-
-}  // namespace
 
 std::string Trainer::save_sharded() {
   std::string root = options_.output_dir + "/checkpoints";
@@ -583,57 +565,40 @@ std::string Trainer::save_sharded() {
   for (auto& kv : local_state(dist_is_main())) tensors.push_back(kv);  // rank 0 adds the replicated ones
   safetensors_save_file(tmp + "/" + rank_file(dist_rank()), tensors);
   dist_barrier();
-  if (dist_is_main()) publish_checkpoint(tmp, final_dir, checkpoint_meta());
+  if (dist_is_main()) publish_checkpoint(tmp, final_dir);
   dist_barrier();
   return final_dir;
 }
 
-void Trainer::resume_sharded(const std::string& dir) {
-  json meta = json::parse(file_read(dir + "/trainer.json"));
-  if (meta.contains("layout") && meta["layout"].dump() != json::parse(zero_->layout_json()).dump())
-    fail(dir + ": its shards were laid out for other trainable parameters, optimizer or offload than this run's",
-         "resume with the same recipe settings (shard, optimizer, optimizer_offload, lora), or start a new output_dir");
-  const std::string mine = dir + "/" + rank_file(dist_rank());
-  LT_CHECK(file_exists(mine), mine << ": missing (every rank writes its own shard file)");
-  SafetensorsReader st(mine);
-  at::NoGradGuard no_grad;
-  ensure_state();
-  auto get = [&](const std::string& key) { return st.contains(key) ? st.tensor(key) : at::Tensor(); };
-  zero_->load_state(get, mine);
-  if (first_local_ < params_.size()) {
-    // The replicated parameters are in rank 0's file.
-    SafetensorsReader st0(dir + "/" + rank_file(0));
-    auto get0 = [&](const std::string& key) { return st0.contains(key) ? st0.tensor(key) : at::Tensor(); };
-    for (size_t i = first_local_; i < params_.size(); i++) {
-      const std::string& name = params_[i].first;
-      at::Tensor p = get0("param." + name);
-      LT_CHECK(p.defined() && p.sizes() == params_[i].second->sizes(),
-               dir << "/" << rank_file(0) << ": tensor param." << name << " is missing or has another shape");
-      params_[i].second->detach().copy_(p);
-      if (master_[i].defined()) {
-        at::Tensor m = get0("master." + name);
-        LT_CHECK(m.defined(), dir << "/" << rank_file(0) << ": tensor master." << name << " is missing");
-        master_[i].copy_(m);
-      }
-      opt_[i].load(name, get0, dir + "/" + rank_file(0));
-    }
+void Trainer::load_local_state(const TensorGetter& get_params, const std::string& params_file,
+                               const TensorGetter& get_rng) {
+  auto load = [&](const std::string& key, at::Tensor& into) {
+    at::Tensor t = get_params(key);
+    LT_CHECK(t.defined(), params_file << ": tensor " << key
+                                      << " is missing (was the checkpoint written with other trainable parameters?)");
+    LT_CHECK(t.sizes() == into.sizes(),
+             params_file << ": tensor " << key << " has shape " << t.sizes() << ", the model has " << into.sizes());
+    into.copy_(t);
+  };
+  for (size_t i = first_local_; i < params_.size(); i++) {
+    const std::string& name = params_[i].first;
+    load("param." + name, *params_[i].second);
+    if (master_[i].defined()) load("master." + name, master_[i]);
+    opt_[i].load(name, get_params, params_file);
   }
-  at::Generator cpu = at::detail::getDefaultCPUGenerator();
-  cpu.set_state(st.tensor("rng.cpu").clone());
-  if (model_->device().is_cuda() && st.contains("rng.cuda")) {
+  at::Tensor cpu_state = get_rng("rng.cpu");
+  LT_CHECK(cpu_state.defined(), "train: resume: the checkpoint has no generator state (rng.cpu)");
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();  // a handle: setting it sets the global one
+  cpu.set_state(cpu_state.clone());
+  if (at::Tensor cuda_state = get_rng("rng.cuda"); model_->device().is_cuda() && cuda_state.defined()) {
     at::Generator cuda = at::globalContext().defaultGenerator(model_->device());
-    cuda.set_state(st.tensor("rng.cuda").clone());
+    cuda.set_state(cuda_state.clone());
   }
 }
 
 TrainMemory Trainer::memory() {
   ensure_state();
-  TrainMemory m;
-  if (zero_) {
-    ZeroMemory z = zero_->memory();
-    m = TrainMemory{z.weights, z.masters, z.gradients, z.optimizer, z.full_weights, z.full_masters, z.full_gradients,
-                    z.full_optimizer, z.host};
-  }
+  TrainMemory m = zero_ ? zero_->memory() : TrainMemory{};
   auto bytes = [](const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; };
   for (size_t i = first_local_; i < params_.size(); i++) {
     const at::Tensor& p = *params_[i].second;

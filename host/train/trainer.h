@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "host/data/batch.h"
+#include "host/dist/zero.h"
 #include "host/model/transformer.h"
 #include "host/train/optim.h"
 
 namespace luatune {
 
-class GradSync;    // host/dist/grad_sync.h
-class ZeroShards;  // host/dist/zero.h
+class GradSync;  // host/dist/grad_sync.h
 
 class Dataset;
 class PreferenceDataset;  // host/data/preference.h
@@ -105,13 +105,9 @@ struct TrainOptions {
   std::string optimizer_offload = "none";  // "cpu": masters and optimizer states in host memory
 };
 
-// Bytes of training state this rank holds, and what an unsharded replica holds (for the report and
-// the tests): trainable weights, fp32 masters, gradients, optimizer states; `host` of them offloaded.
-struct TrainMemory {
-  int64_t weights = 0, masters = 0, gradients = 0, optimizer = 0;
-  int64_t full_weights = 0, full_masters = 0, full_gradients = 0, full_optimizer = 0;
-  int64_t host = 0;
-};
+// Bytes of training state this rank holds, and what an unsharded replica holds (trainer:memory()):
+// the sharded parameters' figures plus the replicated ones'.
+using TrainMemory = ZeroMemory;
 
 struct StepStats {
   double loss = 0;        // mean cross-entropy per target token of this batch
@@ -181,6 +177,7 @@ class Trainer {
     bool follow_schedule, clip;
   };
   std::vector<Setting> settings_;
+  OptimHyper hyper_;  // optimizer, betas, eps, momentum (lr, decay and step set per update)
   std::vector<at::Tensor> master_;  // per parameter (undefined when unused; on the host when offloaded)
   std::vector<OptimState> opt_;     // per parameter
   bool state_ready_ = false;
@@ -189,10 +186,11 @@ class Trainer {
   std::shared_ptr<ZeroShards> zero_;
   size_t first_local_ = 0;
   std::string save_sharded();
-  std::string checkpoint_meta() const;  // trainer.json's fields (JSON text)
   std::vector<std::pair<std::string, at::Tensor>> local_state(bool replicated) const;
-  void publish_checkpoint(const std::string& tmp, const std::string& final_dir, const std::string& meta);
-  void resume_sharded(const std::string& dir);
+  using TensorGetter = std::function<at::Tensor(const std::string&)>;  // undefined when absent
+  // What local_state wrote back: the replicated parameters (from get_params) and the generators.
+  void load_local_state(const TensorGetter& get_params, const std::string& params_file, const TensorGetter& get_rng);
+  void publish_checkpoint(const std::string& tmp, const std::string& final_dir);
   int64_t step_ = 0;
   // Data parallel (host/dist): the gradient all-reduce, set when the process is one of several.
   std::shared_ptr<GradSync> sync_;
