@@ -5,9 +5,16 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include "bindings/lua_util.h"
 #include "host/core/error.h"
+#include "host/core/seed.h"
 #include "host/core/strings.h"
+#include "host/core/version.h"
+#include "host/dist/dist.h"
+#include "host/runner/recipes.h"
+#include "host/train/run_dir.h"
 
 namespace luatune {
 
@@ -53,6 +60,50 @@ static void push_strict(lua_State* L, const ConfigValue& v, const std::string& p
   lua_setmetatable(L, -2);
 }
 
+// The run's seed, from the resolved config (docs/reproducibility.md): its `seed` key, or
+// LUATUNE_SEED (else 0) when it has none.
+static uint64_t config_run_seed(const ConfigValue& cfg) {
+  auto it = cfg.fields.find("seed");
+  if (it == cfg.fields.end()) return seed_from_env();
+  const ConfigValue& v = it->second;
+  std::string what = "config: seed" + (v.origin.empty() ? "" : " (" + v.origin + ")");
+  if (v.kind != ConfigValue::Kind::number)
+    fail_usage(what + " must be a whole number in [0, 2^53], got a " + config_kind_name(v.kind));
+  return seed_check(v.number, what);
+}
+
+// `deterministic = true` in the resolved config (a recipe without the key runs as LibTorch defaults).
+static bool config_run_deterministic(const ConfigValue& cfg) {
+  auto it = cfg.fields.find("deterministic");
+  if (it == cfg.fields.end()) return false;
+  if (it->second.kind != ConfigValue::Kind::boolean)
+    fail_usage(std::string("config: deterministic must be true or false, got a ") +
+               config_kind_name(it->second.kind));
+  return it->second.boolean;
+}
+
+// A recipe whose config has output_dir and resume claims the directory as soon as the config
+// resolves, before it loads or writes anything: resume=false refuses another run's checkpoints
+// there (or, with overwrite=true, moves them aside) and writes run.json (host/train/run_dir.h).
+// resume=true leaves it to trainer:resume, which notes the resume in run.json.
+static void config_claim_output_dir(const RunState& st, const ConfigValue& cfg, uint64_t seed) {
+  auto dir = cfg.fields.find("output_dir"), resume = cfg.fields.find("resume"), overwrite = cfg.fields.find("overwrite");
+  if (dir == cfg.fields.end() || dir->second.kind != ConfigValue::Kind::string || dir->second.string.empty()) return;
+  if (resume == cfg.fields.end() || resume->second.kind != ConfigValue::Kind::boolean || resume->second.boolean) return;
+  RunInfo info;
+  info.run_id = run_id_new();
+  info.config = nlohmann::json::parse(config_to_json(cfg));
+  info.recipe = st.recipe;
+  info.seed = static_cast<double>(seed);
+  info.has_seed = true;
+  info.world_size = dist_world_size();
+  info.git_describe = version_git_describe(luatune_home());
+  const bool replace = overwrite != cfg.fields.end() && overwrite->second.kind == ConfigValue::Kind::boolean &&
+                       overwrite->second.boolean;
+  const std::string moved = output_dir_claim(dir->second.string, replace, run_json_new(info), dist_is_main());
+  if (!moved.empty()) std::printf("config: moved the earlier run in %s to %s\n", dir->second.string.c_str(), moved.c_str());
+}
+
 // config { defaults } (called through the module's __call: argument 1 is the module itself).
 static int l_config_resolve(lua_State* L) {
   RunState& st = lt_run_state(L);
@@ -64,7 +115,12 @@ static int l_config_resolve(lua_State* L) {
                "declare every default in one config{} table");
   ConfigValue cfg = lt_to_config(L, 2, "");
   if (cfg.kind == ConfigValue::Kind::list) cfg = ConfigValue::of_table();  // config {}: no keys
+  // LUATUNE_SEED stands in for the recipe's default seed; a seed= override still beats it.
+  if (std::string env = seed_env_text(); !env.empty() && cfg.fields.count("seed"))
+    config_apply(cfg, {config_parse_override("seed=" + env, "LUATUNE_SEED")});
   config_apply(cfg, st.overrides);
+  const uint64_t seed = config_run_seed(cfg);  // checked before validate stops, so it checks them too
+  const bool deterministic = config_run_deterministic(cfg);
   st.resolved = cfg;
   st.config_resolved = true;
   std::string text = "config (" + st.recipe + "):\n" + config_format(cfg);
@@ -73,6 +129,13 @@ static int l_config_resolve(lua_State* L) {
   if (st.validate_only) {
     lua_pushlightuserdata(L, lt_validate_done_token());
     return lua_error(L);
+  }
+  config_claim_output_dir(st, cfg, seed);
+  lt_seed_all(L, seed);
+  if (deterministic) {
+    std::string line = seed_deterministic();
+    std::fputs(line.c_str(), stdout);
+    std::fflush(stdout);
   }
   push_strict(L, cfg, "");
   return 1;

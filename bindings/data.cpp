@@ -3,7 +3,9 @@
 // Rows and steps are numbered from 1 like Lua lists; token ids are 0-based values as in HF.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "bindings/batch_class.h"
 #include "bindings/dataset_class.h"
@@ -11,7 +13,9 @@
 #include "bindings/tensor_class.h"
 #include "bindings/tokenizer_class.h"
 #include "host/core/error.h"
+#include "host/core/json.h"
 #include "host/dist/dist.h"
+#include "host/train/stop.h"
 
 namespace luatune {
 
@@ -38,12 +42,7 @@ std::string batch_describe(const Batch& b) {
 }
 
 int64_t opt_int(lua_State* L, int idx, const char* key, int64_t def) {
-  double v = lt_opt_number(L, idx, key, static_cast<double>(def));
-  if (v != std::floor(v)) {
-    std::string msg = std::string("option '") + key + "' expects a whole number, got " + std::to_string(v);
-    luaL_argerror(L, idx, msg.c_str());
-  }
-  return static_cast<int64_t>(v);
+  return lt_opt_int(L, idx, key, def);
 }
 
 // The options table at idx (after the path or records) -> tokenizer and DataOptions.
@@ -79,7 +78,7 @@ std::shared_ptr<Tokenizer> check_data_options(lua_State* L, int idx, DataOptions
 }
 
 // A Lua value as JSON: lists become arrays, tables with string keys objects; `what` names it.
-json lua_to_json(lua_State* L, int idx, const std::string& what) {
+json lua_to_json(lua_State* L, int idx, const std::string& what, int depth = 0) {
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
   switch (lua_type(L, idx)) {
     case LUA_TNIL:
@@ -102,11 +101,16 @@ json lua_to_json(lua_State* L, int idx, const std::string& what) {
       fail(std::string(lt_fname(L)) + ": " + what + " is a " + luaL_typename(L, idx) +
            "; records hold strings, numbers, booleans, lists and tables");
   }
+  // As JSON files are limited (host/core/json.h): a record this deep (or one that contains itself)
+  // could not be quoted or copied without running out of stack.
+  if (depth >= kJsonMaxDepth)
+    fail(std::string(lt_fname(L)) + ": " + what.substr(0, 60) + (what.size() > 60 ? "..." : "") +
+         " nests tables deeper than " + std::to_string(kJsonMaxDepth) + " levels");
   if (lt_is_list(L, idx)) {
     json out = json::array();
     for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
       lua_rawgeti(L, idx, static_cast<int>(i));
-      out.push_back(lua_to_json(L, -1, what + "[" + std::to_string(i) + "]"));
+      out.push_back(lua_to_json(L, -1, what + "[" + std::to_string(i) + "]", depth + 1));
       lua_pop(L, 1);
     }
     return out;
@@ -119,7 +123,7 @@ json lua_to_json(lua_State* L, int idx, const std::string& what) {
       fail(std::string(lt_fname(L)) + ": " + what + " mixes list items and named keys");
     }
     std::string key = lua_tostring(L, -2);
-    out[key] = lua_to_json(L, -1, what + "." + key);
+    out[key] = lua_to_json(L, -1, what + "." + key, depth + 1);
     lua_pop(L, 1);
   }
   return out;
@@ -281,6 +285,8 @@ int batches_next(lua_State* L) {
   int64_t size = static_cast<int64_t>(lua_tonumber(L, lua_upvalueindex(2)));
   int64_t steps = static_cast<int64_t>(lua_tonumber(L, lua_upvalueindex(3)));
   int64_t step = static_cast<int64_t>(lua_tonumber(L, lua_upvalueindex(4))) + 1;
+  // The previous step is logged by now: its deferred checkpoint, or the stop a signal asked for.
+  stop_safe_point(step <= steps ? 1 : 0);
   if (step > steps) return 0;
   bool shuffle = lua_toboolean(L, lua_upvalueindex(5));
   bool cycle = lua_toboolean(L, lua_upvalueindex(6));
@@ -314,11 +320,16 @@ int l_data_batches(lua_State* L) {
   const int64_t items = pds ? (*pds)->size() : lt_check<DatasetPtr>(L, 1)->size();  // rows, or pairs
   lt_check_options(L, 2, {"size", "steps", "start", "shuffle"});
   if (!lt_has_field(L, 2, "size")) luaL_argerror(L, 2, "option 'size' (rows per batch) is required");
-  int64_t size = opt_int(L, 2, "size", 1);
-  if (size < 1) luaL_argerror(L, 2, "option 'size' must be at least 1");
+  if (lt_opt_number(L, 2, "size", 1) < 1) luaL_argerror(L, 2, "option 'size' must be at least 1");
+  // Before anything is sized from it: a size of batch_size * grad_accum = 1e18 is refused here.
+  data_check_batch_size(lt_opt_number(L, 2, "size", 1), dist_world_size(), items, pds ? "pairs" : "rows");
+  const int64_t size = opt_int(L, 2, "size", 1);
   bool cycle = lt_has_field(L, 2, "steps");
   const int64_t global = size * dist_world_size();  // rows a step takes over all ranks
-  int64_t steps = cycle ? opt_int(L, 2, "steps", 0) : (items + global - 1) / global;
+  // Row positions run to steps * global, which must stay a 64-bit count.
+  const int64_t max_steps = std::numeric_limits<int64_t>::max() / global;
+  int64_t steps = cycle ? lt_opt_int(L, 2, "steps", 0, -kLuaMaxExactInt, std::min(max_steps, kLuaMaxExactInt))
+                        : (items + global - 1) / global;
   int64_t start = opt_int(L, 2, "start", 0);
   if (start < 0) luaL_argerror(L, 2, "option 'start' must be >= 0 (the last step already done)");
   lua_pushvalue(L, 1);

@@ -52,10 +52,10 @@ int l_distill_new(lua_State* L) {
                             "hidden_weight", "seed"});
     read_loss_options(L, 3, o);
     o.alpha = lt_opt_number(L, 3, "alpha", o.alpha);
-    o.chunk = static_cast<int64_t>(lt_opt_number(L, 3, "chunk", static_cast<double>(o.chunk)));
+    o.chunk = lt_opt_int(L, 3, "chunk", o.chunk);
     o.hidden_loss = lt_opt_string(L, 3, "hidden_loss", o.hidden_loss);
     o.hidden_weight = lt_opt_number(L, 3, "hidden_weight", o.hidden_weight);
-    o.seed = static_cast<uint64_t>(lt_opt_number(L, 3, "seed", 0));
+    o.seed = static_cast<uint64_t>(lt_opt_int(L, 3, "seed", 0, 0));
     lua_getfield(L, 3, "hidden_layers");
     if (!lua_isnil(L, -1)) {
       const int list = lua_gettop(L);

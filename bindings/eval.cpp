@@ -78,10 +78,10 @@ int l_eval_multiple_choice(lua_State* L) {
     lt_check_options(
         L, 4,
         {"shots", "fewshot", "choices_as", "limit", "batch_size", "description", "special", "max_length"});
-    o.shots = static_cast<int64_t>(lt_opt_number(L, 4, "shots", 0));
-    o.limit = static_cast<int64_t>(lt_opt_number(L, 4, "limit", 0));
-    o.batch_size = static_cast<int64_t>(lt_opt_number(L, 4, "batch_size", 0));
-    o.max_length = static_cast<int64_t>(lt_opt_number(L, 4, "max_length", 0));
+    o.shots = lt_opt_int(L, 4, "shots", 0);
+    o.limit = lt_opt_int(L, 4, "limit", 0);
+    o.batch_size = lt_opt_int(L, 4, "batch_size", 0);
+    o.max_length = lt_opt_int(L, 4, "max_length", 0);
     o.description = lt_opt_string(L, 4, "description", "");
     o.add_special = lt_opt_bool(L, 4, "special", true);
     std::string as = lt_opt_string(L, 4, "choices_as", "letters");

@@ -15,6 +15,7 @@
 #include "bindings/model_class.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
 #include "host/core/strings.h"
 #include "host/hw/catalog.h"
 #include "host/hw/device_probe.h"
@@ -286,8 +287,8 @@ int l_hw_plan(lua_State* L) {
   lt_check_options(L, 1, kPlanKeys);
   LT_CHECK(!lt_has_field(L, 1, "gpus") || !lt_has_field(L, 1, "nproc"),
            "hw.plan: give gpus= or nproc= (the same setting), not both");
-  const int64_t gpus = static_cast<int64_t>(lt_opt_number(L, 1, "nproc", lt_opt_number(L, 1, "gpus", 1)));
-  const int64_t gpus_per_node = static_cast<int64_t>(lt_opt_number(L, 1, "gpus_per_node", 0));
+  const int64_t gpus = lt_opt_int(L, 1, "nproc", lt_opt_int(L, 1, "gpus", 1));
+  const int64_t gpus_per_node = lt_opt_int(L, 1, "gpus_per_node", 0);
   ModelConfig model;
   PlanOptions o;
   if (lt_has_field(L, 1, "recipe_config")) {
@@ -314,11 +315,11 @@ int l_hw_plan(lua_State* L) {
     o.dtype = lt_opt_string(L, 1, "dtype", "bf16");
     o.master_weights = lt_opt_bool(L, 1, "master_weights", true);
     o.optimizer = lt_opt_string(L, 1, "optimizer", "adamw");
-    o.micro_batch = static_cast<int64_t>(lt_opt_number(L, 1, "micro_batch", 1));
-    o.seq_len = static_cast<int64_t>(lt_opt_number(L, 1, "seq_len", 2048));
+    o.micro_batch = lt_opt_int(L, 1, "micro_batch", 1);
+    o.seq_len = lt_opt_int(L, 1, "seq_len", 2048);
     o.checkpointing = lt_opt_bool(L, 1, "checkpointing", false);
-    o.loss_chunk = static_cast<int64_t>(lt_opt_number(L, 1, "loss_chunk", 4096));
-    o.lora_r = static_cast<int64_t>(lt_opt_number(L, 1, "lora_r", 16));
+    o.loss_chunk = lt_opt_int(L, 1, "loss_chunk", 4096);
+    o.lora_r = lt_opt_int(L, 1, "lora_r", 16);
     o.lora_dropout = lt_opt_number(L, 1, "lora_dropout", 0.05);
     if (lt_has_field(L, 1, "lora_targets")) o.lora_targets = string_list(L, 1, "lora_targets");
     o.optimizer_offload = lt_opt_string(L, 1, "optimizer_offload", "none");
@@ -359,15 +360,15 @@ std::pair<ModelConfig, ProfileInput> profile_input(lua_State* L, int idx, bool s
   lua_pop(L, 1);
   in.tokens = lt_opt_number(L, idx, "tokens", 0);
   in.seconds = lt_opt_number(L, idx, "seconds", 0);
-  in.steps = static_cast<int64_t>(lt_opt_number(L, idx, "steps", 0));
-  in.seq_len = static_cast<int64_t>(lt_opt_number(L, idx, "seq_len", 2048));
+  in.steps = lt_opt_int(L, idx, "steps", 0);
+  in.seq_len = lt_opt_int(L, idx, "seq_len", 2048);
   in.method = plan_method_parse(lt_opt_string(L, idx, "method", "full"));
-  in.lora_params = static_cast<int64_t>(lt_opt_number(L, idx, "lora_params", 0));
+  in.lora_params = lt_opt_int(L, idx, "lora_params", 0);
   in.checkpointing = lt_opt_bool(L, idx, "checkpointing", false);
   in.peak_memory_gb = lt_opt_number(L, idx, "peak_memory_gb", 0);
   in.peak_tflops = lt_opt_number(L, idx, "peak_tflops", 0);
   in.price_per_hour = lt_opt_number(L, idx, "price_per_hour", 0);
-  in.gpus = static_cast<int64_t>(lt_opt_number(L, idx, "gpus", 1));
+  in.gpus = lt_opt_int(L, idx, "gpus", 1);
   in.device = lt_opt_string(L, idx, "device", "cpu");
   in.gpu = lt_opt_string(L, idx, "gpu", "");
   return {c, in};
@@ -444,7 +445,7 @@ int l_hw_project(lua_State* L) {
   po.tokens = lua_istable(L, 2) ? lt_opt_number(L, 2, "tokens", 0) : 0;
   po.mfu = lua_istable(L, 2) ? lt_opt_number(L, 2, "mfu", 0) : 0;
   po.dtype = lua_istable(L, 2) ? lt_opt_string(L, 2, "dtype", "bf16") : "bf16";
-  po.micro_batch_tokens = lua_istable(L, 2) ? static_cast<int64_t>(lt_opt_number(L, 2, "micro_batch_tokens", 0)) : 0;
+  po.micro_batch_tokens = lua_istable(L, 2) ? lt_opt_int(L, 2, "micro_batch_tokens", 0) : 0;
   std::unique_ptr<Plan> plan;
   if (lua_istable(L, 2) && lt_has_field(L, 2, "plan")) {
     // Rebuild the fits from the plan table (hw.plan's output).
@@ -516,7 +517,7 @@ std::string describe_monitor(const MonitorPtr& m) {
 int l_hw_monitor(lua_State* L) {
   lt_check_options(L, 1, {"interval", "device"});
   double interval = lua_istable(L, 1) ? lt_opt_number(L, 1, "interval", 0.5) : 0.5;
-  int device = lua_istable(L, 1) ? static_cast<int>(lt_opt_number(L, 1, "device", 0)) : 0;
+  int device = lua_istable(L, 1) ? static_cast<int>(lt_opt_int(L, 1, "device", 0, 0, 1 << 20)) : 0;
   LT_CHECK(interval > 0, "hw.monitor: interval must be positive seconds, got " << interval);
   lt_push<MonitorPtr>(L, std::make_shared<HwMonitor>(interval, device));
   return 1;
@@ -555,8 +556,7 @@ int l_hw_run_summary(lua_State* L) {
 // hw.read_json(path) -> the file's JSON as Lua values
 int l_hw_read_json(lua_State* L) {
   std::string path = luaL_checkstring(L, 1);
-  json j = json::parse(file_read(path), nullptr, false);
-  LT_CHECK(!j.is_discarded(), "hw.read_json: " << path << ": not valid JSON");
+  json j = json_parse_checked(file_read(path), "hw.read_json: " + path);
   push_json(L, j);
   return 1;
 }

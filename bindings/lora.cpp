@@ -59,7 +59,7 @@ int l_lora_apply(lua_State* L) {
     c.dropout = lt_opt_number(L, 2, "dropout", c.dropout);
     c.rslora = lt_opt_bool(L, 2, "rslora", c.rslora);
     c.dora = lt_opt_bool(L, 2, "dora", c.dora);
-    seed = static_cast<uint64_t>(lt_opt_number(L, 2, "seed", 0));
+    seed = static_cast<uint64_t>(lt_opt_int(L, 2, "seed", 0, 0));
     opt_string_list(L, 2, "targets", c.targets);
     lua_getfield(L, 2, "layers");
     if (!lua_isnil(L, -1)) {
@@ -95,7 +95,7 @@ int l_lora_adaption_prompt(lua_State* L) {
     };
     c.adapter_len = whole("adapter_len", c.adapter_len);
     c.adapter_layers = whole("adapter_layers", c.adapter_layers);
-    seed = static_cast<uint64_t>(lt_opt_number(L, 2, "seed", 0));
+    seed = static_cast<uint64_t>(lt_opt_int(L, 2, "seed", 0, 0));
   }
   lua_pushnumber(L, static_cast<double>(adaption_prompt_apply(m, c, seed)));
   return 1;

@@ -7,7 +7,9 @@
 #include <cmath>
 
 #include "host/core/error.h"
+#include "host/core/seed.h"
 #include "host/core/strings.h"
+#include "host/train/stop.h"
 
 namespace luatune {
 
@@ -16,12 +18,17 @@ namespace luatune {
 
 int lt_call_protected(lua_State* L, lua_CFunction fn) {
   std::string msg;
-  bool usage = false;
+  bool usage = false, stop = false;
   try {
     return fn(L);
+  } catch (const StopRequested&) {  // a stop that saved: the runner ends the run quietly
+    stop = true;
   } catch (const UsageError& e) {
     msg = e.what();
     usage = true;
+  } catch (const std::bad_alloc&) {
+    // An allocation no binding named (those that can, do: host/core/error.h rethrow_out_of_memory).
+    msg = std::string(lt_fname(L)) + ": out of memory (std::bad_alloc)";
   } catch (const c10::Error& e) {
     // LibTorch's message without its C++ backtrace: what a recipe author can act on.
     msg = e.what_without_backtrace();
@@ -31,6 +38,10 @@ int lt_call_protected(lua_State* L, lua_CFunction fn) {
     msg = e.what();
   }
   // Out of the catch block: raising a Lua error from inside it would unwind through it.
+  if (stop) {
+    lua_pushlightuserdata(L, lt_stop_token());
+    return lua_error(L);
+  }
   if (usage) {  // config and usage errors read best without a recipe position in front
     lt_run_state(L).usage_message = msg;
     lua_pushlstring(L, msg.data(), msg.size());
@@ -134,6 +145,16 @@ double lt_opt_number(lua_State* L, int idx, const char* key, double def) {
   return v;
 }
 
+int64_t lt_opt_int(lua_State* L, int idx, const char* key, int64_t def, int64_t lo, int64_t hi) {
+  const double v = lt_opt_number(L, idx, key, static_cast<double>(def));
+  if (v != std::floor(v) || v < static_cast<double>(lo) || v > static_cast<double>(hi)) {
+    std::string msg = std::string("option '") + key + "' expects an integer between " + std::to_string(lo) +
+                      " and " + std::to_string(hi) + ", got " + str_from_number(v);
+    luaL_argerror(L, idx, msg.c_str());
+  }
+  return static_cast<int64_t>(v);
+}
+
 bool lt_opt_bool(lua_State* L, int idx, const char* key, bool def) {
   if (!lua_istable(L, idx)) return def;
   lua_getfield(L, idx, key);
@@ -182,7 +203,7 @@ bool lt_is_list(lua_State* L, int idx) {
 // ============================================================================================
 // Config values
 
-ConfigValue lt_to_config(lua_State* L, int idx, const std::string& what) {
+static ConfigValue to_config(lua_State* L, int idx, const std::string& what, int depth) {
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
   switch (lua_type(L, idx)) {
     case LUA_TNUMBER:
@@ -197,13 +218,16 @@ ConfigValue lt_to_config(lua_State* L, int idx, const std::string& what) {
       fail_usage("config: '" + what + "' is a " + luaL_typename(L, idx) +
                  "; config values are numbers, booleans, strings, lists and tables");
   }
+  if (depth >= kLuaMaxTableDepth)  // also what a table that contains itself comes to
+    fail_usage("config: '" + what.substr(0, 60) + (what.size() > 60 ? "..." : "") +
+               "' nests tables deeper than " + std::to_string(kLuaMaxTableDepth) + " levels");
   if (lua_objlen(L, idx) > 0 || lt_is_list(L, idx)) {
     if (!lt_is_list(L, idx))
       fail_usage("config: '" + what + "' mixes list items and named keys; use one or the other");
     std::vector<ConfigValue> items;
     for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
       lua_rawgeti(L, idx, static_cast<int>(i));
-      items.push_back(lt_to_config(L, -1, what + "[" + std::to_string(i) + "]"));
+      items.push_back(to_config(L, -1, what + "[" + std::to_string(i) + "]", depth + 1));
       lua_pop(L, 1);
     }
     return ConfigValue::of_list(std::move(items));
@@ -213,10 +237,14 @@ ConfigValue lt_to_config(lua_State* L, int idx, const std::string& what) {
   while (lua_next(L, idx)) {
     if (lua_type(L, -2) != LUA_TSTRING) fail_usage("config: '" + what + "' has a key that is not a string");
     std::string key = lua_tostring(L, -2);
-    t.fields[key] = lt_to_config(L, -1, what.empty() ? key : what + "." + key);
+    t.fields[key] = to_config(L, -1, what.empty() ? key : what + "." + key, depth + 1);
     lua_pop(L, 1);
   }
   return t;
+}
+
+ConfigValue lt_to_config(lua_State* L, int idx, const std::string& what) {
+  return to_config(L, idx, what, 0);
 }
 
 void lt_push_config(lua_State* L, const ConfigValue& v) {
@@ -277,6 +305,26 @@ RunState& lt_run_state(lua_State* L) {
 
 void* lt_validate_done_token() {
   return &validate_done_token;
+}
+
+void* lt_stop_token() {
+  static char token;
+  return &token;
+}
+
+void lt_seed_all(lua_State* L, uint64_t seed) {
+  seed_torch(seed);
+  lua_getglobal(L, "math");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "randomseed");
+    if (lua_isfunction(L, -1)) {
+      lua_pushnumber(L, static_cast<double>(seed));  // exact: seeds are at most 2^53
+      lua_call(L, 1, 0);
+    } else {
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
 }
 
 void lt_set_number(lua_State* L, const char* key, double v) {

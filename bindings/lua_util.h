@@ -5,6 +5,7 @@
 
 #include <lua.hpp>
 
+#include <cstdint>
 #include <new>
 #include <string>
 #include <utility>
@@ -144,6 +145,12 @@ const char* lt_fname(lua_State* L);  // the name of the running Lua-called funct
 void lt_check_options(lua_State* L, int idx, const std::vector<std::string>& valid);
 bool lt_has_field(lua_State* L, int idx, const char* key);
 double lt_opt_number(lua_State* L, int idx, const char* key, double def);
+// The largest integer a Lua number (a double) holds exactly: 2^53.
+constexpr int64_t kLuaMaxExactInt = 9007199254740992;
+// An integer option in [lo, hi]: "option 'steps' expects an integer between 0 and
+// 9007199254740992, got 1e+300" instead of a cast that wraps 1e300 into a negative count.
+int64_t lt_opt_int(lua_State* L, int idx, const char* key, int64_t def, int64_t lo = -kLuaMaxExactInt,
+                   int64_t hi = kLuaMaxExactInt);
 bool lt_opt_bool(lua_State* L, int idx, const char* key, bool def);
 std::string lt_opt_string(lua_State* L, int idx, const char* key, const std::string& def);
 int64_t lt_check_int(lua_State* L, int idx);  // a number that is a whole integer
@@ -151,7 +158,9 @@ bool lt_is_list(lua_State* L, int idx);       // a table whose keys are exactly 
 // t[key] = v for the table at the top of the stack (the result tables bindings return).
 void lt_set_number(lua_State* L, const char* key, double v);
 
-// Lua value <-> ConfigValue (scalars, lists, tables); `what` names the value in errors.
+// Lua value <-> ConfigValue (scalars, lists, tables); `what` names the value in errors. Tables
+// nested deeper than kLuaMaxTableDepth (a table that contains itself, say) fail naming the path.
+constexpr int kLuaMaxTableDepth = 128;
 ConfigValue lt_to_config(lua_State* L, int idx, const std::string& what);
 void lt_push_config(lua_State* L, const ConfigValue& v);
 
@@ -176,5 +185,11 @@ struct RunState {
 RunState& lt_run_state(lua_State* L);
 // The light userdata raised as the error value when validate mode stops after config{}.
 void* lt_validate_done_token();
+// The light userdata raised when a SIGINT/SIGTERM stopped the recipe at a safe point (host/train/stop.h).
+void* lt_stop_token();
+// Seeds every process-global generator a recipe reaches: LibTorch's CPU and CUDA ones
+// (host/core/seed.h: seed_torch) and Lua's math.random. The runner calls it when the state opens
+// and when config{} resolves (docs/reproducibility.md).
+void lt_seed_all(lua_State* L, uint64_t seed);
 
 }  // namespace luatune

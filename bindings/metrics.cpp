@@ -111,17 +111,24 @@ void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
 // Module functions
 
 // metrics.open{console = true, jsonl = "out/metrics.jsonl", total_steps = N, every = 10,
-//              config = cfg, resume = false, wandb = "" | "project" | {project = , entity = , ...}}
+//              config = cfg, resume = false | true | STEP, wandb = "" | "project" | {project = , entity = , ...}}
 int l_metrics_open(lua_State* L) {
   MetricsOptions o;
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lt_check_options(L, 1, {"console", "jsonl", "total_steps", "every", "config", "resume", "wandb"});
     o.console = lt_opt_bool(L, 1, "console", true);
-    o.console_options.total_steps = static_cast<int64_t>(lt_opt_number(L, 1, "total_steps", 0));
-    o.console_options.every = static_cast<int64_t>(lt_opt_number(L, 1, "every", 10));
+    o.console_options.total_steps = lt_opt_int(L, 1, "total_steps", 0);
+    o.console_options.every = lt_opt_int(L, 1, "every", 10);
     o.jsonl.path = lt_opt_string(L, 1, "jsonl", "");
-    o.jsonl.resume = lt_opt_bool(L, 1, "resume", false);
+    lua_getfield(L, 1, "resume");  // true, or the step trainer:resume() returned (0: a fresh run)
+    if (lua_type(L, -1) == LUA_TNUMBER) {
+      o.jsonl.resume_step = static_cast<int64_t>(lua_tonumber(L, -1));
+      o.jsonl.resume = o.jsonl.resume_step > 0;
+    } else {
+      o.jsonl.resume = lt_opt_bool(L, 1, "resume", false);
+    }
+    lua_pop(L, 1);
     lua_getfield(L, 1, "config");
     if (lua_type(L, -1) == LUA_TSTRING) {
       o.jsonl.config_json = lua_tostring(L, -1);  // config.json()

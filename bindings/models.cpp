@@ -160,7 +160,7 @@ int l_models_init(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   std::string arch = lt_opt_string(L, 1, "arch", "");
   LT_CHECK(!arch.empty(), "models.init: arch is required (llama, mistral, qwen2, qwen3 or gemma2)");
-  uint64_t seed = static_cast<uint64_t>(lt_opt_number(L, 1, "seed", 0));
+  uint64_t seed = static_cast<uint64_t>(lt_opt_int(L, 1, "seed", 0, 0));
   at::ScalarType dtype = dtype_parse(lt_opt_string(L, 1, "dtype", "float32"));
   c10::Device device = device_parse(lt_opt_string(L, 1, "device", "cpu"));
   std::shared_ptr<Tokenizer> tok;
@@ -218,11 +218,11 @@ int l_models_generate(lua_State* L) {
   if (!lua_isnoneornil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
     lt_check_options(L, 4, {"max_new_tokens", "temperature", "top_k", "top_p", "stop", "seed", "use_cache"});
-    o.max_new_tokens = static_cast<int64_t>(lt_opt_number(L, 4, "max_new_tokens", 64));
+    o.max_new_tokens = lt_opt_int(L, 4, "max_new_tokens", 64);
     o.temperature = lt_opt_number(L, 4, "temperature", 0.0);
-    o.top_k = static_cast<int64_t>(lt_opt_number(L, 4, "top_k", 0));
+    o.top_k = lt_opt_int(L, 4, "top_k", 0);
     o.top_p = lt_opt_number(L, 4, "top_p", 1.0);
-    o.seed = static_cast<uint64_t>(lt_opt_number(L, 4, "seed", 0));
+    o.seed = static_cast<uint64_t>(lt_opt_int(L, 4, "seed", 0, 0));
     o.use_cache = lt_opt_bool(L, 4, "use_cache", true);
     lua_getfield(L, 4, "stop");
     if (lua_isstring(L, -1)) {
@@ -263,7 +263,7 @@ int l_models_perplexity(lua_State* L) {
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
     lt_check_options(L, 3, {"max_length", "tokenizer"});
-    max_length = static_cast<int64_t>(lt_opt_number(L, 3, "max_length", 2048));
+    max_length = lt_opt_int(L, 3, "max_length", 2048);
     lua_getfield(L, 3, "tokenizer");
     if (!lua_isnil(L, -1)) tok = lt_check<std::shared_ptr<Tokenizer>>(L, lua_gettop(L));
     lua_pop(L, 1);

@@ -76,7 +76,7 @@ TargetSparsity read_sparsity(lua_State* L, int idx) {
   t.heads = lt_opt_number(L, idx, "heads", 0);
   t.hidden = lt_opt_number(L, idx, "hidden", 0);
   t.intermediate = lt_opt_number(L, idx, "intermediate", 0);
-  t.round_to = static_cast<int64_t>(lt_opt_number(L, idx, "round_to", 1));
+  t.round_to = lt_opt_int(L, idx, "round_to", 1);
   return t;
 }
 

@@ -30,10 +30,10 @@ bool lt_quant_options(lua_State* L, int idx, const std::string& where, QuantConf
   }
   lt_check_options(L, idx, {"quant_type", "blocksize", "double_quant", "nested_blocksize", "skip"});
   c->type = quant_type_parse(lt_opt_string(L, idx, "quant_type", "nf4"), where);
-  c->blocksize = static_cast<int64_t>(lt_opt_number(L, idx, "blocksize", static_cast<double>(c->blocksize)));
+  c->blocksize = lt_opt_int(L, idx, "blocksize", c->blocksize);
   c->double_quant = lt_opt_bool(L, idx, "double_quant", c->double_quant);
   c->nested_blocksize =
-      static_cast<int64_t>(lt_opt_number(L, idx, "nested_blocksize", static_cast<double>(c->nested_blocksize)));
+      lt_opt_int(L, idx, "nested_blocksize", c->nested_blocksize);
   lua_getfield(L, idx, "skip");
   if (lua_type(L, -1) == LUA_TSTRING) {
     skip->push_back(lua_tostring(L, -1));
@@ -163,9 +163,9 @@ int l_qlora_dequantize_tensor(lua_State* L) {
   s.nested = s.nested_absmax.defined();
   LT_CHECK(!s.nested || s.nested_code.defined(), "qlora.dequantize_tensor: nested_absmax without nested_quant_map");
   s.offset = static_cast<float>(lt_opt_number(L, 1, "offset", 0));
-  s.nested_blocksize = static_cast<int64_t>(lt_opt_number(L, 1, "nested_blocksize", 256));
+  s.nested_blocksize = lt_opt_int(L, 1, "nested_blocksize", 256);
   s.type = quant_type_parse(lt_opt_string(L, 1, "quant_type", "nf4"), "qlora.dequantize_tensor");
-  s.blocksize = static_cast<int64_t>(lt_opt_number(L, 1, "blocksize", 64));
+  s.blocksize = lt_opt_int(L, 1, "blocksize", 64);
   s.dtype = dtype_parse(lt_opt_string(L, 1, "dtype", "float32"));
   lua_getfield(L, 1, "shape");
   LT_CHECK(lua_istable(L, -1) && lt_is_list(L, -1), "qlora.dequantize_tensor: field shape (a list) is missing");

@@ -7,6 +7,7 @@
 #include "bindings/lua_util.h"
 #include "host/core/error.h"
 #include "host/sweep/sweep.h"
+#include "host/train/stop.h"
 
 namespace luatune {
 namespace {
@@ -52,10 +53,12 @@ int l_sweep_run(lua_State* L) {
   RunState& st = lt_run_state(L);
   st.sweeps_run++;
   SweepOutcome out = sweep_run(spec);
-  if (out.interrupted) {
+  if (out.interrupted) {  // the runner ends quietly with exit status 130, as for a trainer's stop
     st.interrupted_by = out.signal;
-    fail(std::string("sweep.run: interrupted by ") + (out.signal == SIGTERM ? "SIGTERM" : "Ctrl-C") +
-         "; the running trials were stopped and rerun when the sweep is run again");
+    stop_request(out.signal);
+    stop_note("; sweep.run stopped the running trials: run the sweep again to finish them (a trial that "
+              "saved a checkpoint continues from it)");
+    throw StopRequested("sweep.run: interrupted");
   }
   lua_createtable(L, static_cast<int>(out.trials.size()), 0);
   for (size_t i = 0; i < out.trials.size(); i++) {

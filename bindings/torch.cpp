@@ -754,7 +754,7 @@ int l_torch_cross_entropy(lua_State* L) {
   lt_check_options(L, 3, {"ignore_index", "reduction", "label_smoothing"});
   return push_tensor(L,
                      at::cross_entropy_loss(logits, target, {}, reduction_arg(L, 3),
-                                            static_cast<int64_t>(lt_opt_number(L, 3, "ignore_index", -100)),
+                                            lt_opt_int(L, 3, "ignore_index", -100),
                                             lt_opt_number(L, 3, "label_smoothing", 0.0)));
 }
 int l_torch_mse_loss(lua_State* L) {

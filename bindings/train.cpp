@@ -13,6 +13,7 @@
 #include "bindings/tokenizer_class.h"
 #include "host/core/error.h"
 #include "host/core/tensor_ops.h"
+#include "host/runner/config.h"
 #include "host/train/preference.h"
 #include "host/train/rejection.h"
 #include "host/train/reward.h"
@@ -73,36 +74,44 @@ std::string describe_trainer(const TrainerPtr& t) {
 //   momentum=0, schedule="cosine", warmup=0, steps=, min_lr_ratio=0, micro_batch_size=0,
 //   max_grad_norm=1, master_weights=true, checkpoint_layers=false, loss_chunk=4096,
 //   output_dir=, save_every=0, keep_last=2, hooks={pruner, distiller, ...},
-//   shard="none"|"optimizer"|"gradients"|"full", optimizer_offload="none"|"cpu"})
+//   shard="none"|"optimizer"|"gradients"|"full", optimizer_offload="none"|"cpu", overwrite=false})
+// overwrite defaults to the recipe config's `overwrite`; the resolved config goes into checkpoints.
 int l_train_new(lua_State* L) {
   auto model = lt_check<std::shared_ptr<Model>>(L, 1);
   TrainOptions o;
+  const RunState& st = lt_run_state(L);
+  if (st.config_resolved) {
+    o.config_json = config_to_json(st.resolved);
+    auto it = st.resolved.fields.find("overwrite");
+    if (it != st.resolved.fields.end() && it->second.kind == ConfigValue::Kind::boolean) o.overwrite = it->second.boolean;
+  }
   std::vector<std::shared_ptr<TrainerHook>> hooks;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
     lt_check_options(L, 2, {"optimizer", "lr", "betas", "eps", "weight_decay", "momentum", "schedule", "warmup",
                             "steps", "min_lr_ratio", "micro_batch_size", "max_grad_norm", "master_weights",
                             "checkpoint_layers", "loss_chunk", "output_dir", "save_every", "keep_last", "hooks",
-                            "shard", "optimizer_offload"});
+                            "shard", "optimizer_offload", "overwrite"});
     o.optimizer = lt_opt_string(L, 2, "optimizer", o.optimizer);
     o.lr = lt_opt_number(L, 2, "lr", o.lr);
     o.eps = lt_opt_number(L, 2, "eps", o.eps);
     o.weight_decay = lt_opt_number(L, 2, "weight_decay", o.weight_decay);
     o.momentum = lt_opt_number(L, 2, "momentum", o.momentum);
     o.schedule = lt_opt_string(L, 2, "schedule", o.schedule);
-    o.warmup = static_cast<int64_t>(lt_opt_number(L, 2, "warmup", 0));
-    o.steps = static_cast<int64_t>(lt_opt_number(L, 2, "steps", 0));
+    o.warmup = lt_opt_int(L, 2, "warmup", 0);
+    o.steps = lt_opt_int(L, 2, "steps", 0);
     o.min_lr_ratio = lt_opt_number(L, 2, "min_lr_ratio", 0);
-    o.micro_batch_size = static_cast<int64_t>(lt_opt_number(L, 2, "micro_batch_size", 0));
+    o.micro_batch_size = lt_opt_int(L, 2, "micro_batch_size", 0);
     o.max_grad_norm = lt_opt_number(L, 2, "max_grad_norm", o.max_grad_norm);
     o.master_weights = lt_opt_bool(L, 2, "master_weights", o.master_weights);
     o.checkpoint_layers = lt_opt_bool(L, 2, "checkpoint_layers", false);
-    o.loss_chunk = static_cast<int64_t>(lt_opt_number(L, 2, "loss_chunk", o.loss_chunk));
+    o.loss_chunk = lt_opt_int(L, 2, "loss_chunk", o.loss_chunk);
     o.output_dir = lt_opt_string(L, 2, "output_dir", "");
-    o.save_every = static_cast<int64_t>(lt_opt_number(L, 2, "save_every", 0));
-    o.keep_last = static_cast<int64_t>(lt_opt_number(L, 2, "keep_last", o.keep_last));
+    o.save_every = lt_opt_int(L, 2, "save_every", 0);
+    o.keep_last = lt_opt_int(L, 2, "keep_last", o.keep_last);
     o.shard = lt_opt_string(L, 2, "shard", o.shard);
     o.optimizer_offload = lt_opt_string(L, 2, "optimizer_offload", o.optimizer_offload);
+    o.overwrite = lt_opt_bool(L, 2, "overwrite", o.overwrite);
     lua_getfield(L, 2, "betas");
     if (!lua_isnil(L, -1)) {
       LT_CHECK(lua_istable(L, -1) && lua_objlen(L, -1) == 2, "train.new: betas must be a list of two numbers");

@@ -13,7 +13,8 @@ local cfg = config {
   optimizer = "adamw",         -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
   optimizer_offload = "none",  -- none | cpu (fp32 masters and optimizer states in host memory)
   eval_fraction = 0.01, eval_every = 200, save_every = 200, resume = false,
-  seed = 0,
+  overwrite = false,  -- true: a fresh run moves an earlier run in output_dir to output_dir/previous-<time>/
+  seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",
 }
 
@@ -36,7 +37,7 @@ local trainer = train.new(model, { lr = cfg.lr, warmup = cfg.warmup, schedule = 
                                    optimizer_offload = cfg.optimizer_offload })
 local start = cfg.resume and trainer:resume() or 0
 local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
-                           config = cfg, resume = start > 0, wandb = cfg.wandb_project }
+                           config = cfg, resume = start, wandb = cfg.wandb_project }
 
 for step, batch in train_set:batches { size = cfg.batch_size * cfg.grad_accum, steps = cfg.steps, start = start } do
   log:write(step, trainer:step(batch))

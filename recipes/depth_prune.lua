@@ -16,7 +16,7 @@ local cfg = config {
   shard = "none",                      -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
   optimizer = "adamw",                 -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
   optimizer_offload = "none",          -- none | cpu (fp32 masters and optimizer states in host memory)
-  seed = 0,
+  seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",
 }
 

@@ -41,12 +41,11 @@ local cfg = config {
   teacher_device = "",               -- "" = device
   dtype = "bf16", device = "auto",
   eval_fraction = 0.02, eval_every = 100, eval_batches = 0,
-  seed = 0,
+  seed = 0, deterministic = false,   -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "llama31_sheared",
   check = false,                     -- assert the result's shape and that it reloads and generates (tests)
 }
 
-torch.manual_seed(cfg.seed)  -- mask samples and dropout: the same run twice gives the same model
 local json_path = cfg.output_dir .. "/summary.json"
 local t_start = metrics.clock()
 local P = require("pruning")  -- scripts/lua/pruning.lua

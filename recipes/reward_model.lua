@@ -18,7 +18,8 @@ local cfg = config {
   optimizer_offload = "none",                    -- none | cpu (fp32 masters and optimizer states in host memory)
   pad_token_id = -1,                             -- for config.json; -1: the tokenizer's pad, else the last id
   eval_fraction = 0.05, eval_every = 50, save_every = 100, resume = false,
-  seed = 0,
+  overwrite = false,  -- true: a fresh run moves an earlier run in output_dir to output_dir/previous-<time>/
+  seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",
 }
 
@@ -40,7 +41,7 @@ local trainer = train.new(model, { lr = cfg.lr, warmup = cfg.warmup, schedule = 
                                    hooks = { reward } })
 local start = cfg.resume and trainer:resume() or 0
 local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
-                           config = cfg, resume = start > 0, wandb = cfg.wandb_project }
+                           config = cfg, resume = start, wandb = cfg.wandb_project }
 
 local function evaluate(step)
   log:write(step, pref.eval_fields(trainer:evaluate(eval_set, { batch_size = cfg.batch_size })))

@@ -11,10 +11,12 @@
 #include "bindings/modules.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/seed.h"
 #include "host/core/strings.h"
 #include "host/dist/dist.h"
 #include "host/metrics/metrics.h"
 #include "host/runner/recipes.h"
+#include "host/train/stop.h"
 
 namespace luatune {
 
@@ -43,18 +45,33 @@ const Module modules[] = {
 };
 
 // ============================================================================================
-// Ctrl-C (and SIGTERM, which Slurm and job schedulers send before killing): the signal handler
-// only arms a hook; the hook raises a Lua error at the next Lua instruction, so a C++ step already
-// running finishes first. A second signal kills the process.
+// Ctrl-C (and SIGTERM, which Slurm, spot instances and job schedulers send before killing): a stop
+// that saves (host/train/stop.h). The handler records the signal and arms a hook; at the next Lua
+// instruction (a C++ step already running finishes first) the hook either waits for the trainers'
+// safe point, where the step is logged and its checkpoint can be written, or, when none is due,
+// saves what the live trainers have not saved and stops the recipe there. A second signal kills
+// the process.
 
 lua_State* g_state = nullptr;
 volatile std::sig_atomic_t g_interrupted = 0;
-volatile std::sig_atomic_t g_signal = 0;
 
 void interrupt_hook(lua_State* L, lua_Debug*) {
+  if (stop_defer_to_safe_point()) {  // look again a little later
+    lua_sethook(L, interrupt_hook, LUA_MASKCOUNT, 1000);
+    return;
+  }
   lua_sethook(L, nullptr, 0, 0);
-  if (g_signal == SIGTERM) luaL_error(L, "interrupted by SIGTERM");
-  luaL_error(L, "interrupted by Ctrl-C (SIGINT)");
+  if (dist_active()) {
+    stop_note("; outside a training loop, so nothing was saved (ranks save together only at a step)");
+  } else {
+    try {
+      stop_save_now();
+    } catch (const std::exception& e) {
+      stop_note("; saving on the way out failed: " + std::string(e.what()));
+    }
+  }
+  lua_pushlightuserdata(L, lt_stop_token());
+  lua_error(L);
 }
 
 // A second Ctrl-C more than a second after the first ends the process at once (a step that never
@@ -72,7 +89,7 @@ void on_sigint(int sig) {
   }
   if (!g_interrupted) {
     g_first_interrupt_s = static_cast<std::sig_atomic_t>(now.tv_sec);
-    g_signal = sig;
+    stop_request(sig);
   }
   g_interrupted = 1;
   if (g_state) lua_sethook(g_state, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
@@ -84,7 +101,7 @@ void on_sigint(int sig) {
 // Message handler for the recipe's pcall: adds a traceback to ordinary errors; leaves the
 // validate token and usage errors (which need no traceback) as they are.
 int message_handler(lua_State* L) {
-  if (lua_touserdata(L, 1) == lt_validate_done_token()) return 1;
+  if (lua_touserdata(L, 1) == lt_validate_done_token() || lua_touserdata(L, 1) == lt_stop_token()) return 1;
   const char* msg = lua_tostring(L, 1);
   if (msg && msg == lt_run_state(L).usage_message) return 1;
   if (!msg) {
@@ -130,6 +147,7 @@ lua_State* open_state(const std::string& recipe_path) {
   lua_pushstring(L, path.c_str());
   lua_setfield(L, -2, "path");
   lua_pop(L, 1);
+  lt_seed_all(L, seed_from_env());  // for scripts without config{}, which reseeds (docs/reproducibility.md)
   return L;
 }
 
@@ -144,6 +162,7 @@ void load_config_files(lua_State* L, const Command& cmd, RunState& st) {
       fail_usage("config: overrides file '" + file +
                  "' must return a table, e.g. return { lr = 1e-4 }; it returned a " + luaL_typename(L, -1));
     ConfigValue t = lt_to_config(L, -1, "");
+    if (t.kind == ConfigValue::Kind::list && t.items.empty()) t = ConfigValue::of_table();  // {}: no overrides
     if (t.kind != ConfigValue::Kind::table)
       fail_usage("config: overrides file '" + file + "' must return a table of named values, not a list");
     for (auto& o : config_flatten(t, file)) st.overrides.push_back(std::move(o));
@@ -179,13 +198,20 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd, Conf
         std::printf("validate: %s: config resolved; nothing was run\n", path.c_str());
       return kExitOk;
     }
+    if (lua_touserdata(L, -1) == lt_stop_token()) {
+      const char* by = stop_signal() == SIGTERM ? "SIGTERM" : "Ctrl-C (SIGINT)";
+      std::string text = "runner: stopped by " + std::string(by) + stop_report();
+      std::fprintf(stderr, "%s\n", text.c_str());
+      metrics_console_tap(text);
+      return kExitInterrupted;
+    }
     const char* msg = lua_tostring(L, -1);
     bool usage = msg && msg == st.usage_message;
     std::string text = std::string(usage ? "" : "error: ") + (msg ? msg : "(no message)");
     std::fprintf(stderr, "%s\n", text.c_str());
     for (const auto& line : str_split(text, '\n')) metrics_console_tap(line);  // W&B's output.log
     if (g_interrupted || st.interrupted_by) {  // the runner's handler, or sweep.run's while it waited
-      int sig = g_interrupted ? static_cast<int>(g_signal) : st.interrupted_by;
+      int sig = g_interrupted ? stop_signal() : st.interrupted_by;
       std::fprintf(stderr, "runner: interrupted by %s; stopped between steps\n",
                    sig == SIGTERM ? "SIGTERM" : "Ctrl-C");
       return kExitInterrupted;
@@ -221,6 +247,9 @@ int lua_host_run(const std::string& path, const Command& cmd, ConfigValue* resol
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     rc = kExitUsage;
+  } catch (const std::bad_alloc&) {  // one no caller named: say so rather than "std::bad_alloc"
+    std::fprintf(stderr, "error: %s: out of memory (std::bad_alloc)\n", path.c_str());
+    rc = kExitFailed;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     metrics_console_tap(std::string("error: ") + e.what());

@@ -1,19 +1,14 @@
 // The Lua state a recipe runs in: LuaJIT with the standard libraries, every luatune module as a
 // global, package.path reaching scripts/lua/ and the recipe's own directory, a traceback message
-// handler around the recipe, and Ctrl-C turned into a clean stop at the next Lua instruction.
+// handler around the recipe, and Ctrl-C / SIGTERM turned into a stop that saves (host/train/stop.h).
 #pragma once
 
 #include <string>
 
+#include "host/core/error.h"  // the exit statuses kExitOk, kExitFailed, kExitUsage, kExitInterrupted
 #include "host/runner/cli.h"
 
 namespace luatune {
-
-// Exit statuses of a run.
-constexpr int kExitOk = 0;
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitInterrupted = 130;
 
 struct ConfigValue;
 

@@ -13,6 +13,7 @@
 
 #include "host/core/device.h"
 #include "host/core/error.h"
+#include "host/core/json.h"
 #include "host/core/version.h"
 #include "host/core/process.h"
 #include "host/data/preview.h"
@@ -37,7 +38,7 @@ static int run_tokenize(const Command& cmd) {
   std::ios::sync_with_stdio(false);  // std::cin is read only here; unsynced getline is much faster
   std::string line;
   for (size_t n = 1; std::getline(std::cin, line); n++) {
-    nlohmann::json in = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json in = json_parse_or_discard(line);  // bad or too deep: not what is expected below
     nlohmann::json out;
     if (!cmd.decode) {
       if (!in.is_string()) fail("stdin:" + std::to_string(n) + ": expected a JSON string");
@@ -145,7 +146,7 @@ static int run_command(const Command& cmd) {
       std::fputs(sweep_report(cmd.dest).c_str(), stdout);
       return kExitOk;
     case Command::Verb::wandb_sync:
-      return wandb_sync(cmd.dest, stdout);
+      return wandb_sync(cmd.dest, stdout, cmd.trust_spool_host);
     case Command::Verb::plan:
       return run_plan(cmd);
     case Command::Verb::run:

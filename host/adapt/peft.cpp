@@ -12,6 +12,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
 #include "host/core/tensor_ops.h"
 #include "host/dist/dist.h"
 #include "host/io/safetensors.h"
@@ -62,12 +63,7 @@ json peft_config_read(const std::string& dir, std::string* path_out) {
   const std::string path = dir + "/" + kPeftConfigFile;
   LT_CHECK(file_exists(path), path << ": missing (expected a PEFT adapter directory)");
   if (path_out) *path_out = path;
-  json j;
-  try {
-    j = json::parse(file_read(path));
-  } catch (const json::exception& e) {
-    fail(path + ": not valid JSON (" + e.what() + ")");
-  }
+  json j = json_parse_checked(file_read(path), path);
   LT_CHECK(j.is_object(), path << ": expected a JSON object");
   auto type = j.find("peft_type");
   LT_CHECK(type != j.end() && type->is_string(),

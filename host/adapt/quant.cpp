@@ -13,6 +13,7 @@
 
 #include "host/core/device.h"
 #include "host/core/error.h"
+#include "host/core/json.h"
 #include "host/core/tensor_ops.h"
 
 #ifdef LUATUNE_HAS_KERNELS
@@ -360,7 +361,9 @@ std::pair<at::Tensor, QuantState> quant_state_from_tensors(const std::string& we
   at::Tensor qs = get(qs_name).to(at::kCPU).contiguous();
   LT_CHECK(qs.scalar_type() == at::kByte && qs.dim() == 1,
            where << ": tensor " << qs_name << " must be a 1-D uint8 tensor of JSON text");
-  json j = json::parse(std::string(reinterpret_cast<const char*>(qs.data_ptr<uint8_t>()), qs.numel()), nullptr, false);
+  const std::string qs_text(reinterpret_cast<const char*>(qs.data_ptr<uint8_t>()), qs.numel());
+  json_check_depth(qs_text, where + ": tensor " + qs_name);
+  json j = json::parse(qs_text, nullptr, false);
   LT_CHECK(j.is_object(), where << ": tensor " << qs_name << " does not hold a JSON object");
   auto field = [&](const char* key) -> const json& {
     LT_CHECK(j.contains(key), where << ": " << qs_name << " has no \"" << key << "\"");

@@ -4,8 +4,10 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <cstdio>
 #include <cstdlib>
 
 #include <utility>
@@ -103,6 +105,23 @@ c10::Device device_parse(const std::string& name) {
     return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
   fail("unknown device '" + name + "'", "expected \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"");
+}
+
+uint64_t host_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+std::string bytes_text(double bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) bytes /= 1024, u++;
+  char buf[64];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%.0f bytes", bytes);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", bytes, units[u]);
+  return buf;
 }
 
 std::string device_name(const c10::Device& d) {

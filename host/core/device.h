@@ -5,6 +5,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include <cstdint>
 #include <string>
 
 namespace luatune {
@@ -30,5 +31,12 @@ void cpu_threads_init();
 
 bool cuda_available();
 int cuda_device_count();
+
+// This machine's physical memory in bytes (0 when unknown): the ceiling allocations are checked
+// against before they are tried (Linux overcommits, so a too-large malloc may "succeed" and the
+// process be killed later instead of failing).
+uint64_t host_memory_bytes();
+// "3.2 GiB", "512.0 MiB": a byte count for messages.
+std::string bytes_text(double bytes);
 
 }  // namespace luatune

@@ -9,6 +9,12 @@
 
 namespace luatune {
 
+// Exit statuses of a run (the runner's, and what metric sinks report when they close).
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitInterrupted = 130;  // stopped by SIGINT/SIGTERM (after saving, host/train/stop.h)
+
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -25,6 +31,13 @@ class UsageError : public Error {
 [[noreturn]] void fail_usage(const std::string& message, const std::string& hint = "");
 // Internal invariant broken: the message carries the C++ file:line and says it is a bug.
 [[noreturn]] void fail_internal(const char* file, int line, const std::string& message);
+
+// Whether `e` is an allocation failure: std::bad_alloc, LibTorch's CPU "not enough memory" or
+// its CUDA "out of memory".
+bool error_is_out_of_memory(const std::exception& e);
+// Call inside a catch block: an allocation failure is rethrown as Error "WHAT: out of memory
+// (DETAIL)", so the message names what was being allocated; anything else is rethrown unchanged.
+[[noreturn]] void rethrow_out_of_memory(const std::string& what);
 
 }  // namespace luatune
 

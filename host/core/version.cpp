@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include <cstdio>
 #include <sstream>
 
 #include "host/core/device.h"
@@ -17,6 +18,19 @@ namespace luatune {
 
 std::string version_luatune() {
   return LUATUNE_VERSION;
+}
+
+std::string version_git_describe(const std::string& dir) {
+  if (dir.empty()) return "";
+  std::string cmd = "git -C '" + dir + "' describe --always --dirty --tags 2>/dev/null";
+  if (dir.find('\'') != std::string::npos) return "";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return "";
+  char buf[256] = {0};
+  std::string out = std::fgets(buf, sizeof buf, p) ? buf : "";
+  ::pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
 }
 
 std::string version_torch() {

@@ -10,6 +10,8 @@
 #include <fstream>
 
 #include "host/core/error.h"
+#include "host/core/json.h"
+#include "host/core/strings.h"
 #include "host/text/tokenizer.h"
 
 namespace luatune {
@@ -47,6 +49,19 @@ std::vector<int64_t> data_permutation(int64_t n, uint64_t seed) {
   uint64_t state = seed;
   for (int64_t i = n - 1; i > 0; i--) std::swap(p[i], p[uniform_below(state, static_cast<uint64_t>(i + 1))]);
   return p;
+}
+
+void data_check_batch_size(double size, int world, int64_t items, const char* unit) {
+  const std::string given = str_from_number(size);
+  LT_CHECK(size >= 1 && size == std::floor(size),
+           "data: batches: option 'size' must be a whole number of " << unit << " >= 1, got " << given);
+  const double total = size * world;  // over all ranks; exact while it is below 2^53
+  const double limit = static_cast<double>(std::max(items, kDataMaxBatchBeyondData));
+  if (total <= limit) return;
+  fail("data: batches: option 'size' is " + given + " " + unit + " per step" +
+       (world > 1 ? " on each of " + std::to_string(world) + " ranks" : "") + ", more than the dataset's " +
+       std::to_string(items) + " " + unit + " and more than " + std::to_string(kDataMaxBatchBeyondData) +
+       " (recipes pass batch_size * grad_accum as size; see docs/limits.md)");
 }
 
 // ============================================================================================
@@ -191,14 +206,24 @@ std::shared_ptr<Dataset> Dataset::from_jsonl(const std::string& path, const Toke
     }
     origin = line_no;
     where = path + ":" + std::to_string(line_no);
+    error = json_depth_error(line, path, line_no);
+    if (!error.empty()) {  // a record too deep to quote or copy safely: a bad record (skip_bad)
+      record = json();
+      return true;
+    }
     record = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    error.clear();
     if (record.is_discarded())
       error = where + ": expected a JSON object, got '" +
               (line.size() > 60 ? line.substr(0, 60) + "..." : line) + "' (not valid JSON)";
     return true;
   };
-  auto ds = build(next, tok, o);
+  std::shared_ptr<Dataset> ds;
+  try {
+    ds = build(next, tok, o);
+  } catch (...) {
+    rethrow_out_of_memory("data: " + path + ":" + std::to_string(line_no) +
+                          ": holding the tokens read so far");
+  }
   LT_CHECK(!in.bad(), "data: error reading '" << path << "' at line " << line_no);
   return ds;
 }
@@ -340,6 +365,8 @@ int64_t Dataset::epoch_row(int64_t epoch, int64_t index) const {
 std::vector<int64_t> Dataset::step_rows(int64_t step, int64_t size, bool shuffle, bool cycle) const {
   LT_CHECK(size >= 1, "data: batch size must be at least 1, got " << size);
   LT_CHECK(step >= 1, "data: steps are numbered from 1, got " << step);
+  LT_CHECK(step <= INT64_MAX / size,
+           "data: step " << step << " of " << size << " rows is past the last row a 64-bit count reaches");
   int64_t rows = this->size();
   LT_CHECK(rows > 0, "data: the dataset has no rows (" << stats_.skipped_bad << " bad records skipped, "
                                                        << stats_.dropped_empty << " with no target dropped)");
@@ -381,10 +408,15 @@ Batch Dataset::batch(const std::vector<int64_t>& rows) const {
   if (options_.pack || options_.pad_to_max_length) T = options_.max_length;
   int64_t B = static_cast<int64_t>(rows.size());
   Batch b;
-  b.ids = at::empty({B, T}, at::kLong);
-  b.targets = at::empty({B, T}, at::kLong);
-  b.positions = at::empty({B, T}, at::kLong);
-  b.segments = at::empty({B, T}, at::kLong);
+  try {
+    b.ids = at::empty({B, T}, at::kLong);
+    b.targets = at::empty({B, T}, at::kLong);
+    b.positions = at::empty({B, T}, at::kLong);
+    b.segments = at::empty({B, T}, at::kLong);
+  } catch (...) {
+    rethrow_out_of_memory("data: allocating a batch of " + std::to_string(B) + " rows x " +
+                          std::to_string(T) + " tokens (4 int64 tensors)");
+  }
   int64_t *ids = b.ids.data_ptr<int64_t>(), *targets = b.targets.data_ptr<int64_t>();
   int64_t *positions = b.positions.data_ptr<int64_t>(), *segments = b.segments.data_ptr<int64_t>();
   b.lengths = at::empty({B}, at::kLong);

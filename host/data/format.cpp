@@ -9,6 +9,7 @@
 #include <cctype>
 
 #include "host/core/error.h"
+#include "host/core/json.h"
 #include "host/core/strings.h"
 #include "host/text/tokenizer.h"
 
@@ -238,13 +239,7 @@ Document data_encode_record(const Tokenizer& tok, const EncodeOptions& o, const 
 }
 
 std::string data_record_excerpt(const json& record, size_t limit) {
-  std::string s = record.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > limit) {
-    size_t cut = limit;
-    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) cut--;  // not inside a UTF-8 char
-    s = s.substr(0, cut) + "...";
-  }
-  return s;
+  return json_excerpt(record, limit);  // bounded whatever the record's size and depth
 }
 
 }  // namespace luatune

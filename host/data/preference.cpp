@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "host/core/error.h"
+#include "host/core/json.h"
 #include "host/text/tokenizer.h"
 
 namespace luatune {
@@ -198,14 +199,23 @@ std::shared_ptr<PreferenceDataset> PreferenceDataset::from_jsonl(const std::stri
     }
     origin = line_no;
     where = path + ":" + std::to_string(line_no);
+    error = json_depth_error(line, path, line_no);
+    if (!error.empty()) {  // a record too deep to quote or copy safely: a bad record (skip_bad)
+      record = json();
+      return true;
+    }
     record = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    error.clear();
     if (record.is_discarded())
       error = where + ": expected a JSON object, got '" + (line.size() > 60 ? line.substr(0, 60) + "..." : line) +
               "' (not valid JSON)";
     return true;
   };
-  return build(next, tok, o);
+  try {
+    return build(next, tok, o);
+  } catch (...) {
+    rethrow_out_of_memory("data: " + path + ":" + std::to_string(line_no) +
+                          ": holding the pairs read so far");
+  }
 }
 
 std::shared_ptr<PreferenceDataset> PreferenceDataset::from_records(const std::vector<json>& records,
@@ -268,6 +278,8 @@ std::pair<std::shared_ptr<PreferenceDataset>, std::shared_ptr<PreferenceDataset>
 std::vector<int64_t> PreferenceDataset::step_pairs(int64_t step, int64_t size, bool shuffle, bool cycle) const {
   LT_CHECK(size >= 1, "data: batch size must be at least 1, got " << size);
   LT_CHECK(step >= 1, "data: steps are numbered from 1, got " << step);
+  LT_CHECK(step <= INT64_MAX / size,
+           "data: step " << step << " of " << size << " pairs is past the last pair a 64-bit count reaches");
   const int64_t n = this->size();
   LT_CHECK(n > 0, "data: the preference set has no pairs (" << stats_.skipped_bad << " bad records skipped, "
                                                               << stats_.dropped_empty << " cut away by max_length)");

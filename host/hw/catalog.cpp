@@ -9,6 +9,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
 #include "host/core/strings.h"
 #include "host/runner/recipes.h"
 
@@ -45,6 +46,7 @@ bool contains_word(const std::string& name, const std::string& alias) {
 }  // namespace
 
 std::vector<GpuSpec> hw_catalog_parse(const std::string& json_text, const std::string& source) {
+  json_check_depth(json_text, "hw.catalog: " + source);
   nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   LT_CHECK(!doc.is_discarded(), "hw.catalog: " << source << ": not valid JSON");
   LT_CHECK(doc.is_object() && doc.contains("gpus") && doc["gpus"].is_array(),

@@ -9,6 +9,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
 #include "host/core/strings.h"
 
 namespace luatune {
@@ -194,7 +195,7 @@ RunSummary hw_read_metrics(const std::string& path) {
   std::string line;
   std::vector<std::pair<double, double>> steps;  // (tokens, step_time)
   while (std::getline(in, line)) {
-    json j = json::parse(line, nullptr, false);
+    json j = json_parse_or_discard(line);  // a damaged (or absurdly nested) line is skipped
     if (!j.is_object()) continue;
     if (j.contains("config") && j["config"].is_object()) s.config_json = j["config"].dump();
     auto num = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : -1.0; };

@@ -22,6 +22,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
 #include "host/core/strings.h"
 #include "host/core/version.h"
 
@@ -287,6 +288,9 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   if (n == 0 || header[0] != '{') bad("the header does not start with '{' (not a safetensors file?)");
   f->map_->data_start = 8 + n;
 
+  if (json_too_deep_line(std::string_view(header, n)) > 0)
+    bad("the header nests JSON deeper than " + std::to_string(kJsonMaxDepth) +
+        " levels (not a safetensors file?)");
   ojson h;
   std::optional<DuplicateKey> dup;
   try {
@@ -430,6 +434,9 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   // The index: {"metadata": {...}, "weight_map": {"tensor": "shard file", ...}}.
   auto bad = [&](const std::string& what) { fail("cannot read checkpoint index '" + index + "': " + what); };
   std::string text = file_read(index);
+  if (int64_t line = json_too_deep_line(text))
+    bad("line " + std::to_string(line) + ": JSON nested deeper than " + std::to_string(kJsonMaxDepth) +
+        " levels");
   ojson j;
   std::optional<DuplicateKey> dup;
   try {

@@ -9,6 +9,8 @@
 #include <filesystem>
 
 #include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/core/strings.h"
 #include "host/metrics/metrics.h"
 
 namespace luatune {
@@ -37,6 +39,7 @@ class JsonlSink : public MetricSink {
     std::error_code ec;
     std::filesystem::path parent = std::filesystem::path(path_).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (o.resume && o.resume_step >= 0) drop_lines_after(o.resume_step);
     f_ = std::fopen(path_.c_str(), o.resume ? "a" : "w");
     if (!f_) fail("metrics: cannot open '" + path_ + "' for writing: " + std::strerror(errno));
     // A resumed run appends to a file that already starts with its config line.
@@ -80,6 +83,27 @@ class JsonlSink : public MetricSink {
   }
 
  private:
+  // A resumed run redoes the steps after its checkpoint: their lines from the run that stopped go
+  // (rewritten atomically), as do that run's summary lines; the config line and earlier steps stay.
+  void drop_lines_after(int64_t step) {
+    if (!file_exists(path_)) return;
+    std::string kept;
+    bool dropped = false;
+    for (const std::string& line : str_split(file_read(path_), '\n')) {
+      if (line.empty()) continue;
+      ojson j = ojson::parse(line, nullptr, /*allow_exceptions=*/false);
+      const bool after = j.is_object() && j.contains("step") && j["step"].is_number() &&
+                         j["step"].get<double>() > static_cast<double>(step);
+      const bool later = after || (j.is_object() && j.contains("summary"));
+      if (later) {
+        dropped = true;
+        continue;
+      }
+      kept += line + "\n";
+    }
+    if (dropped) file_write_atomic(path_, kept);
+  }
+
   void put(const ojson& line) {
     LT_CHECK(f_, "metrics: '" << path_ << "' is closed");
     // Invalid UTF-8 in a note becomes U+FFFD instead of failing the run.

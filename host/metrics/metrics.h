@@ -127,6 +127,9 @@ struct JsonlOptions {
   std::string path;
   bool resume = false;      // append to an existing file; else start it afresh
   std::string config_json;  // when non-empty, written once as the first line {"config": ...}
+  // With resume: the step the run resumed from. Lines of later steps (logged after that checkpoint
+  // by the run that stopped) are dropped first, so every step appears once. -1: keep every line.
+  int64_t resume_step = -1;
 };
 
 // One JSON object per write, {"step": N, "time": unix, "elapsed": s, ...values, "note": "..."},

@@ -162,6 +162,10 @@ WandbSink::WandbSink(WandbSettings s) : s_(std::move(s)) {
       inbox_output_.push_back(o[i]);
   }
   metrics_console_add_tap(this, [this](const std::string& line) { on_console_line(line); });
+  if (s_.base_url_had_credentials) metrics_console_println(wandb_credentials_notice(), s_.notices);
+  // Warned once, by the one sink of the run, and only when something will be sent.
+  std::string insecure = online_ ? wandb_insecure_warning(s_.base_url) : "";
+  if (!insecure.empty()) metrics_console_println(insecure, s_.notices);
   if (no_key) {
     std::string host = wandb_url_host(s_.base_url, false);
     metrics_console_println("wandb: no API key for " + host + " (set WANDB_API_KEY, or put 'machine " + host +

@@ -14,7 +14,9 @@
 // stopped (MetricSink::stopped), so the recipe can end its loop cleanly.
 //
 // The API key (WANDB_API_KEY, else the password of the base URL's host in $NETRC or ~/.netrc) is
-// sent only in the Authorization header: never printed, never written to the spool or a log.
+// sent only in the Authorization header: never printed, never written to the spool or a log. A
+// user:password@ in the base URL is dropped on reading (W&B's own client ignores it too: its key
+// header wins); a plain http:// URL to a non-loopback host gets a one-line warning. docs/wandb.md.
 #pragma once
 
 #include <cstdio>
@@ -65,10 +67,14 @@ bool wandb_enabled(const WandbOptions& options);
 // malformed setting) raise; network trouble never does.
 std::unique_ptr<MetricSink> wandb_sink_new(const WandbOptions& options);
 
-// `runner wandb-sync PATH`: uploads every spooled run under PATH (a run directory DIR/run-ID, or a
-// directory holding such runs), sending only what the server has not acknowledged, then
-// complete with the run's recorded exit code. Progress lines go to `out`. Returns the exit status
-// (0 when every run was uploaded).
-int wandb_sync(const std::string& path, std::FILE* out);
+// `runner wandb-sync [--trust-spool-host] PATH`: uploads every spooled run under PATH (a run
+// directory DIR/run-ID, or a directory holding such runs), sending only what the server has not
+// acknowledged, then complete with the run's recorded exit code. The key goes only to the
+// configured server (WANDB_BASE_URL, else https://api.wandb.ai): a run whose run.json names
+// another host is refused, unless trust_spool_host, which sends it (and the key) to that host.
+// Progress and refusal lines go to `out`, one a run; warnings (plain http, an ignored
+// user:password@) to `notices`, each once. Returns the exit status (0 when every run was uploaded).
+int wandb_sync(const std::string& path, std::FILE* out, bool trust_spool_host = false,
+               std::FILE* notices = stderr);
 
 }  // namespace luatune

@@ -2,6 +2,8 @@
 // the netrc lookup for the API key, and run ids. Nothing here touches the network.
 #include "host/metrics/wandb_settings.h"
 
+#include <arpa/inet.h>
+
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -86,7 +88,10 @@ WandbSettings wandb_resolve(const WandbOptions& o) {
   if (s.tags.empty())
     for (const auto& t : str_split(env("WANDB_TAGS"), ','))
       if (!str_trim(t).empty()) s.tags.push_back(str_trim(t));
-  s.base_url = pick(o.base_url, "WANDB_BASE_URL", "https://api.wandb.ai");
+  // user:password@ goes no further than here: not to libcurl, the spool, a notice or an error.
+  std::string given = pick(o.base_url, "WANDB_BASE_URL", "https://api.wandb.ai");
+  s.base_url_had_credentials = wandb_url_has_credentials(given);
+  s.base_url = wandb_url_redacted(given);
   while (!s.base_url.empty() && s.base_url.back() == '/') s.base_url.pop_back();
   LT_CHECK(str_starts_with(s.base_url, "http://") || str_starts_with(s.base_url, "https://"),
            "wandb: WANDB_BASE_URL must start with http:// or https://, got '" << s.base_url << "'");
@@ -200,11 +205,22 @@ std::string wandb_netrc_key(const std::string& base_url) {
 // ============================================================================================
 // URLs and run ids
 
+namespace {
+
+// [start, end) of the authority (userinfo@host:port), after "scheme://" or from the start.
+void url_authority(const std::string& url, size_t* start, size_t* end) {
+  size_t s = url.find("://");
+  *start = s == std::string::npos ? 0 : s + 3;
+  *end = url.find_first_of("/?#", *start);
+  if (*end == std::string::npos) *end = url.size();
+}
+
+}  // namespace
+
 std::string wandb_url_host(const std::string& url, bool with_port) {
-  size_t start = url.find("://");
-  start = start == std::string::npos ? 0 : start + 3;
-  size_t end = url.find_first_of("/?#", start);
-  std::string authority = url.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  size_t start, end;
+  url_authority(url, &start, &end);
+  std::string authority = url.substr(start, end - start);
   size_t at = authority.rfind('@');
   if (at != std::string::npos) authority = authority.substr(at + 1);
   if (with_port) return authority;
@@ -213,13 +229,42 @@ std::string wandb_url_host(const std::string& url, bool with_port) {
 }
 
 std::string wandb_url_redacted(const std::string& url) {
-  size_t start = url.find("://");
-  if (start == std::string::npos) return url;
-  start += 3;
-  size_t end = url.find_first_of("/?#", start);
-  size_t at = url.rfind('@', end == std::string::npos ? url.size() : end);
-  if (at == std::string::npos || at < start) return url;
+  size_t start, end;
+  url_authority(url, &start, &end);
+  size_t at = url.rfind('@', end);
+  if (at == std::string::npos || at < start || at >= end) return url;
   return url.substr(0, start) + url.substr(at + 1);
+}
+
+bool wandb_url_has_credentials(const std::string& url) {
+  return wandb_url_redacted(url) != url;
+}
+
+bool wandb_host_is_loopback(const std::string& host) {
+  std::string h;
+  for (char c : host) h += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!h.empty() && h.back() == '.') h.pop_back();  // "localhost." is the same name
+  if (h == "localhost") return true;
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  in_addr v4;
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  if (inet_pton(AF_INET6, h.c_str(), &v6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+  return false;  // a name other than localhost may resolve anywhere
+}
+
+std::string wandb_insecure_warning(const std::string& base_url) {
+  if (!str_starts_with(base_url, "http://") || wandb_host_is_loopback(wandb_url_host(base_url, false)))
+    return "";
+  return "wandb: warning: " + wandb_url_redacted(base_url) +
+         " is plain http to a non-loopback host: the API key and the run's data cross the network "
+         "unencrypted (use https://)";
+}
+
+std::string wandb_credentials_notice() {
+  return "wandb: the user:password@ in WANDB_BASE_URL is ignored (the API key authenticates, as in "
+         "W&B's own client) and is written nowhere";
 }
 
 std::string wandb_app_url(const std::string& base_url) {

@@ -18,7 +18,7 @@ struct WandbSettings {
   std::string project, entity, name, group, job_type, notes;
   std::vector<std::string> tags;
   std::string run_id;
-  std::string base_url;  // no trailing '/'
+  std::string base_url;  // no trailing '/', no user:password@ (wandb_url_redacted)
   std::string dir;       // spool root; the run's files are in run_dir()
   std::string api_key;   // "" when none was found (the run then logs offline)
   std::string config_json;
@@ -26,6 +26,8 @@ struct WandbSettings {
   double transmit_interval = 5, heartbeat_interval = 30;  // seconds
   double retry_wait_min = 2, retry_wait_max = 60, http_timeout = 30, finish_timeout = 60;
   std::FILE* notices = stderr;
+  // The base URL as given carried a user:password@ (dropped from base_url; the sink says so once).
+  bool base_url_had_credentials = false;
 
   std::string run_dir() const { return dir + "/run-" + run_id; }
 };
@@ -50,8 +52,19 @@ std::string wandb_netrc_key(const std::string& base_url);
 
 // "https://u@api.wandb.ai:443/x" -> "api.wandb.ai" (with_port: "api.wandb.ai:443").
 std::string wandb_url_host(const std::string& url, bool with_port);
-// The base URL without user:password@, for messages.
+// The URL without its userinfo: "http://u:pw@h:1/x" -> "http://h:1/x" (a URL without a scheme
+// too: "u:pw@h" -> "h"). Every base URL is used, printed and spooled only in this form: W&B's own
+// client ignores userinfo when it has a key (its Authorization header wins), and so do we.
 std::string wandb_url_redacted(const std::string& url);
+bool wandb_url_has_credentials(const std::string& url);  // an '@' in the authority
+// localhost, 127.0.0.0/8, ::1 (and ::ffff:127.x.y.z): a host whose traffic stays on this machine.
+// Takes a host as wandb_url_host gives it ("[::1]" in brackets, no port).
+bool wandb_host_is_loopback(const std::string& host);
+// The one-line warning for a plain http:// base URL to a host that is not loopback (the key and
+// the run's data would cross the network unencrypted); "" for https:// or a loopback host.
+std::string wandb_insecure_warning(const std::string& base_url);
+// The notice for a base URL given with user:password@ (which is ignored).
+std::string wandb_credentials_notice();
 // Where people look at the run: https://wandb.ai for api.wandb.ai, else the base URL itself.
 std::string wandb_app_url(const std::string& base_url);
 

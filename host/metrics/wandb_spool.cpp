@@ -1,7 +1,10 @@
 // The spool of a W&B run (see wandb_spool.h): append-only history and console files, the
-// summary, run.json and state.json.
+// summary, run.json and state.json. Every file is the owner's alone (0600): they hold the run's
+// config, metrics and console output.
 #include "host/metrics/wandb_spool.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,11 +15,47 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/metrics/wandb_settings.h"
 
 namespace luatune {
 
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
+
+namespace {
+
+// Whole-file writes as file_write_atomic (host/core/files.h) does them, write to a temporary
+// beside the target then rename, but created 0600 whatever the umask. `sync`: fsync before the
+// rename (state.json and run.json; the summary is rewritten too often for that).
+void spool_write_file(const std::string& path, const std::string& bytes, bool sync) {
+  // A temporary name of our own per call, so two writers never share one.
+  static std::atomic<unsigned> counter{0};
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;  // O_EXCL: never through a planted link
+  int fd = ::open(tmp.c_str(), flags, 0600);
+  if (fd < 0 && errno == EEXIST && ::unlink(tmp.c_str()) == 0) fd = ::open(tmp.c_str(), flags, 0600);
+  LT_CHECK(fd >= 0, "wandb: cannot write '" << path << "': " << std::strerror(errno));
+  int saved = 0;  // the first errno
+  auto check = [&](bool ok) {
+    if (!ok && saved == 0) saved = errno ? errno : EIO;
+  };
+  check(::fchmod(fd, 0600) == 0);  // exactly 0600, even under a umask like 0277
+  for (size_t done = 0; saved == 0 && done < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    check(n > 0);
+    if (n > 0) done += static_cast<size_t>(n);
+  }
+  if (sync && saved == 0) check(::fsync(fd) == 0);
+  check(::close(fd) == 0);
+  if (saved == 0) check(std::rename(tmp.c_str(), path.c_str()) == 0);
+  if (saved != 0) {
+    ::unlink(tmp.c_str());
+    fail("wandb: writing '" + path + "' failed: " + std::strerror(saved));
+  }
+}
+
+}  // namespace
 
 // ============================================================================================
 // state.json and run.json
@@ -53,7 +92,7 @@ void wandb_state_write(const std::string& run_dir, const WandbState& st) {
   j["project"] = st.project;
   j["complete"] = st.complete;
   j["exit_code"] = st.closed ? ojson(st.exit_code) : ojson(nullptr);
-  file_write_atomic(run_dir + "/state.json", j.dump(2) + "\n");
+  spool_write_file(run_dir + "/state.json", j.dump(2) + "\n", true);
 }
 
 void wandb_state_reconcile(WandbState& st, int64_t spool_lines, int64_t server_lines) {
@@ -66,7 +105,7 @@ void wandb_state_reconcile(WandbState& st, int64_t spool_lines, int64_t server_l
 
 void wandb_run_json_write(const std::string& run_dir, const WandbRunInfo& run, const std::string& base_url) {
   ojson j = ojson::object();
-  j["base_url"] = base_url;
+  j["base_url"] = wandb_url_redacted(base_url);  // never a user:password@
   j["entity"] = run.entity;
   j["project"] = run.project;
   j["run_id"] = run.run_id;
@@ -77,7 +116,7 @@ void wandb_run_json_write(const std::string& run_dir, const WandbRunInfo& run, c
   j["tags"] = run.tags;
   j["host"] = run.host;
   j["config"] = wandb_json_parse(run.config_json.empty() ? "{}" : run.config_json);
-  file_write_atomic(run_dir + "/run.json", wandb_json_dump(j) + "\n");
+  spool_write_file(run_dir + "/run.json", wandb_json_dump(j) + "\n", true);
 }
 
 WandbRunInfo wandb_run_json_read(const std::string& run_dir, std::string* base_url) {
@@ -102,7 +141,9 @@ WandbRunInfo wandb_run_json_read(const std::string& run_dir, std::string* base_u
     for (const auto& t : j["tags"])
       if (t.is_string()) run.tags.push_back(t.get<std::string>());
   run.config_json = j.contains("config") ? wandb_json_dump(j["config"]) : "{}";
-  *base_url = j.value("base_url", "https://api.wandb.ai");
+  // A spool written before userinfo was stripped may still hold one: it goes no further.
+  *base_url = wandb_url_redacted(j.value("base_url", "https://api.wandb.ai"));
+  while (!base_url->empty() && base_url->back() == '/') base_url->pop_back();
   return run;
 }
 
@@ -149,8 +190,14 @@ std::FILE* WandbSpool::open_append(const std::string& name, bool resume, int64_t
     }
     for (size_t i = 0; i < keep; i++) *lines += text[i] == '\n';
   }
-  std::FILE* f = std::fopen(path.c_str(), "a");
-  LT_CHECK(f, "wandb: cannot open '" << path << "' for writing: " << std::strerror(errno));
+  // 0600 when created; an older spool's file (or one made under another umask) is narrowed too.
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  std::FILE* f = fd >= 0 && ::fchmod(fd, 0600) == 0 ? ::fdopen(fd, "a") : nullptr;
+  if (!f) {
+    int saved = errno;
+    if (fd >= 0) ::close(fd);
+    fail("wandb: cannot open '" + path + "' for writing: " + std::strerror(saved));
+  }
   return f;
 }
 
@@ -172,19 +219,7 @@ void WandbSpool::append_output(const std::string& line) {
 }
 
 void WandbSpool::write_summary(const std::string& json) {
-  // A temporary name of our own per call, so two writers never share one.
-  static std::atomic<unsigned> counter{0};
-  std::string path = dir_ + "/summary.json";
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  LT_CHECK(f, "wandb: cannot write '" << tmp << "': " << std::strerror(errno));
-  bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size() && std::fputc('\n', f) != EOF;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int saved = errno;
-    std::remove(tmp.c_str());
-    fail("wandb: writing '" + path + "' failed: " + std::strerror(saved));
-  }
+  spool_write_file(dir_ + "/summary.json", json + "\n", false);
 }
 
 void WandbSpool::close() {

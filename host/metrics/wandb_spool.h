@@ -1,10 +1,13 @@
 // A W&B run's spool, DIR/run-ID/: the durable record a run writes whether or not the server
 // answers, and what `runner wandb-sync` uploads from.
-//   run.json       the run's settings and resolved config (never the API key)
+//   run.json       the run's settings and resolved config (never the API key, nor a
+//                  user:password@ from the base URL)
 //   history.jsonl  one row a line, exactly as sent to wandb-history.jsonl
 //   summary.json   the latest summary object
 //   output.log     console lines, timestamp prefixed, as sent to output.log
 //   state.json     what the server acknowledged (rewritten atomically), and the exit code
+// Each file is created 0600 (the owner's alone) whatever the umask; whole files are written to a
+// temporary and renamed.
 // Internal to host/metrics/.
 #pragma once
 

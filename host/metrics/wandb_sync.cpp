@@ -2,11 +2,15 @@
 // at the end, runs killed mid-way). Each run is created or resumed with UpsertBucket, then what
 // state.json says the server has not acknowledged goes out through file_stream, then complete with
 // the recorded exit code (1 for a run that never closed). Safe to repeat: a complete run is skipped.
+// A spool is data anyone can copy or edit, so the server comes from our side (WANDB_BASE_URL, else
+// https://api.wandb.ai) and a spool naming another host is refused unless --trust-spool-host.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "host/core/error.h"
@@ -57,18 +61,51 @@ WandbVerdict post_with_retries(WandbHttp& http, const std::string& path, const s
   }
 }
 
+// What every run of one `wandb-sync` shares: where to send, and the warnings already given.
+struct SyncContext {
+  std::string configured;  // WANDB_BASE_URL or the default, without user:password@ or a trailing '/'
+  bool trust_spool_host = false;
+  WandbSettings pacing;
+  std::FILE* out = stdout;
+  std::FILE* notices = stderr;
+  std::set<std::string> warned;  // base URLs already warned about (plain http)
+};
+
+std::string lowercase(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 // Uploads one run directory; prints its line; false when something was left unsent.
-bool sync_run(const std::string& dir, const WandbSettings& pacing, std::FILE* out) {
-  std::string base_url;
-  WandbRunInfo run = wandb_run_json_read(dir, &base_url);
+bool sync_run(const std::string& dir, SyncContext& ctx) {
+  const WandbSettings& pacing = ctx.pacing;
+  std::FILE* out = ctx.out;
+  std::string spool_url;  // what run.json names (read without user:password@)
+  WandbRunInfo run = wandb_run_json_read(dir, &spool_url);
   WandbState st = wandb_state_read(dir);
   if (st.complete) {
     std::fprintf(out, "wandb-sync: %s: already complete (exit code %d), nothing to send\n", dir.c_str(),
                  st.exit_code);
     return true;
   }
-  if (!env("WANDB_BASE_URL").empty()) base_url = env("WANDB_BASE_URL");
-  while (!base_url.empty() && base_url.back() == '/') base_url.pop_back();
+  // Same host: the configured URL (its port and path are ours to choose). Another host: only
+  // when trusted, and then the spool's URL, which must at least be http(s).
+  std::string base_url = ctx.configured;
+  std::string spool_host = wandb_url_host(spool_url, false);
+  if (lowercase(spool_host) != lowercase(wandb_url_host(ctx.configured, false))) {
+    if (!ctx.trust_spool_host) {
+      std::fprintf(out,
+                   "wandb-sync: %s: the spool names host %s (%s), not the configured %s; not sent, so the "
+                   "API key goes to no other host: set WANDB_BASE_URL=%s or pass --trust-spool-host to "
+                   "upload there\n",
+                   dir.c_str(), spool_host.c_str(), spool_url.c_str(),
+                   wandb_url_host(ctx.configured, false).c_str(), spool_url.c_str());
+      return false;
+    }
+    LT_CHECK(str_starts_with(spool_url, "http://") || str_starts_with(spool_url, "https://"),
+             "the base_url in run.json must start with http:// or https://, got '" << spool_url << "'");
+    base_url = spool_url;
+  }
   std::string key = env("WANDB_API_KEY");
   if (key.empty()) key = wandb_netrc_key(base_url);
   std::string host = wandb_url_host(base_url, false);
@@ -78,6 +115,11 @@ bool sync_run(const std::string& dir, const WandbSettings& pacing, std::FILE* ou
                  "~/.netrc)\n",
                  dir.c_str(), host.c_str(), host.c_str());
     return false;
+  }
+  std::string insecure = wandb_insecure_warning(base_url);
+  if (!insecure.empty() && ctx.warned.insert(base_url).second) {
+    std::fprintf(ctx.notices, "%s\n", insecure.c_str());
+    std::fflush(ctx.notices);
   }
   if (!st.entity.empty()) run.entity = st.entity;
   if (!st.project.empty()) run.project = st.project;
@@ -153,7 +195,7 @@ bool sync_run(const std::string& dir, const WandbSettings& pacing, std::FILE* ou
 
 }  // namespace
 
-int wandb_sync(const std::string& path, std::FILE* out) {
+int wandb_sync(const std::string& path, std::FILE* out, bool trust_spool_host, std::FILE* notices) {
   std::vector<std::string> runs;
   if (file_exists(path + "/run.json")) {
     runs.push_back(path);
@@ -170,12 +212,25 @@ int wandb_sync(const std::string& path, std::FILE* out) {
              "' holds no spooled W&B run (a run directory has run.json; a spool "
              "directory has run-ID directories)",
          "the spool is OUTPUT_DIR/wandb by default, or the wandb.dir / WANDB_DIR the run was given");
-  WandbSettings pacing;
-  wandb_resolve_pacing(WandbOptions(), &pacing);
+  SyncContext ctx;
+  ctx.trust_spool_host = trust_spool_host;
+  ctx.out = out;
+  ctx.notices = notices ? notices : stderr;
+  wandb_resolve_pacing(WandbOptions(), &ctx.pacing);
+  std::string given = env("WANDB_BASE_URL");
+  if (given.empty()) given = "https://api.wandb.ai";
+  ctx.configured = wandb_url_redacted(given);
+  while (!ctx.configured.empty() && ctx.configured.back() == '/') ctx.configured.pop_back();
+  LT_CHECK(str_starts_with(ctx.configured, "http://") || str_starts_with(ctx.configured, "https://"),
+           "wandb: WANDB_BASE_URL must start with http:// or https://, got '" << ctx.configured << "'");
+  if (wandb_url_has_credentials(given)) {
+    std::fprintf(ctx.notices, "%s\n", wandb_credentials_notice().c_str());
+    std::fflush(ctx.notices);
+  }
   int rc = 0;
   for (const auto& dir : runs) {
     try {
-      if (!sync_run(dir, pacing, out)) rc = 1;
+      if (!sync_run(dir, ctx)) rc = 1;
     } catch (const Error& e) {
       std::fprintf(out, "wandb-sync: %s: %s\n", dir.c_str(), e.what());
       rc = 1;

@@ -510,6 +510,8 @@ WandbChunk wandb_chunk(const WandbQueue& q, size_t max_bytes) {
   if (c.summary) append_file(body, "wandb-summary.json", 0, std::vector<std::string>{q.summary}, 1);
   if (c.output) append_file(body, "output.log", q.output_offset, q.output, c.output);
   body += '}';
+  // A run stopped by SIGINT/SIGTERM (it saved a checkpoint to resume from) says it was preempted.
+  if (c.complete && q.exit_code == kExitInterrupted) body += ",\"preempting\":true";
   if (c.complete) body += ",\"complete\":true,\"exitcode\":" + std::to_string(q.exit_code);
   body += '}';
   // Nothing at all to say: the heartbeat, an empty object (the Go client's).

@@ -13,6 +13,7 @@
 #include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/strings.h"
 #include "host/core/tensor_ops.h"
 #include "host/dist/dist.h"
 #include "host/io/safetensors.h"
@@ -42,6 +43,38 @@ bool ignorable_tensor(const std::string& name, const ModelConfig& c) {
   return c.tie_word_embeddings && name == "lm_head.weight";
 }
 
+// The layers the weights hold (1 + the largest N of "model.layers.N."), checked against
+// num_hidden_layers before the model's per-layer slots are sized from config.json.
+void check_layer_count(const ModelConfig& c, const SafetensorsReader& reader, const std::string& dir,
+                       const std::string& config_path) {
+  const std::string prefix = "model.layers.";
+  int64_t layers = 0;
+  for (const auto& name : reader.names()) {
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const size_t end = name.find('.', prefix.size());
+    const std::string n = name.substr(prefix.size(), end == std::string::npos ? end : end - prefix.size());
+    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos) continue;
+    layers = std::max<int64_t>(layers, std::stoll(n) + 1);
+  }
+  LT_CHECK(layers == c.num_layers,
+           config_path << ": num_hidden_layers is " << c.num_layers << ", but the weights in " << dir
+                       << " have "
+                       << (layers == 0 ? std::string("no model.layers.* tensors")
+                                       : std::to_string(layers) + " layers (model.layers.0 to model.layers." +
+                                             std::to_string(layers - 1) + ")"));
+}
+
+// "model.layers.3.mlp.up_proj.weight (11008x4096 bfloat16, 86.0 MiB)", for out-of-memory messages.
+std::string tensor_text(const std::string& name, const std::vector<int64_t>& shape, at::ScalarType dtype) {
+  double n = 1;
+  std::string dims;
+  for (int64_t d : shape) {
+    n *= static_cast<double>(d);
+    dims += (dims.empty() ? "" : "x") + std::to_string(d);
+  }
+  return name + " (" + dims + " " + dtype_name(dtype) + ", " + bytes_text(n * at::elementSize(dtype)) + ")";
+}
+
 }  // namespace
 
 std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& options) {
@@ -53,6 +86,7 @@ std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& opt
   if (options.quantize) quant_config_check(options.quant, "models.load: quantize");
   SafetensorsReader reader(dir);
   auto has = [&](const std::string& name) { return reader.contains(name); };
+  check_layer_count(config, reader, dir, config_path);
 
   auto model = std::make_shared<Model>();
   model->config = config;
@@ -110,7 +144,12 @@ std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& opt
                                                                << ", expected a floating dtype");
     at::Tensor t = reader.tensor(name);
     if (t.scalar_type() != dtype || t.device() != device) {
-      t = t.to(device, dtype);
+      try {
+        t = t.to(device, dtype);
+      } catch (...) {
+        rethrow_out_of_memory("models.load: " + dir + ": converting " + tensor_text(name, e.shape, dtype) +
+                              " to " + device_name(device));
+      }
       reader.drop_pages(name);  // the copy is all we keep: the mapped bytes can go
     }
     if (options.quantize && slot.is_linear_weight() &&
@@ -132,9 +171,27 @@ std::shared_ptr<Model> model_init(const ModelConfig& config_in, uint64_t seed, a
   ModelConfig config = config_in;
   model_config_finalize(config, "models.init");
   config.torch_dtype = dtype_name(dtype);
+  const auto expected = model_expected_tensors(config);
+  // The bytes the weights take, checked before any is allocated: Linux overcommits, so a model far
+  // larger than memory would not fail its allocation but be killed while it is filled in.
+  double params = 0;
+  for (const auto& [name, shape] : expected) {
+    double n = 1;
+    for (int64_t d : shape) n *= static_cast<double>(d);
+    params += n;
+  }
+  const double bytes = params * static_cast<double>(at::elementSize(dtype));
+  const uint64_t ram = host_memory_bytes();
+  LT_CHECK(!device.is_cpu() || ram == 0 || bytes <= static_cast<double>(ram),
+           "models.init: a " << config.model_type() << " of these sizes (" << config.num_layers
+                             << " layers, hidden_size " << config.hidden_size << ", vocab_size "
+                             << config.vocab_size << ") needs " << bytes_text(bytes) << " for its "
+                             << str_from_number(params) << " parameters as " << dtype_name(dtype)
+                             << ", more than this machine's " << bytes_text(static_cast<double>(ram))
+                             << " of memory");
   at::Generator gen = at::detail::createCPUGenerator(seed);
   std::map<std::string, at::Tensor> tensors;
-  for (const auto& [name, shape] : model_expected_tensors(config)) {
+  auto make = [&](const std::string& name, const std::vector<int64_t>& shape) {
     at::Tensor t;
     bool is_norm = name.find("norm.weight") != std::string::npos;
     bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
@@ -146,7 +203,15 @@ std::shared_ptr<Model> model_init(const ModelConfig& config_in, uint64_t seed, a
       t = at::normal(0.0, config.initializer_range, shape, gen, at::TensorOptions(at::kFloat));
     if (name == "model.embed_tokens.weight" && config.pad_token_id >= 0 && config.pad_token_id < config.vocab_size)
       t[config.pad_token_id].zero_();
-    tensors[name] = t.to(device, dtype).set_requires_grad(true);
+    return t.to(device, dtype).set_requires_grad(true);
+  };
+  for (const auto& [name, shape] : expected) {
+    try {
+      tensors[name] = make(name, shape);
+    } catch (...) {
+      rethrow_out_of_memory("models.init: allocating " + tensor_text(name, shape, dtype) + " on " +
+                            device_name(device) + " (the model needs " + bytes_text(bytes) + " in all)");
+    }
   }
   auto model = std::make_shared<Model>();
   model->config = config;

@@ -13,6 +13,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
 #include "host/core/strings.h"
 
 namespace luatune {
@@ -70,23 +71,34 @@ class Reader {
       return def;
     }
     const json& v = j_[key];
-    LT_CHECK(v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
-             source_ << ": field \"" << key << "\" must be an integer, got " << v.dump());
+    // Within +-2^53 (exact as a double): a larger value is no size or id a model has, and
+    // converting 1e300 or 2^64-1 to int64 would wrap into something that passes later checks.
+    constexpr double kMax = 9007199254740992.0;
+    const bool whole =
+        v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+    const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(kMax)
+                                                 : whole && std::fabs(v.get<double>()) <= kMax;
+    LT_CHECK(whole && in_range, source_ << ": field \"" << key << "\" must be an integer"
+                                        << (whole ? " between -2^53 and 2^53" : "") << ", got "
+                                        << json_excerpt(v));
     return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
   }
   double number(const char* key, double def) const {
     if (!has(key)) return def;
-    LT_CHECK(j_[key].is_number(), source_ << ": field \"" << key << "\" must be a number, got " << j_[key].dump());
+    LT_CHECK(j_[key].is_number(),
+             source_ << ": field \"" << key << "\" must be a number, got " << json_excerpt(j_[key]));
     return j_[key].get<double>();
   }
   bool boolean(const char* key, bool def) const {
     if (!has(key)) return def;
-    LT_CHECK(j_[key].is_boolean(), source_ << ": field \"" << key << "\" must be true or false, got " << j_[key].dump());
+    LT_CHECK(j_[key].is_boolean(),
+             source_ << ": field \"" << key << "\" must be true or false, got " << json_excerpt(j_[key]));
     return j_[key].get<bool>();
   }
   std::string string(const char* key, const std::string& def) const {
     if (!has(key)) return def;
-    LT_CHECK(j_[key].is_string(), source_ << ": field \"" << key << "\" must be a string, got " << j_[key].dump());
+    LT_CHECK(j_[key].is_string(),
+             source_ << ": field \"" << key << "\" must be a string, got " << json_excerpt(j_[key]));
     return j_[key].get<std::string>();
   }
 
@@ -125,7 +137,8 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& source) {
     params = &j["rope_scaling"];
   }
   if (!params) return;
-  LT_CHECK(params->is_object(), source << ": " << where << " must be an object, got " << params->dump());
+  LT_CHECK(params->is_object(),
+           source << ": " << where << " must be an object, got " << json_excerpt(*params));
   std::string w = source + ": " + where;
   Reader p(*params, w);
   c.rope.theta = p.number("rope_theta", c.rope.theta);
@@ -247,6 +260,24 @@ ModelConfig defaults_for(ModelArch arch) {
   return c;
 }
 
+// The upper bounds model_config_finalize enforces, each with what real models reach, for the message.
+struct ModelSizeLimit {
+  const char* key;
+  int64_t ModelConfig::*field;
+  int64_t max;
+  const char* largest;  // what a large released model has, for the message
+};
+const ModelSizeLimit kModelSizeLimits[] = {
+    {"num_hidden_layers", &ModelConfig::num_layers, kModelMaxLayers, "Llama 3.1 405B has 126"},
+    {"hidden_size", &ModelConfig::hidden_size, kModelMaxHiddenSize, "Llama 3.1 405B has 16384"},
+    {"intermediate_size", &ModelConfig::intermediate_size, kModelMaxIntermediateSize,
+     "Llama 3.1 405B has 53248"},
+    {"vocab_size", &ModelConfig::vocab_size, kModelMaxVocabSize, "Gemma 3 has 262144"},
+    {"num_attention_heads", &ModelConfig::num_heads, kModelMaxHeads, "Llama 3.1 405B has 128"},
+    {"num_key_value_heads", &ModelConfig::num_kv_heads, kModelMaxHeads, "Llama 3.1 405B has 8"},
+    {"head_dim", &ModelConfig::head_dim, kModelMaxHeadDim, "Gemma 2 has 256"},
+};
+
 }  // namespace
 
 ModelConfig model_config_defaults(const std::string& arch) {
@@ -258,6 +289,13 @@ void model_config_finalize(ModelConfig& c, const std::string& source) {
                c.num_heads > 0,
            source << ": vocab_size, hidden_size, intermediate_size, num_hidden_layers and "
                      "num_attention_heads must all be positive");
+  // Sizes far beyond any released model are typos (1e6 layers); refused here, before anything is
+  // sized from them, instead of ending in a bad_alloc (docs/limits.md).
+  for (const ModelSizeLimit& l : kModelSizeLimits) {
+    const int64_t v = c.*(l.field);
+    LT_CHECK(v <= l.max, source << ": " << l.key << " is " << v << ", more than luatune's limit of " << l.max
+                                << " (" << l.largest << "; docs/limits.md)");
+  }
   if (c.num_kv_heads <= 0) c.num_kv_heads = c.num_heads;
   LT_CHECK(c.num_heads % c.num_kv_heads == 0, source << ": num_attention_heads (" << c.num_heads
                                                      << ") must be a multiple of num_key_value_heads ("
@@ -290,12 +328,7 @@ void model_config_finalize(ModelConfig& c, const std::string& source) {
 }
 
 ModelConfig model_config_parse(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail(source + ": not valid JSON (" + e.what() + ")");
-  }
+  json j = json_parse_checked(text, source);
   LT_CHECK(j.is_object(), source << ": expected a JSON object");
   Reader r(j, source);
   std::string arch;
@@ -389,8 +422,9 @@ ModelConfig model_config_parse(const std::string& text, const std::string& sourc
     for (size_t i = 0; i < lt.size(); i++) {
       std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
       LT_CHECK(t == "full_attention" || t == "sliding_attention",
-               source << ": layer_types[" << i << "] must be \"full_attention\" or \"sliding_attention\", got "
-                      << lt[i].dump());
+               source << ": layer_types[" << i
+                      << "] must be \"full_attention\" or \"sliding_attention\", got "
+                      << json_excerpt(lt[i]));
       c.layer_sliding.push_back(t == "sliding_attention");
     }
   }

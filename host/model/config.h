@@ -74,6 +74,15 @@ struct ModelConfig {
   double softmax_scale() const;
 };
 
+// Upper bounds on config.json sizes (model_config_finalize; docs/limits.md): several times the
+// largest released models, low enough that a typo fails before anything is allocated from it.
+constexpr int64_t kModelMaxLayers = 1024;
+constexpr int64_t kModelMaxHiddenSize = 131072;
+constexpr int64_t kModelMaxIntermediateSize = 1048576;
+constexpr int64_t kModelMaxVocabSize = 16777216;  // 2^24; token ids are stored in 31 bits
+constexpr int64_t kModelMaxHeads = 4096;
+constexpr int64_t kModelMaxHeadDim = 8192;
+
 // Reads `dir`/config.json (or the file itself). Unsupported architectures or fields fail naming them.
 ModelConfig model_config_load(const std::string& path);
 ModelConfig model_config_parse(const std::string& json_text, const std::string& source);

@@ -19,7 +19,7 @@ std::string cli_help() {
                    [--max-length N] [--limit N] FILE      show a dataset's records as trained
        runner sweep SWEEP [key=value ...]                 run a sweep file (trials as child runs)
        runner sweep --report DIR                          the results table of a sweep so far
-       runner wandb-sync PATH                             upload offline or unsent W&B runs
+       runner wandb-sync [--trust-spool-host] PATH        upload offline or unsent W&B runs
        runner --version                                   luatune, LibTorch, CUDA versions and devices
        runner --help                                      this text
 
@@ -49,7 +49,9 @@ the largest micro-batch that fits and what to change (docs/hardware.md). Plan's 
 model_preset=, method=full|lora|qlora, nproc=N (or gpus=N), shard=none|optimizer|gradients|full,
 optimizer=adamw|adamw8bit|sgd, optimizer_offload=none|cpu, gpus_per_node=N (host RAM per node).
 wandb-sync: PATH is a spooled run (OUTPUT_DIR/wandb/run-ID) or a directory of them; only what the
-server has not acknowledged is sent (docs/wandb.md).
+server has not acknowledged is sent (docs/wandb.md). The API key goes only to WANDB_BASE_URL's host
+(default https://api.wandb.ai): a run whose run.json names another host is refused, unless
+--trust-spool-host, which uploads it (with the key) to the host the spool names.
 Exit status: 0 success, 1 the run failed, 2 bad command line or config, 130 interrupted (Ctrl-C).
 )";
 }
@@ -209,9 +211,18 @@ Command cli_parse(const std::vector<std::string>& args) {
     }
   } else if (first == "wandb-sync") {
     cmd.verb = Command::Verb::wandb_sync;
-    if (args.size() != 2 || str_starts_with(args[1], "-"))
-      fail_usage("runner wandb-sync: expected one PATH (OUTPUT_DIR/wandb/run-ID, or a directory of runs)");
-    cmd.dest = args[1];
+    for (size_t i = 1; i < args.size(); i++) {
+      if (args[i] == "--trust-spool-host")
+        cmd.trust_spool_host = true;
+      else if (str_starts_with(args[i], "-") || !cmd.dest.empty())
+        fail_usage("runner wandb-sync: unexpected argument '" + args[i] + "'",
+                   "usage: runner wandb-sync [--trust-spool-host] PATH");
+      else
+        cmd.dest = args[i];
+    }
+    if (cmd.dest.empty())
+      fail_usage("runner wandb-sync: expected one PATH (OUTPUT_DIR/wandb/run-ID, or a directory of runs)",
+                 "usage: runner wandb-sync [--trust-spool-host] PATH");
   } else if (first == "validate") {
     cmd.verb = Command::Verb::validate;
     parse_recipe_args(args, 1, "validate", cmd);

@@ -1,7 +1,8 @@
 // The runner's command line: `runner RECIPE [key=value ...]`, `runner validate|ls|cp|--help|--version`,
 // `runner tokenize --tokenizer DIR [--special] [--decode]`,
 // `runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] [--limit N] FILE`,
-// `runner sweep SWEEP [key=value ...]`, `runner sweep --report DIR`, `runner wandb-sync PATH`,
+// `runner sweep SWEEP [key=value ...]`, `runner sweep --report DIR`,
+// `runner wandb-sync [--trust-spool-host] PATH`,
 // `runner --nproc N RECIPE [key=value ...]` (N data-parallel ranks on this machine).
 // Parsing only; runner/main.cpp carries the verbs out. Bad command lines raise UsageError (exit 2).
 #pragma once
@@ -42,6 +43,7 @@ struct Command {
   int64_t max_length = 2048;              // data: --max-length
   int64_t limit = 10;                     // data: --limit, records shown
   int nproc = 0;                          // run: --nproc N, ranks on this machine (0: not given)
+  bool trust_spool_host = false;          // wandb-sync: --trust-spool-host (send to the spool's host)
 };
 
 Command cli_parse(const std::vector<std::string>& args);  // args without argv[0]

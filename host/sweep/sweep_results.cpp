@@ -11,6 +11,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
 #include "host/core/strings.h"
 #include "host/sweep/sweep.h"
 
@@ -54,7 +55,7 @@ std::map<std::string, double> sweep_read_metrics(const std::string& dir) {
   if (file_exists(path)) {
     std::map<std::string, double> summary;
     for (const auto& line : lines_of(file_read(path))) {
-      json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      json j = json_parse_or_discard(line);
       if (!j.is_object()) continue;  // blank, or a line cut short by a crash
       if (j.contains("summary") && j["summary"].is_object()) {
         collect_numbers(j["summary"], "", summary);
@@ -68,7 +69,7 @@ std::map<std::string, double> sweep_read_metrics(const std::string& dir) {
   }
   path = dir + "/summary.json";
   if (file_exists(path)) {
-    json j = json::parse(file_read(path), nullptr, false);
+    json j = json_parse_or_discard(file_read(path));
     if (j.is_object()) collect_numbers(j, "", out);
   }
   return out;

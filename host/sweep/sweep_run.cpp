@@ -21,10 +21,12 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
 #include "host/core/process.h"
 #include "host/core/strings.h"
 #include "host/runner/recipes.h"
 #include "host/sweep/sweep.h"
+#include "host/train/run_dir.h"
 
 namespace luatune {
 
@@ -105,6 +107,16 @@ void validate_first(const std::string& exe, const SweepSpec& spec, const std::st
   fail_usage("sweep.run: recipe " + spec.recipe + " refuses " + plan.name +
                  "'s settings (runner validate, exit " + std::to_string(code) + "):\n" + err,
              "fix the key or value in sweep.run's fixed or parameters; the whole output is in " + log);
+}
+
+// Whether an earlier attempt of the trial in `dir` stopped with a complete checkpoint that a run of
+// its recipe can resume: its run.json's config has a resume key, and checkpoints/ has a checkpoint.
+bool trial_resumable(const std::string& dir) {
+  if (!file_exists(dir + "/run.json")) return false;
+  nlohmann::json run = json_parse_or_discard(file_read(dir + "/run.json"));
+  if (!run.is_object() || !run.contains("config") || !run["config"].is_object() || !run["config"].contains("resume"))
+    return false;
+  return !checkpoints_list(dir + "/checkpoints").empty();
 }
 
 }  // namespace
@@ -198,7 +210,10 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
       Running r;
       r.plan = pending[next++];
       r.dir = spec.output_dir + "/" + r.plan.name;
-      std::filesystem::remove_all(r.dir, ec);  // an interrupted or retried attempt leaves nothing behind
+      // A trial a stop interrupted after saving a checkpoint continues from it (resume=true); any
+      // other interrupted or retried attempt leaves nothing behind.
+      const bool resume = trial_resumable(r.dir);
+      if (!resume) std::filesystem::remove_all(r.dir, ec);
       std::filesystem::create_directories(r.dir, ec);
       auto env = shared_env;
       if (!spec.devices.empty()) {
@@ -210,9 +225,11 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
       }
       if (!spec.wandb_project.empty()) env.emplace_back("WANDB_NAME", spec.name + "-" + r.plan.name);
       r.start = process_now_seconds();
-      r.pid = spawn(exe, sweep_trial_args(spec, "run", recipe_path, r.plan), process_env(env),
-                    r.dir + "/trial.log");
-      std::printf("%s: started (%s)\n", label(r.plan).c_str(), r.dir.c_str());
+      std::vector<std::string> args = sweep_trial_args(spec, "run", recipe_path, r.plan);
+      if (resume) args.push_back("resume=true");
+      r.pid = spawn(exe, args, process_env(env), r.dir + "/trial.log");
+      std::printf("%s: started (%s)%s\n", label(r.plan).c_str(), r.dir.c_str(),
+                  resume ? ", resuming from its checkpoint" : "");
       std::fflush(stdout);
       running.push_back(std::move(r));
     }

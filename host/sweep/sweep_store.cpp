@@ -8,6 +8,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
 #include "host/core/strings.h"
 #include "host/sweep/sweep.h"
 
@@ -89,7 +90,7 @@ ojson identity_json(const SweepSpec& s) {
 }
 
 ojson read_json_file(const std::string& path) {
-  ojson j = ojson::parse(file_read(path), nullptr, /*allow_exceptions=*/false);
+  ojson j = ojson_parse_or_discard(file_read(path));
   if (!j.is_object())
     fail("sweep: '" + path + "' is not a JSON object (damaged?); remove it to start the sweep over");
   return j;
@@ -117,6 +118,8 @@ std::string sweep_trial_json(const SweepTrial& t) {
 }
 
 SweepTrial sweep_trial_from_json(const std::string& line, const std::string& output_dir) {
+  if (json_too_deep_line(line) > 0)
+    fail("JSON nested deeper than " + std::to_string(kJsonMaxDepth) + " levels");
   ojson j = ojson::parse(line);  // throws on a damaged line; the reader decides what that means
   SweepTrial t;
   t.index = j.at("index").get<int64_t>();

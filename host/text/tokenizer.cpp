@@ -4,6 +4,7 @@
 // post-processor adds BOS/EOS. Decoding maps ids to token strings and through the decoder.
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
 #include "host/core/strings.h"
 #include "host/text/tokenizer_parts.h"
 
@@ -38,12 +39,7 @@ struct TokenizerImpl {
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
-  std::string bytes = file_read(path);
-  try {
-    return nlohmann::json::parse(bytes);
-  } catch (const nlohmann::json::parse_error& err) {
-    fail(path + ": not valid JSON (" + err.what() + ")");
-  }
+  return json_parse_checked(file_read(path), path);
 }
 
 // tokenizer_config.json writes special tokens as "text", {"content": "text", ...} or null.

@@ -4,6 +4,7 @@
 // (or a syntax error) makes it give up; the caller then parses the plain way and reports the
 // problem with its JSON path.
 #include "host/core/error.h"
+#include "host/core/json.h"
 #include "host/text/tokenizer_parts.h"
 
 namespace luatune {
@@ -139,6 +140,7 @@ class StreamingReader : public nlohmann::json_sax<Json> {
 }  // namespace
 
 nlohmann::json tokenizer_json_parse(const std::string& path, const std::string& text, BpeData& bpe) {
+  json_check_depth(text, path);
   {
     StreamingReader reader(bpe);
     if (Json::sax_parse(text, &reader)) return std::move(reader.root);

@@ -11,6 +11,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
 #include "host/core/strings.h"
 #include "host/model/transformer.h"
 #include "host/text/tokenizer.h"
@@ -41,6 +42,7 @@ std::vector<McRecord> mc_read_jsonl(const std::string& path) {
   for (size_t i = 0; i < lines.size(); i++) {
     if (str_trim(lines[i]).empty()) continue;
     std::string where = path + ":" + std::to_string(i + 1);
+    json_check_depth(lines[i], path, static_cast<int64_t>(i + 1));
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(lines[i]);

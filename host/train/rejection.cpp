@@ -13,6 +13,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
 #include "host/data/format.h"
 #include "host/data/preference.h"
 #include "host/dist/dist.h"
@@ -78,12 +79,7 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
     if (o.data.max_records >= 0 && index + 1 >= o.data.max_records) break;
     if (++index % world != rank) continue;
     const std::string where = prompts_path + ":" + std::to_string(line_no);
-    json record;
-    try {
-      record = json::parse(line);
-    } catch (const json::exception& e) {
-      fail(where + ": not valid JSON (" + e.what() + ")");
-    }
+    json record = json_parse_checked(line, where);
     const json prompt = record_prompt(record, where);
     const uint64_t seed0 = o.generate.seed + static_cast<uint64_t>(index * o.n);
 

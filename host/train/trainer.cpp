@@ -16,6 +16,8 @@
 #include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/json.h"
+#include "host/core/strings.h"
 #include "host/data/dataset.h"
 #include "host/data/preference.h"
 #include "host/dist/dist.h"
@@ -24,6 +26,8 @@
 #include "host/io/safetensors.h"
 #include "host/train/loss.h"
 #include "host/train/recompute.h"
+#include "host/train/run_dir.h"
+#include "host/train/stop.h"
 
 #ifdef LUATUNE_HAS_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -42,34 +46,6 @@ double now_seconds() {
 
 bool is_low_precision(const at::Tensor& t) {
   return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
-}
-
-std::string step_dir_name(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "step-%07lld", static_cast<long long>(step));
-  return buf;
-}
-
-// A sharded checkpoint's file of one rank.
-std::string rank_file(int rank) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "rank-%05d.safetensors", rank);
-  return buf;
-}
-
-// Checkpoint directories under `root`, oldest first: (step, path).
-std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& root) {
-  std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) return out;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    std::string name = e.path().filename().string();
-    if (name.size() != 12 || name.compare(0, 5, "step-") != 0) continue;
-    if (!fs::exists(e.path() / "trainer.json")) continue;  // incomplete: never renamed into place
-    out.emplace_back(std::stoll(name.substr(5)), e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 }  // namespace
@@ -145,7 +121,12 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
     for (size_t i = first_local_; i < params_.size(); i++) ptrs.push_back(params_[i].second);
     sync_ = std::make_shared<GradSync>(ptrs);
   }
+  // The recipe's config{} may have claimed the output directory already (before it wrote there).
+  if (!options_.output_dir.empty()) claimed_ = output_dir_owner(options_.output_dir, &run_id_);
+  stop_register(this);
 }
+
+Trainer::~Trainer() { stop_unregister(this); }
 
 // Optimizer state (fp32 master copies, moments) is allocated on the first update or resume, so a
 // Trainer used only to evaluate costs no memory beyond the model.
@@ -289,6 +270,10 @@ void Trainer::optimizer_update(double scheduled_lr) {
 }
 
 StepStats Trainer::step(const Batch& batch) {
+  // The previous step's safe point when the recipe's loop has none (no batches iterator): its
+  // deferred checkpoint, or the stop a signal asked for, before this step begins.
+  if (mid_step_) stop_safe_point();
+  if (step_ == 0) claim_output_dir();
   const double t0 = now_seconds();
   // Data parallel: the loss is normalised by every rank's target tokens together, and gradients
   // are summed, so N ranks compute what one process computes on their rows together.
@@ -341,8 +326,43 @@ StepStats Trainer::step(const Batch& batch) {
         static_cast<double>(stats.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].peak) / 1e9;
   }
 #endif
-  if (options_.save_every > 0 && step_ % options_.save_every == 0) save();
+  // The checkpoint waits for the safe point (stop.h), which comes after the recipe has logged
+  // this step: a checkpoint never holds a step the metrics do not.
+  if (options_.save_every > 0 && step_ % options_.save_every == 0) save_due_ = true;
+  mid_step_ = true;
   return s;
+}
+
+void Trainer::reach_safe_point() {
+  mid_step_ = false;
+  if (!save_due_) return;
+  save_due_ = false;
+  save();
+}
+
+std::string Trainer::save_unsaved() {
+  if (options_.output_dir.empty() || step_ == 0) return "";
+  return save();
+}
+
+// A fresh run's claim on output_dir (run_dir.h): refuses another run's checkpoints there unless
+// overwrite; writes run.json. A resumed run or one whose config{} claimed the directory has it.
+void Trainer::claim_output_dir() {
+  if (claimed_ || options_.output_dir.empty()) return;
+  RunInfo info;
+  info.run_id = run_id_new();
+  info.world_size = dist_world_size();
+  if (!options_.config_json.empty()) {
+    info.config = json::parse(options_.config_json);
+    if (info.config.contains("seed") && info.config["seed"].is_number()) {
+      info.has_seed = true;
+      info.seed = info.config["seed"].get<double>();
+    }
+  }
+  const std::string moved = output_dir_claim(options_.output_dir, options_.overwrite, run_json_new(info), dist_is_main());
+  if (!moved.empty()) std::printf("train: moved the earlier run in %s to %s\n", options_.output_dir.c_str(), moved.c_str());
+  claimed_ = true;
+  run_id_ = info.run_id;
 }
 
 namespace {
@@ -422,18 +442,28 @@ EvalStats Trainer::with_hook_stats(EvalStats e) {
 
 std::string Trainer::save() {
   LT_CHECK(!options_.output_dir.empty(), "train: save needs output_dir");
-  if (zero_) return save_sharded();
+  save_due_ = false;
+  std::error_code ec;
+  if (saved_step_ == step_ && fs::is_directory(saved_path_, ec)) return saved_path_;  // nothing changed since
+  claim_output_dir();
+  std::string path = zero_ ? save_sharded() : save_replicated();
+  saved_step_ = step_;
+  saved_path_ = path;
+  return path;
+}
+
+std::string Trainer::save_replicated() {
   std::string root = options_.output_dir + "/checkpoints";
   if (!dist_is_main()) {
     // Data parallel: every rank holds the same state; rank 0 writes it, the others wait for it.
     ensure_state();
     dist_barrier();
-    return root + "/" + step_dir_name(step_);
+    return root + "/" + checkpoint_dir_name(step_);
   }
   std::error_code ec;
   fs::create_directories(root, ec);
   LT_CHECK(fs::is_directory(root), root << ": cannot create the checkpoint directory (" << ec.message() << ")");
-  std::string final_dir = root + "/" + step_dir_name(step_);
+  std::string final_dir = root + "/" + checkpoint_dir_name(step_);
   std::string tmp = final_dir + ".tmp-" + std::to_string(::getpid());
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp);
@@ -462,10 +492,12 @@ std::vector<std::pair<std::string, at::Tensor>> Trainer::local_state(bool replic
   return tensors;
 }
 
-// trainer.json written last, then the directory renamed into place, then the oldest beyond
-// keep_last deleted: resume only ever sees complete checkpoints.
+// trainer.json (the manifest: every file with its size) written last, then the directory renamed
+// into place (replacing a checkpoint of the same step by rename too), then this run's checkpoints
+// beyond keep_last deleted: resume only ever sees complete checkpoints, and never loses one.
 void Trainer::publish_checkpoint(const std::string& tmp, const std::string& final_dir) {
   json meta = {{"step", step_},
+               {"run_id", run_id_},
                {"optimizer", options_.optimizer},
                {"lr", options_.lr},
                {"schedule", options_.schedule},
@@ -475,25 +507,95 @@ void Trainer::publish_checkpoint(const std::string& tmp, const std::string& fina
                {"world_size", dist_world_size()},
                {"shard", options_.shard}};
   if (zero_) meta["layout"] = json::parse(zero_->layout_json());
-  std::error_code ec;
+  if (!options_.config_json.empty()) meta["config"] = json::parse(options_.config_json);
+  meta["files"] = checkpoint_file_sizes(tmp);
   file_write_atomic(tmp + "/trainer.json", meta.dump(2) + "\n");
-  fs::remove_all(final_dir, ec);
-  fs::rename(tmp, final_dir);
-  auto all = list_checkpoints(options_.output_dir + "/checkpoints");
-  for (size_t i = 0; options_.keep_last > 0 && i + options_.keep_last < all.size(); i++)
-    fs::remove_all(all[i].second, ec);
+  checkpoint_publish(tmp, final_dir);
+  // keep_last counts this run's checkpoints up to this step only: another run's, or steps a
+  // resumed run has not reached again, are never deleted.
+  std::vector<CheckpointEntry> mine;
+  for (auto& c : checkpoints_list(options_.output_dir + "/checkpoints"))
+    if (c.run_id == run_id_ && c.step <= step_) mine.push_back(c);
+  std::error_code ec;
+  for (size_t i = 0; options_.keep_last > 0 && i + options_.keep_last < mine.size(); i++)
+    fs::remove_all(mine[i].path, ec);
 }
 
 int64_t Trainer::resume(const std::string& checkpoint_dir) {
   std::string dir = checkpoint_dir;
   if (dir.empty()) {
     LT_CHECK(!options_.output_dir.empty(), "train: resume needs output_dir or a checkpoint directory");
-    auto all = list_checkpoints(options_.output_dir + "/checkpoints");
-    if (all.empty()) return 0;
-    dir = all.back().second;
+    const std::string root = options_.output_dir + "/checkpoints";
+    if (dist_is_main()) checkpoints_clean_leftovers(root);  // what killed saves left behind
+    std::vector<std::string> incomplete;
+    auto all = checkpoints_list(root, &incomplete);
+    for (const auto& bad : incomplete) {
+      if (!all.empty() && bad < all.back().path) continue;  // older than the one resumed: left alone
+      std::string why;
+      checkpoint_complete(bad, &why);
+      if (dist_is_main())
+        std::fprintf(stderr, "warning: resume: skipping the incomplete checkpoint %s (%s)%s\n", bad.c_str(), why.c_str(),
+                     all.empty() ? "" : ("; taking " + all.back().path).c_str());
+    }
+    LT_CHECK(!all.empty() || incomplete.empty(),
+             root << ": no complete checkpoint to resume from (" << incomplete.size()
+                  << " incomplete); move them away or start afresh with overwrite=true");
+    if (all.empty()) {  // nothing to resume: a fresh run
+      claim_output_dir();
+      return 0;
+    }
+    dir = all.back().path;
   }
-  LT_CHECK(file_exists(dir + "/trainer.json"), dir << ": not a luatune checkpoint (no trainer.json)");
-  json meta = json::parse(file_read(dir + "/trainer.json"));
+  std::string why;
+  LT_CHECK(checkpoint_complete(dir, &why), dir << ": not a complete luatune checkpoint (" << why << ")");
+  json meta = json_parse_checked(file_read(dir + "/trainer.json"), dir + "/trainer.json");
+  // Keys of the recipe's config whose value differs from the checkpointed run's: warned about, and
+  // named when the checkpoint does not fit this model.
+  std::vector<std::string> changed;
+  if (meta.contains("config") && !options_.config_json.empty()) {
+    const json now = json::parse(options_.config_json);
+    changed = config_changed_keys(meta["config"], now, {"resume", "overwrite"});
+    for (const auto& key : changed) {
+      const json::json_pointer ptr("/" + str_join(str_split(key, '.'), "/"));
+      const json before = meta["config"].contains(ptr) ? meta["config"][ptr] : json();
+      const json after = now.contains(ptr) ? now[ptr] : json();
+      if (dist_is_main())
+        std::fprintf(stderr, "warning: resume: %s is %s now, %s in the checkpointed run (%s)\n", key.c_str(),
+                     after.is_null() ? "unset" : after.dump().c_str(), before.is_null() ? "unset" : before.dump().c_str(),
+                     dir.c_str());
+    }
+  }
+  try {
+    load_checkpoint(dir, meta);
+  } catch (const std::exception& e) {
+    if (changed.empty()) throw;
+    fail(std::string(e.what()) + " (config keys changed since the checkpoint: " + str_join(changed, ", ") + ")");
+  }
+  step_ = meta.at("step").get<int64_t>();
+  saved_step_ = step_;
+  saved_path_ = dir;
+  run_id_ = meta.value("run_id", std::string());
+  claimed_ = true;
+  if (!options_.output_dir.empty()) {
+    output_dir_register(options_.output_dir, run_id_);
+    if (dist_is_main()) {
+      RunInfo info;
+      info.run_id = run_id_;
+      info.world_size = dist_world_size();
+      if (!options_.config_json.empty()) info.config = json::parse(options_.config_json);
+      run_json_note_resume(options_.output_dir, {{"step", step_}, {"checkpoint", dir}, {"changed", changed}},
+                           run_json_new(info));
+    }
+  }
+  if (dist_is_main())
+    std::printf("resumed from step %lld of %lld (checkpoint %s)\n", static_cast<long long>(step_),
+                static_cast<long long>(options_.steps), dir.c_str());
+  for (auto& hook : hooks_) hook->after_step(step_);
+  return step_;
+}
+
+// The checks and tensors of resume: same world size and stage, this rank's state and generators.
+void Trainer::load_checkpoint(const std::string& dir, const json& meta) {
   // The data order depends on the number of ranks: a run resumed on another count would not
   // continue the one it resumes.
   const int64_t saved_world = meta.value("world_size", int64_t{1});
@@ -519,7 +621,7 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
       fail(dir + ": its shards were laid out for other trainable parameters, optimizer or offload than this run's",
            "resume with the same recipe settings (shard, optimizer, optimizer_offload, lora), or start a new "
            "output_dir");
-    const std::string mine = dir + "/" + rank_file(dist_rank()), first = dir + "/" + rank_file(0);
+    const std::string mine = dir + "/" + checkpoint_rank_file(dist_rank()), first = dir + "/" + checkpoint_rank_file(0);
     LT_CHECK(file_exists(mine), mine << ": missing (every rank writes its own shard file)");
     SafetensorsReader st(mine);
     zero_->load_state(getter(st), mine);
@@ -538,9 +640,6 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
     LT_CHECK(expected == static_cast<int64_t>(params_.size()),
              dir << ": the checkpoint has " << expected << " trainable tensors, the model " << params_.size());
   }
-  step_ = meta.at("step").get<int64_t>();
-  for (auto& hook : hooks_) hook->after_step(step_);
-  return step_;
 }
 
 // ============================================================================================
@@ -551,7 +650,7 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
 
 std::string Trainer::save_sharded() {
   std::string root = options_.output_dir + "/checkpoints";
-  std::string final_dir = root + "/" + step_dir_name(step_);
+  std::string final_dir = root + "/" + checkpoint_dir_name(step_);
   std::string tmp = final_dir + ".tmp-zero";  // one name every rank agrees on
   std::error_code ec;
   if (dist_is_main()) {
@@ -563,7 +662,7 @@ std::string Trainer::save_sharded() {
   ensure_state();
   std::vector<std::pair<std::string, at::Tensor>> tensors = zero_->state_tensors();
   for (auto& kv : local_state(dist_is_main())) tensors.push_back(kv);  // rank 0 adds the replicated ones
-  safetensors_save_file(tmp + "/" + rank_file(dist_rank()), tensors);
+  safetensors_save_file(tmp + "/" + checkpoint_rank_file(dist_rank()), tensors);
   dist_barrier();
   if (dist_is_main()) publish_checkpoint(tmp, final_dir);
   dist_barrier();

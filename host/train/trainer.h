@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -103,6 +104,10 @@ struct TrainOptions {
   // (or FSDP's NO_SHARD / SHARD_GRAD_OP / FULL_SHARD). "full" recomputes layers (checkpoint_layers).
   std::string shard = "none";
   std::string optimizer_offload = "none";  // "cpu": masters and optimizer states in host memory
+  // The output directory contract (host/train/run_dir.h): a fresh run into a directory holding
+  // another run's checkpoints fails unless overwrite, which moves that run aside first.
+  bool overwrite = false;
+  std::string config_json;  // the recipe's resolved config (JSON), kept in checkpoints for resume's diff
 };
 
 // Bytes of training state this rank holds, and what an unsharded replica holds (trainer:memory()):
@@ -130,6 +135,9 @@ class Trainer {
  public:
   Trainer(std::shared_ptr<Model> model, TrainOptions options,
           std::vector<std::shared_ptr<TrainerHook>> hooks = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
   StepStats step(const Batch& batch);
   EvalStats evaluate(const std::vector<Batch>& batches);
   // Mean loss over a dataset's rows in order, `batch_size` rows at a time (at most max_batches
@@ -137,12 +145,20 @@ class Trainer {
   EvalStats evaluate(const Dataset& data, int64_t batch_size, int64_t max_batches = 0);
   // The same over preference pairs, `batch_size` pairs at a time.
   EvalStats evaluate(const PreferenceDataset& data, int64_t batch_size, int64_t max_batches = 0);
-  // Writes a checkpoint of the current state to output_dir/checkpoints/step-N (atomically) and
-  // prunes old ones; returns its path.
+  // Writes a checkpoint of the current state to output_dir/checkpoints/step-N (atomically, also
+  // when it replaces one) and deletes this run's checkpoints beyond keep_last; returns its path.
+  // A step already saved is not written again.
   std::string save();
-  // Loads the newest checkpoint under output_dir/checkpoints (or the given checkpoint dir) and
-  // returns its step, or 0 when there is none.
+  // Loads the newest complete checkpoint under output_dir/checkpoints (or the given checkpoint
+  // dir; an incomplete newest one is skipped with a warning) and returns its step, or 0 when there
+  // is none. Prints "resumed from step N of M (checkpoint PATH)" and warns for each config key
+  // that differs from the checkpointed run's.
   int64_t resume(const std::string& checkpoint_dir = "");
+  // The stop protocol (host/train/stop.h): save_every's checkpoint is written at the next safe
+  // point, after the step's metrics are logged, so a checkpoint never runs ahead of the logs.
+  bool mid_step() const { return mid_step_; }  // a step returned and no safe point since
+  void reach_safe_point();                      // writes the deferred checkpoint, if any
+  std::string save_unsaved();                   // save() when there is output_dir and an unsaved step; else ""
   int64_t step_count() const { return step_; }
   double lr_at(int64_t step) const;  // learning rate of step `step` (1-based)
   const TrainOptions& options() const { return options_; }
@@ -185,6 +201,8 @@ class Trainer {
   // hooks' (pruning masks, multipliers: small) stay replicated and use the plain path.
   std::shared_ptr<ZeroShards> zero_;
   size_t first_local_ = 0;
+  std::string save_replicated();
+  void load_checkpoint(const std::string& dir, const nlohmann::json& meta);
   std::string save_sharded();
   std::vector<std::pair<std::string, at::Tensor>> local_state(bool replicated) const;
   using TensorGetter = std::function<at::Tensor(const std::string&)>;  // undefined when absent
@@ -192,6 +210,16 @@ class Trainer {
   void load_local_state(const TensorGetter& get_params, const std::string& params_file, const TensorGetter& get_rng);
   void publish_checkpoint(const std::string& tmp, const std::string& final_dir);
   int64_t step_ = 0;
+  // Checkpoints and the output directory: the run this trainer's checkpoints belong to (set by a
+  // fresh claim or adopted by resume), the last step saved and its path, a save deferred to the
+  // next safe point.
+  void claim_output_dir();
+  bool claimed_ = false;
+  std::string run_id_;
+  int64_t saved_step_ = -1;
+  std::string saved_path_;
+  bool save_due_ = false;
+  bool mid_step_ = false;
   // Data parallel (host/dist): the gradient all-reduce, set when the process is one of several.
   std::shared_ptr<GradSync> sync_;
 };

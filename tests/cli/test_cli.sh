@@ -8,42 +8,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failed=0 checks=0
 
-# check NAME EXPECTED_STATUS COMMAND...; then expect_out TEXT / refute_out TEXT on its output.
-check() {
-  local name=$1 want=$2
-  shift 2
-  checks=$((checks + 1))
-  out=$("$@" 2>&1)
-  rc=$?
-  current=$name
-  if [ "$rc" != "$want" ]; then
-    echo "FAIL $name: exit status $rc, expected $want"
-    echo "$out" | sed 's/^/    /'
-    failed=$((failed + 1))
-  fi
-  if echo "$out" | grep -qE 'terminate called|Aborted|Segmentation fault|core dumped'; then
-    echo "FAIL $name: crashed"; failed=$((failed + 1))
-  fi
-}
-expect_out() {
-  if ! grep -qF -- "$1" <<<"$out"; then
-    echo "FAIL $current: output lacks: $1"
-    echo "$out" | sed 's/^/    /'
-    failed=$((failed + 1))
-  fi
-}
-expect_exact() {  # the whole output, every line
-  if [ "$out" != "$1" ]; then
-    echo "FAIL $current: output is not exactly:"; echo "$1" | sed 's/^/    /'
-    echo "  got:"; echo "$out" | sed 's/^/    /'
-    failed=$((failed + 1))
-  fi
-}
-refute_out() {
-  if grep -qF -- "$1" <<<"$out"; then
-    echo "FAIL $current: output has: $1"; failed=$((failed + 1))
-  fi
-}
+source tests/cli/lib.sh
 
 # --- informational verbs
 check version 0 "$runner" --version
@@ -100,7 +65,7 @@ expect_out "stack traceback:"; refute_out "Exception raised from"; refute_out "f
 check syntax_error 1 "$runner" $fx/syntax_error.lua
 expect_out "$fx/syntax_error.lua:2:"
 
-# --- Ctrl-C stops the run between steps with a message and status 130. SIGINT is sent once the
+# --- Ctrl-C stops the run between steps with one message (no traceback) and status 130. SIGINT is sent once the
 # recipe has printed "started" (so the handler is in place however slow the machine is).
 interrupt() {
   "$runner" $fx/forever.lua >"$tmp/forever.out" 2>&1 &
@@ -113,7 +78,8 @@ interrupt() {
   return $rc
 }
 check interrupt 130 interrupt
-expect_out "started"; expect_out "interrupted by Ctrl-C"; expect_out "stopped between steps"
+expect_out "started"; expect_out "runner: stopped by Ctrl-C (SIGINT); nothing to save"
+if grep -q -e traceback -e "^error:" <<<"$out"; then echo "FAIL interrupt: a traceback or error line"; failed=$((failed + 1)); fi
 
 # --- runner cp
 check cp 0 "$runner" cp quickstart "$tmp/mine.lua"
@@ -245,5 +211,19 @@ expect_exact "runner --nproc: expected RECIPE [key=value ...] after N, got 'vali
 check nproc_missing_recipe 2 "$runner" --nproc 2 no_such_recipe
 expect_out "runner: no recipe 'no_such_recipe'"; refute_out "[rank 1]"
 
-echo "$checks checks, $failed failed"
-[ "$failed" -eq 0 ]
+# --- runner wandb-sync: the command line only (uploads: tests/recipes/test_wandb_recipes.sh)
+check help_wandb_sync 0 "$runner" --help
+expect_out "runner wandb-sync [--trust-spool-host] PATH"
+expect_out "--trust-spool-host, which uploads it (with the key) to the host the spool names"
+check wandb_sync_trusted_no_spool 1 "$runner" wandb-sync --trust-spool-host "$tmp/no_spool"
+expect_out "runner wandb-sync: '$tmp/no_spool' holds no spooled W&B run"
+check wandb_sync_flag_after_path 1 "$runner" wandb-sync "$tmp/no_spool" --trust-spool-host
+expect_out "holds no spooled W&B run"
+check wandb_sync_no_path 2 "$runner" wandb-sync --trust-spool-host
+expect_out "runner wandb-sync: expected one PATH"; expect_out "usage: runner wandb-sync [--trust-spool-host] PATH"
+check wandb_sync_unknown_flag 2 "$runner" wandb-sync --trust "$tmp"
+expect_out "runner wandb-sync: unexpected argument '--trust'"
+check wandb_sync_two_paths 2 "$runner" wandb-sync "$tmp" "$tmp"
+expect_out "runner wandb-sync: unexpected argument '$tmp'"
+
+cli_finish

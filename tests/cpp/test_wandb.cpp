@@ -1,10 +1,13 @@
 // The W&B sink against a loopback server speaking the protocol's server side (fake_wandb.h):
 // settings resolution and netrc, the wire helpers (extended JSON, retry policy, Retry-After,
 // request cutting), then whole runs: a normal run, failures and outages, 401, stop from the UI,
-// resume, offline + wandb-sync, a killed run, and the API key in no file and no notice.
+// resume, offline + wandb-sync, a killed run, and the API key in no file and no notice; a
+// user:password@ in the base URL in no file either, spool files 0600, wandb-sync refusing a spool
+// that names another host, and the plain-http warning.
 // Intervals are a few tens of milliseconds so the whole file runs in a few seconds.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -156,6 +159,23 @@ std::string all_files(const std::string& dir) {
   return text;
 }
 
+// Each file in a run directory with its permission bits ("history.jsonl" -> 0600).
+std::map<std::string, unsigned> file_modes(const std::string& dir) {
+  std::map<std::string, unsigned> modes;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    struct stat st;
+    if (::stat(e.path().c_str(), &st) == 0) modes[e.path().filename().string()] = st.st_mode & 07777;
+  }
+  return modes;
+}
+
+// Sets the umask for a test, restoring it after.
+struct UmaskScope {
+  mode_t saved;
+  explicit UmaskScope(mode_t m) : saved(::umask(m)) {}
+  ~UmaskScope() { ::umask(saved); }
+};
+
 // The key may appear in an Authorization header and nowhere else in what the server received.
 void expect_key_only_in_authorization(const FakeWandb& server) {
   for (const auto& r : server.requests()) {
@@ -304,6 +324,59 @@ TEST(WandbNetrc, KeyComesFromTheEnvironmentThenNetrc) {
 }
 
 // ============================================================================================
+// Credentials in the base URL, loopback, plain http (issue 18)
+
+TEST(WandbUrl, UserinfoIsStrippedFromEveryForm) {
+  EXPECT_EQ(wandb_url_redacted("http://user:pw@h.example:8080/x"), "http://h.example:8080/x");
+  EXPECT_EQ(wandb_url_redacted("https://user:p@ss@h.example"), "https://h.example");  // '@' in the password
+  EXPECT_EQ(wandb_url_redacted("https://token@h.example/"), "https://h.example/");
+  EXPECT_EQ(wandb_url_redacted("http://u:pw@[::1]:8080/x"), "http://[::1]:8080/x");
+  EXPECT_EQ(wandb_url_redacted("u:pw@h.example:1/x"), "h.example:1/x");             // no scheme
+  EXPECT_EQ(wandb_url_redacted("https://h.example/a@b"), "https://h.example/a@b");  // a path is not userinfo
+  EXPECT_EQ(wandb_url_redacted("https://h.example?q=a@b"), "https://h.example?q=a@b");
+  EXPECT_EQ(wandb_url_redacted("https://api.wandb.ai"), "https://api.wandb.ai");
+  EXPECT_EQ(wandb_url_redacted(""), "");
+  EXPECT_TRUE(wandb_url_has_credentials("http://u:pw@h"));
+  EXPECT_FALSE(wandb_url_has_credentials("http://h/a@b"));
+}
+
+TEST(WandbUrl, ResolveDropsUserinfoBeforeAnythingSeesIt) {
+  EnvScope env({{"WANDB_PROJECT", "p"}, {"WANDB_BASE_URL", "http://user:s3cretPW@h.example:1/"}});
+  WandbOptions o;
+  o.mode = "offline";
+  WandbSettings s = wandb_resolve(o);
+  EXPECT_EQ(s.base_url, "http://h.example:1");
+  EXPECT_TRUE(s.base_url_had_credentials);
+  o.base_url = "https://h.example";
+  EXPECT_FALSE(wandb_resolve(o).base_url_had_credentials);
+  // Not even a malformed URL's error message carries the password.
+  o.base_url = "ftp://user:s3cretPW@h.example";
+  EXPECT_EQ(error_of([&] { wandb_resolve(o); }),
+            "wandb: WANDB_BASE_URL must start with http:// or https://, got 'ftp://h.example'");
+}
+
+TEST(WandbUrl, LoopbackIsLocalhost127Slash8AndColonColon1) {
+  for (const char* h : {"localhost", "LocalHost", "localhost.", "127.0.0.1", "127.1.2.3", "127.255.255.254",
+                        "[::1]", "::1", "[0:0:0:0:0:0:0:1]", "[::ffff:127.0.0.1]"})
+    EXPECT_TRUE(wandb_host_is_loopback(h)) << h;
+  for (const char* h : {"", "example.com", "localhost.example.com", "mylocalhost", "127.0.0.1.example.com",
+                        "128.0.0.1", "126.255.255.255", "10.0.0.1", "0.0.0.0", "127.0.0.256", "127.1",
+                        "[::2]", "[::]", "[::ffff:10.0.0.1]"})
+    EXPECT_FALSE(wandb_host_is_loopback(h)) << h;
+  EXPECT_EQ(wandb_host_is_loopback(wandb_url_host("http://u:p@[::1]:8080/x", false)), true);
+}
+
+TEST(WandbUrl, PlainHttpToANonLoopbackHostIsWarnedAbout) {
+  EXPECT_EQ(wandb_insecure_warning("http://u:s3cretPW@10.1.2.3:8080/x"),
+            "wandb: warning: http://10.1.2.3:8080/x is plain http to a non-loopback host: the API key and "
+            "the run's data cross the network unencrypted (use https://)");
+  EXPECT_NE(wandb_insecure_warning("http://wandb.example.com"), "");
+  for (const char* url : {"https://wandb.example.com", "https://api.wandb.ai", "http://localhost:8080",
+                          "http://127.0.0.1:8080", "http://[::1]:8080/x"})
+    EXPECT_EQ(wandb_insecure_warning(url), "") << url;
+}
+
+// ============================================================================================
 // Wire
 
 TEST(WandbWire, ExtendedJsonKeepsNanAndInfinity) {
@@ -408,6 +481,18 @@ TEST(WandbWire, ChunksFollowOffsetsAndCompleteRidesOnTheLast) {
   EXPECT_EQ(q.history_offset, 15);
   EXPECT_TRUE(wandb_reply_stopped(R"({"stopped": true})"));
   EXPECT_FALSE(wandb_reply_stopped(R"({"exitcode": null})"));
+  EXPECT_FALSE(bodies[2].contains("preempting"));  // a failure is not a preemption
+}
+
+TEST(WandbWire, AStopBySignalCompletesAsPreempting) {
+  WandbQueue q;
+  q.history.push_back("{}");
+  q.complete = true;
+  q.exit_code = kExitInterrupted;  // the runner's status after SIGINT/SIGTERM saved and stopped
+  json body = json::parse(wandb_chunk(q).body);
+  EXPECT_EQ(body["preempting"], true);
+  EXPECT_EQ(body["complete"], true);
+  EXPECT_EQ(body["exitcode"], 130);
 }
 
 // ============================================================================================
@@ -713,6 +798,7 @@ TEST(WandbSync, OfflineRunUploadsOnceAndASecondSyncSendsNothing) {
   EXPECT_TRUE(server.requests().empty());
 
   ::setenv("WANDB_API_KEY", kKey.c_str(), 1);
+  ::setenv("WANDB_BASE_URL", server.base_url().c_str(), 1);  // the key goes only to the configured host
   Capture out;
   EXPECT_EQ(wandb_sync(dir.path, out.f), 0);
   EXPECT_EQ(out.text(), "wandb-sync: " + rd + ": 4 rows sent, complete (exit code 0)\n");
@@ -738,6 +824,7 @@ TEST(WandbSync, OfflineRunUploadsOnceAndASecondSyncSendsNothing) {
 TEST(WandbSync, KilledRunIsCompletedWithExitCode1) {
   EnvScope env(std::map<std::string, std::string>{{"WANDB_API_KEY", kKey}});
   FakeWandb server(kKey);
+  ::setenv("WANDB_BASE_URL", server.base_url().c_str(), 1);
   TempDir dir, copy;
   Capture notices;
   WandbOptions o = options(server, dir, notices.f, "killed01");
@@ -765,6 +852,7 @@ TEST(WandbSync, KilledRunIsCompletedWithExitCode1) {
 TEST(WandbSync, ServerGoneAtCloseLeavesTheRestForSync) {
   EnvScope env(std::map<std::string, std::string>{{"WANDB_API_KEY", kKey}});
   FakeWandb server(kKey);
+  ::setenv("WANDB_BASE_URL", server.base_url().c_str(), 1);
   TempDir dir;
   Capture notices;
   WandbOptions o = options(server, dir, notices.f, "gone0001");
@@ -788,6 +876,155 @@ TEST(WandbSync, ServerGoneAtCloseLeavesTheRestForSync) {
   EXPECT_EQ(steps_of(run.history), (std::vector<int64_t>{1, 2, 3, 4, 5}));
   EXPECT_EQ(server.errors(), std::vector<std::string>());
   EXPECT_TRUE(run.complete);
+}
+
+TEST(WandbSpool, RunJsonHasNoPasswordAndEveryFileIsTheOwners) {
+  EnvScope env;
+  UmaskScope umask(022);  // the usual umask, under which fopen made the files 0644
+  FakeWandb server(kKey);
+  TempDir dir;
+  Capture notices;
+  WandbOptions o = options(server, dir, notices.f, "secret01");
+  o.base_url = "http://user:s3cretPW@127.0.0.1:" + std::to_string(server.port()) + "/";
+  auto sink = wandb_sink_new(o);
+  std::FILE* null = std::fopen("/dev/null", "w");
+  metrics_console_println("a console line", null);
+  std::fclose(null);
+  for (int step = 1; step <= 3; step++) sink->write(step, vals({{"loss", 1.0 / step}}));
+  sink->summary(vals({{"eval_loss", 0.5}}));
+  sink->close(0);
+  sink.reset();
+
+  std::string rd = dir.path + "/run-secret01";
+  EXPECT_EQ(json::parse(file_read(rd + "/run.json"))["base_url"], server.base_url());
+  EXPECT_EQ(all_files(dir.path).find("s3cretPW"), std::string::npos);
+  EXPECT_EQ(notices.text().find("s3cretPW"), std::string::npos) << notices.text();
+  EXPECT_EQ(count(notices.text(), wandb_credentials_notice() + "\n"), 1u) << notices.text();
+  std::map<std::string, unsigned> want;
+  for (const char* name : {"history.jsonl", "output.log", "run.json", "state.json", "summary.json"})
+    want[name] = 0600;
+  EXPECT_EQ(file_modes(rd), want);  // and no temporary left behind
+  // The key went as W&B's client sends it; the URL's user:password never reached the server.
+  FakeWandbRun run = server.run("secret01");
+  EXPECT_TRUE(run.complete);
+  for (const auto& r : server.requests()) {
+    EXPECT_EQ(r.headers.find("Authorization")->second, "Basic " + wandb_base64("api:" + kKey));
+    for (const auto& [k, v] : r.headers) EXPECT_EQ(v.find(wandb_base64("user:s3cretPW")), std::string::npos);
+  }
+
+  // A spool from before: 0644 files and a password in run.json. Resuming narrows the files, and
+  // reading run.json (as wandb-sync does) drops the password.
+  std::string old = dir.path + "/run-before01";
+  fs::create_directories(old);
+  for (const char* name : {"history.jsonl", "output.log"}) {
+    std::FILE* f = std::fopen((old + "/" + name).c_str(), "w");
+    std::fclose(f);
+    ::chmod((old + "/" + name).c_str(), 0644);
+  }
+  file_write_atomic(old + "/run.json",
+                    R"({"run_id":"before01","base_url":"http://u:s3cretPW@127.0.0.1:9/"})");
+  std::string base_url;
+  wandb_run_json_read(old, &base_url);
+  EXPECT_EQ(base_url, "http://127.0.0.1:9");
+  o.run_id = "before01";
+  o.mode = "offline";
+  o.resume = true;
+  sink = wandb_sink_new(o);
+  sink->write(1, vals({{"loss", 1}}));
+  sink->close(0);
+  sink.reset();
+  for (const auto& [name, mode] : file_modes(old)) EXPECT_EQ(mode, 0600u) << name;
+  EXPECT_EQ(all_files(old).find("s3cretPW"), std::string::npos);
+}
+
+TEST(WandbSync, RefusesASpoolNamingAnotherHostUnlessTrusted) {
+  EnvScope env(std::map<std::string, std::string>{{"WANDB_API_KEY", kKey}});
+  FakeWandb server(kKey);
+  TempDir dir;
+  Capture notices;
+  // A spool made against the loopback server, synced with WANDB_BASE_URL unset (so the configured
+  // host is api.wandb.ai): it names another host, as a spool copied from elsewhere could.
+  WandbOptions o = options(server, dir, notices.f, "copied01");
+  o.mode = "offline";
+  auto sink = wandb_sink_new(o);
+  for (int step = 1; step <= 3; step++) sink->write(step, vals({{"loss", 1}}));
+  sink->close(0);
+  std::string rd = dir.path + "/run-copied01";
+  auto refusal = [&](const std::string& configured_host) {
+    return "wandb-sync: " + rd + ": the spool names host 127.0.0.1 (" + server.base_url() +
+           "), not the configured " + configured_host +
+           "; not sent, so the API key goes to no other host: set WANDB_BASE_URL=" + server.base_url() +
+           " or pass --trust-spool-host to upload there\n";
+  };
+  Capture out;
+  EXPECT_EQ(wandb_sync(dir.path, out.f), 1);
+  EXPECT_EQ(out.text(), refusal("api.wandb.ai"));
+  EXPECT_TRUE(server.requests().empty());
+
+  // Another name for the same machine is still another host.
+  ::setenv("WANDB_BASE_URL", ("http://localhost:" + std::to_string(server.port())).c_str(), 1);
+  Capture out2;
+  EXPECT_EQ(wandb_sync(rd, out2.f), 1);
+  EXPECT_EQ(out2.text(), refusal("localhost"));
+  EXPECT_TRUE(server.requests().empty());
+
+  // --trust-spool-host: the run goes to the host its spool names.
+  ::unsetenv("WANDB_BASE_URL");
+  Capture out3, warnings;
+  EXPECT_EQ(wandb_sync(rd, out3.f, true, warnings.f), 0);
+  EXPECT_EQ(out3.text(), "wandb-sync: " + rd + ": 3 rows sent, complete (exit code 0)\n");
+  EXPECT_EQ(warnings.text(), "");  // loopback: no plain-http warning
+  EXPECT_EQ(server.run("copied01").history.size(), 3u);
+  EXPECT_TRUE(server.run("copied01").complete);
+  expect_key_only_in_authorization(server);
+}
+
+TEST(WandbSink, PlainHttpToANonLoopbackHostWarnsOnce) {
+  EnvScope env;
+  FakeWandb server(kKey);
+  TempDir dir;
+  // Online to a host that is not this machine (and does not exist: nothing is ever delivered).
+  Capture notices;
+  WandbOptions o = options(server, dir, notices.f, "plain001");
+  o.base_url = "http://example.invalid:9";
+  o.http_timeout = 0.5;
+  o.finish_timeout = 0.3;
+  auto sink = wandb_sink_new(o);
+  for (int step = 1; step <= 3; step++) sink->write(step, vals({{"loss", 1}}));
+  sink->close(0);
+  sink.reset();
+  const std::string warning = wandb_insecure_warning(o.base_url) + "\n";
+  EXPECT_EQ(warning,
+            "wandb: warning: http://example.invalid:9 is plain http to a non-loopback host: the API key and "
+            "the run's data cross the network unencrypted (use https://)\n");
+  EXPECT_EQ(count(notices.text(), warning), 1u) << notices.text();
+  EXPECT_TRUE(str_starts_with(notices.text(), warning)) << notices.text();
+
+  // Offline (nothing sent) and loopback runs say nothing of it.
+  Capture quiet;
+  o = options(server, dir, quiet.f, "plain002");
+  sink = wandb_sink_new(o);
+  sink->write(1, vals({{"loss", 1}}));
+  sink->close(0);
+  o = options(server, dir, quiet.f, "plain003");
+  o.base_url = "http://example.invalid:9";
+  o.mode = "offline";
+  sink = wandb_sink_new(o);
+  sink->write(1, vals({{"loss", 1}}));
+  sink->close(0);
+  sink.reset();
+  EXPECT_EQ(quiet.text().find("plain http"), std::string::npos) << quiet.text();
+
+  // wandb-sync: one warning for two runs bound for the same plain-http host.
+  ::setenv("WANDB_API_KEY", kKey.c_str(), 1);
+  ::setenv("WANDB_BASE_URL", "http://example.invalid:9", 1);
+  ::setenv("WANDB_X_FINISH_TIMEOUT", "0.2", 1);
+  ::setenv("WANDB_X_FILE_STREAM_RETRY_WAIT_MIN_SECONDS", "0.05", 1);
+  ::setenv("WANDB_X_FILE_STREAM_RETRY_WAIT_MAX_SECONDS", "0.1", 1);
+  ::setenv("WANDB_HTTP_TIMEOUT", "0.5", 1);
+  Capture out, warnings;
+  EXPECT_EQ(wandb_sync(dir.path, out.f, false, warnings.f), 1);  // nothing there to upload to
+  EXPECT_EQ(warnings.text(), warning);
 }
 
 // Not a benchmark, a guard: a step never waits on the network, up or down. The averages are printed.

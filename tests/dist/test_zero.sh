@@ -11,7 +11,10 @@ runner=$1 base=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 source tests/recipes/lib.sh
 source tests/dist/ranks.sh
-one() { OMP_NUM_THREADS=2 "$runner" tests/dist/ddp_train.lua base="$base" "$@"; }
+# The 1-process reference runs on one thread like each rank (ranks.sh): the thread count changes
+# the order of float sums, which on some CPUs moved full fine-tuning's weights past the 1e-6
+# tolerance after 3 AdamW steps.
+one() { OMP_NUM_THREADS=1 "$runner" tests/dist/ddp_train.lua base="$base" "$@"; }
 same() { "$runner" tests/dist/compare.lua a="$1" b="$2" rtol=1e-6 atol=1e-6; }
 
 for method in full lora; do
@@ -70,19 +73,21 @@ check "offload, unsharded: same as no offload" same "$work/full-1" "$work/offloa
 two_ranks "$work/offload-2" method=full size=2 shard=full offload=cpu out="$work/offload-2"
 check "offload shard=full: same as no offload" same "$work/full-1" "$work/offload-2"
 
-# kill -9 of both ranks after step 2 (checkpoint at every step), then resume: the losses and weights
-# of the uninterrupted 4-step run.
+# kill -9 of both ranks right after step 2 returns (save_every=1), then resume: the losses and
+# weights of the uninterrupted 4-step run. Step 2's checkpoint waits for its safe point (after the
+# step is logged, docs/checkpoints.md), which the kill comes before: the newest is step 1's.
 two_ranks "$work/straight" method=full size=2 shard=full steps=4 out="$work/straight"
 check "4 steps uninterrupted" test $? -eq 0
 two_ranks "$work/killed" method=full size=2 shard=full steps=4 out="$work/killed" out_dir="$work/killed/run" \
   save_every=1 kill_after=2
 check "killed run: exits with SIGKILL" test $? -eq 137
-check "killed run: a complete checkpoint of step 2" test -f "$work/killed/run/checkpoints/step-0000002/trainer.json" \
-  -a -f "$work/killed/run/checkpoints/step-0000002/rank-00001.safetensors"
+check "killed run: a complete checkpoint of step 1, none of step 2" \
+  test -f "$work/killed/run/checkpoints/step-0000001/trainer.json" \
+  -a -f "$work/killed/run/checkpoints/step-0000001/rank-00001.safetensors" -a ! -e "$work/killed/run/checkpoints/step-0000002"
 two_ranks "$work/resumed" method=full size=2 shard=full steps=4 out="$work/killed" out_dir="$work/killed/run" \
   save_every=1 resume=true
 check "resumed run: exits 0" test $? -eq 0
-check "resumed run: continues after step 2" grep -q "resumed from step 2" "$work/resumed.rank0.log"
+check "resumed run: continues after step 1" grep -q "resumed from step 1 of 4" "$work/resumed.rank0.log"
 check "resumed run: the uninterrupted run's losses and weights" same "$work/straight" "$work/killed"
 two_ranks "$work/other-stage" method=full size=2 shard=gradients steps=4 out_dir="$work/killed/run" resume=true
 check "resume with another stage: refused" test $? -ne 0

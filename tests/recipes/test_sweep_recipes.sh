@@ -86,8 +86,10 @@ wait $pid
 rc=$?
 check "interrupt: exit 130" test $rc -eq 130
 check "interrupt: nothing recorded" test "$(lines "$out/trials.jsonl")" -eq 0
-check "interrupt: the trials were stopped" grep -q "interrupted by SIGTERM" "$out/trial-001/trial.log"
+check "interrupt: the trials were stopped" grep -q "runner: stopped by SIGTERM" "$out/trial-001/trial.log"
 check "interrupt: the sweep says so" grep -q "trial 1/2 x=0: interrupted" "$work/interrupt.log"
+check "interrupt: one last line, no traceback" bash -c "! grep -q -e traceback -e '^error:' '$work/interrupt.log' &&
+  tail -1 '$work/interrupt.log' | grep -q 'runner: stopped by Ctrl-C (SIGINT); sweep.run stopped the running trials'"
 "$runner" sweep "$work/probe_sweep.lua" output_dir="$out" xs=0,1 sleep=1 >"$work/interrupt_resume.log" 2>&1
 check "interrupt, resumed: exits 0" test $? -eq 0
 check "interrupt, resumed: both trials ok" test "$(statuses "$out/trials.jsonl")" != "" -a \

@@ -7,10 +7,6 @@ set -uo pipefail
 runner=$1 base=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 source tests/recipes/lib.sh
-steps_logged() {  # the step numbers of metrics.jsonl's training lines, space separated
-  python3 -c 'import json,sys
-print(" ".join(str(j["step"]) for j in map(json.loads, open(sys.argv[1])) if "loss" in j))' "$1"
-}
 common=(dtype=float32 device=cpu batch_size=2 grad_accum=2 max_length=96 eval_every=2 eval_fraction=0.1)
 
 # LoRA: a straight run of 4 steps (checkpoints at 2 and 4); then, as if it had died after step 2,
@@ -28,7 +24,7 @@ rm -rf "$out/checkpoints/step-0000004" "$out/adapter"
 "$runner" lora_finetune base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$out" \
   steps=4 save_every=2 resume=true "${common[@]}" >"$work/lora_b.log" 2>&1
 check "lora: resumed run exits 0" test $? -eq 0
-check "lora: metrics go on from step 3" test "$(steps_logged "$out/metrics.jsonl")" = "1 2 3 4 3 4"
+check "lora: metrics go on from step 3, each step once" test "$(steps_logged "$out/metrics.jsonl")" = "1 2 3 4"
 check "lora: resumed run equals the straight run (adapter bytes)" \
   cmp "$out/adapter/adapter_model.safetensors" "$work/straight_adapter.safetensors"
 

@@ -3,7 +3,9 @@
 # short intervals from the environment. A LoRA run on the tiny model (config, rows, complete), a
 # recipe that fails midway (exit code 1 and the error in output.log), a stop from the UI (the loop
 # ends early, exit 0), an offline run uploaded by `runner wandb-sync` (twice: the second sends
-# nothing), and the API key in no file and no output.
+# nothing), a user:password@ in WANDB_BASE_URL in no file and no output, spool files 0600,
+# `wandb-sync` refusing a spool that names another host (and uploading it with
+# --trust-spool-host), and the API key in no file and no output.
 # Usage, from the repository root: tests/recipes/test_wandb_recipes.sh RUNNER FAKE_SERVER TINY_MODEL_DIR WORKDIR
 set -uo pipefail
 runner=$1 server=$2 base=$3 work=$4
@@ -106,6 +108,35 @@ check "sync: all rows arrived" test "$(rows "$dump")" = 6
 check "sync: complete with exit code 0" test "$(run1 "$dump" "(r['complete'], r['exit_code'])")" = "(True, 0)"
 check "sync: no protocol errors" test "$(json "$dump" "len(j['errors'])")" = 0
 check "sync: the second sync sent nothing" test "$(json "$dump" "len(j['requests'])")" = 2
+
+# Credentials and hosts: a user:password@ in WANDB_BASE_URL is dropped (no file, no output), the
+# spool's files are 0600, and wandb-sync sends a spool only to the configured host (WANDB_BASE_URL,
+# else api.wandb.ai) unless --trust-spool-host.
+start_server trust
+plain=$WANDB_BASE_URL pw=s3cretRECIPEpw
+WANDB_MODE=offline WANDB_BASE_URL="http://user:$pw@${plain#http://}/" "$runner" tests/recipes/wandb_loop.lua \
+  output_dir="$work/creds" steps=3 step_seconds=0 wandb_project=tests >"$work/creds.log" 2>&1
+check "creds: exits 0" test $? -eq 0
+spool=$(ls -d "$work"/creds/wandb/run-* | head -1)
+check "creds: run.json names the server without user:password@" \
+  test "$(json "$spool/run.json" "j['base_url']")" = "$plain"
+check "creds: the password in no file and no output" test -z "$(grep -rl "$pw" "$work")"
+check "creds: says the user:password@ is ignored" grep -q "user:password@ in WANDB_BASE_URL is ignored" \
+  "$work/creds.log"
+check "creds: every spool file is 0600" test "$(stat -c %a "$spool"/* | sort -u)" = 600
+(unset WANDB_BASE_URL; exec "$runner" wandb-sync "$spool") >"$work/refused.log" 2>&1
+check "refused: exits 1" test $? -eq 1
+check "refused: one line naming the spool, its host and both ways out" grep -qxF "wandb-sync: $spool: the spool \
+names host 127.0.0.1 ($plain), not the configured api.wandb.ai; not sent, so the API key goes to no other host: \
+set WANDB_BASE_URL=$plain or pass --trust-spool-host to upload there" "$work/refused.log"
+check "refused: nothing reached the server" test "$(json "$work/trust.json" "len(j['requests'])")" = 0
+(unset WANDB_BASE_URL; exec "$runner" wandb-sync --trust-spool-host "$spool") >"$work/trusted.log" 2>&1
+check "trusted: exits 0" test $? -eq 0
+check "trusted: uploaded" grep -q "^wandb-sync: $spool: 3 rows sent, complete (exit code 0)$" "$work/trusted.log"
+stop_server
+check "trusted: all rows arrived" test "$(rows "$work/trust.json")" = 3
+check "trusted: complete with exit code 0" test "$(run1 "$work/trust.json" "(r['complete'], r['exit_code'])")" \
+  = "(True, 0)"
 
 # The key: in no file under the work directory (spools, logs, the servers' dumps) and no output.
 check "key in no file and no output" test -z "$(grep -rl "$key" "$work")"
