@@ -7,7 +7,9 @@
 # what the host lacks (LuaJIT, utf8proc, cpp-httplib, ...).
 #   scripts/offline-deps.sh .deps        # on a networked Debian 12 machine
 #   scripts/gpu-build.sh .deps build-gpu # on the GPU host
-# Extra environment: LUATUNE_CTEST_ARGS (e.g. "-L gpu"), CUDAARCHS (default 90 on Hopper).
+# Extra environment: LUATUNE_CTEST_ARGS (e.g. "-L gpu"), CUDAARCHS (default 90 on Hopper),
+# LUATUNE_SKIP_TESTS=1 (build only: scripts/gpu-validate.sh runs the tests itself, each with a time cap),
+# LUATUNE_BUILD_TARGETS (e.g. "runner": only those targets; default all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deps=$(cd "${1:-.deps}" && pwd) build=${2:-build-gpu}
@@ -26,7 +28,9 @@ generator=()
 if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" \
   -DLUATUNE_DEPS_PREFIX="$prefix" -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}"
-cmake --build "$build" -j "$(nproc)"
+# shellcheck disable=SC2086
+cmake --build "$build" -j "$(nproc)" ${LUATUNE_BUILD_TARGETS:+--target $LUATUNE_BUILD_TARGETS}
 "$build/runner" --version
+if [ "${LUATUNE_SKIP_TESTS:-0}" = 1 ]; then exit 0; fi
 # shellcheck disable=SC2086
 ctest --test-dir "$build" -j "$(nproc)" --output-on-failure ${LUATUNE_CTEST_ARGS:-}

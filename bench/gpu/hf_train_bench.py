@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""bench/gpu/hf_train_bench.py: HF transformers' side of the training benchmark pair.
+
+The peer of bench/gpu/train_bench.lua (scripts/gpu_validate.py runs both, each in its own process):
+a random model of a real shape from bench/gpu/shapes.json (AutoConfig from the same config.json
+values, AutoModelForCausalLM.from_config, SDPA attention, non-reentrant gradient checkpointing),
+full fine-tuning, LoRA r 16 / alpha 32 on the seven projections (peft), or QLoRA (bitsandbytes NF4,
+double quantization, bf16 compute: from_config cannot quantize, so the random model is saved to a
+temporary directory and loaded back 4-bit), torch.optim.AdamW, W warm-up then S timed steps on random
+tokens. Writes one JSON object with the fields train_bench.lua writes (docs/gpu_bench.md).
+
+  python3 bench/gpu/hf_train_bench.py --shape llama-3.2-1b --method lora --seq 2048 --batch 1 \\
+      --steps 10 --warmup 2 --device cuda --dtype bf16 --out /tmp/hf-1b-lora.json
+
+Exit status 3, with one line on stderr, when torch, transformers, peft (LoRA/QLoRA) or bitsandbytes
+(QLoRA) cannot be imported, or CUDA is missing where it is needed: the driver reports "skipped".
+Out of GPU memory writes {"status": "oom", "error": ...} and exits 0.
+"""
+import argparse
+import gc
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SKIPPED = 3
+# What luatune's targets = "all-linear" adapts in a Llama (host/hw/plan.cpp layer_projections); the
+# explicit list is peft's "all-linear" on this architecture and means the same in every peft version.
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+# ---- shapes, counts, FLOPs: plain Python, importable without torch (tests/recipes/test_gpu_bench.sh) ----
+
+def load_shape(name, path=None):
+    with open(path or os.path.join(HERE, "shapes.json")) as f:
+        shapes = json.load(f)["shapes"]
+    if name not in shapes:
+        raise SystemExit(f"hf_train_bench: unknown shape '{name}' (shapes.json has {', '.join(sorted(shapes))})")
+    return shapes[name]
+
+
+def projections(c):
+    """(in, out) of the seven Linears of one layer."""
+    C, I = c["hidden_size"], c["intermediate_size"]
+    D = c.get("head_dim") or C // c["num_attention_heads"]
+    HD, KVD = c["num_attention_heads"] * D, c.get("num_key_value_heads", c["num_attention_heads"]) * D
+    return [(C, HD), (C, KVD), (C, KVD), (HD, C), (C, I), (C, I), (I, C)]
+
+
+def param_count(c):
+    """Dense parameters of a Llama config (no biases): embeddings, the untied head, projections, norms."""
+    V, C, L = c["vocab_size"], c["hidden_size"], c["num_hidden_layers"]
+    per_layer = sum(i * o for i, o in projections(c)) + 2 * C
+    return V * C * (1 if c.get("tie_word_embeddings") else 2) + L * per_layer + C
+
+
+def lora_param_count(c, r):
+    return c["num_hidden_layers"] * sum(r * (i + o) for i, o in projections(c))
+
+
+def flops_per_token(c, method, lora_params, seq):
+    """luatune's MFU numerator (host/hw/profile.cpp, docs/hardware.md "MFU"): full 6N + 12LHQT, LoRA/QLoRA
+    4N + 6N_lora + 12LHQT, N = the parameters in matmuls (all but the input embedding; a tied head counts)."""
+    V, C = c["vocab_size"], c["hidden_size"]
+    n_matmul = param_count(c) - (0 if c.get("tie_word_embeddings") else V * C)
+    D = c.get("head_dim") or C // c["num_attention_heads"]
+    lhqt = c["num_hidden_layers"] * c["num_attention_heads"] * D * seq
+    if method == "full":
+        return 6 * n_matmul + 12 * lhqt
+    return 4 * n_matmul + 6 * lora_params + 12 * lhqt
+
+
+def catalog_peak(device_name, path=None):
+    """(catalog name, dense bf16 TFLOP/s) of the GPU whose name or alias occurs in device_name as a whole
+    word, longest match first: host/hw/catalog.cpp hw_catalog_match. (None, 0) when none matches."""
+    with open(path or os.path.join(ROOT, "data", "gpu_catalog.json")) as f:
+        gpus = json.load(f)["gpus"]
+    name, best, best_len = device_name.lower(), None, 0
+    for g in gpus:
+        for alias in g.get("aliases", []) + [g["name"]]:
+            a = alias.lower()
+            if len(a) > best_len and re.search(r"(?<![0-9a-z])" + re.escape(a) + r"(?![0-9a-z])", name):
+                best, best_len = g, len(a)
+    if best is None:
+        return None, 0.0
+    peak = best["bf16_tflops"] if best.get("bf16", True) and best["bf16_tflops"] > 0 else best["fp16_tflops"]
+    return best["name"], float(peak)
+
+
+def median(xs):
+    s, n = sorted(xs), len(xs)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def write_json_atomic(path, obj):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, allow_nan=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def skip(reason):
+    print(f"hf_train_bench: skipped: {reason}", file=sys.stderr)
+    sys.exit(SKIPPED)
+
+
+# ---- the run ----
+
+def build_model(args, shape, torch, transformers, dtype):
+    """The random model, its dense parameter count, and whether full fine-tuning runs under autocast."""
+    from packaging.version import Version
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    # transformers 4.56 renamed from_config's / from_pretrained's torch_dtype to dtype (the old name warns).
+    dtype_kw = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+    config = AutoConfig.for_model(shape["arch"], **shape["config"])  # rope_scaling: v5 converts it to rope_parameters
+    config.use_cache = False
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    want = shape["config"].get("rope_scaling", {}).get("rope_type", "default")
+    if rope.get("rope_type", "default") != want:
+        raise SystemExit(f"hf_train_bench: the config has RoPE {rope!r}, expected rope_type {want!r}")
+    # Full fine-tuning pairs luatune's bf16 weights + fp32 masters and moments (16 bytes a parameter) with
+    # fp32 weights under bf16 autocast (also 16 bytes: weights, gradients, two moments), the mixed precision
+    # HF's Trainer runs for bf16=True on an fp32 model. LoRA/QLoRA: a bf16 base, adapters fp32 (peft's default).
+    mixed = args.method == "full" and dtype == torch.bfloat16
+    device = torch.device(args.device)
+    with torch.device(device):  # parameters created and initialised on the device
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa",
+                                                 **{dtype_kw: torch.float32 if mixed else dtype})
+    params = sum(p.numel() for p in model.parameters())  # tied embeddings count once
+    if params != param_count(shape["config"]):
+        raise SystemExit(f"hf_train_bench: the model has {params} parameters, the shape {param_count(shape['config'])}")
+    if args.method == "qlora":
+        from transformers import BitsAndBytesConfig
+        bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                 bnb_4bit_compute_dtype=torch.bfloat16)
+        with tempfile.TemporaryDirectory(prefix="hf_train_bench_") as tmp:
+            model.save_pretrained(tmp)
+            del model
+            gc.collect()
+            torch.cuda.empty_cache()
+            model = AutoModelForCausalLM.from_pretrained(tmp, quantization_config=bnb, attn_implementation="sdpa",
+                                                         device_map={"": device.index or 0},
+                                                         **{dtype_kw: torch.bfloat16})
+        model.config.use_cache = False
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if args.method != "full":
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=args.r, lora_alpha=args.alpha, lora_dropout=0.0,
+                                                 target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
+    return model, params, mixed
+
+
+def run(args, shape, result, torch, transformers):
+    dtype = {"bf16": torch.bfloat16, "float32": torch.float32}[args.dtype]
+    device = torch.device(args.device)
+    on_cuda = device.type == "cuda"
+    torch.manual_seed(args.seed)
+    t0 = time.perf_counter()
+    model, result["params"], mixed = build_model(args, shape, torch, transformers, dtype)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    result["trainable_params"] = sum(p.numel() for p in trainable)
+    opt = torch.optim.AdamW(trainable, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    model.train()
+    ids = torch.randint(0, shape["config"]["vocab_size"], (args.batch, args.seq), device=device)
+    if on_cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()  # luatune's trainer resets at each step: the training peak only
+    result["setup_s"] = time.perf_counter() - t0
+
+    times = []
+    for i in range(args.warmup + args.steps):
+        t = time.perf_counter()
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=mixed):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        result["loss"] = loss.item() if torch.isfinite(loss) else None
+        if on_cuda:
+            torch.cuda.synchronize()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t)
+    result["step_time_s"] = median(times)
+    result["tokens_per_s"] = args.batch * args.seq / result["step_time_s"]
+    if on_cuda:
+        result["peak_memory_gb"] = torch.cuda.max_memory_allocated(device) / 1e9
+        result["peak_memory_kind"] = "cuda_max_allocated"
+    else:
+        import resource
+        result["peak_memory_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux: KiB
+        result["peak_memory_kind"] = "process_max_rss"
+
+    lora_params = 0 if args.method == "full" else result["trainable_params"]
+    result["flops_per_token"] = flops_per_token(shape["config"], args.method, lora_params, args.seq)
+    result["flops_convention"] = "6N+12LHQT" if args.method == "full" else "4N+6N_lora+12LHQT"
+    peak = args.peak_tflops
+    if on_cuda:
+        result["gpu"] = torch.cuda.get_device_name(device)
+        if peak <= 0:
+            _, peak = catalog_peak(result["gpu"])
+    result["peak_tflops"] = peak if peak > 0 else None
+    result["mfu"] = result["tokens_per_s"] * result["flops_per_token"] / (peak * 1e12) if peak > 0 else None
+    result["status"] = "ok"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", default="tiny")
+    ap.add_argument("--method", choices=["full", "lora", "qlora"], default="full")
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", choices=["bf16", "float32"], default="bf16")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--peak-tflops", type=float, default=0.0, help="dense peak for MFU; 0 = the catalog's")
+    ap.add_argument("--r", type=int, default=16)
+    ap.add_argument("--alpha", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    shape = load_shape(args.shape)
+
+    try:
+        import torch
+    except ImportError as e:
+        skip(f"torch is not importable ({e})")
+    try:
+        import transformers
+    except ImportError as e:
+        skip(f"transformers is not importable ({e})")
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    if args.method != "full":
+        try:
+            import peft
+        except ImportError as e:
+            skip(f"peft is not importable ({e})")
+        versions["peft"] = peft.__version__
+    if args.method == "qlora":
+        if not torch.cuda.is_available():
+            skip("QLoRA needs CUDA (bitsandbytes 4-bit)")
+        try:
+            import bitsandbytes
+        except ImportError as e:
+            skip(f"bitsandbytes is not importable ({e})")
+        versions["bitsandbytes"] = bitsandbytes.__version__
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        skip("CUDA is not available to torch")
+
+    result = {"library": "hf", "shape": args.shape, "method": args.method, "seq": args.seq, "batch": args.batch,
+              "steps": args.steps, "warmup": args.warmup, "device": args.device, "dtype": args.dtype,
+              "versions": versions}
+    try:
+        run(args, shape, result, torch, transformers)
+    except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+        msg = str(e)
+        if not isinstance(e, torch.cuda.OutOfMemoryError) and "out of memory" not in msg.lower():
+            raise
+        result["status"] = "oom"
+        result["error"] = msg.splitlines()[0][:400] if msg else type(e).__name__
+    write_json_atomic(args.out, result)
+    print(f"hf_train_bench {args.shape} {args.method}: {result['status']}, "
+          f"{result.get('tokens_per_s', 0):.1f} tokens/s, peak {result.get('peak_memory_gb', 0):.3f} GB -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

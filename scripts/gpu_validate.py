@@ -1,0 +1,773 @@
+#!/usr/bin/env python3
+"""scripts/gpu_validate.py: the GPU truth in one call (issue 19), driven by scripts/gpu-validate.sh.
+
+Runs luatune's GPU checks as steps, each in its own process with its own time cap; a step that fails,
+skips or runs out of time is recorded and the rest go on. After every step it rewrites
+OUT_DIR/gpu-report.json (raw) and OUT_DIR/gpu-report.md (dated, with the GPU and versions), and
+OUT_DIR/logs.tar.gz (every step's log); the HF fixtures it makes come back as hf-fixtures.tar.gz.
+Python 3 standard library only: it runs on the CPU machine (--dry-run, the CTest
+gpu_validate_dry_run) and on the GPU machine (torch, transformers and peft there). Its parsers and
+the report's Markdown are in scripts/gpu_validate_report.py. docs/gpu.md.
+
+Parts, each sized for one 10-minute device call (--budget, default 570 s; a step that would start
+with too little left is skipped, so the report always comes back):
+  build+tests  build (scripts/gpu-build.sh), the gpu-labelled tests, NF4 kernels and their GB/s,
+               torchrun world size 1, the sharded trainer on one GPU, HF fixtures + parity, the HF
+               round trip, then the whole suite with whatever time is left
+  bench        luatune vs HF transformers training speed and memory, Llama 3.2 1B and 3.1 8B shapes,
+               seq 2048, bf16, each run its own process; `runner plan` predicted vs measured peak
+  long         Llama 3.1 8B full fine-tuning (does not fit 80 GB: the OOM is the result)
+"""
+import argparse
+import datetime
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import traceback
+
+sys.dont_write_bytecode = True  # no scripts/__pycache__ in the checkout
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_validate_report import (catalog_bandwidth, comparisons, num, pair_step_name, parse_ctest,  # noqa: E402
+                                 parse_gtest_json, parse_nf4_bench, parse_plan, render_markdown)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PARTS = ("build+tests", "bench", "long")
+NEW_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+EXIT_SKIP = 3  # the bench and round-trip scripts' "cannot run here": skipped, with their last stderr line
+
+# ============================================================================================
+# What is measured: shapes, methods, the two sides of each pair.
+
+# The shapes (Llama 3.2 1B, Llama 3.1 8B, tiny) are bench/gpu/shapes.json's, which both benchmark
+# scripts read; the planner step plans the same config.json.
+SHAPES_FILE = "bench/gpu/shapes.json"
+RECIPES = {"full": "full_finetune", "lora": "lora_finetune", "qlora": "qlora_finetune"}
+LUATUNE_BENCH = "bench/gpu/train_bench.lua"
+HF_BENCH = "bench/gpu/hf_train_bench.py"
+HF_ROUNDTRIP = "scripts/gpu/hf_roundtrip.py"
+TINY_TOKENIZER = "tests/fixtures/tokenizers/bytelevel"  # in the tree: the GPU machine has no npm packages
+TINY_DATA = "tests/fixtures/data/text_small.jsonl"
+OOM = re.compile(r"out of memory|OutOfMemoryError|CUDA error: out of memory|std::bad_alloc", re.I)
+
+# Each pair: (shape, method, seq, batch, steps, cap per side in s, OOM expected). On CUDA the real
+# shapes; the dry run measures `tiny` on the CPU through the same scripts.
+GPU_PAIRS = {
+    "bench": [("llama-3.2-1b", m, 2048, 4, 6, 120, False) for m in ("full", "lora", "qlora")] +
+             [("llama-3.1-8b", m, 2048, 4, 4, 180, False) for m in ("qlora", "lora")],
+    "long": [("llama-3.1-8b", "full", 2048, 1, 3, 180, True)],
+}
+CPU_PAIRS = [("tiny", m, 64, 2, 3, 120, False) for m in ("full", "lora", "qlora")]
+
+
+# ============================================================================================
+# Running one command of a step: its own process group, a time cap, the output into the step's log.
+
+class StepTimeout(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+class Fail(Exception):
+    pass
+
+
+class Proc:
+    def __init__(self, rc, out, err, seconds):
+        self.rc, self.out, self.err, self.seconds = rc, out, err, seconds
+
+    def last_err_line(self):
+        lines = [l.strip() for l in (self.err or self.out).splitlines() if l.strip()]
+        return lines[-1] if lines else "(no output)"
+
+
+class Step:
+    def __init__(self, name, part, cap_s, fn, **kw):
+        self.name, self.part, self.cap_s, self.fn, self.kw = name, part, cap_s, fn, kw
+        self.deadline = None
+        self.log_path = None
+        self.result = {}
+
+
+def fmt_cmd(cmd):
+    return " ".join(c if re.fullmatch(r"[\w@%+=:,./-]+", c) else "'" + c.replace("'", "'\\''") + "'" for c in cmd)
+
+
+class Context:
+    def __init__(self, args):
+        self.args = args
+        self.dry_run = args.dry_run
+        self.out_dir = os.path.abspath(args.out_dir)
+        self.work = os.path.abspath(args.work) if args.work else tempfile.mkdtemp(prefix="luatune-gpu-validate-")
+        self.log_dir = os.path.join(self.work, "logs")
+        build = args.build_dir or ("build" if args.dry_run else "build-gpu")
+        self.build_dir = build if os.path.isabs(build) else os.path.join(ROOT, build)
+        self.runner = os.path.join(self.build_dir, "runner")
+        self.env = dict(os.environ, PYTHONUNBUFFERED="1", LUATUNE_HOME=ROOT)
+        self.env.pop("LUATUNE_SEED", None)
+        self.info = {}
+        self.has_cuda = False
+        self.no_cuda_reason = "no CUDA"
+        self.part_deadline = None
+        self._tiny = None
+        self.steps_done = []
+        self.current = None  # the running command's Popen
+
+    def module_version(self, name):
+        """The version of a Python module the probe could import, else None."""
+        return self.info.get("python", {}).get(name)
+
+    def run(self, step, cmd, cap=None, cwd=ROOT, env=None):
+        """Runs cmd under the step's deadline (or cap s, the smaller); returns a Proc. Raises
+        StepTimeout when the time runs out (the whole process group is ended first)."""
+        limit = step.deadline - time.monotonic()
+        if cap is not None:
+            limit = min(limit, cap)
+        if limit <= 1:
+            raise StepTimeout("time cap reached before: " + fmt_cmd(cmd))
+        t0 = time.monotonic()
+        with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+            try:
+                # Its own process group (not session: the device tool ends a command's leftovers by
+                # session), so a time cap ends torchrun's and ctest's children with it.
+                p = subprocess.Popen(cmd, cwd=cwd, env=env or self.env, stdout=fo, stderr=fe,
+                                     stdin=subprocess.DEVNULL, **NEW_GROUP)
+                self.current = p
+            except OSError as e:
+                self._log(step, cmd, "", str(e), 127, 0.0)
+                return Proc(127, "", str(e), 0.0)
+            timed_out = False
+            try:
+                p.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+                    try:
+                        os.killpg(p.pid, sig)  # the group we started: torchrun's and ctest's children too
+                    except ProcessLookupError:
+                        break
+                    try:
+                        p.wait(timeout=grace)
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+            self.current = None
+            seconds = time.monotonic() - t0
+            fo.seek(0)
+            fe.seek(0)
+            out = fo.read().decode("utf-8", "replace")
+            err = fe.read().decode("utf-8", "replace")
+        rc = p.returncode if p.returncode is not None else -9
+        self._log(step, cmd, out, err, "timeout" if timed_out else rc, seconds)
+        if timed_out:
+            e = StepTimeout("time cap %.0f s reached in: %s" % (limit, fmt_cmd(cmd)))
+            e.proc = Proc(rc, out, err, seconds)
+            raise e
+        return Proc(rc, out, err, seconds)
+
+    def _log(self, step, cmd, out, err, rc, seconds):
+        with open(step.log_path, "a", encoding="utf-8") as f:
+            f.write("$ %s\n%s" % (fmt_cmd(cmd), out))
+            if err:
+                f.write("\n--- stderr ---\n" + err)
+            f.write("\n--- exit %s after %.1f s ---\n\n" % (rc, seconds))
+
+    def need_runner(self):
+        if not os.access(self.runner, os.X_OK):
+            raise Skip("no runner at %s (the build step failed or has not run)" % os.path.relpath(self.runner, ROOT))
+
+    def need_cuda(self):
+        if not self.has_cuda:
+            raise Skip(self.no_cuda_reason)
+
+    def need_script(self, path):
+        if not os.path.exists(os.path.join(ROOT, path)):
+            raise Fail("script missing: " + path)
+
+    def need_transformers(self):
+        if not self.module_version("transformers"):
+            raise Skip("transformers not importable")
+
+    def tiny_model(self, step):
+        """A tiny random Llama with the in-tree byte-level tokenizer (made once per run)."""
+        if self._tiny is None:
+            out = os.path.join(self.work, "tiny-llama")
+            p = self.run(step, [self.runner, "tiny_model", "tokenizer=" + TINY_TOKENIZER, "output_dir=" + out,
+                                "dtype=bfloat16"], cap=60)
+            if p.rc != 0:
+                raise Fail("tiny_model failed (exit %d): %s" % (p.rc, p.last_err_line()))
+            self._tiny = out
+        return self._tiny
+
+
+# ============================================================================================
+# The steps.
+
+def step_build(ctx, step):
+    if ctx.dry_run:
+        ctx.need_runner()
+        p = ctx.run(step, [ctx.runner, "--version"], cap=30)
+        if p.rc != 0:
+            raise Fail("runner --version exited %d: %s" % (p.rc, p.last_err_line()))
+        step.result = {"build_dir": ctx.build_dir, "runner_version": p.out.strip()}
+        return "ok", "dry run: the existing build dir, not rebuilt"
+    if step.part != "build+tests" and os.access(ctx.runner, os.X_OK):
+        v = ctx.run(step, [ctx.runner, "--version"], cap=30)
+        step.result = {"build_dir": ctx.build_dir, "runner_version": v.out.strip()}
+        if v.rc != 0:
+            raise Fail("the existing runner does not start (exit %d): %s" % (v.rc, v.last_err_line()))
+        return "ok", "reused the existing runner (the build+tests part builds everything)"
+    deps = os.path.abspath(ctx.args.deps)
+    if not os.path.isdir(deps):
+        raise Fail("no %s: run scripts/offline-deps.sh %s on the networked machine and carry it" %
+                   (ctx.args.deps, ctx.args.deps))
+    env = dict(ctx.env, LUATUNE_SKIP_TESTS="1")
+    if step.part != "build+tests":
+        env["LUATUNE_BUILD_TARGETS"] = "runner"  # the benchmarks need only the runner
+    p = ctx.run(step, ["bash", "scripts/gpu-build.sh", deps, ctx.build_dir], env=env)
+    step.result = {"build_dir": ctx.build_dir, "build_seconds": round(p.seconds, 1)}
+    if p.rc != 0:
+        raise Fail("scripts/gpu-build.sh exited %d: %s" % (p.rc, p.last_err_line()))
+    v = ctx.run(step, [ctx.runner, "--version"], cap=30)
+    step.result["runner_version"] = v.out.strip()
+    return "ok", ""
+
+
+def ctest_step(ctx, step, ctest_args, what, gpu_only=False):
+    ctx.need_runner()
+    cmd = ["ctest", "--test-dir", ctx.build_dir, "--output-on-failure"] + ctest_args
+    try:
+        p = ctx.run(step, cmd)
+    except StepTimeout as e:
+        if getattr(e, "proc", None):
+            step.result = parse_ctest(e.proc.out)  # what ran before the cap
+        raise
+    r = parse_ctest(p.out)
+    step.result = r
+    if r["total"] == 0:
+        raise Fail("no test matched (%s)" % fmt_cmd(ctest_args))
+    if r["failed"] or p.rc != 0:
+        raise Fail("%d of %d %s failed: %s" % (r["failed"], r["total"], what, ", ".join(r["failed_tests"][:8])))
+    if r["skipped"] and ctx.has_cuda and gpu_only:  # they skip (77) only where CUDA is missing
+        raise Fail("%d of %d %s skipped on a CUDA machine (%s): does the build see CUDA?" %
+                   (r["skipped"], r["total"], what, ", ".join(r["skipped_tests"][:8])))
+    return "ok", "%d %s passed%s" % (r["passed"], what, ", %d skipped" % r["skipped"] if r["skipped"] else "")
+
+
+def step_gpu_tests(ctx, step):
+    ctx.need_cuda()
+    return ctest_step(ctx, step, ["-L", "gpu", "-j", "4", "--timeout", "120"], "gpu-labelled tests",
+                      gpu_only=True)
+
+
+def step_nf4(ctx, step):
+    ctx.need_cuda()
+    status, reason = ctest_step(ctx, step, ["-R", "^nf4_kernel_tests$", "--timeout", "60"], "NF4 kernel tests",
+                                 gpu_only=True)
+    tests = step.result
+    bench = os.path.join(ctx.build_dir, "bench", "bench_nf4_kernels")
+    if not os.access(bench, os.X_OK):
+        raise Fail("no %s (the kernels were not built?)" % os.path.relpath(bench, ROOT))
+    p = ctx.run(step, [bench], cap=90)
+    r = parse_nf4_bench(p.out)
+    gpu = r.get("gpu") or ctx.info.get("gpu", {}).get("name")
+    catalog_name, bw = catalog_bandwidth(gpu)
+    rows = []
+    for key, what in (("dequantize_ours", "dequantize_4bit (ours)"), ("dequantize_peer", "two-pass peer"),
+                      ("quantize", "quantize_4bit from bf16")):
+        if key in r:
+            rows.append({"kernel": what, "ms": r[key]["ms"], "GB/s": r[key]["gb_per_s"],
+                         "of_datasheet_bandwidth": round(r[key]["gb_per_s"] / bw, 3) if bw else None})
+    step.result = {"tests": {k: tests[k] for k in ("passed", "failed", "skipped")}, "gpu": gpu,
+                   "catalog_gpu": catalog_name, "datasheet_bandwidth_gbs": bw,
+                   "bit_exact_vs_peer": r.get("same_bits"), "kernels": rows}
+    if p.rc != 0 or not rows:
+        raise Fail("bench_nf4_kernels exited %d: %s" % (p.rc, p.last_err_line()))
+    return status, reason
+
+
+def last_step_line(text):
+    lines = [l for l in text.splitlines() if re.match(r"^(\[rank \d+\] )?step \d+/\d+ \|", l)]
+    if not lines:
+        return {}
+    out = {}
+    for part in lines[-1].split("|")[1:]:
+        kv = part.strip().split(" ", 1)
+        if len(kv) == 2:
+            try:
+                out[kv[0]] = float(kv[1].replace(",", ""))
+            except ValueError:
+                out[kv[0]] = kv[1]
+    return out
+
+
+def torchrun_cmd():
+    exe = shutil.which("torchrun")
+    return [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def recipe_step(ctx, step, recipe, extra):
+    """A shipped training recipe on the tiny model: on CUDA under torchrun (world size 1); in the dry
+    run the same recipe arguments on the CPU without torchrun, so CI catches a stale command line."""
+    ctx.need_runner()
+    tiny = ctx.tiny_model(step)
+    out = os.path.join(ctx.work, step.name)
+    args = [recipe, "base_model=" + tiny, "data=" + TINY_DATA, "output_dir=" + out, "steps=3", "batch_size=2",
+            "grad_accum=1", "max_length=64", "warmup=0", "eval_every=3", "save_every=3", "overwrite=true"] + extra
+    if not ctx.has_cuda:
+        p = ctx.run(step, [ctx.runner] + args + ["device=cpu", "dtype=float32"], cap=90)
+        step.result = dict(last_step_line(p.out), device="cpu", launcher="none")
+        if p.rc != 0:
+            raise Fail("%s on the CPU exited %d: %s" % (recipe, p.rc, p.last_err_line()))
+        raise Skip("%s; its recipe arguments ran on the CPU without torchrun (exit 0)" % ctx.no_cuda_reason)
+    cmd = torchrun_cmd() + ["--standalone", "--nproc_per_node", "1", "--no-python", ctx.runner] + args + \
+        ["device=cuda", "dtype=bf16"]
+    p = ctx.run(step, cmd)
+    step.result = dict(last_step_line(p.out), device="cuda", launcher="torchrun, world size 1",
+                       note="the runner creates its process group only when WORLD_SIZE > 1 "
+                            "(runner/lua_host.cpp), so no NCCL collective runs at world size 1")
+    if p.rc != 0:
+        raise Fail("%s under torchrun exited %d: %s" % (recipe, p.rc, p.last_err_line()))
+    return "ok", ""
+
+
+def step_nccl_lora(ctx, step):
+    return recipe_step(ctx, step, "lora_finetune", [])
+
+
+def step_shard_full(ctx, step):
+    return recipe_step(ctx, step, "full_finetune", ["shard=full"])
+
+
+def step_whole_suite(ctx, step):
+    if ctx.dry_run:
+        raise Skip("dry run (CI runs the suite)")
+    jobs = str(os.cpu_count() or 4)
+    # gpu_validate_*: this harness's own tests; the dry run inside the suite would race its fixtures.
+    return ctest_step(ctx, step, ["-j", jobs, "--timeout", "300", "-E", "^gpu_validate"], "tests")
+
+
+def step_hf_fixtures(ctx, step):
+    ctx.need_transformers()
+    dest = os.path.join(ROOT, "tests", "fixtures", "hf")
+    p = ctx.run(step, [sys.executable, "scripts/make_hf_fixtures.py", dest])
+    if p.rc == EXIT_SKIP:
+        raise Skip(p.last_err_line())
+    if p.rc != 0:
+        raise Fail("make_hf_fixtures.py exited %d: %s" % (p.rc, p.last_err_line()))
+    archs = sorted(d for d in os.listdir(dest) if os.path.isfile(os.path.join(dest, d, "expected.safetensors")))
+    archive = os.path.join(ctx.out_dir, "hf-fixtures.tar.gz")
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(dest, arcname="tests/fixtures/hf")
+    step.result = {"architectures": archs, "archive": os.path.basename(archive),
+                   "archive_bytes": os.path.getsize(archive),
+                   "unpack": "tar xzf hf-fixtures.tar.gz (from the checkout's root), then commit tests/fixtures/hf"}
+    return "ok", "%d architectures" % len(archs)
+
+
+def step_hf_parity(ctx, step):
+    ctx.need_runner()
+    exe = os.path.join(ctx.build_dir, "tests", "luatune_unit_tests")
+    if not os.access(exe, os.X_OK):
+        raise Fail("no %s" % os.path.relpath(exe, ROOT))
+    # The gtest binary ctest runs for HFParity.*, called directly: a ctest nested in the dry-run CTest
+    # test would share (and clobber) the outer run's Testing/Temporary logs.
+    js = os.path.join(ctx.work, "hf_parity.json")
+    p = ctx.run(step, [exe, "--gtest_filter=HFParity.*", "--gtest_output=json:" + js], cap=120)
+    rows = parse_gtest_json(js) if os.path.exists(js) else []
+    step.result = {"tests": rows}
+    if not rows:
+        raise Fail("no HFParity results (exit %d): %s" % (p.rc, p.last_err_line()))
+    failed = [r["test"] for r in rows if r["status"] == "failed"]
+    if failed or p.rc != 0:
+        raise Fail("%d of %d parity tests failed: %s" % (len(failed), len(rows), ", ".join(failed)))
+    if all(r["status"] == "skipped" for r in rows):
+        raise Skip("no fixtures in tests/fixtures/hf (made by the hf_fixtures step where transformers is importable)")
+    return "ok", "%d architectures, float32 and bfloat16" % len(rows)
+
+
+def step_hf_roundtrip(ctx, step):
+    ctx.need_script(HF_ROUNDTRIP)
+    ctx.need_runner()
+    out = os.path.join(ctx.work, "hf_roundtrip.json")
+    if os.path.exists(out):
+        os.remove(out)
+    p = ctx.run(step, [sys.executable, HF_ROUNDTRIP, "--runner", ctx.runner, "--work",
+                       os.path.join(ctx.work, "hf_roundtrip"), "--out", out,
+                       "--device", "cuda" if ctx.has_cuda else "cpu"])
+    # Exit 3 (no transformers): the luatune half still ran and its checks are in the JSON.
+    doc = read_json(out)
+    step.result = doc if isinstance(doc, dict) else {}
+    checks = step.result.get("checks", []) if isinstance(step.result.get("checks"), list) else []
+    if p.rc not in (0, EXIT_SKIP):
+        raise Fail("hf_roundtrip.py exited %d: %s" % (p.rc, p.last_err_line()))
+    if not checks:
+        raise Fail("hf_roundtrip.py wrote no checks to %s" % os.path.basename(out))
+    bad = [c.get("name", "?") for c in checks if c.get("status") not in ("ok", "skipped")]
+    if bad:
+        raise Fail("%d of %d checks failed: %s" % (len(bad), len(checks), ", ".join(bad)))
+    ok = sum(1 for c in checks if c.get("status") == "ok")
+    if p.rc == EXIT_SKIP:
+        raise Skip("%s (%d luatune-side checks ok)" % (p.last_err_line(), ok))
+    return "ok", "%d checks ok, %d skipped" % (ok, len(checks) - ok)
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def bench_step(ctx, step):
+    """One side of a speed/memory pair, in its own process; its JSON is the step's result."""
+    kw = step.kw
+    side, shape, method = kw["side"], kw["shape"], kw["method"]
+    device = "cpu" if shape == "tiny" else "cuda"
+    out = os.path.join(ctx.work, step.name.replace(":", "_") + ".json")
+    if os.path.exists(out):
+        os.remove(out)
+    if side == "luatune":
+        ctx.need_script(LUATUNE_BENCH)
+        ctx.need_runner()
+        cmd = [ctx.runner, LUATUNE_BENCH, "shape=" + shape, "method=" + method, "seq=%d" % kw["seq"],
+               "batch=%d" % kw["batch"], "steps=%d" % kw["steps"], "device=" + device, "dtype=bf16", "out=" + out]
+    else:
+        ctx.need_script(HF_BENCH)  # it exits 3 itself without torch, transformers, peft or bitsandbytes
+        cmd = [sys.executable, HF_BENCH, "--shape", shape, "--method", method, "--seq", str(kw["seq"]),
+               "--batch", str(kw["batch"]), "--steps", str(kw["steps"]), "--device", device, "--dtype", "bf16",
+               "--out", out]
+    if device == "cuda":
+        ctx.need_cuda()
+    step.result = {"shape": shape, "method": method, "side": side, "seq": kw["seq"], "batch": kw["batch"],
+                   "steps": kw["steps"], "device": device}
+    p = ctx.run(step, cmd)
+    if p.rc == EXIT_SKIP:
+        raise Skip(p.last_err_line())
+    doc = read_json(out)
+    script = os.path.basename(LUATUNE_BENCH if side == "luatune" else HF_BENCH)
+    # Out of memory: the scripts write {"status": "oom", "error"} and exit 0; a crash may say it on stderr.
+    oom = (isinstance(doc, dict) and doc.get("status") == "oom") or \
+        (p.rc != 0 and (OOM.search(p.err) or OOM.search(p.out)))
+    if oom:
+        step.result.update(doc if isinstance(doc, dict) else {})
+        step.result.update(oom=True, error=(doc if isinstance(doc, dict) else {}).get("error") or p.last_err_line())
+        if kw["expect_oom"]:
+            return "ok", "out of memory, as planned for this shape: that is the result"
+        raise Fail("%s ran out of memory: %s" % (script, step.result["error"]))
+    if p.rc != 0:
+        raise Fail("%s exited %d: %s" % (script, p.rc, p.last_err_line()))
+    if not isinstance(doc, dict):
+        raise Fail("exit 0 but no JSON object in %s" % os.path.basename(out))
+    step.result.update(doc)
+    missing = [k for k in ("tokens_per_s", "peak_memory_gb", "step_time_s") if k not in doc]
+    if missing:
+        raise Fail("its JSON lacks " + ", ".join(missing))
+    return "ok", "fit (an OOM was expected on 80 GB)" if kw["expect_oom"] else ""
+
+
+def plan_args(ctx, shape):
+    """base_model= a folder holding the shape's config.json, as the benchmarks build it."""
+    doc = read_json(os.path.join(ROOT, SHAPES_FILE))
+    spec = (doc or {}).get("shapes", {}).get(shape)
+    if not spec:
+        raise Fail("no shape '%s' in %s" % (shape, SHAPES_FILE))
+    arch = spec.get("arch", "llama")
+    config = dict({"architectures": [ARCH_CLASSES.get(arch, "LlamaForCausalLM")], "model_type": arch},
+                  **spec["config"])
+    d = os.path.join(ctx.work, "shapes", shape)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=1)
+    return ["base_model=" + d]
+
+
+ARCH_CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                "qwen3": "Qwen3ForCausalLM", "gemma2": "Gemma2ForCausalLM"}
+
+
+GIB = float(1 << 30)
+
+
+def step_planner(ctx, step):
+    """`runner plan` for every pair of this part against the luatune side's measured peak."""
+    ctx.need_runner()
+    by_name = {s["name"]: s for s in ctx.steps_done}
+    rows, failures = [], []
+    for pair in step.kw["pairs"]:
+        shape, method, seq, batch = pair[:4]
+        cmd = [ctx.runner, "plan", RECIPES[method]] + plan_args(ctx, shape) + \
+            ["batch_size=%d" % batch, "max_length=%d" % seq, "checkpoint_layers=true", "dtype=bf16"]
+        p = ctx.run(step, cmd, cap=60)
+        comps, total = parse_plan(p.out)
+        row = {"shape": shape, "method": method, "batch": batch, "seq": seq}
+        if p.rc != 0 or total is None:
+            failures.append("%s %s: exit %d: %s" % (shape, method, p.rc, p.last_err_line()))
+            rows.append(row)
+            continue
+        alloc = total - comps.get("cuda_context", 0) - comps.get("fragmentation", 0)
+        row.update(predicted_total_gib=total, predicted_allocated_gib=round(alloc, 2))
+        meas = by_name.get(pair_step_name(shape, method, "luatune"), {})
+        res = meas.get("result", {})
+        if meas.get("status") == "ok" and res.get("oom"):
+            row["measured_gib"] = "OOM"
+        elif meas.get("status") == "ok" and res.get("peak_memory_kind") == "cuda_max_allocated" \
+                and num(res.get("peak_memory_gb")):
+            m = float(res["peak_memory_gb"]) * 1e9 / GIB  # trainer:step's peak_memory_gb is 1e9 bytes
+            row.update(measured_gib=round(m, 2), error_pct=round(100.0 * (alloc - m) / m, 1))
+        else:
+            row["measured_gib"] = "not measured (%s)" % (meas.get("reason") or meas.get("status") or "no run") \
+                if shape != "tiny" else "not measured (CPU: no CUDA allocator peak)"
+        hf = by_name.get(pair_step_name(shape, method, "hf"), {}).get("result", {})
+        if hf.get("peak_memory_kind") == "cuda_max_allocated" and num(hf.get("peak_memory_gb")):
+            row["hf_measured_gib"] = round(float(hf["peak_memory_gb"]) * 1e9 / GIB, 2)
+        rows.append(row)
+    step.result = {"rows": rows, "note": "predicted_allocated_gib = the plan's total less its cuda_context and "
+                   "fragmentation terms, which the CUDA caching allocator's peak (what the bench measures) does "
+                   "not see; error_pct is against that"}
+    if failures:
+        raise Fail("; ".join(failures))
+    return "ok", "%d plans" % len(rows)
+
+
+# ============================================================================================
+# The plan of steps, per part.
+
+def make_steps(ctx):
+    steps = []
+    for part in PARTS:
+        steps.append(Step("build", part, 480, step_build))
+        if part == "build+tests":
+            steps += [Step("gpu_tests", part, 180, step_gpu_tests),
+                      Step("nf4_kernels", part, 120, step_nf4),
+                      Step("torchrun_lora_ws1", part, 120, step_nccl_lora),
+                      Step("shard_full_1gpu", part, 120, step_shard_full),
+                      Step("hf_fixtures", part, 180, step_hf_fixtures),
+                      Step("hf_parity", part, 120, step_hf_parity),
+                      Step("hf_roundtrip", part, 240, step_hf_roundtrip),
+                      Step("whole_suite", part, 100000, step_whole_suite, min_s=60)]
+            continue
+        pairs = list(GPU_PAIRS[part])
+        if ctx.dry_run and part == "bench":
+            pairs = CPU_PAIRS + pairs
+        for pr in pairs:
+            shape, method, seq, batch, nsteps, cap, expect_oom = pr
+            for side in ("luatune", "hf"):
+                steps.append(Step(pair_step_name(shape, method, side), part, cap, bench_step, side=side,
+                                  shape=shape, method=method, seq=seq, batch=batch, steps=nsteps,
+                                  expect_oom=expect_oom, reserve=20))
+        steps.append(Step("planner" if part == "bench" else "planner:" + part, part, 120, step_planner, pairs=pairs,
+                          min_s=10))
+    parts = PARTS if ctx.args.part == "all" else (ctx.args.part,)
+    out, seen = [], set()
+    for s in steps:
+        if s.part not in parts or (s.name == "build" and "build" in seen):
+            continue  # one build per invocation
+        if ctx.args.only and not re.search(ctx.args.only, s.name) and s.name != "build":
+            continue
+        seen.add(s.name)
+        out.append(s)
+    return out
+
+
+def run_step(ctx, step):
+    rec = {"name": step.name, "part": step.part, "status": "failed", "reason": "", "seconds": 0.0,
+           "result": {}, "log": "logs/%s.log" % re.sub(r"[^\w.+-]", "_", step.name)}
+    step.log_path = os.path.join(ctx.work, rec["log"])
+    open(step.log_path, "w").close()
+    now = time.monotonic()
+    left = None if ctx.part_deadline is None else ctx.part_deadline - now
+    min_s = step.kw.get("min_s", 20)
+    if left is not None:
+        left -= step.kw.get("reserve", 0)  # time kept for a later step of the part (the planner)
+    if left is not None and left < min_s:
+        rec.update(status="skipped", reason="the part's time budget is spent (%.0f s left, --budget %d)" %
+                   (max(left, 0), ctx.args.budget))
+        return rec
+    cap = step.cap_s if left is None else min(step.cap_s, left)
+    step.deadline = now + cap
+    rec["cap_s"] = round(cap)
+    try:
+        status, reason = step.fn(ctx, step)
+        rec.update(status=status, reason=reason)
+    except Skip as e:
+        rec.update(status="skipped", reason=str(e))
+    except Fail as e:
+        rec.update(status="failed", reason=str(e))
+    except StepTimeout as e:
+        rec.update(status="timeout", reason=str(e))
+    except Exception as e:  # the driver goes on whatever a step does
+        with open(step.log_path, "a", encoding="utf-8") as f:
+            f.write(traceback.format_exc())
+        rec.update(status="failed", reason="driver error: %s: %s" % (type(e).__name__, e))
+    rec["seconds"] = round(time.monotonic() - now, 1)
+    rec["result"] = step.result
+    return rec
+
+
+# ============================================================================================
+# The machine: GPU, versions.
+
+def probe(ctx):
+    info = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "host": socket.gethostname(), "mode": "dry run (CPU)" if ctx.dry_run else "GPU run",
+            "part": ctx.args.part, "python": {}, "work_dir": ctx.work, "build_dir": ctx.build_dir}
+    try:
+        p = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv"], capture_output=True,
+                           text=True, timeout=30)
+        rows = [l.split(",") for l in p.stdout.strip().splitlines()[1:]] if p.returncode == 0 else []
+        if rows:
+            info["gpu"] = {"name": rows[0][0].strip(), "memory": rows[0][1].strip(), "count": len(rows)}
+    except (OSError, subprocess.SubprocessError):
+        pass
+    code = r"""
+import json, importlib
+out = {}
+for mod in ("torch", "transformers", "peft", "bitsandbytes", "safetensors"):
+    try:
+        m = importlib.import_module(mod)
+        out[mod] = getattr(m, "__version__", "?")
+    except Exception as e:
+        out[mod] = None
+if out["torch"]:
+    import torch
+    out["cuda"] = torch.version.cuda
+    out["cuda_available"] = torch.cuda.is_available()
+    out["torch_lib"] = __import__("os").path.join(__import__("os").path.dirname(torch.__file__), "lib")
+print(json.dumps(out))
+"""
+    try:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        info["python"] = json.loads(p.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        info["python"] = {}
+    info["python"]["executable"] = sys.executable
+    try:
+        p = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True, text=True,
+                           timeout=10)
+        info["git"] = p.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    real_cuda = bool(info["python"].get("cuda_available")) or ("gpu" in info and not info["python"].get("torch"))
+    if ctx.dry_run:
+        ctx.has_cuda, ctx.no_cuda_reason = False, "dry run (CPU only)" if real_cuda else "no CUDA"
+    else:
+        ctx.has_cuda = real_cuda
+    info["cuda_used"] = ctx.has_cuda
+    # As scripts/gpu-build.sh: the Python environment's LibTorch and the unpacked .deps after the host's own.
+    if not ctx.dry_run:
+        arch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip() \
+            if shutil.which("gcc") else ""
+        extra = [info["python"].get("torch_lib") or "",
+                 os.path.join(os.path.abspath(ctx.args.deps), "prefix", "usr", "lib", arch or "x86_64-linux-gnu")]
+        ld = [x for x in [ctx.env.get("LD_LIBRARY_PATH", "")] + extra if x]
+        ctx.env["LD_LIBRARY_PATH"] = ":".join(ld)
+        ctx.env["PATH"] = ctx.env.get("PATH", "") + ":/usr/local/cuda/bin"
+    info["python"].pop("torch_lib", None)
+    ctx.info = info
+
+
+# ============================================================================================
+# The report: written after every step.
+
+def write_report(ctx, steps):
+    report = {"format": "luatune-gpu-report/1", "dry_run": ctx.dry_run, "machine": ctx.info, "steps": steps,
+              "comparisons": comparisons(steps)}
+    for name, text in (("gpu-report.json", json.dumps(report, indent=1, sort_keys=False) + "\n"),
+                       ("gpu-report.md", render_markdown(report))):
+        tmp = os.path.join(ctx.out_dir, name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(ctx.out_dir, name))
+    pack_logs(ctx)
+
+
+def pack_logs(ctx, per_file=4 << 20):
+    """logs.tar.gz: every step's log (the last 4 MiB of a longer one): the device tool returns at most
+    8 files from $OUT, so the logs travel as one."""
+    tmp = os.path.join(ctx.out_dir, "logs.tar.gz.tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for name in sorted(os.listdir(ctx.log_dir)):
+            path = os.path.join(ctx.log_dir, name)
+            size = os.path.getsize(path)
+            with open(path, "rb") as f:
+                if size > per_file:
+                    f.seek(size - per_file)
+                data = f.read()
+            ti = tarfile.TarInfo("logs/" + name)
+            ti.size, ti.mtime = len(data), int(time.time())
+            tar.addfile(ti, io.BytesIO(data))
+    os.replace(tmp, os.path.join(ctx.out_dir, "logs.tar.gz"))
+
+
+# ============================================================================================
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="scripts/gpu-validate.sh", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog="docs/gpu.md")
+    ap.add_argument("out_dir", metavar="OUT_DIR", help="gpu-report.json, gpu-report.md, logs.tar.gz go here")
+    ap.add_argument("--dry-run", action="store_true", help="CPU: GPU-only steps skipped, the existing build dir")
+    ap.add_argument("--part", choices=PARTS + ("all",), default="all")
+    ap.add_argument("--budget", type=int, default=570, help="seconds per part (default 570: one 10-minute call)")
+    ap.add_argument("--build-dir", help="default build-gpu (dry run: build)")
+    ap.add_argument("--deps", default=".deps", help="scripts/offline-deps.sh's folder (default .deps)")
+    ap.add_argument("--work", help="logs and scratch (default: a new temporary folder; keep it out of OUT_DIR "
+                                   "on the device machine, which returns at most 8 files)")
+    ap.add_argument("--only", help="run only the steps whose names match this regular expression (and build)")
+    return ap.parse_args(argv)
+
+
+def main(argv):
+    args = parse_args(argv)
+    ctx = Context(args)
+    os.makedirs(ctx.out_dir, exist_ok=True)
+    os.makedirs(ctx.log_dir, exist_ok=True)
+    steps_out = ctx.steps_done
+
+    def on_term(signum, _frame):  # the device tool's limit: end the running command, leave what was measured
+        if ctx.current is not None:
+            try:
+                os.killpg(ctx.current.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        steps_out.append({"name": "(interrupted)", "part": args.part, "status": "failed", "seconds": 0.0,
+                          "reason": "gpu-validate stopped by signal %d" % signum, "result": {}})
+        write_report(ctx, steps_out)
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    probe(ctx)
+    print("gpu-validate: %s, part %s, work %s" % (ctx.info["mode"], args.part, ctx.work), flush=True)
+    part, t_all = None, time.monotonic()
+    for step in make_steps(ctx):
+        if step.part != part:
+            part = step.part
+            ctx.part_deadline = None if ctx.dry_run else time.monotonic() + args.budget
+        rec = run_step(ctx, step)
+        if step.name == "build" and rec["result"].get("runner_version"):
+            ctx.info["runner_version"] = rec["result"]["runner_version"]
+        steps_out.append(rec)
+        print("  %-34s %-8s %6.1f s  %s" % (rec["name"], rec["status"], rec["seconds"], rec["reason"]), flush=True)
+        write_report(ctx, steps_out)
+    write_report(ctx, steps_out)
+    print("gpu-validate: %d steps in %.0f s: %s" % (len(steps_out), time.monotonic() - t_all,
+                                                    os.path.join(ctx.out_dir, "gpu-report.md")))
+    # The report is the product: exit 0 when it was written, whatever the steps said.
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
