@@ -19,4 +19,5 @@ int luaopen_dist(lua_State* L);
 int luaopen_distill(lua_State* L);
 int luaopen_sweep(lua_State* L);
 int luaopen_hw(lua_State* L);
+int luaopen_export(lua_State* L);
 }

