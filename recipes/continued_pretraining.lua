@@ -4,6 +4,7 @@ local cfg = config {
   base_model = "models/Llama-3.2-1B",  -- a local Hugging Face model directory
   data = "data/corpus.jsonl",
   output_dir = "out/cpt",
+  gguf = "",  -- also write output_dir/model.gguf for llama.cpp/Ollama: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   dtype = "bf16", device = "auto",
   use_lora = false,
   lora = { r = 64, alpha = 128, dropout = 0.0, targets = { "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj" } },
@@ -17,6 +18,7 @@ local cfg = config {
   seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",
 }
+local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
 local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
@@ -54,3 +56,5 @@ else
   model:save(cfg.output_dir .. "/model", { tokenizer = tok })
 end
 log:close()
+if cfg.use_lora then gguf_out.write(cfg.gguf, cfg.output_dir, cfg.base_model, cfg.output_dir .. "/adapter")
+else gguf_out.write(cfg.gguf, cfg.output_dir, cfg.output_dir .. "/model") end

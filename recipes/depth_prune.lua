@@ -7,6 +7,7 @@ local cfg = config {
   base_model = "models/Llama-3.2-1B",  -- a local Hugging Face model directory
   data = "data/corpus.jsonl",          -- plain text, {"text": ...} per line
   output_dir = "out/depth_prune",
+  gguf = "",  -- also write output_dir/model.gguf for llama.cpp/Ollama: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   dtype = "bf16", device = "auto",
   layers = 0.25,                       -- layers to remove: a count (1, 2, ...) or a fraction in (0, 1)
   metric = "block_influence",          -- or "layer_removal"
@@ -19,6 +20,7 @@ local cfg = config {
   seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",
 }
+local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
 local P = require("pruning")
 local tok = tokenizer.load(cfg.base_model)
@@ -69,3 +71,4 @@ metrics.write_json(cfg.output_dir .. "/summary.json", {
   perplexity_recovered = recovered,  -- absent without recovery
 })
 print("model (Hugging Face format): " .. cfg.output_dir .. "/model; summary: " .. cfg.output_dir .. "/summary.json")
+gguf_out.write(cfg.gguf, cfg.output_dir, cfg.output_dir .. "/model")

@@ -4,6 +4,7 @@ local cfg = config {
   base_model = "models/Qwen2.5-0.5B-Instruct",  -- a local Hugging Face model directory
   data = "data/train.jsonl",
   output_dir = "out/full",
+  gguf = "",  -- also write output_dir/model.gguf for llama.cpp/Ollama: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   dtype = "bf16", device = "auto",
   master_weights = true,  -- fp32 master copies of bf16 weights for the optimizer
   lr = 1e-5, weight_decay = 0.0, warmup = 20, steps = 500, batch_size = 4, grad_accum = 4, max_length = 2048,
@@ -16,6 +17,7 @@ local cfg = config {
   seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",
 }
+local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
 local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
@@ -45,3 +47,4 @@ end
 model:save(cfg.output_dir .. "/model", { tokenizer = tok })
 log:close()
 print("model (Hugging Face format): " .. cfg.output_dir .. "/model")
+gguf_out.write(cfg.gguf, cfg.output_dir, cfg.output_dir .. "/model")

@@ -14,6 +14,7 @@ local cfg = config {
   domain_reference_loss = {},        -- "name:loss" list: the per-domain loss to aim for (default: the base model's)
   domain_update_every = 50,          -- steps between proportion updates (Sheared-LLaMA: 50 while pruning)
   output_dir = "prune_log/llama31_3b_sheared",
+  gguf = "",  -- also write output_dir/model.gguf for llama.cpp/Ollama: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   target_layer_sparsity = 0.2,
   target_head_sparsity = 0.3,
   target_hidden_sparsity = 0.1,
@@ -45,6 +46,7 @@ local cfg = config {
   wandb_project = "llama31_sheared",
   check = false,                     -- assert the result's shape and that it reloads and generates (tests)
 }
+local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
 local json_path = cfg.output_dir .. "/summary.json"
 local t_start = metrics.clock()
@@ -187,6 +189,7 @@ log:close()
 print(string.format("%.1fM -> %.1fM parameters (%.0f%%); perplexity %.3f -> %.3f (pruned) -> %.3f; wrote %s",
                     params_before / 1e6, params_after / 1e6, 100 * params_after / params_before, ppl_before,
                     ppl_pruned, ppl_after, cfg.output_dir))
+gguf_out.write(cfg.gguf, cfg.output_dir, cfg.output_dir .. "/model")
 
 if cfg.check then
   P.check_saved(cfg.output_dir .. "/model", target, tok)

@@ -5,6 +5,7 @@ local cfg = config {
   base_model = "models/Llama-3.1-8B-Instruct",  -- a local Hugging Face model directory
   data = "data/train.jsonl",
   output_dir = "out/lora",
+  gguf = "",  -- also write output_dir/model.gguf for llama.cpp/Ollama: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   dtype = "bf16", device = "auto",
   quantize = "",  -- "nf4" (QLoRA) or "fp4": the base's Linears 4-bit, quantized while loading
   lora = { r = 16, alpha = 32, dropout = 0.05, rslora = false, dora = false,
@@ -19,6 +20,7 @@ local cfg = config {
   seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",
 }
+local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
 local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device, quantize = cfg.quantize })
@@ -50,3 +52,4 @@ trainer:save()
 lora.save(model, cfg.output_dir .. "/adapter", { base_model = cfg.base_model })
 log:close()
 print("adapter (PEFT format): " .. cfg.output_dir .. "/adapter")
+gguf_out.write(cfg.gguf, cfg.output_dir, cfg.base_model, cfg.output_dir .. "/adapter")  -- merged in float32

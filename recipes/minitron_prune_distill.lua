@@ -8,6 +8,7 @@ local cfg = config {
   base_model = "models/Llama-3.1-8B",  -- a local Hugging Face model directory
   data = "data/corpus.jsonl",          -- plain text, {"text": ...} per line
   output_dir = "out/minitron",
+  gguf = "",  -- also write output_dir/model.gguf for llama.cpp/Ollama: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   dtype = "bf16", device = "auto",
   -- Kept counts after pruning; 0 leaves that kind alone (Llama-3.1-Minitron 4B width: hidden 3072,
   -- intermediate 9216; depth: layers 16).
@@ -26,6 +27,7 @@ local cfg = config {
   seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",
 }
+local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
 -- Targets: kept counts or shares to remove (0 leaves that kind alone), checked before any work.
 local shape, sparsity = {}, {}
@@ -91,3 +93,4 @@ metrics.write_json(cfg.output_dir .. "/summary.json", {
   parameters_kept = params.pruned / params.base, perplexity_after = ppl.distilled or ppl.pruned,  -- the final model's
 })
 print("model (Hugging Face format): " .. cfg.output_dir .. "/model; summary: " .. cfg.output_dir .. "/summary.json")
+gguf_out.write(cfg.gguf, cfg.output_dir, cfg.output_dir .. "/model")

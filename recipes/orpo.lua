@@ -7,6 +7,7 @@ local cfg = config {
   data = "data/preferences.jsonl",        -- {prompt, chosen, rejected} or chat-style pairs
   eval_data = "",                         -- held-out pairs; "" = eval_fraction of data
   output_dir = "out/orpo",
+  gguf = "",  -- also write output_dir/model.gguf for llama.cpp/Ollama: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   dtype = "bf16", device = "auto", quantize = "",  -- quantize=nf4: QLoRA
   use_lora = true,
   lora = { r = 16, alpha = 32, dropout = 0.05, targets = "all-linear" },
@@ -21,6 +22,7 @@ local cfg = config {
   seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",
 }
+local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
 local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device, quantize = cfg.quantize })
@@ -57,3 +59,5 @@ if cfg.use_lora then lora.save(model, cfg.output_dir .. "/adapter", { base_model
 else model:save(cfg.output_dir .. "/model", { tokenizer = tok }) end
 log:close()
 print("saved: " .. cfg.output_dir .. (cfg.use_lora and "/adapter (PEFT format)" or "/model (Hugging Face format)"))
+if cfg.use_lora then gguf_out.write(cfg.gguf, cfg.output_dir, cfg.base_model, cfg.output_dir .. "/adapter")
+else gguf_out.write(cfg.gguf, cfg.output_dir, cfg.output_dir .. "/model") end

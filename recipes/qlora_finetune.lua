@@ -5,6 +5,7 @@ local cfg = config {
   base_model = "models/Llama-3.1-8B-Instruct",  -- a local Hugging Face model directory (bf16, or already 4-bit)
   data = "data/train.jsonl",
   output_dir = "out/qlora",
+  gguf = "",  -- also write output_dir/model.gguf for llama.cpp/Ollama: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   dtype = "bf16", device = "auto",
   quantize = "nf4",  -- or "fp4"
   double_quant = true, blocksize = 64,
@@ -21,6 +22,7 @@ local cfg = config {
   seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",
 }
+local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
 local tok = tokenizer.load(cfg.base_model)
 -- Each Linear is converted, moved and quantized on its own: the bf16 model never sits on the GPU whole.
@@ -64,3 +66,7 @@ if cfg.merge then
   print("merged model (bf16, Hugging Face): " .. cfg.output_dir .. "/merged")
 end
 log:close()
+-- GGUF: from the merged model (the dequantized NF4 base the adapters trained on); without merge=true,
+-- from base_model with the adapter merged in float32.
+if cfg.merge then gguf_out.write(cfg.gguf, cfg.output_dir, cfg.output_dir .. "/merged")
+else gguf_out.write(cfg.gguf, cfg.output_dir, cfg.base_model, cfg.output_dir .. "/adapter") end

@@ -53,6 +53,26 @@ python3 tests/recipes/gguf_check.py "$work/lora.luatune.jsonl" "$work/lora.gguf"
 check "lora: llama.cpp's greedy ids equal the merged model's" test $? -eq 0
 check "lora: the adapter changed the model" test "$(grep -c kind "$work/lora.luatune.jsonl")" -gt 0 -a \
   "$(grep kind "$work/lora.luatune.jsonl")" != "$(grep kind "$work/llama.luatune.jsonl")"
+# The recipes' gguf= key (scripts/lua/gguf_out.lua): lora_finetune writes output_dir/model.gguf, the
+# base with its trained adapter merged; llama.cpp's greedy ids equal luatune's for that merged model.
+# (The pruning side, llama31_sheared gguf=q8_0, is in test_pruning_recipes.sh.)
+out=$work/lora_recipe
+"$runner" lora_finetune base_model="$tiny_llama" data=tests/fixtures/data/chat_small.jsonl output_dir="$out" \
+  steps=2 lr=1e-2 warmup=0 save_every=0 eval_every=2 eval_fraction=0.1 dtype=float32 device=cpu batch_size=2 \
+  grad_accum=1 max_length=96 checkpoint_layers=false gguf=f32 >"$work/lora_recipe.log" 2>&1
+check "lora_finetune gguf=f32: exits 0" test $? -eq 0
+check "lora_finetune gguf=f32: model.gguf next to the adapter" test -s "$out/model.gguf" -a -f "$out/adapter/adapter_config.json"
+"$runner" tests/recipes/gguf_greedy.lua model="$tiny_llama" adapter="$out/adapter" >"$work/lora_recipe.luatune.jsonl" \
+  2>"$work/lora_recipe.greedy.log"
+python3 tests/recipes/gguf_check.py "$work/lora_recipe.luatune.jsonl" "$out/model.gguf" >"$work/lora_recipe.check.log" 2>&1
+check "lora_finetune gguf=f32: llama.cpp's greedy ids equal the merged model's" test $? -eq 0
+check "lora_finetune gguf=f32: the trained adapter changed the model" \
+  test "$(grep kind "$work/lora_recipe.luatune.jsonl")" != "$(grep kind "$work/llama.luatune.jsonl")"
+"$runner" lora_finetune base_model="$tiny_llama" data=tests/fixtures/data/chat_small.jsonl output_dir="$work/lora_bad" \
+  gguf=q3_k >"$work/lora_bad.log" 2>&1
+check "lora_finetune gguf=q3_k: refused before training" test $? -ne 0 -a ! -e "$work/lora_bad/metrics.jsonl"
+check "lora_finetune gguf=q3_k: names it" grep -q "gguf: outtype 'q3_k' is not one of" "$work/lora_bad.log"
+
 dir=$work/tiny-odd
 "$runner" tests/recipes/gguf_tiny.lua arch=llama tokenizer="$npm/tokenizer-llama3_1/models" output_dir="$dir" seed=1 \
   hidden_size=58 intermediate_size=115 >"$work/odd.tiny.log" 2>&1

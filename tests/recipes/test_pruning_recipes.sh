@@ -27,7 +27,7 @@ common=(base_model="$base" data="$work/text.jsonl" format=text dtype=float32 dev
 # integers at these widths): 4 -> 3 layers, 2 heads per group -> round(1.4) = 1 (2 heads, 2 KV),
 # hidden round(57.6) = 58, intermediate round(115.2) = 115.
 out=$work/sheared
-"$runner" llama31_sheared "${common[@]}" output_dir="$out" max_steps=6 >"$work/sheared.log" 2>&1
+"$runner" llama31_sheared "${common[@]}" output_dir="$out" max_steps=6 gguf=q8_0 >"$work/sheared.log" 2>&1
 check "sheared: exits 0 (check=true: shape, reload, generate)" test $? -eq 0
 check "sheared: HF model written" test -f "$out/model/config.json" -a -f "$out/model/model.safetensors"
 check "sheared: layers 3" test "$(json "$out/summary.json" 'j["shape_after"]["layers"]')" = 3
@@ -40,6 +40,20 @@ check "sheared: kd_loss logged" grep -q kd_loss "$out/metrics.jsonl"
 check "sheared: perplexities recorded" python3 -c 'import json,sys,math
 p = json.load(open(sys.argv[1]))["perplexity"]
 assert all(math.isfinite(p[k]) and p[k] > 1 for k in ("before", "after_pruning", "after_recovery")), p' "$out/summary.json"
+
+# gguf=q8_0 (scripts/lua/gguf_out.lua): output_dir/model.gguf of the pruned model (hidden 58: rows that
+# are not multiples of 32 stay f16, as llama.cpp's converter does), which llama.cpp loads and generates
+# from (when scripts/setup.sh installed tests/reference/llama; greedy ids vs luatune's at f32:
+# test_gguf_export.sh).
+check "sheared gguf=q8_0: model.gguf written" test -s "$out/model.gguf"
+if command -v node >/dev/null && [ -d tests/reference/llama/node_modules/node-llama-cpp ]; then
+  echo '{"prompt":"The quick brown fox","add_bos":true,"ignore_eos":true,"max_new_tokens":6}' |
+    node tests/reference/llama/generate.mjs "$out/model.gguf" >"$work/sheared_gguf.json" 2>"$work/sheared_gguf.log"
+  check "sheared gguf=q8_0: llama.cpp loads it and generates 6 tokens" \
+    test "$(json "$work/sheared_gguf.json" 'len(j["ids"])')" = 6
+else
+  echo "skip sheared gguf=q8_0: llama.cpp (tests/reference/llama) not installed"
+fi
 
 # Another combination: whole KV groups (heads 0.8 -> round(0.4) = 0 per group -> 1 group of 2),
 # half the layers, hidden 0.25 -> 48, intermediate 0.2 -> 154; LM loss only for the recovery.
