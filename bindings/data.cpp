@@ -41,10 +41,6 @@ std::string batch_describe(const Batch& b) {
          ", tokens=" + std::to_string(b.tokens) + ", target_tokens=" + std::to_string(b.target_tokens) + ")";
 }
 
-int64_t opt_int(lua_State* L, int idx, const char* key, int64_t def) {
-  return lt_opt_int(L, idx, key, def);
-}
-
 // The options table at idx (after the path or records) -> tokenizer and DataOptions.
 std::shared_ptr<Tokenizer> check_data_options(lua_State* L, int idx, DataOptions* o) {
   lt_check_options(L, idx,
@@ -62,18 +58,18 @@ std::shared_ptr<Tokenizer> check_data_options(lua_State* L, int idx, DataOptions
   lua_pop(L, 1);
   std::string format = lt_opt_string(L, idx, "format", "");
   if (!format.empty()) o->format = data_format_parse(format);
-  o->max_length = opt_int(L, idx, "max_length", o->max_length);
+  o->max_length = lt_opt_int(L, idx, "max_length", o->max_length);
   o->pack = lt_opt_bool(L, idx, "pack", o->pack);
   o->pad_to_max_length = lt_opt_bool(L, idx, "pad_to_max_length", o->pad_to_max_length);
   o->train_on_prompt = lt_opt_bool(L, idx, "train_on_prompt", o->train_on_prompt);
   o->add_eos = lt_opt_bool(L, idx, "add_eos", o->add_eos);
-  int64_t seed = opt_int(L, idx, "seed", 0);
+  int64_t seed = lt_opt_int(L, idx, "seed", 0);
   if (seed < 0) luaL_argerror(L, idx, "option 'seed' expects a number >= 0");
   o->seed = static_cast<uint64_t>(seed);
   o->skip_bad = lt_opt_bool(L, idx, "skip_bad", o->skip_bad);
   if (lt_has_field(L, idx, "chat")) o->chat = lt_opt_bool(L, idx, "chat", true);
   o->chat_format = lt_opt_string(L, idx, "chat_format", "");
-  o->max_records = opt_int(L, idx, "max_records", o->max_records);
+  o->max_records = lt_opt_int(L, idx, "max_records", o->max_records);
   return out;
 }
 
@@ -323,14 +319,14 @@ int l_data_batches(lua_State* L) {
   if (lt_opt_number(L, 2, "size", 1) < 1) luaL_argerror(L, 2, "option 'size' must be at least 1");
   // Before anything is sized from it: a size of batch_size * grad_accum = 1e18 is refused here.
   data_check_batch_size(lt_opt_number(L, 2, "size", 1), dist_world_size(), items, pds ? "pairs" : "rows");
-  const int64_t size = opt_int(L, 2, "size", 1);
+  const int64_t size = lt_opt_int(L, 2, "size", 1);
   bool cycle = lt_has_field(L, 2, "steps");
   const int64_t global = size * dist_world_size();  // rows a step takes over all ranks
   // Row positions run to steps * global, which must stay a 64-bit count.
   const int64_t max_steps = std::numeric_limits<int64_t>::max() / global;
   int64_t steps = cycle ? lt_opt_int(L, 2, "steps", 0, -kLuaMaxExactInt, std::min(max_steps, kLuaMaxExactInt))
                         : (items + global - 1) / global;
-  int64_t start = opt_int(L, 2, "start", 0);
+  int64_t start = lt_opt_int(L, 2, "start", 0);
   if (start < 0) luaL_argerror(L, 2, "option 'start' must be >= 0 (the last step already done)");
   lua_pushvalue(L, 1);
   lua_pushnumber(L, static_cast<lua_Number>(size));

@@ -345,12 +345,10 @@ std::string Trainer::save_unsaved() {
   return save();
 }
 
-// A fresh run's claim on output_dir (run_dir.h): refuses another run's checkpoints there unless
-// overwrite; writes run.json. A resumed run or one whose config{} claimed the directory has it.
-void Trainer::claim_output_dir() {
-  if (claimed_ || options_.output_dir.empty()) return;
+// What run.json says of this trainer's run: its id, world size, and the recipe's config and seed.
+RunInfo Trainer::run_info(const std::string& run_id) const {
   RunInfo info;
-  info.run_id = run_id_new();
+  info.run_id = run_id;
   info.world_size = dist_world_size();
   if (!options_.config_json.empty()) {
     info.config = json::parse(options_.config_json);
@@ -359,6 +357,14 @@ void Trainer::claim_output_dir() {
       info.seed = info.config["seed"].get<double>();
     }
   }
+  return info;
+}
+
+// A fresh run's claim on output_dir (run_dir.h): refuses another run's checkpoints there unless
+// overwrite; writes run.json. A resumed run or one whose config{} claimed the directory has it.
+void Trainer::claim_output_dir() {
+  if (claimed_ || options_.output_dir.empty()) return;
+  const RunInfo info = run_info(run_id_new());
   const std::string moved = output_dir_claim(options_.output_dir, options_.overwrite, run_json_new(info), dist_is_main());
   if (!moved.empty()) std::printf("train: moved the earlier run in %s to %s\n", options_.output_dir.c_str(), moved.c_str());
   claimed_ = true;
@@ -578,14 +584,9 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
   claimed_ = true;
   if (!options_.output_dir.empty()) {
     output_dir_register(options_.output_dir, run_id_);
-    if (dist_is_main()) {
-      RunInfo info;
-      info.run_id = run_id_;
-      info.world_size = dist_world_size();
-      if (!options_.config_json.empty()) info.config = json::parse(options_.config_json);
+    if (dist_is_main())
       run_json_note_resume(options_.output_dir, {{"step", step_}, {"checkpoint", dir}, {"changed", changed}},
-                           run_json_new(info));
-    }
+                           run_json_new(run_info(run_id_)));
   }
   if (dist_is_main())
     std::printf("resumed from step %lld of %lld (checkpoint %s)\n", static_cast<long long>(step_),

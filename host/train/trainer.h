@@ -23,6 +23,7 @@
 namespace luatune {
 
 class GradSync;  // host/dist/grad_sync.h
+struct RunInfo;  // host/train/run_dir.h
 
 class Dataset;
 class PreferenceDataset;  // host/data/preference.h
@@ -214,6 +215,7 @@ class Trainer {
   // fresh claim or adopted by resume), the last step saved and its path, a save deferred to the
   // next safe point.
   void claim_output_dir();
+  RunInfo run_info(const std::string& run_id) const;
   bool claimed_ = false;
   std::string run_id_;
   int64_t saved_step_ = -1;
