@@ -68,7 +68,9 @@ const llama = await getLlama({
   maxThreads: threads,        // with threads {ideal, min} below: exactly this many threads
   logLevel: LlamaLogLevel.info,
   logger: (level, message) => {
-    logLines.push(message.replace(/\n$/, ""));
+    // One entry per line: when the JS thread is busy the addon hands over several llama.cpp lines
+    // in one message, which made --info's log depend on timing.
+    for (const line of message.replace(/\n$/, "").split("\n")) logLines.push(line);
     if (showLog || level === LlamaLogLevel.error || level === LlamaLogLevel.fatal) process.stderr.write(message.endsWith("\n") ? message : message + "\n");
   },
 });
@@ -81,6 +83,12 @@ try {
   const why = logLines.filter((l) => /error loading model/.test(l)).pop();
   process.stderr.write(`generate.mjs: llama.cpp cannot load ${modelPath}: ${why ?? String(e?.message ?? e)}\n`);
   process.exit(1);
+}
+// The addon delivers log lines through the event loop: wait until they stop arriving (at most 3 s)
+// so --info reports everything llama.cpp printed while loading.
+for (let seen = -1, t0 = Date.now(); seen !== logLines.length && Date.now() - t0 < 3000;) {
+  seen = logLines.length;
+  await new Promise((r) => setTimeout(r, 50));
 }
 const md = model.fileInfo.metadata;
 const arch = md?.general?.architecture;

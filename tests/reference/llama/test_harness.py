@@ -55,6 +55,8 @@ def main():
     for needle in ("print_info: arch                  = llama", "print_info: n_layer               = 2",
                    "print_info: n_head_kv             = 2", "print_info: vocab type            = BPE"):
         check(needle in log, f"llama.cpp's log has '{needle}'")
+    if not all(n in log for n in ("print_info: arch", "print_info: n_layer")):
+        print("llama.cpp's log as --info kept it (first 40 lines):\n  " + "\n  ".join(lc["log"][:40]), file=sys.stderr)
     check(not lc["warnings"], f"no model warnings ({lc['warnings']})")
     bos, eos = g["bos_token_id"], g["eos_token_id"]
     check(lc["bos"] == bos and lc["eos"] == eos, "llama.cpp's BOS/EOS are the file's")
