@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CPU generation speed of luatune vs llama.cpp on the same model (README, Measured). A random Llama of a
+# CPU generation speed of luatune vs llama.cpp on the same model (docs/benchmarks.md). A random Llama of a
 # small realistic shape (hidden 768, 6 layers, 12 heads / 4 KV heads, FFN 2048, the Llama 2 tokenizer's
 # 32000-token vocabulary, untied: ~87M parameters) is written by models.init + model:save and exported
 # with export_gguf to f32 and q8_0. Then, each in its own process with the same thread count:

@@ -13,6 +13,7 @@
 #include "host/core/strings.h"
 #include "host/core/version.h"
 #include "host/dist/dist.h"
+#include "host/runner/config_checks.h"
 #include "host/runner/recipes.h"
 #include "host/train/run_dir.h"
 
@@ -123,9 +124,21 @@ static int l_config_resolve(lua_State* L) {
   const bool deterministic = config_run_deterministic(cfg);
   st.resolved = cfg;
   st.config_resolved = true;
+  if (st.describe_only) {
+    lua_pushlightuserdata(L, lt_validate_done_token());
+    return lua_error(L);
+  }
   std::string text = "config (" + st.recipe + "):\n" + config_format(cfg);
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
+  // Paths and ranges, every problem at once, before anything loads (host/runner/config_checks.h).
+  ConfigCheckOptions checks;
+  checks.paths = st.check_paths;
+  if (auto problems = config_problems(cfg, checks); !problems.empty()) {
+    std::string n = std::to_string(problems.size());
+    fail_usage("config: " + n + (problems.size() == 1 ? " problem" : " problems") + " in " + st.recipe +
+               "'s config:\n  " + str_join(problems, "\n  "));
+  }
   if (st.validate_only) {
     lua_pushlightuserdata(L, lt_validate_done_token());
     return lua_error(L);

@@ -11,6 +11,7 @@
 #include "host/adapt/adaption_prompt.h"
 #include "host/adapt/peft.h"
 #include "host/core/error.h"
+#include "host/io/hub_cache.h"
 
 namespace luatune {
 
@@ -102,11 +103,13 @@ int l_lora_adaption_prompt(lua_State* L) {
 }
 
 // lora.save(model, dir, {base_model = "meta-llama/..."}): LoRA or adaption prompt, whichever the
-// model has; base_model defaults to the directory the model was loaded from.
+// model has; base_model defaults to the directory the model was loaded from ("org/name" for a
+// snapshot in the hub cache, as peft records it).
 int l_lora_save(lua_State* L) {
   Model& m = check_model(L, 1);
   std::string dir = luaL_checkstring(L, 2);
-  std::string base = m.source_dir;
+  const std::string hub_name = hub_model_name_of(m.source_dir);
+  std::string base = hub_name.empty() ? m.source_dir : hub_name;
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
     lt_check_options(L, 3, {"base_model"});

@@ -170,7 +170,9 @@ void lt_push_config(lua_State* L, const ConfigValue& v);
 struct RunState {
   std::string recipe;                     // path of the recipe being run
   std::vector<ConfigOverride> overrides;  // from --config files, then key=value arguments
-  bool validate_only = false;             // `runner validate`: stop after config{} resolves
+  bool validate_only = false;             // `runner validate`/`plan`/`help`: stop after config{} resolves
+  bool check_paths = true;                // config{} checks that paths exist (not for `runner plan`)
+  bool describe_only = false;             // `runner help RECIPE`: resolve silently, check nothing
   bool config_resolved = false;
   // The message of the last usage/config error raised (exit 2 when the run fails with exactly it;
   // kept as text so a usage error a recipe caught with pcall does not mark a later failure).

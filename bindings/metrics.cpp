@@ -4,6 +4,7 @@
 #include "host/metrics/metrics.h"
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 
@@ -110,16 +111,26 @@ void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
 // ============================================================================================
 // Module functions
 
-// metrics.open{console = true, jsonl = "out/metrics.jsonl", total_steps = N, every = 10,
+// metrics.open{console = true, jsonl = "out/metrics.jsonl", total_steps = N, progress_seconds = 30,
 //              config = cfg, resume = false | true | STEP, wandb = "" | "project" | {project = , entity = , ...}}
+// progress_seconds, when given, wins over $LUATUNE_PROGRESS_SECONDS, which wins over the default 30.
+// report = true: log:close() writes report.html and report.md beside the JSONL file (run_report.h).
 int l_metrics_open(lua_State* L) {
   MetricsOptions o;
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    lt_check_options(L, 1, {"console", "jsonl", "total_steps", "every", "config", "resume", "wandb"});
+    lt_check_options(L, 1,
+                     {"console", "jsonl", "total_steps", "progress_seconds", "config", "resume", "wandb", "report"});
     o.console = lt_opt_bool(L, 1, "console", true);
+    o.report = lt_opt_bool(L, 1, "report", true);
     o.console_options.total_steps = lt_opt_int(L, 1, "total_steps", 0);
-    o.console_options.every = lt_opt_int(L, 1, "every", 10);
+    lua_getfield(L, 1, "progress_seconds");
+    if (!lua_isnil(L, -1)) {
+      double s = lt_opt_number(L, 1, "progress_seconds", 0);
+      LT_CHECK(std::isfinite(s) && s >= 0, "metrics.open: progress_seconds must be 0 or more, got " << s);
+      o.console_options.progress_seconds = s;
+    }
+    lua_pop(L, 1);
     o.jsonl.path = lt_opt_string(L, 1, "jsonl", "");
     lua_getfield(L, 1, "resume");  // true, or the step trainer:resume() returned (0: a fresh run)
     if (lua_type(L, -1) == LUA_TNUMBER) {

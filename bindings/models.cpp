@@ -137,7 +137,8 @@ void push_int_list(lua_State* L, const std::vector<int64_t>& v) {
 // ============================================================================================
 // Module functions
 
-// models.load(dir, {dtype = "auto"|"bf16"|..., device = "cpu"|"cuda"|"auto"})
+// models.load(dir, {dtype = "auto"|"bf16"|..., device = "cpu"|"cuda"|"auto"}); dir may be a Hub id
+// "org/name[@revision]" found in the Hugging Face cache (host/io/hub_cache.h)
 int l_models_load(lua_State* L) {
   std::string dir = luaL_checkstring(L, 1);
   LoadOptions o;

@@ -34,7 +34,8 @@ void push_ids(lua_State* L, const std::vector<int32_t>& ids) {
   }
 }
 
-// tokenizer.load(dir): a model directory with tokenizer.json, or the tokenizer.json file.
+// tokenizer.load(dir): a model directory with tokenizer.json, or the tokenizer.json file, or a Hub
+// id "org/name[@revision]" found in the Hugging Face cache (host/io/hub_cache.h).
 int l_tokenizer_load(lua_State* L) {
   lt_push(L, Tokenizer::load(luaL_checkstring(L, 1)));
   return 1;

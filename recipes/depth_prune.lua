@@ -1,24 +1,34 @@
--- Depth pruning (ShortGPT / Minitron depth): score each layer on calibration text, drop the least important, optionally recover with a short LM-loss run; perplexity before and after.
--- runner depth_prune base_model=/models/Llama-3.1-8B data=corpus.jsonl [layers=8 metric=layer_removal steps=200 ...]
+-- Depth pruning (ShortGPT, Minitron depth): drop the layers a calibration score ranks lowest, optionally
+-- recover briefly; perplexity before and after. The recovery is a short LM-loss run.
+-- runner depth_prune base_model=/models/Llama-3.1-8B data=corpus.jsonl [layers=8 depth_metric=layer_removal recovery_steps=200 ...]
 -- Scores (docs/pruning.md): block influence, mean over tokens of 1 - cos(layer input, layer output),
 -- or the calibration loss increase when the layer is skipped. Writes output_dir/model (Hugging Face
 -- format, tokenizer included) and output_dir/summary.json.
 local cfg = config {
-  base_model = "models/Llama-3.2-1B",  -- a local Hugging Face model directory
-  data = "data/corpus.jsonl",          -- plain text, {"text": ...} per line
-  output_dir = "out/depth_prune",
-  gguf = "",  -- also write output_dir/model.gguf for llama.cpp/Ollama: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
-  dtype = "bf16", device = "auto",
+  base_model = "models/Llama-3.2-1B",  -- model to prune: a local Hugging Face directory or a hub name (org/name)
+  data = "data/corpus.jsonl",          -- plain text JSONL, {"text": ...} per line
+  output_dir = "out/depth_prune",      -- model/, summary.json and metrics.jsonl go here
+  gguf = "",                           -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
+  dtype = "bf16",                      -- weight dtype: bf16, fp16, fp32 or "auto" (the checkpoint's torch_dtype)
+  device = "auto",                     -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
   layers = 0.25,                       -- layers to remove: a count (1, 2, ...) or a fraction in (0, 1)
-  metric = "block_influence",          -- or "layer_removal"
-  calibration_rows = 128, max_length = 2048, batch_size = 4,
-  eval_fraction = 0.05, eval_batches = 0,  -- held-out rows for perplexity; 0 = all of them
-  steps = 0, lr = 2e-5, warmup = 10, grad_accum = 4, checkpoint_layers = true,  -- recovery; steps = 0: none
-  shard = "none",                      -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
+  depth_metric = "block_influence",    -- how layers are scored: "block_influence" or "layer_removal"
+  calibration_rows = 128,              -- rows the layer scores are computed on
+  max_length = 2048,                   -- tokens per row; the text is packed into rows of at most this
+  batch_size = 4,                      -- rows per forward (scoring, evaluation) and per recovery micro-batch
+  eval_fraction = 0.05,                -- share of the rows held out for perplexity
+  eval_batches = 0,                    -- held-out batches each perplexity reads; 0 = all of them
+  recovery_steps = 0,                  -- LM-loss training steps after pruning; 0 = none
+  learning_rate = 2e-5,                -- recovery's peak learning rate; cosine decay to 0 after warm-up
+  warmup_steps = 10,                   -- steps of linear warm-up from 0 to learning_rate
+  gradient_accumulation_steps = 4,     -- micro-batches per optimizer step: batch_size x this rows a step on each rank
+  gradient_checkpointing = true,       -- recompute each layer in backward: less activation memory, more compute
+  shard = "none",                      -- ZeRO over data-parallel ranks: none | optimizer | gradients | full (docs/zero.md)
   optimizer = "adamw",                 -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
   optimizer_offload = "none",          -- none | cpu (fp32 masters and optimizer states in host memory)
-  seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
-  wandb_project = "",
+  seed = 0,                            -- seeds the data order: which rows calibrate and which are held out
+  deterministic = false,               -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
+  wandb_project = "",                  -- W&B project to log to; "" = none (docs/wandb.md)
 }
 local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
@@ -38,36 +48,37 @@ local function perplexity()
 end
 
 local before = { params = model:num_params().total, perplexity = perplexity() }
-local cut = prune.depth(model, calibration, { layers = cfg.layers, metric = cfg.metric })
+local cut = prune.depth(model, calibration, { layers = cfg.layers, metric = cfg.depth_metric })
 local pruned = { params = model:num_params().total, perplexity = perplexity() }
-print(("removed layers %s (%s scores %s)"):format(table.concat(cut.removed, ", "), cfg.metric,
+print(("removed layers %s (%s scores %s)"):format(table.concat(cut.removed, ", "), cfg.depth_metric,
                                                  table.concat(cut.scores:tolist(), ", ")))
 print(("perplexity %.3f -> %.3f after pruning; parameters %d -> %d"):format(before.perplexity, pruned.perplexity,
                                                                          before.params, pruned.params))
 
 local recovered
-if cfg.steps > 0 then
-  local trainer = train.new(model, { lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine", steps = cfg.steps,
-                                     micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.checkpoint_layers,
-                                     shard = cfg.shard, optimizer = cfg.optimizer,
-                                     optimizer_offload = cfg.optimizer_offload })
-  local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
-                             config = cfg, wandb = cfg.wandb_project }
-  for step, batch in train_set:batches { size = cfg.batch_size * cfg.grad_accum, steps = cfg.steps } do
+if cfg.recovery_steps > 0 then
+  local trainer = train.new(model, { lr = cfg.learning_rate, warmup = cfg.warmup_steps, schedule = "cosine",
+                                     steps = cfg.recovery_steps, micro_batch_size = cfg.batch_size,
+                                     checkpoint_layers = cfg.gradient_checkpointing, shard = cfg.shard,
+                                     optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload })
+  local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl",
+                             total_steps = cfg.recovery_steps, config = cfg, wandb = cfg.wandb_project }
+  for step, batch in train_set:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps,
+                                         steps = cfg.recovery_steps } do
     log:write(step, trainer:step(batch))
     if log:stopped() then break end  -- stopped from the W&B UI: end here and save what there is
   end
   recovered = trainer:evaluate(eval_set, { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }).perplexity
-  log:write(cfg.steps, { eval_perplexity = recovered })
+  log:write(cfg.recovery_steps, { eval_perplexity = recovered })
   log:close()
-  print(("perplexity %.3f after %d recovery steps"):format(recovered, cfg.steps))
+  print(("perplexity %.3f after %d recovery steps"):format(recovered, cfg.recovery_steps))
 end
 
 model:save(cfg.output_dir .. "/model", { tokenizer = tok })
 metrics.write_json(cfg.output_dir .. "/summary.json", {
-  metric = cfg.metric, layers_before = cut.after.layers + #cut.removed, layers_after = cut.after.layers,
+  metric = cfg.depth_metric, layers_before = cut.after.layers + #cut.removed, layers_after = cut.after.layers,
   removed = cut.removed, scores = cut.scores:tolist(), params_before = before.params, params_after = pruned.params,
-  perplexity_before = before.perplexity, perplexity_pruned = pruned.perplexity, recovery_steps = cfg.steps,
+  perplexity_before = before.perplexity, perplexity_pruned = pruned.perplexity, recovery_steps = cfg.recovery_steps,
   perplexity_recovered = recovered,  -- absent without recovery
 })
 print("model (Hugging Face format): " .. cfg.output_dir .. "/model; summary: " .. cfg.output_dir .. "/summary.json")

@@ -1,16 +1,16 @@
 -- Which GPU to rent: runs a recipe briefly (or reads finished runs' profile.json), then reports time, memory and cost per catalog GPU.
--- runner hw_compare recipe=lora_finetune args=base_model=models/Llama-3.1-8B-Instruct,data=data/train.jsonl steps=20
+-- runner hw_compare recipe=lora_finetune recipe_args=base_model=models/Llama-3.1-8B-Instruct,data=data/train.jsonl max_steps=20
 -- Measured figures come from this device; the other GPUs are projections (docs/hardware.md says how).
 local cfg = config {
-  recipe = "lora_finetune",      -- a shipped recipe's name or a path
-  args = {},                     -- the recipe's key=value overrides (a list; use --config for values with commas)
-  steps = 20,                    -- steps of the brief measured run
-  full_steps = 1000,             -- steps of the real run to price (tokens per step as measured)
-  output_dir = "out/hw_compare",
-  runs = {},                     -- profile.json files of finished hw_compare runs to read instead of running
-  gpus = {},                     -- catalog names to include; empty = all
-  catalog = "",                  -- a GPU catalog file; "" = data/gpu_catalog.json (or $LUATUNE_GPU_CATALOG)
-  model_preset = "",             -- plan a built-in shape (llama3.1-8b, mistral-7b, gemma2-9b) instead of base_model
+  recipe = "lora_finetune",       -- a shipped recipe's name or a path
+  recipe_args = {},               -- the recipe's key=value overrides (a list; use --config for values with commas)
+  max_steps = 20,                 -- steps of the brief measured run (passed on as the recipe's max_steps)
+  full_steps = 1000,              -- steps of the real run to price (tokens per step as measured)
+  output_dir = "out/hw_compare",  -- run/, profile.json and report.json, .md and .html go here
+  runs = {},                      -- profile.json files of finished hw_compare runs to read instead of running
+  gpus = {},                      -- catalog names to include; empty = all
+  catalog = "",                   -- a GPU catalog file; "" = data/gpu_catalog.json (or $LUATUNE_GPU_CATALOG)
+  model_preset = "",              -- plan a built-in shape (llama3.1-8b, mistral-7b, gemma2-9b) instead of base_model
 }
 
 -- The catalog, narrowed to the GPUs asked for.
@@ -28,8 +28,8 @@ local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 local function measure()
   local run_dir = cfg.output_dir .. "/run"
   local cmd = { quote(hw.runner_path()), quote(cfg.recipe) }
-  for _, a in ipairs(cfg.args) do cmd[#cmd + 1] = quote(a) end
-  cmd[#cmd + 1] = quote("steps=" .. cfg.steps)
+  for _, a in ipairs(cfg.recipe_args) do cmd[#cmd + 1] = quote(a) end
+  cmd[#cmd + 1] = quote("max_steps=" .. cfg.max_steps)
   cmd[#cmd + 1] = quote("output_dir=" .. run_dir)
   print("hw_compare: running " .. table.concat(cmd, " "))
   local probe, mon = hw.probe(), hw.monitor { interval = 0.5 }

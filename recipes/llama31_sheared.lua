@@ -1,50 +1,55 @@
--- Sheared-LLaMA for Llama 3.1: learn which layers, heads, hidden and MLP channels to drop, cut the model to that shape, recover by distilling from the unpruned model; writes a smaller HF model and summary.json.
+-- Sheared-LLaMA for Llama 3.1: learn which layers, heads and channels to drop, prune to that shape, then
+-- recover by distilling from the unpruned model. Writes a smaller Hugging Face model and summary.json.
 -- runner llama31_sheared base_model=/models/Llama-3.1-8B-Instruct data=corpus.jsonl [max_steps=200 ...]
 -- Masks are hard-concrete gates trained under target-sparsity constraints (Lagrange multipliers). The
 -- first `prune_fraction` of the steps learn masks (with the weights), the rest continue training the
 -- pruned model with distillation from the unpruned teacher (docs/pruning.md).
--- The 8B seed job fits 2 x A100 80GB with shard=full (ZeRO-3, docs/zero.md; `runner plan`: 78.5 GiB
--- per GPU, 133 replicated): torchrun --nproc_per_node 2 --no-python build/runner llama31_sheared
--- base_model=... data=... shard=full (or build/runner --nproc 2 llama31_sheared ...).
+-- The 8B seed job fits 2 x A100 80GB with shard=full (ZeRO-3, docs/zero.md; `runner plan`: 78.5 GiB per GPU,
+-- 133 replicated): build/runner --nproc 2 llama31_sheared base_model=... data=... shard=full (or torchrun).
 local cfg = config {
-  base_model = "meta-llama/Llama-3.1-8B-Instruct",  -- a local Hugging Face directory in practice
-  data = "data/pruning.jsonl",       -- JSONL (text, chat, instruction formats); see docs/data.md
-  format = "",                       -- "" = detect; "text" for plain pretraining text
-  domains = {},                      -- optional "name:path.jsonl" list: dynamic batch loading across domains
-  domain_reference_loss = {},        -- "name:loss" list: the per-domain loss to aim for (default: the base model's)
-  domain_update_every = 50,          -- steps between proportion updates (Sheared-LLaMA: 50 while pruning)
-  output_dir = "prune_log/llama31_3b_sheared",
-  gguf = "",  -- also write output_dir/model.gguf for llama.cpp/Ollama: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
-  target_layer_sparsity = 0.2,
-  target_head_sparsity = 0.3,
-  target_hidden_sparsity = 0.1,
-  target_intermediate_sparsity = 0.4,
-  round_to = 128,                    -- hidden/intermediate sizes to multiples of this (docs/pruning.md)
-  num_epochs = 2,
-  max_steps = 0,                     -- stop early: at most this many optimizer steps in all (0 = the epochs)
-  prune_fraction = 0.5,              -- share of the steps spent learning masks
-  learning_rate = 1e-4,
-  mask_lr = 1.0, lambda_lr = 1.0,    -- masks and Lagrange multipliers (Sheared-LLaMA's defaults)
-  lagrangian_warmup = 0.2,           -- share of the pruning steps over which the target sparsity ramps up
-  warmup = 0.1,                      -- learning-rate warmup, share of each phase
-  batch_size = 4,
-  gradient_accumulation_steps = 8,
-  max_length = 128,
-  gradient_checkpointing = true,
-  shard = "none",                    -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
-  optimizer = "adamw",               -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
-  optimizer_offload = "none",        -- none | cpu (fp32 masters and optimizer states in host memory)
-  distill = true,                    -- distil from the unpruned model after pruning (false: LM loss only)
-  distill_loss = "forward_kl",       -- forward_kl, reverse_kl, jsd
-  distill_temperature = 1.0,
-  distill_alpha = 0.5,               -- (1 - alpha) * LM loss + alpha * KD loss
-  teacher_dtype = "",                -- "" = dtype; e.g. "bf16" for a lower-precision teacher
-  teacher_device = "",               -- "" = device
-  dtype = "bf16", device = "auto",
-  eval_fraction = 0.02, eval_every = 100, eval_batches = 0,
-  seed = 0, deterministic = false,   -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
-  wandb_project = "llama31_sheared",
-  check = false,                     -- assert the result's shape and that it reloads and generates (tests)
+  base_model = "meta-llama/Llama-3.1-8B-Instruct",  -- model to prune, and the teacher: a hub name (org/name) or a local directory
+  data = "data/pruning.jsonl",         -- JSONL of text, chat or instruction records (docs/data.md)
+  format = "",                         -- "" = detect from the records; "text" for plain pretraining text
+  domains = {},                        -- optional "name:path.jsonl" list: dynamic batch loading across domains
+  domain_reference_loss = {},          -- "name:loss" list: the per-domain loss to aim for (default: the base model's)
+  domain_update_steps = 50,            -- steps between proportion updates (Sheared-LLaMA: 50 while pruning)
+  output_dir = "prune_log/llama31_3b_sheared",  -- model/, summary.json and metrics.jsonl go here
+  gguf = "",                           -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
+  target_layer_sparsity = 0.2,         -- share of the layers to remove
+  target_head_sparsity = 0.3,          -- share of the attention heads to remove
+  target_hidden_sparsity = 0.1,        -- share of the hidden size to remove
+  target_intermediate_sparsity = 0.4,  -- share of the MLP channels to remove
+  round_to = 128,                      -- hidden/intermediate sizes to multiples of this (docs/pruning.md)
+  num_train_epochs = 2,                -- passes over the training rows: the step count unless max_steps is lower
+  max_steps = 0,                       -- stop early: at most this many optimizer steps in all (0 = the epochs)
+  prune_fraction = 0.5,                -- share of the steps spent learning masks; the rest recover
+  learning_rate = 1e-4,                -- peak learning rate of each phase; cosine decay to 0.1 x it
+  mask_lr = 1.0,                       -- learning rate of the masks (Sheared-LLaMA's default)
+  lambda_lr = 1.0,                     -- learning rate of the Lagrange multipliers (Sheared-LLaMA's default)
+  lagrangian_warmup = 0.2,             -- share of the pruning steps over which the target sparsity ramps up
+  warmup_ratio = 0.1,                  -- learning-rate warm-up, as a share of each phase's steps
+  batch_size = 4,                      -- rows per forward/backward on each rank (the micro-batch)
+  gradient_accumulation_steps = 8,     -- micro-batches per optimizer step: batch_size x this rows a step on each rank
+  max_length = 128,                    -- tokens per row; records are packed into rows of at most this
+  gradient_checkpointing = true,       -- recompute each layer in backward: less activation memory, more compute
+  shard = "none",                      -- ZeRO over data-parallel ranks: none | optimizer | gradients | full (docs/zero.md)
+  optimizer = "adamw",                 -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
+  optimizer_offload = "none",          -- none | cpu (fp32 masters and optimizer states in host memory)
+  distill = true,                      -- distil from the unpruned model after pruning (false: LM loss only)
+  distill_loss = "forward_kl",         -- forward_kl KL(teacher||student), reverse_kl or jsd
+  distill_temperature = 1.0,           -- both models' logits are divided by this
+  distill_alpha = 0.5,                 -- (1 - alpha) x LM loss + alpha x KD loss
+  teacher_dtype = "",                  -- "" = dtype; e.g. "bf16" for a lower-precision teacher
+  teacher_device = "",                 -- "" = device
+  dtype = "bf16",                      -- weight dtype: bf16, fp16, fp32 or "auto" (the checkpoint's torch_dtype)
+  device = "auto",                     -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
+  eval_fraction = 0.02,                -- share of the rows held out for perplexity
+  eval_steps = 100,                    -- evaluate every N steps of each phase and after its last
+  eval_batches = 0,                    -- held-out batches each evaluation reads; 0 = all of them
+  seed = 0,                            -- seeds the data order and the masks' sampling
+  deterministic = false,               -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
+  wandb_project = "llama31_sheared",   -- W&B project to log to; "" = none (docs/wandb.md)
+  check = false,                       -- assert the result's shape and that it reloads and generates (tests)
 }
 local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
@@ -65,10 +70,10 @@ else
   train_set, eval_set = data.jsonl(cfg.data, load_opts):split(1 - cfg.eval_fraction)
 end
 
--- Steps: num_epochs over the training rows in batches of batch_size * gradient_accumulation_steps.
+-- Steps: num_train_epochs over the training rows in batches of batch_size * gradient_accumulation_steps.
 local rows_per_step = cfg.batch_size * cfg.gradient_accumulation_steps
 local rows = domains and domains:rows() or #train_set
-local total_steps = cfg.num_epochs * math.max(1, math.ceil(rows / rows_per_step))
+local total_steps = cfg.num_train_epochs * math.max(1, math.ceil(rows / rows_per_step))
 if cfg.max_steps > 0 then total_steps = math.min(total_steps, cfg.max_steps) end
 local prune_steps = math.max(1, math.floor(total_steps * cfg.prune_fraction + 0.5))
 local recover_steps = math.max(0, total_steps - prune_steps)
@@ -98,16 +103,20 @@ log:write(0, { eval_perplexity = ppl_before })
 -- Batches: one dataset, or dynamic batch loading across domains (Sheared-LLaMA's DoReMi-style update).
 local dyn = domains and domains:start(model, cfg.domain_reference_loss, cfg.seed, eval_opts)
 local function update_domains(trainer, step, log_step)  -- during pruning and recovery, as Sheared-LLaMA does
-  if dyn and step % cfg.domain_update_every == 0 then domains:update(trainer, log_step or step, log, eval_opts) end
+  if dyn and step % cfg.domain_update_steps == 0 then domains:update(trainer, log_step or step, log, eval_opts) end
+end
+
+-- Each phase's trainer: its own warm-up and cosine schedule over its own steps.
+local function new_trainer(steps, hooks)
+  return train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine", steps = steps,
+                            warmup = math.floor(cfg.warmup_ratio * steps), min_lr_ratio = 0.1,
+                            micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.gradient_checkpointing,
+                            shard = cfg.shard, optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
+                            hooks = hooks })
 end
 
 -- Phase 1: masks and weights together.
-local trainer = train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine",
-                                   warmup = math.floor(cfg.warmup * prune_steps), steps = prune_steps,
-                                   min_lr_ratio = 0.1, micro_batch_size = cfg.batch_size,
-                                   checkpoint_layers = cfg.gradient_checkpointing, shard = cfg.shard,
-                                   optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
-                                   hooks = { pruner } })
+local trainer = new_trainer(prune_steps, { pruner })
 local tokens = { pruning = 0, recovery = 0 }
 local t_prune = metrics.clock()
 for step, batch in P.batches(dyn or train_set, rows_per_step, prune_steps) do
@@ -115,7 +124,7 @@ for step, batch in P.batches(dyn or train_set, rows_per_step, prune_steps) do
   tokens.pruning = tokens.pruning + s.tokens
   log:write(step, s)
   update_domains(trainer, step)
-  if step % cfg.eval_every == 0 or step == prune_steps then
+  if step % cfg.eval_steps == 0 or step == prune_steps then
     log:write(step, { eval_masked_perplexity = perplexity(trainer) })
   end
   if log:stopped() then break end  -- stopped from the W&B UI: cut to the target now, skip recovery
@@ -144,18 +153,13 @@ end
 local t_recover = metrics.clock()
 local ppl_after = ppl_pruned
 if recover_steps > 0 and not log:stopped() then
-  local recover = train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine",
-                                     warmup = math.floor(cfg.warmup * recover_steps), steps = recover_steps,
-                                     min_lr_ratio = 0.1, micro_batch_size = cfg.batch_size,
-                                     checkpoint_layers = cfg.gradient_checkpointing, shard = cfg.shard,
-                                     optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
-                                     hooks = hooks })
+  local recover = new_trainer(recover_steps, hooks)
   for step, batch in P.batches(dyn or train_set, rows_per_step, recover_steps) do
     local s = recover:step(batch)
     tokens.recovery = tokens.recovery + s.tokens
     log:write(prune_steps + step, s)
     update_domains(recover, step, prune_steps + step)
-    if step % cfg.eval_every == 0 or step == recover_steps then
+    if step % cfg.eval_steps == 0 or step == recover_steps then
       local e = recover:evaluate(eval_set, eval_opts)
       log:write(prune_steps + step, { eval_loss = e.loss, eval_perplexity = e.perplexity, eval_kd_loss = e.kd_loss })
       ppl_after = e.perplexity

@@ -1,31 +1,53 @@
--- Minitron: prune width (hidden, MLP, attention heads) and optionally depth to target sizes by activation importance, then distil from the unpruned teacher's logits; perplexity at each stage.
--- runner minitron_prune_distill base_model=/models/Llama-3.1-8B data=corpus.jsonl shape.hidden=3072 shape.intermediate=9216 [distill.steps=2000 ...]
+-- Minitron: prune width (hidden, MLP, heads) and optionally depth by activation importance, then distil
+-- from the unpruned model; perplexity per stage.
+-- runner minitron_prune_distill base_model=/models/Llama-3.1-8B data=corpus.jsonl shape.hidden=3072 shape.intermediate=9216
 -- Importance (docs/pruning.md): mean |activation| over each row's tokens, L2 over rows, on the norm
 -- outputs (hidden), the o_proj input per head and the down_proj input (MLP); depth by block
 -- influence or layer-removal loss. Distillation: forward KL at temperature 1 with alpha = 1 (logits
 -- only, as Minitron). Writes output_dir/model (Hugging Face format) and output_dir/summary.json.
 local cfg = config {
-  base_model = "models/Llama-3.1-8B",  -- a local Hugging Face model directory
-  data = "data/corpus.jsonl",          -- plain text, {"text": ...} per line
-  output_dir = "out/minitron",
-  gguf = "",  -- also write output_dir/model.gguf for llama.cpp/Ollama: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
-  dtype = "bf16", device = "auto",
-  -- Kept counts after pruning; 0 leaves that kind alone (Llama-3.1-Minitron 4B width: hidden 3072,
-  -- intermediate 9216; depth: layers 16).
-  shape = { hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, layers = 0 },
-  -- Or shares to remove (what sweep_pruning varies): 0.25 keeps 3/4 of that kind; not with shape.
-  sparsity = { hidden = 0, intermediate = 0, heads = 0, layers = 0 },
-  depth_metric = "block_influence",    -- or "layer_removal"
-  calibration_rows = 1024, max_length = 2048, batch_size = 4,
-  eval_fraction = 0.02, eval_batches = 0,  -- held-out rows for perplexity; 0 = all of them
-  distill = { steps = 1000, lr = 1e-4, min_lr_ratio = 0.01, warmup = 60, grad_accum = 8,
-              loss = "forward_kl", temperature = 1.0, alpha = 1.0 },  -- steps = 0: prune only
-  checkpoint_layers = true,
-  shard = "none",                      -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
+  base_model = "models/Llama-3.1-8B",  -- model to prune, and the teacher: a local directory or a hub name (org/name)
+  data = "data/corpus.jsonl",          -- plain text JSONL, {"text": ...} per line
+  output_dir = "out/minitron",         -- model/, summary.json and metrics.jsonl go here
+  gguf = "",                           -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
+  dtype = "bf16",                      -- weight dtype: bf16, fp16, fp32 or "auto" (the checkpoint's torch_dtype)
+  device = "auto",                     -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
+  shape = {                            -- kept counts after pruning; 0 leaves that kind alone
+    hidden = 0,                        -- hidden size to keep (Llama-3.1-Minitron 4B width: 3072)
+    intermediate = 0,                  -- MLP channels to keep (Minitron 4B width: 9216)
+    heads = 0,                         -- attention heads to keep in each layer
+    kv_heads = 0,                      -- key/value heads to keep in each layer
+    layers = 0,                        -- layers to keep (Minitron 4B depth: 16)
+  },
+  sparsity = {                         -- or shares to remove (what sweep_pruning varies); not with shape
+    hidden = 0,                        -- share of the hidden size to remove (0.25 keeps 3/4)
+    intermediate = 0,                  -- share of the MLP channels to remove
+    heads = 0,                         -- share of the attention heads to remove
+    layers = 0,                        -- share of the layers to remove
+  },
+  depth_metric = "block_influence",    -- how layers are scored for depth pruning: "block_influence" or "layer_removal"
+  calibration_rows = 1024,             -- rows the activation importance is measured on
+  max_length = 2048,                   -- tokens per row; the text is packed into rows of at most this
+  batch_size = 4,                      -- rows per forward (importance, evaluation) and per distillation micro-batch
+  eval_fraction = 0.02,                -- share of the rows held out for perplexity
+  eval_batches = 0,                    -- held-out batches each perplexity reads; 0 = all of them
+  distill = {                          -- distillation from the unpruned model after pruning (docs/distill.md)
+    max_steps = 1000,                  -- distillation steps; 0 = prune only
+    learning_rate = 1e-4,              -- peak learning rate; cosine decay to min_lr_ratio x it after warm-up
+    min_lr_ratio = 0.01,               -- where the cosine ends, as a share of learning_rate
+    warmup_steps = 60,                 -- steps of linear warm-up from 0 to learning_rate
+    gradient_accumulation_steps = 8,   -- micro-batches per step: batch_size x this rows a step on each rank
+    loss = "forward_kl",               -- forward_kl KL(teacher||student), reverse_kl or jsd
+    temperature = 1.0,                 -- both models' logits are divided by this
+    alpha = 1.0,                       -- (1 - alpha) x LM loss + alpha x KD loss; 1 = logits only
+  },
+  gradient_checkpointing = true,       -- recompute each layer in backward: less activation memory, more compute
+  shard = "none",                      -- ZeRO over data-parallel ranks: none | optimizer | gradients | full (docs/zero.md)
   optimizer = "adamw",                 -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
   optimizer_offload = "none",          -- none | cpu (fp32 masters and optimizer states in host memory)
-  seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
-  wandb_project = "",
+  seed = 0,                            -- seeds the data order: which rows calibrate and which are held out
+  deterministic = false,               -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
+  wandb_project = "",                  -- W&B project to log to; "" = none (docs/wandb.md)
 }
 local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
@@ -64,31 +86,32 @@ print(("perplexity %.3f -> %.3f after pruning; parameters %d -> %d"):format(ppl.
                                                                          params.pruned))
 
 local d = cfg.distill
-if d.steps > 0 then
+if d.max_steps > 0 then
   local teacher = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })  -- the unpruned model
   local kd = distill.new(teacher, student, { loss = d.loss, temperature = d.temperature, alpha = d.alpha })
-  local trainer = train.new(student, { lr = d.lr, warmup = d.warmup, schedule = "cosine", steps = d.steps,
-                                       min_lr_ratio = d.min_lr_ratio, micro_batch_size = cfg.batch_size,
-                                       checkpoint_layers = cfg.checkpoint_layers, shard = cfg.shard,
-                                       optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
-                                       hooks = { kd } })
-  local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = d.steps,
+  local trainer = train.new(student, { lr = d.learning_rate, warmup = d.warmup_steps, schedule = "cosine",
+                                       steps = d.max_steps, min_lr_ratio = d.min_lr_ratio, hooks = { kd },
+                                       micro_batch_size = cfg.batch_size, shard = cfg.shard,
+                                       checkpoint_layers = cfg.gradient_checkpointing, optimizer = cfg.optimizer,
+                                       optimizer_offload = cfg.optimizer_offload })
+  local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = d.max_steps,
                              config = cfg, wandb = cfg.wandb_project }
-  for step, batch in train_set:batches { size = cfg.batch_size * d.grad_accum, steps = d.steps } do
+  for step, batch in train_set:batches { size = cfg.batch_size * d.gradient_accumulation_steps,
+                                         steps = d.max_steps } do
     log:write(step, trainer:step(batch))  -- loss, kd_loss, lm_loss, ...
     if log:stopped() then break end  -- stopped from the W&B UI: end here and save what there is
   end
   ppl.distilled = trainer:evaluate(eval_set, { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }).perplexity
-  log:write(d.steps, { eval_perplexity = ppl.distilled })
+  log:write(d.max_steps, { eval_perplexity = ppl.distilled })
   log:close()
   teacher:release()
-  print(("perplexity %.3f after %d distillation steps"):format(ppl.distilled, d.steps))
+  print(("perplexity %.3f after %d distillation steps"):format(ppl.distilled, d.max_steps))
 end
 
 student:save(cfg.output_dir .. "/model", { tokenizer = tok })
 metrics.write_json(cfg.output_dir .. "/summary.json", {
   before = cut.before, after = cut.after, params_before = params.base, params_after = params.pruned,
-  perplexity_before = ppl.base, perplexity_pruned = ppl.pruned, distill_steps = d.steps,
+  perplexity_before = ppl.base, perplexity_pruned = ppl.pruned, distill_steps = d.max_steps,
   perplexity_distilled = ppl.distilled,  -- absent without distillation
   parameters_kept = params.pruned / params.base, perplexity_after = ppl.distilled or ppl.pruned,  -- the final model's
 })

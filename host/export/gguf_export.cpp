@@ -18,6 +18,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/io/hub_cache.h"
 
 namespace luatune {
 
@@ -430,7 +431,10 @@ GgufExportResult gguf_export(const Model& model, const Tokenizer& tok, const std
   auto key = [&](const std::string& k) { return arch + "." + k; };
   auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
   std::string name = options.name;
-  if (name.empty()) name = model.source_dir.empty() ? "luatune" : path_basename(model.source_dir);
+  if (name.empty()) {
+    const std::string hub_name = hub_model_name_of(model.source_dir);  // a hub cache snapshot: its name, not the hash
+    name = model.source_dir.empty() ? "luatune" : path_basename(hub_name.empty() ? model.source_dir : hub_name);
+  }
   w.set("general.architecture", GgufValue::str(arch));
   w.set("general.type", GgufValue::str("model"));
   w.set("general.name", GgufValue::str(name));

@@ -476,7 +476,7 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
     PlanOptions x = o;
     x.checkpointing = true;
     if (total(x) / kGiB <= mem) {
-      out.push_back("turn on checkpoint_layers=true (" + now + " -> " + gib(total(x)) + " GiB)");
+      out.push_back("turn on gradient_checkpointing=true (" + now + " -> " + gib(total(x)) + " GiB)");
       any = true;
     }
   }
@@ -484,7 +484,7 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
     int64_t b = hw_max_micro_batch(c, o, mem);
     if (b > 0) {
       out.push_back("micro_batch " + std::to_string(b) + " fits (batch_size=" + std::to_string(b) +
-                    "; raise grad_accum to keep the batch)");
+                    "; raise gradient_accumulation_steps to keep the batch)");
       any = true;
     }
   }
@@ -498,7 +498,7 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
   ck.checkpointing = true;
   ck.micro_batch = 1;
   // What the LoRA/QLoRA suggestions change besides the method.
-  const std::string with_ck = std::string(o.checkpointing ? "" : ", checkpoint_layers=true") +
+  const std::string with_ck = std::string(o.checkpointing ? "" : ", gradient_checkpointing=true") +
                               (o.micro_batch > 1 ? ", micro_batch 1" : "");
   if (o.method == PlanMethod::method_full) {
     PlanOptions x = ck;

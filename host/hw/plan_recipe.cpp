@@ -11,6 +11,7 @@
 #include "host/core/files.h"
 #include "host/core/json.h"
 #include "host/core/strings.h"
+#include "host/io/hub_cache.h"
 
 namespace luatune {
 
@@ -114,6 +115,10 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
     if (!pick(cfg, {"base_model", "model", "student", "teacher"}, &base, &key))
       fail_usage("plan: the recipe's config names no base_model",
            "pass model_preset=" + str_join(hw_model_presets(), "|") + " to plan a known shape");
+    // "org/name": its snapshot in the hub cache; one missing there says where it looked.
+    std::string why;
+    if (model_path_available(base, &why)) base = model_path_resolve(base);
+    else if (hub_name_shaped(base)) fail_usage("plan: " + key + ": " + why);
     std::string file = dir_exists(base) ? base + "/config.json" : base;
     if (!file_exists(file))
       fail_usage("plan: " + key + " '" + base + "' has no config.json to read the model's shape from",
@@ -144,7 +149,8 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
   double v = 0;
   if (pick(cfg, {"micro_batch_size", "micro_batch", "batch_size"}, &v, &key)) o.micro_batch = static_cast<int64_t>(v);
   if (pick(cfg, {"max_length", "seq_len", "block_size"}, &v, &key)) o.seq_len = static_cast<int64_t>(v);
-  if (!pick(cfg, {"checkpoint_layers", "gradient_checkpointing", "checkpointing"}, &o.checkpointing, &key))
+  // checkpoint_layers: the recipes' name before they took the Hugging Face names (older runs' profiles).
+  if (!pick(cfg, {"gradient_checkpointing", "checkpoint_layers", "checkpointing"}, &o.checkpointing, &key))
     o.checkpointing = false;
   if (pick(cfg, {"loss_chunk"}, &v, &key)) o.loss_chunk = static_cast<int64_t>(v);
   // The trainer's sharding and optimizer keys: plan's own key=value wins over the config. A key the

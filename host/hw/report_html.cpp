@@ -2,6 +2,7 @@
 // drawn here (time, predicted peak memory against each GPU's memory, cost), and the same tables
 // as the Markdown with fits/kind badges. No script, no font, no image, no link to anything
 // outside the file, so it renders the same offline, in a mail client and in headless Chromium.
+// Escaping, ticks, colours and legend swatches are shared with the run report (host/core/svg_chart.h).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <functional>
 #include <sstream>
 
+#include "host/core/svg_chart.h"
 #include "host/hw/report.h"
 #include "host/hw/report_doc.h"
 
@@ -19,28 +21,7 @@ namespace {
 
 const char* const kDash = "—";
 
-std::string esc(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-std::string strong(const std::string& s) { return "<strong>" + esc(s) + "</strong>"; }
-
-std::string num(double v) {  // SVG coordinates: one decimal is finer than a pixel
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
+std::string strong(const std::string& s) { return "<strong>" + svg_escape(s) + "</strong>"; }
 
 // A label that fits the chart's name column: at most `max` bytes, cut on a UTF-8 character
 // boundary, with an ellipsis. The full name stays in the row's <title> tooltip.
@@ -64,27 +45,10 @@ const Hue kTimeHue = {"#2b6cb0", "#bee3f8"};
 const Hue kCostHue = {"#b7791f", "#fefcbf"};
 const char* const kFitColour = "#38a169";
 const char* const kNoFitColour = "#e53e3e";
-const char* const kTrackColour = "#e2e8f0";
-const char* const kInk = "#1a202c";
-const char* const kMuted = "#718096";
 
 // Layout in SVG units (the page scales the whole figure down on a narrow window).
 const double kWidth = 960, kLabelRight = 190, kBarLeft = 200, kBarWidth = 540;
 const double kTop = 48, kRowHeight = 28, kBarHeight = 18, kBottom = 52;
-
-// 1, 2 or 5 times a power of ten, the step giving about `ticks` intervals up to `max`.
-double nice_step(double max, int ticks) {
-  double raw = max / ticks, p = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double m : {1.0, 2.0, 5.0})
-    if (raw <= m * p) return m * p;
-  return 10 * p;
-}
-
-std::string tick_label(double v, double step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, step >= 1 ? "%.0f" : step >= 0.1 ? "%.1f" : "%.2f", v);
-  return buf;
-}
 
 std::string hatch_pattern(const std::string& id, const Hue& hue) {
   return "<pattern id=\"" + id +
@@ -105,35 +69,26 @@ Frame chart_frame(const std::string& label, size_t rows, double max_value, const
                   const std::string& defs, const std::string& legend) {
   double plot_h = std::max<size_t>(rows, 1) * kRowHeight;
   double height = kTop + plot_h + kBottom;
-  double step = nice_step(max_value > 0 ? max_value : 1, 5);
+  double step = svg_nice_step(max_value > 0 ? max_value : 1, 5);
   Frame f;
   f.axis_max = std::ceil((max_value > 0 ? max_value : 1) / step - 1e-9) * step;
   std::ostringstream os;
-  os << "<svg class=\"chart\" viewBox=\"0 0 " << num(kWidth) << " " << num(height) << "\" width=\""
-     << num(kWidth) << "\" height=\"" << num(height) << "\" role=\"img\" aria-label=\"" << esc(label)
+  os << "<svg class=\"chart\" viewBox=\"0 0 " << svg_num(kWidth) << " " << svg_num(height) << "\" width=\""
+     << svg_num(kWidth) << "\" height=\"" << svg_num(height) << "\" role=\"img\" aria-label=\"" << svg_escape(label)
      << "\" font-family=\"system-ui, sans-serif\" font-size=\"13\">";
-  os << "<title>" << esc(label) << "</title><defs>" << defs << "</defs>";
+  os << "<title>" << svg_escape(label) << "</title><defs>" << defs << "</defs>";
   os << "<g class=\"legend\">" << legend << "</g>";
   for (double v = 0; v <= f.axis_max + step / 2; v += step) {
     double x = f.x(v);
-    os << "<line x1=\"" << num(x) << "\" y1=\"" << num(kTop - 6) << "\" x2=\"" << num(x) << "\" y2=\""
-       << num(kTop + plot_h) << "\" stroke=\"" << (v == 0 ? kMuted : kTrackColour) << "\"/>";
-    os << "<text x=\"" << num(x) << "\" y=\"" << num(kTop + plot_h + 18) << "\" text-anchor=\"middle\" fill=\""
-       << kMuted << "\">" << tick_label(v, step) << "</text>";
+    os << "<line x1=\"" << svg_num(x) << "\" y1=\"" << svg_num(kTop - 6) << "\" x2=\"" << svg_num(x) << "\" y2=\""
+       << svg_num(kTop + plot_h) << "\" stroke=\"" << (v == 0 ? svg_muted : svg_track) << "\"/>";
+    os << "<text x=\"" << svg_num(x) << "\" y=\"" << svg_num(kTop + plot_h + 18) << "\" text-anchor=\"middle\" fill=\""
+       << svg_muted << "\">" << svg_tick_label(v, step) << "</text>";
   }
-  os << "<text x=\"" << num(kBarLeft + kBarWidth / 2) << "\" y=\"" << num(kTop + plot_h + 40)
-     << "\" text-anchor=\"middle\" fill=\"" << kInk << "\" font-weight=\"600\">" << esc(axis_title) << "</text>";
+  os << "<text x=\"" << svg_num(kBarLeft + kBarWidth / 2) << "\" y=\"" << svg_num(kTop + plot_h + 40)
+     << "\" text-anchor=\"middle\" fill=\"" << svg_ink << "\" font-weight=\"600\">" << svg_escape(axis_title) << "</text>";
   f.svg = os.str();
   return f;
-}
-
-// A legend entry at (x, 18): a 14x14 swatch filled with `fill`, then the text.
-std::string legend_item(double x, const std::string& fill, const std::string& text, const std::string& stroke = "") {
-  std::ostringstream os;
-  os << "<rect x=\"" << num(x) << "\" y=\"8\" width=\"14\" height=\"14\" fill=\"" << fill << "\""
-     << (stroke.empty() ? "" : " stroke=\"" + stroke + "\"") << "/><text x=\"" << num(x + 20)
-     << "\" y=\"20\" fill=\"" << kInk << "\">" << esc(text) << "</text>";
-  return os.str();
 }
 
 double row_y(size_t i) { return kTop + i * kRowHeight; }
@@ -141,15 +96,15 @@ double row_y(size_t i) { return kTop + i * kRowHeight; }
 // The GPU name at the left of row i, with the full name as a tooltip.
 std::string row_label(size_t i, const HwReportRow& r) {
   std::ostringstream os;
-  os << "<text x=\"" << num(kLabelRight) << "\" y=\"" << num(row_y(i) + kRowHeight / 2 + 4)
-     << "\" text-anchor=\"end\" fill=\"" << kInk << "\"><title>" << esc(r.gpu) << "</title>"
-     << esc(shorten(r.gpu, 26)) << "</text>";
+  os << "<text x=\"" << svg_num(kLabelRight) << "\" y=\"" << svg_num(row_y(i) + kRowHeight / 2 + 4)
+     << "\" text-anchor=\"end\" fill=\"" << svg_ink << "\"><title>" << svg_escape(r.gpu) << "</title>"
+     << svg_escape(shorten(r.gpu, 26)) << "</text>";
   return os.str();
 }
 
 std::string text_at(double x, double y, const std::string& text, const char* colour) {
   std::ostringstream os;
-  os << "<text x=\"" << num(x) << "\" y=\"" << num(y) << "\" fill=\"" << colour << "\">" << esc(text) << "</text>";
+  os << "<text x=\"" << svg_num(x) << "\" y=\"" << svg_num(y) << "\" fill=\"" << colour << "\">" << svg_escape(text) << "</text>";
   return os.str();
 }
 
@@ -174,9 +129,9 @@ std::string value_chart(const HwReportDoc& doc, const std::string& id, const Hue
   for (const HwReportRow& r : doc.rows)
     if (r.*value) max_value = std::max(max_value, *(r.*value));
   std::string hatch = "hatch-" + id;
-  std::string legend = legend_item(kBarLeft, hue.dark, "measured") +
-                       legend_item(kBarLeft + 110, "url(#" + hatch + ")", "projected", hue.dark) +
-                       text_at(kBarLeft + 220, 20, kDash + std::string(" no bar: planned, or does not fit"), kMuted);
+  std::string legend = svg_legend_item(kBarLeft, hue.dark, "measured") +
+                       svg_legend_item(kBarLeft + 110, "url(#" + hatch + ")", "projected", hue.dark) +
+                       text_at(kBarLeft + 220, 20, kDash + std::string(" no bar: planned, or does not fit"), svg_muted);
   Frame f = chart_frame(title, doc.rows.size(), max_value, axis_title, hatch_pattern(hatch, hue), legend);
   std::ostringstream os;
   os << f.svg;
@@ -186,16 +141,16 @@ std::string value_chart(const HwReportDoc& doc, const std::string& id, const Hue
     os << row_label(i, r);
     HwNum v = r.*value;
     if (!v) {
-      os << row_note(i, kBarLeft + 6, no_bar_reason(r), kMuted) << "</g>";
+      os << row_note(i, kBarLeft + 6, no_bar_reason(r), svg_muted) << "</g>";
       continue;
     }
     double x1 = f.x(*v), y = row_y(i) + (kRowHeight - kBarHeight) / 2;
-    os << "<rect class=\"bar " << (r.measured() ? "measured" : "projected") << "\" x=\"" << num(kBarLeft)
-       << "\" y=\"" << num(y) << "\" width=\"" << num(std::max(1.0, x1 - kBarLeft)) << "\" height=\""
-       << num(kBarHeight) << "\" fill=\"" << (r.measured() ? hue.dark : "url(#" + hatch + ")") << "\" stroke=\""
+    os << "<rect class=\"bar " << (r.measured() ? "measured" : "projected") << "\" x=\"" << svg_num(kBarLeft)
+       << "\" y=\"" << svg_num(y) << "\" width=\"" << svg_num(std::max(1.0, x1 - kBarLeft)) << "\" height=\""
+       << svg_num(kBarHeight) << "\" fill=\"" << (r.measured() ? hue.dark : "url(#" + hatch + ")") << "\" stroke=\""
        << hue.dark << "\"/>";
     std::string tag = r.measured() ? "measured" : r.kind.empty() ? "kind not given" : r.kind;
-    os << row_note(i, x1 + 6, fmt(*v) + " · " + tag, kInk) << "</g>";
+    os << row_note(i, x1 + 6, fmt(*v) + " · " + tag, svg_ink) << "</g>";
   }
   os << "</svg>";
   return os.str();
@@ -208,11 +163,11 @@ std::string memory_chart(const HwReportDoc& doc) {
   double max_value = 0;
   for (const HwReportRow& r : doc.rows)
     max_value = std::max({max_value, r.memory_gb.value_or(0), r.predicted_peak_gb.value_or(0)});
-  std::string legend = legend_item(kBarLeft, kFitColour, "predicted peak, fits") +
-                       legend_item(kBarLeft + 170, kNoFitColour, "predicted peak, does not fit") +
-                       legend_item(kBarLeft + 385, kTrackColour, "GPU memory", kMuted) +
-                       "<rect x=\"" + num(kBarLeft + 500) + "\" y=\"6\" width=\"3\" height=\"18\" fill=\"" + kInk +
-                       "\"/>" + text_at(kBarLeft + 510, 20, "capacity", kInk);
+  std::string legend = svg_legend_item(kBarLeft, kFitColour, "predicted peak, fits") +
+                       svg_legend_item(kBarLeft + 170, kNoFitColour, "predicted peak, does not fit") +
+                       svg_legend_item(kBarLeft + 385, svg_track, "GPU memory", svg_muted) +
+                       "<rect x=\"" + svg_num(kBarLeft + 500) + "\" y=\"6\" width=\"3\" height=\"18\" fill=\"" + svg_ink +
+                       "\"/>" + text_at(kBarLeft + 510, 20, "capacity", svg_ink);
   Frame f = chart_frame("Predicted peak memory vs GPU memory", doc.rows.size(), max_value,
                         "memory (GB): predicted peak vs the GPU's capacity", "", legend);
   std::ostringstream os;
@@ -225,31 +180,31 @@ std::string memory_chart(const HwReportDoc& doc) {
     double right = kBarLeft;
     if (r.memory_gb) {
       double x = f.x(*r.memory_gb);
-      os << "<rect class=\"capacity\" x=\"" << num(kBarLeft) << "\" y=\"" << num(y) << "\" width=\""
-         << num(x - kBarLeft) << "\" height=\"" << num(kBarHeight) << "\" fill=\"" << kTrackColour << "\"/>";
+      os << "<rect class=\"capacity\" x=\"" << svg_num(kBarLeft) << "\" y=\"" << svg_num(y) << "\" width=\""
+         << svg_num(x - kBarLeft) << "\" height=\"" << svg_num(kBarHeight) << "\" fill=\"" << svg_track << "\"/>";
       right = x;
     }
     if (r.predicted_peak_gb) {
       double x = f.x(*r.predicted_peak_gb);
-      const char* colour = !r.fits ? kMuted : *r.fits ? kFitColour : kNoFitColour;  // grey: fit unknown
-      os << "<rect class=\"bar peak\" x=\"" << num(kBarLeft) << "\" y=\"" << num(y + 4) << "\" width=\""
-         << num(std::max(1.0, x - kBarLeft)) << "\" height=\"" << num(kBarHeight - 8) << "\" fill=\"" << colour
+      const char* colour = !r.fits ? svg_muted : *r.fits ? kFitColour : kNoFitColour;  // grey: fit unknown
+      os << "<rect class=\"bar peak\" x=\"" << svg_num(kBarLeft) << "\" y=\"" << svg_num(y + 4) << "\" width=\""
+         << svg_num(std::max(1.0, x - kBarLeft)) << "\" height=\"" << svg_num(kBarHeight - 8) << "\" fill=\"" << colour
          << "\"/>";
       right = std::max(right, x);
     }
     if (r.memory_gb) {
       double x = f.x(*r.memory_gb);
-      os << "<rect class=\"marker\" x=\"" << num(x - 1.5) << "\" y=\"" << num(y - 3) << "\" width=\"3\" height=\""
-         << num(kBarHeight + 6) << "\" fill=\"" << kInk << "\"/>";
+      os << "<rect class=\"marker\" x=\"" << svg_num(x - 1.5) << "\" y=\"" << svg_num(y - 3) << "\" width=\"3\" height=\""
+         << svg_num(kBarHeight + 6) << "\" fill=\"" << svg_ink << "\"/>";
     }
     if (!r.memory_gb && !r.predicted_peak_gb) {
-      os << row_note(i, kBarLeft + 6, kDash + std::string(" no memory figures"), kMuted) << "</g>";
+      os << row_note(i, kBarLeft + 6, kDash + std::string(" no memory figures"), svg_muted) << "</g>";
       continue;
     }
     std::string text = (r.predicted_peak_gb ? hw_fmt_gb(*r.predicted_peak_gb) : std::string(kDash)) + " of " +
                        (r.memory_gb ? hw_fmt_gb(*r.memory_gb) : std::string(kDash)) + " GB";
     if (r.fits) text += *r.fits ? " · fits" : " · does not fit";
-    os << row_note(i, right + 8, text, r.fits && !*r.fits ? kNoFitColour : kInk) << "</g>";
+    os << row_note(i, right + 8, text, r.fits && !*r.fits ? kNoFitColour : svg_ink) << "</g>";
   }
   os << "</svg>";
   return os.str();
@@ -259,7 +214,7 @@ std::string memory_chart(const HwReportDoc& doc) {
 // Tables
 
 std::string td(const HwNum& v, std::string (*fmt)(double)) {
-  return "<td class=\"num\">" + (v ? esc(fmt(*v)) : std::string(kDash)) + "</td>";
+  return "<td class=\"num\">" + (v ? svg_escape(fmt(*v)) : std::string(kDash)) + "</td>";
 }
 
 std::string fits_badge(const HwReportRow& r) {
@@ -269,7 +224,7 @@ std::string fits_badge(const HwReportRow& r) {
 
 std::string kind_badge(const std::string& kind) {
   if (kind.empty()) return kDash;
-  return "<span class=\"badge kind-" + esc(kind) + "\">" + esc(kind) + "</span>";
+  return "<span class=\"badge kind-" + svg_escape(kind) + "\">" + svg_escape(kind) + "</span>";
 }
 
 std::string main_table(const HwReportDoc& doc) {
@@ -283,7 +238,7 @@ std::string main_table(const HwReportDoc& doc) {
      << "<th>kind</th></tr></thead><tbody>";
   for (const HwReportRow& r : doc.rows) {
     os << "<tr class=\"" << (r.fits && !*r.fits ? "nofit" : "fit") << (r.measured() ? " measured" : "") << "\">"
-       << "<td>" << esc(r.gpu) << "</td>" << td(r.memory_gb, hw_fmt_gb) << "<td>" << fits_badge(r) << "</td>"
+       << "<td>" << svg_escape(r.gpu) << "</td>" << td(r.memory_gb, hw_fmt_gb) << "<td>" << fits_badge(r) << "</td>"
        << td(r.max_micro_batch, [](double v) { return hw_fmt_thousands(v, 0); })
        << td(r.predicted_peak_gb, hw_fmt_gb) << td(r.tokens_per_s, hw_fmt_tokens_per_s)
        << td(r.hours, hw_fmt_hours) << td(r.cost_usd, hw_fmt_usd) << td(r.usd_per_mtok, hw_fmt_usd);
@@ -299,11 +254,11 @@ std::string measured_table(const HwReportDoc& doc) {
   std::vector<const HwRunField*> shown = hw_run_fields_shown(doc);
   std::ostringstream os;
   os << "<table class=\"runs\"><thead><tr><th>device</th><th>GPU</th>";
-  for (const HwRunField* f : shown) os << "<th class=\"num\">" << esc(f->header) << "</th>";
+  for (const HwRunField* f : shown) os << "<th class=\"num\">" << svg_escape(f->header) << "</th>";
   os << "</tr></thead><tbody>";
   for (const HwReportRun& run : doc.measured) {
-    os << "<tr><td>" << (run.device.empty() ? kDash : esc(run.device)) << "</td><td>"
-       << (run.gpu.empty() ? kDash : esc(run.gpu)) << "</td>";
+    os << "<tr><td>" << (run.device.empty() ? kDash : svg_escape(run.device)) << "</td><td>"
+       << (run.gpu.empty() ? kDash : svg_escape(run.gpu)) << "</td>";
     for (const HwRunField* f : shown) os << td(run.*f->value, f->fmt);
     os << "</tr>";
   }
@@ -337,9 +292,9 @@ std::string hw_report_html(const nlohmann::json& report) {
   std::string title = doc.title.empty() ? "Hardware comparison" : doc.title;
   std::ostringstream os;
   os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-     << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>" << esc(title)
+     << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>" << svg_escape(title)
      << "</title><style>" << kStyle << "</style></head><body>\n";
-  os << "<h1>" << esc(title) << "</h1>\n";
+  os << "<h1>" << svg_escape(title) << "</h1>\n";
 
   std::vector<std::string> about;
   if (!doc.model_name.empty()) {
@@ -347,24 +302,24 @@ std::string hw_report_html(const nlohmann::json& report) {
     std::vector<std::string> parts;
     if (doc.model_parameters) parts.push_back(hw_fmt_count(*doc.model_parameters) + " parameters");
     if (doc.model_trainable) parts.push_back(hw_fmt_count(*doc.model_trainable) + " trainable");
-    if (!doc.model_method.empty()) parts.push_back(esc(doc.model_method));
+    if (!doc.model_method.empty()) parts.push_back(svg_escape(doc.model_method));
     for (size_t i = 0; i < parts.size(); i++) m += (i ? ", " : " (") + parts[i] + (i + 1 == parts.size() ? ")" : "");
     about.push_back(m);
   }
-  if (!doc.recipe.empty()) about.push_back("recipe <code>" + esc(doc.recipe) + "</code>");
-  if (!doc.date.empty()) about.push_back(esc(doc.date));
+  if (!doc.recipe.empty()) about.push_back("recipe <code>" + svg_escape(doc.recipe) + "</code>");
+  if (!doc.date.empty()) about.push_back(svg_escape(doc.date));
   if (!about.empty()) {
     os << "<p class=\"about\">";
     for (size_t i = 0; i < about.size(); i++) os << (i ? " · " : "") << about[i];
     os << "</p>\n";
   }
-  os << "<p class=\"summary\">" << hw_report_summary(doc, HwMarkup{esc, strong}) << "</p>\n";
+  os << "<p class=\"summary\">" << hw_report_summary(doc, HwMarkup{svg_escape, strong}) << "</p>\n";
 
   // Wide tables scroll inside their box on a narrow window instead of widening the page.
   os << "<h2>GPUs</h2>\n<div class=\"wide\">" << main_table(doc) << "</div>\n";
-  os << "<p class=\"legend-text\">" << kind_badge("measured") << " " << esc(hw_kind_meaning_measured) << " &nbsp; "
-     << kind_badge("projected") << " " << esc(hw_kind_meaning_projected) << " &nbsp; " << kind_badge("planned")
-     << " " << esc(hw_kind_meaning_planned) << ". Rows that fit come first, cheapest first.</p>\n";
+  os << "<p class=\"legend-text\">" << kind_badge("measured") << " " << svg_escape(hw_kind_meaning_measured) << " &nbsp; "
+     << kind_badge("projected") << " " << svg_escape(hw_kind_meaning_projected) << " &nbsp; " << kind_badge("planned")
+     << " " << svg_escape(hw_kind_meaning_planned) << ". Rows that fit come first, cheapest first.</p>\n";
 
   os << "<h2>Charts</h2>\n";
   os << "<figure><figcaption>Time per GPU (hours)</figcaption>"
@@ -383,7 +338,7 @@ std::string hw_report_html(const nlohmann::json& report) {
   std::ostringstream unfit, advice;
   for (const HwReportRow& r : doc.rows) {
     std::string text;
-    for (const std::string& a : r.advice) text += " " + esc(a);
+    for (const std::string& a : r.advice) text += " " + svg_escape(a);
     if (r.fits && !*r.fits) {
       unfit << "<li>" << strong(r.gpu);
       if (r.predicted_peak_gb && r.memory_gb)
@@ -400,9 +355,9 @@ std::string hw_report_html(const nlohmann::json& report) {
   std::ostringstream prices;
   for (const HwReportRow& r : doc.rows)
     if (r.price_per_hour || !r.price_source.empty() || !r.price_date.empty())
-      prices << "<tr><td>" << esc(r.gpu) << "</td>" << td(r.price_per_hour, hw_fmt_usd) << "<td>"
-             << (r.price_source.empty() ? kDash : esc(r.price_source)) << "</td><td>"
-             << (r.price_date.empty() ? kDash : esc(r.price_date)) << "</td></tr>";
+      prices << "<tr><td>" << svg_escape(r.gpu) << "</td>" << td(r.price_per_hour, hw_fmt_usd) << "<td>"
+             << (r.price_source.empty() ? kDash : svg_escape(r.price_source)) << "</td><td>"
+             << (r.price_date.empty() ? kDash : svg_escape(r.price_date)) << "</td></tr>";
   if (!prices.str().empty())
     os << "<h2>Prices</h2>\n<table class=\"prices\"><thead><tr><th>GPU</th><th class=\"num\">$/hour</th>"
           "<th>source</th><th>date</th></tr></thead><tbody>"
@@ -410,16 +365,16 @@ std::string hw_report_html(const nlohmann::json& report) {
 
   if (!doc.formulas.empty()) {
     os << "<h2>Formulas</h2>\n<ul class=\"formulas\">";
-    for (const auto& [key, text] : doc.formulas) os << "<li>" << strong(key) << ": " << esc(text) << "</li>";
+    for (const auto& [key, text] : doc.formulas) os << "<li>" << strong(key) << ": " << svg_escape(text) << "</li>";
     os << "</ul>\n";
   }
   if (!doc.notes.empty()) {
     os << "<h2>Notes</h2>\n<ul class=\"notes\">";
-    for (const std::string& n : doc.notes) os << "<li>" << esc(n) << "</li>";
+    for (const std::string& n : doc.notes) os << "<li>" << svg_escape(n) << "</li>";
     os << "</ul>\n";
   }
   if (!doc.config.empty())
-    os << "<h2>Config</h2>\n<details><summary>resolved config</summary><pre>" << esc(doc.config)
+    os << "<h2>Config</h2>\n<details><summary>resolved config</summary><pre>" << svg_escape(doc.config)
        << "</pre></details>\n";
   os << "</body></html>\n";
   return os.str();

@@ -10,6 +10,7 @@
 
 #include "host/core/error.h"
 #include "host/core/strings.h"
+#include "host/metrics/run_report.h"
 
 namespace luatune {
 
@@ -93,6 +94,15 @@ void Metrics::close(int exit_code) {
   closed_ = true;
   open_metrics().erase(this);
   for (auto& s : sinks_) s->close(exit_code);
+  if (report_jsonl_.empty()) return;
+  try {
+    metrics_console_println("report: " + run_report_write(report_jsonl_));
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    if (str_starts_with(why, "report: ")) why = why.substr(8);
+    std::fprintf(stderr, "warning: report: not written: %s\n", why.c_str());
+  }
 }
 
 bool metrics_is_rank0() {
@@ -104,16 +114,29 @@ bool metrics_is_rank0() {
 }
 
 std::unique_ptr<Metrics> metrics_open(const MetricsOptions& o) {
-  LT_CHECK(o.console_options.every >= 1,
-           "metrics.open: every must be 1 or more, got " << o.console_options.every);
   LT_CHECK(o.console_options.total_steps >= 0,
            "metrics.open: total_steps must be 0 (unknown) or more, got " << o.console_options.total_steps);
+  if (o.console) metrics_progress_seconds(o.console_options.progress_seconds);  // every rank fails alike
   auto m = std::make_unique<Metrics>();
   if (!metrics_is_rank0()) return m;
   if (o.console) m->add(console_sink_new(o.console_options));
-  if (!o.jsonl.path.empty()) m->add(jsonl_sink_new(o.jsonl));
+  if (!o.jsonl.path.empty()) {
+    m->add(jsonl_sink_new(o.jsonl));
+    if (o.report) m->report_on_close(o.jsonl.path);
+  }
   if (wandb_enabled(o.wandb)) m->add(wandb_sink_new(o.wandb));
   return m;
+}
+
+double metrics_progress_seconds(double option) {
+  if (option >= 0) return option;
+  const char* env = std::getenv("LUATUNE_PROGRESS_SECONDS");
+  if (!env || !*env) return 30;
+  double v = 0;
+  if (!str_to_number(env, &v) || !std::isfinite(v) || v < 0)
+    fail_usage(std::string("LUATUNE_PROGRESS_SECONDS: expected a number of seconds >= 0, got '") + env + "'",
+               "0 prints a line every step; unset it for the default of 30");
+  return v;
 }
 
 // ============================================================================================
@@ -207,16 +230,18 @@ const char* const kLiveKeys[] = {"loss", "lr", "grad_norm", "tokens_per_s"};
 
 }  // namespace
 
-std::string metrics_plain_line(int64_t step, int64_t total, const MetricValues& values, double eta_s) {
+std::string metrics_plain_line(int64_t step, int64_t total, const MetricValues& values, double eta_s,
+                               double elapsed_s) {
   std::string line = step_text(step, total);
   for (const auto& [k, v] : values.numbers) line += " | " + k + " " + metrics_format_value(k, v);
+  if (elapsed_s >= 0) line += " | elapsed " + metrics_format_duration(elapsed_s);
   if (eta_s >= 0.5) line += " | eta " + metrics_format_duration(eta_s);
   if (!values.note.empty()) line += " | " + values.note;
   return line;
 }
 
 std::string metrics_progress_line(int64_t step, int64_t total, const MetricValues& values, double eta_s,
-                                  int width) {
+                                  int width, double elapsed_s) {
   std::string head = step_text(step, total);
   std::string tail;
   for (const char* key : kLiveKeys)
@@ -225,6 +250,7 @@ std::string metrics_progress_line(int64_t step, int64_t total, const MetricValue
         tail += " | " + k + " " + metrics_format_value(k, v);
         break;
       }
+  if (elapsed_s >= 0) tail += " | elapsed " + metrics_format_duration(elapsed_s);
   if (eta_s >= 0.5) tail += " | eta " + metrics_format_duration(eta_s);
   if (!values.note.empty()) tail += " | " + values.note;
   std::string bar;

@@ -53,14 +53,19 @@ class Metrics {
   void add(std::unique_ptr<MetricSink> sink);
   void write(int64_t step, const MetricValues& values);
   void summary(const MetricValues& values);
-  void close(int exit_code);  // idempotent
+  // Idempotent. After the sinks close, writes the run report beside the JSONL file when
+  // report_on_close named one (host/metrics/run_report.h) and prints "report: PATH"; a report
+  // that cannot be written is a one-line warning, never a failure of the run.
+  void close(int exit_code);
   bool closed() const { return closed_; }
   bool stopped() const;  // any sink says the run was stopped from outside
   size_t sink_count() const { return sinks_.size(); }
+  void report_on_close(const std::string& jsonl_path) { report_jsonl_ = jsonl_path; }
 
  private:
   std::vector<std::unique_ptr<MetricSink>> sinks_;
   bool closed_ = false;
+  std::string report_jsonl_;
 };
 
 // ============================================================================================
@@ -68,7 +73,9 @@ class Metrics {
 
 struct ConsoleOptions {
   int64_t total_steps = 0;  // 0: unknown (no bar, no ETA)
-  int64_t every = 10;       // not a terminal: one plain line every `every` steps (and the last)
+  // Not a terminal: a plain line at the first step, then at most one every `progress_seconds`
+  // (0: every step), at the last step, and at every eval. Below 0: metrics_progress_seconds decides.
+  double progress_seconds = -1;
   std::FILE* out = stdout;
   int tty = -1;                   // -1: isatty(out); 0 or 1 forces plain lines or the live line (tests)
   int width = 0;                  // terminal columns; 0: ask the terminal, 100 when it cannot say
@@ -78,6 +85,11 @@ struct ConsoleOptions {
 
 std::unique_ptr<MetricSink> console_sink_new(const ConsoleOptions& options);
 
+// The seconds between plain progress lines: `option` when it is 0 or more (metrics.open's
+// progress_seconds), else $LUATUNE_PROGRESS_SECONDS when set and non-empty, else 30. A variable that
+// is not a number of seconds >= 0 is a usage error naming it.
+double metrics_progress_seconds(double option);
+
 // Prints one line on `out` without garbling a live progress line: clears it, prints, redraws it.
 // Lua's print goes through this while the metrics module is loaded. The line also goes to the
 // console taps.
@@ -85,8 +97,9 @@ void metrics_console_println(const std::string& line, std::FILE* out = stdout);
 
 // Console taps: everything the run shows as lines (print, the console sink's step, eval and
 // summary lines, the runner's error message) is also handed to each tap, for W&B's output.log.
-// On a terminal the console sink taps a plain step line every `every` steps in place of its live
-// line. Taps are called on the thread that prints (the training thread) and must not block.
+// On a terminal the console sink taps the plain step lines it would print elsewhere (first step,
+// every progress_seconds, last step) in place of its live line, so W&B's output.log reads like a CI
+// log. Taps are called on the thread that prints (the training thread) and must not block.
 void metrics_console_add_tap(const void* owner, std::function<void(const std::string&)> tap);
 void metrics_console_remove_tap(const void* owner);
 void metrics_console_tap(const std::string& line);  // hands a line to the taps without printing it
@@ -114,11 +127,13 @@ class StepTimer {
 std::string metrics_format_value(const std::string& name, double v);  // lr 2.0e-04, loss 1.2346
 std::string metrics_format_thousands(double v);                       // 12345.6 -> "12,346"
 std::string metrics_format_duration(double seconds);                  // 83 -> "1m23s"
-// The live line for a terminal of `width` columns: "step 12/100 [===>   ]  12% | loss ... | eta 1m23s".
+// The live line for a terminal of `width` columns:
+// "step 12/100 [===>   ]  12% | loss ... | elapsed 4m12s | eta 1m23s". elapsed_s < 0: not shown.
 std::string metrics_progress_line(int64_t step, int64_t total, const MetricValues& values, double eta_s,
-                                  int width);
-// The plain line for logs: "step 10/100 | loss 2.3456 | lr 2.0e-04 | eta 47s".
-std::string metrics_plain_line(int64_t step, int64_t total, const MetricValues& values, double eta_s);
+                                  int width, double elapsed_s = -1);
+// The plain line for logs: "step 10/100 | loss 2.3456 | lr 2.0e-04 | elapsed 4m12s | eta 47s".
+std::string metrics_plain_line(int64_t step, int64_t total, const MetricValues& values, double eta_s,
+                               double elapsed_s = -1);
 
 // ============================================================================================
 // JSONL sink
@@ -145,10 +160,11 @@ struct MetricsOptions {
   ConsoleOptions console_options;
   JsonlOptions jsonl;  // no JSONL sink when path is empty
   WandbOptions wandb;  // a W&B sink when wandb_enabled(wandb)
+  bool report = true;  // with a JSONL file: report.html and report.md beside it at close
 };
 
 // Sinks open on rank 0 only (RANK or SLURM_PROCID unset or 0); other ranks get an empty fan-out,
-// so recipes never branch on the rank to log.
+// so recipes never branch on the rank to log. The run report, too, is rank 0's.
 std::unique_ptr<Metrics> metrics_open(const MetricsOptions& options);
 bool metrics_is_rank0();
 

@@ -16,6 +16,7 @@
 #include "host/core/strings.h"
 #include "host/core/tensor_ops.h"
 #include "host/dist/dist.h"
+#include "host/io/hub_cache.h"
 #include "host/io/safetensors.h"
 
 namespace luatune {
@@ -77,7 +78,9 @@ std::string tensor_text(const std::string& name, const std::vector<int64_t>& sha
 
 }  // namespace
 
-std::shared_ptr<Model> model_load(const std::string& dir, const LoadOptions& options) {
+// `name_or_dir`: a local directory, or a Hub id ("org/name[@revision]") in the hub cache (hub_cache.h).
+std::shared_ptr<Model> model_load(const std::string& name_or_dir, const LoadOptions& options) {
+  const std::string dir = model_path_from_hub(name_or_dir);
   LT_CHECK(dir_exists(dir), dir << ": not a directory (expected a Hugging Face model directory)");
   ModelConfig config = model_config_load(dir);
   const std::string config_path = dir + "/config.json";

@@ -15,6 +15,7 @@
 #include "host/core/files.h"
 #include "host/core/json.h"
 #include "host/core/strings.h"
+#include "host/io/hub_cache.h"
 
 namespace luatune {
 
@@ -486,7 +487,8 @@ ModelConfig model_config_with(const std::string& arch, const std::string& fields
   return model_config_parse(j.dump(), source);
 }
 
-ModelConfig model_config_load(const std::string& path) {
+ModelConfig model_config_load(const std::string& path_or_name) {
+  const std::string path = model_path_from_hub(path_or_name);  // "org/name": its snapshot in the hub cache
   std::string file = dir_exists(path) ? path + "/config.json" : path;
   LT_CHECK(file_exists(file), file << ": not found (a Hugging Face model directory has a config.json)");
   return model_config_parse(file_read(file), file);

@@ -9,8 +9,9 @@ namespace luatune {
 std::string cli_help() {
   return R"(usage: runner RECIPE [key=value ...] [--config FILE]   run a recipe
        runner --nproc N RECIPE [key=value ...]            run it as N data-parallel ranks on this machine
-       runner validate RECIPE [key=value ...]             resolve and print its config, run nothing
+       runner validate RECIPE [key=value ...]             resolve its config, check paths and ranges, run nothing
        runner plan RECIPE [key=value ...]                 predict its GPU memory per catalog GPU, run nothing
+       runner help RECIPE                                 what it does and every key: type, default, doc
        runner ls                                          list the shipped recipes
        runner cp RECIPE DEST                              copy a shipped recipe to edit
        runner tokenize --tokenizer DIR [--special] [--decode] < in.jsonl
@@ -20,12 +21,14 @@ std::string cli_help() {
        runner sweep SWEEP [key=value ...]                 run a sweep file (trials as child runs)
        runner sweep --report DIR                          the results table of a sweep so far
        runner wandb-sync [--trust-spool-host] PATH        upload offline or unsent W&B runs
+       runner report OUTPUT_DIR [--out FILE]              draw a run: report.html (charts) and report.md
        runner --version                                   luatune, LibTorch, CUDA versions and devices
        runner --help                                      this text
 
 RECIPE is a path to a .lua file or the name of a shipped recipe (runner ls).
 Overrides: key=value or a.b=value, typed like the recipe's default (number, boolean, string,
-comma-separated list); --config FILE applies a Lua file returning a table of overrides first.
+comma-separated list); --config FILE applies a file of overrides first: .lua (returning a table),
+.json or .yaml/.yml (docs/config.md).
 tokenize: DIR holds tokenizer.json (a model directory) or is the file itself. Each stdin line is a
 JSON string; each output line the JSON array of its token ids (BOS/EOS added with --special).
 With --decode each line is a JSON array of ids and each output line a JSON string. A bad line
@@ -52,6 +55,10 @@ wandb-sync: PATH is a spooled run (OUTPUT_DIR/wandb/run-ID) or a directory of th
 server has not acknowledged is sent (docs/wandb.md). The API key goes only to WANDB_BASE_URL's host
 (default https://api.wandb.ai): a run whose run.json names another host is refused, unless
 --trust-spool-host, which uploads it (with the key) to the host the spool names.
+report: reads OUTPUT_DIR/metrics.jsonl (or a .jsonl file given instead) and the run.json beside it;
+writes report.html (inline SVG curves of loss, eval loss, learning rate, grad norm, tokens/s, the
+config, the final numbers) and report.md (the same as tables) beside it, or the HTML to --out FILE
+and the Markdown beside that. Every recipe writes them when it closes its log (docs/report.md).
 Exit status: 0 success, 1 the run failed, 2 bad command line or config, 130 interrupted (Ctrl-C).
 )";
 }
@@ -71,6 +78,8 @@ void parse_recipe_args(const std::vector<std::string>& args, size_t i, const cha
       cmd.config_files.push_back(args[++i]);
     } else if (str_starts_with(a, "--config=")) {
       cmd.config_files.push_back(a.substr(9));
+    } else if (a == "--help" || a == "-h") {
+      cmd.verb = Command::Verb::recipe_help;  // runner RECIPE --help, runner validate RECIPE --help
     } else if (str_starts_with(a, "--") && a.find('=') != std::string::npos) {
       cmd.overrides.push_back(a.substr(2));  // --lr=1e-4 reads as lr=1e-4, as nanoGPT accepts
     } else if (a.find('=') != std::string::npos && !str_starts_with(a, "-")) {
@@ -179,7 +188,11 @@ Command cli_parse(const std::vector<std::string>& args) {
   Command cmd;
   if (args.empty()) return cmd;  // help
   const std::string& first = args[0];
-  if (first == "--help" || first == "-h" || first == "help") {
+  if (first == "help" && args.size() >= 2) {
+    if (args.size() > 2) fail_usage("runner help: expected one RECIPE, got '" + args[2] + "' too");
+    cmd.verb = Command::Verb::recipe_help;
+    cmd.recipe = args[1];
+  } else if (first == "--help" || first == "-h" || first == "help") {
     cmd.verb = Command::Verb::help;
   } else if (first == "--version" || first == "-V" || first == "version") {
     cmd.verb = Command::Verb::version;
@@ -223,6 +236,23 @@ Command cli_parse(const std::vector<std::string>& args) {
     if (cmd.dest.empty())
       fail_usage("runner wandb-sync: expected one PATH (OUTPUT_DIR/wandb/run-ID, or a directory of runs)",
                  "usage: runner wandb-sync [--trust-spool-host] PATH");
+  } else if (first == "report") {
+    cmd.verb = Command::Verb::report;
+    const char* usage = "usage: runner report OUTPUT_DIR [--out FILE]";
+    for (size_t i = 1; i < args.size(); i++) {
+      if (args[i] == "--out") {
+        if (i + 1 >= args.size()) fail_usage("runner report: --out needs a FILE", usage);
+        cmd.out_file = args[++i];
+      } else if (str_starts_with(args[i], "--out=")) {
+        cmd.out_file = args[i].substr(6);
+        if (cmd.out_file.empty()) fail_usage("runner report: --out needs a FILE", usage);
+      } else if (str_starts_with(args[i], "-") || !cmd.dest.empty()) {
+        fail_usage("runner report: unexpected argument '" + args[i] + "'", usage);
+      } else {
+        cmd.dest = args[i];
+      }
+    }
+    if (cmd.dest.empty()) fail_usage("runner report: expected OUTPUT_DIR (a run's output directory)", usage);
   } else if (first == "validate") {
     cmd.verb = Command::Verb::validate;
     parse_recipe_args(args, 1, "validate", cmd);

@@ -1,8 +1,9 @@
 // The runner's command line: `runner RECIPE [key=value ...]`, `runner validate|ls|cp|--help|--version`,
+// `runner help RECIPE` (or `runner RECIPE --help`: its description and every key with its doc),
 // `runner tokenize --tokenizer DIR [--special] [--decode]`,
 // `runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] [--limit N] FILE`,
 // `runner sweep SWEEP [key=value ...]`, `runner sweep --report DIR`,
-// `runner wandb-sync [--trust-spool-host] PATH`,
+// `runner wandb-sync [--trust-spool-host] PATH`, `runner report OUTPUT_DIR [--out FILE]`,
 // `runner --nproc N RECIPE [key=value ...]` (N data-parallel ranks on this machine).
 // Parsing only; runner/main.cpp carries the verbs out. Bad command lines raise UsageError (exit 2).
 #pragma once
@@ -25,12 +26,15 @@ struct Command {
     sweep,
     sweep_report,
     wandb_sync,
+    report,
     help,
+    recipe_help,
     version
   };
   Verb verb = Verb::help;
-  std::string recipe;                     // run, validate, plan, cp: a path or a shipped recipe's name
-  std::string dest;                       // cp; sweep --report DIR; wandb-sync PATH
+  std::string recipe;                     // run, validate, plan, cp, recipe_help: a path or a shipped recipe's name
+  std::string dest;                       // cp; sweep --report DIR; wandb-sync PATH; report OUTPUT_DIR
+  std::string out_file;                   // report: --out FILE (the HTML; "" = OUTPUT_DIR/report.html)
   std::vector<std::string> overrides;     // "key=value", in order
   std::vector<std::string> config_files;  // --config FILE, applied before the key=value overrides
   std::string tokenizer;                  // tokenize, data: --tokenizer DIR

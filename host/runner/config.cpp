@@ -194,6 +194,31 @@ void check_typed(const ConfigOverride& o, const ConfigValue& def, const ConfigVa
   }
 }
 
+// Recipe keys renamed to the Hugging Face TrainingArguments names (docs/recipes.md): an override
+// with an old name is told the new one when the config has it.
+std::string renamed_key(const std::string& key, const std::vector<std::string>& keys) {
+  static const std::pair<const char*, const char*> renames[] = {
+      {"lr", "learning_rate"},
+      {"steps", "max_steps"},
+      {"warmup", "warmup_steps"},
+      {"warmup", "warmup_ratio"},
+      {"grad_accum", "gradient_accumulation_steps"},
+      {"checkpoint_layers", "gradient_checkpointing"},
+      {"eval_every", "eval_steps"},
+      {"save_every", "save_steps"},
+  };
+  size_t dot = key.rfind('.');
+  std::string prefix = dot == std::string::npos ? "" : key.substr(0, dot + 1);
+  std::string last = dot == std::string::npos ? key : key.substr(dot + 1);
+  for (const auto& [from, to] : renames) {
+    if (last != from) continue;
+    std::string candidate = prefix + to;
+    for (const auto& k : keys)
+      if (k == candidate) return candidate;
+  }
+  return "";
+}
+
 }  // namespace
 
 void config_apply(ConfigValue& cfg, const std::vector<ConfigOverride>& overrides) {
@@ -203,11 +228,14 @@ void config_apply(ConfigValue& cfg, const std::vector<ConfigOverride>& overrides
       auto it = node->kind == ConfigValue::Kind::table ? node->fields.find(part) : node->fields.end();
       if (it == node->fields.end()) {
         auto keys = config_leaf_keys(cfg);
-        std::string near = str_nearest(o.key, keys);
+        std::string renamed = renamed_key(o.key, keys);
+        std::string near = renamed.empty() ? str_nearest(o.key, keys) : "";
         fail_usage("config: unknown key '" + o.key + "' (" + o.source + ")" +
-                       (near.empty() ? "" : "; did you mean '" + near + "'?") +
+                       (!renamed.empty() ? "; it is now '" + renamed + "' (docs/recipes.md)"
+                        : near.empty()   ? ""
+                                         : "; did you mean '" + near + "'?") +
                        " valid keys: " + str_join(keys, ", "),
-                   "run `runner validate RECIPE` to see every key with its default");
+                   "run `runner help RECIPE` to see every key with its default and meaning");
       }
       node = &it->second;
     }

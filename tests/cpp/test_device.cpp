@@ -10,6 +10,8 @@ TEST(Device, DtypeNamesAndShortForms) {
   EXPECT_EQ(dtype_parse("bf16"), c10::kBFloat16);
   EXPECT_EQ(dtype_parse("bfloat16"), c10::kBFloat16);
   EXPECT_EQ(dtype_parse("f32"), c10::kFloat);
+  EXPECT_EQ(dtype_parse("fp32"), c10::kFloat);  // the recipes' spelling (bf16 / fp16 / fp32)
+  EXPECT_EQ(dtype_parse("fp16"), c10::kHalf);
   EXPECT_EQ(dtype_parse("half"), c10::kHalf);
   EXPECT_EQ(dtype_parse("int64"), c10::kLong);
   EXPECT_EQ(dtype_parse("bool"), c10::kBool);

@@ -198,7 +198,7 @@ TEST(HwPlan, FitsMaxMicroBatchAndAdvice) {
   EXPECT_FALSE(t4->fits);
   bool ckpt = false, qlora = false, lever = false;
   for (const auto& a : t4->advice) {
-    ckpt |= a.rfind("turn on checkpoint_layers", 0) == 0;
+    ckpt |= a.rfind("turn on gradient_checkpointing", 0) == 0;
     qlora |= a.find("use QLoRA") != std::string::npos;
     lever |= a.rfind("add ", 0) == 0;
     EXPECT_EQ(a.find("replicates"), std::string::npos) << a;  // the pre-ZeRO advice is gone
@@ -274,7 +274,7 @@ TEST(HwPlanZero, EachStageShardsItsTermsToOneNth) {
   EXPECT_DOUBLE_EQ(z2c.gradients, 4 * own + 2 * kLayer8B);
   EXPECT_DOUBLE_EQ(z2c.weights, 2 * kN8B);
   // ZeRO-3: the layers' weights sharded at rest, the embedding, head and final norm whole; two
-  // layers gathered; layers always recomputed (the same activations as checkpoint_layers).
+  // layers gathered; layers always recomputed (the same activations as gradient_checkpointing).
   const PlanComponents z3 = hw_plan_memory(llama31_8b(), sharded(PlanShard::shard_full, 8));
   EXPECT_DOUBLE_EQ(z3.weights, (32 * kLayer8B / 8 + kOutside8B) * 2);
   EXPECT_DOUBLE_EQ(z3.master_weights, 4 * own);
@@ -376,7 +376,7 @@ TEST(HwPlanZero, OffloadMovesMastersAndMomentsToHostRam) {
 }
 
 // The recipes' defaults: llama31_sheared (batch_size 4, max_length 128, gradient_checkpointing) and
-// full_finetune (batch_size 4, max_length 2048, checkpoint_layers), 8B, bf16 + fp32 masters, AdamW.
+// full_finetune (batch_size 4, max_length 2048, gradient_checkpointing), 8B, bf16 + fp32 masters, AdamW.
 PlanOptions sheared_8b(int64_t gpus, PlanShard s) {
   PlanOptions o = sharded(s, gpus);
   o.micro_batch = 4;
@@ -607,7 +607,7 @@ TEST(HwCatalog, BadFilesNameFileEntryAndField) {
 
 TEST(HwPlanRequest, ReadsTheShippedRecipesKeys) {
   nlohmann::json cfg = {{"base_model", "/nowhere"}, {"dtype", "bf16"}, {"batch_size", 4}, {"max_length", 1024},
-                        {"checkpoint_layers", true},
+                        {"gradient_checkpointing", true},
                         {"lora", {{"r", 8}, {"dropout", 0.0}, {"targets", {"q_proj", "v_proj"}}}}};
   PlanExtras ex;
   ex.model_preset = "llama3.1-8b";
@@ -619,6 +619,12 @@ TEST(HwPlanRequest, ReadsTheShippedRecipesKeys) {
   EXPECT_EQ(r.options.lora_r, 8);
   EXPECT_EQ(r.options.lora_targets, (std::vector<std::string>{"q_proj", "v_proj"}));
   EXPECT_EQ(hw_param_counts(r.model).total, 8030261248);
+  // A run from before the recipes took the Hugging Face names says checkpoint_layers; the new name wins.
+  nlohmann::json old = {{"base_model", "/nowhere"}, {"checkpoint_layers", true}, {"dtype", "fp32"}};
+  EXPECT_TRUE(hw_plan_request(old, "recipes/lora_finetune.lua", ex).options.checkpointing);
+  EXPECT_EQ(hw_plan_request(old, "recipes/lora_finetune.lua", ex).options.dtype, "fp32");
+  old["gradient_checkpointing"] = false;
+  EXPECT_FALSE(hw_plan_request(old, "recipes/lora_finetune.lua", ex).options.checkpointing);
   ex.model_preset = "";
   EXPECT_EQ(error_of([&] { hw_plan_request(cfg, "x.lua", ex); }),
             "plan: base_model '/nowhere' has no config.json to read the model's shape from\n  HINT: point "

@@ -296,11 +296,11 @@ TEST(DataLimits, BatchSizeBeyondTheDataAndAnySensibleBatch) {
   EXPECT_EQ(
       error_of([] { data_check_batch_size(4e18, 1, 1000, "rows"); }),
       "data: batches: option 'size' is 4e+18 rows per step, more than the dataset's 1000 rows and more than "
-      "65536 (recipes pass batch_size * grad_accum as size; see docs/limits.md)");
+      "65536 (recipes pass batch_size * gradient_accumulation_steps as size; see docs/limits.md)");
   EXPECT_EQ(error_of([] { data_check_batch_size(40000, 2, 10, "pairs"); }),
             "data: batches: option 'size' is 40000 pairs per step on each of 2 ranks, more than the "
-            "dataset's 10 pairs "
-            "and more than 65536 (recipes pass batch_size * grad_accum as size; see docs/limits.md)");
+            "dataset's 10 pairs and more than 65536 (recipes pass batch_size * gradient_accumulation_steps "
+            "as size; see docs/limits.md)");
   EXPECT_EQ(error_of([] { data_check_batch_size(2.5, 1, 10, "rows"); }),
             "data: batches: option 'size' must be a whole number of rows >= 1, got 2.5");
   EXPECT_EQ(error_of([] { data_check_batch_size(65536, 1, 10, "rows"); }),

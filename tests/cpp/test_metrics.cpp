@@ -14,6 +14,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
+#include "host/core/term.h"
 #include "host/metrics/metrics.h"
 #include "tests/cpp/test_util.h"
 
@@ -112,31 +113,137 @@ TEST(Metrics, StepTimerSmoothsSecondsPerStepForTheEta) {
   EXPECT_DOUBLE_EQ(t.seconds_per_step(), 1.1);
 }
 
-TEST(Metrics, ConsoleWritesPlainLinesEveryNStepsWhenNotATerminal) {
+TEST(Metrics, ConsoleWritesPlainLinesEveryNSecondsWhenNotATerminal) {
   Capture cap;
   double now = 0;
   ConsoleOptions o;
   o.out = cap.f;
   o.tty = 0;
-  o.total_steps = 5;
-  o.every = 2;
+  o.total_steps = 8;
+  o.progress_seconds = 10;
   o.clock = [&] { return now; };
-  auto sink = console_sink_new(o);
-  for (int step = 1; step <= 5; step++) {
-    now = step;  // one second a step
-    sink->write(step, vals({{"loss", 5.0 - step}, {"lr", 1e-4}}, step == 2 ? "warmup done" : ""));
-    if (step == 4) sink->write(step, vals({{"eval_loss", 1.5}, {"eval_acc", 0.25}}));
+  auto sink = console_sink_new(o);  // opened at 0: elapsed counts from here
+  for (int step = 1; step <= 8; step++) {
+    now = 4.0 * step;  // four seconds a step: lines at the first step, 12 s later, 12 s later, the last
+    sink->write(step, vals({{"loss", 10.0 - step}, {"lr", 1e-4}}, step == 4 ? "warmup done" : ""));
+    if (step == 6) sink->write(step, vals({{"eval_loss", 1.5}, {"eval_acc", 0.25}}));
   }
-  sink->summary(vals({{"loss", 0}, {"eval_loss", 1.5}}));
+  sink->summary(vals({{"loss", 2}, {"eval_loss", 1.5}}));
   sink->close(0);
   EXPECT_EQ(cap.text(),
-            "step 2/5 | loss 3.0000 | lr 1.0e-04 | eta 3s | warmup done\n"
-            "step 4/5 | loss 1.0000 | lr 1.0e-04 | eta 1s\n"
-            "eval step 4/5 | eval_loss 1.5000 | eval_acc 0.25\n"
-            "step 5/5 | loss 0.0000 | lr 1.0e-04\n"
+            "step 1/8 | loss 9.0000 | lr 1.0e-04 | elapsed 4s\n"
+            "step 4/8 | loss 6.0000 | lr 1.0e-04 | elapsed 16s | eta 16s | warmup done\n"
+            "eval step 6/8 | eval_loss 1.5000 | eval_acc 0.25 | elapsed 24s\n"
+            "step 7/8 | loss 3.0000 | lr 1.0e-04 | elapsed 28s | eta 4s\n"
+            "step 8/8 | loss 2.0000 | lr 1.0e-04 | elapsed 32s\n"
             "summary\n"
-            "  loss       0.0000\n"
+            "  loss       2.0000\n"
             "  eval_loss  1.5000\n");
+}
+
+TEST(Metrics, ConsolePlainLinesComeEveryNSecondsNotEveryStep) {
+  Capture cap;
+  double now = 0;
+  ConsoleOptions o;
+  o.out = cap.f;
+  o.tty = 0;
+  o.total_steps = 1000;
+  o.progress_seconds = 30;
+  o.clock = [&] { return now; };
+  auto sink = console_sink_new(o);
+  for (int step = 1; step <= 1000; step++) {
+    now = step;  // a second a step
+    sink->write(step, vals({{"loss", 1}}));
+  }
+  std::vector<std::string> lines;
+  for (const std::string& l : str_split(cap.text(), '\n'))
+    if (!l.empty()) lines.push_back(l);
+  // The first step, then one each time 30 s have passed since the last line (steps 31, 61, ...,
+  // 991), then the last step: 35 lines for 1000 steps.
+  ASSERT_EQ(lines.size(), 35u);
+  EXPECT_EQ(lines[0], "step 1/1000 | loss 1.0000 | elapsed 1s");
+  EXPECT_EQ(lines[1], "step 31/1000 | loss 1.0000 | elapsed 31s | eta 16m09s");
+  EXPECT_EQ(lines[33], "step 991/1000 | loss 1.0000 | elapsed 16m31s | eta 9s");
+  EXPECT_EQ(lines[34], "step 1000/1000 | loss 1.0000 | elapsed 16m40s");
+
+  // 0 seconds: every step.
+  Capture every;
+  o.out = every.f;
+  o.progress_seconds = 0;
+  o.total_steps = 3;
+  auto each = console_sink_new(o);
+  for (int step = 1; step <= 3; step++) each->write(step, vals({{"loss", 1}}));
+  EXPECT_EQ(str_split(every.text(), '\n').size(), 4u);  // three lines and the empty rest
+}
+
+TEST(Metrics, ConsoleShowsTheLastStepOfARunThatEndsEarlyUnlessItFailed) {
+  for (int code : {0, 1}) {
+    Capture cap;
+    double now = 0;
+    ConsoleOptions o;
+    o.out = cap.f;
+    o.tty = 0;
+    o.total_steps = 100;
+    o.progress_seconds = 30;
+    o.clock = [&] { return now; };
+    auto sink = console_sink_new(o);
+    for (int step = 1; step <= 7; step++) {
+      now = step;
+      sink->write(step, vals({{"loss", 1}}));
+    }
+    sink->close(code);  // stopped from W&B at step 7 (0), or failed there (1)
+    std::string first = "step 1/100 | loss 1.0000 | elapsed 1s\n";
+    EXPECT_EQ(cap.text(), code == 0 ? first + "step 7/100 | loss 1.0000 | elapsed 7s | eta 1m33s\n" : first);
+  }
+}
+
+TEST(Metrics, ConsoleShowsTokensPerSecondFromATokenCount) {
+  Capture cap;
+  double now = 0;
+  ConsoleOptions o;
+  o.out = cap.f;
+  o.tty = 0;
+  o.progress_seconds = 0;
+  o.clock = [&] { return now; };
+  auto sink = console_sink_new(o);
+  // 1000 tokens every 2 s: the rate is known from the second step (the first step's start is not).
+  for (int step = 1; step <= 3; step++) {
+    now = 2.0 * step;
+    sink->write(step, vals({{"loss", 1}, {"tokens", 1000}}));
+  }
+  // A write that carries its own rate (trainer:step's tokens_per_s) shows that one.
+  sink->write(4, vals({{"loss", 1}, {"tokens_per_s", 123}, {"tokens", 1000}}));
+  EXPECT_EQ(cap.text(),
+            "step 1 | loss 1.0000 | tokens 1000 | elapsed 2s\n"
+            "step 2 | loss 1.0000 | tokens_per_s 500 | tokens 1000 | elapsed 4s\n"
+            "step 3 | loss 1.0000 | tokens_per_s 500 | tokens 1000 | elapsed 6s\n"
+            "step 4 | loss 1.0000 | tokens_per_s 123 | tokens 1000 | elapsed 6s\n");
+}
+
+TEST(Metrics, ProgressSecondsComeFromTheOptionThenTheEnvironmentThenThirty) {
+  const char* saved = std::getenv("LUATUNE_PROGRESS_SECONDS");
+  std::string keep = saved ? saved : "";
+  ::unsetenv("LUATUNE_PROGRESS_SECONDS");
+  EXPECT_EQ(metrics_progress_seconds(-1), 30);
+  ::setenv("LUATUNE_PROGRESS_SECONDS", "", 1);
+  EXPECT_EQ(metrics_progress_seconds(-1), 30);  // set but empty: the default
+  ::setenv("LUATUNE_PROGRESS_SECONDS", "7.5", 1);
+  EXPECT_EQ(metrics_progress_seconds(-1), 7.5);  // the environment beats the default
+  EXPECT_EQ(metrics_progress_seconds(5), 5);     // the option beats the environment
+  EXPECT_EQ(metrics_progress_seconds(0), 0);
+  ::setenv("LUATUNE_PROGRESS_SECONDS", "soon", 1);
+  EXPECT_EQ(error_of([] { metrics_progress_seconds(-1); }),
+            "LUATUNE_PROGRESS_SECONDS: expected a number of seconds >= 0, got 'soon'\n"
+            "  HINT: 0 prints a line every step; unset it for the default of 30");
+  ::setenv("LUATUNE_PROGRESS_SECONDS", "-1", 1);
+  EXPECT_THROW(metrics_progress_seconds(-1), UsageError);
+  ConsoleOptions o;
+  o.out = stdout;
+  EXPECT_THROW(console_sink_new(o), UsageError);  // the sink asks at open, not at its first line
+  if (saved)
+    ::setenv("LUATUNE_PROGRESS_SECONDS", keep.c_str(), 1);
+  else
+    ::unsetenv("LUATUNE_PROGRESS_SECONDS");
 }
 
 TEST(Metrics, ConsoleEvalValuesInATrainingWriteGetTheirOwnLine) {
@@ -144,11 +251,62 @@ TEST(Metrics, ConsoleEvalValuesInATrainingWriteGetTheirOwnLine) {
   ConsoleOptions o;
   o.out = cap.f;
   o.tty = 0;
-  o.every = 10;
+  o.progress_seconds = 30;
   o.clock = [] { return 0.0; };
   auto sink = console_sink_new(o);
-  sink->write(3, vals({{"loss", 2}, {"eval_loss", 2.5}}));  // step 3 is not a logging step; eval still shows
-  EXPECT_EQ(cap.text(), "eval step 3 | eval_loss 2.5000\n");
+  sink->write(3, vals({{"loss", 2}, {"eval_loss", 2.5}}));
+  sink->write(4, vals({{"loss", 2}, {"eval_loss", 2.25}}));  // no step line due; the eval still shows
+  EXPECT_EQ(cap.text(),
+            "eval step 3 | eval_loss 2.5000 | elapsed 0s\n"
+            "step 3 | loss 2.0000 | elapsed 0s\n"
+            "eval step 4 | eval_loss 2.2500 | elapsed 0s\n");
+}
+
+TEST(Metrics, PlainAndLiveLinesShowElapsedThenEta) {
+  MetricValues v = vals({{"loss", 2.34564}, {"lr", 2e-4}});
+  EXPECT_EQ(metrics_plain_line(10, 100, v, 47, 252), "step 10/100 | loss 2.3456 | lr 2.0e-04 | elapsed 4m12s | eta 47s");
+  EXPECT_EQ(metrics_plain_line(10, 100, v, 47), "step 10/100 | loss 2.3456 | lr 2.0e-04 | eta 47s");  // no clock
+  EXPECT_EQ(metrics_progress_line(100, 100, vals({{"loss", 1}}), 0, 100, 3725),
+            "step 100/100 [" + std::string(30, '=') + "] 100% | loss 1.0000 | elapsed 1h02m");
+}
+
+TEST(Metrics, NoColorMeansNoColourCodes) {
+  const char* saved = std::getenv("NO_COLOR");
+  std::string keep = saved ? saved : "";
+  ::unsetenv("NO_COLOR");
+  EXPECT_FALSE(term_no_color());
+  ::setenv("NO_COLOR", "", 1);
+  EXPECT_FALSE(term_no_color());  // no-color.org: set and non-empty
+  ::setenv("NO_COLOR", "1", 1);
+  EXPECT_TRUE(term_no_color());
+  Capture cap;
+  EXPECT_FALSE(term_color(cap.f));  // not a terminal: never colour
+  std::FILE* tty = std::fopen("/dev/tty", "w");
+  if (tty) {  // a terminal (not in CI): colour only without NO_COLOR
+    EXPECT_FALSE(term_color(tty));
+    ::unsetenv("NO_COLOR");
+    EXPECT_TRUE(term_color(tty));
+    std::fclose(tty);
+  }
+  // The live line redraws with '\r' and erase-to-end-of-line only: no colour (SGR, ESC[...m) at all.
+  ConsoleOptions o;
+  o.out = cap.f;
+  o.tty = 1;
+  o.width = 80;
+  o.total_steps = 2;
+  o.clock = [] { return 0.0; };
+  auto sink = console_sink_new(o);
+  sink->write(1, vals({{"loss", 1}}));
+  sink->write(1, vals({{"eval_loss", 1}}));
+  sink->write(2, vals({{"loss", 1}}));
+  sink->close(0);
+  std::string text = cap.text();
+  for (size_t at = text.find("\033["); at != std::string::npos; at = text.find("\033[", at + 1))
+    EXPECT_EQ(text.substr(at, 3), "\033[K") << "an escape other than erase-line at " << at;
+  if (saved)
+    ::setenv("NO_COLOR", keep.c_str(), 1);
+  else
+    ::unsetenv("NO_COLOR");
 }
 
 TEST(Metrics, ProgressLineFitsTheTerminalWidth) {
@@ -180,30 +338,31 @@ TEST(Metrics, ConsoleOnATerminalRedrawsInPlaceAndKeepsOtherOutputApart) {
   o.total_steps = 4;
   o.clock = [&] { return now; };
   auto sink = console_sink_new(o);
-  auto line = [&](int step, double loss, double eta) {
-    return "\r" + metrics_progress_line(step, 4, vals({{"loss", loss}}), eta, 60) + "\033[K";
+  auto line = [&](int step, double loss, double eta, double elapsed) {
+    return "\r" + metrics_progress_line(step, 4, vals({{"loss", loss}}), eta, 60, elapsed) + "\033[K";
   };
   now = 1;
   sink->write(1, vals({{"loss", 3}}));
-  std::string expect = line(1, 3, 0);
+  std::string expect = line(1, 3, 0, 1);
   EXPECT_EQ(cap.text(), expect);
+  EXPECT_NE(expect.find("| elapsed 1s"), std::string::npos);
   now = 3;
   sink->write(2, vals({{"loss", 2}}));  // 2 s/step -> eta 4s
-  expect += line(2, 2, 4);
+  expect += line(2, 2, 4, 3);
   EXPECT_EQ(cap.text(), expect);
   // Another print: the live line is wiped, the text printed, the live line drawn again below it.
   metrics_console_println("hello", cap.f);
   expect +=
       "\r\033[K"
       "hello\n" +
-      line(2, 2, 4);
+      line(2, 2, 4, 3);
   EXPECT_EQ(cap.text(), expect);
   // Eval values print on their own line the same way.
   sink->write(2, vals({{"eval_loss", 2.25}}));
   expect +=
       "\r\033[K"
-      "eval step 2/4 | eval_loss 2.2500\n" +
-      line(2, 2, 4);
+      "eval step 2/4 | eval_loss 2.2500 | elapsed 3s\n" +
+      line(2, 2, 4, 3);
   EXPECT_EQ(cap.text(), expect);
   // Redraws are throttled to redraw_interval, except the last step.
   now = 3.05;
@@ -212,7 +371,7 @@ TEST(Metrics, ConsoleOnATerminalRedrawsInPlaceAndKeepsOtherOutputApart) {
   now = 3.06;
   sink->write(4, vals({{"loss", 0.5}}));
   double eta = 0;  // step 4 of 4
-  expect += line(4, 0.5, eta);
+  expect += line(4, 0.5, eta, 3.06);
   EXPECT_EQ(cap.text(), expect);
   // Closing leaves the last progress on screen and moves below it; later prints are plain.
   sink->close(0);
@@ -231,9 +390,9 @@ TEST(Metrics, ClearLiveWipesTheLineBeforeAnErrorMessage) {
   auto sink = console_sink_new(o);
   sink->write(1, vals({{"loss", 1}}));
   metrics_console_clear_live();
-  EXPECT_EQ(cap.text(), "\rstep 1 | loss 1.0000\033[K\r\033[K");
+  EXPECT_EQ(cap.text(), "\rstep 1 | loss 1.0000 | elapsed 0s\033[K\r\033[K");
   sink->close(0);  // nothing showing: no newline
-  EXPECT_EQ(cap.text(), "\rstep 1 | loss 1.0000\033[K\r\033[K");
+  EXPECT_EQ(cap.text(), "\rstep 1 | loss 1.0000 | elapsed 0s\033[K\r\033[K");
 }
 
 TEST(Metrics, JsonlWritesConfigThenOneObjectPerWriteFlushedAtOnce) {
@@ -353,17 +512,52 @@ TEST(Metrics, ConsoleTapsSeePrintedLinesUntilRemoved) {
   metrics_console_add_tap(&owner, [&](const std::string& l) { seen.push_back(l); });
   std::FILE* null = std::fopen("/dev/null", "w");
   metrics_console_println("hello", null);
+  double now = 0;
   ConsoleOptions co;
   co.out = null;
   co.tty = 0;
-  co.every = 2;
+  co.progress_seconds = 30;
+  co.clock = [&] { return now; };
   auto c = console_sink_new(co);
   c->write(1, {{{"loss", 1.0}}, ""});
-  c->write(2, {{{"loss", 0.5}}, ""});
+  now = 10;
+  c->write(2, {{{"loss", 0.5}}, ""});  // 10 s after the first line: not due
   metrics_console_remove_tap(&owner);
   metrics_console_println("after", null);
   std::fclose(null);
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[0], "hello");
-  EXPECT_EQ(seen[1], "step 2 | loss 0.5000");
+  EXPECT_EQ(seen[1], "step 1 | loss 1.0000 | elapsed 0s");
+}
+
+// On a terminal the taps (W&B's output.log) get the plain lines a log would: first step, every N
+// seconds, last step, evals; never the live line's redraws.
+TEST(Metrics, ConsoleTapOnATerminalFollowsTheSecondsRule) {
+  std::vector<std::string> seen;
+  int owner = 0;
+  metrics_console_add_tap(&owner, [&](const std::string& l) { seen.push_back(l); });
+  Capture cap;
+  double now = 0;
+  ConsoleOptions co;
+  co.out = cap.f;
+  co.tty = 1;
+  co.width = 100;
+  co.total_steps = 100;
+  co.progress_seconds = 30;
+  co.clock = [&] { return now; };
+  auto c = console_sink_new(co);
+  for (int step = 1; step <= 100; step++) {
+    now = step;
+    c->write(step, vals({{"loss", 1}}));
+    if (step == 50) c->write(step, vals({{"eval_loss", 2}}));
+  }
+  c->close(0);
+  metrics_console_remove_tap(&owner);
+  std::vector<std::string> steps;
+  for (const std::string& l : seen) steps.push_back(l.substr(0, l.find(" |")));
+  EXPECT_EQ(steps, (std::vector<std::string>{"step 1/100", "step 31/100", "eval step 50/100", "step 61/100",
+                                             "step 91/100", "step 100/100"}));
+  EXPECT_EQ(seen.back(), "step 100/100 | loss 1.0000 | elapsed 1m40s");
+  for (const std::string& l : seen) EXPECT_EQ(l.find('\r'), std::string::npos) << l;
+  EXPECT_NE(cap.text().find("| elapsed 1m40s"), std::string::npos);  // the live bar shows it too
 }

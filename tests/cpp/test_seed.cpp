@@ -14,32 +14,6 @@
 
 using namespace luatune;
 
-namespace {
-// Sets (or, with nullptr, unsets) an environment variable for one test, then puts it back.
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~EnvGuard() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-}  // namespace
-
 TEST(Seed, TorchGlobalGeneratorRepeats) {
   seed_torch(7);
   at::Tensor a = at::rand({16});

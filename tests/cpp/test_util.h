@@ -1,6 +1,7 @@
 // Helpers shared by the C++ unit tests.
 #pragma once
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -18,5 +19,31 @@ inline std::string error_of(const std::function<void()>& fn) {
   }
   return "(no error)";
 }
+
+// Sets (or, with nullptr, unsets) an environment variable for one test, then puts it back.
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~EnvGuard() {
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
 
 }  // namespace luatune

@@ -57,26 +57,26 @@ check "hung rank: after the timeout, not long after ($took s)" test "$took" -lt 
 
 # The shipped training recipes run unedited under `runner --nproc 2`: metrics and files from rank 0,
 # and a resume with another number of processes is refused in one line.
-common=(base_model="$base" dtype=float32 device=cpu batch_size=1 grad_accum=2 max_length=96 eval_every=2
-        eval_fraction=0.2 steps=2)
+common=(base_model="$base" dtype=fp32 device=cpu batch_size=1 gradient_accumulation_steps=2 max_length=96 eval_steps=2
+        eval_fraction=0.2 max_steps=2)
 for recipe in lora_finetune full_finetune qlora_finetune; do
   LUATUNE_DIST_TIMEOUT=120 "$runner" --nproc 2 $recipe data=tests/fixtures/data/chat_small.jsonl \
-    output_dir="$work/$recipe" save_every=2 "${common[@]}" >"$work/$recipe.log" 2>&1
+    output_dir="$work/$recipe" save_steps=2 "${common[@]}" >"$work/$recipe.log" 2>&1
   check "$recipe under --nproc 2: exits 0" test $? -eq 0
   check "$recipe under --nproc 2: one set of metrics lines (rank 0's)" \
     test "$(grep -c '"loss"' "$work/$recipe/metrics.jsonl")" -eq 2
 done
 LUATUNE_DIST_TIMEOUT=120 "$runner" --nproc 2 continued_pretraining data=tests/fixtures/data/text_small.jsonl \
-  output_dir="$work/cpt" save_every=0 "${common[@]}" >"$work/cpt.log" 2>&1
+  output_dir="$work/cpt" save_steps=0 "${common[@]}" >"$work/cpt.log" 2>&1
 check "continued_pretraining under --nproc 2: exits 0" test $? -eq 0
 check "lora_finetune under --nproc 2: adapter and checkpoint written" \
   test -f "$work/lora_finetune/adapter/adapter_model.safetensors" -a -f "$work/lora_finetune/checkpoints/step-0000002/trainer.json"
 "$runner" lora_finetune data=tests/fixtures/data/chat_small.jsonl output_dir="$work/lora_finetune" resume=true \
-  "${common[@]}" steps=4 >"$work/resume.log" 2>&1
+  "${common[@]}" max_steps=4 >"$work/resume.log" 2>&1
 check "resume on 1 process of a 2-process checkpoint: exits 1" test $? -eq 1
 check "resume on another count: says why" grep -q "written by a run of 2 processes, this run has 1" "$work/resume.log"
 LUATUNE_DIST_TIMEOUT=120 "$runner" --nproc 2 lora_finetune data=tests/fixtures/data/chat_small.jsonl \
-  output_dir="$work/lora_finetune" resume=true "${common[@]}" steps=4 save_every=2 >"$work/resume2.log" 2>&1
+  output_dir="$work/lora_finetune" resume=true "${common[@]}" max_steps=4 save_steps=2 >"$work/resume2.log" 2>&1
 check "resume on the same count: exits 0" test $? -eq 0
 check "resume on the same count: continues at step 3" \
   test "$(grep '"loss"' "$work/lora_finetune/metrics.jsonl" | python3 -c 'import json,sys; print(" ".join(str(json.loads(l)["step"]) for l in sys.stdin))')" = "1 2 3 4"

@@ -97,8 +97,8 @@ check "resume with another stage: says why" grep -q "written by a run with shard
 # llama31_sheared (hard-concrete masks and Lagrange multipliers, replicated; distillation from the
 # unpruned teacher after the surgery) under runner --nproc 2: every stage gives the unsharded data-
 # parallel run's losses, distillation losses, perplexities and kept parameters.
-sheared=(base_model="$base" data=tests/fixtures/data/text_small.jsonl dtype=float32 device=cpu batch_size=2
-         gradient_accumulation_steps=1 max_length=48 max_steps=6 eval_every=100 eval_batches=1)
+sheared=(base_model="$base" data=tests/fixtures/data/text_small.jsonl dtype=fp32 device=cpu batch_size=2
+         gradient_accumulation_steps=1 max_length=48 max_steps=6 eval_steps=100 eval_batches=1)
 for stage in none optimizer gradients full; do
   LUATUNE_DIST_TIMEOUT=120 "$runner" --nproc 2 llama31_sheared "${sheared[@]}" output_dir="$work/sheared-$stage" \
     shard=$stage >"$work/sheared-$stage.log" 2>&1

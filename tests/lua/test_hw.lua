@@ -58,7 +58,7 @@ end)
 
 test("plan from a recipe's config uses the recipes' keys", function()
   local p = hw.plan { recipe_config = { base_model = "/none", batch_size = 2, max_length = 512,
-                                        checkpoint_layers = true, lora = { r = 8, targets = { "q_proj" } } },
+                                        gradient_checkpointing = true, lora = { r = 8, targets = { "q_proj" } } },
                       recipe = "lora_finetune", model_preset = "mistral-7b" }
   eq(p.method, "lora")
   eq(p.micro_batch, 2)

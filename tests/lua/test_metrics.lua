@@ -15,7 +15,7 @@ end
 
 test("write appends one JSON line per call, config first, keys in a fixed order", function()
   local path = tmpfile("write")
-  local log = metrics.open { console = false, jsonl = path, config = { lr = 2e-4, lora = { r = 8 } } }
+  local log = metrics.open { console = false, jsonl = path, config = { lr = 2e-4, lora = { r = 8 } }, report = false }
   eq(tostring(log), "Metrics(1 sink)")
   log:write(1, { lr = 2e-4, tokens_per_s = 1000, loss = 2.5, grad_norm = 1, zz = 3 })
   log:write(2, { loss = 2.25, note = "warmup done" })
@@ -35,16 +35,16 @@ end)
 
 test("resume appends to the same file; a fresh run starts it again", function()
   local path = tmpfile("resume")
-  local log = metrics.open { console = false, jsonl = path, config = { steps = 10 } }
+  local log = metrics.open { console = false, jsonl = path, config = { steps = 10 }, report = false }
   log:write(1, { loss = 1 })
   log:close()
-  log = metrics.open { console = false, jsonl = path, config = { steps = 10 }, resume = true }
+  log = metrics.open { console = false, jsonl = path, config = { steps = 10 }, resume = true, report = false }
   log:write(2, { loss = 0.5 })
   log:close()
   local lines = lines_of(path)
   eq(#lines, 3)
   ok(lines[3]:find('"step":2,'), lines[3])
-  log = metrics.open { console = false, jsonl = path }
+  log = metrics.open { console = false, jsonl = path, report = false }
   log:write(1, { loss = 3 })
   log:release()  -- closes too
   lines = lines_of(path)
@@ -54,7 +54,7 @@ test("resume appends to the same file; a fresh run starts it again", function()
 end)
 
 test("the console prints plain lines when stdout is not a terminal", function()
-  local log = metrics.open { total_steps = 4, every = 2 }
+  local log = metrics.open { total_steps = 4, progress_seconds = 0 }
   for step = 1, 4 do log:write(step, { loss = 1 / step, lr = 1e-4 }) end
   log:write(4, { eval_loss = 0.5 })
   print("print between writes goes through metrics.print")
@@ -65,7 +65,7 @@ end)
 
 test("errors name the key, the option or the state", function()
   local path = tmpfile("errors")
-  local log = metrics.open { console = false, jsonl = path }
+  local log = metrics.open { console = false, jsonl = path, report = false }
   raises(function() log:write(1, { loss = "2.5" }) end, "log:write: value 'loss' must be a number, got string")
   raises(function() log:write(1, { loss = torch.tensor { 1 } }) end,
          "value 'loss' must be a number, got userdata (for a one-element Tensor pass t:item())")
@@ -76,7 +76,9 @@ test("errors name the key, the option or the state", function()
   log:close()
   raises(function() log:write(3, { loss = 1 }) end, "metrics: write after close")
   os.remove(path)
-  raises(function() metrics.open { jsonl = path, evry = 10 } end, "unknown option 'evry' (did you mean 'every'?)")
+  raises(function() metrics.open { jsonl = path, progress_secs = 10 } end,
+         "unknown option 'progress_secs' (did you mean 'progress_seconds'?)")
+  raises(function() metrics.open { every = 10 } end, "unknown option 'every'")  -- removed: progress_seconds
   metrics.open { console = false, wandb = { project = "proj", mode = "disabled" } }:close()  -- disabled: no sink
   metrics.open { console = false, wandb = "" }:close()  -- empty: accepted, nothing to do
   assert(metrics.open { console = false }:stopped() == false)
@@ -85,8 +87,27 @@ test("errors name the key, the option or the state", function()
   raises(function() metrics.open { wandb = { projet = "p" } } end, "projet")
   raises(function() metrics.open { console = false, wandb = { project = "p", mode = "sometimes" } } end,
          "wandb: WANDB_MODE must be online, offline or disabled, got 'sometimes'")
-  raises(function() metrics.open { every = 0 } end, "metrics.open: every must be 1 or more, got 0")
+  raises(function() metrics.open { progress_seconds = -1 } end, "metrics.open: progress_seconds must be 0 or more, got -1")
+  raises(function() metrics.open { report = "yes" } end, "report")
   raises(function() metrics.open { config = 3 } end, "metrics.open: config must be the config table")
+end)
+
+test("closing a log writes report.html and report.md beside its metrics.jsonl", function()
+  local dir = string.format("%s/luatune_lua_metrics_report_%d", tmp, os.time())
+  local log = metrics.open { console = false, jsonl = dir .. "/metrics.jsonl", config = { max_steps = 3 } }
+  for step = 1, 3 do log:write(step, { loss = 3 / step, lr = 1e-4 }) end
+  log:write(3, { eval_loss = 1.5 })
+  log:close()
+  local f = assert(io.open(dir .. "/report.html"))
+  local html = f:read("*a")
+  f:close()
+  ok(html:find('<polyline class="series" data%-name="loss" points="[%d.]+,[%d.]+ [%d.]+,[%d.]+ [%d.]+,[%d.]+"'), html)
+  ok(html:find("max_steps", 1, true), "the config is in the report")
+  f = assert(io.open(dir .. "/report.md"))
+  ok(f:read("*a"):find("| eval_loss | 1.5000 | step 3 |", 1, true))
+  f:close()
+  for _, name in ipairs { "report.html", "report.md", "metrics.jsonl" } do os.remove(dir .. "/" .. name) end
+  os.remove(dir)
 end)
 
 test("write_json writes a whole file atomically", function()

@@ -214,9 +214,9 @@ end)
 
 test("dtype names: canonical PyTorch names and short forms", function()
   local names = {
-    float32 = "float32", f32 = "float32", float = "float32",
+    float32 = "float32", f32 = "float32", fp32 = "float32", float = "float32",
     bfloat16 = "bfloat16", bf16 = "bfloat16",
-    float16 = "float16", f16 = "float16", half = "float16",
+    float16 = "float16", f16 = "float16", fp16 = "float16", half = "float16",
     float64 = "float64", f64 = "float64", double = "float64",
     int64 = "int64", i64 = "int64", long = "int64",
     int32 = "int32", i32 = "int32", int = "int32",

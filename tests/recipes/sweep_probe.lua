@@ -18,7 +18,7 @@ end
 if cfg.x == cfg.fail_at then error(string.format("probe: x = %g fails on purpose", cfg.x)) end
 
 local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
-                           every = 1, config = cfg, wandb = cfg.wandb_project }
+                           progress_seconds = 0, config = cfg, wandb = cfg.wandb_project }
 local loss
 for step = 1, cfg.steps do
   if cfg.sleep > 0 then os.execute("sleep " .. cfg.sleep) end

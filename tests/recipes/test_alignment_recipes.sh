@@ -18,12 +18,12 @@ e = [j for j in map(json.loads, open(sys.argv[1])) if sys.argv[2] in j]
 print(e[0][sys.argv[2]], e[-1][sys.argv[2]])' "$1" "$2"
 }
 above() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$1" "$2"; }
-common=(base_model="$base" data="$work/train.jsonl" eval_data="$work/held.jsonl" dtype=float32 device=cpu
-        batch_size=8 grad_accum=1 max_length=128 warmup=5 checkpoint_layers=false)
+common=(base_model="$base" data="$work/train.jsonl" eval_data="$work/held.jsonl" dtype=fp32 device=cpu
+        batch_size=8 gradient_accumulation_steps=1 max_length=128 warmup_steps=5 gradient_checkpointing=false)
 
 # DPO, full fine-tuning against a frozen copy: the policy's own held-out preference (chosen has the
 # higher log-prob) starts near chance and ends well above it, and so do the implicit rewards.
-"$runner" dpo "${common[@]}" output_dir="$work/dpo" use_lora=false steps=100 lr=3e-3 eval_every=50 \
+"$runner" dpo "${common[@]}" output_dir="$work/dpo" use_lora=false max_steps=100 learning_rate=3e-3 eval_steps=50 \
   >"$work/dpo.log" 2>&1
 check "dpo: run exits 0" test $? -eq 0
 read -r a0 a1 <<<"$(evals "$work/dpo/metrics.jsonl" eval_logps_accuracy)"
@@ -35,7 +35,7 @@ check "dpo: held-out reward accuracy >= 0.7" above "$p1" 0.7
 check "dpo: full model saved" test -f "$work/dpo/model/config.json"
 
 # ORPO: no reference; its held-out preference accuracy rises the same way.
-"$runner" orpo "${common[@]}" output_dir="$work/orpo" use_lora=false steps=100 lr=3e-3 eval_every=50 \
+"$runner" orpo "${common[@]}" output_dir="$work/orpo" use_lora=false max_steps=100 learning_rate=3e-3 eval_steps=50 \
   >"$work/orpo.log" 2>&1
 check "orpo: run exits 0" test $? -eq 0
 read -r o0 o1 <<<"$(evals "$work/orpo/metrics.jsonl" eval_preference_accuracy)"
@@ -44,7 +44,7 @@ check "orpo: held-out preference accuracy >= 0.65 and above its start" \
   python3 -c "import sys; sys.exit(0 if $o1 >= 0.65 and $o1 > $o0 + 0.1 else 1)"
 
 # Reward model: held-out pairs ranked well above chance; the HF sequence-classification layout.
-"$runner" reward_model "${common[@]}" output_dir="$work/rm" use_lora=false steps=300 lr=3e-3 eval_every=150 \
+"$runner" reward_model "${common[@]}" output_dir="$work/rm" use_lora=false max_steps=300 learning_rate=3e-3 eval_steps=150 \
   >"$work/rm.log" 2>&1
 check "reward_model: run exits 0" test $? -eq 0
 read -r r0 r1 <<<"$(evals "$work/rm/metrics.jsonl" eval_preference_accuracy)"
@@ -58,14 +58,14 @@ check "reward_model: config says LlamaForSequenceClassification, one label" \
 
 # Rejection sampling from the DPO policy scored by that reward model: one row per prompt whose
 # response is the best-scored of its n candidates; chat prompts come back as conversations.
-rs=(policy="$work/dpo/model" reward_model="$work/rm/model" prompts="$work/held.jsonl" dtype=float32 device=cpu n=3
+rs=(policy="$work/dpo/model" reward_model="$work/rm/model" prompts="$work/held.jsonl" dtype=fp32 device=cpu n=3
     max_new_tokens=3 max_prompts=6)
 # One thread in the process and in each rank: the thread count changes the order of float sums, and
 # so the rewards' last bits (seen on an AMD EPYC).
-OMP_NUM_THREADS=1 "$runner" rejection_sampling "${rs[@]}" out="$work/rs/best.jsonl" >"$work/rs.log" 2>&1
+OMP_NUM_THREADS=1 "$runner" rejection_sampling "${rs[@]}" output="$work/rs/best.jsonl" >"$work/rs.log" 2>&1
 check "rejection_sampling: run exits 0" test $? -eq 0
 # Data parallel: prompt i goes to rank i mod 2, seeds follow the prompt: the same file as one process.
-OMP_NUM_THREADS=1 "$runner" --nproc 2 rejection_sampling "${rs[@]}" out="$work/rs2/best.jsonl" >"$work/rs2.log" 2>&1
+OMP_NUM_THREADS=1 "$runner" --nproc 2 rejection_sampling "${rs[@]}" output="$work/rs2/best.jsonl" >"$work/rs2.log" 2>&1
 check "rejection_sampling: 2 ranks exit 0" test $? -eq 0
 check "rejection_sampling: 2 ranks write the same file as 1 process, no part files left" \
   bash -c "cmp '$work/rs/best.jsonl' '$work/rs2/best.jsonl' && test \$(ls '$work/rs2' | wc -l) -eq 1"
@@ -81,8 +81,9 @@ check "rejection_sampling: its output reads as SFT data" "$runner" data --tokeni
 
 # LoRA DPO: reference = the base with adapters off, and the same from a precomputed cache: the
 # first step's loss and rewards agree; a run resumed from its step-2 checkpoint ends on the same adapter.
-lora=(dtype=float32 device=cpu base_model="$base" data="$work/train.jsonl" eval_data="$work/held.jsonl"
-      batch_size=2 grad_accum=2 max_length=96 steps=4 save_every=2 eval_every=4 lr=1e-3 checkpoint_layers=true)
+lora=(dtype=fp32 device=cpu base_model="$base" data="$work/train.jsonl" eval_data="$work/held.jsonl"
+      batch_size=2 gradient_accumulation_steps=2 max_length=96 max_steps=4 save_steps=2 eval_steps=4 learning_rate=1e-3
+      gradient_checkpointing=true)
 "$runner" dpo "${lora[@]}" output_dir="$work/dpo_lora" >"$work/dpo_lora.log" 2>&1
 check "dpo lora: run exits 0" test $? -eq 0
 "$runner" dpo "${lora[@]}" output_dir="$work/dpo_cache" precompute_reference=true >"$work/dpo_cache.log" 2>&1

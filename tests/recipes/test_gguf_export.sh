@@ -58,8 +58,9 @@ check "lora: the adapter changed the model" test "$(grep -c kind "$work/lora.lua
 # (The pruning side, llama31_sheared gguf=q8_0, is in test_pruning_recipes.sh.)
 out=$work/lora_recipe
 "$runner" lora_finetune base_model="$tiny_llama" data=tests/fixtures/data/chat_small.jsonl output_dir="$out" \
-  steps=2 lr=1e-2 warmup=0 save_every=0 eval_every=2 eval_fraction=0.1 dtype=float32 device=cpu batch_size=2 \
-  grad_accum=1 max_length=96 checkpoint_layers=false gguf=f32 >"$work/lora_recipe.log" 2>&1
+  max_steps=2 learning_rate=1e-2 warmup_steps=0 save_steps=0 eval_steps=2 eval_fraction=0.1 dtype=fp32 device=cpu \
+  batch_size=2 gradient_accumulation_steps=1 max_length=96 gradient_checkpointing=false gguf=f32 \
+  >"$work/lora_recipe.log" 2>&1
 check "lora_finetune gguf=f32: exits 0" test $? -eq 0
 check "lora_finetune gguf=f32: model.gguf next to the adapter" test -s "$out/model.gguf" -a -f "$out/adapter/adapter_config.json"
 "$runner" tests/recipes/gguf_greedy.lua model="$tiny_llama" adapter="$out/adapter" >"$work/lora_recipe.luatune.jsonl" \

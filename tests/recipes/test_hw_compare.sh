@@ -17,15 +17,16 @@ check "plan lora: exits 0" test $? -eq 0
 check "plan lora: method and shape" grep -q "method: lora, dtype bf16, LoRA r=16" "$work/plan_lora.log"
 check "plan lora: micro_batch 2 x seq_len 64" grep -q "shape: micro_batch 2 x seq_len 64, checkpointing on" "$work/plan_lora.log"
 while read -r g; do check "plan lora: row for $g" grep -q "^$g " "$work/plan_lora.log"; done <<<"$gpus"
-"$runner" plan full_finetune base_model="$base" dtype=float32 >"$work/plan_full.log" 2>&1
+"$runner" plan full_finetune base_model="$base" dtype=fp32 >"$work/plan_full.log" 2>&1
 check "plan full: exits 0" test $? -eq 0
 check "plan full: method full fp32" grep -q "method: full, dtype fp32, adamw" "$work/plan_full.log"
 check "plan full: fits everywhere" test "$(grep -cE '^[A-Za-z0-9 ]+ +[0-9]+ +yes ' "$work/plan_full.log")" -eq 12
 
 # hw_compare: 3 measured steps on the CPU, priced for 50
 out=$work/cmp
-"$runner" hw_compare args="base_model=$base,data=$data,dtype=float32,device=cpu,batch_size=2,grad_accum=1,max_length=64,eval_every=100,save_every=0" \
-  steps=3 full_steps=50 output_dir="$out" >"$work/cmp.log" 2>&1
+args="base_model=$base,data=$data,dtype=fp32,device=cpu,batch_size=2,gradient_accumulation_steps=1,max_length=64"
+"$runner" hw_compare recipe_args="$args,eval_steps=100,save_steps=0" \
+  max_steps=3 full_steps=50 output_dir="$out" >"$work/cmp.log" 2>&1
 rc=$?
 check "hw_compare: the child run wrote metrics" test -f "$out/run/metrics.jsonl"
 check "hw_compare: profile.json" test -f "$out/profile.json"

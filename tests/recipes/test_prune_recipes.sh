@@ -8,12 +8,13 @@ set -uo pipefail
 runner=$1 base=$2 work=$3 distill_steps=${4:-2}
 rm -rf "$work" && mkdir -p "$work"
 source tests/recipes/lib.sh
-common=(dtype=float32 device=cpu batch_size=2 max_length=64 eval_fraction=0.2 calibration_rows=4)
+common=(dtype=fp32 device=cpu batch_size=2 max_length=64 eval_fraction=0.2 calibration_rows=4)
 layers=$(json "$base/config.json" 'j["num_hidden_layers"]')
 
 out=$work/depth
 "$runner" depth_prune base_model="$base" data=tests/fixtures/data/text_small.jsonl output_dir="$out" \
-  layers=1 metric=layer_removal steps=2 grad_accum=1 warmup=0 "${common[@]}" >"$work/depth.log" 2>&1
+  layers=1 depth_metric=layer_removal recovery_steps=2 gradient_accumulation_steps=1 warmup_steps=0 "${common[@]}" \
+  >"$work/depth.log" 2>&1
 check "depth: exits 0" test $? -eq 0
 check "depth: HF model written" test -f "$out/model/config.json" -a -f "$out/model/tokenizer.json"
 check "depth: one layer fewer" test "$(json "$out/model/config.json" 'j["num_hidden_layers"]')" = $((layers - 1))
@@ -21,8 +22,8 @@ check "depth: summary" test "$(json "$out/summary.json" 'len(j["removed"]) == 1 
 
 out=$work/minitron
 "$runner" minitron_prune_distill base_model="$base" data=tests/fixtures/data/text_small.jsonl output_dir="$out" \
-  shape.hidden=32 shape.intermediate=64 shape.layers=$((layers - 1)) distill.steps="$distill_steps" \
-  distill.grad_accum=1 distill.warmup=0 "${common[@]}" >"$work/minitron.log" 2>&1
+  shape.hidden=32 shape.intermediate=64 shape.layers=$((layers - 1)) distill.max_steps="$distill_steps" \
+  distill.gradient_accumulation_steps=1 distill.warmup_steps=0 "${common[@]}" >"$work/minitron.log" 2>&1
 check "minitron: exits 0" test $? -eq 0
 check "minitron: pruned config" test "$(json "$out/model/config.json" \
   '(j["hidden_size"], j["intermediate_size"], j["num_hidden_layers"])')" = "(32, 64, $((layers - 1)))"

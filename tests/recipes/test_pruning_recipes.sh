@@ -14,14 +14,15 @@ rm -rf "$work" && mkdir -p "$work"
 source tests/recipes/lib.sh
 
 python3 tests/recipes/make_text_data.py "$work/text.jsonl" 600
-"$runner" tiny_model arch=llama tokenizer="$tok" output_dir="$work/base0" dtype=float32 hidden_size=64 \
+"$runner" tiny_model arch=llama tokenizer="$tok" output_dir="$work/base0" dtype=fp32 hidden_size=64 \
   intermediate_size=192 num_hidden_layers=4 head_dim=16 >"$work/tiny.log" 2>&1 || { tail -5 "$work/tiny.log"; exit 1; }
 "$runner" continued_pretraining base_model="$work/base0" data="$work/text.jsonl" output_dir="$work/cpt" \
-  dtype=float32 device=cpu steps=30 lr=3e-3 warmup=3 batch_size=8 grad_accum=1 max_length=128 eval_every=30 \
-  save_every=0 eval_fraction=0.05 checkpoint_layers=false >"$work/cpt.log" 2>&1 || { tail -5 "$work/cpt.log"; exit 1; }
+  dtype=fp32 device=cpu max_steps=30 learning_rate=3e-3 warmup_steps=3 batch_size=8 gradient_accumulation_steps=1 \
+  max_length=128 eval_steps=30 save_steps=0 eval_fraction=0.05 gradient_checkpointing=false >"$work/cpt.log" 2>&1 ||
+  { tail -5 "$work/cpt.log"; exit 1; }
 base=$work/cpt/model
-common=(base_model="$base" data="$work/text.jsonl" format=text dtype=float32 device=cpu batch_size=4
-        gradient_accumulation_steps=2 max_length=128 eval_every=100 eval_batches=4 check=true)
+common=(base_model="$base" data="$work/text.jsonl" format=text dtype=fp32 device=cpu batch_size=4
+        gradient_accumulation_steps=2 max_length=128 eval_steps=100 eval_batches=4 check=true)
 
 # Default targets (0.2 layers, 0.3 heads, 0.1 hidden, 0.4 intermediate; round_to 128 falls back to
 # integers at these widths): 4 -> 3 layers, 2 heads per group -> round(1.4) = 1 (2 heads, 2 KV),
@@ -70,7 +71,7 @@ check "sheared (groups): not distilled" test "$(json "$out/summary.json" 'j["dis
 python3 tests/recipes/make_text_data.py "$work/a.jsonl" 200 1
 python3 tests/recipes/make_text_data.py "$work/b.jsonl" 200 2
 out=$work/domains
-"$runner" llama31_sheared "${common[@]}" output_dir="$out" max_steps=4 domain_update_every=2 \
+"$runner" llama31_sheared "${common[@]}" output_dir="$out" max_steps=4 domain_update_steps=2 \
   domains=count:"$work/a.jsonl",story:"$work/b.jsonl" >"$work/domains.log" 2>&1
 check "sheared (domains): exits 0" test $? -eq 0
 check "sheared (domains): proportions logged at steps 2 and 4" test \
@@ -81,7 +82,7 @@ assert set(p) == {"count", "story"} and abs(sum(p.values()) - 1) < 1e-9 and p["c
 
 # A target that cannot be met fails before any work, naming it.
 "$runner" llama31_sheared "${common[@]}" output_dir="$work/bad" target_head_sparsity=1.0 >"$work/bad.log" 2>&1
-check "sheared: head sparsity 1.0 refused" grep -q "target head sparsity 1 outside \[0, 1)" "$work/bad.log"
+check "sheared: head sparsity 1.0 refused before loading" grep -qF "target_head_sparsity = 1 (command line): expected in [0, 1)" "$work/bad.log"
 check "sheared: nothing written for the refused run" test ! -e "$work/bad/model"
 
 finish

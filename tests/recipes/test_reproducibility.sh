@@ -13,7 +13,7 @@ source tests/recipes/lib.sh
 python3 tests/recipes/make_preference_data.py "$work/prefs.jsonl" "$work/held.jsonl" 40 10 0
 python3 tests/recipes/make_text_data.py "$work/text.jsonl" 200
 chat=tests/fixtures/data/chat_small.jsonl
-small=(base_model="$base" dtype=float32 device=cpu max_length=64)
+small=(base_model="$base" dtype=fp32 device=cpu max_length=64)
 
 # twice NAME RECIPE ARGS...: RECIPE twice, into NAME-a and NAME-b, then their metrics compared.
 twice() {
@@ -27,15 +27,15 @@ twice() {
     "$work/$name-a/metrics.jsonl" "$work/$name-b/metrics.jsonl" "$work/$name-compare.log"
 }
 
-train=(data="$chat" steps=3 batch_size=2 grad_accum=1 eval_every=3 save_every=0)
+train=(data="$chat" max_steps=3 batch_size=2 gradient_accumulation_steps=1 eval_steps=3 save_steps=0)
 twice full full_finetune "${train[@]}"
 twice lora lora_finetune "${train[@]}" lora.dropout=0.1
 twice qlora qlora_finetune "${train[@]}" lora.dropout=0.1
-twice dpo dpo data="$work/prefs.jsonl" eval_data="$work/held.jsonl" steps=3 batch_size=2 grad_accum=1 \
-  eval_every=3 save_every=0 lora.dropout=0.1
+twice dpo dpo data="$work/prefs.jsonl" eval_data="$work/held.jsonl" max_steps=3 batch_size=2 gradient_accumulation_steps=1 \
+  eval_steps=3 save_steps=0 lora.dropout=0.1
 # Sheared-LLaMA: one mask-learning step (a hard-concrete sample) and one recovery step with distillation.
 twice sheared llama31_sheared data="$work/text.jsonl" format=text max_steps=2 batch_size=2 \
-  gradient_accumulation_steps=1 eval_every=100 eval_batches=1 wandb_project=
+  gradient_accumulation_steps=1 eval_steps=100 eval_batches=1 wandb_project=
 
 # same_rows.py tells runs apart: another seed gives other numbers.
 "$runner" lora_finetune output_dir="$work/lora-seed1" "${small[@]}" "${train[@]}" lora.dropout=0.1 seed=1 \

@@ -26,26 +26,26 @@ wait_for_steps() {  # wait_for_steps FILE N: until FILE has N training lines (at
 }
 no_traceback() { ! grep -q -e "traceback" -e "^error:" "$1"; }
 data=tests/fixtures/data/chat_small.jsonl
-common=(base_model="$base" data=$data dtype=float32 device=cpu batch_size=2 grad_accum=1 max_length=64
-  eval_every=1000 eval_fraction=0.1 lora.dropout=0.1)
+common=(base_model="$base" data=$data dtype=fp32 device=cpu batch_size=2 gradient_accumulation_steps=1 max_length=64
+  eval_steps=1000 eval_fraction=0.1 lora.dropout=0.1)
 
 # ---------------------------------------------------------------------------------------------
 # The output directory contract.
 out=$work/used
-"$runner" lora_finetune "${common[@]}" output_dir="$out" steps=5 save_every=1 >"$work/used_a.log" 2>&1
+"$runner" lora_finetune "${common[@]}" output_dir="$out" max_steps=5 save_steps=1 >"$work/used_a.log" 2>&1
 check "contract: first run exits 0" test $? -eq 0
 check "contract: run.json says what made the directory" test "$(json "$out/run.json" \
-  'all(k in j for k in ("run_id", "config", "seed", "started", "luatune", "host")) and j["config"]["steps"] == 5')" = True
+  'all(k in j for k in ("run_id", "config", "seed", "started", "luatune", "host")) and j["config"]["max_steps"] == 5')" = True
 if git rev-parse --git-dir >/dev/null 2>&1; then
   check "contract: run.json has git describe in a checkout" test "$(json "$out/run.json" '"git_describe" in j')" = True
 fi
-"$runner" lora_finetune "${common[@]}" output_dir="$out" steps=3 save_every=1 >"$work/used_b.log" 2>&1
+"$runner" lora_finetune "${common[@]}" output_dir="$out" max_steps=3 save_steps=1 >"$work/used_b.log" 2>&1
 rc=$?
 check "contract: a fresh run into a used output_dir exits 2" test $rc -eq 2
 check "contract: one line naming the directory and both ways out" bash -c \
   "tail -1 '$work/used_b.log' | grep -q 'output_dir: $out holds checkpoints of another run.*resume=true.*overwrite=true'"
 check "contract: the refused run touched nothing" test -d "$out/checkpoints/step-0000005" -a -d "$out/checkpoints/step-0000004"
-"$runner" lora_finetune "${common[@]}" output_dir="$out" steps=3 save_every=1 overwrite=true >"$work/used_c.log" 2>&1
+"$runner" lora_finetune "${common[@]}" output_dir="$out" max_steps=3 save_steps=1 overwrite=true >"$work/used_c.log" 2>&1
 check "contract: overwrite=true runs" test $? -eq 0
 prev=$(ls -d "$out"/previous-* 2>/dev/null | head -1)
 check "contract: the old run moved whole to previous-<time>/" \
@@ -55,24 +55,26 @@ check "contract: the new run keeps its own last two checkpoints" \
 
 # ---------------------------------------------------------------------------------------------
 # Resume tells what it resumed, warns for changed keys, refuses a changed shape.
-"$runner" lora_finetune "${common[@]}" output_dir="$out" steps=4 save_every=1 resume=true lr=1e-4 \
+"$runner" lora_finetune "${common[@]}" output_dir="$out" max_steps=4 save_steps=1 resume=true learning_rate=1e-4 \
   >"$work/resume_a.log" 2>&1
 check "resume: exits 0" test $? -eq 0
 check "resume: says where it resumed from" grep -q "resumed from step 3 of 4 (checkpoint $out/checkpoints/step-0000003)" "$work/resume_a.log"
-check "resume: warns that lr changed" grep -q "warning: resume: lr is 0.0001 now, 0.0002 in the checkpointed run" "$work/resume_a.log"
-check "resume: warns that steps changed" grep -q "warning: resume: steps is 4 now, 3 in the checkpointed run" "$work/resume_a.log"
-check "resume: run.json records the resume" test "$(json "$out/run.json" '[(r["step"], r["changed"]) for r in j["resumes"]]')" = "[(3, ['lr', 'steps'])]"
+check "resume: warns that learning_rate changed" \
+  grep -q "warning: resume: learning_rate is 0.0001 now, 0.0002 in the checkpointed run" "$work/resume_a.log"
+check "resume: warns that max_steps changed" grep -q "warning: resume: max_steps is 4 now, 3 in the checkpointed run" "$work/resume_a.log"
+check "resume: run.json records the resume" \
+  test "$(json "$out/run.json" '[(r["step"], r["changed"]) for r in j["resumes"]]')" = "[(3, ['learning_rate', 'max_steps'])]"
 check "resume: metrics.jsonl has every step once" test "$(steps_logged "$out/metrics.jsonl")" = "1 2 3 4"
-"$runner" lora_finetune "${common[@]}" output_dir="$out" steps=6 save_every=1 resume=true lr=1e-4 lora.r=8 \
+"$runner" lora_finetune "${common[@]}" output_dir="$out" max_steps=6 save_steps=1 resume=true learning_rate=1e-4 lora.r=8 \
   >"$work/resume_b.log" 2>&1
 check "resume: a changed LoRA rank is refused" test $? -ne 0
 check "resume: ... naming the tensor and the changed key" \
-  grep -q "has shape.*config keys changed since the checkpoint: lora.r, steps" "$work/resume_b.log"
+  grep -q "has shape.*config keys changed since the checkpoint: lora.r, max_steps" "$work/resume_b.log"
 
 # A newest checkpoint that lost a file (a kill while it was replaced, a full disk) is skipped.
 rm "$out/checkpoints/step-0000004/state.safetensors"
 mkdir -p "$out/checkpoints/step-0000009.tmp-999999999" "$out/checkpoints/step-0000003.old-1"
-"$runner" lora_finetune "${common[@]}" output_dir="$out" steps=4 save_every=1 resume=true lr=1e-4 \
+"$runner" lora_finetune "${common[@]}" output_dir="$out" max_steps=4 save_steps=1 resume=true learning_rate=1e-4 \
   >"$work/resume_c.log" 2>&1
 check "incomplete: resume exits 0" test $? -eq 0
 check "incomplete: warns and takes the previous checkpoint" \
@@ -84,7 +86,7 @@ check "incomplete: step 4 is whole again" test -f "$out/checkpoints/step-0000004
 
 # ---------------------------------------------------------------------------------------------
 # A checkpoint never holds a step metrics.jsonl does not: the process dies right after step 3
-# returns, before its row is written (save_every=1); the resumed run logs every step once.
+# returns, before its row is written (save_steps=1); the resumed run logs every step once.
 cat >"$work/kill_after_step.lua" <<'LUA'
 local cfg = config { base = "", data = "", output_dir = "", steps = 6, kill_at = 0, resume = false, overwrite = false }
 local tok = tokenizer.load(cfg.base)
@@ -112,10 +114,10 @@ check "logs first: every step logged exactly once" test "$(steps_logged "$out/me
 # ---------------------------------------------------------------------------------------------
 # SIGTERM saves. The reference: 12 uninterrupted steps.
 ref=$work/straight
-"$runner" lora_finetune "${common[@]}" output_dir="$ref" steps=12 save_every=0 >"$work/straight.log" 2>&1
+"$runner" lora_finetune "${common[@]}" output_dir="$ref" max_steps=12 save_steps=0 >"$work/straight.log" 2>&1
 check "sigterm: uninterrupted run exits 0" test $? -eq 0
 out=$work/term
-"$runner" lora_finetune "${common[@]}" output_dir="$out" steps=12 save_every=0 >"$work/term_a.log" 2>&1 &
+"$runner" lora_finetune "${common[@]}" output_dir="$out" max_steps=12 save_steps=0 >"$work/term_a.log" 2>&1 &
 pid=$!
 wait_for_steps "$out/metrics.jsonl" 3
 kill -TERM $pid
@@ -126,7 +128,7 @@ check "sigterm: no traceback, no error line" no_traceback "$work/term_a.log"
 last=$(steps_logged "$out/metrics.jsonl" | awk '{print $NF}')
 check "sigterm: says what it saved" grep -q "runner: stopped by SIGTERM after step $last; checkpoint $out/checkpoints/step-$(printf %07d "$last"); continue with resume=true" "$work/term_a.log"
 check "sigterm: the checkpoint is of the last logged step" test -f "$out/checkpoints/step-$(printf %07d "$last")/trainer.json"
-"$runner" lora_finetune "${common[@]}" output_dir="$out" steps=12 save_every=0 resume=true >"$work/term_b.log" 2>&1
+"$runner" lora_finetune "${common[@]}" output_dir="$out" max_steps=12 save_steps=0 resume=true >"$work/term_b.log" 2>&1
 check "sigterm: resumed run exits 0" test $? -eq 0
 check "sigterm: resumed losses equal the uninterrupted run's" test "$(losses "$out/metrics.jsonl")" = "$(losses "$ref/metrics.jsonl")"
 check "sigterm: adapters equal" cmp "$out/adapter/adapter_model.safetensors" "$ref/adapter/adapter_model.safetensors"
@@ -159,8 +161,9 @@ cat >"$work/term_sweep.lua" <<LUA
 local cfg = config { output_dir = "$work/sweep" }
 sweep.run {
   recipe = "lora_finetune", output_dir = cfg.output_dir,
-  fixed = { base_model = "$base", data = "$data", dtype = "float32", device = "cpu", batch_size = 2, grad_accum = 1,
-            max_length = 64, eval_every = 1000, eval_fraction = 0.1, steps = 12, save_every = 0 },
+  fixed = { base_model = "$base", data = "$data", dtype = "fp32", device = "cpu", batch_size = 2,
+            gradient_accumulation_steps = 1, max_length = 64, eval_steps = 1000, eval_fraction = 0.1, max_steps = 12,
+            save_steps = 0 },
   parameters = { ["lora.r"] = { values = { 4 } } },
   metric = { name = "eval_loss", goal = "minimize" },
 }

@@ -100,30 +100,30 @@ check "interrupt, resumed: both trials ok" test "$(statuses "$out/trials.jsonl")
 out=$work/lora
 t0=$(date +%s.%N)
 "$runner" sweep sweep_lora_rank base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$out" \
-  steps=2 eval_every=2 trials=2 parallel=2 \
-  recipe_args=dtype=float32,device=cpu,batch_size=2,grad_accum=1,max_length=64,eval_fraction=0.1,save_every=0 \
+  max_steps=2 eval_steps=2 trials=2 parallel=2 \
+  recipe_args=dtype=fp32,device=cpu,batch_size=2,gradient_accumulation_steps=1,max_length=64,eval_fraction=0.1,save_steps=0 \
   >"$work/lora.log" 2>&1
 rc=$?
 echo "sweep_lora_rank: 2 trials, 2 at a time: $(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$t0" "$(date +%s.%N)") s"
 check "sweep_lora_rank: exits 0" test $rc -eq 0
 check "sweep_lora_rank: 2 trials ok (rank 4 and 8 at lr 1e-4)" test \
   "$(statuses "$out/trials.jsonl" | tr ' ' '\n' | sort | tr '\n' ' ')" = "trial-001:ok trial-002:ok "
-check "sweep_lora_rank: lora.alpha tied to 2 x lora.r" grep -q '"config":{"lr":0.0001,"lora.r":8,"lora.alpha":16}' \
+check "sweep_lora_rank: lora.alpha tied to 2 x lora.r" grep -q '"config":{"learning_rate":0.0001,"lora.r":8,"lora.alpha":16}' \
   "$out/trials.jsonl"
 check "sweep_lora_rank: each trial wrote its adapter" test -f "$out/trial-001/adapter/adapter_config.json" -a \
   -f "$out/trial-002/adapter/adapter_config.json"
-check "sweep_lora_rank: results.md by eval_loss" grep -q "^| rank | trial | lr | lora.r | lora.alpha | eval_loss | eval_perplexity | status | seconds |" \
+check "sweep_lora_rank: results.md by eval_loss" grep -q "^| rank | trial | learning_rate | lora.r | lora.alpha | eval_loss | eval_perplexity | status | seconds |" \
   "$out/results.md"
-check "sweep_lora_rank: names the best" grep -q "^best: trial-00[12], lora.r=[48] lr=0.0001: eval_loss" "$work/lora.log"
+check "sweep_lora_rank: names the best" grep -q "^best: trial-00[12], lora.r=[48] learning_rate=0.0001: eval_loss" "$work/lora.log"
 
 for pruner in sheared minitron; do
   out=$work/pruning_$pruner
   t0=$(date +%s.%N)
   "$runner" sweep sweep_pruning pruner=$pruner base_model="$base" data=tests/fixtures/data/text_small.jsonl \
-    output_dir="$out" sparsities=0.25,0.5 steps=2 parallel=2 \
-    recipe_args=dtype=float32,device=cpu,batch_size=2,max_length=64,eval_fraction=0.2,$(
-      [ $pruner = sheared ] && echo "gradient_accumulation_steps=1,eval_batches=2,eval_every=100" ||
-        echo "calibration_rows=4,distill.grad_accum=1,distill.warmup=0") >"$work/pruning_$pruner.log" 2>&1
+    output_dir="$out" sparsities=0.25,0.5 max_steps=2 parallel=2 \
+    recipe_args=dtype=fp32,device=cpu,batch_size=2,max_length=64,eval_fraction=0.2,$(
+      [ $pruner = sheared ] && echo "gradient_accumulation_steps=1,eval_batches=2,eval_steps=100" ||
+        echo "calibration_rows=4,distill.gradient_accumulation_steps=1,distill.warmup_steps=0") >"$work/pruning_$pruner.log" 2>&1
   rc=$?
   echo "sweep_pruning ($pruner): 2 trials, 2 at a time: $(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$t0" "$(date +%s.%N)") s"
   check "sweep_pruning ($pruner): exits 0" test $rc -eq 0

@@ -7,23 +7,34 @@ set -uo pipefail
 runner=$1 base=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 source tests/recipes/lib.sh
-common=(dtype=float32 device=cpu batch_size=2 grad_accum=2 max_length=96 eval_every=2 eval_fraction=0.1)
+common=(dtype=fp32 device=cpu batch_size=2 gradient_accumulation_steps=2 max_length=96 eval_steps=2 eval_fraction=0.1)
 
 # LoRA: a straight run of 4 steps (checkpoints at 2 and 4); then, as if it had died after step 2,
 # the step-4 checkpoint is removed and resume=true must redo steps 3-4 to the same adapter bytes.
 out=$work/lora
-"$runner" lora_finetune base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$out" \
-  steps=4 save_every=2 "${common[@]}" >"$work/lora_a.log" 2>&1
+# Not a terminal: with lines at most every 100000 s, only the first and the last step print one.
+LUATUNE_PROGRESS_SECONDS=100000 "$runner" lora_finetune base_model="$base" data=tests/fixtures/data/chat_small.jsonl \
+  output_dir="$out" max_steps=4 save_steps=2 "${common[@]}" >"$work/lora_a.log" 2>&1
 check "lora: run exits 0" test $? -eq 0
+check "lora: progress lines at the first and last step only, with elapsed time" \
+  test "$(grep -oE '^step [0-9]+/4 .*\| elapsed [0-9]+s' "$work/lora_a.log" | cut -d' ' -f2 | tr '\n' ' ')" = "1/4 4/4 "
+check "lora: eval lines with elapsed time" grep -qE '^eval step 2/4 \| eval_loss .*\| elapsed [0-9]+s' "$work/lora_a.log"
+check "lora: report.html beside metrics.jsonl, with curves" grep -q '<svg class="chart line"' "$out/report.html"
+check "lora: report.html draws the loss of every step" \
+  test "$(grep -o 'data-name="loss" points="[^"]*"' "$out/report.html" | grep -o '[0-9.]*,[0-9.]*' | wc -l)" -eq 4
+check "lora: report.md has the final numbers" grep -q '^## Final numbers' "$out/report.md"
+check "lora: says where the report is" grep -qx "report: $out/report.html" "$work/lora_a.log"
 check "lora: checkpoints at steps 2 and 4" test -f "$out/checkpoints/step-0000002/trainer.json" \
   -a -f "$out/checkpoints/step-0000004/trainer.json"
 check "lora: PEFT adapter written" test -f "$out/adapter/adapter_config.json" -a -f "$out/adapter/adapter_model.safetensors"
 check "lora: eval lines logged" grep -q eval_loss "$out/metrics.jsonl"
 cp "$out/adapter/adapter_model.safetensors" "$work/straight_adapter.safetensors"
 rm -rf "$out/checkpoints/step-0000004" "$out/adapter"
-"$runner" lora_finetune base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$out" \
-  steps=4 save_every=2 resume=true "${common[@]}" >"$work/lora_b.log" 2>&1
+LUATUNE_PROGRESS_SECONDS=0 "$runner" lora_finetune base_model="$base" data=tests/fixtures/data/chat_small.jsonl \
+  output_dir="$out" max_steps=4 save_steps=2 resume=true "${common[@]}" >"$work/lora_b.log" 2>&1
 check "lora: resumed run exits 0" test $? -eq 0
+check "lora: LUATUNE_PROGRESS_SECONDS=0 prints every step, with elapsed time" \
+  test "$(grep -cE '^step [34]/4 \| loss .*\| elapsed [0-9]+s' "$work/lora_b.log")" -eq 2
 check "lora: metrics go on from step 3, each step once" test "$(steps_logged "$out/metrics.jsonl")" = "1 2 3 4"
 check "lora: resumed run equals the straight run (adapter bytes)" \
   cmp "$out/adapter/adapter_model.safetensors" "$work/straight_adapter.safetensors"
@@ -31,7 +42,7 @@ check "lora: resumed run equals the straight run (adapter bytes)" \
 # QLoRA: a 4-bit base, the same resume guarantee as LoRA, and merge=true writing a dense HF model
 # whose logits match the 4-bit base with the adapter on (within the bf16/4-bit rounding).
 out=$work/qlora
-qargs=(base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$out" steps=4 save_every=2 merge=true)
+qargs=(base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$out" max_steps=4 save_steps=2 merge=true)
 "$runner" qlora_finetune "${qargs[@]}" "${common[@]}" >"$work/qlora_a.log" 2>&1
 check "qlora: run exits 0" test $? -eq 0
 check "qlora: reports the 4-bit base" grep -q "4-bit base: 14 Linears nf4" "$work/qlora_a.log"
@@ -57,14 +68,14 @@ LUA
 "$runner" "$work/qlora_check.lua" >"$work/qlora_check.log" 2>&1
 check "qlora: merged model equals 4-bit base + adapter" test $? -eq 0
 "$runner" lora_finetune base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$work/lora_nf4" \
-  steps=2 save_every=0 quantize=nf4 "${common[@]}" >"$work/lora_nf4.log" 2>&1
+  max_steps=2 save_steps=0 quantize=nf4 "${common[@]}" >"$work/lora_nf4.log" 2>&1
 check "lora quantize=nf4: exits 0 with a 4-bit base" grep -q "14 Linears nf4" "$work/lora_nf4.log"
 
 # LLaMA-Adapter (adaption prompts in both layers): the eval loss falls over 6 steps (warmup off, so the
 # prompts and gates move from step 1), the PEFT adapter loads back with its config and changes the base's
 # logits, and resume=true from the step-3 checkpoint ends at the same adapter bytes.
 out=$work/adapter
-aargs=(base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$out" steps=6 save_every=3 warmup=0
+aargs=(base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$out" max_steps=6 save_steps=3 warmup_steps=0
   adapter.adapter_layers=2)
 "$runner" adapter_finetune "${aargs[@]}" "${common[@]}" >"$work/adapter_a.log" 2>&1
 check "adapter: run exits 0" test $? -eq 0
@@ -96,14 +107,14 @@ check "adapter: loads back and changes the logits" test $? -eq 0
 
 # Full fine-tuning writes a model that loads back.
 "$runner" full_finetune base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$work/full" \
-  steps=2 save_every=0 "${common[@]}" >"$work/full.log" 2>&1
+  max_steps=2 save_steps=0 "${common[@]}" >"$work/full.log" 2>&1
 check "full: exits 0" test $? -eq 0
 check "full: HF model written" test -f "$work/full/model/config.json" -a -f "$work/full/model/model.safetensors"
 check "full: tokenizer copied" test -f "$work/full/model/tokenizer.json"
 
 # Continued pretraining on plain text.
 "$runner" continued_pretraining base_model="$base" data=tests/fixtures/data/text_small.jsonl \
-  output_dir="$work/cpt" steps=2 save_every=0 "${common[@]}" >"$work/cpt.log" 2>&1
+  output_dir="$work/cpt" max_steps=2 save_steps=0 "${common[@]}" >"$work/cpt.log" 2>&1
 check "cpt: exits 0" test $? -eq 0
 check "cpt: model written" test -f "$work/cpt/model/config.json"
 

@@ -42,7 +42,7 @@ rows() {  # DUMP: how many history rows carry a training loss
 # LoRA on the tiny model: the recipe's resolved config, one row per step, complete with exit code 0.
 start_server lora
 "$runner" lora_finetune base_model="$base" data=tests/fixtures/data/chat_small.jsonl output_dir="$work/lora" \
-  steps=3 save_every=0 eval_every=2 dtype=float32 device=cpu batch_size=2 grad_accum=1 max_length=96 \
+  max_steps=3 save_steps=0 eval_steps=2 dtype=fp32 device=cpu batch_size=2 gradient_accumulation_steps=1 max_length=96 \
   wandb_project=tests >"$work/lora.log" 2>&1
 check "lora: exits 0" test $? -eq 0
 stop_server
@@ -50,9 +50,10 @@ dump=$work/lora.json
 check "lora: no protocol errors" test "$(json "$dump" "len(j['errors'])")" = 0
 check "lora: project from wandb_project" test "$(run1 "$dump" "r['project']")" = tests
 check "lora: config has the recipe's resolved keys" test "$(run1 "$dump" \
-  "sorted(k for k in ('lr','steps','lora','base_model','wandb_project') if k in json.loads(r['variables']['config']))")" \
-  = "['base_model', 'lora', 'lr', 'steps', 'wandb_project']"
-check "lora: config values as {value: v}" test "$(run1 "$dump" "json.loads(r['variables']['config'])['steps']")" \
+  "sorted(k for k in ('learning_rate','max_steps','lora','base_model','wandb_project')
+          if k in json.loads(r['variables']['config']))")" \
+  = "['base_model', 'learning_rate', 'lora', 'max_steps', 'wandb_project']"
+check "lora: config values as {value: v}" test "$(run1 "$dump" "json.loads(r['variables']['config'])['max_steps']")" \
   = "{'value': 3}"
 check "lora: one row per step" test "$(rows "$dump")" = 3
 check "lora: eval rows too" test "$(run1 "$dump" "sum(1 for l in r['history'] if 'eval_loss' in json.loads(l))")" = 2

@@ -10,7 +10,7 @@ local cfg = config {
 }
 
 local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.steps,
-                           every = 1, config = cfg, wandb = cfg.wandb_project }
+                           progress_seconds = 0, config = cfg, wandb = cfg.wandb_project }
 for step = 1, cfg.steps do
   local t0 = metrics.clock()
   while metrics.clock() - t0 < cfg.step_seconds do end

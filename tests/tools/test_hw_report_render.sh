@@ -37,42 +37,6 @@ for rows in 0 1 20; do
   [ "$size" -gt 20000 ] || fail "$name: the screenshot is $size bytes (a blank page is a few KB)"
   # Colours on the full sample only: decoding in pure Python takes ~8 s a screenshot.
   [ "$rows" -eq 0 ] || continue
-  python3 - "$out/$name.png" <<'PY' || fail "$name: the screenshot looks blank"
-import sys, zlib, struct
-# A PNG decoder just big enough for Chromium's screenshots (8-bit RGB/RGBA, non-interlaced), so
-# the test needs no imaging library: count the distinct colours of the decoded pixels.
-data = open(sys.argv[1], "rb").read()
-assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-pos, idat, width = 8, b"", 0
-while pos < len(data):
-    length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-    body = data[pos + 8:pos + 8 + length]
-    if kind == b"IHDR":
-        width, height, depth, colour = struct.unpack(">IIBB", body[:10])
-        assert depth == 8 and colour in (2, 6), f"unsupported PNG (depth {depth}, colour type {colour})"
-        bpp = 3 if colour == 2 else 4
-    elif kind == b"IDAT":
-        idat += body
-    pos += 12 + length
-raw, stride = zlib.decompress(idat), width * bpp
-prev, colours, i = bytearray(stride), set(), 0
-for _ in range(height):
-    f, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
-    i += 1 + stride
-    for x in range(stride):
-        a = line[x - bpp] if x >= bpp else 0
-        b, c = prev[x], prev[x - bpp] if x >= bpp else 0
-        if f == 1: line[x] = (line[x] + a) & 255
-        elif f == 2: line[x] = (line[x] + b) & 255
-        elif f == 3: line[x] = (line[x] + (a + b) // 2) & 255
-        elif f == 4:
-            p = a + b - c
-            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-            line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-    colours.update(bytes(line[x:x + 3]) for x in range(0, stride, bpp * 4))  # every 4th pixel
-    prev = line
-print(f"{sys.argv[1]}: {width}x{height}, {len(colours)} colours (sampled)")
-sys.exit(0 if len(colours) > 8 else 1)
-PY
+  python3 "$here/png_colours.py" "$out/$name.png" 8 || fail "$name: the screenshot looks blank"
 done
 echo "hw_report_renders: ok ($out)"

@@ -1,0 +1,540 @@
+// The run report (see run_report.h): metrics.jsonl and run.json read once into a RunReport, then
+// rendered as HTML (line charts from host/core/svg_chart.h) and as Markdown tables.
+#include "host/metrics/run_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/core/json.h"
+#include "host/core/strings.h"
+#include "host/core/svg_chart.h"
+#include "host/metrics/metrics.h"
+
+namespace luatune {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// A chart's curves drawn with more points than this are drawn as this many bucket means.
+constexpr size_t kMaxChartPoints = 1000;
+// Rows of sampled points per curve in the Markdown.
+constexpr size_t kMarkdownSamples = 10;
+// Charts beyond the main four (loss, learning rate, gradient norm, throughput).
+constexpr size_t kMaxExtraCharts = 16;
+
+// Keys of a step record that are not metrics.
+bool is_bookkeeping(const std::string& k) {
+  return k == "step" || k == "time" || k == "elapsed" || k == "note";
+}
+
+// Counts and per-step timings that a chart would only repeat (tokens_per_s says it better).
+bool is_uncharted(const std::string& k) {
+  return k == "tokens" || k == "target_tokens" || k == "step_time";
+}
+
+std::string stem_of(const std::string& path) {
+  return std::filesystem::path(path).stem().string();
+}
+
+std::string json_text(const ojson& v) {
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
+
+// "lora.r" -> value text, depth first in the config's order.
+void flatten(const ojson& j, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  if (j.is_object() && !j.empty()) {
+    for (auto it = j.begin(); it != j.end(); ++it)
+      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+  } else {
+    out.emplace_back(prefix, json_text(j));
+  }
+}
+
+}  // namespace
+
+const RunCurve* RunReport::curve(const std::string& key) const {
+  for (const RunCurve& c : curves)
+    if (c.key == key) return &c;
+  return nullptr;
+}
+
+// ============================================================================================
+// Reading
+
+std::string run_report_jsonl_of(const std::string& path) {
+  return dir_exists(path) ? (std::filesystem::path(path) / "metrics.jsonl").string() : path;
+}
+
+RunReport run_report_read(const std::string& jsonl_path) {
+  if (!file_exists(jsonl_path) || dir_exists(jsonl_path))
+    fail("report: no metrics file '" + jsonl_path +
+         "' (metrics.open{jsonl = OUTPUT_DIR .. \"/metrics.jsonl\"} writes it)");
+  RunReport r;
+  r.jsonl_path = jsonl_path;
+  r.dir = path_dirname(jsonl_path);
+
+  // key -> step -> value; keys in the order they first appear.
+  std::vector<std::string> order;
+  std::map<std::string, std::map<int64_t, double>> values;
+  ojson jsonl_config;
+  double t0 = INFINITY, t1 = -INFINITY;
+  for (const std::string& raw : str_split(file_read(jsonl_path), '\n')) {
+    if (str_trim(raw).empty()) continue;
+    ojson j = ojson_parse_or_discard(raw);
+    if (!j.is_object()) {
+      r.bad_lines++;
+      continue;
+    }
+    if (j.contains("step")) {
+      const ojson& s = j["step"];
+      if (!s.is_number() || s.get<double>() < 0) {
+        r.bad_lines++;
+        continue;
+      }
+      int64_t step = static_cast<int64_t>(s.get<double>());
+      r.records++;
+      r.first_step = r.first_step < 0 ? step : std::min(r.first_step, step);
+      r.last_step = std::max(r.last_step, step);
+      if (j.contains("time") && j["time"].is_number()) {
+        double t = j["time"].get<double>();
+        t0 = std::min(t0, t), t1 = std::max(t1, t);
+      }
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        const std::string& k = it.key();
+        if (is_bookkeeping(k) || !(it.value().is_number() || it.value().is_null())) continue;
+        auto& per_step = values[k];
+        if (per_step.empty()) order.push_back(k);
+        double v = it.value().is_null() ? NAN : it.value().get<double>();
+        if (!per_step.emplace(step, v).second) {
+          per_step[step] = v;  // logged again (a resumed run): the last value wins
+          r.repeated++;
+        }
+      }
+    } else if (j.contains("summary") && j["summary"].is_object()) {
+      r.summary.clear();
+      for (auto it = j["summary"].begin(); it != j["summary"].end(); ++it)
+        if (it.value().is_number()) r.summary.emplace_back(it.key(), it.value().get<double>());
+    } else if (j.contains("config")) {
+      if (jsonl_config.is_null()) jsonl_config = j["config"];
+    } else {
+      r.bad_lines++;
+    }
+  }
+  if (t1 >= t0) r.wall_seconds = t1 - t0;
+
+  // Loss first, then the learning rate, gradient norm and throughput, then the rest as logged.
+  static const char* const kFirst[] = {"loss",         "eval_loss",        "lr", "learning_rate", "grad_norm",
+                                       "tokens_per_s", "tokens_per_second"};
+  std::stable_sort(order.begin(), order.end(), [](const std::string& a, const std::string& b) {
+    auto rank = [](const std::string& k) {
+      for (size_t i = 0; i < std::size(kFirst); i++)
+        if (k == kFirst[i]) return static_cast<int>(i);
+      return static_cast<int>(std::size(kFirst));
+    };
+    return rank(a) < rank(b);
+  });
+  for (const std::string& k : order) {
+    RunCurve c;
+    c.key = k;
+    c.points.assign(values[k].begin(), values[k].end());
+    r.curves.push_back(std::move(c));
+  }
+
+  // run.json (host/train/run_dir.h): who made the directory, and the config it resolved.
+  std::string run_json = (std::filesystem::path(r.dir) / "run.json").string();
+  ojson run = file_exists(run_json) ? ojson_parse_or_discard(file_read(run_json)) : ojson();
+  auto str = [&](const char* key) {
+    return run.is_object() && run.contains(key) && run[key].is_string() ? run[key].get<std::string>()
+                                                                        : std::string();
+  };
+  if (run.is_object()) {
+    r.recipe = str("recipe");
+    r.run_id = str("run_id");
+    r.started = str("started");
+    r.host = str("host");
+    r.luatune_version = str("luatune");
+    r.git_describe = str("git_describe");
+    if (run.contains("world_size") && run["world_size"].is_number())
+      r.world_size = run["world_size"].get<int>();
+    if (run.contains("resumes") && run["resumes"].is_array())
+      r.resumes = static_cast<int>(run["resumes"].size());
+    if (run.contains("config") && run["config"].is_object()) {
+      r.config = run["config"];
+      r.config_source = "run.json";
+    }
+  }
+  if (r.config.is_null() && jsonl_config.is_object()) {
+    r.config = jsonl_config;
+    r.config_source = path_basename(jsonl_path);
+  }
+
+  // Hardware, as far as the files record it: run.json's host (and a device name, should a future
+  // run.json carry one), the config's device and dtype, the peak memory the trainer measured.
+  if (!r.host.empty()) r.hardware.emplace_back("host", r.host);
+  for (const char* key : {"device", "device_name", "gpu", "gpu_name"})
+    if (!str(key).empty()) r.hardware.emplace_back(key, str(key));
+  if (r.world_size > 0) r.hardware.emplace_back("world size (ranks)", std::to_string(r.world_size));
+  if (r.config.is_object())
+    for (const char* key : {"device", "dtype", "shard", "quantize"})
+      if (r.config.contains(key) && !r.config[key].is_null() && json_text(r.config[key]) != "")
+        r.hardware.emplace_back(std::string(key) + " (config)", json_text(r.config[key]));
+  if (const RunCurve* mem = r.curve("peak_memory_gb")) {
+    double peak = -1;
+    for (const auto& p : mem->points)
+      if (std::isfinite(p.second)) peak = std::max(peak, p.second);
+    if (peak >= 0) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.2f GB", peak);
+      r.hardware.emplace_back("peak device memory", buf);
+    }
+  }
+  return r;
+}
+
+// ============================================================================================
+// What both renderers show
+
+namespace {
+
+struct Chart {
+  std::string title, y_label;
+  std::vector<const RunCurve*> curves;
+};
+
+const char* const kColours[] = {"#2b6cb0", "#dd6b20", "#805ad5", "#319795", "#b7791f", "#d53f8c", "#38a169"};
+
+// Loss and eval loss share a chart; then learning rate, gradient norm, throughput; then one chart
+// per other metric (eval perplexity, distillation losses, peak memory, ...).
+std::vector<Chart> charts_of(const RunReport& r) {
+  std::vector<Chart> out;
+  std::vector<std::string> used;
+  auto take = [&](Chart c, std::initializer_list<const char*> keys) {
+    for (const char* k : keys)
+      if (const RunCurve* cv = r.curve(k)) {
+        c.curves.push_back(cv);
+        used.push_back(k);
+      }
+    if (!c.curves.empty()) out.push_back(std::move(c));
+  };
+  take({"Loss", "loss", {}}, {"loss", "eval_loss"});
+  take({"Learning rate", "learning rate", {}}, {"lr", "learning_rate"});
+  take({"Gradient norm", "grad norm (before clipping)", {}}, {"grad_norm"});
+  take({"Throughput", "tokens/s", {}}, {"tokens_per_s", "tokens_per_second"});
+  size_t extra = 0;
+  for (const RunCurve& c : r.curves) {
+    if (std::find(used.begin(), used.end(), c.key) != used.end() || is_uncharted(c.key)) continue;
+    if (extra++ >= kMaxExtraCharts) break;
+    out.push_back({c.key, c.key, {&c}});
+  }
+  return out;
+}
+
+// At most `max` points: consecutive buckets of equal size averaged (steps too), first and last kept
+// in place by construction of the bucket bounds.
+std::vector<std::pair<double, double>> chart_points(const RunCurve& c, size_t max) {
+  std::vector<std::pair<double, double>> finite;
+  for (const auto& [s, v] : c.points)
+    if (std::isfinite(v)) finite.emplace_back(static_cast<double>(s), v);
+  if (finite.size() <= max) return finite;
+  std::vector<std::pair<double, double>> out;
+  for (size_t b = 0; b < max; b++) {
+    size_t lo = b * finite.size() / max, hi = (b + 1) * finite.size() / max;
+    double sx = 0, sy = 0;
+    for (size_t i = lo; i < hi; i++) sx += finite[i].first, sy += finite[i].second;
+    out.emplace_back(sx / static_cast<double>(hi - lo), sy / static_cast<double>(hi - lo));
+  }
+  return out;
+}
+
+bool any_downsampled(const std::vector<Chart>& charts) {
+  for (const Chart& c : charts)
+    for (const RunCurve* cv : c.curves)
+      if (cv->points.size() > kMaxChartPoints) return true;
+  return false;
+}
+
+// The last finite value of a curve, with its step.
+bool last_value(const RunCurve& c, int64_t* step, double* v) {
+  for (auto it = c.points.rbegin(); it != c.points.rend(); ++it)
+    if (std::isfinite(it->second)) {
+      *step = it->first, *v = it->second;
+      return true;
+    }
+  return false;
+}
+
+struct FinalRow {
+  std::string name, value, from;
+};
+
+// The summary record's numbers, then the last logged value of each charted curve the summary
+// does not already give.
+std::vector<FinalRow> final_rows(const RunReport& r, const std::vector<Chart>& charts) {
+  std::vector<FinalRow> rows;
+  for (const auto& [k, v] : r.summary) rows.push_back({k, metrics_format_value(k, v), "summary"});
+  for (const Chart& c : charts)
+    for (const RunCurve* cv : c.curves) {
+      bool in_summary = false;
+      for (const auto& kv : r.summary) in_summary = in_summary || kv.first == cv->key;
+      int64_t step = 0;
+      double v = 0;
+      if (!in_summary && last_value(*cv, &step, &v))
+        rows.push_back({cv->key, metrics_format_value(cv->key, v), "step " + std::to_string(step)});
+    }
+  return rows;
+}
+
+std::string title_of(const RunReport& r) {
+  std::string name = r.recipe.empty() ? "" : stem_of(r.recipe);
+  if (name.empty() && r.config.is_object() && r.config.contains("output_dir"))
+    name = path_basename(json_text(r.config["output_dir"]));
+  if (name.empty()) name = path_basename(r.dir);
+  std::string stem = stem_of(r.jsonl_path);
+  if (stem != "metrics") name += " (" + stem + ")";
+  return "Run report: " + name;
+}
+
+// "run ID", "started T", "steps 1-100", "12m05s wall clock", "luatune V (git G)"
+std::vector<std::string> about_of(const RunReport& r) {
+  std::vector<std::string> about;
+  if (!r.run_id.empty()) about.push_back("run " + r.run_id);
+  if (!r.started.empty()) about.push_back("started " + r.started);
+  if (r.first_step >= 0)
+    about.push_back(r.first_step == r.last_step
+                        ? "step " + std::to_string(r.last_step)
+                        : "steps " + std::to_string(r.first_step) + "–" + std::to_string(r.last_step));
+  if (r.wall_seconds > 0) about.push_back(metrics_format_duration(r.wall_seconds) + " wall clock");
+  if (!r.luatune_version.empty())
+    about.push_back("luatune " + r.luatune_version +
+                    (r.git_describe.empty() ? "" : " (" + r.git_describe + ")"));
+  return about;
+}
+
+std::vector<std::string> notes_of(const RunReport& r, const std::vector<Chart>& charts) {
+  std::vector<std::string> notes;
+  if (r.bad_lines > 0)
+    notes.push_back(std::to_string(r.bad_lines) + " line" + (r.bad_lines == 1 ? " was" : "s were") +
+                    " skipped in " + path_basename(r.jsonl_path) +
+                    ": not a JSON record (a run killed while writing leaves a truncated last line)");
+  if (r.repeated > 0)
+    notes.push_back(
+        std::to_string(r.repeated) + " value" + (r.repeated == 1 ? " was" : "s were") +
+        " logged again for a step already logged (a resumed run): the last value of each step is shown");
+  if (r.resumes > 0)
+    notes.push_back("resumed " + std::to_string(r.resumes) + " time" + (r.resumes == 1 ? "" : "s") +
+                    " (run.json)");
+  if (any_downsampled(charts))
+    notes.push_back("curves of more than " + std::to_string(kMaxChartPoints) + " steps are drawn as " +
+                    std::to_string(kMaxChartPoints) + " means of consecutive steps");
+  if (r.records == 0) notes.push_back("no step was logged");
+  if (r.config.is_null()) notes.push_back("no config recorded (neither run.json nor a config line)");
+  return notes;
+}
+
+const char* const kStyle = R"css(
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Liberation Sans",sans-serif;color:#1a202c;
+  margin:24px auto;max-width:1100px;padding:0 16px;background:#fff}
+h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #e2e8f0;padding-bottom:4px}
+.about{color:#4a5568;margin:0 0 12px}
+table{border-collapse:collapse;margin:8px 0}th,td{padding:4px 10px;border-bottom:1px solid #e2e8f0;text-align:left}
+th{background:#f7fafc;font-weight:600;font-size:13px}.num{text-align:right;font-variant-numeric:tabular-nums}
+td.key{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px}td.value{word-break:break-all}
+svg.chart{max-width:100%;height:auto;display:block;margin:4px 0 12px}
+figure{margin:0}figcaption{font-weight:600;margin:16px 0 0}.notes li{color:#4a5568}
+)css";
+
+std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n')
+      out += ' ';
+    else
+      out += c;
+  }
+  return out;
+}
+
+// Evenly spaced indices into n points, first and last included.
+std::vector<size_t> sample_indices(size_t n, size_t k) {
+  std::vector<size_t> idx;
+  if (n == 0) return idx;
+  if (n <= k) {
+    for (size_t i = 0; i < n; i++) idx.push_back(i);
+    return idx;
+  }
+  for (size_t i = 0; i < k; i++) {
+    size_t j = (i * (n - 1) + (k - 1) / 2) / (k - 1);
+    if (idx.empty() || j != idx.back()) idx.push_back(j);
+  }
+  return idx;
+}
+
+}  // namespace
+
+// ============================================================================================
+// HTML
+
+std::string run_report_html(const RunReport& r) {
+  const std::string title = title_of(r);
+  const std::vector<Chart> charts = charts_of(r);
+  std::ostringstream os;
+  os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+     << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>" << svg_escape(title)
+     << "</title><style>" << kStyle << "</style></head><body>\n";
+  os << "<h1>" << svg_escape(title) << "</h1>\n";
+  std::vector<std::string> about = about_of(r);
+  if (!about.empty()) {
+    os << "<p class=\"about\">";
+    for (size_t i = 0; i < about.size(); i++) os << (i ? " · " : "") << svg_escape(about[i]);
+    os << "</p>\n";
+  }
+
+  std::vector<FinalRow> finals = final_rows(r, charts);
+  if (!finals.empty()) {
+    os << "<h2>Final numbers</h2>\n<table class=\"final\"><thead><tr><th>metric</th><th "
+          "class=\"num\">value</th>"
+          "<th>from</th></tr></thead><tbody>";
+    for (const FinalRow& f : finals)
+      os << "<tr><td class=\"key\">" << svg_escape(f.name) << "</td><td class=\"num\">" << svg_escape(f.value)
+         << "</td><td>" << svg_escape(f.from) << "</td></tr>";
+    os << "</tbody></table>\n";
+  }
+
+  os << "<h2>Curves</h2>\n";
+  if (charts.empty()) os << "<p>No metric was logged against a step.</p>\n";
+  for (size_t ci = 0; ci < charts.size(); ci++) {
+    const Chart& c = charts[ci];
+    SvgLineChart chart;
+    chart.title = c.title;
+    chart.x_label = "step";
+    chart.x_integer = true;
+    chart.x_from = static_cast<double>(r.first_step);  // every chart over the run's steps
+    chart.x_to = static_cast<double>(r.last_step);
+    chart.y_label = c.y_label;
+    // The loss chart's two series take the first two colours; each other chart a colour of its own.
+    for (size_t i = 0; i < c.curves.size(); i++) {
+      size_t colour = ci == 0 ? i : ci + 1;
+      chart.series.push_back({c.curves[i]->key, kColours[colour % std::size(kColours)],
+                              chart_points(*c.curves[i], kMaxChartPoints)});
+    }
+    os << "<figure><figcaption>" << svg_escape(c.title) << "</figcaption>" << svg_line_chart(chart)
+       << "</figure>\n";
+  }
+
+  if (!r.hardware.empty()) {
+    os << "<h2>Hardware</h2>\n<table class=\"hardware\"><tbody>";
+    for (const auto& [k, v] : r.hardware)
+      os << "<tr><th>" << svg_escape(k) << "</th><td>" << svg_escape(v) << "</td></tr>";
+    os << "</tbody></table>\n";
+  }
+
+  if (r.config.is_object()) {
+    std::vector<std::pair<std::string, std::string>> flat;
+    flatten(r.config, "", flat);
+    os << "<h2>Config</h2>\n<p class=\"about\">resolved, from " << svg_escape(r.config_source)
+       << "</p>\n<table class=\"config\"><thead><tr><th>key</th><th>value</th></tr></thead><tbody>";
+    for (const auto& [k, v] : flat)
+      os << "<tr><td class=\"key\">" << svg_escape(k) << "</td><td class=\"value\">" << svg_escape(v)
+         << "</td></tr>";
+    os << "</tbody></table>\n";
+  }
+
+  std::vector<std::string> notes = notes_of(r, charts);
+  if (!notes.empty()) {
+    os << "<h2>Notes</h2>\n<ul class=\"notes\">";
+    for (const std::string& n : notes) os << "<li>" << svg_escape(n) << "</li>";
+    os << "</ul>\n";
+  }
+  os << "<p class=\"about\">from " << svg_escape(r.jsonl_path) << " · runner report OUTPUT_DIR</p>\n";
+  os << "</body></html>\n";
+  return os.str();
+}
+
+// ============================================================================================
+// Markdown
+
+std::string run_report_markdown(const RunReport& r) {
+  const std::vector<Chart> charts = charts_of(r);
+  std::ostringstream os;
+  os << "# " << title_of(r) << "\n\n";
+  std::vector<std::string> about = about_of(r);
+  if (!about.empty()) os << str_join(about, " · ") << "\n\n";
+
+  std::vector<FinalRow> finals = final_rows(r, charts);
+  if (!finals.empty()) {
+    os << "## Final numbers\n\n| metric | value | from |\n|---|---:|---|\n";
+    for (const FinalRow& f : finals)
+      os << "| " << md_cell(f.name) << " | " << f.value << " | " << f.from << " |\n";
+    os << "\n";
+  }
+
+  os << "## Curves\n\n";
+  if (charts.empty()) os << "No metric was logged against a step.\n\n";
+  for (const Chart& c : charts)
+    for (const RunCurve* cv : c.curves) {
+      size_t n = 0;
+      for (const auto& p : cv->points) n += std::isfinite(p.second) ? 1 : 0;
+      os << "### " << md_cell(cv->key) << " (" << n << " point" << (n == 1 ? "" : "s") << ")\n\n";
+      os << "| step | " << md_cell(cv->key) << " |\n|---:|---:|\n";
+      std::vector<std::pair<int64_t, double>> finite;
+      for (const auto& p : cv->points)
+        if (std::isfinite(p.second)) finite.push_back(p);
+      for (size_t i : sample_indices(finite.size(), kMarkdownSamples))
+        os << "| " << finite[i].first << " | " << metrics_format_value(cv->key, finite[i].second) << " |\n";
+      os << "\n";
+    }
+
+  if (!r.hardware.empty()) {
+    os << "## Hardware\n\n| what | value |\n|---|---|\n";
+    for (const auto& [k, v] : r.hardware) os << "| " << md_cell(k) << " | " << md_cell(v) << " |\n";
+    os << "\n";
+  }
+  if (r.config.is_object()) {
+    std::vector<std::pair<std::string, std::string>> flat;
+    flatten(r.config, "", flat);
+    os << "## Config\n\nresolved, from " << r.config_source << "\n\n| key | value |\n|---|---|\n";
+    for (const auto& [k, v] : flat) os << "| " << md_cell(k) << " | " << md_cell(v) << " |\n";
+    os << "\n";
+  }
+  std::vector<std::string> notes = notes_of(r, charts);
+  if (!notes.empty()) {
+    os << "## Notes\n\n";
+    for (const std::string& n : notes) os << "- " << n << "\n";
+    os << "\n";
+  }
+  os << "From " << r.jsonl_path << "; the charts are in the HTML report beside this file.\n";
+  return os.str();
+}
+
+// ============================================================================================
+// Files
+
+std::string run_report_write(const std::string& jsonl_path, const std::string& html_path) {
+  RunReport r = run_report_read(jsonl_path);
+  std::string html = html_path;
+  if (html.empty()) {
+    std::string stem = stem_of(jsonl_path);
+    html =
+        (std::filesystem::path(r.dir) / (stem == "metrics" ? "report.html" : stem + ".report.html")).string();
+  }
+  std::filesystem::path md = std::filesystem::path(html).replace_extension(".md");
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::path(html).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  file_write_atomic(html, run_report_html(r));
+  file_write_atomic(md.string(), run_report_markdown(r));
+  return html;
+}
+
+}  // namespace luatune

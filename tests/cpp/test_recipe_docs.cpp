@@ -1,0 +1,185 @@
+// A recipe's self-description (leading comment, per-key docs) and the config checks `validate` and
+// every run apply before loading anything; and the shipped recipes keep to both.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/core/strings.h"
+#include "host/runner/config.h"
+#include "host/runner/config_checks.h"
+#include "host/runner/recipe_docs.h"
+#include "host/runner/recipes.h"
+
+using namespace luatune;
+
+namespace {
+
+const char* kRecipe = R"(-- recipes/demo.lua: LoRA fine-tuning of a chat model (e.g. Llama 3.1) on JSONL;
+-- writes a PEFT adapter. More words here.
+-- runner demo base_model=DIR data=FILE
+local cfg = config {
+  base_model = "models/x",  -- model to tune: a local directory or org/name
+  lora = {                  -- the adapters
+    r = 16,                 -- rank
+    targets = { "q_proj",   -- ignored: the value ends on a later line
+                "v_proj" }, -- modules that get adapters
+    note = "a -- b",        -- a string holding "--" is not a comment
+  },
+  learning_rate = 2e-4, max_steps = 10,  -- two keys on one line
+  eps = 1e-8,
+  steps_expr = 3 * (2 + 1),  -- an expression; "--" inside [[ -- ]] strings too: [[x -- y]]
+  long = [[
+text -- not a doc
+]],  -- the long string's doc
+}
+print(cfg.learning_rate) -- not in the table
+)";
+
+}  // namespace
+
+TEST(RecipeDocs, LeadingCommentGivesTheFirstSentenceAndUsage) {
+  RecipeDocs d = recipe_docs_parse(kRecipe, "demo.lua");
+  EXPECT_EQ(d.first_sentence, "LoRA fine-tuning of a chat model (e.g. Llama 3.1) on JSONL; writes a PEFT adapter.");
+  ASSERT_EQ(d.usage.size(), 1u);
+  EXPECT_EQ(d.usage[0], "runner demo base_model=DIR data=FILE");
+  EXPECT_TRUE(d.has_config);
+  EXPECT_EQ(d.config_line, 4);
+}
+
+TEST(RecipeDocs, EveryKeyGetsItsTrailingComment) {
+  RecipeDocs d = recipe_docs_parse(kRecipe, "demo.lua");
+  EXPECT_EQ(recipe_key_doc(d, "base_model"), "model to tune: a local directory or org/name");
+  EXPECT_EQ(recipe_key_doc(d, "lora"), "the adapters");
+  EXPECT_EQ(recipe_key_doc(d, "lora.r"), "rank");
+  EXPECT_EQ(recipe_key_doc(d, "lora.targets"), "modules that get adapters");
+  EXPECT_EQ(recipe_key_doc(d, "lora.note"), "a string holding \"--\" is not a comment");
+  EXPECT_EQ(recipe_key_doc(d, "eps"), "");
+  EXPECT_EQ(recipe_key_doc(d, "steps_expr"), "an expression; \"--\" inside [[ -- ]] strings too: [[x -- y]]");
+  EXPECT_EQ(recipe_key_doc(d, "long"), "the long string's doc");
+  std::vector<std::string> keys;
+  for (const auto& k : d.keys) keys.push_back(k.key);
+  EXPECT_EQ(str_join(keys, ","),
+            "base_model,lora,lora.r,lora.targets,lora.note,learning_rate,max_steps,eps,steps_expr,long");
+  // The second key on a shared line is a problem (it cannot have its own doc).
+  ASSERT_EQ(d.problems.size(), 1u);
+  EXPECT_NE(d.problems[0].find("'max_steps' shares its line with 'learning_rate'"), std::string::npos);
+}
+
+TEST(RecipeDocs, NoConfigAndNoSentence) {
+  RecipeDocs d = recipe_docs_parse("-- a script with no end\nprint(1)\n", "x.lua");
+  EXPECT_FALSE(d.has_config);
+  EXPECT_EQ(d.first_sentence, "");
+  EXPECT_EQ(d.prose, "a script with no end");
+  // `x.config {` and `config = {` are not the config call.
+  d = recipe_docs_parse("local t = {}\nt.config { a = 1 }\nlocal config = { b = 2 }\n", "y.lua");
+  EXPECT_FALSE(d.has_config);
+}
+
+TEST(RecipeDocs, WrapKeepsWordsWithinTheWidth) {
+  std::string w = text_wrap("aaa bbb ccc ddd eee fff ggg hhh iii jjj", 30, 4);
+  for (const auto& line : str_split(w, '\n')) EXPECT_LE(line.size(), 30u - 4u + 4u) << w;
+  EXPECT_NE(w.find("\n    "), std::string::npos) << w;
+  EXPECT_EQ(str_join(str_split(w, '\n'), ""), "aaa bbb ccc ddd eee fff    ggg hhh iii jjj");
+}
+
+TEST(RecipeDocs, HelpListsEveryResolvedLeafWithTypeDefaultAndDoc) {
+  RecipeDocs d = recipe_docs_parse(kRecipe, "demo.lua");
+  ConfigValue cfg;
+  cfg.fields["base_model"] = ConfigValue::of_string("models/x");
+  cfg.fields["eps"] = ConfigValue::of_number(1e-8);
+  ConfigValue lora;
+  lora.fields["r"] = ConfigValue::of_number(16);
+  cfg.fields["lora"] = lora;
+  std::string text = recipe_help_text("demo", d, &cfg, 100);
+  EXPECT_NE(text.find("base_model  (string) = \"models/x\"\n      model to tune"), std::string::npos) << text;
+  EXPECT_NE(text.find("lora.r  (number) = 16\n      rank"), std::string::npos) << text;
+  EXPECT_NE(text.find("eps  (number) = 1e-08\n      (no doc)"), std::string::npos) << text;
+  EXPECT_LT(text.find("base_model  ("), text.find("lora.r  ("));  // source order
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config checks
+
+TEST(ConfigChecks, PathsAndRangesAreAllReported) {
+  ConfigValue cfg;
+  cfg.fields["base_model"] = ConfigValue::of_string("/nope/model");
+  cfg.fields["data"] = ConfigValue::of_string("/nope/data.jsonl");
+  cfg.fields["output_dir"] = ConfigValue::of_string("/nope/out");  // an output: not checked
+  cfg.fields["max_steps"] = ConfigValue::of_number(0);
+  cfg.fields["learning_rate"] = ConfigValue::of_number(std::nan(""));
+  cfg.fields["batch_size"] = ConfigValue::of_number(2.5);
+  ConfigValue lora;
+  lora.fields["dropout"] = ConfigValue::of_number(1.0);
+  lora.fields["r"] = ConfigValue::of_number(8);
+  cfg.fields["lora"] = lora;
+  cfg.fields["data"].origin = "command line";
+  auto problems = config_problems(cfg);
+  std::string all = str_join(problems, "\n");
+  EXPECT_EQ(problems.size(), 6u) << all;
+  EXPECT_NE(all.find("base_model = \"/nope/model\" (recipe default)"), std::string::npos) << all;
+  EXPECT_NE(all.find("data = \"/nope/data.jsonl\" (command line): no such file"), std::string::npos) << all;
+  EXPECT_NE(all.find("max_steps = 0 (recipe default): expected a whole number >= 1"), std::string::npos) << all;
+  EXPECT_NE(all.find("learning_rate = "), std::string::npos) << all;
+  EXPECT_NE(all.find("batch_size = 2.5"), std::string::npos) << all;
+  EXPECT_NE(all.find("lora.dropout = 1 (recipe default): expected in [0, 1)"), std::string::npos) << all;
+  EXPECT_EQ(all.find("output_dir"), std::string::npos) << all;
+  EXPECT_EQ(all.find("lora.r"), std::string::npos) << all;
+
+  ConfigCheckOptions no_paths;
+  no_paths.paths = false;
+  EXPECT_EQ(config_problems(cfg, no_paths).size(), 4u);
+  cfg.fields["num_train_epochs"] = ConfigValue::of_number(2);  // max_steps = 0 then means "the epochs"
+  EXPECT_EQ(config_problems(cfg, no_paths).size(), 3u);
+  ConfigValue stage;  // a stage's max_steps = 0 skips the stage; a negative one is still wrong
+  stage.fields["max_steps"] = ConfigValue::of_number(0);
+  cfg.fields["distill"] = stage;
+  EXPECT_EQ(config_problems(cfg, no_paths).size(), 3u);
+  cfg.fields["distill"].fields["max_steps"] = ConfigValue::of_number(-1);
+  EXPECT_EQ(config_problems(cfg, no_paths).size(), 4u);
+}
+
+TEST(ConfigChecks, ExistingPathsAndSaneValuesPass) {
+  ConfigValue cfg;
+  std::string here = std::string(LUATUNE_SOURCE_DIR);
+  cfg.fields["data"] = ConfigValue::of_string(here + "/CMakeLists.txt");
+  cfg.fields["adapter"] = ConfigValue::of_string("");  // "" = not given
+  cfg.fields["learning_rate"] = ConfigValue::of_number(2e-4);
+  cfg.fields["warmup_ratio"] = ConfigValue::of_number(0.1);
+  cfg.fields["eval_steps"] = ConfigValue::of_number(0);
+  EXPECT_TRUE(config_problems(cfg).empty()) << str_join(config_problems(cfg), "\n");
+}
+
+TEST(ConfigChecks, RenamedKeysNameTheirNewName) {
+  ConfigValue cfg;
+  cfg.fields["learning_rate"] = ConfigValue::of_number(2e-4);
+  cfg.fields["max_steps"] = ConfigValue::of_number(10);
+  for (auto [old_name, new_name] : {std::pair<const char*, const char*>{"lr", "learning_rate"}, {"steps", "max_steps"}}) {
+    try {
+      config_apply(cfg, {config_parse_override(std::string(old_name) + "=1")});
+      FAIL() << "an old key name applied";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("it is now '") + new_name + "'"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shipped recipes keep to the form: every key documented, a first sentence `runner ls` shows whole.
+
+TEST(RecipeDocs, ShippedRecipesDocumentEveryKey) {
+  setenv("LUATUNE_HOME", LUATUNE_SOURCE_DIR, 1);
+  auto recipes = recipe_list();
+  ASSERT_GE(recipes.size(), 15u);
+  for (const auto& r : recipes) {
+    RecipeDocs d = recipe_docs_read(r.path);
+    EXPECT_FALSE(d.first_sentence.empty()) << r.path << ": the leading comment has no complete first sentence";
+    EXPECT_LE(d.first_sentence.size(), 200u) << r.path << ": first sentence too long for runner ls";
+    EXPECT_TRUE(d.problems.empty()) << r.path << ": " << str_join(d.problems, "; ");
+    if (!d.has_config) continue;
+    EXPECT_FALSE(d.keys.empty()) << r.path;
+    for (const auto& k : d.keys)
+      if (!k.table) EXPECT_FALSE(k.doc.empty()) << r.path << ":" << k.line << ": key '" << k.key << "' has no -- doc";
+  }
+}
