@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bindings/lua_util.h"
+#include "bindings/modules.h"
 #include "host/core/error.h"
 #include "host/core/seed.h"
 #include "host/core/strings.h"
@@ -106,6 +107,10 @@ static void config_claim_output_dir(const RunState& st, const ConfigValue& cfg, 
 }
 
 // config { defaults } (called through the module's __call: argument 1 is the module itself).
+static const LtFunc kConfigCall{
+    "config", "__call", "defaults: table", "table # the resolved config (reading a key it lacks raises)",
+    "declares the recipe's defaults, applies the run's overrides with type checks, prints the resolved config; "
+    "call it once, first (runner validate stops here)"};
 static int l_config_resolve(lua_State* L) {
   RunState& st = lt_run_state(L);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -154,7 +159,8 @@ static int l_config_resolve(lua_State* L) {
   return 1;
 }
 
-// config.get() -> the resolved config as a plain table, or nil before config{} ran.
+static const LtFunc kConfigGet{"config", "get", "", "table?",
+                               "the resolved config as a plain table (nil before config{})"};
 static int l_config_get(lua_State* L) {
   RunState& st = lt_run_state(L);
   if (!st.config_resolved) return lua_pushnil(L), 1;
@@ -162,7 +168,8 @@ static int l_config_get(lua_State* L) {
   return 1;
 }
 
-// config.json() -> the resolved config as a JSON object string ("{}" before config{} ran).
+static const LtFunc kConfigJson{"config", "json", "", "string",
+                                "the resolved config as JSON, for metric sinks (\"{}\" before config{})"};
 static int l_config_json(lua_State* L) {
   RunState& st = lt_run_state(L);
   std::string s = st.config_resolved ? config_to_json(st.resolved) : "{}";
@@ -180,6 +187,11 @@ static const luaL_Reg config_meta[] = {
     {"__call", l_config_resolve},
     {nullptr, nullptr},
 };
+
+LtModuleApi lt_api_config() {
+  return {"config", "the recipe's configuration: `local cfg = config { ...defaults... }`",
+          {kConfigCall, kConfigGet, kConfigJson}};
+}
 
 }  // namespace luatune
 

@@ -5,6 +5,7 @@
 #include "bindings/hook_class.h"
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
+#include "bindings/modules.h"
 #include "bindings/tensor_class.h"
 #include "host/core/error.h"
 #include "host/distill/distill.h"
@@ -40,16 +41,27 @@ void read_loss_options(lua_State* L, int idx, DistillOptions& o) {
   o.beta = lt_opt_number(L, idx, "beta", o.beta);
 }
 
-// distill.new(teacher, student, {loss="forward_kl", temperature=1, alpha=0.5, beta=0.5, chunk=1024,
-//   hidden_layers={{s, t}, ...} (0-based), hidden_loss="cosine", hidden_weight=1, seed=0})
+// Details: docs/distill.md.
+const LtFunc kDistillNew{
+    "distill", "new", "teacher: Model, student: Model, opts?: Opts", "Distiller # a hook for train.new(student, ...)",
+    "each micro-batch's loss becomes (1 - alpha) LM + alpha T^2 KD (+ hidden_weight * hidden); the teacher is "
+    "frozen and runs without autograd",
+    {{"loss", "string", "\"forward_kl\"", "\"forward_kl\" KL(t||s), \"reverse_kl\" KL(s||t) or \"jsd\""},
+     {"temperature", "number", "1", "T: both distributions are softened by it"},
+     {"alpha", "number", "0.5", "the KD term's weight"},
+     {"beta", "number", "0.5", "jsd's mixture weight on the teacher"},
+     {"chunk", "integer", "1024", "rows of logits that exist at once"},
+     {"hidden_layers", "integer[][]", "", "{{student_layer, teacher_layer}, ...} (0-based) hidden states to match"},
+     {"hidden_loss", "string", "\"cosine\"", "the hidden-state loss"},
+     {"hidden_weight", "number", "1", "the hidden term's weight"},
+     {"seed", "integer", "0", "seed of the projections between widths"}}};
 int l_distill_new(lua_State* L) {
   auto teacher = lt_check<std::shared_ptr<Model>>(L, 1);
   auto student = lt_check<std::shared_ptr<Model>>(L, 2);
   DistillOptions o;
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
-    lt_check_options(L, 3, {"loss", "temperature", "alpha", "beta", "chunk", "hidden_layers", "hidden_loss",
-                            "hidden_weight", "seed"});
+    lt_check_options(L, 3, kDistillNew);
     read_loss_options(L, 3, o);
     o.alpha = lt_opt_number(L, 3, "alpha", o.alpha);
     o.chunk = lt_opt_int(L, 3, "chunk", o.chunk);
@@ -77,22 +89,27 @@ int l_distill_new(lua_State* L) {
   return 1;
 }
 
-// distill.divergence(student_logits, teacher_logits [, {loss=, temperature=, beta=}]) -> Tensor (...)
-// per row (no T^2 factor; see docs/distill.md)
+// No T^2 factor (docs/distill.md).
+const LtFunc kDistillDivergence{
+    "distill", "divergence", "student_logits: Tensor, teacher_logits: Tensor, opts?: Opts", "Tensor # one value per row",
+    "the per-row divergence",
+    {{"loss", "string", "\"forward_kl\"", "\"forward_kl\", \"reverse_kl\" or \"jsd\""},
+     {"temperature", "number", "1", "T"},
+     {"beta", "number", "0.5", "jsd's mixture weight on the teacher"}}};
 int l_distill_divergence(lua_State* L) {
   const at::Tensor& s = lt_check<at::Tensor>(L, 1);
   const at::Tensor& t = lt_check<at::Tensor>(L, 2);
   DistillOptions o;
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
-    lt_check_options(L, 3, {"loss", "temperature", "beta"});
+    lt_check_options(L, 3, kDistillDivergence);
     read_loss_options(L, 3, o);
   }
   lt_push<at::Tensor>(L, distill_divergence(s, t, o));
   return 1;
 }
 
-// kd:teacher() -> the teacher Model
+const LtFunc kDistillerTeacher{"Distiller", "teacher", "", "Model", "the teacher model"};
 int l_distill_teacher(lua_State* L) {
   lt_push<std::shared_ptr<Model>>(L, lt_check<DistillerPtr>(L, 1)->teacher());
   return 1;
@@ -102,6 +119,13 @@ const luaL_Reg distiller_methods[] = {{"teacher", l_distill_teacher}, {nullptr, 
 const luaL_Reg distill_funcs[] = {{"new", l_distill_new}, {"divergence", l_distill_divergence}, {nullptr, nullptr}};
 
 }  // namespace
+
+LtModuleApi lt_api_distill() {
+  return {"distill", "knowledge distillation from a frozen teacher, as a trainer hook",
+          {kDistillNew, kDistillDivergence, kDistillerTeacher},
+          {{"Distiller", "a distillation hook for train.new"}}};
+}
+
 }  // namespace luatune
 
 extern "C" int luaopen_distill(lua_State* L) {

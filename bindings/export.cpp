@@ -4,6 +4,7 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
+#include "bindings/modules.h"
 #include "bindings/tokenizer_class.h"
 #include "host/adapt/lora.h"
 #include "host/core/error.h"
@@ -13,10 +14,14 @@ namespace luatune {
 
 namespace {
 
-// export.gguf(model_or_dir, path, {outtype="f16", tokenizer=tok_or_dir, adapter=peft_dir, name=""})
-//   -> {path=, bytes=, tensors=}
-// A directory loads the model and (unless `tokenizer` is given) its tokenizer; `adapter` (a PEFT
-// LoRA directory, directory input only) is loaded and merged first. A Model needs `tokenizer`.
+// Facts and sources: docs/gguf.md.
+const LtFunc kExportGguf{
+    "export", "gguf", "model: Model|string, path: string, opts?: Opts", "table # {path, bytes, tensors}",
+    "one GGUF v3 file llama.cpp runs, written atomically; what llama.cpp cannot express fails before writing",
+    {{"outtype", "string", "\"f16\"", "f32, f16, bf16, q8_0, q4_0 or q4_k (Q4_K_M's mix)"},
+     {"tokenizer", "Tokenizer|string", "", "a Tokenizer or a directory; a Model needs it (default: the model directory's)"},
+     {"adapter", "string", "", "a PEFT LoRA directory merged first, in float32 (model directory input only)"},
+     {"name", "string", "", "general.name in the file"}}};
 int l_export_gguf(lua_State* L) {
   std::shared_ptr<Model> model;
   std::string dir;
@@ -31,7 +36,7 @@ int l_export_gguf(lua_State* L) {
   std::string adapter;
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
-    lt_check_options(L, 3, {"outtype", "tokenizer", "adapter", "name"});
+    lt_check_options(L, 3, kExportGguf);
     o.outtype = lt_opt_string(L, 3, "outtype", o.outtype);
     o.name = lt_opt_string(L, 3, "name", "");
     adapter = lt_opt_string(L, 3, "adapter", "");
@@ -70,6 +75,10 @@ int l_export_gguf(lua_State* L) {
 const luaL_Reg export_funcs[] = {{"gguf", l_export_gguf}, {nullptr, nullptr}};
 
 }  // namespace
+
+LtModuleApi lt_api_export() {
+  return {"export", "a model as a file another runtime runs (llama.cpp's GGUF)", {kExportGguf}};
+}
 
 }  // namespace luatune
 

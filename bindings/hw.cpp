@@ -13,6 +13,7 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
+#include "bindings/modules.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/json.h"
@@ -182,7 +183,10 @@ std::vector<std::string> string_list(lua_State* L, int idx, const char* key) {
 // ============================================================================================
 // Functions
 
-// hw.probe() -> {kind, name, device_count, memory_gb, sm_count, cpu_cores, driver_version, cuda_version, nvml, notes}
+const LtFunc kHwProbe{
+    "hw", "probe", "",
+    "table # {kind, name, device_count, memory_gb, sm_count, cpu_cores, driver_version, cuda_version, nvml, notes}",
+    "the device: GPU name, memory, SM count, driver and CUDA versions (CUDA + NVML when present), else the CPU"};
 int l_hw_probe(lua_State* L) {
   DeviceInfo d = hw_device_probe();
   json j = {{"kind", d.kind},           {"name", d.name},         {"device_count", d.device_count},
@@ -195,7 +199,9 @@ int l_hw_probe(lua_State* L) {
   return 1;
 }
 
-// hw.catalog([path]) -> list of GPU tables
+const LtFunc kHwCatalog{
+    "hw", "catalog", "path?: string", "table[] # {name, aliases, memory_gb, bandwidth_gbs, bf16_tflops, ...} per GPU",
+    "the GPU catalog (data/gpu_catalog.json, $LUATUNE_GPU_CATALOG, or path)"};
 int l_hw_catalog(lua_State* L) {
   std::vector<GpuSpec> cat = catalog_arg(L, 1);
   json a = json::array();
@@ -204,13 +210,15 @@ int l_hw_catalog(lua_State* L) {
   return 1;
 }
 
-// hw.params(model) -> {total, embedding, lm_head, linear, norms, matmul}
+const LtFunc kHwParams{"hw", "params", "model: Model|string|table",
+                       "table # {total, embedding, lm_head, linear, norms, matmul}",
+                       "parameter counts of a Model, a preset name, a model directory or a table of config.json fields"};
 int l_hw_params(lua_State* L) {
   push_json(L, params_json(hw_param_counts(model_arg(L, 1, "hw.params"))));
   return 1;
 }
 
-// hw.presets() -> {"llama3.1-8b", ...}
+const LtFunc kHwPresets{"hw", "presets", "", "string[]", "the model presets' names (\"llama3.1-8b\", ...)"};
 int l_hw_presets(lua_State* L) {
   push_json(L, json_of(hw_model_presets()));
   return 1;
@@ -263,11 +271,6 @@ json plan_json(const Plan& p) {
           {"text", hw_plan_text(p)}};
 }
 
-const std::vector<std::string> kPlanKeys = {
-    "model",  "method",       "dtype",         "master_weights", "optimizer",     "optimizer_offload",
-    "shard",  "micro_batch",  "seq_len",       "grad_accum",     "checkpointing", "loss_chunk",
-    "lora_r", "lora_targets", "lora_dropout",  "gpus",           "nproc",         "gpus_per_node",
-    "gpu",    "catalog",      "recipe_config", "recipe",         "model_preset"};
 
 // shard= as a name ("full", "FULL_SHARD") or the ZeRO stage (3); "" when not given.
 std::string shard_arg(lua_State* L, int idx) {
@@ -277,14 +280,39 @@ std::string shard_arg(lua_State* L, int idx) {
   return s.empty() ? lt_opt_string(L, idx, "shard", "") : s;
 }
 
-// hw.plan{model=, method=, dtype=, micro_batch=, seq_len=, checkpointing=, lora_r=, lora_targets=,
-//         optimizer=, optimizer_offload=, shard=, gpus= (or nproc=), gpus_per_node=, gpu=, catalog=}
-//   or hw.plan{recipe_config = cfg, recipe = "lora_finetune"[, model_preset=, shard=, ...]}
-//   -> {components = {name = GiB}, notes, host_ram, total_gb, params, trainable,
-//       gpus = {{gpu, fits, max_micro_batch, advice}}, text}
+// Either model= and the settings, or recipe_config= (a recipe's config, as `runner plan` reads it)
+// with recipe= and optional overrides.
+const LtFunc kHwPlan{
+    "hw", "plan", "opts: Opts",
+    "table # {components = {name = GiB}, notes, host_ram, total_gb, params, trainable, gpus = {{gpu, fits, "
+    "headroom_gb, max_micro_batch, advice}}, text, ...}",
+    "predicted peak memory by component (GiB) and, per catalog GPU, whether it fits; .text is what runner plan prints",
+    {{"model", "Model|string|table", "", "a Model, preset name, model directory or table of config.json fields"},
+     {"method", "string", "\"full\"", "\"full\", \"lora\" or \"qlora\""},
+     {"dtype", "string", "\"bf16\"", "the weights: \"bf16\", \"fp16\" or \"fp32\""},
+     {"master_weights", "boolean", "true", "fp32 master copies of low-precision trainable weights"},
+     {"optimizer", "string", "\"adamw\"", "\"adamw\", \"adamw8bit\" or \"sgd\""},
+     {"optimizer_offload", "string", "\"none\"", "\"cpu\": masters and moments in host RAM"},
+     {"shard", "string|integer", "\"none\"", "\"optimizer\", \"gradients\", \"full\", FSDP's names or the ZeRO stage"},
+     {"micro_batch", "integer", "1", "rows per forward/backward"},
+     {"seq_len", "integer", "2048", "tokens per row"},
+     {"grad_accum", "integer", "", "accepted and ignored: memory is per micro-batch"},
+     {"checkpointing", "boolean", "false", "recompute each layer in backward"},
+     {"loss_chunk", "integer", "4096", "rows of logits the chunked cross-entropy materialises at once"},
+     {"lora_r", "integer", "16", "LoRA rank"},
+     {"lora_targets", "string|string[]", "", "LoRA targets (default: all seven projections)"},
+     {"lora_dropout", "number", "0.05", "> 0: the adapter keeps its dropped input and a mask"},
+     {"gpus", "integer", "1", "data-parallel ranks"},
+     {"nproc", "integer", "", "the same as gpus (runner --nproc N); not both"},
+     {"gpus_per_node", "integer", "0", "ranks sharing one host's RAM (0: min(gpus, 8))"},
+     {"gpu", "string", "", "only this catalog GPU"},
+     {"catalog", "string|table", "", "a catalog path or hw.catalog()'s table"},
+     {"recipe_config", "table", "", "a recipe's resolved config instead of model= and the settings"},
+     {"recipe", "string", "", "with recipe_config: the recipe's name (lora_finetune, ...)"},
+     {"model_preset", "string", "", "with recipe_config: a preset instead of the config's model"}}};
 int l_hw_plan(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lt_check_options(L, 1, kPlanKeys);
+  lt_check_options(L, 1, kHwPlan);
   LT_CHECK(!lt_has_field(L, 1, "gpus") || !lt_has_field(L, 1, "nproc"),
            "hw.plan: give gpus= or nproc= (the same setting), not both");
   const int64_t gpus = lt_opt_int(L, 1, "nproc", lt_opt_int(L, 1, "gpus", 1));
@@ -336,7 +364,7 @@ int l_hw_plan(lua_State* L) {
   return 1;
 }
 
-// hw.plan_text(plan) -> the printable table (plan.text)
+const LtFunc kHwPlanText{"hw", "plan_text", "plan: table", "string", "hw.plan's printable table (plan.text)"};
 int l_hw_plan_text(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_getfield(L, 1, "text");
@@ -346,13 +374,32 @@ int l_hw_plan_text(lua_State* L) {
 
 // ---- profiles -------------------------------------------------------------------------------
 
-const std::vector<std::string> kProfileKeys = {"model", "tokens", "seconds", "steps", "seq_len", "method",
-                                               "lora_params", "checkpointing", "peak_memory_gb", "peak_tflops",
-                                               "price_per_hour", "gpus", "device", "gpu", "catalog", "dtype"};
+// hw.profile's options; hw.project reads the same keys from a profile table (which holds more).
+const LtFunc kHwProfile{
+    "hw", "profile", "opts: Opts",
+    "table # the inputs plus tokens_per_s, step_time_s, flops_per_token (convention, formula), mfu, hfu, gpu_hours, "
+    "cost_usd, usd_per_mtok",
+    "a run's throughput, FLOPs per token, MFU, GPU-hours and cost (mfu and cost absent without a peak or a price)",
+    {{"model", "Model|string|table", "required", "the model (as hw.params takes it)"},
+     {"tokens", "number", "0", "tokens trained"},
+     {"seconds", "number", "0", "wall-clock seconds"},
+     {"steps", "integer", "0", "optimizer steps"},
+     {"seq_len", "integer", "2048", "tokens per row"},
+     {"method", "string", "\"full\"", "\"full\", \"lora\" or \"qlora\""},
+     {"lora_params", "integer", "0", "trainable adapter parameters"},
+     {"checkpointing", "boolean", "false", "layers recomputed in backward (hardware FLOPs)"},
+     {"peak_memory_gb", "number", "0", "measured peak memory"},
+     {"peak_tflops", "number", "0", "the device's dense peak (default: the catalog's for dtype)"},
+     {"price_per_hour", "number", "0", "per GPU (default: the catalog's)"},
+     {"gpus", "integer", "1", "GPUs used"},
+     {"device", "string", "\"cpu\"", "the device's name, matched against the catalog"},
+     {"gpu", "string", "", "a catalog GPU by name"},
+     {"catalog", "string|table", "", "a catalog path or table"},
+     {"dtype", "string", "\"bf16\"", "which peak applies"}}};
 
 // Reads a profile's inputs from the table at idx (hw.profile's options, or a profile table itself).
 std::pair<ModelConfig, ProfileInput> profile_input(lua_State* L, int idx, bool strict) {
-  if (strict) lt_check_options(L, idx, kProfileKeys);
+  if (strict) lt_check_options(L, idx, kHwProfile);
   ProfileInput in;
   LT_CHECK(lt_has_field(L, idx, "model"), lt_fname(L) << ": the profile needs model= (its config)");
   lua_getfield(L, idx, "model");
@@ -417,10 +464,6 @@ void complete_from_catalog(lua_State* L, int idx, ProfileInput& in, const std::s
   if (in.price_per_hour <= 0) in.price_per_hour = g->price_per_hour;
 }
 
-// hw.profile{model=, tokens=, seconds=, steps=, seq_len=, method=, lora_params=, checkpointing=,
-//            peak_memory_gb=, peak_tflops=, price_per_hour=, gpus=, device=, gpu=, catalog=, dtype=}
-//   -> the inputs plus tokens_per_s, step_time_s, flops_per_token (+ convention, formula), mfu, hfu,
-//      gpu_hours, cost_usd, usd_per_mtok (mfu and cost absent without a peak / price)
 int l_hw_profile(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   auto [c, in] = profile_input(L, 1, true);
@@ -429,11 +472,20 @@ int l_hw_profile(lua_State* L) {
   return 1;
 }
 
-// hw.project(profile|nil, {catalog=, plan=, model=, tokens=, mfu=, dtype=, micro_batch_tokens=})
-//   -> rows {gpu, kind, fits, predicted_peak_gb, max_micro_batch, advice, tokens_per_s, hours,
-//            gpu_hours, cost_usd, usd_per_mtok, mfu, bound, note}, one per catalog GPU
+const LtFunc kHwProject{
+    "hw", "project", "profile?: table, opts?: Opts",
+    "table[] # one row per catalog GPU: {gpu, kind = \"measured\"|\"projected\"|\"planned\", fits, predicted_peak_gb, "
+    "max_micro_batch, advice, tokens_per_s, hours, gpu_hours, cost_usd, usd_per_mtok, mfu, bound, note}",
+    "a measured profile (or a plan) projected onto every catalog GPU",
+    {{"catalog", "string|table", "", "a catalog path or table"},
+     {"plan", "table", "", "hw.plan's result: fits and micro-batches per GPU"},
+     {"model", "Model|string|table", "", "the model when there is no profile"},
+     {"tokens", "number", "0", "tokens to project hours and cost for"},
+     {"mfu", "number", "0", "the MFU to assume without a profile"},
+     {"dtype", "string", "\"bf16\"", "which peak applies"},
+     {"micro_batch_tokens", "integer", "0", "tokens per micro-batch"}}};
 int l_hw_project(lua_State* L) {
-  lt_check_options(L, 2, {"catalog", "plan", "model", "tokens", "mfu", "dtype", "micro_batch_tokens"});
+  lt_check_options(L, 2, kHwProject);
   std::vector<GpuSpec> cat;
   {
     if (lua_istable(L, 2)) lua_getfield(L, 2, "catalog");
@@ -500,7 +552,7 @@ int l_hw_project(lua_State* L) {
   return 1;
 }
 
-// hw.projection_rule() -> the projection rule as text (for reports)
+const LtFunc kHwProjectionRule{"hw", "projection_rule", "", "string", "the projection rule as text, for reports"};
 int l_hw_projection_rule(lua_State* L) {
   lua_pushstring(L, hw_projection_rule().c_str());
   return 1;
@@ -512,10 +564,12 @@ std::string describe_monitor(const MonitorPtr& m) {
   return std::string("HwMonitor(") + (m && m->running() ? "sampling" : "stopped") + ")";
 }
 
-// hw.monitor{interval = 0.5, device = 0} -> HwMonitor; mon:stop() -> {samples, util_mean, util_max,
-// mem_max_gb, power_mean_w, energy_wh, seconds, note}
+const LtFunc kHwMonitor{"hw", "monitor", "opts?: Opts", "HwMonitor",
+                        "NVML samples in the background until mon:stop() (none, and a note, without NVML)",
+                        {{"interval", "number", "0.5", "seconds between samples"},
+                         {"device", "integer", "0", "the CUDA device sampled"}}};
 int l_hw_monitor(lua_State* L) {
-  lt_check_options(L, 1, {"interval", "device"});
+  lt_check_options(L, 1, kHwMonitor);
   double interval = lua_istable(L, 1) ? lt_opt_number(L, 1, "interval", 0.5) : 0.5;
   int device = lua_istable(L, 1) ? static_cast<int>(lt_opt_int(L, 1, "device", 0, 0, 1 << 20)) : 0;
   LT_CHECK(interval > 0, "hw.monitor: interval must be positive seconds, got " << interval);
@@ -523,6 +577,10 @@ int l_hw_monitor(lua_State* L) {
   return 1;
 }
 
+const LtFunc kHwMonitorStop{
+    "HwMonitor", "stop", "",
+    "table # {samples, seconds, util_mean, util_max, mem_max_gb, power_mean_w, energy_wh, note}",
+    "stops sampling; utilisation, memory, power and energy over the samples"};
 int l_hw_monitor_stop(lua_State* L) {
   MonitorPtr& m = lt_check<MonitorPtr>(L, 1);
   MonitorSummary s = m->stop();
@@ -539,8 +597,11 @@ int l_hw_monitor_stop(lua_State* L) {
   return 1;
 }
 
-// hw.run_summary(metrics_jsonl) -> {steps, timed_steps, tokens, seconds, tokens_per_s, step_time_s, peak_memory_gb,
-//   loss, eval_loss, accuracy, config} (the first step left out of the rate when there are more)
+const LtFunc kHwRunSummary{
+    "hw", "run_summary", "metrics_jsonl: string",
+    "table # {steps, timed_steps, tokens, seconds, tokens_per_s, step_time_s, peak_memory_gb, loss, eval_loss, "
+    "accuracy, config}",
+    "a finished run's numbers from its JSONL (the first step left out of the rate when there are more)"};
 int l_hw_run_summary(lua_State* L) {
   RunSummary s = hw_read_metrics(luaL_checkstring(L, 1));
   json j = {{"steps", s.steps},          {"timed_steps", s.timed_steps}, {"tokens", s.tokens},           {"seconds", s.seconds},
@@ -553,7 +614,7 @@ int l_hw_run_summary(lua_State* L) {
   return 1;
 }
 
-// hw.read_json(path) -> the file's JSON as Lua values
+const LtFunc kHwReadJson{"hw", "read_json", "path: string", "any", "a JSON file as Lua values"};
 int l_hw_read_json(lua_State* L) {
   std::string path = luaL_checkstring(L, 1);
   json j = json_parse_checked(file_read(path), "hw.read_json: " + path);
@@ -568,11 +629,14 @@ void write_file(const std::string& path, const std::string& text) {
   file_write_atomic(path, text);
 }
 
-// hw.report(doc, {markdown = path, html = path}) -> the paths written (schema: host/hw/report.h)
+const LtFunc kHwReport{"hw", "report", "doc: table, opts: Opts", "table # {markdown, html}: the paths written",
+                       "the comparison report (schema: host/hw/report.h), each file written atomically",
+                       {{"markdown", "string", "", "the Markdown file to write"},
+                        {"html", "string", "", "the HTML file to write"}}};
 int l_hw_report(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, {"markdown", "html"});
+  lt_check_options(L, 2, kHwReport);
   json doc = lua_to_json(L, 1, "hw.report: doc");
   std::string md = lt_opt_string(L, 2, "markdown", ""), html = lt_opt_string(L, 2, "html", "");
   LT_CHECK(!md.empty() || !html.empty(), "hw.report: give markdown= and/or html= paths to write");
@@ -587,7 +651,8 @@ int l_hw_report(lua_State* L) {
   return 1;
 }
 
-// hw.runner_path() -> this runner's executable (to run a recipe as a child process)
+const LtFunc kHwRunnerPath{"hw", "runner_path", "", "string",
+                           "this runner's executable, to run a recipe as a child process"};
 int l_hw_runner_path(lua_State* L) {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -615,6 +680,15 @@ const luaL_Reg hw_funcs[] = {{"probe", l_hw_probe},
                              {nullptr, nullptr}};
 
 }  // namespace
+
+LtModuleApi lt_api_hw() {
+  return {"hw",
+          "the device, the GPU catalog, memory plans, run profiles and projections, NVML monitoring, reports; sizes "
+          "in GiB (keys end in _gb)",
+          {kHwProbe, kHwCatalog, kHwParams, kHwPresets, kHwPlan, kHwPlanText, kHwProfile, kHwProject,
+           kHwProjectionRule, kHwMonitor, kHwRunSummary, kHwReadJson, kHwReport, kHwRunnerPath, kHwMonitorStop},
+          {{"HwMonitor", "an NVML sampler (hw.monitor)"}}};
+}
 
 }  // namespace luatune
 

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "host/core/error.h"
@@ -100,16 +101,26 @@ const char* lt_fname(lua_State* L) {
   return "?";
 }
 
-void lt_check_options(lua_State* L, int idx, const std::vector<std::string>& valid) {
+// The option table at idx against `keys`: unknown keys always, value types when `types`.
+static void check_options(lua_State* L, int idx, const std::vector<LtOpt>& keys, bool types) {
   if (lua_isnoneornil(L, idx)) return;
   luaL_checktype(L, idx, LUA_TTABLE);
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  std::vector<std::string> valid;
+  bool open = false;
+  for (const LtOpt& o : keys) {
+    if (std::string(o.name) == "[string]")
+      open = true;
+    else
+      valid.push_back(o.name);
+  }
   lua_pushnil(L);
   while (lua_next(L, idx)) {
     lua_pop(L, 1);
     std::string key =
         lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : std::string("<") + luaL_typename(L, -1) + ">";
-    bool ok = lua_type(L, -1) == LUA_TSTRING && std::find(valid.begin(), valid.end(), key) != valid.end();
+    bool ok = lua_type(L, -1) == LUA_TSTRING &&
+              (open || std::find(valid.begin(), valid.end(), key) != valid.end());
     if (!ok) {
       std::string near = str_nearest(key, valid);
       std::string msg = "unknown option '" + key + "'" +
@@ -119,6 +130,105 @@ void lt_check_options(lua_State* L, int idx, const std::vector<std::string>& val
       luaL_argerror(L, idx, msg.c_str());
     }
   }
+  if (!types) return;
+  for (const LtOpt& o : keys) {
+    // Lists, tables and functions are left to the readers, whose messages say what each item needs.
+    if (std::string(o.name) == "[string]" || !lt_type_is_scalar(o.type)) continue;
+    lua_getfield(L, idx, o.name);
+    if (!lua_isnil(L, -1) && !lt_type_matches(L, -1, o.type)) {
+      std::string msg = std::string("option '") + o.name + "' expects " + lt_type_describe(o.type) + ", got " +
+                        lt_typename(L, -1);
+      lua_pop(L, 1);
+      luaL_argerror(L, idx, msg.c_str());
+    }
+    lua_pop(L, 1);
+  }
+}
+
+void lt_check_options(lua_State* L, int idx, const LtFunc& f) {
+  check_options(L, idx, lt_func_options(f), true);
+}
+
+void lt_check_options(lua_State* L, int idx, const LtTable& t) {
+  check_options(L, idx, t.keys, true);
+}
+
+void lt_check_option_names(lua_State* L, int idx, const LtFunc& f) {
+  check_options(L, idx, lt_func_options(f), false);
+}
+
+// A type's alternatives: "string|string[]" -> {"string", "string[]"} (a '|' inside brackets or
+// quotes stays: "fun(a: integer|nil)" is one).
+static std::vector<std::string> type_alternatives(const std::string& type) {
+  std::vector<std::string> out(1);
+  int depth = 0;
+  bool quoted = false;
+  for (char c : type) {
+    if (c == '"') quoted = !quoted;
+    if (!quoted && (c == '(' || c == '{' || c == '<' || c == '[')) depth++;
+    if (!quoted && (c == ')' || c == '}' || c == '>' || c == ']')) depth--;
+    if (c == '|' && depth == 0 && !quoted)
+      out.emplace_back();
+    else if (c != ' ' || quoted)
+      out.back() += c;
+  }
+  return out;
+}
+
+// The Lua type an alternative needs; LUA_TNONE when it accepts anything. A class (Model, Tensor)
+// is a userdata whose metatable's __name is that class.
+static int alternative_lua_type(const std::string& a) {
+  auto starts = [&](const char* p) { return a.rfind(p, 0) == 0; };
+  if (a.empty() || a == "any") return LUA_TNONE;
+  if (a == "number" || a == "integer") return LUA_TNUMBER;
+  if (a == "boolean" || a == "true" || a == "false") return LUA_TBOOLEAN;
+  if (a == "string" || a[0] == '"') return LUA_TSTRING;
+  if (a == "function" || starts("fun(")) return LUA_TFUNCTION;
+  if (a == "nil") return LUA_TNIL;
+  if (a == "table" || a[0] == '{' || starts("table<") || str_ends_with(a, "[]") || str_ends_with(a, "Opts"))
+    return LUA_TTABLE;
+  if (std::isupper(static_cast<unsigned char>(a[0]))) return LUA_TUSERDATA;  // a class: Model, Tensor, ...
+  return LUA_TNONE;
+}
+
+bool lt_type_matches(lua_State* L, int idx, const std::string& type) {
+  const int got = lua_type(L, idx);
+  for (const std::string& a : type_alternatives(type)) {
+    int want = alternative_lua_type(a);
+    if (want == LUA_TNONE) return true;
+    if (want == got && (want != LUA_TUSERDATA || lt_typename(L, idx) == a)) return true;
+  }
+  return false;
+}
+
+bool lt_type_is_scalar(const std::string& type) {
+  for (const std::string& a : type_alternatives(type)) {
+    int want = alternative_lua_type(a);
+    if (want != LUA_TNUMBER && want != LUA_TBOOLEAN && want != LUA_TSTRING && want != LUA_TUSERDATA) return false;
+  }
+  return true;
+}
+
+// "integer" -> "an integer", "string|string[]" -> "a string or a list", "Model" -> "a Model".
+std::string lt_type_describe(const std::string& type) {
+  std::vector<std::string> parts;
+  for (const std::string& a : type_alternatives(type)) {
+    std::string d;
+    if (a == "integer")
+      d = "an integer";
+    else if (a[0] == '"' || a == "true" || a == "false" || a == "nil")
+      d = a;
+    else if (str_ends_with(a, "[]"))
+      d = "a list";
+    else if (a[0] == '{' || str_ends_with(a, "Opts") || str_starts_with(a, "table<"))
+      d = "a table";
+    else if (str_starts_with(a, "fun("))
+      d = "a function";
+    else
+      d = "a " + a;
+    if (std::find(parts.begin(), parts.end(), d) == parts.end()) parts.push_back(d);
+  }
+  return str_join(parts, " or ");
 }
 
 bool lt_has_field(lua_State* L, int idx, const char* key) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "bindings/lua_api.h"
 #include "host/runner/config.h"
 
 namespace luatune {
@@ -141,8 +142,22 @@ void lt_register_class(lua_State* L, const luaL_Reg* methods, const luaL_Reg* me
 // Arguments and option tables
 
 const char* lt_fname(lua_State* L);  // the name of the running Lua-called function, for messages
-// Fails naming the bad key and the valid ones when the table at idx has a key not in `valid`.
-void lt_check_options(lua_State* L, int idx, const std::vector<std::string>& valid);
+// The option table at idx against its declaration (bindings/lua_api.h): fails naming the bad key
+// and the valid ones when it has a key not declared, and naming the key, the type expected and
+// the type got when a present value is not of its declared type (lt_type_is_scalar types only).
+// nil at idx passes.
+void lt_check_options(lua_State* L, int idx, const LtFunc& f);
+void lt_check_options(lua_State* L, int idx, const LtTable& t);
+// The keys only, for a function whose host code checks the values with messages of its own.
+void lt_check_option_names(lua_State* L, int idx, const LtFunc& f);
+// Whether the value at idx is of the lua-language-server type `type` ("integer", "string|string[]",
+// "Model", ...); types it cannot tell (table shapes, "any") accept anything of the right Lua type.
+bool lt_type_matches(lua_State* L, int idx, const std::string& type);
+// Whether every alternative of `type` is a number, boolean, string or class (what the option check
+// checks; lists and tables are left to the code that reads them).
+bool lt_type_is_scalar(const std::string& type);
+// What a type reads as in a message: "integer" -> "an integer", "string|string[]" -> "a string or a list".
+std::string lt_type_describe(const std::string& type);
 bool lt_has_field(lua_State* L, int idx, const char* key);
 double lt_opt_number(lua_State* L, int idx, const char* key, double def);
 // The largest integer a Lua number (a double) holds exactly: 2^53.

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "bindings/lua_util.h"
+#include "bindings/modules.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 
@@ -28,7 +29,29 @@ std::string describe_metrics(const MetricsPtr& m) {
   return "Metrics(" + std::to_string(m->sink_count()) + " sink" + (m->sink_count() == 1 ? "" : "s") + ")";
 }
 
-// {loss = 2.3, lr = 2e-4, note = "warmup"} -> values in metrics_sort order; `what` names the call.
+// The order a table's producer gave its keys: the strings of its metatable's __order list
+// (trainer:step and trainer:evaluate set one, as may a recipe), else none.
+std::vector<std::string> producer_order(lua_State* L, int idx) {
+  std::vector<std::string> order;
+  if (!lua_getmetatable(L, idx)) return order;
+  lua_getfield(L, -1, "__order");
+  if (lua_istable(L, -1)) {
+    for (int i = 1;; i++) {
+      lua_rawgeti(L, -1, i);
+      if (lua_type(L, -1) != LUA_TSTRING) {
+        lua_pop(L, 1);
+        break;
+      }
+      order.emplace_back(lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 2);
+  return order;
+}
+
+// {loss = 2.3, lr = 2e-4, note = "warmup"} -> values in their producer's order (metrics_order);
+// `what` names the call.
 MetricValues check_values(lua_State* L, int idx, const char* what) {
   luaL_checktype(L, idx, LUA_TTABLE);
   MetricValues v;
@@ -49,7 +72,7 @@ MetricValues check_values(lua_State* L, int idx, const char* what) {
     }
     lua_pop(L, 1);
   }
-  metrics_sort(v);
+  metrics_order(v, producer_order(L, idx));
   return v;
 }
 
@@ -60,15 +83,28 @@ Metrics& check_metrics(lua_State* L, int idx) {
 
 // metrics.open's `wandb`: a project name, or a table of W&B run settings. The spool directory
 // defaults to a `wandb` directory beside the JSONL file, so a run's output directory holds it
-// (the default after `dir` and WANDB_DIR).
+// (the default after `dir` and WANDB_DIR). Settings fall back to the WANDB_* variables (docs/wandb.md).
+const LtTable kWandbOpts{
+    "WandbOpts",
+    {{"project", "string", "", "the W&B project"},
+     {"entity", "string", "", "the team or user"},
+     {"name", "string", "", "the run's display name"},
+     {"group", "string", "", "the run group"},
+     {"job_type", "string", "", "the job type"},
+     {"notes", "string", "", "the run's notes"},
+     {"tags", "string[]", "", "the run's tags"},
+     {"mode", "string", "", "\"online\" or \"offline\" (upload later with runner wandb-sync)"},
+     {"run_id", "string", "", "the run id (resume an existing run)"},
+     {"base_url", "string", "", "the W&B server"},
+     {"dir", "string", "", "the spool directory; default: wandb/ beside the JSONL file"}}};
+
 void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
   lua_getfield(L, idx, "wandb");
   int w = lua_gettop(L);
   if (lua_type(L, w) == LUA_TSTRING) {
     o.wandb.project = lua_tostring(L, w);
   } else if (lua_istable(L, w)) {
-    lt_check_options(L, w, {"project", "entity", "name", "group", "job_type", "notes", "tags", "mode", "run_id",
-                            "base_url", "dir"});
+    lt_check_options(L, w, kWandbOpts);
     o.wandb.project = lt_opt_string(L, w, "project", "");
     o.wandb.entity = lt_opt_string(L, w, "entity", "");
     o.wandb.name = lt_opt_string(L, w, "name", "");
@@ -111,16 +147,25 @@ void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
 // ============================================================================================
 // Module functions
 
-// metrics.open{console = true, jsonl = "out/metrics.jsonl", total_steps = N, progress_seconds = 30,
-//              config = cfg, resume = false | true | STEP, wandb = "" | "project" | {project = , entity = , ...}}
 // progress_seconds, when given, wins over $LUATUNE_PROGRESS_SECONDS, which wins over the default 30.
-// report = true: log:close() writes report.html and report.md beside the JSONL file (run_report.h).
+const LtFunc kMetricsOpen{
+    "metrics", "open", "opts?: Opts", "Metrics",
+    "a fan-out of sinks (console, JSONL, W&B) on rank 0; other ranks get one that writes nothing",
+    {{"console", "boolean", "true",
+      "on a terminal a live line redrawn in place; otherwise a plain line at most every progress_seconds"},
+     {"jsonl", "string", "\"\"", "a JSONL file (directories created), truncated unless resume"},
+     {"total_steps", "integer", "0", "the run's steps, for the progress bar and ETA"},
+     {"progress_seconds", "number", "30", "seconds between plain progress lines (0: every step); beats LUATUNE_PROGRESS_SECONDS"},
+     {"config", "table|string", "", "the config{} table or config.json(): the JSONL file's first line {\"config\": ...}"},
+     {"resume", "boolean|integer", "false",
+      "append to the JSONL file; a step (what trainer:resume() returned) drops later lines first, 0 starts afresh"},
+     {"wandb", "string|WandbOpts", "\"\"", "log to Weights & Biases: a project name or the run's settings"},
+     {"report", "boolean", "true", "log:close() writes report.html and report.md beside the JSONL file (docs/report.md)"}}};
 int l_metrics_open(lua_State* L) {
   MetricsOptions o;
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    lt_check_options(L, 1,
-                     {"console", "jsonl", "total_steps", "progress_seconds", "config", "resume", "wandb", "report"});
+    lt_check_options(L, 1, kMetricsOpen);
     o.console = lt_opt_bool(L, 1, "console", true);
     o.report = lt_opt_bool(L, 1, "report", true);
     o.console_options.total_steps = lt_opt_int(L, 1, "total_steps", 0);
@@ -160,7 +205,8 @@ int l_metrics_open(lua_State* L) {
   return 1;
 }
 
-// metrics.print(...): print() that keeps a live progress line intact (also the global print).
+const LtFunc kMetricsPrint{"metrics", "print", "...: any", "",
+                           "print that clears the live line first and redraws it after; the global print is this"};
 int l_metrics_print(lua_State* L) {
   int n = lua_gettop(L);
   std::string line;
@@ -183,7 +229,9 @@ int l_metrics_print(lua_State* L) {
 // ============================================================================================
 // Metrics methods
 
-// log:write(step, {loss = , lr = , ..., note = "..."})
+const LtFunc kMetricsWrite{
+    "Metrics", "write", "step: integer, values: table<string, number|string>", "",
+    "numbers by name plus an optional text note; eval_* keys get their own console line; JSONL flushed per write"};
 int l_metrics_write(lua_State* L) {
   Metrics& m = check_metrics(L, 1);
   int64_t step = lt_check_int(L, 2);
@@ -191,22 +239,25 @@ int l_metrics_write(lua_State* L) {
   return 0;
 }
 
-// log:summary{loss = , eval_loss = , ...}: the run's final numbers
+const LtFunc kMetricsSummary{"Metrics", "summary", "values: table<string, number|string>", "",
+                             "the run's final numbers: a small console table, {\"summary\": ...} in the JSONL"};
 int l_metrics_summary(lua_State* L) {
   Metrics& m = check_metrics(L, 1);
   m.summary(check_values(L, 2, "log:summary"));
   return 0;
 }
 
-// log:close([exit_code = 0]); also done when the object is collected or released
+const LtFunc kMetricsClose{"Metrics", "close", "exit_code?: integer", "",
+                           "ends the live line and closes the sinks; also done by release() and garbage collection"};
 int l_metrics_close(lua_State* L) {
   Metrics& m = check_metrics(L, 1);
   m.close(lua_isnoneornil(L, 2) ? 0 : static_cast<int>(lt_check_int(L, 2)));
   return 0;
 }
 
-// log:stopped() -> true once the run was stopped from outside (the W&B UI): the recipe ends its
-// loop and saves, as after its last step.
+const LtFunc kMetricsStopped{
+    "Metrics", "stopped", "", "boolean",
+    "true once the run was stopped from the W&B UI: the recipe ends its loop and saves as after its last step"};
 int l_metrics_stopped(lua_State* L) {
   lua_pushboolean(L, check_metrics(L, 1).stopped());
   return 1;
@@ -218,8 +269,9 @@ const luaL_Reg metrics_methods[] = {{"write", l_metrics_write},
                                     {"close", l_metrics_close},
                                     {nullptr, nullptr}};
 
-// metrics.write_json(path, value): a Lua table (or scalar) as JSON, written to a temporary name and
-// renamed into place (directories created), so a crash never leaves half a results file.
+// Written to a temporary name and renamed, so a crash never leaves half a results file.
+const LtFunc kMetricsWriteJson{"metrics", "write_json", "path: string, value: any", "",
+                               "a Lua value as JSON in path, written atomically (directories created)"};
 int l_metrics_write_json(lua_State* L) {
   std::string path = luaL_checkstring(L, 1);
   luaL_checkany(L, 2);
@@ -231,7 +283,8 @@ int l_metrics_write_json(lua_State* L) {
   return 0;
 }
 
-// metrics.clock() -> seconds on a monotonic clock (fractions included), for timing recipe phases.
+const LtFunc kMetricsClock{"metrics", "clock", "", "number",
+                           "seconds on a monotonic clock, with fractions: time recipe phases with differences"};
 int l_metrics_clock(lua_State* L) {
   lua_pushnumber(L, std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
   return 1;
@@ -244,6 +297,15 @@ const luaL_Reg metrics_funcs[] = {{"open", l_metrics_open},
                                   {nullptr, nullptr}};
 
 }  // namespace
+
+LtModuleApi lt_api_metrics() {
+  return {"metrics",
+          "the sinks a recipe writes the trainer's statistics to: console, JSONL, W&B, the run report",
+          {kMetricsOpen, kMetricsClock, kMetricsPrint, kMetricsWriteJson, kMetricsWrite, kMetricsStopped,
+           kMetricsSummary, kMetricsClose},
+          {{"Metrics", "an open set of sinks (metrics.open)"}},
+          {&kWandbOpts}};
+}
 
 }  // namespace luatune
 

@@ -7,6 +7,7 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
+#include "bindings/modules.h"
 #include "bindings/qlora_options.h"
 #include "bindings/tensor_class.h"
 #include "bindings/tokenizer_class.h"
@@ -137,14 +138,21 @@ void push_int_list(lua_State* L, const std::vector<int64_t>& v) {
 // ============================================================================================
 // Module functions
 
-// models.load(dir, {dtype = "auto"|"bf16"|..., device = "cpu"|"cuda"|"auto"}); dir may be a Hub id
-// "org/name[@revision]" found in the Hugging Face cache (host/io/hub_cache.h)
+// dir may be a Hub id "org/name[@revision]" found in the Hugging Face cache (host/io/hub_cache.h).
+const LtFunc kModelsLoad{
+    "models", "load", "dir: string, opts?: Opts", "Model",
+    "an HF model directory (model.safetensors or an index and shards), or a Hub id in the HF cache; each tensor "
+    "validated against config.json, converted and moved on its own",
+    {{"dtype", "string", "\"auto\"", "\"auto\" keeps config.json's torch_dtype; \"bf16\", \"float32\", ..."},
+     {"device", "string", "\"cpu\"", "\"cpu\", \"cuda[:N]\" or \"auto\""},
+     {"quantize", "\"nf4\"|\"fp4\"|boolean|QuantOpts", "",
+      "every decoder projection 4-bit as it loads (QLoRA); a bitsandbytes 4-bit directory loads 4-bit anyway"}}};
 int l_models_load(lua_State* L) {
   std::string dir = luaL_checkstring(L, 1);
   LoadOptions o;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
-    lt_check_options(L, 2, {"dtype", "device", "quantize"});
+    lt_check_options(L, 2, kModelsLoad);
     o.dtype = lt_opt_string(L, 2, "dtype", "auto");
     o.device = lt_opt_string(L, 2, "device", "cpu");
     lua_getfield(L, 2, "quantize");
@@ -155,10 +163,18 @@ int l_models_load(lua_State* L) {
   return 1;
 }
 
-// models.init{arch = "llama", hidden_size = 64, ..., seed = 0, dtype = "float32", device = "cpu",
-//             tokenizer = tok}: any config.json field by its HF name.
+const LtFunc kModelsInit{
+    "models", "init", "opts: Opts", "Model",
+    "random weights as HF initialises them, from config.json fields on top of HF's defaults for the architecture",
+    {{"arch", "string", "required", "llama, mistral, qwen2, qwen3 or gemma2"},
+     {"seed", "integer", "0", "seed of the initialisation"},
+     {"dtype", "string", "\"float32\"", "the weights' dtype"},
+     {"device", "string", "\"cpu\"", "\"cpu\", \"cuda[:N]\" or \"auto\""},
+     {"tokenizer", "Tokenizer", "", "supplies vocab_size and the bos/eos/pad ids unless given"},
+     {"[string]", "any", "", "a config.json field by its HF name (hidden_size, num_hidden_layers, rope_scaling, ...)"}}};
 int l_models_init(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  lt_check_options(L, 1, kModelsInit);
   std::string arch = lt_opt_string(L, 1, "arch", "");
   LT_CHECK(!arch.empty(), "models.init: arch is required (llama, mistral, qwen2, qwen3 or gemma2)");
   uint64_t seed = static_cast<uint64_t>(lt_opt_int(L, 1, "seed", 0, 0));
@@ -200,7 +216,8 @@ int l_models_init(lua_State* L) {
 // ============================================================================================
 // Model methods
 
-// model:forward(ids) -> logits Tensor (B, T, V)
+const LtFunc kModelForward{"Model", "forward", "ids: Tensor|integer[]|integer[][]", "Tensor # logits (B, T, vocab)",
+                           "logits without gradients; ids a list, equal-length lists, or an int Tensor (T) or (B, T)"};
 int l_models_forward(lua_State* L) {
   Model& m = check_model(L, 1);
   at::Tensor ids = check_ids(L, 2);
@@ -209,8 +226,18 @@ int l_models_forward(lua_State* L) {
   return 1;
 }
 
-// model:generate(tok, prompt, {max_new_tokens, temperature, top_k, top_p, stop, seed, use_cache})
-//   -> text, {ids = prompt+new ids, new_tokens = n, finish_reason = "eos"|"stop"|"length", seconds}
+const LtFunc kModelGenerate{
+    "Model", "generate", "tok: Tokenizer, prompt: string, opts?: Opts",
+    "string text; table info # {ids = prompt and new ids, new_tokens, finish_reason = \"eos\"|\"stop\"|\"length\", "
+    "seconds}",
+    "samples (greedy at temperature 0) until an EOS id of the config or tokenizer, a stop string or max_new_tokens",
+    {{"max_new_tokens", "integer", "64", "tokens to generate at most"},
+     {"temperature", "number", "0", "0: greedy"},
+     {"top_k", "integer", "0", "sample among the k likeliest tokens (0: off)"},
+     {"top_p", "number", "1", "nucleus sampling (1: off)"},
+     {"stop", "string|string[]", "", "stop strings, cut from the text"},
+     {"seed", "integer", "0", "the sampler's seed"},
+     {"use_cache", "boolean", "true", "false recomputes the whole sequence every step (for testing)"}}};
 int l_models_generate(lua_State* L) {
   Model& m = check_model(L, 1);
   auto& tok = lt_check<std::shared_ptr<Tokenizer>>(L, 2);
@@ -218,7 +245,7 @@ int l_models_generate(lua_State* L) {
   GenerateOptions o;
   if (!lua_isnoneornil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
-    lt_check_options(L, 4, {"max_new_tokens", "temperature", "top_k", "top_p", "stop", "seed", "use_cache"});
+    lt_check_options(L, 4, kModelGenerate);
     o.max_new_tokens = lt_opt_int(L, 4, "max_new_tokens", 64);
     o.temperature = lt_opt_number(L, 4, "temperature", 0.0);
     o.top_k = lt_opt_int(L, 4, "top_k", 0);
@@ -255,15 +282,18 @@ int l_models_generate(lua_State* L) {
   return 2;
 }
 
-// model:perplexity(data, {max_length = 2048, tokenizer = tok}) -> ppl, {nll = , tokens = }
-// data: a Tensor (N, T) of ids, a list of id lists, or (with tokenizer) a string or list of strings.
+const LtFunc kModelPerplexity{
+    "Model", "perplexity", "data: string|string[]|integer[][]|Tensor, opts?: Opts", "number ppl; table info # {nll, tokens}",
+    "perplexity over a string or list of strings (with tokenizer), a list of id lists or an ids Tensor",
+    {{"max_length", "integer", "2048", "sequences are cut into windows of this many tokens"},
+     {"tokenizer", "Tokenizer", "", "encodes text data"}}};
 int l_models_perplexity(lua_State* L) {
   Model& m = check_model(L, 1);
   int64_t max_length = 2048;
   std::shared_ptr<Tokenizer> tok;
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
-    lt_check_options(L, 3, {"max_length", "tokenizer"});
+    lt_check_options(L, 3, kModelPerplexity);
     max_length = lt_opt_int(L, 3, "max_length", 2048);
     lua_getfield(L, 3, "tokenizer");
     if (!lua_isnil(L, -1)) tok = lt_check<std::shared_ptr<Tokenizer>>(L, lua_gettop(L));
@@ -309,14 +339,19 @@ int l_models_perplexity(lua_State* L) {
   return 2;
 }
 
-// model:save(dir, {tokenizer = tok, max_shard_size = bytes})
+const LtFunc kModelSave{
+    "Model", "save", "dir: string, opts?: Opts", "",
+    "config.json, generation_config.json, the tokenizer's files and safetensors shards, each written to a "
+    "temporary name and renamed (config.json last)",
+    {{"tokenizer", "Tokenizer", "", "its files are copied into the directory"},
+     {"max_shard_size", "number", "5e9", "bytes per safetensors shard at most"}}};
 int l_models_save(lua_State* L) {
   Model& m = check_model(L, 1);
   std::string dir = luaL_checkstring(L, 2);
   SaveOptions o;
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
-    lt_check_options(L, 3, {"tokenizer", "max_shard_size"});
+    lt_check_options(L, 3, kModelSave);
     double shard = lt_opt_number(L, 3, "max_shard_size", 5e9);
     LT_CHECK(shard >= 1, "model:save: max_shard_size must be a positive number of bytes");
     o.max_shard_bytes = static_cast<uint64_t>(shard);
@@ -328,7 +363,9 @@ int l_models_save(lua_State* L) {
   return 0;
 }
 
-// model:num_params() -> {total, trainable, embedding, attention, mlp, norm, lm_head, adapter}
+const LtFunc kModelNumParams{
+    "Model", "num_params", "", "table # {total, trainable, embedding, attention, mlp, norm, lm_head, adapter}",
+    "parameter counts; total includes adapters, trainable = base weights with requires_grad + adapters"};
 int l_models_num_params(lua_State* L) {
   ParamCounts n = check_model(L, 1).count_parameters();
   lua_createtable(L, 0, 8);
@@ -342,7 +379,7 @@ int l_models_num_params(lua_State* L) {
   return 1;
 }
 
-// model:config() -> the config.json this model would save, as a table
+const LtFunc kModelConfig{"Model", "config", "", "table", "the config.json this model would save, as a table"};
 int l_models_config(lua_State* L) {
   Model& m = check_model(L, 1);
   ModelConfig c = m.config;
@@ -351,7 +388,8 @@ int l_models_config(lua_State* L) {
   return 1;
 }
 
-// model:parameters() -> {name = Tensor} sharing storage with the weights
+const LtFunc kModelParameters{"Model", "parameters", "", "table<string, Tensor>",
+                              "the weights by HF name, sharing storage with the model"};
 int l_models_parameters(lua_State* L) {
   Model& m = check_model(L, 1);
   lua_newtable(L);
@@ -362,7 +400,10 @@ int l_models_parameters(lua_State* L) {
   return 1;
 }
 
-// model:to{dtype = , device = } or model:to("cuda") / model:to("bf16")
+const LtFunc kModelTo{"Model", "to", "x: string|Opts", "Model # the model itself",
+                      "moves or casts every weight: a dtype or device name, or {dtype=, device=}",
+                      {{"dtype", "string", "", "\"bf16\", \"float32\", ..."},
+                       {"device", "string", "", "\"cpu\", \"cuda[:N]\" or \"auto\""}}};
 int l_models_to(lua_State* L) {
   Model& m = check_model(L, 1);
   at::ScalarType dtype = m.dtype();
@@ -372,7 +413,7 @@ int l_models_to(lua_State* L) {
     if (!dtype_try_parse(s, &dtype)) device = device_parse(s);
   } else {
     luaL_checktype(L, 2, LUA_TTABLE);
-    lt_check_options(L, 2, {"dtype", "device"});
+    lt_check_options(L, 2, kModelTo);
     if (lt_has_field(L, 2, "dtype")) dtype = dtype_parse(lt_opt_string(L, 2, "dtype", ""));
     if (lt_has_field(L, 2, "device")) device = device_parse(lt_opt_string(L, 2, "device", ""));
   }
@@ -381,11 +422,13 @@ int l_models_to(lua_State* L) {
   return 1;
 }
 
+const LtFunc kModelDtype{"Model", "dtype", "", "string", "the weights' dtype name"};
 int l_models_dtype(lua_State* L) {
   lua_pushstring(L, dtype_name(check_model(L, 1).dtype()).c_str());
   return 1;
 }
 
+const LtFunc kModelDevice{"Model", "device", "", "string", "the weights' device name"};
 int l_models_device(lua_State* L) {
   lua_pushstring(L, device_name(check_model(L, 1).device()).c_str());
   return 1;
@@ -400,6 +443,14 @@ const luaL_Reg model_methods[] = {
 const luaL_Reg models_funcs[] = {{"load", l_models_load}, {"init", l_models_init}, {nullptr, nullptr}};
 
 }  // namespace
+
+LtModuleApi lt_api_models() {
+  return {"models",
+          "Hugging Face decoder-only models (Llama, Mistral, Qwen2, Qwen3, Gemma 2): load, initialise, run, save",
+          {kModelsLoad, kModelsInit, kModelForward, kModelGenerate, kModelPerplexity, kModelSave, kModelNumParams,
+           kModelConfig, kModelParameters, kModelTo, kModelDtype, kModelDevice},
+          {{"Model", "a decoder-only transformer; weights are plain tensors under their HF names"}}};
+}
 
 }  // namespace luatune
 

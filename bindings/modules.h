@@ -1,7 +1,10 @@
 // The Lua modules luatune provides; runner/lua_host.cpp opens each as a global of the same name.
+// Each binding file also declares what its module exposes (bindings/lua_api.h: lt_api_<module>).
 #pragma once
 
 #include <lua.hpp>
+
+#include "bindings/lua_api.h"
 
 extern "C" {
 int luaopen_config(lua_State* L);
@@ -21,3 +24,22 @@ int luaopen_sweep(lua_State* L);
 int luaopen_hw(lua_State* L);
 int luaopen_export(lua_State* L);
 }
+
+namespace luatune {
+LtModuleApi lt_api_config();
+LtModuleApi lt_api_torch();
+LtModuleApi lt_api_train();
+LtModuleApi lt_api_tokenizer();
+LtModuleApi lt_api_models();
+LtModuleApi lt_api_data();
+LtModuleApi lt_api_metrics();
+LtModuleApi lt_api_eval();
+LtModuleApi lt_api_lora();
+LtModuleApi lt_api_qlora();
+LtModuleApi lt_api_prune();
+LtModuleApi lt_api_dist();
+LtModuleApi lt_api_distill();
+LtModuleApi lt_api_sweep();
+LtModuleApi lt_api_hw();
+LtModuleApi lt_api_export();
+}  // namespace luatune

@@ -5,12 +5,21 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
+#include "bindings/modules.h"
 #include "bindings/tensor_class.h"
 #include "host/adapt/qlora.h"
 #include "host/core/device.h"
 #include "host/core/error.h"
 
 namespace luatune {
+
+const LtTable kQuantOpts{
+    "QuantOpts",
+    {{"quant_type", "\"nf4\"|\"fp4\"", "\"nf4\"", "the 4-bit code: NormalFloat4 or FP4 (bitsandbytes')"},
+     {"blocksize", "integer", "64", "weights per absmax block: 32 .. 4096, a power of two"},
+     {"double_quant", "boolean", "true", "8-bit absmax in blocks of nested_blocksize (QLoRA's default)"},
+     {"nested_blocksize", "integer", "256", "absmax values per nested block"},
+     {"skip", "string|string[]", "", "modules kept dense, matched as LoRA targets (models only)"}}};
 
 bool lt_quant_options(lua_State* L, int idx, const std::string& where, QuantConfig* c,
                       std::vector<std::string>* skip) {
@@ -28,7 +37,7 @@ bool lt_quant_options(lua_State* L, int idx, const std::string& where, QuantConf
     case LUA_TTABLE: break;
     default: fail(where + ": expected \"nf4\", \"fp4\", true or a table {quant_type=, blocksize=, double_quant=, skip=}");
   }
-  lt_check_options(L, idx, {"quant_type", "blocksize", "double_quant", "nested_blocksize", "skip"});
+  lt_check_options(L, idx, kQuantOpts);
   c->type = quant_type_parse(lt_opt_string(L, idx, "quant_type", "nf4"), where);
   c->blocksize = lt_opt_int(L, idx, "blocksize", c->blocksize);
   c->double_quant = lt_opt_bool(L, idx, "double_quant", c->double_quant);
@@ -57,7 +66,11 @@ namespace {
 
 Model& check_model(lua_State* L, int idx) { return *lt_check<std::shared_ptr<Model>>(L, idx); }
 
-// qlora.quantize(model, "nf4" | {quant_type=, blocksize=, double_quant=, skip=}) -> Linears quantized
+const LtFunc kQloraQuantize{
+    "qlora", "quantize", "model: Model, opts?: \"nf4\"|\"fp4\"|boolean|Opts", "integer # the Linears quantized",
+    "makes every decoder projection 4-bit in place (embeddings, norms, lm_head, biases stay); quantize before "
+    "adding adapters",
+    {}, &kQuantOpts};
 int l_qlora_quantize(lua_State* L) {
   Model& m = check_model(L, 1);
   QuantConfig c;
@@ -70,13 +83,17 @@ int l_qlora_quantize(lua_State* L) {
   return 1;
 }
 
-// qlora.dequantize(model) -> Linears made dense again (model dtype)
+const LtFunc kQloraDequantize{"qlora", "dequantize", "model: Model", "integer # the Linears made dense",
+                               "back to dense weights in the model dtype"};
 int l_qlora_dequantize(lua_State* L) {
   lua_pushnumber(L, static_cast<double>(qlora_dequantize(check_model(L, 1))));
   return 1;
 }
 
-// qlora.info(model) -> {linears, quant_type, blocksize, double_quant, bytes, dense_bytes} or nil
+const LtFunc kQloraInfo{
+    "qlora", "info", "model: Model",
+    "table? # {linears, quant_type, blocksize, double_quant, bytes, dense_bytes}, nil for a dense model",
+    "the 4-bit settings and bytes as stored vs in the model dtype"};
 int l_qlora_info(lua_State* L) {
   Model& m = check_model(L, 1);
   QuantConfig c;
@@ -103,8 +120,11 @@ int l_qlora_info(lua_State* L) {
   return 1;
 }
 
-// qlora.quantize_tensor(t, opts) -> {packed, absmax, quant_map, [nested_absmax, nested_quant_map,
-// offset], shape, quant_type, blocksize, dtype}: the tensors bitsandbytes stores for one weight.
+const LtFunc kQloraQuantizeTensor{
+    "qlora", "quantize_tensor", "t: Tensor, opts?: Opts",
+    "table # {packed, absmax, quant_map, [nested_absmax, nested_quant_map, offset, nested_blocksize], shape, "
+    "quant_type, blocksize, dtype}",
+    "the tensors bitsandbytes stores for one weight", {}, &kQuantOpts};
 int l_qlora_quantize_tensor(lua_State* L) {
   at::Tensor t = lt_check<at::Tensor>(L, 1);
   QuantConfig c;
@@ -143,7 +163,8 @@ int l_qlora_quantize_tensor(lua_State* L) {
   return 1;
 }
 
-// qlora.dequantize_tensor(q [, dtype]) -> the weight back from quantize_tensor's table
+const LtFunc kQloraDequantizeTensor{"qlora", "dequantize_tensor", "q: table, dtype?: string", "Tensor",
+                                     "the weight back from quantize_tensor's table"};
 int l_qlora_dequantize_tensor(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   auto get = [&](const char* k, bool required) {
@@ -195,6 +216,14 @@ const luaL_Reg qlora_funcs[] = {{"quantize", l_qlora_quantize},
                                 {nullptr, nullptr}};
 
 }  // namespace
+
+LtModuleApi lt_api_qlora() {
+  return {"qlora",
+          "4-bit (NF4 / FP4) base weights for QLoRA, stored as bitsandbytes stores them",
+          {kQloraQuantize, kQloraDequantize, kQloraInfo, kQloraQuantizeTensor, kQloraDequantizeTensor},
+          {},
+          {&kQuantOpts}};
+}
 
 }  // namespace luatune
 

@@ -5,6 +5,7 @@
 #include <csignal>
 
 #include "bindings/lua_util.h"
+#include "bindings/modules.h"
 #include "host/core/error.h"
 #include "host/sweep/sweep.h"
 #include "host/train/stop.h"
@@ -43,12 +44,32 @@ void push_trial(lua_State* L, const SweepTrial& t) {
   }
 }
 
-// sweep.run{ recipe =, output_dir =, parameters = {...}, metric = {name =, goal =}, method =, seed =,
-//   trials =, parallel =, fixed = {...}, timeout =, wandb_project =, env = {...}, devices = {...},
-//   columns = {...}, retry_failed = false, name = } -> the recorded trials, best first.
+// host/sweep checks the values with its own messages (and the same keys: lt_api_problems).
+const LtFunc kSweepRun{
+    "sweep", "run", "opts: Opts",
+    "table[] # every trial best first: {index, name, dir, config, status, exit_code, metric, metrics, seconds, error}",
+    "runs the trials not yet recorded in output_dir/trials.jsonl, parallel at a time (docs/sweeps.md)",
+    {{"recipe", "string", "required", "a shipped recipe's name or a path"},
+     {"name", "string", "", "the sweep's name (default: output_dir's last part)"},
+     {"output_dir", "string", "required", "trials go to output_dir/trial-NNN, results beside them"},
+     {"fixed", "table", "{}", "settings every trial gets"},
+     {"method", "string", "\"grid\"", "\"grid\" or \"random\""},
+     {"seed", "integer", "0", "the random method's seed"},
+     {"trials", "integer", "0", "how many trials (random: required; grid: at most)"},
+     {"parallel", "integer", "1", "trials at a time"},
+     {"metric", "string|table", "required", "the metric to rank by: a name or {name=, goal=}"},
+     {"goal", "string", "\"minimize\"", "\"minimize\" or \"maximize\" (or metric's goal)"},
+     {"parameters", "table", "required",
+      "{values={...}}, {distribution=, min=, max=}, or tied groups {keys={...}, values={...}} by config key"},
+     {"timeout", "number", "0", "seconds a trial may run (0: no limit)"},
+     {"wandb_project", "string", "", "log every trial to this W&B project"},
+     {"env", "table<string, string>", "{}", "environment variables of every trial"},
+     {"devices", "string[]", "{}", "devices handed to parallel trials in turn"},
+     {"columns", "string[]", "{}", "extra columns of the results table"},
+     {"retry_failed", "boolean", "false", "run failed trials again"}}};
 int l_sweep_run(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lt_check_options(L, 1, sweep_option_names());
+  lt_check_option_names(L, 1, kSweepRun);
   SweepSpec spec = sweep_spec_parse(lt_to_config(L, 1, "sweep.run"));
   RunState& st = lt_run_state(L);
   st.sweeps_run++;
@@ -107,13 +128,18 @@ SweepGoal goal_option(lua_State* L, int idx, const char* key) {
   return g == "minimize" ? SweepGoal::minimize : SweepGoal::maximize;
 }
 
-// sweep.pareto(trials, {x = "parameters_kept", y = "eval_perplexity", x_goal = "minimize",
-//   y_goal = "minimize"}) -> the trials on the Pareto front (in the given order); sets
-// trial.pareto = true or false on every trial. A trial missing either value is never on it.
+// A trial missing either value is never on the front.
+const LtFunc kSweepPareto{
+    "sweep", "pareto", "trials: table[], opts: Opts", "table[] # the trials on the Pareto front, in the given order",
+    "the trials no other trial beats on both metrics; sets trial.pareto on each",
+    {{"x", "string", "required", "the first metric (a trial field, config key or metric)"},
+     {"y", "string", "required", "the second metric"},
+     {"x_goal", "string", "\"minimize\"", "\"minimize\" or \"maximize\""},
+     {"y_goal", "string", "\"minimize\"", "\"minimize\" or \"maximize\""}}};
 int l_sweep_pareto(lua_State* L) {
   int n = check_trials(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, {"x", "y", "x_goal", "y_goal"});
+  lt_check_options(L, 2, kSweepPareto);
   std::string x = lt_opt_string(L, 2, "x", ""), y = lt_opt_string(L, 2, "y", "");
   if (x.empty() || y.empty()) fail_usage("sweep.pareto: options x and y (metric names) are required");
   std::vector<SweepGoal> goals = {goal_option(L, 2, "x_goal"), goal_option(L, 2, "y_goal")};
@@ -145,8 +171,9 @@ int l_sweep_pareto(lua_State* L) {
   return 1;
 }
 
-// sweep.table(trials, columns) -> Markdown text: one row per trial, one column per entry of
-// `columns`, each a name (looked up as in sweep.pareto) or {name, "Heading"}.
+const LtFunc kSweepTable{
+    "sweep", "table", "trials: table[], columns: (string|string[])[]", "string # Markdown",
+    "one row per trial; a column is a name (the trial's field, else its config, else its metrics) or {name, \"Heading\"}"};
 int l_sweep_table(lua_State* L) {
   int n = check_trials(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -213,6 +240,12 @@ const luaL_Reg sweep_funcs[] = {
 };
 
 }  // namespace
+
+LtModuleApi lt_api_sweep() {
+  return {"sweep", "hyperparameter sweeps of a recipe, Pareto fronts and result tables (docs/sweeps.md)",
+          {kSweepRun, kSweepPareto, kSweepTable}};
+}
+
 }  // namespace luatune
 
 extern "C" int luaopen_sweep(lua_State* L) {

@@ -32,6 +32,7 @@ local cfg = config {
   deterministic = false,            -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",               -- W&B project to log to; "" = none (docs/wandb.md)
 }
+local run = require("run")  -- scripts/lua/run.lua
 
 local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
@@ -42,26 +43,15 @@ print(tostring(model))
 local all = data.jsonl(cfg.data, { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed })
 local train_set, eval_set = all:split(1 - cfg.eval_fraction)
 
-local trainer = train.new(model, { lr = cfg.learning_rate, weight_decay = cfg.weight_decay, warmup = cfg.warmup_steps,
-                                   schedule = "cosine", steps = cfg.max_steps, micro_batch_size = cfg.batch_size,
-                                   checkpoint_layers = cfg.gradient_checkpointing, output_dir = cfg.output_dir,
-                                   save_every = cfg.save_steps, shard = cfg.shard, optimizer = cfg.optimizer,
-                                   optimizer_offload = cfg.optimizer_offload })
-local start = cfg.resume and trainer:resume() or 0
-local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.max_steps,
-                           config = cfg, resume = start, wandb = cfg.wandb_project }
+local trainer = run.trainer(model, cfg, { schedule = "cosine", weight_decay = cfg.weight_decay })
+local start, log = run.start(cfg, trainer)
 
 for step, batch in train_set:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps, steps = cfg.max_steps,
                                        start = start } do
   log:write(step, trainer:step(batch))
-  if step % cfg.eval_steps == 0 or step == cfg.max_steps then
-    local e = trainer:evaluate(eval_set, { batch_size = cfg.batch_size })
-    log:write(step, { eval_loss = e.loss, eval_perplexity = e.perplexity })
-  end
+  if step % cfg.eval_steps == 0 or step == cfg.max_steps then run.evaluate(log, step, trainer, eval_set, cfg) end
   if log:stopped() then break end  -- stopped from the W&B UI: end here and save what there is
 end
 
 trainer:save()
-lora.save(model, cfg.output_dir .. "/adapter", { base_model = cfg.base_model })
-log:close()
-print("adapter (PEFT format, ADAPTION_PROMPT): " .. cfg.output_dir .. "/adapter")
+run.save(cfg, model, tok, log, "adapter", "adapter (PEFT format, ADAPTION_PROMPT)")

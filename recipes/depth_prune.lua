@@ -36,12 +36,7 @@ local P = require("pruning")
 local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
 print(tostring(model))
-local all = data.jsonl(cfg.data, { tokenizer = tok, format = "text", max_length = cfg.max_length, pack = true,
-                                   seed = cfg.seed })
-local train_set, eval_set = all:split(1 - cfg.eval_fraction)
-
-local calibration, rows = P.calibration(train_set, cfg.calibration_rows, cfg.batch_size)
-print(("calibration: %d rows of up to %d tokens; evaluation: %d held-out rows"):format(rows, cfg.max_length, #eval_set))
+local train_set, eval_set, calibration = P.text_sets(cfg, tok)  -- packed text rows; the first calibration_rows
 
 local function perplexity()
   return P.perplexity(model, eval_set, { batch_size = cfg.batch_size, max_batches = cfg.eval_batches })

@@ -53,52 +53,36 @@ local cfg = config {
 }
 local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
-local json_path = cfg.output_dir .. "/summary.json"
 local t_start = metrics.clock()
-local P = require("pruning")  -- scripts/lua/pruning.lua
+local P = require("pruning")  -- scripts/lua/pruning.lua: data, step counts and summary.json
 local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
 print(tostring(model))
+local domains, train_set, eval_set = P.sheared_data(cfg, tok)  -- domains: nil without cfg.domains
 
-local load_opts = { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed }
-if cfg.format ~= "" then load_opts.format = cfg.format end
-local domains = P.domains(cfg.domains, load_opts, cfg.eval_fraction)  -- nil without domains
-local train_set, eval_set
-if domains then
-  eval_set = domains.sets[domains.names[1]].eval  -- the overall eval set; each domain's loss is logged too
-else
-  train_set, eval_set = data.jsonl(cfg.data, load_opts):split(1 - cfg.eval_fraction)
-end
-
--- Steps: num_train_epochs over the training rows in batches of batch_size * gradient_accumulation_steps.
-local rows_per_step = cfg.batch_size * cfg.gradient_accumulation_steps
-local rows = domains and domains:rows() or #train_set
-local total_steps = cfg.num_train_epochs * math.max(1, math.ceil(rows / rows_per_step))
-if cfg.max_steps > 0 then total_steps = math.min(total_steps, cfg.max_steps) end
-local prune_steps = math.max(1, math.floor(total_steps * cfg.prune_fraction + 0.5))
-local recover_steps = math.max(0, total_steps - prune_steps)
+-- Steps: num_train_epochs over the training rows; the first prune_fraction of them learn masks.
+local steps = P.sheared_steps(cfg, domains and domains:rows() or #train_set)
 
 -- The pruner first: a target that cannot be met fails here, before any work.
 local pruner = prune.sheared(model, {
   layers = cfg.target_layer_sparsity, heads = cfg.target_head_sparsity, hidden = cfg.target_hidden_sparsity,
   intermediate = cfg.target_intermediate_sparsity, round_to = cfg.round_to,
-  warmup_steps = math.floor(cfg.lagrangian_warmup * prune_steps), mask_lr = cfg.mask_lr,
+  warmup_steps = math.floor(cfg.lagrangian_warmup * steps.pruning), mask_lr = cfg.mask_lr,
   lambda_lr = cfg.lambda_lr, seed = cfg.seed,
 })
 local target = pruner:target()
 print(string.format("target: %d layers, %d heads (%d KV), hidden %d, intermediate %d; %d pruning + %d recovery steps",
-                    target.layers, target.heads, target.kv_heads, target.hidden, target.intermediate, prune_steps,
-                    recover_steps))
-local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = total_steps,
+                    target.layers, target.heads, target.kv_heads, target.hidden, target.intermediate, steps.pruning,
+                    steps.recovery))
+local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = steps.total,
                            config = cfg, wandb = cfg.wandb_project }
 local eval_opts = { batch_size = cfg.batch_size, max_batches = cfg.eval_batches }
-local function perplexity(trainer) return trainer:evaluate(eval_set, eval_opts).perplexity end
 
--- Before: the base model's shape, size and perplexity (a trainer used only to evaluate).
-local shape_before = prune.shape(model)
-local params_before = model:num_params().total
-local ppl_before = P.perplexity(model, eval_set, eval_opts)
-log:write(0, { eval_perplexity = ppl_before })
+-- Before: the base model's shape, size and perplexity. stats gathers what summary.json records.
+local stats = { shape_before = prune.shape(model), parameters_before = model:num_params().total, steps = steps,
+                perplexity = { before = P.perplexity(model, eval_set, eval_opts) },
+                tokens = { pruning = 0, recovery = 0 } }
+log:write(0, { eval_perplexity = stats.perplexity.before })
 
 -- Batches: one dataset, or dynamic batch loading across domains (Sheared-LLaMA's DoReMi-style update).
 local dyn = domains and domains:start(model, cfg.domain_reference_loss, cfg.seed, eval_opts)
@@ -106,63 +90,50 @@ local function update_domains(trainer, step, log_step)  -- during pruning and re
   if dyn and step % cfg.domain_update_steps == 0 then domains:update(trainer, log_step or step, log, eval_opts) end
 end
 
--- Each phase's trainer: its own warm-up and cosine schedule over its own steps.
-local function new_trainer(steps, hooks)
-  return train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine", steps = steps,
-                            warmup = math.floor(cfg.warmup_ratio * steps), min_lr_ratio = 0.1,
-                            micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.gradient_checkpointing,
-                            shard = cfg.shard, optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
-                            hooks = hooks })
-end
-
--- Phase 1: masks and weights together.
-local trainer = new_trainer(prune_steps, { pruner })
-local tokens = { pruning = 0, recovery = 0 }
+-- Phase 1: masks and weights together. Each phase's trainer has its own warm-up and cosine schedule.
+local trainer = P.sheared_trainer(model, cfg, steps.pruning, { pruner })
 local t_prune = metrics.clock()
-for step, batch in P.batches(dyn or train_set, rows_per_step, prune_steps) do
+for step, batch in P.batches(dyn or train_set, steps.rows_per_step, steps.pruning) do
   local s = trainer:step(batch)
-  tokens.pruning = tokens.pruning + s.tokens
+  stats.tokens.pruning = stats.tokens.pruning + s.tokens
   log:write(step, s)
   update_domains(trainer, step)
-  if step % cfg.eval_steps == 0 or step == prune_steps then
-    log:write(step, { eval_masked_perplexity = perplexity(trainer) })
+  if step % cfg.eval_steps == 0 or step == steps.pruning then
+    log:write(step, { eval_masked_perplexity = trainer:evaluate(eval_set, eval_opts).perplexity })
   end
   if log:stopped() then break end  -- stopped from the W&B UI: cut to the target now, skip recovery
 end
 t_prune = metrics.clock() - t_prune
 
 -- Cut the model to the target shape (soft mask values folded into the kept weights).
-local shape_after = pruner:finalize()
+stats.shape_after = pruner:finalize()
 trainer = nil
 collectgarbage()
-local ppl_pruned = P.perplexity(model, eval_set, eval_opts)
-log:write(prune_steps, { eval_perplexity = ppl_pruned })
-print(string.format("pruned to %d layers, %d heads, hidden %d, intermediate %d: perplexity %.3f -> %.3f",
-                    shape_after.layers, shape_after.heads, shape_after.hidden, shape_after.intermediate, ppl_before,
-                    ppl_pruned))
+stats.perplexity.after_pruning = P.perplexity(model, eval_set, eval_opts)
+stats.perplexity.after_recovery = stats.perplexity.after_pruning
+log:write(steps.pruning, { eval_perplexity = stats.perplexity.after_pruning })
+local cut = stats.shape_after
+print(string.format("pruned to %d layers, %d heads, hidden %d, intermediate %d: perplexity %.3f -> %.3f", cut.layers,
+                    cut.heads, cut.hidden, cut.intermediate, stats.perplexity.before, stats.perplexity.after_pruning))
 
 -- Phase 2: continued training of the pruned model, distilled from the unpruned one.
-local teacher
-local hooks = {}
-if cfg.distill and recover_steps > 0 then
-  teacher = models.load(cfg.base_model, { dtype = cfg.teacher_dtype ~= "" and cfg.teacher_dtype or cfg.dtype,
-                                          device = cfg.teacher_device ~= "" and cfg.teacher_device or cfg.device })
-  hooks = { distill.new(teacher, model, { loss = cfg.distill_loss, temperature = cfg.distill_temperature,
-                                          alpha = cfg.distill_alpha }) }
-end
+local teacher = cfg.distill and steps.recovery > 0 and
+  models.load(cfg.base_model, { dtype = cfg.teacher_dtype ~= "" and cfg.teacher_dtype or cfg.dtype,
+                                device = cfg.teacher_device ~= "" and cfg.teacher_device or cfg.device })
+local hooks = teacher and { distill.new(teacher, model, { loss = cfg.distill_loss, alpha = cfg.distill_alpha,
+                                                          temperature = cfg.distill_temperature }) } or {}
 local t_recover = metrics.clock()
-local ppl_after = ppl_pruned
-if recover_steps > 0 and not log:stopped() then
-  local recover = new_trainer(recover_steps, hooks)
-  for step, batch in P.batches(dyn or train_set, rows_per_step, recover_steps) do
+if steps.recovery > 0 and not log:stopped() then
+  local recover = P.sheared_trainer(model, cfg, steps.recovery, hooks)
+  for step, batch in P.batches(dyn or train_set, steps.rows_per_step, steps.recovery) do
     local s = recover:step(batch)
-    tokens.recovery = tokens.recovery + s.tokens
-    log:write(prune_steps + step, s)
-    update_domains(recover, step, prune_steps + step)
-    if step % cfg.eval_steps == 0 or step == recover_steps then
+    stats.tokens.recovery = stats.tokens.recovery + s.tokens
+    log:write(steps.pruning + step, s)
+    update_domains(recover, step, steps.pruning + step)
+    if step % cfg.eval_steps == 0 or step == steps.recovery then
       local e = recover:evaluate(eval_set, eval_opts)
-      log:write(prune_steps + step, { eval_loss = e.loss, eval_perplexity = e.perplexity, eval_kd_loss = e.kd_loss })
-      ppl_after = e.perplexity
+      log:write(steps.pruning + step, { eval_loss = e.loss, eval_perplexity = e.perplexity, eval_kd_loss = e.kd_loss })
+      stats.perplexity.after_recovery = e.perplexity
     end
     if log:stopped() then break end
   end
@@ -171,31 +142,8 @@ t_recover = metrics.clock() - t_recover
 if teacher then teacher:release() end
 
 model:save(cfg.output_dir .. "/model", { tokenizer = tok })
-local params_after = model:num_params().total
-local summary = {
-  base_model = cfg.base_model,
-  target_sparsity = { layers = cfg.target_layer_sparsity, heads = cfg.target_head_sparsity,
-                      hidden = cfg.target_hidden_sparsity, intermediate = cfg.target_intermediate_sparsity },
-  shape_before = shape_before, shape_after = shape_after,
-  parameters_before = params_before, parameters_after = params_after,
-  parameters_kept = params_after / params_before,
-  perplexity = { before = ppl_before, after_pruning = ppl_pruned, after_recovery = ppl_after },
-  steps = { pruning = prune_steps, recovery = recover_steps },
-  tokens = { pruning = tokens.pruning, recovery = tokens.recovery },
-  distilled = cfg.distill and recover_steps > 0,
-  seconds = { pruning = t_prune, recovery = t_recover, total = metrics.clock() - t_start },
-  model_dir = cfg.output_dir .. "/model",
-}
-if dyn then summary.domain_proportions = dyn:proportions() end
-metrics.write_json(json_path, summary)
-log:summary { parameters_kept = summary.parameters_kept, perplexity_before = ppl_before, perplexity_after = ppl_after }
-log:close()
-print(string.format("%.1fM -> %.1fM parameters (%.0f%%); perplexity %.3f -> %.3f (pruned) -> %.3f; wrote %s",
-                    params_before / 1e6, params_after / 1e6, 100 * params_after / params_before, ppl_before,
-                    ppl_pruned, ppl_after, cfg.output_dir))
+stats.seconds = { pruning = t_prune, recovery = t_recover, total = metrics.clock() - t_start }
+stats.domain_proportions = dyn and dyn:proportions()
+P.sheared_summary(cfg, model, log, stats)  -- summary.json, the run's summary, the log closed
 gguf_out.write(cfg.gguf, cfg.output_dir, cfg.output_dir .. "/model")
-
-if cfg.check then
-  P.check_saved(cfg.output_dir .. "/model", target, tok)
-  print("check: the saved model has the target shape, reloads and generates")
-end
+if cfg.check then P.check_saved(cfg.output_dir .. "/model", target, tok) end

@@ -39,6 +39,7 @@ local cfg = config {
   wandb_project = "",               -- W&B project to log to; "" = none (docs/wandb.md)
 }
 local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
+local run = require("run")  -- scripts/lua/run.lua
 
 local tok = tokenizer.load(cfg.base_model)
 -- Each Linear is converted, moved and quantized on its own: the bf16 model never sits on the GPU whole.
@@ -54,23 +55,13 @@ print(string.format("%s\n4-bit base: %d Linears %s, %.1f MB (%.1f MB in %s)", to
 local all = data.jsonl(cfg.data, { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed })
 local train_set, eval_set = all:split(1 - cfg.eval_fraction)
 
-local trainer = train.new(model, { lr = cfg.learning_rate, warmup = cfg.warmup_steps, schedule = "cosine",
-                                   steps = cfg.max_steps, micro_batch_size = cfg.batch_size,
-                                   checkpoint_layers = cfg.gradient_checkpointing, output_dir = cfg.output_dir,
-                                   save_every = cfg.save_steps, shard = cfg.shard, optimizer = cfg.optimizer,
-                                   optimizer_offload = cfg.optimizer_offload })
-local start = cfg.resume and trainer:resume() or 0
-local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.max_steps,
-                           config = cfg, resume = start, wandb = cfg.wandb_project }
+local trainer = run.trainer(model, cfg, { schedule = "cosine" })
+local start, log = run.start(cfg, trainer)
 
-local last_eval
 for step, batch in train_set:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps, steps = cfg.max_steps,
                                        start = start } do
   log:write(step, trainer:step(batch))
-  if step % cfg.eval_steps == 0 or step == cfg.max_steps then
-    last_eval = trainer:evaluate(eval_set, { batch_size = cfg.batch_size })
-    log:write(step, { eval_loss = last_eval.loss, eval_perplexity = last_eval.perplexity })
-  end
+  if step % cfg.eval_steps == 0 or step == cfg.max_steps then run.evaluate(log, step, trainer, eval_set, cfg) end
   if log:stopped() then break end  -- stopped from the W&B UI: end here and save what there is
 end
 

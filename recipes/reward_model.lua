@@ -38,6 +38,7 @@ local cfg = config {
   deterministic = false,            -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",               -- W&B project to log to; "" = none (docs/wandb.md)
 }
+local run = require("run")  -- scripts/lua/run.lua
 
 local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device, quantize = cfg.quantize })
@@ -50,23 +51,15 @@ print(tostring(model), tostring(reward))
 
 local pref = require("preference")  -- scripts/lua/preference.lua
 local train_set, eval_set = pref.sets(cfg, tok)
-local trainer = train.new(model, { lr = cfg.learning_rate, warmup = cfg.warmup_steps, schedule = "cosine",
-                                   steps = cfg.max_steps, micro_batch_size = 2 * cfg.batch_size,
-                                   checkpoint_layers = cfg.gradient_checkpointing, output_dir = cfg.output_dir,
-                                   save_every = cfg.save_steps, shard = cfg.shard, optimizer = cfg.optimizer,
-                                   optimizer_offload = cfg.optimizer_offload, hooks = { reward } })
-local start = cfg.resume and trainer:resume() or 0
-local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.max_steps,
-                           config = cfg, resume = start, wandb = cfg.wandb_project }
+local trainer = run.trainer(model, cfg, { schedule = "cosine", hooks = { reward },
+                                          micro_batch_size = 2 * cfg.batch_size })  -- a pair: 2 rows
+local start, log = run.start(cfg, trainer)
 
-local function evaluate(step)
-  log:write(step, pref.eval_fields(trainer:evaluate(eval_set, { batch_size = cfg.batch_size })))
-end
-if start == 0 then evaluate(0) end
+if start == 0 then pref.evaluate(log, 0, trainer, eval_set, cfg) end
 for step, batch in train_set:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps, steps = cfg.max_steps,
                                        start = start } do
   log:write(step, trainer:step(batch))
-  if step % cfg.eval_steps == 0 or step == cfg.max_steps then evaluate(step) end
+  if step % cfg.eval_steps == 0 or step == cfg.max_steps then pref.evaluate(log, step, trainer, eval_set, cfg) end
   if log:stopped() then break end
 end
 

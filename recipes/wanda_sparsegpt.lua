@@ -24,13 +24,8 @@ local cfg = config {
 
 local P = require("pruning")
 local tok = tokenizer.load(cfg.base_model)
-local all = data.jsonl(cfg.data, { tokenizer = tok, format = "text", max_length = cfg.max_length, pack = true,
-                                   seed = cfg.seed })
-local calib_set, eval_set = all:split(1 - cfg.eval_fraction)
-
 -- The same calibration rows for every method: the first calibration_rows of a seeded shuffle.
-local calibration, rows = P.calibration(calib_set, cfg.calibration_rows, cfg.batch_size)
-print(("calibration: %d rows of %d tokens; evaluation: %d held-out rows"):format(rows, cfg.max_length, #eval_set))
+local _, eval_set, calibration = P.text_sets(cfg, tok)
 
 local function load() return models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device }) end
 local function perplexity(model)

@@ -22,6 +22,7 @@
 #include "host/dist/launch.h"
 #include "host/hw/catalog.h"
 #include "host/hw/plan_recipe.h"
+#include "host/io/jsonl.h"
 #include "host/core/term.h"
 #include "host/metrics/run_report.h"
 #include "host/metrics/wandb.h"
@@ -32,6 +33,7 @@
 #include "host/core/strings.h"
 #include "host/sweep/sweep.h"
 #include "host/text/tokenizer.h"
+#include "bindings/lua_api.h"
 #include "runner/lua_host.h"
 
 using namespace luatune;
@@ -40,13 +42,16 @@ using namespace luatune;
 // reverse with --decode). A line that is not what we expect ends the run with exit status 1.
 static int run_tokenize(const Command& cmd) {
   auto tok = Tokenizer::load(cmd.tokenizer);
-  std::ios::sync_with_stdio(false);  // std::cin is read only here; unsynced getline is much faster
-  std::string line;
-  for (size_t n = 1; std::getline(std::cin, line); n++) {
-    nlohmann::json in = json_parse_or_discard(line);  // bad or too deep: not what is expected below
+  JsonlReadOptions ro;
+  ro.expected = cmd.decode ? "a JSON array of token ids" : "a JSON string";
+  ro.skip_blank = false;  // one output line per input line
+  JsonlReader lines(stdin, "stdin", ro);
+  while (lines.next()) {
+    const nlohmann::json& in = lines.value();
+    const std::string n = std::to_string(lines.line());
     nlohmann::json out;
     if (!cmd.decode) {
-      if (!in.is_string()) fail("stdin:" + std::to_string(n) + ": expected a JSON string");
+      if (!in.is_string()) fail("stdin:" + n + ": expected a JSON string");
       out = tok->encode(in.get_ref<const std::string&>(), cmd.special);
     } else {
       bool ok = in.is_array();
@@ -55,7 +60,7 @@ static int run_tokenize(const Command& cmd) {
         ok = in[i].is_number_integer();
         if (ok) ids.push_back(in[i].get<int32_t>());
       }
-      if (!ok) fail("stdin:" + std::to_string(n) + ": expected a JSON array of token ids");
+      if (!ok) fail("stdin:" + n + ": expected a JSON array of token ids");
       out = tok->decode(ids);
     }
     std::string text = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -201,7 +206,10 @@ int main(int argc, char** argv) {
                0);  // progress lines appear as they are printed, in order with stderr
   try {
     cpu_threads_init();
-    return run_command(cli_parse(std::vector<std::string>(argv + 1, argv + argc)));
+    std::vector<std::string> args(argv + 1, argv + argc);
+    // A developer tool, not in --help: regenerate or check types/luatune.d.lua and docs/lua_api.md.
+    if (!args.empty() && args[0] == "api") return lt_api_main(std::vector<std::string>(args.begin() + 1, args.end()));
+    return run_command(cli_parse(args));
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return kExitUsage;

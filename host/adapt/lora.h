@@ -1,7 +1,7 @@
 // LoRA and DoRA adapters on the model's Linear projections, in and out of PEFT's format
 // (adapter_config.json + adapter_model.safetensors), and merging them into the base weights.
-// Math and names as huggingface/peft does them: ../shared/reference/formats.md section 3;
-// notes on where we follow and where we depart from PEFT: docs/lora.md.
+// Math and names as huggingface/peft does them, with the PEFT source of each and where we depart
+// from it: docs/lora.md ("The maths", "PEFT's files").
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // bitsandbytes' 4-bit (NF4 / FP4) and 8-bit blockwise quantization on plain arrays: the CPU
 // reference every kernel is tested against, bit for bit. No Torch here: host/adapt/quant.h wraps
-// these for tensors and builds the 8-bit dynamic map (its float32 arithmetic is Torch's). Constants and rules: ../shared/reference/formats.md section 4.
+// these for tensors and builds the 8-bit dynamic map (its float32 arithmetic is Torch's).
+// Constants and rules, with their bitsandbytes sources: docs/qlora.md, "Sources".
 //
 // The rules, as bitsandbytes' CUDA kernels apply them:
 //   4-bit quantize: values are taken in float32 (bf16/fp16 inputs convert exactly); per block of

@@ -1,5 +1,5 @@
 // The literals of bitsandbytes' 4-bit formats (bitsandbytes @ 95f9af30: functional.py
-// get_4bit_type, csrc/kernels.cu dQuantizeNF4 / dQuantizeFP4; ../shared/reference/formats.md 4.1),
+// get_4bit_type, csrc/kernels.cu dQuantizeNF4 / dQuantizeFP4; docs/qlora.md, "Sources"),
 // in one place for the CPU reference (nf4.cpp), the CUDA kernels (kernels/nf4_cuda.cu) and their
 // tests: the same characters compile to the same floats on both sides. Plain macros, so that a
 // __constant__ table in a .cu file and a const array in C++ take them alike.

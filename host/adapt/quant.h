@@ -1,7 +1,7 @@
 // 4-bit weights as tensors: bitsandbytes' QuantState, quantizing and dequantizing a weight (CPU
 // reference or, in CUDA builds, the kernels of host/adapt/kernels), the 4-bit linear whose
 // backward re-dequantizes instead of keeping the weight, and bitsandbytes' serialised layout.
-// Rules: host/adapt/nf4.h; layout: ../shared/reference/formats.md section 4.4.
+// Rules: host/adapt/nf4.h; layout: docs/qlora.md, "The format" and "Sources".
 #pragma once
 
 #include <ATen/core/Tensor.h>

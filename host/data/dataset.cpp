@@ -7,11 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 
 #include "host/core/error.h"
-#include "host/core/json.h"
 #include "host/core/strings.h"
+#include "host/io/jsonl.h"
 #include "host/text/tokenizer.h"
 
 namespace luatune {
@@ -193,39 +192,24 @@ std::shared_ptr<Dataset> Dataset::from_documents(std::vector<Document> documents
 
 std::shared_ptr<Dataset> Dataset::from_jsonl(const std::string& path, const Tokenizer& tok,
                                              const DataOptions& o) {
-  std::ifstream in(path, std::ios::binary);
-  LT_CHECK(in, "data: cannot open '" << path << "'");
-  std::string line;
-  int64_t line_no = 0;
+  JsonlReadOptions ro;
+  ro.bad = JsonlBad::report;  // a bad line is a bad record: build() fails or, with skip_bad, counts it
+  ro.expected = "a JSON object";
+  JsonlReader in(path, ro);
+  LT_CHECK(in.is_open(), "data: cannot open '" << path << "'");
   auto next = [&](json& record, int64_t& origin, std::string& where, std::string& error) {
-    for (;;) {
-      if (!std::getline(in, line)) return false;
-      line_no++;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.find_first_not_of(" \t") != std::string::npos) break;  // blank lines are not records
-    }
-    origin = line_no;
-    where = path + ":" + std::to_string(line_no);
-    error = json_depth_error(line, path, line_no);
-    if (!error.empty()) {  // a record too deep to quote or copy safely: a bad record (skip_bad)
-      record = json();
-      return true;
-    }
-    record = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded())
-      error = where + ": expected a JSON object, got '" +
-              (line.size() > 60 ? line.substr(0, 60) + "..." : line) + "' (not valid JSON)";
+    if (!in.next()) return false;
+    origin = in.line();
+    where = in.where();
+    error = in.error();
+    record = error.empty() ? std::move(in.value()) : json();
     return true;
   };
-  std::shared_ptr<Dataset> ds;
   try {
-    ds = build(next, tok, o);
+    return build(next, tok, o);
   } catch (...) {
-    rethrow_out_of_memory("data: " + path + ":" + std::to_string(line_no) +
-                          ": holding the tokens read so far");
+    rethrow_out_of_memory("data: " + in.where() + ": holding the tokens read so far");
   }
-  LT_CHECK(!in.bad(), "data: error reading '" << path << "' at line " << line_no);
-  return ds;
 }
 
 std::shared_ptr<Dataset> Dataset::from_records(const std::vector<json>& records, const Tokenizer& tok,

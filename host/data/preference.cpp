@@ -7,10 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <fstream>
 
 #include "host/core/error.h"
-#include "host/core/json.h"
+#include "host/io/jsonl.h"
 #include "host/text/tokenizer.h"
 
 namespace luatune {
@@ -186,35 +185,23 @@ std::shared_ptr<PreferenceDataset> PreferenceDataset::build(const Reader& next, 
 
 std::shared_ptr<PreferenceDataset> PreferenceDataset::from_jsonl(const std::string& path, const Tokenizer& tok,
                                                                  const DataOptions& o) {
-  std::ifstream in(path, std::ios::binary);
-  LT_CHECK(in, "data.preferences: cannot open '" << path << "'");
-  std::string line;
-  int64_t line_no = 0;
+  JsonlReadOptions ro;
+  ro.bad = JsonlBad::report;  // a bad line is a bad record: build() fails or, with skip_bad, counts it
+  ro.expected = "a JSON object";
+  JsonlReader in(path, ro);
+  LT_CHECK(in.is_open(), "data.preferences: cannot open '" << path << "'");
   auto next = [&](json& record, int64_t& origin, std::string& where, std::string& error) {
-    for (;;) {
-      if (!std::getline(in, line)) return false;
-      line_no++;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.find_first_not_of(" \t") != std::string::npos) break;
-    }
-    origin = line_no;
-    where = path + ":" + std::to_string(line_no);
-    error = json_depth_error(line, path, line_no);
-    if (!error.empty()) {  // a record too deep to quote or copy safely: a bad record (skip_bad)
-      record = json();
-      return true;
-    }
-    record = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded())
-      error = where + ": expected a JSON object, got '" + (line.size() > 60 ? line.substr(0, 60) + "..." : line) +
-              "' (not valid JSON)";
+    if (!in.next()) return false;
+    origin = in.line();
+    where = in.where();
+    error = in.error();
+    record = error.empty() ? std::move(in.value()) : json();
     return true;
   };
   try {
     return build(next, tok, o);
   } catch (...) {
-    rethrow_out_of_memory("data: " + path + ":" + std::to_string(line_no) +
-                          ": holding the pairs read so far");
+    rethrow_out_of_memory("data: " + in.where() + ": holding the pairs read so far");
   }
 }
 

@@ -1,5 +1,5 @@
 // Data parallelism on PyTorch's own engine (c10d): one process group per process, Gloo on CPU and
-// NCCL on CUDA, rendezvous through a c10d TCPStore as torchrun does (formats.md section 6), and
+// NCCL on CUDA, rendezvous through a c10d TCPStore as torchrun does (docs/distributed.md, "Sources"), and
 // the collectives the trainer, the data loader and the bindings use. Single-process runs never
 // touch c10d: every call below is then a no-op (rank 0 of 1).
 #pragma once

@@ -1,6 +1,6 @@
 // Where this process sits in a data-parallel job, read from the environment its launcher set:
 // torchrun (and `runner --nproc`, which sets the same variables), or Slurm's srun. Conventions:
-// ../shared/reference/formats.md section 6.1. No Torch here.
+// docs/distributed.md, "The variables and their precedence" and "Sources". No Torch here.
 #pragma once
 
 #include <functional>

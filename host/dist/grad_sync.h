@@ -1,7 +1,7 @@
 // DDP's gradient synchronisation for the trainer: trainable parameters grouped into ~25 MB
 // buckets in reverse parameter order (the order backward produces gradients), each bucket summed
 // over the ranks as soon as its last gradient is accumulated, overlapping the rest of the
-// backward pass; only on the micro-batch that ends a step. Rules: formats.md section 6.3.
+// backward pass; only on the micro-batch that ends a step. Rules: docs/distributed.md, "Sources".
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,5 +1,5 @@
-// Knowledge distillation from a frozen teacher in the same process (../shared/reference/
-// pruning_anchors.md section 5): logit losses (forward KL, reverse KL, generalised JSD) with a
+// Knowledge distillation from a frozen teacher in the same process (docs/distill.md; the
+// implementations compared under "Sources"): logit losses (forward KL, reverse KL, generalised JSD) with a
 // temperature, mixed with the LM loss; optional hidden-state losses (cosine or MSE, through a
 // learned projection when widths differ). Plugs into the Trainer as a hook: micro-batch by micro-
 // batch, the teacher runs without autograd (in its own dtype, on its own device), and logits exist

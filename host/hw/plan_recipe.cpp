@@ -4,14 +4,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <type_traits>
 
 #include "host/core/error.h"
 #include "host/core/files.h"
-#include "host/core/json.h"
 #include "host/core/strings.h"
 #include "host/io/hub_cache.h"
+#include "host/io/jsonl.h"
 
 namespace luatune {
 
@@ -195,13 +194,14 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
 }
 
 RunSummary hw_read_metrics(const std::string& path) {
-  std::ifstream in(path);
-  LT_CHECK(in, "hw: cannot read '" << path << "' (a run's metrics.jsonl)");
+  JsonlReadOptions o;
+  o.bad = JsonlBad::skip;  // a damaged (or absurdly nested) line is skipped
+  JsonlReader in(path, o);
+  LT_CHECK(in.is_open(), "hw: cannot read '" << path << "' (a run's metrics.jsonl)");
   RunSummary s;
-  std::string line;
   std::vector<std::pair<double, double>> steps;  // (tokens, step_time)
-  while (std::getline(in, line)) {
-    json j = json_parse_or_discard(line);  // a damaged (or absurdly nested) line is skipped
+  while (in.next()) {
+    const json& j = in.value();
     if (!j.is_object()) continue;
     if (j.contains("config") && j["config"].is_object()) s.config_json = j["config"].dump();
     auto num = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : -1.0; };

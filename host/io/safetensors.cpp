@@ -1,6 +1,6 @@
 // safetensors reader and writer (see safetensors.h). The reader maps each file once and hands out
 // CPU tensors that view the mapping; the writer streams one tensor at a time into a temporary file
-// and renames it into place. Format facts: shared/reference/formats.md sections 2.1-2.2.
+// and renames it into place. Format facts: docs/hf_models.md, "safetensors" and "Sharded checkpoints".
 #include "host/io/safetensors.h"
 
 #include <ATen/ATen.h>

@@ -1,6 +1,6 @@
 // safetensors files and sharded Hugging Face checkpoint directories: a strict, mmap-based reader
 // (zero-copy CPU tensors where the dtype matches) and an atomic, sharding writer.
-// Layout facts: ../shared/reference/formats.md section 2.1-2.2.
+// Layout facts: docs/hf_models.md, "safetensors" and "Sharded checkpoints".
 #pragma once
 
 #include <ATen/core/Tensor.h>

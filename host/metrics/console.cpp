@@ -186,7 +186,7 @@ class ConsoleSink : public MetricSink {
       has_tokens = has_tokens || kv.first == "tokens";
     }
     if (!has_tokens || tokens_since_ < 0 || now <= tokens_since_ || tokens_ <= 0) return v;
-    // After loss, lr and grad_norm, where metrics_sort puts the trainer's own tokens_per_s.
+    // After loss, lr and grad_norm, where trainer:step puts its own tokens_per_s.
     MetricValues out = v;
     auto at = out.numbers.begin();
     while (at != out.numbers.end() && (at->first == "loss" || at->first == "lr" || at->first == "grad_norm")) ++at;

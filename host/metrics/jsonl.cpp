@@ -10,7 +10,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
-#include "host/core/strings.h"
+#include "host/io/jsonl.h"
 #include "host/metrics/metrics.h"
 
 namespace luatune {
@@ -29,7 +29,9 @@ double steady_seconds() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
+// Whole numbers as integers ("tokens":480, not 480.0); NaN and infinities as null.
 ojson number_json(double v) {
+  if (metrics_is_integer(v)) return ojson(static_cast<int64_t>(v));
   return std::isfinite(v) ? ojson(v) : ojson(nullptr);
 }
 
@@ -89,17 +91,23 @@ class JsonlSink : public MetricSink {
     if (!file_exists(path_)) return;
     std::string kept;
     bool dropped = false;
-    for (const std::string& line : str_split(file_read(path_), '\n')) {
-      if (line.empty()) continue;
-      ojson j = ojson::parse(line, nullptr, /*allow_exceptions=*/false);
+    // Damaged lines are kept as they are (the report counts them); blank ones and a line too long
+    // to hold go.
+    JsonlReadOptions o;
+    o.bad = JsonlBad::report;
+    JsonlReader in(path_, o);
+    if (!in.is_open()) fail("metrics: " + in.open_error());
+    while (in.next()) {
+      const nlohmann::json& j = in.value();
       const bool after = j.is_object() && j.contains("step") && j["step"].is_number() &&
                          j["step"].get<double>() > static_cast<double>(step);
       const bool later = after || (j.is_object() && j.contains("summary"));
-      if (later) {
+      if (later || in.text().empty()) {
         dropped = true;
         continue;
       }
-      kept += line + "\n";
+      kept.append(in.text().data(), in.text().size());
+      kept += '\n';
     }
     if (dropped) file_write_atomic(path_, kept);
   }

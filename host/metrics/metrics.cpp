@@ -18,17 +18,19 @@ bool metrics_is_eval_key(const std::string& name) {
   return str_starts_with(name, "eval_");
 }
 
-void metrics_sort(MetricValues& values) {
-  static const char* const first[] = {"loss", "lr", "grad_norm", "tokens_per_s"};
-  auto rank = [](const std::string& k) {
-    for (int i = 0; i < 4; i++)
-      if (k == first[i]) return i;
-    return metrics_is_eval_key(k) ? 5 : 4;
+void metrics_order(MetricValues& values, const std::vector<std::string>& order) {
+  auto rank = [&](const std::string& k) {
+    auto at = std::find(order.begin(), order.end(), k);  // a few keys: a scan is fine
+    return static_cast<size_t>(at - order.begin());
   };
   std::stable_sort(values.numbers.begin(), values.numbers.end(), [&](const auto& a, const auto& b) {
-    int ra = rank(a.first), rb = rank(b.first);
-    return ra != rb ? ra < rb : a.first < b.first;
+    size_t ra = rank(a.first), rb = rank(b.first);
+    return ra != rb ? ra < rb : (ra == order.size() && a.first < b.first);
   });
+}
+
+bool metrics_is_integer(double v) {
+  return std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9007199254740992.0;  // 2^53
 }
 
 // ============================================================================================

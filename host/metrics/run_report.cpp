@@ -14,6 +14,7 @@
 #include "host/core/json.h"
 #include "host/core/strings.h"
 #include "host/core/svg_chart.h"
+#include "host/io/jsonl.h"
 #include "host/metrics/metrics.h"
 
 namespace luatune {
@@ -87,9 +88,13 @@ RunReport run_report_read(const std::string& jsonl_path) {
   std::map<std::string, std::map<int64_t, double>> values;
   ojson jsonl_config;
   double t0 = INFINITY, t1 = -INFINITY;
-  for (const std::string& raw : str_split(file_read(jsonl_path), '\n')) {
-    if (str_trim(raw).empty()) continue;
-    ojson j = ojson_parse_or_discard(raw);
+  // Damaged lines (a run killed mid-write cuts its last one short) are skipped and counted.
+  JsonlReadOptions jo;
+  jo.bad = JsonlBad::skip;
+  OJsonlReader in(jsonl_path, jo);
+  if (!in.is_open()) fail("report: " + in.open_error());
+  while (in.next()) {
+    const ojson& j = in.value();
     if (!j.is_object()) {
       r.bad_lines++;
       continue;
@@ -129,6 +134,7 @@ RunReport run_report_read(const std::string& jsonl_path) {
       r.bad_lines++;
     }
   }
+  r.bad_lines += in.skipped();
   if (t1 >= t0) r.wall_seconds = t1 - t0;
 
   // Loss first, then the learning rate, gradient norm and throughput, then the rest as logged.

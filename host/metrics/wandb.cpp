@@ -39,6 +39,12 @@ double unix_seconds() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
+// A row's value: whole numbers as JSON integers, as in metrics.jsonl; NaN and infinities stay
+// doubles, which wandb_json_dump writes as NaN, Infinity, -Infinity.
+ojson wandb_number(double v) {
+  return metrics_is_integer(v) ? ojson(static_cast<int64_t>(v)) : ojson(v);
+}
+
 // "2025-01-02T03:04:05.678901Z ": the timestamp the official client puts before each console line.
 std::string utc_stamp() {
   using namespace std::chrono;
@@ -213,8 +219,8 @@ void WandbSink::write(int64_t step, const MetricValues& values) {
   double runtime = runtime_base_ + steady_seconds() - start_;
   ojson row = ojson::object();
   for (const auto& [k, v] : values.numbers) {
-    row[k] = v;
-    summary_[k] = v;
+    row[k] = wandb_number(v);
+    summary_[k] = row[k];
   }
   row["_step"] = step;
   row["_runtime"] = std::round(runtime * 1e6) / 1e6;
@@ -233,7 +239,7 @@ void WandbSink::write(int64_t step, const MetricValues& values) {
 void WandbSink::summary(const MetricValues& values) {
   LT_CHECK(!closed_, "wandb: summary after close");
   print_notices();
-  for (const auto& [k, v] : values.numbers) overrides_[k] = v;
+  for (const auto& [k, v] : values.numbers) overrides_[k] = wandb_number(v);
   summary_written_ = 0;  // written now, not at the next second
   push_summary();
 }

@@ -1,4 +1,4 @@
-// Weights & Biases over its own HTTP protocol (../shared/reference/formats.md section 1), through
+// Weights & Biases over its own HTTP protocol (docs/wandb.md, "Protocol sources"), through
 // libcurl, the way the official client does it: the GraphQL mutation UpsertBucket creates (or
 // resumes) the run with its config, then file_stream carries wandb-history.jsonl rows with
 // consecutive offsets, wandb-summary.json, output.log (console lines), heartbeats and the final

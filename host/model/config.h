@@ -1,7 +1,7 @@
 // The model configuration: one struct for every supported decoder-only family, read from and
 // written to Hugging Face config.json. Per-architecture switches (biases, norms, softcaps, sliding
 // windows) are explicit fields so the transformer code never branches on a family name.
-// Facts: ../shared/reference/formats.md sections 2.3-2.5.
+// Facts and sources: docs/hf_models.md, "config.json" and "Weights and the forward pass".
 #pragma once
 
 #include <cstdint>

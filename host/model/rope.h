@@ -1,6 +1,6 @@
 // Rotary position embeddings as HF computes them: inverse frequencies per rope_type (default,
 // linear, llama3, yarn) in float32, cos/sin from positions, and rotate_half application.
-// Facts: ../shared/reference/formats.md section 2.4.
+// Facts and sources: docs/hf_models.md, "Rotary position embeddings".
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -66,7 +66,7 @@ struct KVCache {
 };
 
 // Soft or hard multipliers on structures, for training pruning masks (Sheared-LLaMA's masked
-// forward; ../shared/reference/pruning_anchors.md section 1.3). Each is optional (undefined = 1):
+// forward; docs/pruning.md, "Masks" and "Sources"). Each is optional (undefined = 1):
 //   layer (L): multiplies layer l's attention and MLP branch outputs (0 removes the layer);
 //   head (L, H): multiplies each query head's attention output before o_proj;
 //   intermediate (L, I): multiplies up_proj's output (MLP channel j);

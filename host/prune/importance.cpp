@@ -1,7 +1,7 @@
 // Importance scores for structured pruning: Minitron's activation statistics, block influence and
 // layer-removal loss for depth, and LLM-Pruner's first-order Taylor scores of coupled groups. All
 // of them leave the model as they found it (weights, requires_grad flags, gradients).
-// Facts: ../shared/reference/pruning_anchors.md sections 2, 3 and 6; choices: docs/pruning.md.
+// Facts: docs/pruning.md, "Sources" (Minitron, LLM-Pruner, ShortGPT); choices: the rest of docs/pruning.md.
 #include "host/prune/importance.h"
 
 #include <ATen/ATen.h>

@@ -1,6 +1,6 @@
 // Importance scores for structured pruning, turned into kept structures by prune_select
-// (surgery.h). Facts: ../shared/reference/pruning_anchors.md sections 2 (Minitron), 3 (LLM-Pruner),
-// 6 (Block Influence).
+// (surgery.h). Facts: docs/pruning.md, "Minitron width and depth", "LLM-Pruner Taylor importance"
+// and "Depth pruning" (Block Influence); papers and code under "Sources".
 #pragma once
 
 #include <ATen/core/Tensor.h>

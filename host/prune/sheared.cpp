@@ -1,6 +1,6 @@
 // Sheared-LLaMA pruner: hard-concrete masks, their expected sparsity, the Lagrangian, deterministic
-// masks and finalisation. The formulas are the reference implementation's (l0_module.py; quoted in
-// ../shared/reference/pruning_anchors.md 1.2-1.5) and explained in docs/pruning.md "Sheared-LLaMA".
+// masks and finalisation. The formulas are the reference implementation's (l0_module.py; where each
+// comes from: docs/pruning.md "Sources") and explained in docs/pruning.md "Sheared-LLaMA".
 //
 // Gradient path, and why it is split in two: a training step samples z = f(log_alpha, u) once and
 // the model sees detached leaf copies of z (requiring grad). The trainer may run several

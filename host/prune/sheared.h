@@ -1,4 +1,4 @@
-// Sheared-LLaMA targeted structured pruning (../shared/reference/pruning_anchors.md section 1):
+// Sheared-LLaMA targeted structured pruning (docs/pruning.md, "Sheared-LLaMA" and "Sources"):
 // hard-concrete (L0) masks per layer, per attention head, per MLP channel and per hidden channel,
 // learned jointly with the weights under expected-sparsity constraints whose Lagrange multipliers
 // are maximised, then finalised to exactly the target shape with the soft mask values folded into

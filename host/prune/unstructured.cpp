@@ -1,6 +1,6 @@
 // Unstructured and N:M sparsity (magnitude, Wanda, SparseGPT), applied layer by layer as the Wanda
 // and SparseGPT reference code does: calibration inputs of layer l are what the already pruned
-// layers 0..l-1 produce. Facts and defaults: ../shared/reference/pruning_anchors.md section 4;
+// layers 0..l-1 produce. Facts and defaults: docs/pruning.md, "Sources" (Wanda, SparseGPT);
 // the protocol and our choices: docs/pruning.md "Unstructured and N:M sparsity".
 #include "host/prune/unstructured.h"
 

@@ -1,6 +1,6 @@
 // Unstructured and N:M sparsity of the decoder layers' linear weights: magnitude, Wanda and
-// SparseGPT (facts: ../shared/reference/pruning_anchors.md section 4). Weights are zeroed in
-// place (SparseGPT also updates the kept ones); shapes do not change.
+// SparseGPT (docs/pruning.md, "Unstructured and N:M sparsity"; papers and code under "Sources").
+// Weights are zeroed in place (SparseGPT also updates the kept ones); shapes do not change.
 #pragma once
 
 #include <ATen/core/Tensor.h>

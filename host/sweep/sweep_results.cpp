@@ -13,6 +13,7 @@
 #include "host/core/files.h"
 #include "host/core/json.h"
 #include "host/core/strings.h"
+#include "host/io/jsonl.h"
 #include "host/sweep/sweep.h"
 
 namespace luatune {
@@ -54,9 +55,13 @@ std::map<std::string, double> sweep_read_metrics(const std::string& dir) {
   std::string path = dir + "/metrics.jsonl";
   if (file_exists(path)) {
     std::map<std::string, double> summary;
-    for (const auto& line : lines_of(file_read(path))) {
-      json j = json_parse_or_discard(line);
-      if (!j.is_object()) continue;  // blank, or a line cut short by a crash
+    JsonlReadOptions o;
+    o.bad = JsonlBad::skip;  // a line cut short by a crash
+    JsonlReader in(path, o);
+    if (!in.is_open()) fail(in.open_error());
+    while (in.next()) {
+      json& j = in.value();
+      if (!j.is_object()) continue;
       if (j.contains("summary") && j["summary"].is_object()) {
         collect_numbers(j["summary"], "", summary);
       } else if (j.contains("step")) {

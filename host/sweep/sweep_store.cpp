@@ -10,6 +10,7 @@
 #include "host/core/files.h"
 #include "host/core/json.h"
 #include "host/core/strings.h"
+#include "host/io/jsonl.h"
 #include "host/sweep/sweep.h"
 
 namespace luatune {
@@ -117,10 +118,9 @@ std::string sweep_trial_json(const SweepTrial& t) {
   return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 
-SweepTrial sweep_trial_from_json(const std::string& line, const std::string& output_dir) {
-  if (json_too_deep_line(line) > 0)
-    fail("JSON nested deeper than " + std::to_string(kJsonMaxDepth) + " levels");
-  ojson j = ojson::parse(line);  // throws on a damaged line; the reader decides what that means
+namespace {
+
+SweepTrial trial_from_ojson(const ojson& j, const std::string& output_dir) {
   SweepTrial t;
   t.index = j.at("index").get<int64_t>();
   t.name = j.at("name").get<std::string>();
@@ -137,22 +137,36 @@ SweepTrial sweep_trial_from_json(const std::string& line, const std::string& out
   return t;
 }
 
+}  // namespace
+
+SweepTrial sweep_trial_from_json(const std::string& line, const std::string& output_dir) {
+  if (json_too_deep_line(line) > 0)
+    fail("JSON nested deeper than " + std::to_string(kJsonMaxDepth) + " levels");
+  return trial_from_ojson(ojson::parse(line), output_dir);  // throws on a damaged line
+}
+
 std::map<int64_t, SweepTrial> sweep_read_trials(const std::string& output_dir) {
   std::map<int64_t, SweepTrial> out;
   std::string path = output_dir + "/trials.jsonl";
   if (!file_exists(path)) return out;
-  std::vector<std::string> lines = str_split(file_read(path), '\n');
-  for (size_t i = 0; i < lines.size(); i++) {
-    if (str_trim(lines[i]).empty()) continue;
-    try {
-      SweepTrial t = sweep_trial_from_json(lines[i], output_dir);
-      out[t.index] = std::move(t);
-    } catch (const std::exception& e) {
-      bool last = i + 1 == lines.size() || (i + 2 == lines.size() && lines.back().empty());
-      if (last) continue;  // cut short by a crash while it was written: that trial reruns
-      fail("sweep: " + path + ":" + std::to_string(i + 1) + " is not a trial record (" + e.what() +
-           "); fix or remove the line");
+  JsonlReadOptions o;
+  o.bad = JsonlBad::report;  // a damaged line is an error, unless it is the last
+  o.expected = "a JSON object";
+  OJsonlReader in(path, o);
+  if (!in.is_open()) fail("sweep: " + in.open_error());
+  while (in.next()) {
+    std::string why = in.problem();
+    if (why.empty()) {
+      try {
+        SweepTrial t = trial_from_ojson(in.value(), output_dir);
+        out[t.index] = std::move(t);
+        continue;
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
     }
+    if (in.last()) continue;  // cut short by a crash while it was written: that trial reruns
+    fail("sweep: " + in.where() + " is not a trial record (" + why + "); fix or remove the line");
   }
   return out;
 }

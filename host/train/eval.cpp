@@ -10,9 +10,8 @@
 #include <cmath>
 
 #include "host/core/error.h"
-#include "host/core/files.h"
-#include "host/core/json.h"
 #include "host/core/strings.h"
+#include "host/io/jsonl.h"
 #include "host/model/transformer.h"
 #include "host/text/tokenizer.h"
 
@@ -38,17 +37,13 @@ int64_t answer_from_json(const nlohmann::json& a, const std::string& where) {
 
 std::vector<McRecord> mc_read_jsonl(const std::string& path) {
   std::vector<McRecord> out;
-  std::vector<std::string> lines = str_split(file_read(path), '\n');
-  for (size_t i = 0; i < lines.size(); i++) {
-    if (str_trim(lines[i]).empty()) continue;
-    std::string where = path + ":" + std::to_string(i + 1);
-    json_check_depth(lines[i], path, static_cast<int64_t>(i + 1));
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(lines[i]);
-    } catch (const nlohmann::json::exception& e) {
-      fail(where + ": not a JSON object (" + e.what() + ")");
-    }
+  JsonlReadOptions o;
+  o.expected = "a JSON object";
+  JsonlReader in(path, o);
+  if (!in.is_open()) fail(in.open_error());
+  while (in.next()) {
+    const std::string where = in.where();
+    const nlohmann::json& j = in.value();
     LT_CHECK(j.is_object(), where << ": expected {\"question\": ..., \"choices\": [...], \"answer\": index}");
     McRecord r;
     LT_CHECK(j.contains("question") && j["question"].is_string(), where << ": \"question\" must be a string");

@@ -13,10 +13,10 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
-#include "host/core/json.h"
 #include "host/data/format.h"
 #include "host/data/preference.h"
 #include "host/dist/dist.h"
+#include "host/io/jsonl.h"
 #include "host/text/tokenizer.h"
 
 namespace luatune {
@@ -63,23 +63,23 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
                << ") differs from the policy's (" << policy.config.vocab_size
                << "); both must use the tokenizer given here");
   const auto t0 = std::chrono::steady_clock::now();
-  std::ifstream in(prompts_path, std::ios::binary);
-  LT_CHECK(in, "train.rejection_sample: cannot open '" << prompts_path << "'");
+  JsonlReadOptions ro;
+  ro.expected = "a JSON object";
+  JsonlReader in(prompts_path, ro);
+  LT_CHECK(in.is_open(), "train.rejection_sample: cannot open '" << prompts_path << "'");
   const bool chat = data_resolve_chat(DataFormat::prompt_response, o.data, tok).has_value();
   // Data parallel: prompt i is rank (i mod N)'s; each rank writes its rows to a part file and rank 0
   // interleaves them back into prompt order. Seeds follow the prompt, so any N writes the same file.
   const int64_t rank = dist_rank(), world = dist_world_size();
   RejectionStats st;
-  std::string line, out;
-  int64_t line_no = 0, index = -1, new_tokens = 0;
+  std::string out;
+  int64_t index = -1, new_tokens = 0;
   double sum_best = 0, sum_all = 0;
-  while (std::getline(in, line)) {
-    line_no++;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (o.data.max_records >= 0 && index + 1 >= o.data.max_records) break;
+  // Every rank reads every line (a bad one fails on all ranks alike) and keeps its share.
+  while ((o.data.max_records < 0 || index + 1 < o.data.max_records) && in.next()) {
     if (++index % world != rank) continue;
-    const std::string where = prompts_path + ":" + std::to_string(line_no);
-    json record = json_parse_checked(line, where);
+    const std::string where = in.where();
+    const json& record = in.value();
     const json prompt = record_prompt(record, where);
     const uint64_t seed0 = o.generate.seed + static_cast<uint64_t>(index * o.n);
 

@@ -2,7 +2,7 @@
 -- training and held-out pair sets, and evaluation statistics logged under an eval_ prefix.
 --   local pref = require("preference")
 --   local train_set, eval_set = pref.sets(cfg, tok)   -- cfg.data, cfg.eval_data, cfg.eval_fraction, ...
---   log:write(step, pref.eval_fields(trainer:evaluate(eval_set, { batch_size = 4 })))
+--   pref.evaluate(log, step, trainer, eval_set, cfg)   -- every eval_ statistic, batches of cfg.batch_size
 local M = {}
 
 -- Pairs from cfg.data; held out: cfg.eval_data when given, else cfg.eval_fraction of cfg.data.
@@ -22,6 +22,12 @@ function M.eval_fields(e)
     if type(v) == "number" and k ~= "tokens" then out["eval_" .. k] = v end
   end
   return out
+end
+
+-- Evaluates on the held-out pairs (cfg.batch_size pairs a batch) and logs eval_fields of the result at
+-- `step` (scripts/lua/run.lua).
+function M.evaluate(log, step, trainer, eval_set, cfg)
+  return require("run").evaluate(log, step, trainer, eval_set, cfg, M.eval_fields)
 end
 
 return M

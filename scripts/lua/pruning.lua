@@ -1,8 +1,10 @@
 -- scripts/lua/pruning.lua: what the pruning recipes share.
 --   local P = require("pruning")
 --   local batches, rows = P.calibration(dataset, 128, 8)   -- the first 128 rows, 8 per Batch
+--   local train_set, eval_set, calibration = P.text_sets(cfg, tok)  -- cfg.data, eval_fraction, calibration_rows
 --   local ppl = P.perplexity(model, eval_set, { batch_size = 8, max_batches = 0 })
 --   for step, batch in P.batches(train_set or dyn, rows_per_step, steps) do ... end
+--   local steps = P.sheared_steps(cfg, rows)           -- llama31_sheared: {rows_per_step, total, pruning, recovery}
 local M = {}
 
 -- The first `rows` rows of a dataset (in its seeded order) as a list of Batches of at most
@@ -15,6 +17,20 @@ function M.calibration(dataset, rows, batch_size)
     n = n + batch:ids():shape()[1]
   end
   return out, n
+end
+
+-- The one-shot pruning recipes' data: cfg.data as plain text in packed rows of at most cfg.max_length
+-- tokens (seeded order), split by cfg.eval_fraction, and the first cfg.calibration_rows training rows
+-- as calibration batches of cfg.batch_size rows. Prints the counts; returns train_set, eval_set and
+-- the calibration list.
+function M.text_sets(cfg, tok)
+  local all = data.jsonl(cfg.data, { tokenizer = tok, format = "text", max_length = cfg.max_length, pack = true,
+                                     seed = cfg.seed })
+  local train_set, eval_set = all:split(1 - cfg.eval_fraction)
+  local calibration, rows = M.calibration(train_set, cfg.calibration_rows, cfg.batch_size)
+  print(("calibration: %d rows of up to %d tokens; evaluation: %d held-out rows"):format(rows, cfg.max_length,
+                                                                                        #eval_set))
+  return train_set, eval_set, calibration
 end
 
 -- Held-out perplexity of the model as it is now. The trainer is made fresh (pruning replaces the
@@ -45,7 +61,78 @@ function M.check_saved(dir, target, tok)
   end
   local _, info = back:generate(tok, "The", { max_new_tokens = 4 })
   assert(info.new_tokens > 0, "check: the pruned model generated nothing")
+  print("check: the saved model has the target shape, reloads and generates")
 end
+
+-- ---------------------------------------------------------------------------------------------
+-- llama31_sheared
+
+-- The steps of a Sheared-LLaMA run: num_train_epochs over `rows` training rows, batch_size x
+-- gradient_accumulation_steps rows a step (at most max_steps when it is > 0); the first prune_fraction
+-- of them (at least 1) learn masks, the rest recover. Returns {rows_per_step, total, pruning, recovery}.
+function M.sheared_steps(cfg, rows)
+  local rows_per_step = cfg.batch_size * cfg.gradient_accumulation_steps
+  local total = cfg.num_train_epochs * math.max(1, math.ceil(rows / rows_per_step))
+  if cfg.max_steps > 0 then total = math.min(total, cfg.max_steps) end
+  local pruning = math.max(1, math.floor(total * cfg.prune_fraction + 0.5))
+  return { rows_per_step = rows_per_step, total = total, pruning = pruning, recovery = math.max(0, total - pruning) }
+end
+
+-- A phase's trainer (pruning or recovery) over `steps` steps: its own warm-up (warmup_ratio of them)
+-- and cosine decay to 0.1 x learning_rate, AdamW betas (0.9, 0.95) as in Sheared-LLaMA.
+function M.sheared_trainer(model, cfg, steps, hooks)
+  return train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine", steps = steps,
+                            warmup = math.floor(cfg.warmup_ratio * steps), min_lr_ratio = 0.1,
+                            micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.gradient_checkpointing,
+                            shard = cfg.shard, optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
+                            hooks = hooks })
+end
+
+-- The training rows (nil with domains) and the held-out rows of a Sheared-LLaMA run: cfg.data split by
+-- eval_fraction, or with cfg.domains (see M.domains) the first domain's held-out rows (each domain's
+-- loss is logged too). Returns domains (nil without), train_set, eval_set.
+function M.sheared_data(cfg, tok)
+  local load_opts = { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed }
+  if cfg.format ~= "" then load_opts.format = cfg.format end
+  local domains = M.domains(cfg.domains, load_opts, cfg.eval_fraction)
+  if domains then return domains, nil, domains.sets[domains.names[1]].eval end
+  return nil, data.jsonl(cfg.data, load_opts):split(1 - cfg.eval_fraction)
+end
+
+-- The end of a Sheared-LLaMA run, once output_dir/model is saved: output_dir/summary.json, the run's
+-- summary line, the log closed and one line printed. `r` holds what the recipe measured:
+-- shape_before, shape_after, parameters_before, perplexity {before, after_pruning, after_recovery},
+-- steps (M.sheared_steps), tokens {pruning, recovery}, seconds {pruning, recovery, total} and
+-- domain_proportions (nil without domains). Returns the summary.
+function M.sheared_summary(cfg, model, log, r)
+  local params_after, ppl = model:num_params().total, r.perplexity
+  local summary = {
+    base_model = cfg.base_model,
+    target_sparsity = { layers = cfg.target_layer_sparsity, heads = cfg.target_head_sparsity,
+                        hidden = cfg.target_hidden_sparsity, intermediate = cfg.target_intermediate_sparsity },
+    shape_before = r.shape_before, shape_after = r.shape_after,
+    parameters_before = r.parameters_before, parameters_after = params_after,
+    parameters_kept = params_after / r.parameters_before,
+    perplexity = { before = ppl.before, after_pruning = ppl.after_pruning, after_recovery = ppl.after_recovery },
+    steps = { pruning = r.steps.pruning, recovery = r.steps.recovery },
+    tokens = { pruning = r.tokens.pruning, recovery = r.tokens.recovery },
+    distilled = cfg.distill and r.steps.recovery > 0,
+    seconds = { pruning = r.seconds.pruning, recovery = r.seconds.recovery, total = r.seconds.total },
+    model_dir = cfg.output_dir .. "/model",
+    domain_proportions = r.domain_proportions,
+  }
+  metrics.write_json(cfg.output_dir .. "/summary.json", summary)
+  log:summary { parameters_kept = summary.parameters_kept, perplexity_before = ppl.before,
+                perplexity_after = ppl.after_recovery }
+  log:close()
+  print(string.format("%.1fM -> %.1fM parameters (%.0f%%); perplexity %.3f -> %.3f (pruned) -> %.3f; wrote %s",
+                      r.parameters_before / 1e6, params_after / 1e6, 100 * summary.parameters_kept, ppl.before,
+                      ppl.after_pruning, ppl.after_recovery, cfg.output_dir))
+  return summary
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- Data domains
 
 -- "name:value" strings (what a command line can give: domains=web:web.jsonl,code:code.jsonl) or a
 -- {name = value} table -> {name = value}; `number` converts the values.

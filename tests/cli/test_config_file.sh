@@ -65,29 +65,27 @@ expect_line " +optimizer += \"adamw8bit\"   \[$t/x\.json\]"
 expect_line " +lora\.targets += \{\"q_proj\", \"o_proj\"\}   \[$t/x\.yaml\]"
 
 # --- bad files: exit 2, one line naming the key (or position) and the file
-printf 'lora:\n  r: eight\n' >"$tmp/word.yaml"
-check yaml_bad_type 2 "$runner" validate lora_finetune --config "$tmp/word.yaml" "${paths[@]}"
+# refused NAME FILE TEXT: writes TEXT (printf's format: \n is a newline) to $tmp/FILE, then `validate
+# --config` of it must exit 2.
+refused() {
+  printf -- "$3" >"$tmp/$2"
+  check "$1" 2 "$runner" validate lora_finetune --config "$tmp/$2" "${paths[@]}"
+}
+refused yaml_bad_type word.yaml 'lora:\n  r: eight\n'
 expect_exact "config: key 'lora.r' expects a number, got 'eight' ($tmp/word.yaml)"
-printf 'lora:\n  r: "8"\n' >"$tmp/quoted.yaml"
-check yaml_quoted_number 2 "$runner" validate lora_finetune --config "$tmp/quoted.yaml" "${paths[@]}"
+refused yaml_quoted_number quoted.yaml 'lora:\n  r: "8"\n'
 expect_exact "config: key 'lora.r' expects a number, got a string \"8\" ($tmp/quoted.yaml)"
-printf 'lora:\n  r:\n' >"$tmp/null.yaml"
-check yaml_null 2 "$runner" validate lora_finetune --config "$tmp/null.yaml" "${paths[@]}"
+refused yaml_null null.yaml 'lora:\n  r:\n'
 expect_exact "config: $tmp/null.yaml:2:3: key 'lora.r' has no value (null); give it one or leave the key out"
-printf 'lora:\n  r: [8\nmax_length: 3\n' >"$tmp/syntax.yaml"
-check yaml_syntax 2 "$runner" validate lora_finetune --config "$tmp/syntax.yaml" "${paths[@]}"
+refused yaml_syntax syntax.yaml 'lora:\n  r: [8\nmax_length: 3\n'
 expect_out "config: $tmp/syntax.yaml:"; expect_out ": not valid YAML: "; refute_out "terminate"
-printf -- '- lora.r=8\n' >"$tmp/list.yaml"
-check yaml_top_level 2 "$runner" validate lora_finetune --config "$tmp/list.yaml" "${paths[@]}"
+refused yaml_top_level list.yaml '- lora.r=8\n'
 expect_exact "config: $tmp/list.yaml: the top level must be a mapping of overrides (key: value), got a sequence (list)"
-printf '{"lora": {"r": true}}' >"$tmp/bool.json"
-check json_bad_type 2 "$runner" validate lora_finetune --config "$tmp/bool.json" "${paths[@]}"
+refused json_bad_type bool.json '{"lora": {"r": true}}'
 expect_exact "config: key 'lora.r' expects a number, got a boolean true ($tmp/bool.json)"
-printf '{"lora": {"r": 8,}}' >"$tmp/syntax.json"
-check json_syntax 2 "$runner" validate lora_finetune --config "$tmp/syntax.json" "${paths[@]}"
+refused json_syntax syntax.json '{"lora": {"r": 8,}}'
 expect_exact "config: $tmp/syntax.json:1:18: not valid JSON: syntax error while parsing object key - unexpected '}'; expected string literal"
-printf 'lora.r = 8\n' >"$tmp/x.toml"
-check unknown_extension 2 "$runner" validate lora_finetune --config "$tmp/x.toml" "${paths[@]}"
+refused unknown_extension x.toml 'lora.r = 8\n'
 expect_exact "config: --config $tmp/x.toml: unknown format; the file must end in .lua, .json, or .yaml/.yml"
 check missing_file 2 "$runner" validate lora_finetune --config "$tmp/missing.yml" "${paths[@]}"
 expect_exact "config: --config: cannot read '$tmp/missing.yml': No such file or directory"

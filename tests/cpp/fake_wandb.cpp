@@ -1,5 +1,6 @@
 // The loopback W&B server (see fake_wandb.h). Written from the protocol notes, independently of
-// host/metrics/wandb_wire.cpp, so a mistake there is not mirrored here.
+// host/metrics/wandb_{http,graphql,file_stream}.cpp (and of libcurl's basic auth: its own base64
+// below), so a mistake there is not mirrored here.
 #include "tests/cpp/fake_wandb.h"
 
 #include <httplib.h>

@@ -1,5 +1,5 @@
 // A loopback W&B server for tests (cpp-httplib on 127.0.0.1, a free port): the server side of
-// UpsertBucket and file_stream as ../shared/reference/formats.md section 1 describes them. It
+// UpsertBucket and file_stream as docs/wandb.md, "Protocol sources", describes them. It
 // checks Basic auth and that every file's offsets follow on without gaps or repeats (a violation
 // is recorded in errors(), for the test to fail on), keeps what each run received, and can be
 // told to go away, answer with an error status (and Retry-After), or stop a run as the UI does.

@@ -21,6 +21,7 @@
 #include "host/model/config.h"
 #include "host/model/transformer.h"
 #include "host/train/recompute.h"
+#include "tests/cpp/test_tiny.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
@@ -32,10 +33,7 @@ namespace {
 // Hidden 32, 4 heads of 8, 2 KV heads (GQA), 2 layers. `extra` adds config.json fields.
 std::shared_ptr<Model> tiny(const std::string& arch = "llama", at::ScalarType dtype = at::kFloat,
                             const std::string& extra = "") {
-  std::string fields = R"({"vocab_size": 97, "hidden_size": 32, "intermediate_size": 48,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)" +
-                       extra + "}";
-  return model_init(model_config_with(arch, fields, "test"), 1, dtype, at::kCPU);
+  return tiny_model(arch, 32, 48, dtype, 1, extra);
 }
 
 // Larger projection weights (init's 0.02 makes every attention nearly uniform) and nonzero biases,
@@ -63,21 +61,8 @@ void set_gates(Model& m, double value) {
     if (L.adaption) L.adaption->gate.fill_(value);
 }
 
-at::Tensor ids() {
-  at::Generator gen = at::detail::createCPUGenerator(7);
-  return at::randint(97, {2, 9}, gen, at::TensorOptions(at::kLong));
-}
-
-at::Tensor logits(const Model& m) {
-  at::NoGradGuard g;
-  return m.forward(ids());
-}
-
 std::string temp_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("luatune_test_adaption_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p.string();
+  return test_temp_dir("adaption_" + name);
 }
 
 // Layer l's adapter branch, from the layer's input h (B, T, C) at positions 0..T-1, written from
@@ -127,25 +112,25 @@ TEST(AdaptionPrompt, ZeroGateLeavesTheOutputUnchanged) {
                  Case{"qwen2", ""}}) {
     auto m = tiny(k.arch, at::kFloat, k.extra);
     randomize_base(*m);
-    at::Tensor before = logits(*m);
+    at::Tensor before = tiny_logits(*m);
     EXPECT_EQ(adaption_prompt_apply(*m, cfg(4, 2), 3), 2);
-    EXPECT_TRUE(at::equal(logits(*m), before)) << k.arch << k.extra;
+    EXPECT_TRUE(at::equal(tiny_logits(*m), before)) << k.arch << k.extra;
   }
   // bf16 base: prompt and gate stay float32, the output is bf16 and bit-identical.
   auto m = tiny("llama", at::kBFloat16);
-  at::Tensor before = logits(*m);
+  at::Tensor before = tiny_logits(*m);
   adaption_prompt_apply(*m, cfg(4, 1), 3);
   EXPECT_EQ(m->layers[1].adaption->prompt.scalar_type(), at::kFloat);
-  at::Tensor after = logits(*m);
+  at::Tensor after = tiny_logits(*m);
   EXPECT_EQ(after.scalar_type(), at::kBFloat16);
   EXPECT_TRUE(at::equal(after, before));
   // A nonzero gate changes the output; adapters off gives the base back exactly.
   set_gates(*m, 0.5);
-  EXPECT_FALSE(at::equal(logits(*m), before));
+  EXPECT_FALSE(at::equal(tiny_logits(*m), before));
   m->set_adapters_enabled(false);
-  EXPECT_TRUE(at::equal(logits(*m), before));
+  EXPECT_TRUE(at::equal(tiny_logits(*m), before));
   m->set_adapters_enabled(true);
-  EXPECT_FALSE(at::equal(logits(*m), before));
+  EXPECT_FALSE(at::equal(tiny_logits(*m), before));
 }
 
 TEST(AdaptionPrompt, InitIsNormalPromptsAndZeroGatesInTheTopLayers) {
@@ -209,7 +194,7 @@ TEST(AdaptionPrompt, GradientsReachPromptsAndGatesOnly) {
                 "model.layers.1.self_attn.adaption_prompt", "model.layers.1.self_attn.adaption_gate"}));
   EXPECT_EQ(m->count_parameters().adapter, 2 * (3 * 32 + 1));
   EXPECT_EQ(m->count_parameters().trainable, 2 * (3 * 32 + 1));
-  at::Tensor x = ids();
+  at::Tensor x = tiny_ids();
   auto loss_of = [&](const ForwardOptions& o) {
     return at::cross_entropy_loss(m->forward(x, o).view({-1, 97}), x.view({-1}));
   };
@@ -251,7 +236,7 @@ TEST(AdaptionPrompt, KvCacheDecodingEqualsFullRecompute) {
   adaption_prompt_apply(*m, cfg(4, 2), 5);
   set_gates(*m, 0.6);
   at::NoGradGuard g;
-  at::Tensor x = ids(), full = m->forward(x);
+  at::Tensor x = tiny_ids(), full = m->forward(x);
   m->set_adapters_enabled(false);
   EXPECT_FALSE(at::allclose(m->forward(x), full, 1e-3, 1e-4));  // the adapters matter here
   m->set_adapters_enabled(true);
@@ -299,7 +284,7 @@ TEST(AdaptionPrompt, SaveLoadRoundTripInPeftsLayout) {
   EXPECT_TRUE(at::equal(fresh->layers[1].adaption->prompt, m->layers[1].adaption->prompt));
   EXPECT_EQ(fresh->layers[1].adaption->gate.item<float>(), 0.25f);
   EXPECT_TRUE(fresh->layers[1].adaption->prompt.requires_grad());
-  EXPECT_TRUE(at::equal(logits(*fresh), logits(*m)));
+  EXPECT_TRUE(at::equal(tiny_logits(*fresh), tiny_logits(*m)));
   fs::remove_all(dir);
 }
 

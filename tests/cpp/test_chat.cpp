@@ -9,21 +9,12 @@
 
 #include "host/core/error.h"
 #include "host/text/chat.h"
+#include "tests/cpp/test_chat_util.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
 
 namespace {
-
-ChatMessage S(const std::string& c) {
-  return {"system", c};
-}
-ChatMessage U(const std::string& c) {
-  return {"user", c};
-}
-ChatMessage A(const std::string& c) {
-  return {"assistant", c};
-}
 
 // The text of each assistant span, for readable expectations.
 std::vector<std::string> span_texts(const ChatRendered& r) {
@@ -73,7 +64,7 @@ TEST(Chat, Llama3TrimsContentAndSpansAnswerWithEot) {
 }
 
 TEST(Chat, Llama31AlwaysWritesTheSystemBlock) {
-  // The example in formats.md 5.5 (system "S", user "U", generation prompt).
+  // The Llama 3.1 template's output (docs/chat_formats.md) for system "S", user "U", generation prompt.
   ChatOptions o;
   o.add_generation_prompt = true;
   ChatRendered r = chat_render(ChatFormat::llama31, {S("S"), U("U")}, o);

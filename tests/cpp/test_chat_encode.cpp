@@ -10,6 +10,7 @@
 #include "host/core/error.h"
 #include "host/text/chat.h"
 #include "host/text/tokenizer.h"
+#include "tests/cpp/test_chat_util.h"
 
 using namespace luatune;
 
@@ -36,16 +37,6 @@ std::vector<std::string> masked_runs(const Tokenizer& tok, const ChatEncoding& e
     }
   }
   return runs;
-}
-
-ChatMessage S(const std::string& c) {
-  return {"system", c};
-}
-ChatMessage U(const std::string& c) {
-  return {"user", c};
-}
-ChatMessage A(const std::string& c) {
-  return {"assistant", c};
 }
 
 }  // namespace

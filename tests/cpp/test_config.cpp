@@ -3,23 +3,16 @@
 
 #include "host/core/error.h"
 #include "host/runner/config.h"
+#include "tests/cpp/test_config_util.h"
 
 using namespace luatune;
 
 namespace {
 
+// tests/cpp/test_config_util.h's defaults with layers = {} and steps = 1000.
 ConfigValue defaults() {
-  ConfigValue cfg;
-  cfg.fields["learning_rate"] = ConfigValue::of_number(2e-4);
+  ConfigValue cfg = config_test_defaults({});
   cfg.fields["steps"] = ConfigValue::of_number(1000);
-  cfg.fields["pack"] = ConfigValue::of_boolean(true);
-  cfg.fields["output_dir"] = ConfigValue::of_string("out/lora");
-  ConfigValue lora;
-  lora.fields["r"] = ConfigValue::of_number(16);
-  lora.fields["targets"] =
-      ConfigValue::of_list({ConfigValue::of_string("q_proj"), ConfigValue::of_string("v_proj")});
-  cfg.fields["lora"] = lora;
-  cfg.fields["layers"] = ConfigValue::of_list({});
   return cfg;
 }
 

@@ -11,23 +11,15 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/runner/config_file.h"
+#include "tests/cpp/test_config_util.h"
 
 using namespace luatune;
 
 namespace {
 
+// tests/cpp/test_config_util.h's defaults with layers = {0}.
 ConfigValue defaults() {
-  ConfigValue cfg;
-  cfg.fields["learning_rate"] = ConfigValue::of_number(2e-4);
-  cfg.fields["pack"] = ConfigValue::of_boolean(true);
-  cfg.fields["output_dir"] = ConfigValue::of_string("out/lora");
-  ConfigValue lora;
-  lora.fields["r"] = ConfigValue::of_number(16);
-  lora.fields["targets"] =
-      ConfigValue::of_list({ConfigValue::of_string("q_proj"), ConfigValue::of_string("v_proj")});
-  cfg.fields["lora"] = lora;
-  cfg.fields["layers"] = ConfigValue::of_list({ConfigValue::of_number(0)});
-  return cfg;
+  return config_test_defaults({ConfigValue::of_number(0)});
 }
 
 // The UsageError's message, "(no error)", or "(not a usage error: ...)" for any other Error.

@@ -304,9 +304,19 @@ TEST(DataLoad, BadRecordsFailWithFileAndLine) {
   o.format = DataFormat::text;
   std::string p2 = write_temp("not_json.jsonl", "{\"text\": \"hello\"}\nhello world\n");
   EXPECT_EQ(error_of([&] { Dataset::from_jsonl(p2, *bytelevel(), o); }),
-            p2 + ":2: expected a JSON object, got 'hello world' (not valid JSON)");
+            p2 + ":2: expected a JSON object, got 'hello world' (not valid JSON at column 1: syntax error while "
+                 "parsing value - invalid literal; last read: 'h')");
   EXPECT_EQ(error_of([&] { Dataset::from_jsonl("no/such.jsonl", *bytelevel(), o); }),
             "data: cannot open 'no/such.jsonl'");
+  // Invalid UTF-8 is a bad record too, named by its byte; skip_bad counts it.
+  std::string p3 = write_temp("latin1.jsonl", "{\"text\": \"caf\xE9\"}\n{\"text\": \"ok\"}");
+  EXPECT_EQ(error_of([&] { Dataset::from_jsonl(p3, *bytelevel(), o); }),
+            p3 + ":1: invalid UTF-8 at byte 14 (JSONL is UTF-8 text)");
+  o.skip_bad = true;
+  auto ds3 = Dataset::from_jsonl(p3, *bytelevel(), o);
+  EXPECT_EQ(ds3->stats().skipped_bad, 1);
+  EXPECT_EQ(ds3->document_origin(0), 2);  // the last line, without its '\n'
+  o.skip_bad = false;
 }
 
 TEST(DataLoad, MaxRecordsReadsTheFirstOnes) {

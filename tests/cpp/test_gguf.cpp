@@ -320,10 +320,7 @@ std::string hex_diff(const std::string& a, const std::vector<uint8_t>& b) {
 }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("luatune_test_gguf_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return test_temp_dir("gguf_" + name, /*create=*/true);
 }
 
 std::string le(uint64_t v, int n) {

@@ -19,6 +19,7 @@
 #include "host/core/files.h"
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
+#include "tests/cpp/test_util.h"
 
 namespace luatune {
 namespace {
@@ -26,10 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("luatune_test_gguf_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return test_temp_dir("gguf_" + name, /*create=*/true);
 }
 
 // The hand-made byte-level fixture with Llama 3's pre-tokenizer regex (so llama.cpp has a name for

@@ -1,6 +1,6 @@
 // The hw module's arithmetic against numbers computed by hand (the sums are in the comments):
 // parameter counts of Llama 3.1 8B, Mistral 7B and Gemma 2 9B from their config.json values; the
-// planner's components for full, LoRA and QLoRA on 8B; fits and advice; MFU on hardware.md's
+// planner's components for full, LoRA and QLoRA on 8B; fits and advice; MFU on docs/hardware.md's
 // published check; projection and cost; the catalog file and its errors.
 #include <gtest/gtest.h>
 
@@ -55,9 +55,9 @@ TEST(HwParams, Llama31_8B) {
   EXPECT_EQ(n.norms, 2 * 4096 * 32 + 4096);  // 266,240
   // 2 * 525,336,576 + 6,979,321,856 + 266,240 = 8,030,261,248 (8.03 B)
   EXPECT_EQ(n.total, 8030261248);
-  EXPECT_EQ(n.matmul, 8030261248 - 525336576);  // 7.50 B (hardware.md 1.1)
+  EXPECT_EQ(n.matmul, 8030261248 - 525336576);  // 7.50 B (docs/hardware.md, MFU)
   // LoRA r=16 on all seven: 16 * ((4096+4096)*2 + (4096+1024)*2 + (4096+14336)*3) = 1,310,720 per layer
-  EXPECT_EQ(hw_lora_params(llama31_8b(), 16, {"all-linear"}), 1310720 * 32);  // 41.9 M (hardware.md 3.2)
+  EXPECT_EQ(hw_lora_params(llama31_8b(), 16, {"all-linear"}), 1310720 * 32);  // 41.9 M (docs/hardware.md)
   EXPECT_EQ(hw_lora_params(llama31_8b(), 16, {"q_proj", "v_proj"}), 16 * (8192 + 5120) * 32);
 }
 
@@ -86,7 +86,7 @@ TEST(HwPlan, FullMixedPrecision8B) {
   EXPECT_DOUBLE_EQ(m.weights, 2 * N);
   EXPECT_DOUBLE_EQ(m.master_weights, 4 * N);
   EXPECT_DOUBLE_EQ(m.gradients, 2 * N);
-  EXPECT_DOUBLE_EQ(m.optimizer_states, 8 * N);  // 16 B/param in all: 119.7 GiB (hardware.md 3.1)
+  EXPECT_DOUBLE_EQ(m.optimizer_states, 8 * N);  // 16 B/param in all: 119.7 GiB (docs/hardware.md, [memory])
   // per layer per token: norms 2*4096*(4+2) = 49,152; attention 4*4096*2 + 4*32 + 4096*2 = 41,088;
   // MLP 4*14336*2 = 114,688 -> 204,928; * 2048 tokens = 419,692,544 per layer.
   // head: 2048 * (4096*6 + 4096*2 + 4) = 67,117,056. 33 layers' worth (32 + one working) + head:
@@ -128,7 +128,7 @@ TEST(HwPlan, Qlora8BFitsIn16GB) {
   o.method = PlanMethod::method_qlora;
   o.checkpointing = true;
   PlanComponents m = hw_plan_memory(llama31_8b(), o);
-  // NF4: 6,979,321,856 * 0.516 = 3,601,330,077.696 (3.35 GiB, hardware.md 3.2); the rest in bf16:
+  // NF4: 6,979,321,856 * 0.516 = 3,601,330,077.696 (3.35 GiB; docs/qlora.md, "Sources"); the rest in bf16:
   // (8,030,261,248 - 6,979,321,856) * 2 = 2,101,878,784 (1.96 GiB)
   EXPECT_NEAR(m.weights, 3601330077.696 + 2101878784, 1e-3);
   // as LoRA + one dequantised 4096 x 14336 weight in bf16 (117,440,512)
@@ -469,7 +469,7 @@ TEST(HwProfile, MfuMatchesHardwareMdCheck) {
 
 TEST(HwProfile, LoraConvention) {
   // Llama-3-8B at T=2048: full 6N + attention = 45,029,548,032 + 3,221,225,472 = 48.25 GFLOP/token;
-  // LoRA 4N + attention = 30,019,698,688 + 3,221,225,472 = 33.24 (hardware.md's figure, no adapter
+  // LoRA 4N + attention = 30,019,698,688 + 3,221,225,472 = 33.24 (docs/hardware.md's figure, no adapter
   // term); with 6 * 41,943,040 adapter FLOPs: 33.49.
   EXPECT_DOUBLE_EQ(hw_flops_per_token(llama31_8b(), PlanMethod::method_full, 0, 2048, false).model, 48250773504.0);
   EXPECT_DOUBLE_EQ(hw_flops_per_token(llama31_8b(), PlanMethod::method_lora, 0, 2048, false).model, 33240924160.0);

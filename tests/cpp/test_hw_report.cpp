@@ -57,12 +57,6 @@ bool has_line(const std::string& text, const std::string& line) {
   return false;
 }
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) n++;
-  return n;
-}
-
 }  // namespace
 
 // ============================================================================================
@@ -183,8 +177,8 @@ TEST(HwReportHtml, SelfContained) {
 
 TEST(HwReportHtml, OneSvgPerChartWithAxes) {
   std::string html = hw_report_html(sample());
-  EXPECT_EQ(count(html, "<svg"), 3u);
-  EXPECT_EQ(count(html, "</svg>"), 3u);
+  EXPECT_EQ(count_of(html, "<svg"), 3u);
+  EXPECT_EQ(count_of(html, "</svg>"), 3u);
   EXPECT_NE(html.find("aria-label=\"Time per GPU\""), std::string::npos);
   EXPECT_NE(html.find("aria-label=\"Predicted peak memory vs GPU memory\""), std::string::npos);
   EXPECT_NE(html.find("aria-label=\"Cost per GPU\""), std::string::npos);
@@ -196,8 +190,8 @@ TEST(HwReportHtml, OneSvgPerChartWithAxes) {
 TEST(HwReportHtml, ProjectedBarsHatchedMeasuredSolid) {
   std::string html = hw_report_html(sample());
   // Time and cost: one measured bar each (solid), two projected (the hatch pattern).
-  EXPECT_EQ(count(html, "<rect class=\"bar measured\""), 2u);
-  EXPECT_EQ(count(html, "<rect class=\"bar projected\""), 4u);
+  EXPECT_EQ(count_of(html, "<rect class=\"bar measured\""), 2u);
+  EXPECT_EQ(count_of(html, "<rect class=\"bar projected\""), 4u);
   EXPECT_NE(html.find("class=\"bar measured\" x=\"200.0\" y=\"53.0\" width=\"4.8\" height=\"18.0\" fill=\"#2b6cb0\""),
             std::string::npos)
       << html;
@@ -213,20 +207,20 @@ TEST(HwReportHtml, ProjectedBarsHatchedMeasuredSolid) {
 
 TEST(HwReportHtml, FitsMarkers) {
   std::string html = hw_report_html(sample());
-  EXPECT_EQ(count(html, "<span class=\"badge fit\">✓ fits</span>"), 4u);
-  EXPECT_EQ(count(html, "<span class=\"badge nofit\">✗ does not fit</span>"), 1u);
+  EXPECT_EQ(count_of(html, "<span class=\"badge fit\">✓ fits</span>"), 4u);
+  EXPECT_EQ(count_of(html, "<span class=\"badge nofit\">✗ does not fit</span>"), 1u);
   // Memory: every row has a capacity track and marker; the one that does not fit is red.
-  EXPECT_EQ(count(html, "<rect class=\"capacity\""), 5u);
-  EXPECT_EQ(count(html, "<rect class=\"marker\""), 5u);
-  EXPECT_EQ(count(html, "fill=\"#e53e3e\"/>"), 2u);  // the red bar and its legend swatch
+  EXPECT_EQ(count_of(html, "<rect class=\"capacity\""), 5u);
+  EXPECT_EQ(count_of(html, "<rect class=\"marker\""), 5u);
+  EXPECT_EQ(count_of(html, "fill=\"#e53e3e\"/>"), 2u);  // the red bar and its legend swatch
   EXPECT_NE(html.find(">31.2 of 24 GB · does not fit</text>"), std::string::npos);
   EXPECT_NE(html.find("<tr class=\"nofit\"><td>RTX 4090</td>"), std::string::npos);
 }
 
 TEST(HwReportHtml, MissingFieldsDashAndOneOrManyRows) {
   std::string one = hw_report_html({{"rows", {{{"gpu", "T4"}}}}});
-  EXPECT_EQ(count(one, "<svg"), 3u);
-  EXPECT_EQ(count(one, "<rect class=\"bar"), 0u);
+  EXPECT_EQ(count_of(one, "<svg"), 3u);
+  EXPECT_EQ(count_of(one, "<rect class=\"bar"), 0u);
   EXPECT_NE(one.find("<tr class=\"fit\"><td>T4</td><td class=\"num\">—</td><td>—</td>"), std::string::npos) << one;
   EXPECT_NE(one.find(">— no memory figures</text>"), std::string::npos);
   json doc = sample();
@@ -238,8 +232,8 @@ TEST(HwReportHtml, MissingFieldsDashAndOneOrManyRows) {
   }
   doc["rows"] = many;
   std::string html = hw_report_html(doc);
-  EXPECT_EQ(count(html, "<svg"), 3u);
-  EXPECT_EQ(count(html, "<rect class=\"capacity\""), 20u);
+  EXPECT_EQ(count_of(html, "<svg"), 3u);
+  EXPECT_EQ(count_of(html, "<rect class=\"capacity\""), 20u);
   // 20 rows of 28 units under a 48-unit legend and a 52-unit axis.
   EXPECT_NE(html.find("viewBox=\"0 0 960.0 660.0\""), std::string::npos);
 }

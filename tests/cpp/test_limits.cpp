@@ -39,14 +39,7 @@ std::string nested(size_t depth, const std::string& inner = "") {
 }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("luatune_test_limits_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-void write(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
+  return test_temp_dir("limits_" + name, /*create=*/true);
 }
 
 std::shared_ptr<Tokenizer> bytelevel() {
@@ -74,7 +67,7 @@ void set_config_field(const std::string& dir, const std::string& key, const std:
   size_t at = text.find(needle);
   ASSERT_NE(at, std::string::npos);
   text.replace(at, needle.size(), "\"" + key + "\": " + raw_value);
-  write(dir + "/config.json", text);
+  write_text(dir + "/config.json", text);
 }
 
 }  // namespace
@@ -158,7 +151,7 @@ TEST(JsonLimits, OutOfMemoryIsRethrownNamingTheAllocation) {
 
 TEST(JsonLimits, DatasetLinesTooDeepAreBadRecords) {
   std::string dir = temp_dir("data");
-  write(dir + "/d.jsonl", "{\"text\": \"hello\"}\n{\"text\": " + nested(100000) + "}\n");
+  write_text(dir + "/d.jsonl", "{\"text\": \"hello\"}\n{\"text\": " + nested(100000) + "}\n");
   DataOptions o;
   EXPECT_EQ(error_of([&] { Dataset::from_jsonl(dir + "/d.jsonl", *bytelevel(), o); }),
             dir + "/d.jsonl:2" + kTooDeep);
@@ -167,7 +160,7 @@ TEST(JsonLimits, DatasetLinesTooDeepAreBadRecords) {
   EXPECT_EQ(ds->stats().records, 1);
   EXPECT_EQ(ds->stats().skipped_bad, 1);
   // The first record decides the format; one 100000 deep is quoted in no message.
-  write(dir + "/e.jsonl", nested(100000) + "\n");
+  write_text(dir + "/e.jsonl", nested(100000) + "\n");
   EXPECT_EQ(error_of([&] { Dataset::from_jsonl(dir + "/e.jsonl", *bytelevel(), DataOptions{}); }),
             dir + "/e.jsonl:1" + kTooDeep);
   fs::remove_all(dir);
@@ -175,8 +168,9 @@ TEST(JsonLimits, DatasetLinesTooDeepAreBadRecords) {
 
 TEST(JsonLimits, PreferenceLinesTooDeepAreBadRecords) {
   std::string dir = temp_dir("pref");
-  write(dir + "/p.jsonl", "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n\n{\"prompt\": " +
-                              nested(100000) + ", \"chosen\": \"b\", \"rejected\": \"c\"}\n");
+  write_text(dir + "/p.jsonl",
+             "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n\n{\"prompt\": " + nested(100000) +
+                 ", \"chosen\": \"b\", \"rejected\": \"c\"}\n");
   DataOptions o;
   o.chat = false;
   EXPECT_EQ(error_of([&] { PreferenceDataset::from_jsonl(dir + "/p.jsonl", *bytelevel(), o); }),
@@ -197,11 +191,11 @@ TEST(JsonLimits, TokenizerFilesTooDeep) {
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
     fs::copy_file(std::string("tests/fixtures/tokenizers/bytelevel/") + f, dir + "/" + f);
   const std::string config = file_read(dir + "/tokenizer_config.json");
-  write(dir + "/tokenizer_config.json", "{\"deep\": " + nested(100000) + ", " + config.substr(1));
+  write_text(dir + "/tokenizer_config.json", "{\"deep\": " + nested(100000) + ", " + config.substr(1));
   EXPECT_EQ(error_of([&] { Tokenizer::load(dir); }), dir + "/tokenizer_config.json:1" + kTooDeep);
-  write(dir + "/tokenizer_config.json", config);
+  write_text(dir + "/tokenizer_config.json", config);
   const std::string tok = file_read(dir + "/tokenizer.json");
-  write(dir + "/tokenizer.json", "{\n\"deep\": " + nested(100000) + ", " + tok.substr(1));
+  write_text(dir + "/tokenizer.json", "{\n\"deep\": " + nested(100000) + ", " + tok.substr(1));
   EXPECT_EQ(error_of([&] { Tokenizer::load(dir); }), dir + "/tokenizer.json:2" + kTooDeep);
   fs::remove_all(dir);
 }
@@ -211,13 +205,14 @@ TEST(JsonLimits, SafetensorsHeaderAndIndexTooDeep) {
   std::string header = "{\"__metadata__\": {\"x\": " + nested(100000) + "}}";
   std::string bytes(8, '\0');
   for (int i = 0; i < 8; i++) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
-  write(dir + "/model.safetensors", bytes + header);
+  write_text(dir + "/model.safetensors", bytes + header);
   std::string e = error_of([&] { SafetensorsReader r(dir); });
   EXPECT_NE(e.find("the header nests JSON deeper than 128 levels (not a safetensors file?)"),
             std::string::npos)
       << e;
   fs::remove(dir + "/model.safetensors");
-  write(dir + "/model.safetensors.index.json", "{\"weight_map\": {},\n\"metadata\": " + nested(100000) + "}");
+  write_text(dir + "/model.safetensors.index.json",
+             "{\"weight_map\": {},\n\"metadata\": " + nested(100000) + "}");
   e = error_of([&] { SafetensorsReader r(dir); });
   EXPECT_NE(e.find("model.safetensors.index.json': line 2: JSON nested deeper than 128 levels"),
             std::string::npos)
@@ -227,12 +222,12 @@ TEST(JsonLimits, SafetensorsHeaderAndIndexTooDeep) {
 
 TEST(JsonLimits, AdapterConfigCatalogAndEvalFilesTooDeep) {
   std::string dir = temp_dir("misc");
-  write(dir + "/adapter_config.json", "{\"peft_type\": \"LORA\", \"x\": " + nested(100000) + "}");
+  write_text(dir + "/adapter_config.json", "{\"peft_type\": \"LORA\", \"x\": " + nested(100000) + "}");
   EXPECT_EQ(error_of([&] { peft_config_read(dir); }), dir + "/adapter_config.json:1" + kTooDeep);
   EXPECT_EQ(error_of([&] { hw_catalog_parse("{\"gpus\": " + nested(100000) + "}", "c.json"); }),
             "hw.catalog: c.json:1" + kTooDeep);
-  write(dir + "/mc.jsonl",
-        "{\"question\": \"q\", \"choices\": [\"a\", \"b\"], \"answer\": 0}\n" + nested(100000) + "\n");
+  write_text(dir + "/mc.jsonl",
+             "{\"question\": \"q\", \"choices\": [\"a\", \"b\"], \"answer\": 0}\n" + nested(100000) + "\n");
   EXPECT_EQ(error_of([&] { mc_read_jsonl(dir + "/mc.jsonl"); }), dir + "/mc.jsonl:2" + kTooDeep);
   fs::remove_all(dir);
 }

@@ -20,6 +20,7 @@
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
 #include "host/model/transformer.h"
+#include "tests/cpp/test_tiny.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
@@ -31,32 +32,16 @@ namespace {
 // Hidden 32, 4 heads of 8, 2 KV heads: q (32, 32), k/v (16, 32), o (32, 32), gate/up (48, 32), down (32, 48).
 std::shared_ptr<Model> tiny(const std::string& arch = "llama", at::ScalarType dtype = at::kFloat,
                             uint64_t seed = 1) {
-  std::string fields = R"({"vocab_size": 97, "hidden_size": 32, "intermediate_size": 48,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})";
-  return model_init(model_config_with(arch, fields, "test"), seed, dtype, at::kCPU);
-}
-
-at::Tensor ids() {
-  at::Generator gen = at::detail::createCPUGenerator(7);
-  return at::randint(97, {2, 9}, gen, at::TensorOptions(at::kLong));
-}
-
-at::Tensor logits(const Model& m) {
-  at::NoGradGuard g;
-  return m.forward(ids());
+  return tiny_model(arch, 32, 48, dtype, seed);
 }
 
 // Gives every adapter weight random values (B starts at zero, which would hide most bugs).
 void perturb(Model& m, uint64_t seed = 11) {
-  at::NoGradGuard g;
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  for (auto& [name, t] : m.adapter_parameters()) t->add_(at::normal(0.0, 0.1, t->sizes(), gen));
+  perturb_adapters(m, seed);
 }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("luatune_test_lora_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p.string();
+  return test_temp_dir("lora_" + name);
 }
 
 LoraConfig cfg(int64_t r, double alpha, std::vector<std::string> targets, bool dora = false) {
@@ -87,19 +72,19 @@ TEST(Lora, OutputUnchangedAtInit) {
   for (const char* arch : {"llama", "qwen2", "gemma2"}) {  // qwen2: q/k/v biases
     for (bool dora : {false, true}) {
       auto m = tiny(arch);
-      at::Tensor before = logits(*m);
+      at::Tensor before = tiny_logits(*m);
       LoraConfig c = cfg(4, 8, {"all-linear"}, dora);
       EXPECT_EQ(lora_apply(*m, c, 3), 2 * 7);
-      EXPECT_TRUE(at::equal(logits(*m), before)) << arch << (dora ? " dora" : " lora");
+      EXPECT_TRUE(at::equal(tiny_logits(*m), before)) << arch << (dora ? " dora" : " lora");
     }
   }
   // bf16 base: adapters stay float32 and the output is still bit-identical.
   for (bool dora : {false, true}) {
     auto m = tiny("llama", at::kBFloat16);
-    at::Tensor before = logits(*m);
+    at::Tensor before = tiny_logits(*m);
     lora_apply(*m, cfg(4, 8, {"q_proj", "down_proj"}, dora), 3);
     EXPECT_EQ(m->layers[0].q.adapter->parameters()[0].second->scalar_type(), at::kFloat);
-    at::Tensor after = logits(*m);
+    at::Tensor after = tiny_logits(*m);
     EXPECT_EQ(after.scalar_type(), at::kBFloat16);
     EXPECT_TRUE(at::equal(after, before));
   }
@@ -186,16 +171,16 @@ TEST(Lora, DropoutOnlyWhileTraining) {
   EXPECT_FALSE(at::equal(t1, t2));
   m->set_training(false);
   EXPECT_TRUE(at::allclose(q.forward(x), no_dropout, 1e-5, 1e-6));
-  EXPECT_TRUE(at::equal(logits(*m), logits(*m)));
+  EXPECT_TRUE(at::equal(tiny_logits(*m), tiny_logits(*m)));
   // Dropout touches the adapter's input only: with B = 0 a training forward is the base, exactly.
   for (bool dora : {false, true}) {
     auto fresh = tiny();
-    at::Tensor base = logits(*fresh);
+    at::Tensor base = tiny_logits(*fresh);
     LoraConfig d = cfg(4, 8, {"all-linear"}, dora);
     d.dropout = 0.5;
     lora_apply(*fresh, d, 1);
     fresh->set_training(true);
-    EXPECT_TRUE(at::allclose(logits(*fresh), base, 1e-5, 1e-6));
+    EXPECT_TRUE(at::allclose(tiny_logits(*fresh), base, 1e-5, 1e-6));
   }
 }
 
@@ -221,7 +206,7 @@ TEST(Lora, FreezesBaseAndGradientsReachOnlyAdapters) {
     EXPECT_EQ(n.trainable, adapter_numel);
     EXPECT_EQ(n.total, n.embedding + n.attention + n.mlp + n.norm + n.lm_head + n.adapter);
 
-    m->forward(ids()).pow(2).mean().backward();
+    m->forward(tiny_ids()).pow(2).mean().backward();
     for (auto& [name, t] : m->named_parameters()) EXPECT_FALSE(t->grad().defined()) << name;
     for (auto& [name, t] : adapters) {
       ASSERT_TRUE(t->grad().defined()) << name;
@@ -291,7 +276,7 @@ TEST(Lora, SavesPeftFilesAndLoadsThemBackBitExact) {
     EXPECT_TRUE(read.rslora);
     EXPECT_EQ(read.dora, dora);
     EXPECT_DOUBLE_EQ(read.dropout, 0.1);
-    EXPECT_TRUE(at::equal(logits(*fresh), logits(*m)));
+    EXPECT_TRUE(at::equal(tiny_logits(*fresh), tiny_logits(*m)));
     auto a = m->adapter_parameters(), b = fresh->adapter_parameters();
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); i++) {
@@ -319,7 +304,7 @@ TEST(Lora, LayersAndRegexTargetsRoundTrip) {
   lora_load(*fresh, dir);
   EXPECT_TRUE(fresh->layers[0].v.adapter);
   EXPECT_FALSE(fresh->layers[1].v.adapter);
-  EXPECT_TRUE(at::equal(logits(*fresh), logits(*m)));
+  EXPECT_TRUE(at::equal(tiny_logits(*fresh), tiny_logits(*m)));
 
   // PEFT's regex form of target_modules: a full match on the module name.
   cj["target_modules"] = R"(.*\.0\.self_attn\.(v|q)_proj)";
@@ -336,7 +321,7 @@ TEST(Lora, LayersAndRegexTargetsRoundTrip) {
   EXPECT_EQ(read.target_regex, R"(.*\.0\.self_attn\.(v|q)_proj)");
   EXPECT_TRUE(re->layers[0].q.adapter && re->layers[0].v.adapter);
   EXPECT_FALSE(re->layers[1].q.adapter || re->layers[0].k.adapter);
-  EXPECT_TRUE(at::equal(logits(*re), logits(*m)));  // q's adapter is zero
+  EXPECT_TRUE(at::equal(tiny_logits(*re), tiny_logits(*m)));  // q's adapter is zero
   fs::remove_all(dir);
 }
 
@@ -345,29 +330,29 @@ TEST(Lora, MergeFoldsAdaptersAndSavesAPlainModel) {
     auto m = tiny("qwen2");
     lora_apply(*m, cfg(4, 8, {"all-linear"}, dora), 1);
     perturb(*m);
-    at::Tensor with_adapter = logits(*m);
+    at::Tensor with_adapter = tiny_logits(*m);
     lora_merge(*m);
     EXPECT_TRUE(m->adapter_parameters().empty());
     EXPECT_EQ(m->count_parameters().adapter, 0);
-    at::Tensor merged = logits(*m);
+    at::Tensor merged = tiny_logits(*m);
     EXPECT_TRUE(at::allclose(merged, with_adapter, 1e-4, 1e-5))
         << (merged - with_adapter).abs().max().item<double>();
-    EXPECT_FALSE(at::allclose(merged, logits(*tiny("qwen2")), 1e-3, 1e-3));  // the update is in there
+    EXPECT_FALSE(at::allclose(merged, tiny_logits(*tiny("qwen2")), 1e-3, 1e-3));  // the update is in there
 
     const std::string dir = temp_dir("merged");
     model_save(*m, dir);
     auto back = model_load(dir);
-    EXPECT_TRUE(at::equal(logits(*back), merged));
+    EXPECT_TRUE(at::equal(tiny_logits(*back), merged));
     fs::remove_all(dir);
   }
   // bf16: merged in float32, cast back once.
   auto m = tiny("llama", at::kBFloat16);
   lora_apply(*m, cfg(4, 8, {"q_proj", "o_proj"}), 1);
   perturb(*m);
-  at::Tensor with_adapter = logits(*m).to(at::kFloat);
+  at::Tensor with_adapter = tiny_logits(*m).to(at::kFloat);
   lora_merge(*m);
   EXPECT_EQ(m->layers[0].q.weight.scalar_type(), at::kBFloat16);
-  EXPECT_TRUE(at::allclose(logits(*m).to(at::kFloat), with_adapter, 0.05, 0.05));
+  EXPECT_TRUE(at::allclose(tiny_logits(*m).to(at::kFloat), with_adapter, 0.05, 0.05));
 }
 
 TEST(Lora, ModelToKeepsAdaptersFloat32) {
@@ -379,7 +364,7 @@ TEST(Lora, ModelToKeepsAdaptersFloat32) {
     EXPECT_EQ(t->scalar_type(), at::kFloat) << name;
     EXPECT_TRUE(t->requires_grad()) << name;
   }
-  EXPECT_EQ(logits(*m).scalar_type(), at::kBFloat16);
+  EXPECT_EQ(tiny_logits(*m).scalar_type(), at::kBFloat16);
 }
 
 TEST(Lora, BadConfigsAndAdapterDirsFailWithOneLine) {
@@ -419,12 +404,12 @@ TEST(Lora, BadConfigsAndAdapterDirsFailWithOneLine) {
 
   // The model a failed load leaves behind is as it was.
   auto fresh = tiny();
-  at::Tensor before = logits(*fresh);
+  at::Tensor before = tiny_logits(*fresh);
   auto load_error = [&] {
     std::string e = error_of([&] { lora_load(*fresh, dir); });
     EXPECT_TRUE(fresh->adapter_parameters().empty());
     EXPECT_TRUE(fresh->embed.requires_grad());
-    EXPECT_TRUE(at::equal(logits(*fresh), before));
+    EXPECT_TRUE(at::equal(tiny_logits(*fresh), before));
     return e;
   };
 
@@ -484,6 +469,6 @@ TEST(Lora, BadConfigsAndAdapterDirsFailWithOneLine) {
   // And a good directory loads into the same model afterwards.
   safetensors_save_file(weights, good);
   lora_load(*fresh, dir);
-  EXPECT_TRUE(at::equal(logits(*fresh), logits(*m)));
+  EXPECT_TRUE(at::equal(tiny_logits(*fresh), tiny_logits(*m)));
   fs::remove_all(dir);
 }

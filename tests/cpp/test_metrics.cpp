@@ -81,20 +81,37 @@ TEST(Metrics, FormatsNumbersByName) {
   EXPECT_EQ(metrics_format_duration(90000), "1d01h");
 }
 
-TEST(Metrics, SortPutsKeyNumbersFirstAndEvalLast) {
+TEST(Metrics, OrderIsTheProducersThenTheRestByName) {
   MetricValues v = vals({{"zeta", 1},
                          {"eval_loss", 1},
                          {"lr", 1},
                          {"loss", 1},
                          {"alpha", 1},
-                         {"eval_acc", 1},
                          {"tokens_per_s", 1},
                          {"grad_norm", 1}});
-  metrics_sort(v);
+  // trainer:step's order (a key it lists that the table lacks is passed over, as is a repeat).
+  metrics_order(v, {"loss", "lr", "missing", "grad_norm", "tokens_per_s", "lr"});
   std::vector<std::string> keys;
   for (const auto& kv : v.numbers) keys.push_back(kv.first);
-  EXPECT_EQ(keys, (std::vector<std::string>{"loss", "lr", "grad_norm", "tokens_per_s", "alpha", "zeta",
-                                            "eval_acc", "eval_loss"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"loss", "lr", "grad_norm", "tokens_per_s", "alpha", "eval_loss",
+                                            "zeta"}));
+  metrics_order(v);  // a plain Lua table says no order: by name
+  keys.clear();
+  for (const auto& kv : v.numbers) keys.push_back(kv.first);
+  EXPECT_EQ(keys, (std::vector<std::string>{"alpha", "eval_loss", "grad_norm", "loss", "lr", "tokens_per_s",
+                                            "zeta"}));
+}
+
+TEST(Metrics, WholeNumbersBelowTwoTo53AreIntegers) {
+  EXPECT_TRUE(metrics_is_integer(480));
+  EXPECT_TRUE(metrics_is_integer(0));
+  EXPECT_TRUE(metrics_is_integer(-3));
+  EXPECT_TRUE(metrics_is_integer(9007199254740991.0));  // 2^53 - 1
+  EXPECT_FALSE(metrics_is_integer(9007199254740992.0));
+  EXPECT_FALSE(metrics_is_integer(1e300));
+  EXPECT_FALSE(metrics_is_integer(2.5));
+  EXPECT_FALSE(metrics_is_integer(std::nan("")));
+  EXPECT_FALSE(metrics_is_integer(HUGE_VAL));
 }
 
 TEST(Metrics, StepTimerSmoothsSecondsPerStepForTheEta) {
@@ -445,6 +462,48 @@ TEST(Metrics, JsonlWritesConfigThenOneObjectPerWriteFlushedAtOnce) {
   o.resume = true;
   jsonl_sink_new(o)->close(0);
   EXPECT_TRUE(read_jsonl(path).at(0).contains("config"));
+  fs::remove_all(path_dirname(path));
+}
+
+TEST(Metrics, JsonlWritesCountsAsIntegers) {
+  std::string path = temp_path("ints/metrics.jsonl");
+  fs::remove_all(path_dirname(path));
+  JsonlOptions o;
+  o.path = path;
+  auto sink = jsonl_sink_new(o);
+  sink->write(7, vals({{"loss", 2.5}, {"tokens", 480}, {"target_tokens", 96}, {"lr", 0}, {"big", 1e20}}));
+  sink->summary(vals({{"tokens", 960}, {"loss", 2.25}}));
+  sink->close(0);
+  std::vector<std::string> lines = str_split(file_read(path), '\n');
+  EXPECT_EQ(lines[0].substr(0, 9), "{\"step\":7");
+  EXPECT_NE(lines[0].find(R"("loss":2.5,"tokens":480,"target_tokens":96,"lr":0,"big":1e+20})"), std::string::npos)
+      << lines[0];
+  EXPECT_EQ(lines[1], R"({"summary":{"tokens":960,"loss":2.25}})");
+  fs::remove_all(path_dirname(path));
+}
+
+TEST(Metrics, JsonlResumeDropsLaterStepsAndSummariesKeepingDamagedLines) {
+  std::string path = temp_path("resume_drop/metrics.jsonl");
+  fs::remove_all(path_dirname(path));
+  fs::create_directories(path_dirname(path));
+  file_write_atomic(path,
+                    "{\"config\":{}}\n{\"step\":1,\"loss\":3}\nnot json\n\n{\"step\":2,\"loss\":2}\n"
+                    "{\"summary\":{\"loss\":2}}\n{\"step\":3,\"lo");
+  JsonlOptions o;
+  o.path = path;
+  o.resume = true;
+  o.resume_step = 1;  // the run resumes from its step-1 checkpoint
+  auto sink = jsonl_sink_new(o);
+  sink->write(2, vals({{"loss", 2.5}}));
+  sink->close(0);
+  std::vector<std::string> lines = str_split(file_read(path), '\n');
+  ASSERT_EQ(lines.size(), 6u);  // the last is the empty string after the final newline
+  EXPECT_EQ(lines[0], "{\"config\":{}}");
+  EXPECT_EQ(lines[1], "{\"step\":1,\"loss\":3}");
+  EXPECT_EQ(lines[2], "not json");  // damaged lines are kept, for the report to count
+  EXPECT_EQ(lines[3], "{\"step\":3,\"lo");  // ended, so the next line starts a line of its own
+  EXPECT_EQ(lines[4].substr(0, 9), "{\"step\":2");
+  EXPECT_NE(lines[4].find("\"loss\":2.5"), std::string::npos);
   fs::remove_all(path_dirname(path));
 }
 

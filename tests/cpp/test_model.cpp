@@ -54,10 +54,7 @@ at::Tensor random_ids(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
 }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("luatune_test_model_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return test_temp_dir("model_" + name, /*create=*/true);
 }
 
 const char* const kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2"};

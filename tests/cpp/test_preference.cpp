@@ -16,6 +16,7 @@
 #include "host/train/preference.h"
 #include "host/train/trainer.h"
 #include "tests/cpp/test_batch.h"
+#include "tests/cpp/test_tiny.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
@@ -75,9 +76,7 @@ at::Tensor plain_dpo(const Model& policy, const Model& reference, const Batch& b
 }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("luatune_test_pref_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p.string();
+  return test_temp_dir("pref_" + name);
 }
 
 at::Tensor scalar(double v) { return at::full({1}, v, at::kDouble); }
@@ -111,24 +110,20 @@ TEST(PreferenceLoss, PairLossesMatchHandComputedValues) {
 TEST(PreferenceLoss, TokenLogprobsMatchATenValueAndGradients) {
   at::Generator gen = at::detail::createCPUGenerator(3);
   for (double softcap : {0.0, 5.0}) {
-    at::Tensor h = at::randn({13, 8}, gen, at::TensorOptions(at::kFloat)).requires_grad_(true);
-    at::Tensor w = at::randn({11, 8}, gen, at::TensorOptions(at::kFloat)).requires_grad_(true);
-    at::Tensor t = at::randint(11, {13}, gen, at::TensorOptions(at::kLong));
-    t[2] = kIgnoreTarget;
+    TinyHead p = tiny_head(gen);
+    p.t[2] = kIgnoreTarget;
     at::Tensor g = at::randn({13}, gen, at::TensorOptions(at::kFloat));  // a different gradient per row
-    at::Tensor mine = chunked_token_logprobs(h, w, t, 4, softcap);
+    at::Tensor mine = chunked_token_logprobs(p.h, p.w, p.t, 4, softcap);
     (mine * g).sum().backward();
-    at::Tensor gh = h.grad().clone(), gw = w.grad().clone();
-    h.mutable_grad() = at::Tensor();
-    w.mutable_grad() = at::Tensor();
-    at::Tensor logits = at::matmul(h, w.t());
-    if (softcap > 0) logits = at::tanh(logits / softcap) * softcap;
-    at::Tensor ref = at::log_softmax(logits, -1).gather(1, t.clamp_min(0).unsqueeze(1)).squeeze(1) * t.ne(kIgnoreTarget);
+    auto [gh, gw] = p.take_grads();
+    at::Tensor ref =
+        at::log_softmax(p.logits(softcap), -1).gather(1, p.t.clamp_min(0).unsqueeze(1)).squeeze(1) *
+        p.t.ne(kIgnoreTarget);
     (ref * g).sum().backward();
     EXPECT_TRUE(at::allclose(mine, ref, 1e-5, 1e-5));
     EXPECT_EQ(mine[2].item<float>(), 0.0f);
-    EXPECT_TRUE(at::allclose(gh, h.grad(), 1e-5, 1e-6));
-    EXPECT_TRUE(at::allclose(gw, w.grad(), 1e-5, 1e-6));
+    EXPECT_TRUE(at::allclose(gh, p.h.grad(), 1e-5, 1e-6));
+    EXPECT_TRUE(at::allclose(gw, p.w.grad(), 1e-5, 1e-6));
   }
 }
 
@@ -253,8 +248,7 @@ TEST(PreferenceLoss, ResumeEqualsAStraightRunBitForBit) {
     Trainer b2(second, o, {std::make_shared<PreferenceLoss>(second, ref(), po)});
     EXPECT_EQ(b2.resume(), 2);
     for (int i = 2; i < 4; i++) b2.step(data[i]);
-    auto sa = straight->state(), sb = second->state();
-    for (size_t i = 0; i < sa.size(); i++) EXPECT_TRUE(at::equal(sa[i].second, sb[i].second)) << sa[i].first;
+    expect_same_state(*straight, *second);
     fs::remove_all(o.output_dir);
   }
 }

@@ -14,7 +14,8 @@
 #include "host/model/config.h"
 #include "host/prune/sheared.h"
 #include "host/train/loss.h"
-#include "test_util.h"
+#include "tests/cpp/test_batch.h"
+#include "tests/cpp/test_util.h"
 
 using namespace luatune;
 namespace fs = std::filesystem;
@@ -30,17 +31,6 @@ std::shared_ptr<Model> tiny(const std::string& arch, int64_t heads, int64_t kv, 
             ", \"num_key_value_heads\": " + std::to_string(kv);
   if (arch == "gemma2") fields += R"(, "sliding_window": 4)";
   return model_init(model_config_with(arch, fields + "}", "test"), seed, at::kFloat, at::kCPU);
-}
-
-Batch random_batch(int64_t rows, int64_t len, uint64_t seed) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  Batch b;
-  b.ids = at::randint(61, {rows, len}, gen, at::TensorOptions(at::kLong));
-  b.targets = at::full({rows, len}, kIgnoreTarget, at::kLong);
-  b.targets.narrow(1, 0, len - 1).copy_(b.ids.narrow(1, 1, len - 1));
-  b.target_tokens = rows * (len - 1);
-  b.tokens = rows * len;
-  return b;
 }
 
 ShearedOptions opts(double layers, double heads, double hidden, double intermediate) {
@@ -70,10 +60,7 @@ void randomize(ShearedPruner& p, uint64_t seed) {
 }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("luatune_test_sheared_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p.string();
+  return test_temp_dir("sheared_" + name);
 }
 
 // P(z = 0) by hand: sigmoid(ln(0.1 / 1.1) * 2/3 - log_alpha).
@@ -234,7 +221,7 @@ TEST(Sheared, MultipliersAscendAndMasksFollow) {
   to.schedule = "constant";
   to.lr = 1e-3;
   Trainer tr(m, to, {p});
-  Batch b = random_batch(2, 8, 5);
+  Batch b = random_batch(61, 2, 8, 5);
   const double before = p->expected_sparsity("layers");
   auto s1 = tr.step(b);
   double l1 = tensor(*p, "l0.layers.lambda1").item<double>();
@@ -269,7 +256,7 @@ TEST(Sheared, RecomputeAndMicroBatchesGiveTheSameMaskGradients) {
     to.checkpoint_layers = checkpoint;
     to.micro_batch_size = micro;
     Trainer tr(m, to, {p});
-    Batch b = random_batch(4, 8, 6);
+    Batch b = random_batch(61, 4, 8, 6);
     at::manual_seed(11);
     p->begin(true);
     tr.batch_loss(b, true, b.target_tokens);
@@ -363,7 +350,7 @@ TEST(Sheared, MaskedModelEqualsFinalisedModel) {
       {"gemma2", 4, 2, opts(0.25, 0.5, 0.25, 0.5), false},
       {"llama", 8, 2, opts(0.25, 0.5, 0.25, 0.5), true},  // LoRA-wrapped
   };
-  at::Tensor ids = random_batch(2, 9, 8).ids;
+  at::Tensor ids = random_batch(61, 2, 9, 8).ids;
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.arch) + " " + std::to_string(c.heads) + "/" + std::to_string(c.kv) +
                  (c.lora ? " lora" : ""));
@@ -414,7 +401,7 @@ TEST(Sheared, ResumeRestoresMasksAndMultipliers) {
   TrainOptions to;
   to.schedule = "constant";
   to.lr = 1e-3;
-  auto batch = [](int s) { return random_batch(2, 8, 100 + s); };
+  auto batch = [](int s) { return random_batch(61, 2, 8, 100 + s); };
   // Straight: 5 steps.
   auto m1 = tiny("llama", 4, 2);
   auto p1 = std::make_shared<ShearedPruner>(m1, o);

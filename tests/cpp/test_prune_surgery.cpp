@@ -13,6 +13,7 @@
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
 #include "host/prune/surgery.h"
+#include "tests/cpp/test_tiny.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
@@ -43,6 +44,18 @@ at::Tensor uniform(std::vector<int64_t> shape, uint64_t seed) {
   return at::rand(shape, gen) + 0.5;  // soft values in [0.5, 1.5)
 }
 
+// A per-layer (L, n) mask: `scale` (or 1) where `kept[l]` lists the index, 0 elsewhere; all kept
+// when `kept` is empty.
+at::Tensor per_layer_mask(const at::Tensor& scale, const std::vector<std::vector<int64_t>>& kept, int64_t L,
+                          int64_t n) {
+  at::Tensor z = scale.defined() ? scale.clone() : at::ones({L, n});
+  if (kept.empty()) return z;
+  at::Tensor keep = at::zeros({L, n});
+  for (int64_t l = 0; l < L; l++)
+    for (int64_t j : kept[l]) keep[l][j] = 1;
+  return z * keep;
+}
+
 // The masks equal to `spec`: removed structures 0, kept ones their scale (or 1).
 StructureMasks masks_of(const Model& m, const PruneSpec& spec) {
   const ModelConfig& c = m.config;
@@ -52,20 +65,8 @@ StructureMasks masks_of(const Model& m, const PruneSpec& spec) {
   for (int64_t l = 0; l < L; l++)
     if (spec.layers.empty() || std::count(spec.layers.begin(), spec.layers.end(), l))
       z.layer[l] = spec.layer_scale.defined() ? spec.layer_scale[l].item<double>() : 1.0;
-  z.head = spec.head_scale.defined() ? spec.head_scale.clone() : at::ones({L, H});
-  if (!spec.heads.empty()) {
-    at::Tensor keep = at::zeros({L, H});
-    for (int64_t l = 0; l < L; l++)
-      for (int64_t h : spec.heads[l]) keep[l][h] = 1;
-    z.head = z.head * keep;
-  }
-  z.intermediate = spec.intermediate_scale.defined() ? spec.intermediate_scale.clone() : at::ones({L, I});
-  if (!spec.intermediate.empty()) {
-    at::Tensor keep = at::zeros({L, I});
-    for (int64_t l = 0; l < L; l++)
-      for (int64_t j : spec.intermediate[l]) keep[l][j] = 1;
-    z.intermediate = z.intermediate * keep;
-  }
+  z.head = per_layer_mask(spec.head_scale, spec.heads, L, H);
+  z.intermediate = per_layer_mask(spec.intermediate_scale, spec.intermediate, L, I);
   z.hidden = spec.hidden_scale.defined() ? spec.hidden_scale.clone() : at::ones({C});
   if (!spec.hidden.empty()) {
     at::Tensor keep = at::zeros({C});
@@ -118,9 +119,7 @@ void expect_pruned_equals_masked(const std::string& arch, const std::string& ext
     lc.r = 4;
     lc.targets = {"all-linear"};
     lora_apply(*m, lc, 3);
-    at::NoGradGuard g;
-    at::Generator gen = at::detail::createCPUGenerator(9);
-    for (auto& [name, t] : m->adapter_parameters()) t->add_(at::normal(0.0, 0.1, t->sizes(), gen));
+    perturb_adapters(*m, 9);
   }
   PruneSpec spec = full_spec(*m);
   at::Tensor want = masked_logits(*m, spec);
@@ -141,9 +140,7 @@ void expect_pruned_equals_masked(const std::string& arch, const std::string& ext
 }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("luatune_test_prune_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p.string();
+  return test_temp_dir("prune_" + name);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
 #include "host/prune/unstructured.h"
+#include "tests/cpp/test_batch.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
@@ -26,21 +27,9 @@ std::shared_ptr<Model> tiny(const std::string& arch = "llama", uint64_t seed = 1
                     seed, at::kFloat, at::kCPU);
 }
 
-Batch random_batch(int64_t rows, int64_t len, uint64_t seed) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  Batch b;
-  b.ids = at::randint(61, {rows, len}, gen, at::TensorOptions(at::kLong));
-  b.targets = at::full({rows, len}, kIgnoreTarget, at::kLong);
-  b.targets.narrow(1, 0, len - 1).copy_(b.ids.narrow(1, 1, len - 1));
-  b.positions = at::arange(len, at::kLong).unsqueeze(0).repeat({rows, 1});
-  b.segments = at::zeros({rows, len}, at::kLong);
-  b.tokens = rows * len;
-  return b;
-}
-
 std::vector<Batch> calibration(int64_t n = 3) {
   std::vector<Batch> out;
-  for (int64_t i = 0; i < n; i++) out.push_back(random_batch(2, 12, 10 + i));
+  for (int64_t i = 0; i < n; i++) out.push_back(random_batch(61, 2, 12, 10 + i));
   return out;
 }
 
@@ -270,7 +259,7 @@ TEST(Unstructured, GqaLlamaAndGemma2PruneAndStillRun) {
       int64_t zeros = 0, total = 0;
       for (const auto& r : report) zeros += r.zeros, total += r.total;
       EXPECT_NEAR(static_cast<double>(zeros) / total, 0.5, 0.01) << arch << " " << method;
-      at::Tensor logits = m->forward(random_batch(2, 9, 99).ids);
+      at::Tensor logits = m->forward(random_batch(61, 2, 9, 99).ids);
       EXPECT_TRUE(logits.isfinite().all().item<bool>()) << arch << " " << method;
     }
   }
@@ -289,13 +278,13 @@ TEST(Unstructured, TargetsLimitWhatIsPruned) {
 
 // Packed rows (two documents) with trailing padding in its own segment.
 TEST(Unstructured, PackedAndPaddedCalibrationRows) {
-  Batch b = random_batch(2, 16, 4);
+  Batch b = random_batch(61, 2, 16, 4);
   b.positions = at::tensor({0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3}, at::kLong).repeat({2, 1});
   b.segments = at::tensor({0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2}, at::kLong).repeat({2, 1});
   b.ids.narrow(1, 12, 4).zero_();
   for (const char* method : {"wanda", "sparsegpt"}) {
     auto m = tiny("llama");
-    auto report = prune_unstructured(*m, {b, random_batch(1, 5, 8)}, opts(method, 0.5, 2, 4));
+    auto report = prune_unstructured(*m, {b, random_batch(61, 1, 5, 8)}, opts(method, 0.5, 2, 4));
     EXPECT_EQ(report.size(), 14u);
     EXPECT_TRUE(m->forward(b.ids).isfinite().all().item<bool>()) << method;
   }

@@ -25,6 +25,7 @@
 #include "host/prune/surgery.h"
 #include "host/train/trainer.h"
 #include "tests/cpp/test_batch.h"
+#include "tests/cpp/test_tiny.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
@@ -33,7 +34,7 @@ using json = nlohmann::json;
 
 namespace {
 
-// The NF4 table as formats.md section 4.1 lists it (bitsandbytes functional.py), in double.
+// The NF4 table as docs/qlora.md, "Sources", lists it (bitsandbytes functional.py), in double.
 const double kNF4Ref[16] = {-1.0,
                             -0.6961928009986877,
                             -0.5250730514526367,
@@ -54,28 +55,14 @@ const double kNF4Ref[16] = {-1.0,
 std::shared_ptr<Model> tiny(const std::string& arch = "llama", at::ScalarType dtype = at::kFloat, uint64_t seed = 1) {
   // Hidden 64 and intermediate 96: every Linear spans several 64-blocks; with 4 layers of seven
   // Linears the absmax of gate/up (96 x 64 = 96 blocks) is one nested block, lm_head stays dense.
-  std::string fields = R"({"vocab_size": 97, "hidden_size": 64, "intermediate_size": 96,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})";
-  return model_init(model_config_with(arch, fields, "test"), seed, dtype, at::kCPU);
-}
-
-at::Tensor ids() {
-  at::Generator gen = at::detail::createCPUGenerator(7);
-  return at::randint(97, {2, 9}, gen, at::TensorOptions(at::kLong));
-}
-
-at::Tensor logits(const Model& m) {
-  at::NoGradGuard g;
-  return m.forward(ids());
+  return tiny_model(arch, 64, 96, dtype, seed);
 }
 
 // Rows of random documents over the tiny models' 97-token vocabulary.
 Batch random_batch(int64_t rows, int64_t len, uint64_t seed) { return luatune::random_batch(97, rows, len, seed); }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("luatune_test_qlora_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p.string();
+  return test_temp_dir("qlora_" + name);
 }
 
 at::Tensor randn(std::vector<int64_t> shape, uint64_t seed, double scale = 1.0) {
@@ -132,7 +119,7 @@ TEST(Nf4, TreesPickTheNearestCodeAndBreakTiesDownward) {
     EXPECT_EQ(nf4::quantize_nf4_value(mid + 1e-6f), i + 1) << i;
     EXPECT_EQ(nf4::quantize_nf4_value(mid - 1e-6f), i) << i;
   }
-  // The trees' own thresholds (formats.md): x > t is strict, so t itself codes low.
+  // The trees' own thresholds (docs/qlora.md, "Sources"): x > t is strict, so t itself codes low.
   EXPECT_EQ(nf4::quantize_nf4_value(0.03979014977812767f), 7);
   EXPECT_EQ(nf4::quantize_nf4_value(std::nextafter(0.03979014977812767f, 1.0f)), 8);
   EXPECT_EQ(nf4::quantize_fp4_value(0.29166667f), 0x7);
@@ -372,14 +359,14 @@ TEST(Nf4, SerialisesAsBitsandbytesQuantState) {
 TEST(Qlora, ForwardEqualsADenseModelOfTheDequantizedWeights) {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     auto m = tiny("llama", dtype);
-    at::Tensor before = logits(*m);
+    at::Tensor before = tiny_logits(*m);
     EXPECT_EQ(qlora_quantize(*m, QuantConfig{}), 14);
     EXPECT_EQ(qlora_count(*m), 14);
     EXPECT_EQ(m->layers[0].q.weight.scalar_type(), at::kByte);
     EXPECT_TRUE(m->lm_head.defined() ? m->lm_head.scalar_type() == dtype : true);
-    at::Tensor after = logits(*m);
+    at::Tensor after = tiny_logits(*m);
     auto d = dense_twin(*m);
-    EXPECT_TRUE(at::equal(after, logits(*d))) << dtype;
+    EXPECT_TRUE(at::equal(after, tiny_logits(*d))) << dtype;
     // 4-bit weights change the output, but not by much.
     double rel = ((after - before).to(at::kFloat).norm() / before.to(at::kFloat).norm()).item<double>();
     EXPECT_GT(rel, 1e-4);
@@ -484,14 +471,14 @@ TEST(Qlora, SavesAndLoadsBitsandbytesLayout) {
   auto back = model_load(dir);
   EXPECT_EQ(qlora_count(*back), 14);
   EXPECT_EQ(bytes_of(back->layers[1].k.weight), bytes_of(m->layers[1].k.weight));
-  EXPECT_TRUE(at::equal(logits(*back), logits(*m)));
+  EXPECT_TRUE(at::equal(tiny_logits(*back), tiny_logits(*m)));
 
   // Quantizing while loading gives the same codes as loading then quantizing.
   LoadOptions lo;
   lo.quantize = true;
   auto onload = model_load(src, lo);
   EXPECT_EQ(qlora_count(*onload), 14);
-  EXPECT_TRUE(at::equal(logits(*onload), logits(*m)));
+  EXPECT_TRUE(at::equal(tiny_logits(*onload), tiny_logits(*m)));
   // A dequantized model saves without quantization_config.
   qlora_dequantize(*back);
   const std::string dense = temp_dir("dense");
@@ -509,31 +496,27 @@ TEST(Qlora, AdapterSavesInPeftFormatAndReloadsOntoAFreshQuantizedBase) {
   lc.alpha = 8;
   lc.targets = {"all-linear"};
   lora_apply(*m, lc, 3);
-  {
-    at::NoGradGuard g;
-    at::Generator gen = at::detail::createCPUGenerator(5);
-    for (auto& [name, t] : m->adapter_parameters()) t->add_(at::normal(0.0, 0.1, t->sizes(), gen));
-  }
+  perturb_adapters(*m, 5);
   const std::string dir = temp_dir("adapter");
   lora_save(*m, dir, "meta-llama/Llama-3.1-8B");
   auto fresh = tiny("llama", at::kBFloat16);
   qlora_quantize(*fresh, QuantConfig{});
   LoraConfig read = lora_load(*fresh, dir);
   EXPECT_EQ(read.r, 4);
-  EXPECT_TRUE(at::equal(logits(*fresh), logits(*m)));
+  EXPECT_TRUE(at::equal(tiny_logits(*fresh), tiny_logits(*m)));
 
   // Merge: the dequantized weight plus the update, dense in the model dtype, no quantization left.
-  at::Tensor with_adapters = logits(*m).to(at::kFloat);
+  at::Tensor with_adapters = tiny_logits(*m).to(at::kFloat);
   lora_merge(*m);
   EXPECT_EQ(qlora_count(*m), 0);
   EXPECT_EQ(m->layers[0].up.weight.scalar_type(), at::kBFloat16);
-  at::Tensor merged = logits(*m).to(at::kFloat);
+  at::Tensor merged = tiny_logits(*m).to(at::kFloat);
   EXPECT_LT(((merged - with_adapters).norm() / with_adapters.norm()).item<double>(), 0.02);
   const std::string out = temp_dir("merged");
   model_save(*m, out);
   EXPECT_FALSE(json::parse(file_read(out + "/config.json")).contains("quantization_config"));
   auto again = model_load(out);
-  EXPECT_TRUE(at::equal(logits(*again), logits(*m)));
+  EXPECT_TRUE(at::equal(tiny_logits(*again), tiny_logits(*m)));
   for (const auto& d : {dir, out}) fs::remove_all(d);
 }
 

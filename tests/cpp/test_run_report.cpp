@@ -28,23 +28,13 @@ std::string fresh_dir(const std::string& name) {
   return dir.string();
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-size_t count(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + what.size())) n++;
-  return n;
-}
-
 // The number of x,y pairs in the polyline of the series named `name`.
 size_t polyline_points(const std::string& html, const std::string& name) {
   size_t at = html.find("data-name=\"" + name + "\" points=\"");
   if (at == std::string::npos) return 0;
   at = html.find("points=\"", at) + 8;
   std::string pts = html.substr(at, html.find('"', at) - at);
-  return pts.empty() ? 0 : count(pts, " ") + 1;
+  return pts.empty() ? 0 : count_of(pts, " ") + 1;
 }
 
 // A run killed and resumed: a config line, steps 1-3 with step 2 logged twice (the later value
@@ -134,9 +124,9 @@ TEST(RunReport, HtmlDrawsEachCurveAsAnSvgWithOnePointPerStep) {
   RunReport r = run_report_read(dir + "/metrics.jsonl");
   std::string html = run_report_html(r);
   // Loss (with eval loss), learning rate, gradient norm, throughput.
-  EXPECT_EQ(count(html, "<svg"), 4u);
-  EXPECT_EQ(count(html, "</svg>"), 4u);
-  EXPECT_EQ(count(html, "<polyline"), 5u);
+  EXPECT_EQ(count_of(html, "<svg"), 4u);
+  EXPECT_EQ(count_of(html, "</svg>"), 4u);
+  EXPECT_EQ(count_of(html, "<polyline"), 5u);
   EXPECT_EQ(polyline_points(html, "loss"), 37u);
   EXPECT_EQ(polyline_points(html, "eval_loss"), 3u);
   EXPECT_EQ(polyline_points(html, "lr"), 37u);
@@ -186,7 +176,7 @@ TEST(RunReport, MarkdownHasFinalNumbersConfigAndSampledPointsAsTables) {
   size_t table = md.find("### loss (100 points)");
   ASSERT_NE(table, std::string::npos);
   std::string rows = md.substr(table, md.find("\n\n", md.find("|---:|", table)) - table);
-  EXPECT_EQ(count(rows, "\n| "), 11u);  // the header and 10 rows
+  EXPECT_EQ(count_of(rows, "\n| "), 11u);  // the header and 10 rows
   EXPECT_NE(rows.find("\n| 1 | 1.0000 |"), std::string::npos);
   EXPECT_NE(rows.find("\n| 100 | 100.0000 |"), std::string::npos);
 }
@@ -261,7 +251,7 @@ TEST(SvgChart, LineChartDrawsFinitePointsAndSaysWhenThereAreNone) {
   c.series.push_back({"a", "#000", {{1, 1}, {2, NAN}, {3, 2}}});
   std::string svg = svg_line_chart(c);
   EXPECT_EQ(polyline_points(svg, "a"), 2u);
-  EXPECT_EQ(count(svg, "<circle"), 2u);                        // few points: a dot each
+  EXPECT_EQ(count_of(svg, "<circle"), 2u);                     // few points: a dot each
   EXPECT_EQ(svg.find("class=\"legend\""), std::string::npos);  // one series: no legend
   c.series.push_back({"b <&>", "#111", {{1, 5}}});
   svg = svg_line_chart(c);

@@ -59,14 +59,7 @@ std::string shown(const SweepPlan& p) {
 }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("luatune_test_sweep_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-void write(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
+  return test_temp_dir("sweep_" + name, /*create=*/true);
 }
 
 SweepTrial trial(int64_t index, SweepStatus status, std::optional<double> metric) {
@@ -83,6 +76,23 @@ std::vector<int64_t> order(const std::vector<SweepTrial>& trials) {
   std::vector<int64_t> out;
   for (const auto& t : trials) out.push_back(t.index);
   return out;
+}
+
+// Writes dir/probe.lua (a recipe for the sweep to name) and dir/fake_runner.sh, a stand-in for the
+// runner: `validate` passes; a trial runs the shell lines `trial` with $out and $x set from its
+// output_dir= and x= arguments. Returns the runner's path.
+std::string fake_runner(const std::string& dir, const std::string& trial) {
+  const std::string runner = dir + "/fake_runner.sh";
+  write_text(dir + "/probe.lua", "-- probe\n");
+  write_text(
+      runner,
+      "#!/bin/sh\n"
+      "verb=$1; shift; shift\n"
+      "[ \"$verb\" = validate ] && exit 0\n"
+      "for a in \"$@\"; do case $a in output_dir=*) out=${a#output_dir=};; x=*) x=${a#x=};; esac; done\n" +
+          trial);
+  ::chmod(runner.c_str(), 0755);
+  return runner;
 }
 
 }  // namespace
@@ -248,16 +258,16 @@ TEST(SweepSpace, ValidationErrorsNameTheParameter) {
 
 TEST(SweepResults, MetricsFromMetricsJsonlAndSummaryJson) {
   std::string dir = temp_dir("metrics");
-  write(dir + "/metrics.jsonl",
-        "{\"config\":{\"lr\":0.1}}\n"
-        "{\"step\":1,\"time\":1.7e9,\"elapsed\":0.5,\"loss\":3.0,\"lr\":0.1}\n"
-        "{\"step\":2,\"time\":1.7e9,\"elapsed\":1.0,\"loss\":2.5,\"eval_loss\":2.75}\n"
-        "{\"step\":3,\"time\":1.7e9,\"elapsed\":1.5,\"loss\":null}\n"
-        "{\"summary\":{\"eval_loss\":2.5,\"note\":\"done\"}}\n"
-        "{\"step\":4,\"loss\":");  // cut short by a crash
-  write(dir + "/summary.json",
-        "{\"parameters_kept\":0.5,\"perplexity\":{\"before\":10,\"after\":12.5},\"model_dir\":\"x\","
-        "\"distilled\":true}\n");
+  write_text(dir + "/metrics.jsonl",
+             "{\"config\":{\"lr\":0.1}}\n"
+             "{\"step\":1,\"time\":1.7e9,\"elapsed\":0.5,\"loss\":3.0,\"lr\":0.1}\n"
+             "{\"step\":2,\"time\":1.7e9,\"elapsed\":1.0,\"loss\":2.5,\"eval_loss\":2.75}\n"
+             "{\"step\":3,\"time\":1.7e9,\"elapsed\":1.5,\"loss\":null}\n"
+             "{\"summary\":{\"eval_loss\":2.5,\"note\":\"done\"}}\n"
+             "{\"step\":4,\"loss\":");  // cut short by a crash
+  write_text(dir + "/summary.json",
+             "{\"parameters_kept\":0.5,\"perplexity\":{\"before\":10,\"after\":12.5},\"model_dir\":\"x\","
+             "\"distilled\":true}\n");
   auto m = sweep_read_metrics(dir);
   EXPECT_EQ(
       m.count("time") + m.count("elapsed") + m.count("note") + m.count("model_dir") + m.count("distilled"),
@@ -367,7 +377,7 @@ TEST(SweepStore, TrialRecordsRoundTripAndResumeRunsOnlyTheRest) {
     t.seconds = 1.25;
     lines += sweep_trial_json(t) + "\n";
   }
-  write(dir + "/trials.jsonl", lines + "{\"index\":5,\"na");  // torn last line: trial 5 reruns
+  write_text(dir + "/trials.jsonl", lines + "{\"index\":5,\"na");  // torn last line: trial 5 reruns
   auto done = sweep_read_trials(dir);
   ASSERT_EQ(done.size(), 3u);
   EXPECT_EQ(done.at(4).error, "error: x\ny");
@@ -383,7 +393,7 @@ TEST(SweepStore, TrialRecordsRoundTripAndResumeRunsOnlyTheRest) {
   for (const auto& p : sweep_pending(plan, done, true)) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"trial-003", "trial-004", "trial-005", "trial-006"}));
   // A damaged line that is not the last is an error naming it.
-  write(dir + "/trials.jsonl", "garbage\n" + lines);
+  write_text(dir + "/trials.jsonl", "garbage\n" + lines);
   EXPECT_NE(error_of([&] { sweep_read_trials(dir); }).find("trials.jsonl:1 is not a trial record"),
             std::string::npos);
   fs::remove_all(dir);
@@ -398,7 +408,7 @@ TEST(SweepStore, ResumingADifferentSweepFails) {
   };
   SweepSpec s = spec(2, 10, 1);
   sweep_check_resume(s, sweep_plan(s));  // nothing there yet
-  write(dir + "/sweep.json", sweep_json(s, sweep_plan(s)));
+  write_text(dir + "/sweep.json", sweep_json(s, sweep_plan(s)));
   sweep_check_resume(s, sweep_plan(s));
   SweepSpec more = spec(2, 10, 0), other = spec(3, 10, 0), fixed = spec(2, 20, 0);
   sweep_check_resume(more, sweep_plan(more));  // a larger budget appends trials
@@ -430,20 +440,13 @@ TEST(SweepStore, ResumingADifferentSweepFails) {
 
 TEST(SweepRun, FailuresAndTimeoutsAreRecordedAndAResumeRunsNothing) {
   std::string dir = temp_dir("run");
-  std::string runner = dir + "/fake_runner.sh", recipe = dir + "/probe.lua";
-  write(recipe, "-- probe\n");
-  write(runner,
-        "#!/bin/sh\n"
-        "verb=$1; shift; shift\n"
-        "[ \"$verb\" = validate ] && exit 0\n"
-        "for a in \"$@\"; do case $a in output_dir=*) out=${a#output_dir=};; x=*) x=${a#x=};; esac; done\n"
-        "echo \"$x\" >> " +
-            dir +
-            "/ran.txt\n"
-            "if [ \"$x\" = 3 ]; then echo 'error: x = 3 fails on purpose'; exit 1; fi\n"
-            "if [ \"$x\" = 4 ]; then exec sleep 30; fi\n"
-            "echo \"{\\\"step\\\":1,\\\"loss\\\":$((x * x - 4 * x))}\" > \"$out/metrics.jsonl\"\n");
-  ::chmod(runner.c_str(), 0755);
+  const std::string recipe = dir + "/probe.lua";
+  const std::string runner = fake_runner(
+      dir, "echo \"$x\" >> " + dir +
+               "/ran.txt\n"
+               "if [ \"$x\" = 3 ]; then echo 'error: x = 3 fails on purpose'; exit 1; fi\n"
+               "if [ \"$x\" = 4 ]; then exec sleep 30; fi\n"
+               "echo \"{\\\"step\\\":1,\\\"loss\\\":$((x * x - 4 * x))}\" > \"$out/metrics.jsonl\"\n");
   SweepSpec s = sweep_spec_parse(
       options(table({{"x", list({num(1), num(2), num(3), num(4), num(5), num(6)})}}),
               {{"parallel", num(3)}, {"timeout", num(1)}, {"recipe", str(recipe)}}, dir + "/sweep"));
@@ -483,19 +486,13 @@ TEST(SweepRun, FailuresAndTimeoutsAreRecordedAndAResumeRunsNothing) {
 
 TEST(SweepRun, TrialsGetTheirEnvironment) {
   std::string dir = temp_dir("env");
-  std::string runner = dir + "/fake_runner.sh", recipe = dir + "/probe.lua";
-  write(recipe, "-- probe\n");
-  write(
-      runner,
-      "#!/bin/sh\n"
-      "verb=$1; shift; shift\n"
-      "[ \"$verb\" = validate ] && exit 0\n"
-      "for a in \"$@\"; do case $a in output_dir=*) out=${a#output_dir=};; esac; done\n"
+  const std::string recipe = dir + "/probe.lua";
+  const std::string runner = fake_runner(
+      dir,
       "sleep 0.3\n"
       "echo \"$CUDA_VISIBLE_DEVICES|$OMP_NUM_THREADS|$WANDB_RUN_GROUP|$WANDB_NAME|$WANDB_JOB_TYPE|$FOO|$*\" "
       "> $out/env\n"
       "echo '{\"summary\":{\"loss\":1}}' > \"$out/metrics.jsonl\"\n");
-  ::chmod(runner.c_str(), 0755);
   SweepSpec s = sweep_spec_parse(options(table({{"x", list({num(1), num(2)})}}),
                                          {{"parallel", num(2)},
                                           {"recipe", str(recipe)},

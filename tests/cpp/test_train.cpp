@@ -15,6 +15,7 @@
 #include "host/train/loss.h"
 #include "host/train/trainer.h"
 #include "tests/cpp/test_batch.h"
+#include "tests/cpp/test_tiny.h"
 
 using namespace luatune;
 namespace fs = std::filesystem;
@@ -52,23 +53,17 @@ void zero_grads(Trainer& t) {
 TEST(ChunkedCE, MatchesATenValueAndGradients) {
   at::Generator gen = at::detail::createCPUGenerator(0);
   for (double softcap : {0.0, 5.0}) {
-    at::Tensor h = at::randn({13, 8}, gen, at::TensorOptions(at::kFloat)).requires_grad_(true);
-    at::Tensor w = at::randn({11, 8}, gen, at::TensorOptions(at::kFloat)).requires_grad_(true);
-    at::Tensor t = at::randint(11, {13}, gen, at::TensorOptions(at::kLong));
-    t[3] = kIgnoreTarget;
-    t[9] = kIgnoreTarget;
-    at::Tensor mine = chunked_cross_entropy(h, w, t, 4, softcap);
+    TinyHead p = tiny_head(gen);
+    p.t[3] = kIgnoreTarget;
+    p.t[9] = kIgnoreTarget;
+    at::Tensor mine = chunked_cross_entropy(p.h, p.w, p.t, 4, softcap);
     mine.backward();
-    at::Tensor gh = h.grad().clone(), gw = w.grad().clone();
-    h.mutable_grad() = at::Tensor();
-    w.mutable_grad() = at::Tensor();
-    at::Tensor logits = at::matmul(h, w.t());
-    if (softcap > 0) logits = at::tanh(logits / softcap) * softcap;
-    at::Tensor ref = at::cross_entropy_loss(logits, t, {}, at::Reduction::Sum, kIgnoreTarget);
+    auto [gh, gw] = p.take_grads();
+    at::Tensor ref = at::cross_entropy_loss(p.logits(softcap), p.t, {}, at::Reduction::Sum, kIgnoreTarget);
     ref.backward();
     EXPECT_NEAR(mine.item<double>(), ref.item<double>(), 1e-4);
-    EXPECT_TRUE(at::allclose(gh, h.grad(), 1e-5, 1e-6));
-    EXPECT_TRUE(at::allclose(gw, w.grad(), 1e-5, 1e-6));
+    EXPECT_TRUE(at::allclose(gh, p.h.grad(), 1e-5, 1e-6));
+    EXPECT_TRUE(at::allclose(gw, p.w.grad(), 1e-5, 1e-6));
   }
 }
 
@@ -186,8 +181,7 @@ TEST(Trainer, ResumeEqualsAStraightRunBitForBit) {
     Trainer b2(second, o);
     EXPECT_EQ(b2.resume(), 3);
     for (int i = 3; i < 6; i++) b2.step(data[i]);
-    auto sa = straight->state(), sb = second->state();
-    for (size_t i = 0; i < sa.size(); i++) EXPECT_TRUE(at::equal(sa[i].second, sb[i].second)) << sa[i].first;
+    expect_same_state(*straight, *second);
     fs::remove_all(o.output_dir);
   }
 }

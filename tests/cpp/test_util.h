@@ -1,7 +1,11 @@
 // Helpers shared by the C++ unit tests.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 
@@ -18,6 +22,28 @@ inline std::string error_of(const std::function<void()>& fn) {
     return e.what();
   }
   return "(no error)";
+}
+
+// A path under the system temp directory for one test of this process, luatune_test_<name>_<pid>,
+// removed first if an earlier run left it; `create` also makes it an empty directory.
+inline std::string test_temp_dir(const std::string& name, bool create = false) {
+  std::filesystem::path p =
+      std::filesystem::temp_directory_path() / ("luatune_test_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p);
+  if (create) std::filesystem::create_directories(p);
+  return p.string();
+}
+
+// Writes `text` to `path` as it is (binary mode), replacing the file.
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// How many times `what` occurs in `text`, not overlapping.
+inline size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) n++;
+  return n;
 }
 
 // Sets (or, with nullptr, unsets) an environment variable for one test, then puts it back.

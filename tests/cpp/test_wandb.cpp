@@ -41,6 +41,9 @@ namespace {
 
 // 40 characters, like a real key, and distinctive enough to grep for.
 const std::string kKey = "luatuneTESTkey0123456789abcdefghijklmnop";
+// The header W&B's client sends for it, "Basic " + base64("api:" + kKey), computed with
+// coreutils' base64 rather than with anything under test.
+const std::string kAuthorization = "Basic YXBpOmx1YXR1bmVURVNUa2V5MDEyMzQ1Njc4OWFiY2RlZmdoaWprbG1ub3A=";
 
 // Every variable the resolution reads, cleared for a test and restored after it.
 const char* const kVars[] = {"WANDB_API_KEY",
@@ -393,9 +396,6 @@ TEST(WandbWire, ExtendedJsonKeepsNanAndInfinity) {
   EXPECT_EQ(back["b"].get<double>(), HUGE_VAL);
   EXPECT_EQ(back["c"].get<double>(), -HUGE_VAL);
   EXPECT_EQ(back["s"], "NaN and Infinity stay text");
-  EXPECT_EQ(wandb_base64("api:key"), "YXBpOmtleQ==");
-  EXPECT_EQ(wandb_base64("ab"), "YWI=");
-  EXPECT_EQ(wandb_base64("abc"), "YWJj");
 }
 
 TEST(WandbWire, RetryPolicyBackoffAndRetryAfter) {
@@ -495,8 +495,33 @@ TEST(WandbWire, AStopBySignalCompletesAsPreempting) {
   EXPECT_EQ(body["exitcode"], 130);
 }
 
+TEST(WandbWire, FileStreamPathEscapesEachPart) {
+  EXPECT_EQ(wandb_file_stream_path("ent", "proj", "ab12cd34"), "/files/ent/proj/ab12cd34/file_stream");
+  EXPECT_EQ(wandb_file_stream_path("my team", "a/b?c", "r-1_x.y~z"),
+            "/files/my%20team/a%2Fb%3Fc/r-1_x.y~z/file_stream");
+  EXPECT_EQ(wandb_file_stream_path("\xc3\xa9", "p", "r"), "/files/%C3%A9/p/r/file_stream");  // UTF-8 bytes
+}
+
 // ============================================================================================
 // Runs against the loopback server
+
+// libcurl builds the header from user "api" and the key; a ':' in the key stays in the password.
+TEST(WandbHttp, KeyGoesAsBasicAuthForUserApi) {
+  const std::string key = "onprem:" + kKey;
+  FakeWandb server(key);
+  WandbRunInfo run;
+  run.run_id = "auth0001";
+  run.project = "p";
+  WandbHttp http(server.base_url(), key, 10);
+  WandbReply ok = http.post("/graphql", wandb_upsert_body(run));
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  WandbHttp other(server.base_url(), kKey, 10);
+  EXPECT_EQ(other.post("/graphql", wandb_upsert_body(run)).status, 401);
+  std::vector<FakeWandbRequest> requests = server.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].headers.find("Authorization")->second, kAuthorization);
+  EXPECT_TRUE(server.errors().empty());
+}
 
 TEST(WandbSink, NormalRunSendsConfigRowsSummaryConsoleAndComplete) {
   EnvScope env;
@@ -561,7 +586,7 @@ TEST(WandbSink, NormalRunSendsConfigRowsSummaryConsoleAndComplete) {
 
   // Every request is authenticated the same way and says who sent it.
   for (const auto& r : server.requests()) {
-    EXPECT_EQ(r.headers.find("Authorization")->second, "Basic " + wandb_base64("api:" + kKey));
+    EXPECT_EQ(r.headers.find("Authorization")->second, kAuthorization);
     EXPECT_EQ(r.headers.find("Content-Type")->second, "application/json");
     EXPECT_TRUE(str_starts_with(r.headers.find("User-Agent")->second, "luatune/"));
   }
@@ -756,6 +781,22 @@ TEST(WandbSink, NanAndInfinityTravelAsExtendedJson) {
   EXPECT_TRUE(std::isnan(summary["loss"].get<double>()));
 }
 
+TEST(WandbSink, CountsTravelAsJsonIntegers) {
+  EnvScope env;
+  FakeWandb server(kKey);
+  TempDir dir;
+  Capture notices;
+  auto sink = wandb_sink_new(options(server, dir, notices.f, "intrun01"));
+  sink->write(3, vals({{"loss", 2.5}, {"tokens", 480}, {"lr", 0}}));
+  sink->summary(vals({{"tokens", 960}}));
+  sink->close(0);
+  FakeWandbRun run = server.run("intrun01");
+  ASSERT_EQ(run.history.size(), 1u);
+  EXPECT_EQ(run.history[0].rfind(R"({"loss":2.5,"tokens":480,"lr":0,"_step":3,)", 0), 0u) << run.history[0];
+  EXPECT_NE(run.summary.find(R"("tokens":960)"), std::string::npos) << run.summary;
+  EXPECT_EQ(run.summary.find("960.0"), std::string::npos) << run.summary;
+}
+
 TEST(WandbSink, NoKeyMeansOneNoticeAndAnOfflineRun) {
   EnvScope env;
   FakeWandb server(kKey);
@@ -908,8 +949,9 @@ TEST(WandbSpool, RunJsonHasNoPasswordAndEveryFileIsTheOwners) {
   FakeWandbRun run = server.run("secret01");
   EXPECT_TRUE(run.complete);
   for (const auto& r : server.requests()) {
-    EXPECT_EQ(r.headers.find("Authorization")->second, "Basic " + wandb_base64("api:" + kKey));
-    for (const auto& [k, v] : r.headers) EXPECT_EQ(v.find(wandb_base64("user:s3cretPW")), std::string::npos);
+    EXPECT_EQ(r.headers.find("Authorization")->second, kAuthorization);
+    for (const auto& [k, v] : r.headers)
+      EXPECT_EQ(v.find("dXNlcjpzM2NyZXRQVw=="), std::string::npos);  // base64("user:s3cretPW")
   }
 
   // A spool from before: 0644 files and a password in run.json. Resuming narrows the files, and

@@ -151,7 +151,7 @@ std::vector<float> dynamic_map_like() {
   return std::vector<float>(m.data_ptr<float>(), m.data_ptr<float>() + m.numel());
 }
 
-// The NF4 thresholds (formats.md 4.1) and FP4's (on |x|), for the edge-value blocks.
+// The NF4 thresholds (docs/qlora.md, "Sources") and FP4's (on |x|), for the edge-value blocks.
 const float kNF4Thresholds[15] = {LUATUNE_NF4_THRESHOLDS};
 const float kFP4Thresholds[7] = {LUATUNE_FP4_THRESHOLDS};
 

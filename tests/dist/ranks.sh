@@ -1,5 +1,6 @@
 # Sourced by the data-parallel tests: start ranks as torchrun starts them (RANK, WORLD_SIZE, ...,
-# MASTER_ADDR/PORT; no launcher in between). Needs $runner and $base set.
+# MASTER_ADDR/PORT; no launcher in between), and the 1-process run they are compared with. Needs
+# $runner and $base set.
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -21,3 +22,8 @@ two_ranks() {
   [ "$rc0" -ne 0 ] && return "$rc0"
   return "$rc1"
 }
+
+# one ARGS...: tests/dist/ddp_train.lua in 1 process, the reference. It runs on one thread like each
+# rank: the thread count changes the order of float sums, which on some CPUs moved full fine-tuning's
+# weights past the 1e-6 tolerance after 3 AdamW steps.
+one() { OMP_NUM_THREADS=1 "$runner" tests/dist/ddp_train.lua base="$base" "$@"; }

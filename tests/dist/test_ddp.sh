@@ -9,12 +9,7 @@ set -uo pipefail
 runner=$1 base=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 source tests/recipes/lib.sh
-
-source tests/dist/ranks.sh
-# The 1-process reference runs on one thread like each rank (ranks.sh): the thread count changes
-# the order of float sums, which on some CPUs moved full fine-tuning's weights past the 1e-6
-# tolerance after 3 AdamW steps.
-one() { OMP_NUM_THREADS=1 "$runner" tests/dist/ddp_train.lua base="$base" "$@"; }
+source tests/dist/ranks.sh  # two_ranks, and `one`: the 1-process reference
 
 for method in full lora; do
   for extra in "" "micro=1 checkpoint_layers=true"; do

@@ -31,6 +31,14 @@ function M.eq(actual, expected, tol)
   end
 end
 
+-- read_file(path): the file's whole text; fails naming the path when it cannot be opened.
+function M.read_file(path)
+  local f = assert(io.open(path, "rb"), "cannot open " .. path)
+  local text = f:read("*a")
+  f:close()
+  return text
+end
+
 function M.ok(cond, msg) if not cond then error(msg or "condition is false", 2) end end
 
 -- raises(fn, text): fn must fail with a message containing `text` (plain text, not a pattern).

@@ -2,17 +2,12 @@
 -- Run: build/runner tests/lua/test_distill.lua
 local h = require "harness"
 local test, eq, ok, raises = h.test, h.eq, h.ok, h.raises
+local T = require "tiny"  -- tests/lua/tiny.lua
 
 local function tiny(seed, hidden, layers, vocab)
-  return models.init { arch = "llama", vocab_size = vocab or 50, hidden_size = hidden or 32, intermediate_size = 40,
-                       num_hidden_layers = layers or 2, num_attention_heads = 4, num_key_value_heads = 2,
-                       seed = seed or 1 }
+  return T.model { seed = seed, hidden_size = hidden, num_hidden_layers = layers, vocab_size = vocab }
 end
-
-local function batch(seed)
-  torch.manual_seed(seed)
-  return train.batch { ids = torch.randint(0, 50, { 4, 10 }, { dtype = "int64" }) }
-end
+local function batch(seed) return T.batch(seed, 50, 4, 10) end
 
 test("a distiller is a trainer hook: statistics in every step and evaluation", function()
   local student, teacher = tiny(1), tiny(2, 48, 3)

@@ -2,15 +2,12 @@
 -- Run: build/runner tests/lua/test_lora.lua
 local h = require "harness"
 local test, eq, ok, raises = h.test, h.eq, h.ok, h.raises
+local T = require "tiny"  -- tests/lua/tiny.lua
 
 local tmp = os.getenv("TMPDIR") or "/tmp"
 local function tmpdir(name) return string.format("%s/luatune_lua_lora_%s_%d", tmp, name, os.time()) end
 
-local function tiny(seed)
-  return models.init { arch = "llama", vocab_size = 64, hidden_size = 32, intermediate_size = 40,
-                       num_hidden_layers = 2, num_attention_heads = 4, num_key_value_heads = 2, head_dim = 8,
-                       seed = seed or 3 }
-end
+local function tiny(seed) return T.model { vocab_size = 64, head_dim = 8, seed = seed or 3 } end
 
 local IDS = { { 1, 2, 3, 4, 5 }, { 6, 7, 8, 9, 10 } }
 
@@ -59,9 +56,7 @@ test("save and load round trip through PEFT's files", function()
   perturb(m)
   local dir = tmpdir("rt")
   lora.save(m, dir, { base_model = "meta-llama/Llama-3.2-1B" })
-  local f = io.open(dir .. "/adapter_config.json")
-  local text = f:read("*a")
-  f:close()
+  local text = h.read_file(dir .. "/adapter_config.json")
   ok(text:find('"peft_type": "LORA"', 1, true) and text:find('"base_model_name_or_path": "meta-llama/Llama-3.2-1B"', 1, true), text)
   local fresh = tiny()
   local c = lora.load(fresh, dir)
@@ -117,9 +112,7 @@ test("adaption_prompt: identity at init, trainable prompt and gate, PEFT round t
 
   local dir = tmpdir("ap")
   lora.save(m, dir, { base_model = "meta-llama/Llama-3.2-1B" })
-  local f = io.open(dir .. "/adapter_config.json")
-  local text = f:read("*a")
-  f:close()
+  local text = h.read_file(dir .. "/adapter_config.json")
   ok(text:find('"peft_type": "ADAPTION_PROMPT"', 1, true) and text:find('"target_modules": "self_attn"', 1, true), text)
   local fresh = tiny()
   eq(lora.load(fresh, dir), { adapter_len = 3, adapter_layers = 1 })

@@ -2,18 +2,12 @@
 -- Run: build/runner tests/lua/test_prune.lua
 local h = require "harness"
 local test, eq, ok, raises = h.test, h.eq, h.ok, h.raises
+local T = require "tiny"  -- tests/lua/tiny.lua
 
 -- ==== sheared ====================================================================================
 
-local function sheared_tiny(seed)
-  return models.init { arch = "llama", vocab_size = 50, hidden_size = 32, intermediate_size = 40,
-                       num_hidden_layers = 4, num_attention_heads = 8, num_key_value_heads = 2, seed = seed or 1 }
-end
-
-local function sheared_batch(seed)
-  torch.manual_seed(seed)
-  return train.batch { ids = torch.randint(0, 50, { 4, 10 }, { dtype = "int64" }) }
-end
+local function sheared_tiny(seed) return T.model { num_hidden_layers = 4, num_attention_heads = 8, seed = seed } end
+local function sheared_batch(seed) return T.batch(seed, 50, 4, 10) end
 
 local SHEARED_TARGETS = { layers = 0.25, heads = 0.5, hidden = 0.25, intermediate = 0.5 }
 
@@ -120,11 +114,7 @@ end)
 -- ==== end sheared ================================================================================
 
 -- ---- surgery tests ----
-local function gqa(seed)
-  return models.init { arch = "llama", vocab_size = 64, hidden_size = 32, intermediate_size = 40,
-                       num_hidden_layers = 3, num_attention_heads = 4, num_key_value_heads = 2, head_dim = 8,
-                       seed = seed or 3 }
-end
+local function gqa(seed) return T.model { vocab_size = 64, num_hidden_layers = 3, head_dim = 8, seed = seed or 3 } end
 local IDS = { { 1, 2, 3, 4, 5 }, { 6, 7, 8, 9, 10 } }
 
 test("surgery: shape and targets", function()
@@ -162,17 +152,10 @@ test("surgery: bad specs fail before any change", function()
 end)
 
 -- ---- importance tests ----
-local function importance_tiny(layers, seed)
-  return models.init { arch = "llama", vocab_size = 50, hidden_size = 32, intermediate_size = 40,
-                       num_hidden_layers = layers or 2, num_attention_heads = 4, num_key_value_heads = 2,
-                       seed = seed or 1 }
-end
+local function importance_tiny(layers, seed) return T.model { num_hidden_layers = layers, seed = seed } end
 local function importance_calib(n)
   local out = {}
-  for i = 1, n or 2 do
-    torch.manual_seed(100 + i)
-    out[i] = train.batch { ids = torch.randint(0, 50, { 2, 12 }, { dtype = "int64" }) }
-  end
+  for i = 1, n or 2 do out[i] = T.batch(100 + i, 50, 2, 12) end
   return out
 end
 -- Layer l's branches output zero: the layer is the identity.
@@ -273,17 +256,10 @@ test("importance: taylor prunes by sparsity", function()
 end)
 
 -- ==== unstructured: prune.unstructured / prune.sparsity (host/prune/unstructured.h) ====
-local function unstructured_tiny(seed)
-  return models.init { arch = "llama", vocab_size = 64, hidden_size = 32, intermediate_size = 40,
-                       num_hidden_layers = 2, num_attention_heads = 4, num_key_value_heads = 2, head_dim = 8,
-                       seed = seed or 3 }
-end
+local function unstructured_tiny(seed) return T.model { vocab_size = 64, head_dim = 8, seed = seed or 3 } end
 local function unstructured_calibration(n)
   local out = {}
-  for i = 1, n or 2 do
-    torch.manual_seed(i)
-    out[i] = train.batch { ids = torch.randint(0, 64, { 2, 12 }, { dtype = "int64" }) }
-  end
+  for i = 1, n or 2 do out[i] = T.batch(i, 64, 2, 12) end
   return out
 end
 

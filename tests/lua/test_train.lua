@@ -1,16 +1,10 @@
 -- tests/lua/test_train.lua: the `train` module (bindings/train.cpp) on a tiny CPU model.
 local h = require "harness"
 local test, eq, ok, raises = h.test, h.eq, h.ok, h.raises
+local T = require "tiny"  -- tests/lua/tiny.lua
 
-local function tiny(seed)
-  return models.init { arch = "llama", vocab_size = 50, hidden_size = 32, intermediate_size = 40,
-                       num_hidden_layers = 2, num_attention_heads = 4, num_key_value_heads = 2, seed = seed or 1 }
-end
-
-local function batch(seed)
-  torch.manual_seed(seed)
-  return train.batch { ids = torch.randint(0, 50, { 4, 10 }, { dtype = "int64" }) }
-end
+local function tiny(seed) return T.model { seed = seed } end
+local function batch(seed) return T.batch(seed, 50, 4, 10) end
 
 test("batch: next-token targets by default", function()
   local b = batch(1)
@@ -120,9 +114,7 @@ local PAIRS = write(TMP .. "/pairs.jsonl", {
   '{"prompt": " world", "chosen": "hello", "rejected": " world world"}',
 })
 
-local function small(seed) return models.init { arch = "llama", vocab_size = 32, hidden_size = 32, intermediate_size = 40,
-                                               num_hidden_layers = 2, num_attention_heads = 4, num_key_value_heads = 2,
-                                               seed = seed or 1 } end
+local function small(seed) return T.model { vocab_size = 32, seed = seed } end  -- the fixture tokenizer's vocabulary
 
 test("reward model: a hook with pair statistics, scores, HF layout round trip", function()
   local pairs = data.preferences(PAIRS, { tokenizer = TOK, max_length = 32, chat = false })

@@ -3,6 +3,7 @@
 #   json FILE EXPR          prints the Python expression EXPR on the parsed JSON file (as j)
 #   steps_logged FILE       the step numbers of a metrics.jsonl's training lines, space separated
 #   finish                  exits 1, with the tail of every log under $work, when a check failed
+#   trained_tiny_llama LAYERS STEPS WARMUP   a tiny Llama trained briefly on $work/text.jsonl (below)
 fails=0
 check() {
   local name=$1
@@ -17,6 +18,18 @@ print(eval(sys.argv[2]))' "$1" "$2"
 steps_logged() {
   python3 -c 'import json,sys
 print(" ".join(str(j["step"]) for j in map(json.loads, open(sys.argv[1])) if "loss" in j))' "$1"
+}
+# trained_tiny_llama LAYERS STEPS WARMUP: a tiny Llama (hidden 64, intermediate 192, head_dim 16, the
+# Llama 2 tokenizer at $tok) written to $work/base by tiny_model, then STEPS steps of continued
+# pretraining (WARMUP of warm-up, learning rate 3e-3) on $work/text.jsonl into $work/cpt/model. Needs
+# $runner and $tok; exits 1 with the log's tail when either run fails.
+trained_tiny_llama() {
+  "$runner" tiny_model arch=llama tokenizer="$tok" output_dir="$work/base" dtype=fp32 hidden_size=64 \
+    intermediate_size=192 num_hidden_layers="$1" head_dim=16 >"$work/tiny.log" 2>&1 || { tail -5 "$work/tiny.log"; exit 1; }
+  "$runner" continued_pretraining base_model="$work/base" data="$work/text.jsonl" output_dir="$work/cpt" \
+    dtype=fp32 device=cpu max_steps="$2" learning_rate=3e-3 warmup_steps="$3" batch_size=8 gradient_accumulation_steps=1 \
+    max_length=128 eval_steps="$2" save_steps=0 eval_fraction=0.05 gradient_checkpointing=false >"$work/cpt.log" 2>&1 ||
+    { tail -5 "$work/cpt.log"; exit 1; }
 }
 finish() {
   if [ "$fails" -ne 0 ]; then

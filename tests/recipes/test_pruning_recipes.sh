@@ -14,12 +14,7 @@ rm -rf "$work" && mkdir -p "$work"
 source tests/recipes/lib.sh
 
 python3 tests/recipes/make_text_data.py "$work/text.jsonl" 600
-"$runner" tiny_model arch=llama tokenizer="$tok" output_dir="$work/base0" dtype=fp32 hidden_size=64 \
-  intermediate_size=192 num_hidden_layers=4 head_dim=16 >"$work/tiny.log" 2>&1 || { tail -5 "$work/tiny.log"; exit 1; }
-"$runner" continued_pretraining base_model="$work/base0" data="$work/text.jsonl" output_dir="$work/cpt" \
-  dtype=fp32 device=cpu max_steps=30 learning_rate=3e-3 warmup_steps=3 batch_size=8 gradient_accumulation_steps=1 \
-  max_length=128 eval_steps=30 save_steps=0 eval_fraction=0.05 gradient_checkpointing=false >"$work/cpt.log" 2>&1 ||
-  { tail -5 "$work/cpt.log"; exit 1; }
+trained_tiny_llama 4 30 3  # 4 layers, 30 steps, 3 of warm-up
 base=$work/cpt/model
 common=(base_model="$base" data="$work/text.jsonl" format=text dtype=fp32 device=cpu batch_size=4
         gradient_accumulation_steps=2 max_length=128 eval_steps=100 eval_batches=4 check=true)

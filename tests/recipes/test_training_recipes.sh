@@ -9,6 +9,20 @@ rm -rf "$work" && mkdir -p "$work"
 source tests/recipes/lib.sh
 common=(dtype=fp32 device=cpu batch_size=2 gradient_accumulation_steps=2 max_length=96 eval_steps=2 eval_fraction=0.1)
 
+# resumes_to_the_same TAG LAST RECIPE ARGS...: after a straight run into $out, keeps its adapter's bytes,
+# removes its step-LAST checkpoint and the adapter (as if it had died after the checkpoint before),
+# runs RECIPE ARGS... resume=true (log $work/TAG_b.log) and checks that it exits 0 with the same bytes.
+resumes_to_the_same() {
+  local tag=$1 last=$2 recipe=$3
+  shift 3
+  cp "$out/adapter/adapter_model.safetensors" "$work/straight_$tag.safetensors"
+  rm -rf "$out/checkpoints/step-$(printf %07d "$last")" "$out/adapter"
+  "$runner" "$recipe" "$@" resume=true "${common[@]}" >"$work/${tag}_b.log" 2>&1
+  check "$tag: resumed run exits 0" test $? -eq 0
+  check "$tag: resumed run equals the straight run (adapter bytes)" \
+    cmp "$out/adapter/adapter_model.safetensors" "$work/straight_$tag.safetensors"
+}
+
 # LoRA: a straight run of 4 steps (checkpoints at 2 and 4); then, as if it had died after step 2,
 # the step-4 checkpoint is removed and resume=true must redo steps 3-4 to the same adapter bytes.
 out=$work/lora
@@ -28,16 +42,16 @@ check "lora: checkpoints at steps 2 and 4" test -f "$out/checkpoints/step-000000
   -a -f "$out/checkpoints/step-0000004/trainer.json"
 check "lora: PEFT adapter written" test -f "$out/adapter/adapter_config.json" -a -f "$out/adapter/adapter_model.safetensors"
 check "lora: eval lines logged" grep -q eval_loss "$out/metrics.jsonl"
-cp "$out/adapter/adapter_model.safetensors" "$work/straight_adapter.safetensors"
-rm -rf "$out/checkpoints/step-0000004" "$out/adapter"
-LUATUNE_PROGRESS_SECONDS=0 "$runner" lora_finetune base_model="$base" data=tests/fixtures/data/chat_small.jsonl \
-  output_dir="$out" max_steps=4 save_steps=2 resume=true "${common[@]}" >"$work/lora_b.log" 2>&1
-check "lora: resumed run exits 0" test $? -eq 0
+check "lora: step lines in trainer:step's key order, counts as JSON integers" grep -qE \
+  '^\{"step":1,"time":[0-9.]+,"elapsed":[0-9.]+,"loss":[0-9.e+-]+,"lr":[0-9.e+-]+,"grad_norm":[0-9.e+-]+,"tokens_per_s":[0-9.e+-]+,"tokens":[0-9]+,"target_tokens":[0-9]+,"step_time":' \
+  "$out/metrics.jsonl"
+check "lora: no count written as a float (\"tokens\":480.0)" \
+  test "$(grep -cE '"(step|tokens|target_tokens)":[0-9]+\.' "$out/metrics.jsonl")" = 0
+LUATUNE_PROGRESS_SECONDS=0 resumes_to_the_same lora 4 lora_finetune base_model="$base" \
+  data=tests/fixtures/data/chat_small.jsonl output_dir="$out" max_steps=4 save_steps=2
 check "lora: LUATUNE_PROGRESS_SECONDS=0 prints every step, with elapsed time" \
   test "$(grep -cE '^step [34]/4 \| loss .*\| elapsed [0-9]+s' "$work/lora_b.log")" -eq 2
 check "lora: metrics go on from step 3, each step once" test "$(steps_logged "$out/metrics.jsonl")" = "1 2 3 4"
-check "lora: resumed run equals the straight run (adapter bytes)" \
-  cmp "$out/adapter/adapter_model.safetensors" "$work/straight_adapter.safetensors"
 
 # QLoRA: a 4-bit base, the same resume guarantee as LoRA, and merge=true writing a dense HF model
 # whose logits match the 4-bit base with the adapter on (within the bf16/4-bit rounding).
@@ -49,12 +63,7 @@ check "qlora: reports the 4-bit base" grep -q "4-bit base: 14 Linears nf4" "$wor
 check "qlora: PEFT adapter written" test -f "$out/adapter/adapter_config.json"
 check "qlora: merged model written without quantization_config" \
   bash -c "test -f '$out/merged/model.safetensors' && ! grep -q quantization_config '$out/merged/config.json'"
-cp "$out/adapter/adapter_model.safetensors" "$work/straight_qadapter.safetensors"
-rm -rf "$out/checkpoints/step-0000004" "$out/adapter"
-"$runner" qlora_finetune "${qargs[@]}" resume=true "${common[@]}" >"$work/qlora_b.log" 2>&1
-check "qlora: resumed run exits 0" test $? -eq 0
-check "qlora: resumed run equals the straight run (adapter bytes)" \
-  cmp "$out/adapter/adapter_model.safetensors" "$work/straight_qadapter.safetensors"
+resumes_to_the_same qlora 4 qlora_finetune "${qargs[@]}"
 cat >"$work/qlora_check.lua" <<LUA
 local ids = { { 1, 5, 9, 13, 17, 21, 25, 29 } }
 local q = models.load("$base", { dtype = "float32", quantize = "nf4" })
@@ -85,12 +94,7 @@ check "adapter: config says ADAPTION_PROMPT" test "$(json "$out/adapter/adapter_
 check "adapter: eval loss falls from step 2 to step 6" python3 -c 'import json,sys
 e = [j["eval_loss"] for j in map(json.loads, open(sys.argv[1])) if "eval_loss" in j]
 sys.exit(not (len(e) == 3 and e[2] < e[1] < e[0]))' "$out/metrics.jsonl"
-cp "$out/adapter/adapter_model.safetensors" "$work/straight_aadapter.safetensors"
-rm -rf "$out/checkpoints/step-0000006" "$out/adapter"
-"$runner" adapter_finetune "${aargs[@]}" resume=true "${common[@]}" >"$work/adapter_b.log" 2>&1
-check "adapter: resumed run exits 0" test $? -eq 0
-check "adapter: resumed run equals the straight run (adapter bytes)" \
-  cmp "$out/adapter/adapter_model.safetensors" "$work/straight_aadapter.safetensors"
+resumes_to_the_same adapter 6 adapter_finetune "${aargs[@]}"
 cat >"$work/adapter_check.lua" <<LUA
 local ids = { { 1, 5, 9, 13, 17, 21, 25, 29 } }
 local m = models.load("$base", { dtype = "float32" })

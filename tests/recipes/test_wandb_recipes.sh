@@ -56,6 +56,10 @@ check "lora: config has the recipe's resolved keys" test "$(run1 "$dump" \
 check "lora: config values as {value: v}" test "$(run1 "$dump" "json.loads(r['variables']['config'])['max_steps']")" \
   = "{'value': 3}"
 check "lora: one row per step" test "$(rows "$dump")" = 3
+check "lora: counts reach W&B as JSON integers, in trainer:step's order" test "$(run1 "$dump" \
+  "all(type(x['tokens']) is int and type(x['target_tokens']) is int and type(x['_step']) is int
+       and list(x)[:5] == ['loss', 'lr', 'grad_norm', 'tokens_per_s', 'tokens']
+       for x in map(json.loads, r['history']) if 'loss' in x)")" = True
 check "lora: eval rows too" test "$(run1 "$dump" "sum(1 for l in r['history'] if 'eval_loss' in json.loads(l))")" = 2
 check "lora: summary has the last loss" test "$(run1 "$dump" "'loss' in json.loads(r['summary'])")" = True
 check "lora: console lines in output.log" test "$(run1 "$dump" "any('step 3/3' in l for l in r['output'])")" = True

@@ -4,23 +4,10 @@
 # pictures (PNGs of some size; the full sample's with more than a handful of colours), not blank.
 # Usage: test_hw_report_render.sh HW_REPORT_SAMPLE OUT_DIR. Exit 77 (skip) without chromium.
 set -euo pipefail
-sample=$1 out=$2
-chrome=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
-[ -n "$chrome" ] || { echo "hw_report_renders: chromium not installed (skipped)"; exit 77; }
-command -v python3 >/dev/null || { echo "hw_report_renders: python3 not installed (skipped)"; exit 77; }
-here=$(cd "$(dirname "$0")" && pwd)
+sample=$1 out=$2 test_name=hw_report_renders
 mkdir -p "$out"
-fail() { echo "hw_report_renders: $*" >&2; exit 1; }
-
-# First the environment: a trivial page must render. A machine whose Chromium cannot start at all
-# (no /dev/shm, missing libraries, a container that forbids it) says so and skips; from here on a
-# failure is the report's.
-printf '<!doctype html><html><body><p>luatune</p></body></html>\n' >"$out/trivial.html"
-if ! bash "$here/render_html.sh" "$out/trivial.html" "$out/trivial.png" >"$out/trivial.log" 2>&1; then
-  echo "hw_report_renders: headless chromium cannot render even a trivial page here (skipped):"
-  tail -3 "$out/trivial.log"
-  exit 77
-fi
+# Chromium ($chrome), $here and fail; skips (77) where Chromium cannot render a trivial page.
+source "$(dirname "$0")/chromium.sh"
 
 for rows in 0 1 20; do
   name=sample_$rows

@@ -5,23 +5,11 @@
 # screenshot is a real picture with the loss curve's colour in it, not a blank page.
 # Usage: test_run_report_render.sh RUNNER OUT_DIR. Exit 77 (skip) without chromium or python3.
 set -euo pipefail
-runner=$1 out=$2
-chrome=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
-[ -n "$chrome" ] || { echo "run_report_renders: chromium not installed (skipped)"; exit 77; }
-command -v python3 >/dev/null || { echo "run_report_renders: python3 not installed (skipped)"; exit 77; }
-here=$(cd "$(dirname "$0")" && pwd)
+runner=$1 out=$2 test_name=run_report_renders
 rm -rf "$out"
 mkdir -p "$out/run"
-fail() { echo "run_report_renders: $*" >&2; exit 1; }
-
-# The environment first (as test_hw_report_render.sh): a Chromium that cannot render a trivial
-# page skips; from here on a failure is the report's.
-printf '<!doctype html><html><body><p>luatune</p></body></html>\n' >"$out/trivial.html"
-if ! bash "$here/render_html.sh" "$out/trivial.html" "$out/trivial.png" >"$out/trivial.log" 2>&1; then
-  echo "run_report_renders: headless chromium cannot render even a trivial page here (skipped):"
-  tail -3 "$out/trivial.log"
-  exit 77
-fi
+# Chromium ($chrome), $here and fail; skips (77) where Chromium cannot render a trivial page.
+source "$(dirname "$0")/chromium.sh"
 
 # The run: metrics.jsonl as the JSONL sink writes it, ending in a line cut off mid-write.
 awk 'BEGIN {
