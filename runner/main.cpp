@@ -4,7 +4,6 @@
 #include <luajit.h>
 #include <nlohmann/json.hpp>
 
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -127,16 +126,6 @@ static int run_nproc(const Command& cmd) {
   return dist_launch_local(o);
 }
 
-// Columns to wrap text to: $COLUMNS, else the terminal's width, else 100.
-static size_t output_width() {
-  double cols = 0;
-  if (const char* env = std::getenv("COLUMNS"); env && str_to_number(env, &cols) && cols >= 40 && cols <= 1000)
-    return static_cast<size_t>(cols);
-  winsize ws{};
-  if (isatty(fileno(stdout)) && ioctl(fileno(stdout), TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40) return ws.ws_col;
-  return 100;
-}
-
 // runner help RECIPE: the recipe's own words (host/runner/recipe_docs.h) next to its resolved config.
 // The recipe runs only up to config{}, silently; a script without config{} is not run at all.
 static int run_recipe_help(const Command& cmd) {
@@ -149,7 +138,7 @@ static int run_recipe_help(const Command& cmd) {
   }
   std::string name = path_basename(path);
   if (str_ends_with(name, ".lua")) name.resize(name.size() - 4);
-  std::fputs(recipe_help_text(name, docs, docs.has_config ? &resolved : nullptr, output_width()).c_str(), stdout);
+  std::fputs(recipe_help_text(name, docs, docs.has_config ? &resolved : nullptr, static_cast<size_t>(term_width(stdout))).c_str(), stdout);
   return kExitOk;
 }
 
@@ -167,7 +156,7 @@ static int run_command(const Command& cmd) {
       for (const auto& r : recipes) width = std::max(width, r.name.size());
       for (const auto& r : recipes)  // the whole first sentence, wrapped under its column
         std::printf("%-*s  %s\n", static_cast<int>(width), r.name.c_str(),
-                    text_wrap(r.description, output_width(), width + 2).c_str());
+                    text_wrap(r.description, static_cast<size_t>(term_width(stdout)), width + 2).c_str());
       if (recipes.empty())
         std::printf("no recipes found (looked in '%s/recipes'; set LUATUNE_HOME)\n", luatune_home().c_str());
       return kExitOk;

@@ -4,7 +4,6 @@
 // files): a plain line at the first step, then one every `progress_seconds` (30 by default), and
 // at the last step, so a slow run is never silent for long and a fast one never floods the log.
 // Eval values always get their own line; the summary is a small table.
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "host/core/error.h"
+#include "host/core/term.h"
 #include "host/metrics/metrics.h"
 
 namespace luatune {
@@ -23,12 +23,6 @@ namespace {
 double steady_seconds() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
-int terminal_width(std::FILE* out) {
-  winsize ws{};
-  if (ioctl(fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-  return 100;
 }
 
 class ConsoleSink;
@@ -127,7 +121,7 @@ class ConsoleSink : public MetricSink {
   // Draws (or redraws) the live line from the last training values.
   void draw_locked() {
     if (!tty_ || last_step_ < 0) return;
-    int width = o_.width > 0 ? o_.width : terminal_width(o_.out);
+    int width = o_.width > 0 ? o_.width : term_width(o_.out);
     std::string line = metrics_progress_line(last_step_, o_.total_steps, last_, eta(), width, last_time_ - start_);
     std::fprintf(o_.out, "\r%s\033[K", line.c_str());
     std::fflush(o_.out);
