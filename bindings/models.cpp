@@ -1,6 +1,7 @@
 // Lua module `models`: load, initialise, run and save Hugging Face decoder-only models
 // (host/model/). Token ids are plain numbers (HF's 0-based vocabulary ids: values, not indices).
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>

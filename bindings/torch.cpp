@@ -8,6 +8,7 @@
 // elementwise comparisons and :matmul() for matrix products.
 #include <ATen/ATen.h>
 #include <ATen/core/Reduction.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cctype>
 #include <cmath>

@@ -28,8 +28,11 @@ generator=()
 if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" \
   -DLUATUNE_DEPS_PREFIX="$prefix" -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}"
+# Keep going past a failed file: device time is short, so one build shows every error at once.
+keep_going=(-- -k)
+if grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja' "$build/CMakeCache.txt"; then keep_going=(-- -k 0); fi
 # shellcheck disable=SC2086
-cmake --build "$build" -j "$(nproc)" ${LUATUNE_BUILD_TARGETS:+--target $LUATUNE_BUILD_TARGETS}
+cmake --build "$build" -j "$(nproc)" ${LUATUNE_BUILD_TARGETS:+--target $LUATUNE_BUILD_TARGETS} "${keep_going[@]}"
 "$build/runner" --version
 if [ "${LUATUNE_SKIP_TESTS:-0}" = 1 ]; then exit 0; fi
 # shellcheck disable=SC2086

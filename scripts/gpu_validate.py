@@ -20,6 +20,7 @@ with too little left is skipped, so the report always comes back):
 """
 import argparse
 import datetime
+import glob
 import io
 import json
 import os
@@ -214,6 +215,20 @@ class Context:
 # ============================================================================================
 # The steps.
 
+def unpack_deps(ctx, step):
+    """Unpacks the carried .deb files into DEPS/prefix as scripts/gpu-build.sh does, for a runner
+    reused from an earlier call: it loads LuaJIT, utf8proc, ... from there (LD_LIBRARY_PATH)."""
+    deps = os.path.abspath(ctx.args.deps)
+    prefix = os.path.join(deps, "prefix")
+    if not os.path.isdir(deps) or os.path.isdir(os.path.join(prefix, "usr")):
+        return
+    os.makedirs(prefix, exist_ok=True)
+    for deb in sorted(glob.glob(os.path.join(deps, "*.deb"))):
+        p = ctx.run(step, ["dpkg", "-x", deb, prefix], cap=60)
+        if p.rc != 0:
+            raise Fail("dpkg -x %s exited %d: %s" % (os.path.basename(deb), p.rc, p.last_err_line()))
+
+
 def step_build(ctx, step):
     if ctx.dry_run:
         ctx.need_runner()
@@ -223,6 +238,7 @@ def step_build(ctx, step):
         step.result = {"build_dir": ctx.build_dir, "runner_version": p.out.strip()}
         return "ok", "dry run: the existing build dir, not rebuilt"
     if step.part != "build+tests" and os.access(ctx.runner, os.X_OK):
+        unpack_deps(ctx, step)  # a warm machine keeps build-gpu/, but the carried .deps/ arrives packed
         v = ctx.run(step, [ctx.runner, "--version"], cap=30)
         step.result = {"build_dir": ctx.build_dir, "runner_version": v.out.strip()}
         if v.rc != 0:

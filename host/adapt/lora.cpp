@@ -3,6 +3,7 @@
 #include "host/adapt/lora.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/custom_function.h>
 

@@ -5,8 +5,12 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+// PyTorch's pip wheels define USE_C10D_GLOO but ship no gloo headers: there, only NCCL is built in.
+#if __has_include(<gloo/algorithm.h>)
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#define LUATUNE_HAS_GLOO 1
+#endif
 #ifdef LUATUNE_HAS_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -30,6 +34,11 @@ namespace {
 constexpr bool kNcclBuilt = true;
 #else
 constexpr bool kNcclBuilt = false;
+#endif
+#ifdef LUATUNE_HAS_GLOO
+constexpr bool kGlooBuilt = true;
+#else
+constexpr bool kGlooBuilt = false;
 #endif
 
 // What the rest of this file needs of a process group, whatever its class in this LibTorch.
@@ -153,6 +162,8 @@ void dist_init(const DistEnv& env, const DistOptions& options) {
   if (backend == "auto") backend = (cuda_available() && kNcclBuilt) ? "nccl" : "gloo";
   LT_CHECK(backend != "nccl" || kNcclBuilt,
            "dist: backend nccl is not in this build (LibTorch without CUDA/NCCL); use gloo");
+  LT_CHECK(backend != "gloo" || kGlooBuilt,
+           "dist: backend gloo is not in this build (its LibTorch came without gloo headers); use nccl on CUDA");
 
   // The rendezvous: rank 0 hosts the store unless torchrun's agent does (then every rank is a
   // client under /worker/attempt_N), as torch.distributed's _create_c10d_store.
@@ -178,6 +189,7 @@ void dist_init(const DistEnv& env, const DistOptions& options) {
 
   try {
     if (backend == "gloo") {
+#ifdef LUATUNE_HAS_GLOO
       auto o = c10d::ProcessGroupGloo::Options::create(options.timeout);
       // One process per node (torchrun --nproc_per_node, runner --nproc) talks over loopback;
       // across nodes, GLOO_SOCKET_IFNAME picks the interface, else the host name's address.
@@ -189,6 +201,7 @@ void dist_init(const DistEnv& env, const DistOptions& options) {
         o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
       s.group = std::make_unique<GroupOf<c10d::ProcessGroupGloo>>(
           c10::make_intrusive<c10d::ProcessGroupGloo>(s.store, env.rank, env.world_size, o));
+#endif
     } else {
 #ifdef LUATUNE_HAS_NCCL
       c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));

@@ -5,6 +5,7 @@
 #include "host/export/gguf_export.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include <sys/stat.h>

@@ -3,6 +3,7 @@
 #include "host/model/generate.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <chrono>

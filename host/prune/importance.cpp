@@ -5,6 +5,7 @@
 #include "host/prune/importance.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <cstdlib>

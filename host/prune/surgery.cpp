@@ -11,6 +11,7 @@
 #include "host/prune/surgery.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <cmath>

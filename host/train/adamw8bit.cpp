@@ -4,6 +4,7 @@
 #include "host/train/adamw8bit.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <cmath>

@@ -4,6 +4,7 @@
 #include "host/train/eval.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>

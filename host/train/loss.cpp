@@ -4,6 +4,7 @@
 #include "host/train/loss.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "host/core/error.h"

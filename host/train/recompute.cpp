@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/Generator.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 

@@ -5,6 +5,7 @@
 #include "host/train/trainer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -12,6 +13,8 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+
+#include <unistd.h>
 
 #include "host/core/device.h"
 #include "host/core/error.h"
@@ -323,7 +326,8 @@ StepStats Trainer::step(const Batch& batch) {
   if (model_->device().is_cuda()) {
     auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(model_->device().index());
     s.peak_memory_gb =
-        static_cast<double>(stats.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].peak) / 1e9;
+        // Entry 0 is StatType::AGGREGATE, whose namespace moved between LibTorch 1.13 and 2.x.
+        static_cast<double>(stats.allocated_bytes[0].peak) / 1e9;
   }
 #endif
   // The checkpoint waits for the safe point (stop.h), which comes after the recipe has logged

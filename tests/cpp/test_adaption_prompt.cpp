@@ -3,6 +3,7 @@
 // with plain ops (RMSNorm, RoPE, per-head attention over the prompt), gradients into the prompts and
 // gates only (with and without recomputed layers), KV-cache decoding against full recomputation,
 // PEFT's files and names, save -> load, and the one-line errors.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

@@ -2,6 +2,7 @@
 // context/continuation split, batched and padded log-likelihoods equal to the sum of log-softmax
 // terms from one unpadded forward per sequence, accuracy on a model built to prefer one letter,
 // acc_norm's length normalisation, and adapters kept out of training mode while scoring.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 

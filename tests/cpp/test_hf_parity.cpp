@@ -1,6 +1,7 @@
 // luatune's logits against Hugging Face transformers' on the golden fixtures that
 // scripts/make_hf_fixtures.py writes on a machine with transformers (tests/fixtures/hf/<arch>/).
 // Skipped, not passed, while those fixtures are absent from the checkout.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

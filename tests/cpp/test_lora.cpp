@@ -2,6 +2,7 @@
 // formula computed by hand, dropout only while training, frozen base and gradients only into the
 // adapters, PEFT's files read back independently of our reader, save -> load and merge -> save ->
 // load round trips, and the one-line errors for bad adapter directories.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

@@ -1,6 +1,7 @@
 // The transformer against itself under transformations that must not change its output (KV cache
 // vs full recompute, packed vs separate documents, save -> load), RoPE scaling properties, config
 // parsing, and the one-line errors for bad checkpoints.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

@@ -2,6 +2,7 @@
 // label smoothing, IPO, hinge, ORPO), chunked per-token log-probs against ATen, the trainer's DPO
 // step against a plain autograd computation of the same loss, the policy with adapters off against
 // a separate frozen copy, cached reference log-probs against recomputed ones, and resume.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

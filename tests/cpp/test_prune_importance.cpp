@@ -2,6 +2,7 @@
 // activation statistics from the observed activations, structures whose weights are zero scoring
 // lowest, an identity layer having no block influence and no removal loss, Taylor scores equal to
 // |w * dL/dw| from a separate autograd pass, and the model left exactly as it was.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

@@ -2,6 +2,7 @@
 // samples, the expected sparsity and the Lagrangian with its gradients, deterministic masks with
 // exact counts (the GQA rule included), the masked model equal to the finalised pruned one, mask
 // training that moves towards the target, and an exact resume from a trainer checkpoint.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

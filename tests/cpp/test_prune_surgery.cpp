@@ -3,6 +3,7 @@
 // values), for GQA, MHA with tied embeddings, Qwen2 biases, Qwen3 q/k norms and Gemma 2's norms,
 // with LoRA adapters too; the saved directory reloads to the same logits; the target arithmetic
 // follows docs/pruning.md; bad specs fail before anything changes.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

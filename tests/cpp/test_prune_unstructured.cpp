@@ -2,6 +2,7 @@
 // choice on a hand-computed example, SparseGPT's reconstruction advantage on correlated inputs
 // (the property the method exists for), the layer-by-layer protocol against a by-hand version,
 // and the one-line errors that fire before any weight changes.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

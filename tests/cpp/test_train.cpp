@@ -2,6 +2,7 @@
 // equals ATen's, micro-batches equal the large batch, recomputed layers give the same gradients,
 // padding and packing leave a document's loss alone, and a resumed run equals a straight one bit
 // for bit on CPU.
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

@@ -52,6 +52,17 @@ function M.raises(fn, text)
   return err
 end
 
+-- The device of a `gpu` test: "cuda" where CUDA is present. Elsewhere the test exits 77 (CTest's
+-- skip), unless LUATUNE_TEST_GPU_AS=cpu asks for a rehearsal: the same script on the CPU, so that CI
+-- catches a GPU test's own mistakes (a wrong call, a bad option) before a GPU session runs it.
+-- Returns the device and the name tensors report for it ("cuda:0" or "cpu").
+function M.gpu_device()
+  if torch.cuda_available() then return "cuda", "cuda:0" end
+  if os.getenv("LUATUNE_TEST_GPU_AS") == "cpu" then return "cpu", "cpu" end
+  print("SKIP no CUDA device")
+  os.exit(77)
+end
+
 function M.run()
   local failed = 0
   for _, t in ipairs(tests) do
