@@ -75,10 +75,13 @@ int main(int argc, char** argv) {
   // Llama-8B proportions scaled down: hidden 2048, 14336/4096 MLP ratio, vocab 32000.
   const int64_t hidden = 2048, inter = 7168, vocab = 32000;
   const double layer_bytes = 2.0 * (4.0 * hidden * hidden * 0.625 + 3.0 * hidden * inter);
-  const int64_t layers = std::max<int64_t>(1, static_cast<int64_t>((gb * 1e9 - 4.0 * vocab * hidden) / layer_bytes));
-  std::string fields = "{\"vocab_size\": " + std::to_string(vocab) + ", \"hidden_size\": " + std::to_string(hidden) +
-                       ", \"intermediate_size\": " + std::to_string(inter) + ", \"num_hidden_layers\": " +
-                       std::to_string(layers) + ", \"num_attention_heads\": 16, \"num_key_value_heads\": 4}";
+  const int64_t layers =
+      std::max<int64_t>(1, static_cast<int64_t>((gb * 1e9 - 4.0 * vocab * hidden) / layer_bytes));
+  std::string fields = "{\"vocab_size\": " + std::to_string(vocab) +
+                       ", \"hidden_size\": " + std::to_string(hidden) +
+                       ", \"intermediate_size\": " + std::to_string(inter) +
+                       ", \"num_hidden_layers\": " + std::to_string(layers) +
+                       ", \"num_attention_heads\": 16, \"num_key_value_heads\": 4}";
   {
     auto m = model_init(model_config_with("llama", fields, "bench"), 0, at::kBFloat16, at::kCPU);
     SaveOptions so;
@@ -88,11 +91,13 @@ int main(int argc, char** argv) {
   const double bytes = static_cast<double>(dir_bytes(dir));
   // Warm the page cache so both variants read from memory.
   load_in_child(dir, "bfloat16");
-  std::printf("checkpoint: %s, %lld layers, %.2f GB (bf16)\n", dir.c_str(), static_cast<long long>(layers), bytes / 1e9);
+  std::printf("checkpoint: %s, %lld layers, %.2f GB (bf16)\n", dir.c_str(), static_cast<long long>(layers),
+              bytes / 1e9);
   for (const char* dtype : {"bfloat16", "float32"}) {
     auto [rss, secs] = load_in_child(dir, dtype);
-    std::printf("load as %-8s: peak RSS growth %.2f GB = %.2f x checkpoint (%.2f x the loaded weights), %.2f s\n", dtype,
-                rss / 1e9, rss / bytes, rss / (bytes * (std::strcmp(dtype, "float32") ? 1 : 2)), secs);
+    std::printf(
+        "load as %-8s: peak RSS growth %.2f GB = %.2f x checkpoint (%.2f x the loaded weights), %.2f s\n",
+        dtype, rss / 1e9, rss / bytes, rss / (bytes * (std::strcmp(dtype, "float32") ? 1 : 2)), secs);
   }
   std::filesystem::remove_all(dir);
   return 0;

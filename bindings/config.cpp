@@ -89,9 +89,13 @@ static bool config_run_deterministic(const ConfigValue& cfg) {
 // there (or, with overwrite=true, moves them aside) and writes run.json (host/train/run_dir.h).
 // resume=true leaves it to trainer:resume, which notes the resume in run.json.
 static void config_claim_output_dir(const RunState& st, const ConfigValue& cfg, uint64_t seed) {
-  auto dir = cfg.fields.find("output_dir"), resume = cfg.fields.find("resume"), overwrite = cfg.fields.find("overwrite");
-  if (dir == cfg.fields.end() || dir->second.kind != ConfigValue::Kind::string || dir->second.string.empty()) return;
-  if (resume == cfg.fields.end() || resume->second.kind != ConfigValue::Kind::boolean || resume->second.boolean) return;
+  auto dir = cfg.fields.find("output_dir"), resume = cfg.fields.find("resume"),
+       overwrite = cfg.fields.find("overwrite");
+  if (dir == cfg.fields.end() || dir->second.kind != ConfigValue::Kind::string || dir->second.string.empty())
+    return;
+  if (resume == cfg.fields.end() || resume->second.kind != ConfigValue::Kind::boolean ||
+      resume->second.boolean)
+    return;
   RunInfo info;
   info.run_id = run_id_new();
   info.config = nlohmann::json::parse(config_to_json(cfg));
@@ -100,17 +104,19 @@ static void config_claim_output_dir(const RunState& st, const ConfigValue& cfg, 
   info.has_seed = true;
   info.world_size = dist_world_size();
   info.git_describe = version_git_describe(luatune_home());
-  const bool replace = overwrite != cfg.fields.end() && overwrite->second.kind == ConfigValue::Kind::boolean &&
-                       overwrite->second.boolean;
+  const bool replace = overwrite != cfg.fields.end() &&
+                       overwrite->second.kind == ConfigValue::Kind::boolean && overwrite->second.boolean;
   const std::string moved = output_dir_claim(dir->second.string, replace, run_json_new(info), dist_is_main());
-  if (!moved.empty()) std::printf("config: moved the earlier run in %s to %s\n", dir->second.string.c_str(), moved.c_str());
+  if (!moved.empty())
+    std::printf("config: moved the earlier run in %s to %s\n", dir->second.string.c_str(), moved.c_str());
 }
 
 // config { defaults } (called through the module's __call: argument 1 is the module itself).
-static const LtFunc kConfigCall{
-    "config", "__call", "defaults: table", "table # the resolved config (reading a key it lacks raises)",
-    "declares the recipe's defaults, applies the run's overrides with type checks, prints the resolved config; "
-    "call it once, first (runner validate stops here)"};
+static const LtFunc kConfigCall{"config", "__call", "defaults: table",
+                                "table # the resolved config (reading a key it lacks raises)",
+                                "declares the recipe's defaults, applies the run's overrides with type "
+                                "checks, prints the resolved config; "
+                                "call it once, first (runner validate stops here)"};
 static int l_config_resolve(lua_State* L) {
   RunState& st = lt_run_state(L);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -189,7 +195,8 @@ static const luaL_Reg config_meta[] = {
 };
 
 LtModuleApi lt_api_config() {
-  return {"config", "the recipe's configuration: `local cfg = config { ...defaults... }`",
+  return {"config",
+          "the recipe's configuration: `local cfg = config { ...defaults... }`",
           {kConfigCall, kConfigGet, kConfigJson}};
 }
 

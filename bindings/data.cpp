@@ -34,7 +34,8 @@ std::string dataset_describe(const DatasetPtr& ds) {
 }
 
 std::string preference_describe(const PreferencePtr& ds) {
-  return "PreferenceSet(pairs=" + std::to_string(ds->size()) + ", max_length=" + std::to_string(ds->options().max_length) + ")";
+  return "PreferenceSet(pairs=" + std::to_string(ds->size()) +
+         ", max_length=" + std::to_string(ds->options().max_length) + ")";
 }
 
 std::string batch_describe(const Batch& b) {
@@ -46,15 +47,18 @@ std::string batch_describe(const Batch& b) {
 const LtTable kDataOpts{
     "DataOpts",
     {{"tokenizer", "Tokenizer", "required", "the model's tokenizer"},
-     {"format", "string", "", "text, prompt_response, alpaca, chat or guanaco; default: detected from the first record"},
+     {"format", "string", "",
+      "text, prompt_response, alpaca, chat or guanaco; default: detected from the first record"},
      {"max_length", "integer", "2048", "tokens per row; longer documents are truncated (the start kept)"},
      {"pack", "boolean", "true", "several whole documents per row of exactly max_length tokens"},
-     {"pad_to_max_length", "boolean", "false", "unpacked rows: pad batches to max_length, not their longest row"},
+     {"pad_to_max_length", "boolean", "false",
+      "unpacked rows: pad batches to max_length, not their longest row"},
      {"train_on_prompt", "boolean", "false", "loss on the prompts too, not only on the answers"},
      {"add_eos", "boolean", "true", "end each document with EOS"},
      {"seed", "integer", "0", "shuffling (epoch e uses seed + e) and split"},
      {"skip_bad", "boolean", "false", "skip and count malformed records instead of failing"},
-     {"chat", "boolean", "", "render non-chat records as conversations; default: the tokenizer has a chat template"},
+     {"chat", "boolean", "",
+      "render non-chat records as conversations; default: the tokenizer has a chat template"},
      {"chat_format", "string", "", "the chat format by name instead of detecting it (docs/chat_formats.md)"},
      {"max_records", "integer", "-1", "read at most this many records (-1: all)"}}};
 
@@ -152,8 +156,13 @@ void push_int_list(lua_State* L, const std::vector<int64_t>& v) {
 // Module functions
 
 const LtFunc kDataJsonl{
-    "data", "jsonl", "path: string, opts: Opts", "Dataset",
-    "a JSONL file tokenized, masked and packed; a bad record fails with FILE:LINE: expected ...", {}, &kDataOpts};
+    "data",
+    "jsonl",
+    "path: string, opts: Opts",
+    "Dataset",
+    "a JSONL file tokenized, masked and packed; a bad record fails with FILE:LINE: expected ...",
+    {},
+    &kDataOpts};
 int l_data_jsonl(lua_State* L) {
   std::string path = luaL_checkstring(L, 1);
   DataOptions o;
@@ -162,9 +171,14 @@ int l_data_jsonl(lua_State* L) {
   return 1;
 }
 
-const LtFunc kDataFromRecords{"data", "from_records", "records: table[], opts: Opts", "Dataset",
-                              "the same from Lua tables ({text=}, {prompt=, response=}, ...; errors name records[i])",
-                              {}, &kDataOpts};
+const LtFunc kDataFromRecords{
+    "data",
+    "from_records",
+    "records: table[], opts: Opts",
+    "Dataset",
+    "the same from Lua tables ({text=}, {prompt=, response=}, ...; errors name records[i])",
+    {},
+    &kDataOpts};
 int l_data_from_records(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   if (!lt_is_list(L, 1)) luaL_argerror(L, 1, "expected a list of records (tables)");
@@ -180,11 +194,15 @@ int l_data_from_records(lua_State* L) {
   return 1;
 }
 
-const LtFunc kDataPreferences{
-    "data", "preferences", "path: string, opts: Opts", "PreferenceSet",
-    "preference pairs ({prompt, chosen, rejected}, TRL's conversational form or HH-style chat); loss on the final "
-    "response only",
-    {}, &kDataOpts};
+const LtFunc kDataPreferences{"data",
+                              "preferences",
+                              "path: string, opts: Opts",
+                              "PreferenceSet",
+                              "preference pairs ({prompt, chosen, rejected}, TRL's conversational form or "
+                              "HH-style chat); loss on the final "
+                              "response only",
+                              {},
+                              &kDataOpts};
 int l_data_preferences(lua_State* L) {
   std::string path = luaL_checkstring(L, 1);
   DataOptions o;
@@ -196,10 +214,17 @@ int l_data_preferences(lua_State* L) {
 // ============================================================================================
 // Dataset methods
 
-const LtFunc kDataSplit{"data", "split", "ds: Dataset, fraction: number", "Dataset train; Dataset validation",
-                        "by record, seeded, disjoint; each part packed on its own", {}, nullptr, "Dataset"};
+const LtFunc kDataSplit{"data",
+                        "split",
+                        "ds: Dataset, fraction: number",
+                        "Dataset train; Dataset validation",
+                        "by record, seeded, disjoint; each part packed on its own",
+                        {},
+                        nullptr,
+                        "Dataset"};
 const LtFunc kPreferenceSetSplit{"PreferenceSet", "split", "fraction: number",
-                                 "PreferenceSet train; PreferenceSet validation", "by pair, seeded, disjoint"};
+                                 "PreferenceSet train; PreferenceSet validation",
+                                 "by pair, seeded, disjoint"};
 int l_data_split(lua_State* L) {
   if (auto* pds = lt_test<PreferencePtr>(L, 1)) {
     auto [train, held] = (*pds)->split(luaL_checknumber(L, 2));
@@ -225,9 +250,10 @@ int l_data_size(lua_State* L) {
   return 1;
 }
 
-const LtFunc kPreferenceSetStats{"PreferenceSet", "stats", "",
-                                 "table # {pairs, skipped_bad, dropped_empty, truncated, tokens, target_tokens}",
-                                 "what reading the pairs kept and dropped"};
+const LtFunc kPreferenceSetStats{
+    "PreferenceSet", "stats", "",
+    "table # {pairs, skipped_bad, dropped_empty, truncated, tokens, target_tokens}",
+    "what reading the pairs kept and dropped"};
 int l_data_preference_stats(lua_State* L) {
   PreferenceStats s = lt_check<PreferencePtr>(L, 1)->stats();
   lua_createtable(L, 0, 6);
@@ -269,8 +295,14 @@ int l_data_preference_pair(lua_State* L) {
 }
 
 const LtFunc kDataStats{
-    "data", "stats", "ds: Dataset", "table # {records, skipped_bad, dropped_empty, rows, tokens, target_tokens, truncated}",
-    "what reading and packing kept and dropped", {}, nullptr, "Dataset"};
+    "data",
+    "stats",
+    "ds: Dataset",
+    "table # {records, skipped_bad, dropped_empty, rows, tokens, target_tokens, truncated}",
+    "what reading and packing kept and dropped",
+    {},
+    nullptr,
+    "Dataset"};
 int l_data_stats(lua_State* L) {
   DataStats s = lt_check<DatasetPtr>(L, 1)->stats();
   lua_createtable(L, 0, 7);
@@ -287,8 +319,14 @@ int l_data_stats(lua_State* L) {
   return 1;
 }
 
-const LtFunc kDataRow{"data", "row", "ds: Dataset, i: integer", "table # {ids, targets, positions, segments}",
-                      "row i (1 to #ds) as Lua lists", {}, nullptr, "Dataset"};
+const LtFunc kDataRow{"data",
+                      "row",
+                      "ds: Dataset, i: integer",
+                      "table # {ids, targets, positions, segments}",
+                      "row i (1 to #ds) as Lua lists",
+                      {},
+                      nullptr,
+                      "Dataset"};
 int l_data_row(lua_State* L) {
   DatasetPtr& ds = lt_check<DatasetPtr>(L, 1);
   int64_t i = lt_check_int(L, 2);
@@ -324,7 +362,8 @@ int batches_next(lua_State* L) {
   // A preference set's batches take `size` pairs (2 * size rows).
   Batch b;
   if (auto* pds = lt_test<PreferencePtr>(L, lua_upvalueindex(1))) {
-    std::vector<int64_t> pairs = (*pds)->shard_pairs(step, size, shuffle, cycle, dist_rank(), dist_world_size());
+    std::vector<int64_t> pairs =
+        (*pds)->shard_pairs(step, size, shuffle, cycle, dist_rank(), dist_world_size());
     b = pairs.empty() ? (*pds)->empty_batch() : (*pds)->batch(pairs);
   } else {
     DatasetPtr& ds = lt_check<DatasetPtr>(L, lua_upvalueindex(1));
@@ -346,15 +385,26 @@ int batches_next_protected(lua_State* L) {
 // epoch e shuffled with seed + e, so start=K resumes exactly where a run stopped after step K.
 const LtTable kBatchesOpts{
     "BatchesOpts",
-    {{"size", "integer", "required", "rows per batch (a preference set: pairs), per rank under data parallelism"},
-     {"steps", "integer", "", "the last step; the epochs cycle (default: one pass, the last batch may be short)"},
+    {{"size", "integer", "required",
+      "rows per batch (a preference set: pairs), per rank under data parallelism"},
+     {"steps", "integer", "",
+      "the last step; the epochs cycle (default: one pass, the last batch may be short)"},
      {"start", "integer", "0", "the last step already done: start=K resumes exactly after step K"},
      {"shuffle", "boolean", "true", "shuffle each epoch (epoch e with seed + e)"}}};
-const LtFunc kDataBatches{"data", "batches", "ds: Dataset, opts: Opts", "fun(): integer?, Batch # for step, batch in ...",
-                          "an iterator of (step, Batch) over steps start+1 .. steps", {}, &kBatchesOpts, "Dataset"};
-const LtFunc kPreferenceSetBatches{"PreferenceSet", "batches", "opts: Opts",
+const LtFunc kDataBatches{"data",
+                          "batches",
+                          "ds: Dataset, opts: Opts",
+                          "fun(): integer?, Batch # for step, batch in ...",
+                          "an iterator of (step, Batch) over steps start+1 .. steps",
+                          {},
+                          &kBatchesOpts,
+                          "Dataset"};
+const LtFunc kPreferenceSetBatches{"PreferenceSet",
+                                   "batches",
+                                   "opts: Opts",
                                    "fun(): integer?, Batch # for step, batch in ...",
-                                   "batches of size pairs: pair i is rows 2i-1 (chosen) and 2i (rejected)", {},
+                                   "batches of size pairs: pair i is rows 2i-1 (chosen) and 2i (rejected)",
+                                   {},
                                    &kBatchesOpts};
 int l_data_batches(lua_State* L) {
   auto* pds = lt_test<PreferencePtr>(L, 1);
@@ -431,7 +481,7 @@ const luaL_Reg data_funcs[] = {
 };
 
 const luaL_Reg preference_methods[] = {
-    {"split", l_data_split}, {"batches", l_data_batches}, {"stats", l_data_preference_stats},
+    {"split", l_data_split}, {"batches", l_data_batches},      {"stats", l_data_preference_stats},
     {"size", l_data_size},   {"pair", l_data_preference_pair}, {nullptr, nullptr},
 };
 
@@ -455,9 +505,10 @@ const luaL_Reg batch_methods[] = {
 LtModuleApi lt_api_data() {
   return {"data",
           "JSONL datasets tokenized, masked and packed for training (docs/data.md)",
-          {kDataJsonl, kDataFromRecords, kDataPreferences, kDataSplit, kDataBatches, kDataStats, kDataSize, kDataRow,
-           kPreferenceSetSplit, kPreferenceSetBatches, kPreferenceSetStats, kPreferenceSetSize, kPreferenceSetPair,
-           kBatchIds, kBatchTargets, kBatchPositions, kBatchSegments, kBatchTokens, kBatchTargetTokens},
+          {kDataJsonl, kDataFromRecords, kDataPreferences, kDataSplit, kDataBatches, kDataStats, kDataSize,
+           kDataRow, kPreferenceSetSplit, kPreferenceSetBatches, kPreferenceSetStats, kPreferenceSetSize,
+           kPreferenceSetPair, kBatchIds, kBatchTargets, kBatchPositions, kBatchSegments, kBatchTokens,
+           kBatchTargetTokens},
           {{"Dataset", "tokenized rows; ds:f(...) is data.f(ds, ...); #ds is its rows"},
            {"PreferenceSet", "preference pairs, one sequence a row; #pairs is its pairs"},
            {"Batch", "a training batch: (B, T) int64 CPU tensors"}}};

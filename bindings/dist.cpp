@@ -1,24 +1,33 @@
 // Lua module `dist`: where this process sits in a data-parallel job and the collectives recipes
 // may need (host/dist/dist.h). The trainer, ds:batches, lora.save and model:save already act on
 // it; single-process runs see rank 0 of 1 and every call is a no-op. docs/distributed.md.
+#include "host/dist/dist.h"
 #include "bindings/lua_util.h"
 #include "bindings/modules.h"
 #include "bindings/tensor_class.h"
 #include "host/core/error.h"
-#include "host/dist/dist.h"
 
 namespace luatune {
 
 namespace {
 
 const LtFunc kDistRank{"dist", "rank", "", "integer", "this process's rank (0 in a single process)"};
-int l_dist_rank(lua_State* L) { return lua_pushnumber(L, dist_rank()), 1; }
-const LtFunc kDistWorldSize{"dist", "world_size", "", "integer", "the number of ranks (1 in a single process)"};
-int l_dist_world_size(lua_State* L) { return lua_pushnumber(L, dist_world_size()), 1; }
+int l_dist_rank(lua_State* L) {
+  return lua_pushnumber(L, dist_rank()), 1;
+}
+const LtFunc kDistWorldSize{"dist", "world_size", "", "integer",
+                            "the number of ranks (1 in a single process)"};
+int l_dist_world_size(lua_State* L) {
+  return lua_pushnumber(L, dist_world_size()), 1;
+}
 const LtFunc kDistLocalRank{"dist", "local_rank", "", "integer", "the rank on this machine"};
-int l_dist_local_rank(lua_State* L) { return lua_pushnumber(L, dist_local_rank()), 1; }
+int l_dist_local_rank(lua_State* L) {
+  return lua_pushnumber(L, dist_local_rank()), 1;
+}
 const LtFunc kDistIsMain{"dist", "is_main", "", "boolean", "true on rank 0"};
-int l_dist_is_main(lua_State* L) { return lua_pushboolean(L, dist_is_main()), 1; }
+int l_dist_is_main(lua_State* L) {
+  return lua_pushboolean(L, dist_is_main()), 1;
+}
 
 const LtFunc kDistBarrier{"dist", "barrier", "", "", "waits for every rank"};
 int l_dist_barrier(lua_State* L) {
@@ -31,7 +40,8 @@ const LtFunc kDistAllReduce{"dist", "all_reduce", "t: Tensor, op?: \"sum\"|\"mea
 int l_dist_all_reduce(lua_State* L) {
   at::Tensor& t = lt_check<at::Tensor>(L, 1);
   std::string op = luaL_optstring(L, 2, "sum");
-  LT_CHECK(op == "sum" || op == "mean", "dist.all_reduce: op must be \"sum\" or \"mean\", got \"" << op << "\"");
+  LT_CHECK(op == "sum" || op == "mean",
+           "dist.all_reduce: op must be \"sum\" or \"mean\", got \"" << op << "\"");
   dist_all_reduce_sum_(t);
   if (op == "mean" && dist_world_size() > 1) t.div_(dist_world_size());
   lua_pushvalue(L, 1);
@@ -50,9 +60,10 @@ int l_dist_broadcast(lua_State* L) {
   return 1;
 }
 
-const LtFunc kDistInfo{"dist", "info", "",
-                       "table # {rank, world_size, local_rank, backend = \"gloo\"|\"nccl\"|\"none\", timeout}",
-                       "where this process sits and how the ranks talk"};
+const LtFunc kDistInfo{
+    "dist", "info", "",
+    "table # {rank, world_size, local_rank, backend = \"gloo\"|\"nccl\"|\"none\", timeout}",
+    "where this process sits and how the ranks talk"};
 int l_dist_info(lua_State* L) {
   lua_newtable(L);
   lt_set_number(L, "rank", dist_rank());
@@ -77,9 +88,10 @@ const luaL_Reg dist_funcs[] = {{"rank", l_dist_rank},
 }  // namespace
 
 LtModuleApi lt_api_dist() {
-  return {"dist", "where this process sits in a data-parallel job, and collectives (docs/distributed.md)",
-          {kDistRank, kDistWorldSize, kDistLocalRank, kDistIsMain, kDistBarrier, kDistAllReduce, kDistBroadcast,
-           kDistInfo}};
+  return {"dist",
+          "where this process sits in a data-parallel job, and collectives (docs/distributed.md)",
+          {kDistRank, kDistWorldSize, kDistLocalRank, kDistIsMain, kDistBarrier, kDistAllReduce,
+           kDistBroadcast, kDistInfo}};
 }
 
 }  // namespace luatune

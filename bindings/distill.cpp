@@ -43,15 +43,20 @@ void read_loss_options(lua_State* L, int idx, DistillOptions& o) {
 
 // Details: docs/distill.md.
 const LtFunc kDistillNew{
-    "distill", "new", "teacher: Model, student: Model, opts?: Opts", "Distiller # a hook for train.new(student, ...)",
-    "each micro-batch's loss becomes (1 - alpha) LM + alpha T^2 KD (+ hidden_weight * hidden); the teacher is "
+    "distill",
+    "new",
+    "teacher: Model, student: Model, opts?: Opts",
+    "Distiller # a hook for train.new(student, ...)",
+    "each micro-batch's loss becomes (1 - alpha) LM + alpha T^2 KD (+ hidden_weight * hidden); the teacher "
+    "is "
     "frozen and runs without autograd",
     {{"loss", "string", "\"forward_kl\"", "\"forward_kl\" KL(t||s), \"reverse_kl\" KL(s||t) or \"jsd\""},
      {"temperature", "number", "1", "T: both distributions are softened by it"},
      {"alpha", "number", "0.5", "the KD term's weight"},
      {"beta", "number", "0.5", "jsd's mixture weight on the teacher"},
      {"chunk", "integer", "1024", "rows of logits that exist at once"},
-     {"hidden_layers", "integer[][]", "", "{{student_layer, teacher_layer}, ...} (0-based) hidden states to match"},
+     {"hidden_layers", "integer[][]", "",
+      "{{student_layer, teacher_layer}, ...} (0-based) hidden states to match"},
      {"hidden_loss", "string", "\"cosine\"", "the hidden-state loss"},
      {"hidden_weight", "number", "1", "the hidden term's weight"},
      {"seed", "integer", "0", "seed of the projections between widths"}}};
@@ -71,7 +76,8 @@ int l_distill_new(lua_State* L) {
     lua_getfield(L, 3, "hidden_layers");
     if (!lua_isnil(L, -1)) {
       const int list = lua_gettop(L);
-      LT_CHECK(lt_is_list(L, list), "distill.new: hidden_layers must be a list of {student_layer, teacher_layer}");
+      LT_CHECK(lt_is_list(L, list),
+               "distill.new: hidden_layers must be a list of {student_layer, teacher_layer}");
       for (size_t i = 1; i <= lua_objlen(L, list); i++) {
         lua_rawgeti(L, list, static_cast<int>(i));
         LT_CHECK(lua_istable(L, -1) && lua_objlen(L, -1) == 2,
@@ -91,7 +97,10 @@ int l_distill_new(lua_State* L) {
 
 // No T^2 factor (docs/distill.md).
 const LtFunc kDistillDivergence{
-    "distill", "divergence", "student_logits: Tensor, teacher_logits: Tensor, opts?: Opts", "Tensor # one value per row",
+    "distill",
+    "divergence",
+    "student_logits: Tensor, teacher_logits: Tensor, opts?: Opts",
+    "Tensor # one value per row",
     "the per-row divergence",
     {{"loss", "string", "\"forward_kl\"", "\"forward_kl\", \"reverse_kl\" or \"jsd\""},
      {"temperature", "number", "1", "T"},
@@ -116,12 +125,14 @@ int l_distill_teacher(lua_State* L) {
 }
 
 const luaL_Reg distiller_methods[] = {{"teacher", l_distill_teacher}, {nullptr, nullptr}};
-const luaL_Reg distill_funcs[] = {{"new", l_distill_new}, {"divergence", l_distill_divergence}, {nullptr, nullptr}};
+const luaL_Reg distill_funcs[] = {
+    {"new", l_distill_new}, {"divergence", l_distill_divergence}, {nullptr, nullptr}};
 
 }  // namespace
 
 LtModuleApi lt_api_distill() {
-  return {"distill", "knowledge distillation from a frozen teacher, as a trainer hook",
+  return {"distill",
+          "knowledge distillation from a frozen teacher, as a trainer hook",
           {kDistillNew, kDistillDivergence, kDistillerTeacher},
           {{"Distiller", "a distillation hook for train.new"}}};
 }

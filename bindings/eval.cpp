@@ -68,18 +68,23 @@ std::vector<McRecord> check_records(lua_State* L, int idx, const std::string& wh
 
 // Scored as lm-evaluation-harness scores it (docs/eval.md).
 const LtFunc kEvalMultipleChoice{
-    "eval", "multiple_choice", "model: Model, tok: Tokenizer, task: string|table[], opts?: Opts",
+    "eval",
+    "multiple_choice",
+    "model: Model, tok: Tokenizer, task: string|table[], opts?: Opts",
     "table # {acc, acc_norm, n}",
-    "accuracy by log-likelihood over a JSONL path or a list of {question=, choices={...}, answer=} (0-based or a letter)",
+    "accuracy by log-likelihood over a JSONL path or a list of {question=, choices={...}, answer=} (0-based "
+    "or a letter)",
     {{"shots", "integer", "0", "few-shot examples in each prompt"},
-     {"fewshot", "string|table[]", "", "where the examples come from (default: the task's first shots records, then not scored)"},
+     {"fewshot", "string|table[]", "",
+      "where the examples come from (default: the task's first shots records, then not scored)"},
      {"choices_as", "\"letters\"|\"text\"", "\"letters\"",
       "MMLU's prompt (continuations \" A\", \" B\", ...) or ARC's (each choice's text)"},
      {"limit", "integer", "0", "score at most this many records (0: all)"},
      {"batch_size", "integer", "0", "sequences per forward (0: one record's choices)"},
      {"description", "string", "\"\"", "text before the examples"},
      {"special", "boolean", "true", "add BOS as the tokenizer says"},
-     {"max_length", "integer", "0", "the longest input in tokens; longer ones lose tokens on the left (0: the model's)"}}};
+     {"max_length", "integer", "0",
+      "the longest input in tokens; longer ones lose tokens on the left (0: the model's)"}}};
 int l_eval_multiple_choice(lua_State* L) {
   Model& model = *lt_check<std::shared_ptr<Model>>(L, 1);
   const Tokenizer& tok = *lt_check<std::shared_ptr<Tokenizer>>(L, 2);
@@ -111,7 +116,8 @@ int l_eval_multiple_choice(lua_State* L) {
 }
 
 const LtFunc kEvalPerplexity{
-    "eval", "perplexity", "model: Model, data: string|string[]|integer[][]|Tensor, opts?: ModelPerplexityOpts",
+    "eval", "perplexity",
+    "model: Model, data: string|string[]|integer[][]|Tensor, opts?: ModelPerplexityOpts",
     "number ppl; table info # {nll, tokens}", "the same as model:perplexity(data, opts)"};
 int l_eval_perplexity(lua_State* L) {
   lt_check<std::shared_ptr<Model>>(L, 1);
@@ -128,7 +134,8 @@ const luaL_Reg eval_funcs[] = {
 }  // namespace
 
 LtModuleApi lt_api_eval() {
-  return {"eval", "multiple-choice accuracy by log-likelihood and perplexity",
+  return {"eval",
+          "multiple-choice accuracy by log-likelihood and perplexity",
           {kEvalMultipleChoice, kEvalPerplexity}};
 }
 

@@ -16,10 +16,14 @@ namespace {
 
 // Facts and sources: docs/gguf.md.
 const LtFunc kExportGguf{
-    "export", "gguf", "model: Model|string, path: string, opts?: Opts", "table # {path, bytes, tensors}",
+    "export",
+    "gguf",
+    "model: Model|string, path: string, opts?: Opts",
+    "table # {path, bytes, tensors}",
     "one GGUF v3 file llama.cpp runs, written atomically; what llama.cpp cannot express fails before writing",
     {{"outtype", "string", "\"f16\"", "f32, f16, bf16, q8_0, q4_0 or q4_k (Q4_K_M's mix)"},
-     {"tokenizer", "Tokenizer|string", "", "a Tokenizer or a directory; a Model needs it (default: the model directory's)"},
+     {"tokenizer", "Tokenizer|string", "",
+      "a Tokenizer or a directory; a Model needs it (default: the model directory's)"},
      {"adapter", "string", "", "a PEFT LoRA directory merged first, in float32 (model directory input only)"},
      {"name", "string", "", "general.name in the file"}}};
 int l_export_gguf(lua_State* L) {
@@ -51,9 +55,12 @@ int l_export_gguf(lua_State* L) {
   // Cheap checks first: a bad outtype fails before a model is loaded.
   gguf_tensor_type("x.weight", {1, 32}, o.outtype, 0, 1, false);
   if (model) {
-    LT_CHECK(tok, "export.gguf: a Model needs {tokenizer = tok or a directory} (the GGUF file carries the vocabulary)");
-    LT_CHECK(adapter.empty(), "export.gguf: adapter applies to a model directory; for a Model, lora.load and "
-                              "lora.merge it first");
+    LT_CHECK(
+        tok,
+        "export.gguf: a Model needs {tokenizer = tok or a directory} (the GGUF file carries the vocabulary)");
+    LT_CHECK(adapter.empty(),
+             "export.gguf: adapter applies to a model directory; for a Model, lora.load and "
+             "lora.merge it first");
   } else {
     // With an adapter, float32: the merge then rounds once, into the outtype, not into bf16 first.
     model = model_load(dir, LoadOptions(adapter.empty() ? "auto" : "float32", "cpu"));

@@ -46,15 +46,18 @@ json lua_to_json(lua_State* L, int idx, const std::string& what, int depth = 0) 
   LT_CHECK(depth < 32, what << ": nested too deeply");
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
   switch (lua_type(L, idx)) {
-    case LUA_TNIL: return nullptr;
-    case LUA_TBOOLEAN: return lua_toboolean(L, idx) != 0;
+    case LUA_TNIL:
+      return nullptr;
+    case LUA_TBOOLEAN:
+      return lua_toboolean(L, idx) != 0;
     case LUA_TNUMBER: {
       double v = lua_tonumber(L, idx);
       if (!std::isfinite(v)) return nullptr;
       if (v == std::floor(v) && std::fabs(v) < 9e15) return static_cast<int64_t>(v);
       return v;
     }
-    case LUA_TSTRING: return std::string(lua_tostring(L, idx));
+    case LUA_TSTRING:
+      return std::string(lua_tostring(L, idx));
     case LUA_TTABLE: {
       if (lt_is_list(L, idx) && lua_objlen(L, idx) > 0) {
         json a = json::array();
@@ -69,23 +72,29 @@ json lua_to_json(lua_State* L, int idx, const std::string& what, int depth = 0) 
       lua_pushnil(L);
       while (lua_next(L, idx)) {
         std::string key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2)
-                          : lua_type(L, -2) == LUA_TNUMBER ? std::to_string(static_cast<int64_t>(lua_tonumber(L, -2)))
-                                                           : "";
+                          : lua_type(L, -2) == LUA_TNUMBER
+                              ? std::to_string(static_cast<int64_t>(lua_tonumber(L, -2)))
+                              : "";
         LT_CHECK(!key.empty(), what << ": table keys must be strings or numbers");
         o[key] = lua_to_json(L, -1, what, depth + 1);
         lua_pop(L, 1);
       }
       return o;
     }
-    default: fail(what + ": cannot convert a " + luaL_typename(L, idx) + " to JSON");
+    default:
+      fail(what + ": cannot convert a " + luaL_typename(L, idx) + " to JSON");
   }
 }
 
 void push_json(lua_State* L, const json& j) {
-  if (j.is_null()) lua_pushnil(L);
-  else if (j.is_boolean()) lua_pushboolean(L, j.get<bool>());
-  else if (j.is_number()) lua_pushnumber(L, j.get<double>());
-  else if (j.is_string()) lua_pushstring(L, j.get_ref<const std::string&>().c_str());
+  if (j.is_null())
+    lua_pushnil(L);
+  else if (j.is_boolean())
+    lua_pushboolean(L, j.get<bool>());
+  else if (j.is_number())
+    lua_pushnumber(L, j.get<double>());
+  else if (j.is_string())
+    lua_pushstring(L, j.get_ref<const std::string&>().c_str());
   else if (j.is_array()) {
     lua_createtable(L, static_cast<int>(j.size()), 0);
     int i = 1;
@@ -102,7 +111,9 @@ void push_json(lua_State* L, const json& j) {
   }
 }
 
-json json_of(const std::vector<std::string>& v) { return json(v); }
+json json_of(const std::vector<std::string>& v) {
+  return json(v);
+}
 
 // ============================================================================================
 // Shared readers
@@ -183,13 +194,14 @@ std::vector<std::string> string_list(lua_State* L, int idx, const char* key) {
 // ============================================================================================
 // Functions
 
-const LtFunc kHwProbe{
-    "hw", "probe", "",
-    "table # {kind, name, device_count, memory_gb, sm_count, cpu_cores, driver_version, cuda_version, nvml, notes}",
-    "the device: GPU name, memory, SM count, driver and CUDA versions (CUDA + NVML when present), else the CPU"};
+const LtFunc kHwProbe{"hw", "probe", "",
+                      "table # {kind, name, device_count, memory_gb, sm_count, cpu_cores, driver_version, "
+                      "cuda_version, nvml, notes}",
+                      "the device: GPU name, memory, SM count, driver and CUDA versions (CUDA + NVML when "
+                      "present), else the CPU"};
 int l_hw_probe(lua_State* L) {
   DeviceInfo d = hw_device_probe();
-  json j = {{"kind", d.kind},           {"name", d.name},         {"device_count", d.device_count},
+  json j = {{"kind", d.kind},           {"name", d.name},           {"device_count", d.device_count},
             {"memory_gb", d.memory_gb}, {"cpu_cores", d.cpu_cores}, {"nvml", d.nvml},
             {"notes", json_of(d.notes)}};
   if (d.sm_count > 0) j["sm_count"] = d.sm_count;
@@ -199,9 +211,9 @@ int l_hw_probe(lua_State* L) {
   return 1;
 }
 
-const LtFunc kHwCatalog{
-    "hw", "catalog", "path?: string", "table[] # {name, aliases, memory_gb, bandwidth_gbs, bf16_tflops, ...} per GPU",
-    "the GPU catalog (data/gpu_catalog.json, $LUATUNE_GPU_CATALOG, or path)"};
+const LtFunc kHwCatalog{"hw", "catalog", "path?: string",
+                        "table[] # {name, aliases, memory_gb, bandwidth_gbs, bf16_tflops, ...} per GPU",
+                        "the GPU catalog (data/gpu_catalog.json, $LUATUNE_GPU_CATALOG, or path)"};
 int l_hw_catalog(lua_State* L) {
   std::vector<GpuSpec> cat = catalog_arg(L, 1);
   json a = json::array();
@@ -210,9 +222,9 @@ int l_hw_catalog(lua_State* L) {
   return 1;
 }
 
-const LtFunc kHwParams{"hw", "params", "model: Model|string|table",
-                       "table # {total, embedding, lm_head, linear, norms, matmul}",
-                       "parameter counts of a Model, a preset name, a model directory or a table of config.json fields"};
+const LtFunc kHwParams{
+    "hw", "params", "model: Model|string|table", "table # {total, embedding, lm_head, linear, norms, matmul}",
+    "parameter counts of a Model, a preset name, a model directory or a table of config.json fields"};
 int l_hw_params(lua_State* L) {
   push_json(L, params_json(hw_param_counts(model_arg(L, 1, "hw.params"))));
   return 1;
@@ -271,7 +283,6 @@ json plan_json(const Plan& p) {
           {"text", hw_plan_text(p)}};
 }
 
-
 // shard= as a name ("full", "FULL_SHARD") or the ZeRO stage (3); "" when not given.
 std::string shard_arg(lua_State* L, int idx) {
   lua_getfield(L, idx, "shard");
@@ -283,17 +294,22 @@ std::string shard_arg(lua_State* L, int idx) {
 // Either model= and the settings, or recipe_config= (a recipe's config, as `runner plan` reads it)
 // with recipe= and optional overrides.
 const LtFunc kHwPlan{
-    "hw", "plan", "opts: Opts",
+    "hw",
+    "plan",
+    "opts: Opts",
     "table # {components = {name = GiB}, notes, host_ram, total_gb, params, trainable, gpus = {{gpu, fits, "
     "headroom_gb, max_micro_batch, advice}}, text, ...}",
-    "predicted peak memory by component (GiB) and, per catalog GPU, whether it fits; .text is what runner plan prints",
-    {{"model", "Model|string|table", "", "a Model, preset name, model directory or table of config.json fields"},
+    "predicted peak memory by component (GiB) and, per catalog GPU, whether it fits; .text is what runner "
+    "plan prints",
+    {{"model", "Model|string|table", "",
+      "a Model, preset name, model directory or table of config.json fields"},
      {"method", "string", "\"full\"", "\"full\", \"lora\" or \"qlora\""},
      {"dtype", "string", "\"bf16\"", "the weights: \"bf16\", \"fp16\" or \"fp32\""},
      {"master_weights", "boolean", "true", "fp32 master copies of low-precision trainable weights"},
      {"optimizer", "string", "\"adamw\"", "\"adamw\", \"adamw8bit\" or \"sgd\""},
      {"optimizer_offload", "string", "\"none\"", "\"cpu\": masters and moments in host RAM"},
-     {"shard", "string|integer", "\"none\"", "\"optimizer\", \"gradients\", \"full\", FSDP's names or the ZeRO stage"},
+     {"shard", "string|integer", "\"none\"",
+      "\"optimizer\", \"gradients\", \"full\", FSDP's names or the ZeRO stage"},
      {"micro_batch", "integer", "1", "rows per forward/backward"},
      {"seq_len", "integer", "2048", "tokens per row"},
      {"grad_accum", "integer", "", "accepted and ignored: memory is per micro-batch"},
@@ -335,7 +351,8 @@ int l_hw_plan(lua_State* L) {
     model = r.model;
     o = r.options;
   } else {
-    LT_CHECK(lt_has_field(L, 1, "model"), "hw.plan: needs model= (a Model, preset name, model directory or config table)");
+    LT_CHECK(lt_has_field(L, 1, "model"),
+             "hw.plan: needs model= (a Model, preset name, model directory or config table)");
     lua_getfield(L, 1, "model");
     model = model_arg(L, lua_gettop(L), "hw.plan: model");
     lua_pop(L, 1);
@@ -376,10 +393,14 @@ int l_hw_plan_text(lua_State* L) {
 
 // hw.profile's options; hw.project reads the same keys from a profile table (which holds more).
 const LtFunc kHwProfile{
-    "hw", "profile", "opts: Opts",
-    "table # the inputs plus tokens_per_s, step_time_s, flops_per_token (convention, formula), mfu, hfu, gpu_hours, "
+    "hw",
+    "profile",
+    "opts: Opts",
+    "table # the inputs plus tokens_per_s, step_time_s, flops_per_token (convention, formula), mfu, hfu, "
+    "gpu_hours, "
     "cost_usd, usd_per_mtok",
-    "a run's throughput, FLOPs per token, MFU, GPU-hours and cost (mfu and cost absent without a peak or a price)",
+    "a run's throughput, FLOPs per token, MFU, GPU-hours and cost (mfu and cost absent without a peak or a "
+    "price)",
     {{"model", "Model|string|table", "required", "the model (as hw.params takes it)"},
      {"tokens", "number", "0", "tokens trained"},
      {"seconds", "number", "0", "wall-clock seconds"},
@@ -473,8 +494,11 @@ int l_hw_profile(lua_State* L) {
 }
 
 const LtFunc kHwProject{
-    "hw", "project", "profile?: table, opts?: Opts",
-    "table[] # one row per catalog GPU: {gpu, kind = \"measured\"|\"projected\"|\"planned\", fits, predicted_peak_gb, "
+    "hw",
+    "project",
+    "profile?: table, opts?: Opts",
+    "table[] # one row per catalog GPU: {gpu, kind = \"measured\"|\"projected\"|\"planned\", fits, "
+    "predicted_peak_gb, "
     "max_micro_batch, advice, tokens_per_s, hours, gpu_hours, cost_usd, usd_per_mtok, mfu, bound, note}",
     "a measured profile (or a plan) projected onto every catalog GPU",
     {{"catalog", "string|table", "", "a catalog path or table"},
@@ -488,8 +512,10 @@ int l_hw_project(lua_State* L) {
   lt_check_options(L, 2, kHwProject);
   std::vector<GpuSpec> cat;
   {
-    if (lua_istable(L, 2)) lua_getfield(L, 2, "catalog");
-    else lua_pushnil(L);
+    if (lua_istable(L, 2))
+      lua_getfield(L, 2, "catalog");
+    else
+      lua_pushnil(L);
     cat = catalog_arg(L, lua_gettop(L));
     lua_pop(L, 1);
   }
@@ -526,7 +552,8 @@ int l_hw_project(lua_State* L) {
     c = pc;
     prof = std::make_unique<Profile>(hw_profile(c, in));
   } else {
-    LT_CHECK(lua_istable(L, 2) && lt_has_field(L, 2, "model"), "hw.project: without a profile, give model= in the options");
+    LT_CHECK(lua_istable(L, 2) && lt_has_field(L, 2, "model"),
+             "hw.project: without a profile, give model= in the options");
     lua_getfield(L, 2, "model");
     c = model_arg(L, lua_gettop(L), "hw.project: model");
     lua_pop(L, 1);
@@ -537,7 +564,8 @@ int l_hw_project(lua_State* L) {
     if (r.has_plan) {
       j["predicted_peak_gb"] = r.predicted_peak_gb;
       j["max_micro_batch"] = r.max_micro_batch;
-      if (!r.advice.empty()) j["advice"] = json_of(r.advice);  // (an empty Lua table would read back as an object)
+      if (!r.advice.empty())
+        j["advice"] = json_of(r.advice);  // (an empty Lua table would read back as an object)
     }
     if (r.tokens_per_s > 0) j["tokens_per_s"] = r.tokens_per_s;
     if (r.hours >= 0) j["hours"] = r.hours;
@@ -552,7 +580,8 @@ int l_hw_project(lua_State* L) {
   return 1;
 }
 
-const LtFunc kHwProjectionRule{"hw", "projection_rule", "", "string", "the projection rule as text, for reports"};
+const LtFunc kHwProjectionRule{"hw", "projection_rule", "", "string",
+                               "the projection rule as text, for reports"};
 int l_hw_projection_rule(lua_State* L) {
   lua_pushstring(L, hw_projection_rule().c_str());
   return 1;
@@ -564,7 +593,10 @@ std::string describe_monitor(const MonitorPtr& m) {
   return std::string("HwMonitor(") + (m && m->running() ? "sampling" : "stopped") + ")";
 }
 
-const LtFunc kHwMonitor{"hw", "monitor", "opts?: Opts", "HwMonitor",
+const LtFunc kHwMonitor{"hw",
+                        "monitor",
+                        "opts?: Opts",
+                        "HwMonitor",
                         "NVML samples in the background until mon:stop() (none, and a note, without NVML)",
                         {{"interval", "number", "0.5", "seconds between samples"},
                          {"device", "integer", "0", "the CUDA device sampled"}}};
@@ -599,13 +631,19 @@ int l_hw_monitor_stop(lua_State* L) {
 
 const LtFunc kHwRunSummary{
     "hw", "run_summary", "metrics_jsonl: string",
-    "table # {steps, timed_steps, tokens, seconds, tokens_per_s, step_time_s, peak_memory_gb, loss, eval_loss, "
+    "table # {steps, timed_steps, tokens, seconds, tokens_per_s, step_time_s, peak_memory_gb, loss, "
+    "eval_loss, "
     "accuracy, config}",
     "a finished run's numbers from its JSONL (the first step left out of the rate when there are more)"};
 int l_hw_run_summary(lua_State* L) {
   RunSummary s = hw_read_metrics(luaL_checkstring(L, 1));
-  json j = {{"steps", s.steps},          {"timed_steps", s.timed_steps}, {"tokens", s.tokens},           {"seconds", s.seconds},
-            {"tokens_per_s", s.tokens_per_s}, {"step_time_s", s.step_time_s}, {"config", json::parse(s.config_json)}};
+  json j = {{"steps", s.steps},
+            {"timed_steps", s.timed_steps},
+            {"tokens", s.tokens},
+            {"seconds", s.seconds},
+            {"tokens_per_s", s.tokens_per_s},
+            {"step_time_s", s.step_time_s},
+            {"config", json::parse(s.config_json)}};
   if (s.peak_memory_gb > 0) j["peak_memory_gb"] = s.peak_memory_gb;
   if (s.loss >= 0) j["loss"] = s.loss;
   if (s.eval_loss >= 0) j["eval_loss"] = s.eval_loss;
@@ -629,7 +667,10 @@ void write_file(const std::string& path, const std::string& text) {
   file_write_atomic(path, text);
 }
 
-const LtFunc kHwReport{"hw", "report", "doc: table, opts: Opts", "table # {markdown, html}: the paths written",
+const LtFunc kHwReport{"hw",
+                       "report",
+                       "doc: table, opts: Opts",
+                       "table # {markdown, html}: the paths written",
                        "the comparison report (schema: host/hw/report.h), each file written atomically",
                        {{"markdown", "string", "", "the Markdown file to write"},
                         {"html", "string", "", "the HTML file to write"}}};
@@ -682,12 +723,14 @@ const luaL_Reg hw_funcs[] = {{"probe", l_hw_probe},
 }  // namespace
 
 LtModuleApi lt_api_hw() {
-  return {"hw",
-          "the device, the GPU catalog, memory plans, run profiles and projections, NVML monitoring, reports; sizes "
-          "in GiB (keys end in _gb)",
-          {kHwProbe, kHwCatalog, kHwParams, kHwPresets, kHwPlan, kHwPlanText, kHwProfile, kHwProject,
-           kHwProjectionRule, kHwMonitor, kHwRunSummary, kHwReadJson, kHwReport, kHwRunnerPath, kHwMonitorStop},
-          {{"HwMonitor", "an NVML sampler (hw.monitor)"}}};
+  return {
+      "hw",
+      "the device, the GPU catalog, memory plans, run profiles and projections, NVML monitoring, reports; "
+      "sizes "
+      "in GiB (keys end in _gb)",
+      {kHwProbe, kHwCatalog, kHwParams, kHwPresets, kHwPlan, kHwPlanText, kHwProfile, kHwProject,
+       kHwProjectionRule, kHwMonitor, kHwRunSummary, kHwReadJson, kHwReport, kHwRunnerPath, kHwMonitorStop},
+      {{"HwMonitor", "an NVML sampler (hw.monitor)"}}};
 }
 
 }  // namespace luatune

@@ -45,7 +45,10 @@ void opt_string_list(lua_State* L, int idx, const char* key, std::vector<std::st
 }
 
 const LtFunc kLoraApply{
-    "lora", "apply", "model: Model, opts?: Opts", "integer # the Linears adapted",
+    "lora",
+    "apply",
+    "model: Model, opts?: Opts",
+    "integer # the Linears adapted",
     "wraps the targeted Linears: base(x) + B(A(dropout(x))) * alpha/r, A kaiming-uniform, B zero (the output "
     "is unchanged); freezes every base weight",
     {{"r", "integer", "16", "rank of A and B"},
@@ -53,7 +56,8 @@ const LtFunc kLoraApply{
      {"dropout", "number", "0.05", "dropout on the adapter's input, only while training"},
      {"targets", "string|string[]", "{\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"}",
       "names among q/k/v/o_proj, gate/up/down_proj, \"all-linear\", or full module names"},
-     {"layers", "integer[]", "", "HF layer numbers to adapt (0-based, as in the names); default: every layer"},
+     {"layers", "integer[]", "",
+      "HF layer numbers to adapt (0-based, as in the names); default: every layer"},
      {"rslora", "boolean", "false", "rank-stabilised scale alpha/sqrt(r)"},
      {"dora", "boolean", "false", "DoRA: weight-decomposed LoRA (a learned magnitude per output row)"},
      {"seed", "integer", "0", "seed of A's initialisation (a generator of its own)"}}};
@@ -90,13 +94,16 @@ int l_lora_apply(lua_State* L) {
   return 1;
 }
 
-const LtFunc kLoraAdaptionPrompt{
-    "lora", "adaption_prompt", "model: Model, opts?: Opts", "integer # the layers adapted (the top ones)",
-    "LLaMA-Adapter (PEFT's ADAPTION_PROMPT): a learnable prompt and a zero gate in each of the top layers; base "
-    "frozen, so the model starts out exactly the base model",
-    {{"adapter_len", "integer", "10", "prompt vectors per adapted layer"},
-     {"adapter_layers", "integer", "30", "adapted layers, counted from the top"},
-     {"seed", "integer", "0", "seed of the prompt's initialisation"}}};
+const LtFunc kLoraAdaptionPrompt{"lora",
+                                 "adaption_prompt",
+                                 "model: Model, opts?: Opts",
+                                 "integer # the layers adapted (the top ones)",
+                                 "LLaMA-Adapter (PEFT's ADAPTION_PROMPT): a learnable prompt and a zero gate "
+                                 "in each of the top layers; base "
+                                 "frozen, so the model starts out exactly the base model",
+                                 {{"adapter_len", "integer", "10", "prompt vectors per adapted layer"},
+                                  {"adapter_layers", "integer", "30", "adapted layers, counted from the top"},
+                                  {"seed", "integer", "0", "seed of the prompt's initialisation"}}};
 int l_lora_adaption_prompt(lua_State* L) {
   Model& m = check_model(L, 1);
   AdaptionPromptConfig c;
@@ -121,7 +128,10 @@ int l_lora_adaption_prompt(lua_State* L) {
 
 // LoRA or adaption prompt, whichever the model has.
 const LtFunc kLoraSave{
-    "lora", "save", "model: Model, dir: string, opts?: Opts", "",
+    "lora",
+    "save",
+    "model: Model, dir: string, opts?: Opts",
+    "",
     "writes adapter_config.json and adapter_model.safetensors as peft writes them",
     {{"base_model", "string", "",
       "recorded in adapter_config.json; default: the directory the model came from (\"org/name\" for a "
@@ -143,11 +153,11 @@ int l_lora_save(lua_State* L) {
   return 0;
 }
 
-const LtFunc kLoraLoad{
-    "lora", "load", "model: Model, dir: string",
-    "table # the config read: {r, alpha, dropout, targets, layers, rslora, dora}, or {adapter_len, adapter_layers} "
-    "for an adaption prompt",
-    "applies a PEFT LoRA/DoRA adapter or adaption prompt and loads its weights"};
+const LtFunc kLoraLoad{"lora", "load", "model: Model, dir: string",
+                       "table # the config read: {r, alpha, dropout, targets, layers, rslora, dora}, or "
+                       "{adapter_len, adapter_layers} "
+                       "for an adaption prompt",
+                       "applies a PEFT LoRA/DoRA adapter or adaption prompt and loads its weights"};
 int l_lora_load(lua_State* L) {
   Model& m = check_model(L, 1);
   std::string dir = luaL_checkstring(L, 2);
@@ -216,7 +226,8 @@ const luaL_Reg lora_funcs[] = {{"apply", l_lora_apply}, {"adaption_prompt", l_lo
 }  // namespace
 
 LtModuleApi lt_api_lora() {
-  return {"lora", "LoRA and DoRA adapters and LLaMA-Adapter prompts, in and out of PEFT's format",
+  return {"lora",
+          "LoRA and DoRA adapters and LLaMA-Adapter prompts, in and out of PEFT's format",
           {kLoraApply, kLoraAdaptionPrompt, kLoraSave, kLoraLoad, kLoraMerge, kLoraParameters}};
 }
 

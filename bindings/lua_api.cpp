@@ -58,9 +58,9 @@ std::string lt_func_full_name(const LtFunc& f) {
 
 const std::vector<LtModuleApi>& lt_api_registry() {
   static const std::vector<LtModuleApi> registry = {
-      lt_api_config(), lt_api_torch(), lt_api_train(),   lt_api_tokenizer(), lt_api_models(), lt_api_data(),
-      lt_api_metrics(), lt_api_eval(), lt_api_lora(),    lt_api_qlora(),     lt_api_prune(),  lt_api_dist(),
-      lt_api_distill(), lt_api_sweep(), lt_api_hw(),     lt_api_export(),
+      lt_api_config(),  lt_api_torch(), lt_api_train(), lt_api_tokenizer(), lt_api_models(), lt_api_data(),
+      lt_api_metrics(), lt_api_eval(),  lt_api_lora(),  lt_api_qlora(),     lt_api_prune(),  lt_api_dist(),
+      lt_api_distill(), lt_api_sweep(), lt_api_hw(),    lt_api_export(),
   };
   return registry;
 }
@@ -98,8 +98,10 @@ std::vector<std::string> split_top(const std::string& s, char sep) {
 std::string resolve_type(const LtFunc& f, std::string type) {
   const std::string cls = lt_func_options_class(f);
   for (size_t at = type.find("Opts"); at != std::string::npos; at = type.find("Opts", at + 1)) {
-    bool word_start = at == 0 || !(std::isalnum(static_cast<unsigned char>(type[at - 1])) || type[at - 1] == '_');
-    bool word_end = at + 4 == type.size() || !(std::isalnum(static_cast<unsigned char>(type[at + 4])) || type[at + 4] == '_');
+    bool word_start =
+        at == 0 || !(std::isalnum(static_cast<unsigned char>(type[at - 1])) || type[at - 1] == '_');
+    bool word_end = at + 4 == type.size() ||
+                    !(std::isalnum(static_cast<unsigned char>(type[at + 4])) || type[at + 4] == '_');
     if (word_start && word_end) {
       type.replace(at, 4, cls);
       at += cls.size() - 1;
@@ -209,7 +211,8 @@ std::string lt_api_lua_types() {
       os << "---" << one_line(c.doc) << "\n---@class " << c.name << "\nlocal " << c.name << " = {}\n\n";
       for (const LtFunc& f : m.funcs) {
         if (f.module == std::string(c.name)) write_function(os, f, c.name, true, false, written);
-        if (f.self_class && f.self_class == std::string(c.name)) write_function(os, f, c.name, true, true, written);
+        if (f.self_class && f.self_class == std::string(c.name))
+          write_function(os, f, c.name, true, true, written);
       }
       os << "---Frees what the " << c.name << " holds now (GPU memory included); later use is an error.\n"
          << "function " << c.name << ":release() end\n\n";
@@ -249,8 +252,8 @@ std::string md_table(const std::string& title, const std::vector<LtOpt>& keys) {
     std::string name = std::string(o.name) == "[string]" ? "any other key" : "`" + std::string(o.name) + "`";
     std::string def = o.def;
     if (!def.empty() && def != "required") def = "`" + def + "`";
-    os << "| " << name << " | `" << md_cell(o.type, true) << "` | " << md_cell(def, true) << " | " << md_cell(o.doc)
-       << " |\n";
+    os << "| " << name << " | `" << md_cell(o.type, true) << "` | " << md_cell(def, true) << " | "
+       << md_cell(o.doc) << " |\n";
   }
   return os.str();
 }
@@ -260,7 +263,8 @@ std::string functions_of(const std::string& cls) {
   std::vector<std::string> names;
   for (const LtModuleApi& m : lt_api_registry())
     for (const LtFunc& f : m.funcs)
-      if (!lt_func_options(f).empty() && lt_func_options_class(f) == cls) names.push_back("`" + lt_func_full_name(f) + "`");
+      if (!lt_func_options(f).empty() && lt_func_options_class(f) == cls)
+        names.push_back("`" + lt_func_full_name(f) + "`");
   return str_join(names, ", ");
 }
 
@@ -413,9 +417,13 @@ int lt_api_main(const std::vector<std::string>& args) {
     } else {
       std::string old_types = file_exists(types_path) ? file_read(types_path) : "";
       if (old_types != types)
-        problems.push_back(types_path + " differs from the declarations in bindings/*.cpp; run `runner api --write` to refresh it");
+        problems.push_back(
+            types_path +
+            " differs from the declarations in bindings/*.cpp; run `runner api --write` to refresh it");
       if (refreshed != doc)
-        problems.push_back(doc_path + "'s option tables differ from the declarations in bindings/*.cpp; run `runner api --write` to refresh them");
+        problems.push_back(doc_path +
+                           "'s option tables differ from the declarations in bindings/*.cpp; run `runner api "
+                           "--write` to refresh them");
     }
   } else {
     fail_usage("runner api: unknown mode '" + mode + "'", usage);

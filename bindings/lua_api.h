@@ -37,10 +37,10 @@ struct LtFunc {
   const char* name;
   const char* params;
   const char* returns;
-  const char* doc;                    // one line
-  std::vector<LtOpt> options = {};    // the option table's keys (none: no option table)
-  const LtTable* shared = nullptr;    // or a table declared once for several functions
-  const char* self_class = nullptr;   // also a method of this class: torch.exp(t) is t:exp()
+  const char* doc;                   // one line
+  std::vector<LtOpt> options = {};   // the option table's keys (none: no option table)
+  const LtTable* shared = nullptr;   // or a table declared once for several functions
+  const char* self_class = nullptr;  // also a method of this class: torch.exp(t) is t:exp()
 };
 
 // A Lua-visible userdata class (its methods are LtFuncs whose module is the class name).

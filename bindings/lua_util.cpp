@@ -119,8 +119,8 @@ static void check_options(lua_State* L, int idx, const std::vector<LtOpt>& keys,
     lua_pop(L, 1);
     std::string key =
         lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : std::string("<") + luaL_typename(L, -1) + ">";
-    bool ok = lua_type(L, -1) == LUA_TSTRING &&
-              (open || std::find(valid.begin(), valid.end(), key) != valid.end());
+    bool ok =
+        lua_type(L, -1) == LUA_TSTRING && (open || std::find(valid.begin(), valid.end(), key) != valid.end());
     if (!ok) {
       std::string near = str_nearest(key, valid);
       std::string msg = "unknown option '" + key + "'" +
@@ -136,8 +136,8 @@ static void check_options(lua_State* L, int idx, const std::vector<LtOpt>& keys,
     if (std::string(o.name) == "[string]" || !lt_type_is_scalar(o.type)) continue;
     lua_getfield(L, idx, o.name);
     if (!lua_isnil(L, -1) && !lt_type_matches(L, -1, o.type)) {
-      std::string msg = std::string("option '") + o.name + "' expects " + lt_type_describe(o.type) + ", got " +
-                        lt_typename(L, -1);
+      std::string msg = std::string("option '") + o.name + "' expects " + lt_type_describe(o.type) +
+                        ", got " + lt_typename(L, -1);
       lua_pop(L, 1);
       luaL_argerror(L, idx, msg.c_str());
     }
@@ -204,7 +204,8 @@ bool lt_type_matches(lua_State* L, int idx, const std::string& type) {
 bool lt_type_is_scalar(const std::string& type) {
   for (const std::string& a : type_alternatives(type)) {
     int want = alternative_lua_type(a);
-    if (want != LUA_TNUMBER && want != LUA_TBOOLEAN && want != LUA_TSTRING && want != LUA_TUSERDATA) return false;
+    if (want != LUA_TNUMBER && want != LUA_TBOOLEAN && want != LUA_TSTRING && want != LUA_TUSERDATA)
+      return false;
   }
   return true;
 }

@@ -129,7 +129,8 @@ void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
         lua_pop(L, 1);
       }
     } else {
-      LT_CHECK(lua_isnil(L, -1), "metrics.open: wandb.tags must be a list of strings, got " << luaL_typename(L, -1));
+      LT_CHECK(lua_isnil(L, -1),
+               "metrics.open: wandb.tags must be a list of strings, got " << luaL_typename(L, -1));
     }
     lua_pop(L, 1);
   } else {
@@ -149,18 +150,25 @@ void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
 
 // progress_seconds, when given, wins over $LUATUNE_PROGRESS_SECONDS, which wins over the default 30.
 const LtFunc kMetricsOpen{
-    "metrics", "open", "opts?: Opts", "Metrics",
+    "metrics",
+    "open",
+    "opts?: Opts",
+    "Metrics",
     "a fan-out of sinks (console, JSONL, W&B) on rank 0; other ranks get one that writes nothing",
     {{"console", "boolean", "true",
       "on a terminal a live line redrawn in place; otherwise a plain line at most every progress_seconds"},
      {"jsonl", "string", "\"\"", "a JSONL file (directories created), truncated unless resume"},
      {"total_steps", "integer", "0", "the run's steps, for the progress bar and ETA"},
-     {"progress_seconds", "number", "30", "seconds between plain progress lines (0: every step); beats LUATUNE_PROGRESS_SECONDS"},
-     {"config", "table|string", "", "the config{} table or config.json(): the JSONL file's first line {\"config\": ...}"},
+     {"progress_seconds", "number", "30",
+      "seconds between plain progress lines (0: every step); beats LUATUNE_PROGRESS_SECONDS"},
+     {"config", "table|string", "",
+      "the config{} table or config.json(): the JSONL file's first line {\"config\": ...}"},
      {"resume", "boolean|integer", "false",
-      "append to the JSONL file; a step (what trainer:resume() returned) drops later lines first, 0 starts afresh"},
+      "append to the JSONL file; a step (what trainer:resume() returned) drops later lines first, 0 starts "
+      "afresh"},
      {"wandb", "string|WandbOpts", "\"\"", "log to Weights & Biases: a project name or the run's settings"},
-     {"report", "boolean", "true", "log:close() writes report.html and report.md beside the JSONL file (docs/report.md)"}}};
+     {"report", "boolean", "true",
+      "log:close() writes report.html and report.md beside the JSONL file (docs/report.md)"}}};
 int l_metrics_open(lua_State* L) {
   MetricsOptions o;
   if (!lua_isnoneornil(L, 1)) {
@@ -205,8 +213,9 @@ int l_metrics_open(lua_State* L) {
   return 1;
 }
 
-const LtFunc kMetricsPrint{"metrics", "print", "...: any", "",
-                           "print that clears the live line first and redraws it after; the global print is this"};
+const LtFunc kMetricsPrint{
+    "metrics", "print", "...: any", "",
+    "print that clears the live line first and redraws it after; the global print is this"};
 int l_metrics_print(lua_State* L) {
   int n = lua_gettop(L);
   std::string line;
@@ -229,9 +238,9 @@ int l_metrics_print(lua_State* L) {
 // ============================================================================================
 // Metrics methods
 
-const LtFunc kMetricsWrite{
-    "Metrics", "write", "step: integer, values: table<string, number|string>", "",
-    "numbers by name plus an optional text note; eval_* keys get their own console line; JSONL flushed per write"};
+const LtFunc kMetricsWrite{"Metrics", "write", "step: integer, values: table<string, number|string>", "",
+                           "numbers by name plus an optional text note; eval_* keys get their own console "
+                           "line; JSONL flushed per write"};
 int l_metrics_write(lua_State* L) {
   Metrics& m = check_metrics(L, 1);
   int64_t step = lt_check_int(L, 2);
@@ -239,25 +248,27 @@ int l_metrics_write(lua_State* L) {
   return 0;
 }
 
-const LtFunc kMetricsSummary{"Metrics", "summary", "values: table<string, number|string>", "",
-                             "the run's final numbers: a small console table, {\"summary\": ...} in the JSONL"};
+const LtFunc kMetricsSummary{
+    "Metrics", "summary", "values: table<string, number|string>", "",
+    "the run's final numbers: a small console table, {\"summary\": ...} in the JSONL"};
 int l_metrics_summary(lua_State* L) {
   Metrics& m = check_metrics(L, 1);
   m.summary(check_values(L, 2, "log:summary"));
   return 0;
 }
 
-const LtFunc kMetricsClose{"Metrics", "close", "exit_code?: integer", "",
-                           "ends the live line and closes the sinks; also done by release() and garbage collection"};
+const LtFunc kMetricsClose{
+    "Metrics", "close", "exit_code?: integer", "",
+    "ends the live line and closes the sinks; also done by release() and garbage collection"};
 int l_metrics_close(lua_State* L) {
   Metrics& m = check_metrics(L, 1);
   m.close(lua_isnoneornil(L, 2) ? 0 : static_cast<int>(lt_check_int(L, 2)));
   return 0;
 }
 
-const LtFunc kMetricsStopped{
-    "Metrics", "stopped", "", "boolean",
-    "true once the run was stopped from the W&B UI: the recipe ends its loop and saves as after its last step"};
+const LtFunc kMetricsStopped{"Metrics", "stopped", "", "boolean",
+                             "true once the run was stopped from the W&B UI: the recipe ends its loop and "
+                             "saves as after its last step"};
 int l_metrics_stopped(lua_State* L) {
   lua_pushboolean(L, check_metrics(L, 1).stopped());
   return 1;
@@ -283,10 +294,12 @@ int l_metrics_write_json(lua_State* L) {
   return 0;
 }
 
-const LtFunc kMetricsClock{"metrics", "clock", "", "number",
-                           "seconds on a monotonic clock, with fractions: time recipe phases with differences"};
+const LtFunc kMetricsClock{
+    "metrics", "clock", "", "number",
+    "seconds on a monotonic clock, with fractions: time recipe phases with differences"};
 int l_metrics_clock(lua_State* L) {
-  lua_pushnumber(L, std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+  lua_pushnumber(L,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
   return 1;
 }
 

@@ -54,12 +54,18 @@ std::string describe_model(const ModelPtr& m) {
   return os.str();
 }
 
-Model& check_model(lua_State* L, int idx) { return *lt_check<ModelPtr>(L, idx); }
+Model& check_model(lua_State* L, int idx) {
+  return *lt_check<ModelPtr>(L, idx);
+}
 
 void push_json(lua_State* L, const json& j) {
   switch (j.type()) {
-    case json::value_t::null: lua_pushnil(L); break;
-    case json::value_t::boolean: lua_pushboolean(L, j.get<bool>()); break;
+    case json::value_t::null:
+      lua_pushnil(L);
+      break;
+    case json::value_t::boolean:
+      lua_pushboolean(L, j.get<bool>());
+      break;
     case json::value_t::string: {
       const auto& s = j.get_ref<const std::string&>();
       lua_pushlstring(L, s.data(), s.size());
@@ -79,7 +85,9 @@ void push_json(lua_State* L, const json& j) {
         lua_setfield(L, -2, it.key().c_str());
       }
       break;
-    default: lua_pushnumber(L, j.get<double>()); break;
+    default:
+      lua_pushnumber(L, j.get<double>());
+      break;
   }
 }
 
@@ -89,8 +97,9 @@ at::Tensor check_ids(lua_State* L, int idx) {
     LT_CHECK(!at::isFloatingType(t->scalar_type()) || t->eq(t->floor()).all().item<bool>(),
              lt_fname(L) << ": ids must be whole numbers");
     at::Tensor ids = t->to(at::kLong);
-    LT_CHECK(ids.dim() == 1 || ids.dim() == 2, lt_fname(L) << ": ids must be (length) or (batch, length), got "
-                                                           << shape_str(ids.sizes().vec()));
+    LT_CHECK(ids.dim() == 1 || ids.dim() == 2, lt_fname(L)
+                                                   << ": ids must be (length) or (batch, length), got "
+                                                   << shape_str(ids.sizes().vec()));
     return ids.dim() == 1 ? ids.unsqueeze(0) : ids;
   }
   luaL_checktype(L, idx, LUA_TTABLE);
@@ -118,14 +127,15 @@ at::Tensor check_ids(lua_State* L, int idx) {
       read_row(lua_gettop(L), rows.back());
       lua_pop(L, 1);
       LT_CHECK(rows.back().size() == rows.front().size(),
-               lt_fname(L) << ": every row of ids must have the same length (row 1 has " << rows.front().size()
-                           << ", row " << i << " has " << rows.back().size() << ")");
+               lt_fname(L) << ": every row of ids must have the same length (row 1 has "
+                           << rows.front().size() << ", row " << i << " has " << rows.back().size() << ")");
     }
   }
   LT_CHECK(!rows.empty() && !rows[0].empty(), lt_fname(L) << ": ids is empty");
   std::vector<int64_t> flat;
   for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
-  return at::tensor(flat, at::kLong).view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
+  return at::tensor(flat, at::kLong)
+      .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
 }
 
 void push_int_list(lua_State* L, const std::vector<int64_t>& v) {
@@ -141,13 +151,18 @@ void push_int_list(lua_State* L, const std::vector<int64_t>& v) {
 
 // dir may be a Hub id "org/name[@revision]" found in the Hugging Face cache (host/io/hub_cache.h).
 const LtFunc kModelsLoad{
-    "models", "load", "dir: string, opts?: Opts", "Model",
-    "an HF model directory (model.safetensors or an index and shards), or a Hub id in the HF cache; each tensor "
+    "models",
+    "load",
+    "dir: string, opts?: Opts",
+    "Model",
+    "an HF model directory (model.safetensors or an index and shards), or a Hub id in the HF cache; each "
+    "tensor "
     "validated against config.json, converted and moved on its own",
     {{"dtype", "string", "\"auto\"", "\"auto\" keeps config.json's torch_dtype; \"bf16\", \"float32\", ..."},
      {"device", "string", "\"cpu\"", "\"cpu\", \"cuda[:N]\" or \"auto\""},
      {"quantize", "\"nf4\"|\"fp4\"|boolean|QuantOpts", "",
-      "every decoder projection 4-bit as it loads (QLoRA); a bitsandbytes 4-bit directory loads 4-bit anyway"}}};
+      "every decoder projection 4-bit as it loads (QLoRA); a bitsandbytes 4-bit directory loads 4-bit "
+      "anyway"}}};
 int l_models_load(lua_State* L) {
   std::string dir = luaL_checkstring(L, 1);
   LoadOptions o;
@@ -165,14 +180,19 @@ int l_models_load(lua_State* L) {
 }
 
 const LtFunc kModelsInit{
-    "models", "init", "opts: Opts", "Model",
-    "random weights as HF initialises them, from config.json fields on top of HF's defaults for the architecture",
+    "models",
+    "init",
+    "opts: Opts",
+    "Model",
+    "random weights as HF initialises them, from config.json fields on top of HF's defaults for the "
+    "architecture",
     {{"arch", "string", "required", "llama, mistral, qwen2, qwen3 or gemma2"},
      {"seed", "integer", "0", "seed of the initialisation"},
      {"dtype", "string", "\"float32\"", "the weights' dtype"},
      {"device", "string", "\"cpu\"", "\"cpu\", \"cuda[:N]\" or \"auto\""},
      {"tokenizer", "Tokenizer", "", "supplies vocab_size and the bos/eos/pad ids unless given"},
-     {"[string]", "any", "", "a config.json field by its HF name (hidden_size, num_hidden_layers, rope_scaling, ...)"}}};
+     {"[string]", "any", "",
+      "a config.json field by its HF name (hidden_size, num_hidden_layers, rope_scaling, ...)"}}};
 int l_models_init(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lt_check_options(L, 1, kModelsInit);
@@ -217,8 +237,9 @@ int l_models_init(lua_State* L) {
 // ============================================================================================
 // Model methods
 
-const LtFunc kModelForward{"Model", "forward", "ids: Tensor|integer[]|integer[][]", "Tensor # logits (B, T, vocab)",
-                           "logits without gradients; ids a list, equal-length lists, or an int Tensor (T) or (B, T)"};
+const LtFunc kModelForward{
+    "Model", "forward", "ids: Tensor|integer[]|integer[][]", "Tensor # logits (B, T, vocab)",
+    "logits without gradients; ids a list, equal-length lists, or an int Tensor (T) or (B, T)"};
 int l_models_forward(lua_State* L) {
   Model& m = check_model(L, 1);
   at::Tensor ids = check_ids(L, 2);
@@ -228,10 +249,14 @@ int l_models_forward(lua_State* L) {
 }
 
 const LtFunc kModelGenerate{
-    "Model", "generate", "tok: Tokenizer, prompt: string, opts?: Opts",
-    "string text; table info # {ids = prompt and new ids, new_tokens, finish_reason = \"eos\"|\"stop\"|\"length\", "
+    "Model",
+    "generate",
+    "tok: Tokenizer, prompt: string, opts?: Opts",
+    "string text; table info # {ids = prompt and new ids, new_tokens, finish_reason = "
+    "\"eos\"|\"stop\"|\"length\", "
     "seconds}",
-    "samples (greedy at temperature 0) until an EOS id of the config or tokenizer, a stop string or max_new_tokens",
+    "samples (greedy at temperature 0) until an EOS id of the config or tokenizer, a stop string or "
+    "max_new_tokens",
     {{"max_new_tokens", "integer", "64", "tokens to generate at most"},
      {"temperature", "number", "0", "0: greedy"},
      {"top_k", "integer", "0", "sample among the k likeliest tokens (0: off)"},
@@ -260,7 +285,8 @@ int l_models_generate(lua_State* L) {
       size_t n = lua_objlen(L, -1);
       for (size_t i = 1; i <= n; i++) {
         lua_rawgeti(L, -1, static_cast<int>(i));
-        LT_CHECK(lua_type(L, -1) == LUA_TSTRING, "model:generate: stop must be a string or a list of strings");
+        LT_CHECK(lua_type(L, -1) == LUA_TSTRING,
+                 "model:generate: stop must be a string or a list of strings");
         o.stop.push_back(lua_tostring(L, -1));
         lua_pop(L, 1);
       }
@@ -284,7 +310,10 @@ int l_models_generate(lua_State* L) {
 }
 
 const LtFunc kModelPerplexity{
-    "Model", "perplexity", "data: string|string[]|integer[][]|Tensor, opts?: Opts", "number ppl; table info # {nll, tokens}",
+    "Model",
+    "perplexity",
+    "data: string|string[]|integer[][]|Tensor, opts?: Opts",
+    "number ppl; table info # {nll, tokens}",
     "perplexity over a string or list of strings (with tokenizer), a list of id lists or an ids Tensor",
     {{"max_length", "integer", "2048", "sequences are cut into windows of this many tokens"},
      {"tokenizer", "Tokenizer", "", "encodes text data"}}};
@@ -341,7 +370,10 @@ int l_models_perplexity(lua_State* L) {
 }
 
 const LtFunc kModelSave{
-    "Model", "save", "dir: string, opts?: Opts", "",
+    "Model",
+    "save",
+    "dir: string, opts?: Opts",
+    "",
     "config.json, generation_config.json, the tokenizer's files and safetensors shards, each written to a "
     "temporary name and renamed (config.json last)",
     {{"tokenizer", "Tokenizer", "", "its files are copied into the directory"},
@@ -357,7 +389,8 @@ int l_models_save(lua_State* L) {
     LT_CHECK(shard >= 1, "model:save: max_shard_size must be a positive number of bytes");
     o.max_shard_bytes = static_cast<uint64_t>(shard);
     lua_getfield(L, 3, "tokenizer");
-    if (!lua_isnil(L, -1)) o.tokenizer_files = lt_check<std::shared_ptr<Tokenizer>>(L, lua_gettop(L))->files();
+    if (!lua_isnil(L, -1))
+      o.tokenizer_files = lt_check<std::shared_ptr<Tokenizer>>(L, lua_gettop(L))->files();
     lua_pop(L, 1);
   }
   model_save(m, dir, o);
@@ -365,22 +398,23 @@ int l_models_save(lua_State* L) {
 }
 
 const LtFunc kModelNumParams{
-    "Model", "num_params", "", "table # {total, trainable, embedding, attention, mlp, norm, lm_head, adapter}",
+    "Model", "num_params", "",
+    "table # {total, trainable, embedding, attention, mlp, norm, lm_head, adapter}",
     "parameter counts; total includes adapters, trainable = base weights with requires_grad + adapters"};
 int l_models_num_params(lua_State* L) {
   ParamCounts n = check_model(L, 1).count_parameters();
   lua_createtable(L, 0, 8);
-  const std::pair<const char*, int64_t> fields[] = {{"total", n.total},         {"trainable", n.trainable},
-                                                    {"embedding", n.embedding}, {"attention", n.attention},
-                                                    {"mlp", n.mlp},             {"norm", n.norm},
-                                                    {"lm_head", n.lm_head},     {"adapter", n.adapter}};
+  const std::pair<const char*, int64_t> fields[] = {
+      {"total", n.total}, {"trainable", n.trainable}, {"embedding", n.embedding}, {"attention", n.attention},
+      {"mlp", n.mlp},     {"norm", n.norm},           {"lm_head", n.lm_head},     {"adapter", n.adapter}};
   for (const auto& [k, v] : fields) {
     lt_set_number(L, k, static_cast<double>(v));
   }
   return 1;
 }
 
-const LtFunc kModelConfig{"Model", "config", "", "table", "the config.json this model would save, as a table"};
+const LtFunc kModelConfig{"Model", "config", "", "table",
+                          "the config.json this model would save, as a table"};
 int l_models_config(lua_State* L) {
   Model& m = check_model(L, 1);
   ModelConfig c = m.config;
@@ -401,7 +435,10 @@ int l_models_parameters(lua_State* L) {
   return 1;
 }
 
-const LtFunc kModelTo{"Model", "to", "x: string|Opts", "Model # the model itself",
+const LtFunc kModelTo{"Model",
+                      "to",
+                      "x: string|Opts",
+                      "Model # the model itself",
                       "moves or casts every weight: a dtype or device name, or {dtype=, device=}",
                       {{"dtype", "string", "", "\"bf16\", \"float32\", ..."},
                        {"device", "string", "", "\"cpu\", \"cuda[:N]\" or \"auto\""}}};
@@ -435,22 +472,29 @@ int l_models_device(lua_State* L) {
   return 1;
 }
 
-const luaL_Reg model_methods[] = {
-    {"forward", l_models_forward},       {"generate", l_models_generate}, {"perplexity", l_models_perplexity},
-    {"save", l_models_save},             {"num_params", l_models_num_params}, {"config", l_models_config},
-    {"parameters", l_models_parameters}, {"to", l_models_to},             {"dtype", l_models_dtype},
-    {"device", l_models_device},         {nullptr, nullptr}};
+const luaL_Reg model_methods[] = {{"forward", l_models_forward},
+                                  {"generate", l_models_generate},
+                                  {"perplexity", l_models_perplexity},
+                                  {"save", l_models_save},
+                                  {"num_params", l_models_num_params},
+                                  {"config", l_models_config},
+                                  {"parameters", l_models_parameters},
+                                  {"to", l_models_to},
+                                  {"dtype", l_models_dtype},
+                                  {"device", l_models_device},
+                                  {nullptr, nullptr}};
 
 const luaL_Reg models_funcs[] = {{"load", l_models_load}, {"init", l_models_init}, {nullptr, nullptr}};
 
 }  // namespace
 
 LtModuleApi lt_api_models() {
-  return {"models",
-          "Hugging Face decoder-only models (Llama, Mistral, Qwen2, Qwen3, Gemma 2): load, initialise, run, save",
-          {kModelsLoad, kModelsInit, kModelForward, kModelGenerate, kModelPerplexity, kModelSave, kModelNumParams,
-           kModelConfig, kModelParameters, kModelTo, kModelDtype, kModelDevice},
-          {{"Model", "a decoder-only transformer; weights are plain tensors under their HF names"}}};
+  return {
+      "models",
+      "Hugging Face decoder-only models (Llama, Mistral, Qwen2, Qwen3, Gemma 2): load, initialise, run, save",
+      {kModelsLoad, kModelsInit, kModelForward, kModelGenerate, kModelPerplexity, kModelSave, kModelNumParams,
+       kModelConfig, kModelParameters, kModelTo, kModelDtype, kModelDevice},
+      {{"Model", "a decoder-only transformer; weights are plain tensors under their HF names"}}};
 }
 
 }  // namespace luatune

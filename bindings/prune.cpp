@@ -22,7 +22,9 @@ namespace {
 
 // ==== surgery and targets ====================================================================
 
-Model& check_model(lua_State* L, int idx) { return *lt_check<std::shared_ptr<Model>>(L, idx); }
+Model& check_model(lua_State* L, int idx) {
+  return *lt_check<std::shared_ptr<Model>>(L, idx);
+}
 
 void push_shape(lua_State* L, const ModelShape& s) {
   lua_createtable(L, 0, 6);
@@ -48,7 +50,8 @@ std::vector<int64_t> int_list(lua_State* L, int idx, const std::string& what) {
     lua_rawgeti(L, idx, static_cast<int>(i));
     LT_CHECK(lua_type(L, -1) == LUA_TNUMBER, "prune: " << what << "[" << i << "] must be a number");
     double v = lua_tonumber(L, -1);
-    LT_CHECK(v == static_cast<double>(static_cast<int64_t>(v)), "prune: " << what << "[" << i << "] must be whole");
+    LT_CHECK(v == static_cast<double>(static_cast<int64_t>(v)),
+             "prune: " << what << "[" << i << "] must be whole");
     out.push_back(static_cast<int64_t>(v));
     lua_pop(L, 1);
   }
@@ -57,7 +60,8 @@ std::vector<int64_t> int_list(lua_State* L, int idx, const std::string& what) {
 
 // Per-layer lists: either one flat list for every layer or a list of L lists (entry k = layer k-1).
 std::vector<std::vector<int64_t>> per_layer(lua_State* L, int idx, int64_t layers, const std::string& what) {
-  LT_CHECK(lt_is_list(L, idx), "prune: " << what << " must be a list (one list for every layer, or a list per layer)");
+  LT_CHECK(lt_is_list(L, idx),
+           "prune: " << what << " must be a list (one list for every layer, or a list per layer)");
   lua_rawgeti(L, idx, 1);
   bool nested = lua_istable(L, -1);
   lua_pop(L, 1);
@@ -82,7 +86,8 @@ TargetSparsity read_sparsity(lua_State* L, int idx) {
 }
 
 const LtFunc kPruneShape{"prune", "shape", "model: Model",
-                         "table # {layers, heads, kv_heads, head_dim, hidden, intermediate}", "the model's shape"};
+                         "table # {layers, heads, kv_heads, head_dim, hidden, intermediate}",
+                         "the model's shape"};
 int l_prune_shape(lua_State* L) {
   push_shape(L, model_shape(check_model(L, 1).config));
   return 1;
@@ -90,7 +95,10 @@ int l_prune_shape(lua_State* L) {
 
 // Rounding and the GQA rule: docs/pruning.md.
 const LtFunc kPruneTargets{
-    "prune", "targets", "model: Model, opts: Opts", "table # the shape (prune.shape's keys) plus whole_groups",
+    "prune",
+    "targets",
+    "model: Model, opts: Opts",
+    "table # the shape (prune.shape's keys) plus whole_groups",
     "the shape target sparsities give, without touching the model; a sparsity outside [0, 1) fails naming it",
     {{"layers", "number", "0", "the fraction of layers to remove, in [0, 1)"},
      {"heads", "number", "0", "the fraction of attention heads to remove"},
@@ -106,12 +114,17 @@ int l_prune_targets(lua_State* L) {
 }
 
 const LtFunc kPruneApply{
-    "prune", "apply", "model: Model, opts: Opts", "table # the new shape",
-    "keeps the listed structures (0-based HF numbers) and removes the rest everywhere, LoRA adapters included; "
+    "prune",
+    "apply",
+    "model: Model, opts: Opts",
+    "table # the new shape",
+    "keeps the listed structures (0-based HF numbers) and removes the rest everywhere, LoRA adapters "
+    "included; "
     "checks everything first",
     {{"layers", "integer[]", "", "the layers kept"},
      {"heads", "integer[]|integer[][]", "", "the heads kept: one list for every layer or one list per layer"},
-     {"intermediate", "integer[]|integer[][]", "", "the MLP channels kept: one list for every layer or per layer"},
+     {"intermediate", "integer[]|integer[][]", "",
+      "the MLP channels kept: one list for every layer or per layer"},
      {"hidden", "integer[]", "", "the hidden channels kept"}}};
 int l_prune_apply(lua_State* L) {
   Model& m = check_model(L, 1);
@@ -163,7 +176,10 @@ std::shared_ptr<TrainerHook> sheared_hook(lua_State* L, int idx) {
 // push_shape and push_target (the surgery section above) give shapes to Lua.
 
 const LtFunc kPruneSheared{
-    "prune", "sheared", "model: Model, opts: Opts", "ShearedPruner # a hook for train.new",
+    "prune",
+    "sheared",
+    "model: Model, opts: Opts",
+    "ShearedPruner # a hook for train.new",
     "Sheared-LLaMA: one hard-concrete mask sample per step and a Lagrangian pulling each kind to its target",
     {{"layers", "number", "0", "target fraction of layers removed, in [0, 1)"},
      {"heads", "number", "0", "target fraction of heads removed"},
@@ -206,15 +222,15 @@ int l_prune_sheared(lua_State* L) {
 }
 
 const LtFunc kShearedTarget{"ShearedPruner", "target", "", "table # prune.shape's keys plus whole_groups",
-                             "the target shape"};
+                            "the target shape"};
 int l_sheared_target(lua_State* L) {
   push_target(L, lt_check<ShearedPtr>(L, 1)->target());
   return 1;
 }
 
 const LtFunc kShearedExpectedSparsity{"ShearedPruner", "expected_sparsity", "",
-                                       "table # {layers, heads, hidden, intermediate}",
-                                       "the expected sparsity per kind (0 for kinds without a mask)"};
+                                      "table # {layers, heads, hidden, intermediate}",
+                                      "the expected sparsity per kind (0 for kinds without a mask)"};
 int l_sheared_expected_sparsity(lua_State* L) {
   ShearedPruner& p = *lt_check<ShearedPtr>(L, 1);
   lua_createtable(L, 0, 4);
@@ -223,9 +239,10 @@ int l_sheared_expected_sparsity(lua_State* L) {
   return 1;
 }
 
-const LtFunc kShearedMasks{"ShearedPruner", "masks", "",
-                            "table # {layers = (L), heads = (L, H), intermediate = (L, I), hidden = (C)} Tensors",
-                            "the deterministic masks of the kinds that have one"};
+const LtFunc kShearedMasks{
+    "ShearedPruner", "masks", "",
+    "table # {layers = (L), heads = (L, H), intermediate = (L, I), hidden = (C)} Tensors",
+    "the deterministic masks of the kinds that have one"};
 int l_sheared_masks(lua_State* L) {
   StructureMasks m = lt_check<ShearedPtr>(L, 1)->deterministic_masks();
   lua_createtable(L, 0, 4);
@@ -239,9 +256,9 @@ int l_sheared_masks(lua_State* L) {
   return 1;
 }
 
-const LtFunc kShearedFinalize{
-    "ShearedPruner", "finalize", "", "table # the new shape (target()'s keys)",
-    "keeps exactly the target counts by mask score, folds the kept soft values into the weights, cuts the model"};
+const LtFunc kShearedFinalize{"ShearedPruner", "finalize", "", "table # the new shape (target()'s keys)",
+                              "keeps exactly the target counts by mask score, folds the kept soft values "
+                              "into the weights, cuts the model"};
 int l_sheared_finalize(lua_State* L) {
   ShearedPruner& p = *lt_check<ShearedPtr>(L, 1);
   TargetShape shape = p.target();
@@ -292,12 +309,13 @@ void importance_push_scores(lua_State* L, const StructureScores& s) {
 }
 
 // prune.minitron's shape = {...}: kept counts, missing = unchanged.
-const LtTable kPruneShapeOpts{"PruneShapeOpts",
-                              {{"layers", "integer", "", "layers kept"},
-                               {"heads", "integer", "", "query heads kept (inside whole KV groups)"},
-                               {"kv_heads", "integer", "", "KV heads kept; alone, whole groups go with their query heads"},
-                               {"hidden", "integer", "", "hidden channels kept"},
-                               {"intermediate", "integer", "", "MLP channels kept"}}};
+const LtTable kPruneShapeOpts{
+    "PruneShapeOpts",
+    {{"layers", "integer", "", "layers kept"},
+     {"heads", "integer", "", "query heads kept (inside whole KV groups)"},
+     {"kv_heads", "integer", "", "KV heads kept; alone, whole groups go with their query heads"},
+     {"hidden", "integer", "", "hidden channels kept"},
+     {"intermediate", "integer", "", "MLP channels kept"}}};
 
 // The width and depth targets of prune.minitron / prune.taylor: shape={layers=, heads=, kv_heads=,
 // hidden=, intermediate=} (kept counts, missing = unchanged) or sparsities layers=, heads=,
@@ -355,7 +373,9 @@ int importance_cut(lua_State* L, Model& m, const StructureScores& scores, const 
 }
 
 const LtFunc kPruneImportance{
-    "prune", "importance", "model: Model, calibration: Batch[], opts?: Opts",
+    "prune",
+    "importance",
+    "model: Model, calibration: Batch[], opts?: Opts",
     "table # {layer, head, intermediate, hidden} Tensors of the kinds the method scores",
     "scores per structure, higher = more important",
     {{"method", "string", "\"activation\"",
@@ -388,7 +408,10 @@ int l_prune_importance(lua_State* L) {
 // Width by activation importance, depth by block influence (or layer-removal loss), all scored on
 // the unpruned model, cut together.
 const LtFunc kPruneMinitron{
-    "prune", "minitron", "model: Model, calibration: Batch[], opts: Opts", "table # {before = shape, after = shape}",
+    "prune",
+    "minitron",
+    "model: Model, calibration: Batch[], opts: Opts",
+    "table # {before = shape, after = shape}",
     "Minitron width (and depth) pruning: the top structures kept (heads inside KV groups), cut in one go",
     {{"shape", "PruneShapeOpts", "", "kept counts; or the sparsities below, not both"},
      {"layers", "number", "0", "fraction of layers removed, in [0, 1)"},
@@ -410,15 +433,17 @@ int l_prune_minitron(lua_State* L) {
   return importance_cut(L, m, s, target);
 }
 
-const LtFunc kPruneTaylor{
-    "prune", "taylor", "model: Model, calibration: Batch[], opts: Opts", "table # {before = shape, after = shape}",
-    "the same with LLM-Pruner's Taylor importance",
-    {{"layers", "number", "0", "fraction of layers removed, in [0, 1)"},
-     {"heads", "number", "0", "fraction of heads removed"},
-     {"hidden", "number", "0", "fraction of hidden channels removed"},
-     {"intermediate", "number", "0", "fraction of MLP channels removed"},
-     {"round_to", "integer", "1", "kept counts are rounded to a multiple of this"},
-     {"variant", "string", "\"param_first\"", "\"param_first\" or \"vector\""}}};
+const LtFunc kPruneTaylor{"prune",
+                          "taylor",
+                          "model: Model, calibration: Batch[], opts: Opts",
+                          "table # {before = shape, after = shape}",
+                          "the same with LLM-Pruner's Taylor importance",
+                          {{"layers", "number", "0", "fraction of layers removed, in [0, 1)"},
+                           {"heads", "number", "0", "fraction of heads removed"},
+                           {"hidden", "number", "0", "fraction of hidden channels removed"},
+                           {"intermediate", "number", "0", "fraction of MLP channels removed"},
+                           {"round_to", "integer", "1", "kept counts are rounded to a multiple of this"},
+                           {"variant", "string", "\"param_first\"", "\"param_first\" or \"vector\""}}};
 int l_prune_taylor(lua_State* L) {
   Model& m = check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
@@ -430,8 +455,11 @@ int l_prune_taylor(lua_State* L) {
 }
 
 const LtFunc kPruneDepth{
-    "prune", "depth", "model: Model, calibration: Batch[], opts: Opts",
-    "table # {removed = layer numbers, scores = Tensor, after = shape}", "drops the least important layers",
+    "prune",
+    "depth",
+    "model: Model, calibration: Batch[], opts: Opts",
+    "table # {removed = layer numbers, scores = Tensor, after = shape}",
+    "drops the least important layers",
     {{"layers", "number", "required", "how many layers to remove, or a fraction in (0, 1)"},
      {"metric", "string", "\"block_influence\"", "\"block_influence\" or \"layer_removal\""}}};
 int l_prune_depth(lua_State* L) {
@@ -514,15 +542,20 @@ void push_sparsity_report(lua_State* L, const std::vector<LinearSparsity>& r) {
 void parse_pattern(const std::string& s, SparsityOptions& o) {
   size_t colon = s.find(':');
   bool good = colon != std::string::npos && colon > 0 && colon + 1 < s.size() &&
-              s.find_first_not_of("0123456789:") == std::string::npos && s.find(':', colon + 1) == std::string::npos;
-  LT_CHECK(good, "prune.unstructured: pattern must look like \"2:4\" (n zeros in every m inputs), got \"" << s << "\"");
+              s.find_first_not_of("0123456789:") == std::string::npos &&
+              s.find(':', colon + 1) == std::string::npos;
+  LT_CHECK(good, "prune.unstructured: pattern must look like \"2:4\" (n zeros in every m inputs), got \""
+                     << s << "\"");
   o.n = std::stoll(s.substr(0, colon));
   o.m = std::stoll(s.substr(colon + 1));
-  LT_CHECK(o.m > 0 && o.n > 0 && o.n < o.m, "prune.unstructured: pattern " << s << " needs 0 < n < m (2:4, 4:8)");
+  LT_CHECK(o.m > 0 && o.n > 0 && o.n < o.m,
+           "prune.unstructured: pattern " << s << " needs 0 < n < m (2:4, 4:8)");
 }
 
 const LtFunc kPruneUnstructured{
-    "prune", "unstructured", "model: Model, calibration?: Batch[], opts?: Opts",
+    "prune",
+    "unstructured",
+    "model: Model, calibration?: Batch[], opts?: Opts",
     "table # {sparsity, layers = {{name, zeros, total, sparsity}, ...}}",
     "magnitude, Wanda or SparseGPT on the decoder linears, layer by layer (calibration: nil for magnitude)",
     {{"method", "string", "\"wanda\"", "\"magnitude\", \"wanda\" or \"sparsegpt\""},
@@ -530,7 +563,8 @@ const LtFunc kPruneUnstructured{
      {"pattern", "string", "", "N:M instead of sparsity: \"2:4\" zeroes 2 of every 4 inputs"},
      {"blocksize", "integer", "128", "SparseGPT's column block"},
      {"dampening", "number", "0.01", "SparseGPT: this times mean(diag H) added to the diagonal"},
-     {"targets", "string[]", "", "linear names inside a layer (\"q_proj\" ... \"down_proj\"); default: all seven"}}};
+     {"targets", "string[]", "",
+      "linear names inside a layer (\"q_proj\" ... \"down_proj\"); default: all seven"}}};
 int l_prune_unstructured(lua_State* L) {
   Model& m = *lt_check<std::shared_ptr<Model>>(L, 1);
   std::vector<Batch> calibration;
@@ -554,16 +588,19 @@ int l_prune_unstructured(lua_State* L) {
     o.sparsity = lt_opt_number(L, 3, "sparsity", o.sparsity);
     if (lt_has_field(L, 3, "pattern")) parse_pattern(lt_opt_string(L, 3, "pattern", ""), o);
     double bs = lt_opt_number(L, 3, "blocksize", static_cast<double>(o.blocksize));
-    LT_CHECK(bs >= 1 && bs == std::floor(bs), "prune.unstructured: blocksize must be a positive integer, got " << bs);
+    LT_CHECK(bs >= 1 && bs == std::floor(bs),
+             "prune.unstructured: blocksize must be a positive integer, got " << bs);
     o.blocksize = static_cast<int64_t>(bs);
     o.dampening = lt_opt_number(L, 3, "dampening", o.dampening);
     lua_getfield(L, 3, "targets");
     if (!lua_isnil(L, -1)) {
-      LT_CHECK(lua_istable(L, -1) && lt_is_list(L, -1), "prune.unstructured: targets must be a list of linear names");
+      LT_CHECK(lua_istable(L, -1) && lt_is_list(L, -1),
+               "prune.unstructured: targets must be a list of linear names");
       size_t n = lua_objlen(L, -1);
       for (size_t i = 1; i <= n; i++) {
         lua_rawgeti(L, -1, static_cast<int>(i));
-        LT_CHECK(lua_type(L, -1) == LUA_TSTRING, "prune.unstructured: targets must be a list of linear names");
+        LT_CHECK(lua_type(L, -1) == LUA_TSTRING,
+                 "prune.unstructured: targets must be a list of linear names");
         o.targets.push_back(lua_tostring(L, -1));
         lua_pop(L, 1);
       }
@@ -611,9 +648,9 @@ LtModuleApi lt_api_prune() {
   return {"prune",
           "structured surgery and target shapes, Sheared-LLaMA, importance-based width and depth pruning, "
           "unstructured and N:M sparsity; numbers are HF's 0-based ones",
-          {kPruneShape, kPruneTargets, kPruneApply, kPruneSheared, kPruneImportance, kPruneMinitron, kPruneTaylor,
-           kPruneDepth, kPruneUnstructured, kPruneSparsity, kShearedTarget, kShearedExpectedSparsity, kShearedMasks,
-           kShearedFinalize},
+          {kPruneShape, kPruneTargets, kPruneApply, kPruneSheared, kPruneImportance, kPruneMinitron,
+           kPruneTaylor, kPruneDepth, kPruneUnstructured, kPruneSparsity, kShearedTarget,
+           kShearedExpectedSparsity, kShearedMasks, kShearedFinalize},
           {{"ShearedPruner", "a Sheared-LLaMA pruner; a hook for train.new"}},
           {&kPruneShapeOpts}};
 }

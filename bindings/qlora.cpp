@@ -26,23 +26,27 @@ bool lt_quant_options(lua_State* L, int idx, const std::string& where, QuantConf
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
   switch (lua_type(L, idx)) {
     case LUA_TNONE:
-    case LUA_TNIL: return false;
-    case LUA_TBOOLEAN: return lua_toboolean(L, idx) != 0;
+    case LUA_TNIL:
+      return false;
+    case LUA_TBOOLEAN:
+      return lua_toboolean(L, idx) != 0;
     case LUA_TSTRING: {
       std::string s = lua_tostring(L, idx);
       if (s.empty()) return false;
       c->type = quant_type_parse(s, where);
       return true;
     }
-    case LUA_TTABLE: break;
-    default: fail(where + ": expected \"nf4\", \"fp4\", true or a table {quant_type=, blocksize=, double_quant=, skip=}");
+    case LUA_TTABLE:
+      break;
+    default:
+      fail(where +
+           ": expected \"nf4\", \"fp4\", true or a table {quant_type=, blocksize=, double_quant=, skip=}");
   }
   lt_check_options(L, idx, kQuantOpts);
   c->type = quant_type_parse(lt_opt_string(L, idx, "quant_type", "nf4"), where);
   c->blocksize = lt_opt_int(L, idx, "blocksize", c->blocksize);
   c->double_quant = lt_opt_bool(L, idx, "double_quant", c->double_quant);
-  c->nested_blocksize =
-      lt_opt_int(L, idx, "nested_blocksize", c->nested_blocksize);
+  c->nested_blocksize = lt_opt_int(L, idx, "nested_blocksize", c->nested_blocksize);
   lua_getfield(L, idx, "skip");
   if (lua_type(L, -1) == LUA_TSTRING) {
     skip->push_back(lua_tostring(L, -1));
@@ -64,13 +68,19 @@ bool lt_quant_options(lua_State* L, int idx, const std::string& where, QuantConf
 
 namespace {
 
-Model& check_model(lua_State* L, int idx) { return *lt_check<std::shared_ptr<Model>>(L, idx); }
+Model& check_model(lua_State* L, int idx) {
+  return *lt_check<std::shared_ptr<Model>>(L, idx);
+}
 
-const LtFunc kQloraQuantize{
-    "qlora", "quantize", "model: Model, opts?: \"nf4\"|\"fp4\"|boolean|Opts", "integer # the Linears quantized",
-    "makes every decoder projection 4-bit in place (embeddings, norms, lm_head, biases stay); quantize before "
-    "adding adapters",
-    {}, &kQuantOpts};
+const LtFunc kQloraQuantize{"qlora",
+                            "quantize",
+                            "model: Model, opts?: \"nf4\"|\"fp4\"|boolean|Opts",
+                            "integer # the Linears quantized",
+                            "makes every decoder projection 4-bit in place (embeddings, norms, lm_head, "
+                            "biases stay); quantize before "
+                            "adding adapters",
+                            {},
+                            &kQuantOpts};
 int l_qlora_quantize(lua_State* L) {
   Model& m = check_model(L, 1);
   QuantConfig c;
@@ -84,7 +94,7 @@ int l_qlora_quantize(lua_State* L) {
 }
 
 const LtFunc kQloraDequantize{"qlora", "dequantize", "model: Model", "integer # the Linears made dense",
-                               "back to dense weights in the model dtype"};
+                              "back to dense weights in the model dtype"};
 int l_qlora_dequantize(lua_State* L) {
   lua_pushnumber(L, static_cast<double>(qlora_dequantize(check_model(L, 1))));
   return 1;
@@ -121,10 +131,14 @@ int l_qlora_info(lua_State* L) {
 }
 
 const LtFunc kQloraQuantizeTensor{
-    "qlora", "quantize_tensor", "t: Tensor, opts?: Opts",
+    "qlora",
+    "quantize_tensor",
+    "t: Tensor, opts?: Opts",
     "table # {packed, absmax, quant_map, [nested_absmax, nested_quant_map, offset, nested_blocksize], shape, "
     "quant_type, blocksize, dtype}",
-    "the tensors bitsandbytes stores for one weight", {}, &kQuantOpts};
+    "the tensors bitsandbytes stores for one weight",
+    {},
+    &kQuantOpts};
 int l_qlora_quantize_tensor(lua_State* L) {
   at::Tensor t = lt_check<at::Tensor>(L, 1);
   QuantConfig c;
@@ -164,7 +178,7 @@ int l_qlora_quantize_tensor(lua_State* L) {
 }
 
 const LtFunc kQloraDequantizeTensor{"qlora", "dequantize_tensor", "q: table, dtype?: string", "Tensor",
-                                     "the weight back from quantize_tensor's table"};
+                                    "the weight back from quantize_tensor's table"};
 int l_qlora_dequantize_tensor(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   auto get = [&](const char* k, bool required) {
@@ -182,14 +196,16 @@ int l_qlora_dequantize_tensor(lua_State* L) {
   s.nested_absmax = get("nested_absmax", false);
   s.nested_code = get("nested_quant_map", false);
   s.nested = s.nested_absmax.defined();
-  LT_CHECK(!s.nested || s.nested_code.defined(), "qlora.dequantize_tensor: nested_absmax without nested_quant_map");
+  LT_CHECK(!s.nested || s.nested_code.defined(),
+           "qlora.dequantize_tensor: nested_absmax without nested_quant_map");
   s.offset = static_cast<float>(lt_opt_number(L, 1, "offset", 0));
   s.nested_blocksize = lt_opt_int(L, 1, "nested_blocksize", 256);
   s.type = quant_type_parse(lt_opt_string(L, 1, "quant_type", "nf4"), "qlora.dequantize_tensor");
   s.blocksize = lt_opt_int(L, 1, "blocksize", 64);
   s.dtype = dtype_parse(lt_opt_string(L, 1, "dtype", "float32"));
   lua_getfield(L, 1, "shape");
-  LT_CHECK(lua_istable(L, -1) && lt_is_list(L, -1), "qlora.dequantize_tensor: field shape (a list) is missing");
+  LT_CHECK(lua_istable(L, -1) && lt_is_list(L, -1),
+           "qlora.dequantize_tensor: field shape (a list) is missing");
   for (size_t i = 1; i <= lua_objlen(L, -1); i++) {
     lua_rawgeti(L, -1, static_cast<int>(i));
     s.shape.push_back(lt_check_int(L, -1));
@@ -201,8 +217,8 @@ int l_qlora_dequantize_tensor(lua_State* L) {
   check.nested_blocksize = s.nested_blocksize;
   quant_config_check(check, "qlora.dequantize_tensor");
   const int64_t blocks = nf4::num_blocks(s.numel(), s.blocksize);
-  LT_CHECK(s.absmax.numel() == blocks, "qlora.dequantize_tensor: absmax has " << s.absmax.numel()
-                                                                             << " values, expected " << blocks);
+  LT_CHECK(s.absmax.numel() == blocks,
+           "qlora.dequantize_tensor: absmax has " << s.absmax.numel() << " values, expected " << blocks);
   at::ScalarType dtype = lua_isnoneornil(L, 2) ? s.dtype : dtype_parse(luaL_checkstring(L, 2));
   lt_push<at::Tensor>(L, dequantize_4bit(packed, s, dtype));
   return 1;

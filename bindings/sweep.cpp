@@ -46,8 +46,11 @@ void push_trial(lua_State* L, const SweepTrial& t) {
 
 // host/sweep checks the values with its own messages (and the same keys: lt_api_problems).
 const LtFunc kSweepRun{
-    "sweep", "run", "opts: Opts",
-    "table[] # every trial best first: {index, name, dir, config, status, exit_code, metric, metrics, seconds, error}",
+    "sweep",
+    "run",
+    "opts: Opts",
+    "table[] # every trial best first: {index, name, dir, config, status, exit_code, metric, metrics, "
+    "seconds, error}",
     "runs the trials not yet recorded in output_dir/trials.jsonl, parallel at a time (docs/sweeps.md)",
     {{"recipe", "string", "required", "a shipped recipe's name or a path"},
      {"name", "string", "", "the sweep's name (default: output_dir's last part)"},
@@ -77,8 +80,9 @@ int l_sweep_run(lua_State* L) {
   if (out.interrupted) {  // the runner ends quietly with exit status 130, as for a trainer's stop
     st.interrupted_by = out.signal;
     stop_request(out.signal);
-    stop_note("; sweep.run stopped the running trials: run the sweep again to finish them (a trial that "
-              "saved a checkpoint continues from it)");
+    stop_note(
+        "; sweep.run stopped the running trials: run the sweep again to finish them (a trial that "
+        "saved a checkpoint continues from it)");
     throw StopRequested("sweep.run: interrupted");
   }
   lua_createtable(L, static_cast<int>(out.trials.size()), 0);
@@ -130,7 +134,10 @@ SweepGoal goal_option(lua_State* L, int idx, const char* key) {
 
 // A trial missing either value is never on the front.
 const LtFunc kSweepPareto{
-    "sweep", "pareto", "trials: table[], opts: Opts", "table[] # the trials on the Pareto front, in the given order",
+    "sweep",
+    "pareto",
+    "trials: table[], opts: Opts",
+    "table[] # the trials on the Pareto front, in the given order",
     "the trials no other trial beats on both metrics; sets trial.pareto on each",
     {{"x", "string", "required", "the first metric (a trial field, config key or metric)"},
      {"y", "string", "required", "the second metric"},
@@ -171,9 +178,10 @@ int l_sweep_pareto(lua_State* L) {
   return 1;
 }
 
-const LtFunc kSweepTable{
-    "sweep", "table", "trials: table[], columns: (string|string[])[]", "string # Markdown",
-    "one row per trial; a column is a name (the trial's field, else its config, else its metrics) or {name, \"Heading\"}"};
+const LtFunc kSweepTable{"sweep", "table", "trials: table[], columns: (string|string[])[]",
+                         "string # Markdown",
+                         "one row per trial; a column is a name (the trial's field, else its config, else "
+                         "its metrics) or {name, \"Heading\"}"};
 int l_sweep_table(lua_State* L) {
   int n = check_trials(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -242,7 +250,8 @@ const luaL_Reg sweep_funcs[] = {
 }  // namespace
 
 LtModuleApi lt_api_sweep() {
-  return {"sweep", "hyperparameter sweeps of a recipe, Pareto fronts and result tables (docs/sweeps.md)",
+  return {"sweep",
+          "hyperparameter sweeps of a recipe, Pareto fronts and result tables (docs/sweeps.md)",
           {kSweepRun, kSweepPareto, kSweepTable}};
 }
 

@@ -46,10 +46,14 @@ int l_tokenizer_load(lua_State* L) {
 }
 
 const LtFunc kTokenizerEncode{
-    "tokenizer", "encode", "tok: Tokenizer, text: string, opts?: Opts", "integer[] # token ids (0-based, as in HF)",
+    "tokenizer",
+    "encode",
+    "tok: Tokenizer, text: string, opts?: Opts",
+    "integer[] # token ids (0-based, as in HF)",
     "token ids of the text; added and special tokens written in the text are always matched",
     {{"special", "boolean", "false", "add BOS/EOS as the tokenizer's post-processor says"}},
-    nullptr, "Tokenizer"};
+    nullptr,
+    "Tokenizer"};
 int l_tokenizer_encode(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   size_t len = 0;
@@ -59,10 +63,14 @@ int l_tokenizer_encode(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTokenizerDecode{"tokenizer", "decode", "tok: Tokenizer, ids: integer[], opts?: Opts", "string",
+const LtFunc kTokenizerDecode{"tokenizer",
+                              "decode",
+                              "tok: Tokenizer, ids: integer[], opts?: Opts",
+                              "string",
                               "the text of the ids; bytes that are not UTF-8 become U+FFFD",
                               {{"skip_special", "boolean", "false", "leave special tokens out"}},
-                              nullptr, "Tokenizer"};
+                              nullptr,
+                              "Tokenizer"};
 int l_tokenizer_decode(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -84,8 +92,13 @@ int l_tokenizer_decode(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTokenizerTokenToId{"tokenizer", "token_to_id", "tok: Tokenizer, token: string", "integer?",
-                                 "the token's id, or nil when the vocabulary has no such token", {}, nullptr,
+const LtFunc kTokenizerTokenToId{"tokenizer",
+                                 "token_to_id",
+                                 "tok: Tokenizer, token: string",
+                                 "integer?",
+                                 "the token's id, or nil when the vocabulary has no such token",
+                                 {},
+                                 nullptr,
                                  "Tokenizer"};
 int l_tokenizer_token_to_id(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
@@ -95,8 +108,14 @@ int l_tokenizer_token_to_id(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTokenizerIdToToken{"tokenizer", "id_to_token", "tok: Tokenizer, id: integer", "string?",
-                                 "the token's text, or nil when the id names no token", {}, nullptr, "Tokenizer"};
+const LtFunc kTokenizerIdToToken{"tokenizer",
+                                 "id_to_token",
+                                 "tok: Tokenizer, id: integer",
+                                 "string?",
+                                 "the token's text, or nil when the id names no token",
+                                 {},
+                                 nullptr,
+                                 "Tokenizer"};
 int l_tokenizer_id_to_token(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   int64_t id = lt_check_int(L, 2);
@@ -108,16 +127,27 @@ int l_tokenizer_id_to_token(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTokenizerVocabSize{"tokenizer", "vocab_size", "tok: Tokenizer", "integer",
-                                 "model vocabulary plus added tokens (highest id + 1)", {}, nullptr, "Tokenizer"};
+const LtFunc kTokenizerVocabSize{"tokenizer",
+                                 "vocab_size",
+                                 "tok: Tokenizer",
+                                 "integer",
+                                 "model vocabulary plus added tokens (highest id + 1)",
+                                 {},
+                                 nullptr,
+                                 "Tokenizer"};
 int l_tokenizer_vocab_size(lua_State* L) {
   lua_pushinteger(L, check_tokenizer(L).vocab_size());
   return 1;
 }
 
 const LtFunc kTokenizerSpecial{
-    "tokenizer", "special", "tok: Tokenizer", "table # {bos, eos = {...}, pad, unk, bos_text, eos_text, pad_text}",
-    "the special token ids (absent ones nil); eos lists generation_config.json's ids too", {}, nullptr,
+    "tokenizer",
+    "special",
+    "tok: Tokenizer",
+    "table # {bos, eos = {...}, pad, unk, bos_text, eos_text, pad_text}",
+    "the special token ids (absent ones nil); eos lists generation_config.json's ids too",
+    {},
+    nullptr,
     "Tokenizer"};
 int l_tokenizer_special(lua_State* L) {
   const SpecialTokens& s = check_tokenizer(L).special();
@@ -141,8 +171,13 @@ int l_tokenizer_special(lua_State* L) {
 }
 
 const LtFunc kTokenizerChatTemplate{
-    "tokenizer", "chat_template", "tok: Tokenizer", "string?",
-    "the Jinja template text (chat_template.jinja wins over tokenizer_config.json), nil if none", {}, nullptr,
+    "tokenizer",
+    "chat_template",
+    "tok: Tokenizer",
+    "string?",
+    "the Jinja template text (chat_template.jinja wins over tokenizer_config.json), nil if none",
+    {},
+    nullptr,
     "Tokenizer"};
 int l_tokenizer_chat_template(lua_State* L) {
   const std::string& t = check_tokenizer(L).chat_template();
@@ -159,7 +194,8 @@ int l_tokenizer_chat_template(lua_State* L) {
 const LtTable kChatOpts{
     "ChatOpts",
     {{"format", "string", "",
-      "\"llama3\", \"llama3.1\", \"mistral\", \"chatml\", \"qwen2.5\", \"qwen3\" or \"gemma\"; default: detected "
+      "\"llama3\", \"llama3.1\", \"mistral\", \"chatml\", \"qwen2.5\", \"qwen3\" or \"gemma\"; default: "
+      "detected "
       "from the tokenizer's chat_template"},
      {"add_generation_prompt", "boolean", "false", "end with the header of the assistant's next turn"},
      {"date_string", "string", "\"26 Jul 2024\"", "llama3.1's Today Date"},
@@ -172,7 +208,8 @@ std::vector<ChatMessage> check_messages(lua_State* L, int idx) {
   size_t n = lua_objlen(L, idx);
   for (size_t i = 1; i <= n; i++) {
     lua_rawgeti(L, idx, static_cast<int>(i));
-    LT_CHECK(lua_istable(L, -1), lt_fname(L) << ": message " << i << " must be a table {role = ..., content = ...}");
+    LT_CHECK(lua_istable(L, -1), lt_fname(L)
+                                     << ": message " << i << " must be a table {role = ..., content = ...}");
     lua_getfield(L, -1, "role");
     lua_getfield(L, -2, "content");
     LT_CHECK(lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TSTRING,
@@ -199,9 +236,15 @@ ChatFormat chat_options(lua_State* L, int idx, const Tokenizer& tok, ChatOptions
   return chat_format_detect(tok.chat_template());
 }
 
-const LtFunc kTokenizerChatFormat{"tokenizer", "chat_format", "tok: Tokenizer", "string? format; string? message",
-                                  "the chat format detected from the chat_template (\"llama3\", ...), or nil and why",
-                                  {}, nullptr, "Tokenizer"};
+const LtFunc kTokenizerChatFormat{
+    "tokenizer",
+    "chat_format",
+    "tok: Tokenizer",
+    "string? format; string? message",
+    "the chat format detected from the chat_template (\"llama3\", ...), or nil and why",
+    {},
+    nullptr,
+    "Tokenizer"};
 int l_tokenizer_chat_format(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   try {
@@ -215,9 +258,14 @@ int l_tokenizer_chat_format(lua_State* L) {
 }
 
 const LtFunc kTokenizerRenderChat{
-    "tokenizer", "render_chat", "tok: Tokenizer, messages: table[], opts?: Opts",
+    "tokenizer",
+    "render_chat",
+    "tok: Tokenizer, messages: table[], opts?: Opts",
     "string text; integer[][] spans # the assistant spans {first, last}: 1-based inclusive byte positions",
-    "exactly what the model's chat template renders for {{role=, content=}, ...}", {}, &kChatOpts, "Tokenizer"};
+    "exactly what the model's chat template renders for {{role=, content=}, ...}",
+    {},
+    &kChatOpts,
+    "Tokenizer"};
 int l_tokenizer_render_chat(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   std::vector<ChatMessage> messages = check_messages(L, 2);
@@ -241,9 +289,14 @@ int l_tokenizer_render_chat(lua_State* L) {
 }
 
 const LtFunc kTokenizerEncodeChat{
-    "tokenizer", "encode_chat", "tok: Tokenizer, messages: table[], opts?: Opts",
+    "tokenizer",
+    "encode_chat",
+    "tok: Tokenizer, messages: table[], opts?: Opts",
     "integer[] ids; integer[] mask # 1 on the assistant's tokens (content and end-of-turn token), else 0",
-    "the rendered conversation's ids (the template writes BOS) and its loss mask", {}, &kChatOpts, "Tokenizer"};
+    "the rendered conversation's ids (the template writes BOS) and its loss mask",
+    {},
+    &kChatOpts,
+    "Tokenizer"};
 int l_tokenizer_encode_chat(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   std::vector<ChatMessage> messages = check_messages(L, 2);

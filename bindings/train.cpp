@@ -78,16 +78,22 @@ void push_numbers(lua_State* L, const std::vector<std::pair<std::string, double>
 std::string describe_trainer(const TrainerPtr& t) {
   const TrainOptions& o = t->options();
   return "Trainer(" + o.optimizer + ", lr " + std::to_string(o.lr) + ", " + o.schedule + ", step " +
-         std::to_string(t->step_count()) + ", " + std::to_string(t->parameters().size()) + " trainable tensors)";
+         std::to_string(t->step_count()) + ", " + std::to_string(t->parameters().size()) +
+         " trainable tensors)";
 }
 
 // The resolved config goes into checkpoints (trainer:resume diffs it).
 const LtFunc kTrainNew{
-    "train", "new", "model: Model, opts?: Opts", "Trainer",
-    "a Trainer over the model's trainable weights (all, or only the adapters); optimizer state is allocated at "
+    "train",
+    "new",
+    "model: Model, opts?: Opts",
+    "Trainer",
+    "a Trainer over the model's trainable weights (all, or only the adapters); optimizer state is allocated "
+    "at "
     "the first step",
     {{"optimizer", "string", "\"adamw\"",
-      "\"adamw\" (decoupled weight decay), \"adamw8bit\" (blockwise 8-bit moments, docs/adamw8bit.md) or \"sgd\""},
+      "\"adamw\" (decoupled weight decay), \"adamw8bit\" (blockwise 8-bit moments, docs/adamw8bit.md) or "
+      "\"sgd\""},
      {"lr", "number", "2e-5", "the peak learning rate"},
      {"betas", "number[]", "{0.9, 0.999}", "AdamW's beta1, beta2"},
      {"eps", "number", "1e-8", "AdamW's epsilon"},
@@ -101,17 +107,23 @@ const LtFunc kTrainNew{
      {"max_grad_norm", "number", "1", "clip the total gradient norm (0: no clipping)"},
      {"master_weights", "boolean", "true", "fp32 copies of bf16/f16 weights for the update"},
      {"checkpoint_layers", "boolean", "false", "recompute each layer in backward (random state replayed)"},
-     {"loss_chunk", "integer", "4096", "rows of full-vocabulary logits that exist at once, forward or backward"},
+     {"loss_chunk", "integer", "4096",
+      "rows of full-vocabulary logits that exist at once, forward or backward"},
      {"output_dir", "string", "", "checkpoints go to output_dir/checkpoints/step-NNNNNNN"},
-     {"save_every", "integer", "0", "save a checkpoint every N steps, written at the next safe point (0: only trainer:save)"},
+     {"save_every", "integer", "0",
+      "save a checkpoint every N steps, written at the next safe point (0: only trainer:save)"},
      {"keep_last", "integer", "2", "this run's checkpoints kept (older ones deleted)"},
      {"hooks", "(ShearedPruner|Distiller|PreferenceLoss|RewardModel)[]", "{}",
-      "pruners, distillers, preference losses, reward models: their own tensors, forward and loss changes, statistics"},
+      "pruners, distillers, preference losses, reward models: their own tensors, forward and loss changes, "
+      "statistics"},
      {"shard", "string", "\"none\"",
-      "ZeRO over data-parallel ranks: \"optimizer\", \"gradients\" or \"full\" (FSDP's names accepted; docs/zero.md)"},
-     {"optimizer_offload", "string", "\"none\"", "\"cpu\": masters and optimizer states in host memory, updated there"},
+      "ZeRO over data-parallel ranks: \"optimizer\", \"gradients\" or \"full\" (FSDP's names accepted; "
+      "docs/zero.md)"},
+     {"optimizer_offload", "string", "\"none\"",
+      "\"cpu\": masters and optimizer states in host memory, updated there"},
      {"overwrite", "boolean", "",
-      "a fresh run into an output_dir with another run's checkpoints moves them to previous-<time>/ (default: the "
+      "a fresh run into an output_dir with another run's checkpoints moves them to previous-<time>/ "
+      "(default: the "
       "config's overwrite, else it fails)"}}};
 int l_train_new(lua_State* L) {
   auto model = lt_check<std::shared_ptr<Model>>(L, 1);
@@ -120,7 +132,8 @@ int l_train_new(lua_State* L) {
   if (st.config_resolved) {
     o.config_json = config_to_json(st.resolved);
     auto it = st.resolved.fields.find("overwrite");
-    if (it != st.resolved.fields.end() && it->second.kind == ConfigValue::Kind::boolean) o.overwrite = it->second.boolean;
+    if (it != st.resolved.fields.end() && it->second.kind == ConfigValue::Kind::boolean)
+      o.overwrite = it->second.boolean;
   }
   std::vector<std::shared_ptr<TrainerHook>> hooks;
   if (!lua_isnoneornil(L, 2)) {
@@ -148,7 +161,8 @@ int l_train_new(lua_State* L) {
     o.overwrite = lt_opt_bool(L, 2, "overwrite", o.overwrite);
     lua_getfield(L, 2, "betas");
     if (!lua_isnil(L, -1)) {
-      LT_CHECK(lua_istable(L, -1) && lua_objlen(L, -1) == 2, "train.new: betas must be a list of two numbers");
+      LT_CHECK(lua_istable(L, -1) && lua_objlen(L, -1) == 2,
+               "train.new: betas must be a list of two numbers");
       lua_rawgeti(L, -1, 1);
       lua_rawgeti(L, -2, 2);
       o.beta1 = luaL_checknumber(L, -2);
@@ -163,9 +177,11 @@ int l_train_new(lua_State* L) {
       for (size_t i = 1; i <= lua_objlen(L, list); i++) {
         lua_rawgeti(L, list, static_cast<int>(i));
         auto h = lt_test_hook(L, lua_gettop(L));
-        LT_CHECK(h != nullptr, "train.new: hooks[" << i << "] is a " << luaL_typename(L, -1)
-                                                   << ", expected a pruner, distiller, preference loss or reward model (prune.sheared, "
-                                                      "distill.new, train.preference, train.reward_model)");
+        LT_CHECK(h != nullptr,
+                 "train.new: hooks["
+                     << i << "] is a " << luaL_typename(L, -1)
+                     << ", expected a pruner, distiller, preference loss or reward model (prune.sheared, "
+                        "distill.new, train.preference, train.reward_model)");
         hooks.push_back(h);
         lua_pop(L, 1);
       }
@@ -177,7 +193,11 @@ int l_train_new(lua_State* L) {
 }
 
 const LtFunc kTrainBatch{
-    "train", "batch", "opts: Opts", "Batch", "a Batch from (rows, length) tensors, for recipes with their own data",
+    "train",
+    "batch",
+    "opts: Opts",
+    "Batch",
+    "a Batch from (rows, length) tensors, for recipes with their own data",
     {{"ids", "Tensor", "required", "(B, T) token ids"},
      {"targets", "Tensor", "", "(B, T), -100 = no target; default: the next token of each row"},
      {"positions", "Tensor", "", "(B, T) positions"},
@@ -203,18 +223,20 @@ int l_train_batch(lua_State* L) {
   b.positions = field("positions");
   b.segments = field("segments");
   for (const at::Tensor* t : {&b.targets, &b.positions, &b.segments})
-    LT_CHECK(!t->defined() || t->sizes() == b.ids.sizes(), "train.batch: targets, positions and segments must "
-                                                           "have the shape of ids " << shape_str(b.ids.sizes().vec()));
+    LT_CHECK(!t->defined() || t->sizes() == b.ids.sizes(),
+             "train.batch: targets, positions and segments must "
+             "have the shape of ids "
+                 << shape_str(b.ids.sizes().vec()));
   b.target_tokens = b.targets.ne(kIgnoreTarget).sum().item<int64_t>();
   b.tokens = b.ids.numel();
   lt_push<Batch>(L, b);
   return 1;
 }
 
-const LtFunc kTrainerStep{
-    "Trainer", "step", "batch: Batch",
-    "table # {loss, lr, grad_norm, tokens_per_s, tokens, target_tokens, step_time, peak_memory_gb (CUDA), hook statistics}",
-    "one optimizer step; a NaN/inf loss stops the run before the update"};
+const LtFunc kTrainerStep{"Trainer", "step", "batch: Batch",
+                          "table # {loss, lr, grad_norm, tokens_per_s, tokens, target_tokens, step_time, "
+                          "peak_memory_gb (CUDA), hook statistics}",
+                          "one optimizer step; a NaN/inf loss stops the run before the update"};
 int l_train_step(lua_State* L) {
   Trainer& t = *lt_check<TrainerPtr>(L, 1);
   StepStats s = t.step(lt_check<Batch>(L, 2));
@@ -243,7 +265,9 @@ void push_eval(lua_State* L, const EvalStats& e) {
 
 // perplexity only when the loss is per token.
 const LtFunc kTrainerEvaluate{
-    "Trainer", "evaluate", "data: Dataset|PreferenceSet|Batch[], opts?: Opts",
+    "Trainer",
+    "evaluate",
+    "data: Dataset|PreferenceSet|Batch[], opts?: Opts",
     "table # {loss, perplexity, tokens, hook statistics}",
     "the loss without gradients over a Dataset's rows in order, a PreferenceSet or a list of batches",
     {{"batch_size", "integer", "8", "rows (a preference set: pairs) per batch"},
@@ -291,14 +315,18 @@ std::shared_ptr<TrainerHook> preference_hook(lua_State* L, int idx) {
 }
 
 const LtFunc kTrainPreference{
-    "train", "preference", "model: Model, opts?: Opts", "PreferenceLoss # a hook for train.new",
+    "train",
+    "preference",
+    "model: Model, opts?: Opts",
+    "PreferenceLoss # a hook for train.new",
     "a preference loss on pairs (docs/alignment.md); steps report rewards, margins and accuracies",
     {{"loss", "string", "\"sigmoid\"", "\"sigmoid\" (DPO), \"ipo\", \"hinge\" or \"orpo\" (no reference)"},
      {"beta", "number", "0.1", "DPO's temperature; ORPO's lambda"},
      {"label_smoothing", "number", "0", "sigmoid: the chance a label is flipped (cDPO), in [0, 0.5)"},
      {"chunk", "integer", "1024", "rows of logits that exist at once"},
      {"reference", "Model|string", "",
-      "a frozen Model, \"adapters_off\" (the model with its adapters off) or a train.reference_logprobs cache path"}}};
+      "a frozen Model, \"adapters_off\" (the model with its adapters off) or a train.reference_logprobs "
+      "cache path"}}};
 int l_train_preference(lua_State* L) {
   auto model = lt_check<std::shared_ptr<Model>>(L, 1);
   PreferenceOptions o;
@@ -314,19 +342,24 @@ int l_train_preference(lua_State* L) {
     lua_getfield(L, 2, "reference");
     if (lua_type(L, -1) == LUA_TSTRING) {
       std::string r = lua_tostring(L, -1);
-      if (r == "adapters_off") reference = model;
-      else cache_path = r;
+      if (r == "adapters_off")
+        reference = model;
+      else
+        cache_path = r;
     } else if (!lua_isnil(L, -1)) {
       auto* m = lt_test<std::shared_ptr<Model>>(L, -1);
-      LT_CHECK(m != nullptr, "train.preference: reference must be a Model, \"adapters_off\" or a cache file path "
-                             "(train.reference_logprobs), got a " << luaL_typename(L, -1));
+      LT_CHECK(m != nullptr,
+               "train.preference: reference must be a Model, \"adapters_off\" or a cache file path "
+               "(train.reference_logprobs), got a "
+                   << luaL_typename(L, -1));
       reference = *m;
     }
     lua_pop(L, 1);
   }
   if (o.loss != "orpo" && !reference && cache_path.empty())
     fail("train.preference: loss \"" + o.loss + "\" needs a reference",
-         "reference = a frozen Model, \"adapters_off\" (LoRA/QLoRA), or a cache from train.reference_logprobs");
+         "reference = a frozen Model, \"adapters_off\" (LoRA/QLoRA), or a cache from "
+         "train.reference_logprobs");
   auto hook = std::make_shared<PreferenceLoss>(model, reference, o);
   if (!cache_path.empty()) hook->set_reference_cache(reference_cache_load(cache_path), cache_path);
   lt_push<PreferenceLossPtr>(L, hook);
@@ -335,7 +368,9 @@ int l_train_preference(lua_State* L) {
 
 // One file for a train and a held-out set; keyed by each pair's content.
 const LtFunc kTrainReferenceLogprobs{
-    "train", "reference_logprobs", "model: Model, pairs: PreferenceSet|PreferenceSet[], opts: Opts",
+    "train",
+    "reference_logprobs",
+    "model: Model, pairs: PreferenceSet|PreferenceSet[], opts: Opts",
     "integer # the pairs cached",
     "the model's summed log-probs of every pair's responses, computed once and written to path",
     {{"path", "string", "required", "the cache file to write"},
@@ -348,8 +383,9 @@ int l_train_reference_logprobs(lua_State* L) {
   if (auto* one = lt_test<std::shared_ptr<PreferenceDataset>>(L, 2)) {
     sets.push_back(*one);
   } else {
-    LT_CHECK(lua_istable(L, 2) && lt_is_list(L, 2),
-             "train.reference_logprobs: argument 2 must be a PreferenceSet (data.preferences) or a list of them");
+    LT_CHECK(
+        lua_istable(L, 2) && lt_is_list(L, 2),
+        "train.reference_logprobs: argument 2 must be a PreferenceSet (data.preferences) or a list of them");
     for (size_t i = 1; i <= lua_objlen(L, 2); i++) {
       lua_rawgeti(L, 2, static_cast<int>(i));
       sets.push_back(lt_check<std::shared_ptr<PreferenceDataset>>(L, lua_gettop(L)));
@@ -374,7 +410,8 @@ int l_train_reference_logprobs(lua_State* L) {
 // Reward models (host/train/reward.h) and rejection sampling (host/train/rejection.h)
 
 std::string describe_reward(const RewardModelPtr& r) {
-  return "RewardModel(" + r->model()->config.arch_name() + ", hidden " + std::to_string(r->head().size(1)) + ")";
+  return "RewardModel(" + r->model()->config.arch_name() + ", hidden " + std::to_string(r->head().size(1)) +
+         ")";
 }
 
 std::shared_ptr<TrainerHook> reward_hook(lua_State* L, int idx) {
@@ -383,7 +420,10 @@ std::shared_ptr<TrainerHook> reward_hook(lua_State* L, int idx) {
 }
 
 const LtFunc kTrainRewardModel{
-    "train", "reward_model", "model: Model, opts?: Opts", "RewardModel # also a hook for train.new",
+    "train",
+    "reward_model",
+    "model: Model, opts?: Opts",
+    "RewardModel # also a hook for train.new",
     "a (1, hidden) score head read at each row's last token; trains with a Bradley-Terry loss on pairs",
     {{"seed", "integer", "0", "seed of the head's initialisation"},
      {"load", "string", "", "read the head of a saved reward model (whose body models.load reads)"}}};
@@ -403,10 +443,12 @@ int l_train_reward_model(lua_State* L) {
   return 1;
 }
 
-const LtFunc kRewardModelScore{
-    "RewardModel", "score", "data: PreferenceSet|Batch, opts?: Opts",
-    "Tensor # (pairs, 2) chosen and rejected rewards, or (rows) for a Batch", "rewards of pairs or of a batch's rows",
-    {{"batch_size", "integer", "8", "pairs per forward"}}};
+const LtFunc kRewardModelScore{"RewardModel",
+                               "score",
+                               "data: PreferenceSet|Batch, opts?: Opts",
+                               "Tensor # (pairs, 2) chosen and rejected rewards, or (rows) for a Batch",
+                               "rewards of pairs or of a batch's rows",
+                               {{"batch_size", "integer", "8", "pairs per forward"}}};
 int l_train_reward_score(lua_State* L) {
   RewardModel& r = *lt_check<RewardModelPtr>(L, 1);
   if (auto* pds = lt_test<std::shared_ptr<PreferenceDataset>>(L, 2)) {
@@ -424,7 +466,10 @@ int l_train_reward_score(lua_State* L) {
 
 // HF reads each row's reward before its first pad token.
 const LtFunc kRewardModelSave{
-    "RewardModel", "save", "dir: string, opts?: Opts", "",
+    "RewardModel",
+    "save",
+    "dir: string, opts?: Opts",
+    "",
     "writes an HF <Family>ForSequenceClassification directory (num_labels 1, score.weight); merge LoRA first",
     {{"tokenizer", "Tokenizer", "", "its files are copied; its pad token is the default pad_token_id"},
      {"pad_token_id", "integer", "", "default: the tokenizer's pad token, else the vocabulary's last id"}}};
@@ -459,9 +504,12 @@ int l_train_reward_model_of(lua_State* L) {
 
 // Under runner --nproc N the prompts are split over the ranks; the file is the one a single process writes.
 const LtFunc kTrainRejectionSample{
-    "train", "rejection_sample", "policy: Model, reward: RewardModel, opts: Opts",
+    "train",
+    "rejection_sample",
+    "policy: Model, reward: RewardModel, opts: Opts",
     "table # {prompts, candidates, mean_best, mean_reward, mean_new_tokens, seconds}",
-    "best-of-N: n samples per prompt scored by the reward model, the best written atomically to out as SFT records",
+    "best-of-N: n samples per prompt scored by the reward model, the best written atomically to out as SFT "
+    "records",
     {{"prompts", "string", "required", "a JSONL file of {\"prompt\"} or {\"messages\"} records"},
      {"out", "string", "required", "the JSONL file written"},
      {"tokenizer", "Tokenizer", "required", "the policy's tokenizer"},
@@ -483,12 +531,14 @@ int l_train_rejection_sample(lua_State* L) {
   lt_check_options(L, 3, kTrainRejectionSample);
   lua_getfield(L, 3, "tokenizer");
   auto* tok = lt_test<std::shared_ptr<Tokenizer>>(L, -1);
-  LT_CHECK(tok != nullptr, "train.rejection_sample: option 'tokenizer' expects a Tokenizer (tokenizer.load(dir)), got "
-                               << luaL_typename(L, -1));
+  LT_CHECK(tok != nullptr,
+           "train.rejection_sample: option 'tokenizer' expects a Tokenizer (tokenizer.load(dir)), got "
+               << luaL_typename(L, -1));
   std::shared_ptr<Tokenizer> tokenizer = *tok;
   lua_pop(L, 1);
   std::string prompts = lt_opt_string(L, 3, "prompts", "");
-  LT_CHECK(!prompts.empty(), "train.rejection_sample: option 'prompts' (a JSONL file of prompts) is required");
+  LT_CHECK(!prompts.empty(),
+           "train.rejection_sample: option 'prompts' (a JSONL file of prompts) is required");
   RejectionOptions o;
   o.n = static_cast<int64_t>(lt_opt_number(L, 3, "n", static_cast<double>(o.n)));
   o.batch_size = static_cast<int64_t>(lt_opt_number(L, 3, "batch_size", static_cast<double>(o.batch_size)));
@@ -497,11 +547,13 @@ int l_train_rejection_sample(lua_State* L) {
   o.generate.top_k = static_cast<int64_t>(lt_opt_number(L, 3, "top_k", 0));
   o.generate.top_p = lt_opt_number(L, 3, "top_p", 1.0);
   o.generate.seed = static_cast<uint64_t>(lt_opt_number(L, 3, "seed", 0));
-  o.data.max_length = static_cast<int64_t>(lt_opt_number(L, 3, "max_length", static_cast<double>(o.data.max_length)));
+  o.data.max_length =
+      static_cast<int64_t>(lt_opt_number(L, 3, "max_length", static_cast<double>(o.data.max_length)));
   o.data.max_records = static_cast<int64_t>(lt_opt_number(L, 3, "max_records", -1));
   if (lt_has_field(L, 3, "chat")) o.data.chat = lt_opt_bool(L, 3, "chat", true);
   o.data.chat_format = lt_opt_string(L, 3, "chat_format", "");
-  RejectionStats st = rejection_sample(*policy, reward, *tokenizer, prompts, lt_opt_string(L, 3, "out", ""), o);
+  RejectionStats st =
+      rejection_sample(*policy, reward, *tokenizer, prompts, lt_opt_string(L, 3, "out", ""), o);
   lua_createtable(L, 0, 6);
   lt_set_number(L, "prompts", static_cast<double>(st.prompts));
   lt_set_number(L, "candidates", static_cast<double>(st.candidates));
@@ -512,10 +564,10 @@ int l_train_rejection_sample(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTrainerSave{
-    "Trainer", "save", "", "string # the checkpoint's path",
-    "writes output_dir/checkpoints/step-NNNNNNN (a temporary directory renamed into place); a step already saved "
-    "is not written again"};
+const LtFunc kTrainerSave{"Trainer", "save", "", "string # the checkpoint's path",
+                          "writes output_dir/checkpoints/step-NNNNNNN (a temporary directory renamed into "
+                          "place); a step already saved "
+                          "is not written again"};
 int l_train_save(lua_State* L) {
   std::string path = lt_check<TrainerPtr>(L, 1)->save();
   lua_pushstring(L, path.c_str());
@@ -549,7 +601,8 @@ int l_train_lr(lua_State* L) {
 
 const LtFunc kTrainerMemory{
     "Trainer", "memory", "",
-    "table # {weights, masters, gradients, optimizer, host, full_weights, full_masters, full_gradients, full_optimizer}",
+    "table # {weights, masters, gradients, optimizer, host, full_weights, full_masters, full_gradients, "
+    "full_optimizer}",
     "bytes of training state this rank holds, and what an unsharded replica holds (full_*)"};
 int l_train_memory(lua_State* L) {
   TrainMemory m = lt_check<TrainerPtr>(L, 1)->memory();
@@ -566,10 +619,14 @@ int l_train_memory(lua_State* L) {
   return 1;
 }
 
-const luaL_Reg trainer_methods[] = {{"step", l_train_step},   {"evaluate", l_train_evaluate},
-                                    {"save", l_train_save},   {"resume", l_train_resume},
-                                    {"step_count", l_train_step_count}, {"lr", l_train_lr},
-                                    {"memory", l_train_memory}, {nullptr, nullptr}};
+const luaL_Reg trainer_methods[] = {{"step", l_train_step},
+                                    {"evaluate", l_train_evaluate},
+                                    {"save", l_train_save},
+                                    {"resume", l_train_resume},
+                                    {"step_count", l_train_step_count},
+                                    {"lr", l_train_lr},
+                                    {"memory", l_train_memory},
+                                    {nullptr, nullptr}};
 const luaL_Reg train_funcs[] = {{"new", l_train_new},
                                 {"batch", l_train_batch},
                                 {"preference", l_train_preference},
@@ -586,15 +643,16 @@ const luaL_Reg reward_methods[] = {{"score", l_train_reward_score},
 }  // namespace
 
 LtModuleApi lt_api_train() {
-  return {"train",
-          "Trainers (one optimizer step in C++ per call; the recipe keeps the loop), batches, preference losses, "
-          "reward models and rejection sampling",
-          {kTrainNew, kTrainBatch, kTrainPreference, kTrainReferenceLogprobs, kTrainRewardModel,
-           kTrainRejectionSample, kTrainerStep, kTrainerEvaluate, kTrainerSave, kTrainerResume, kTrainerStepCount,
-           kTrainerLr, kTrainerMemory, kRewardModelScore, kRewardModelSave, kRewardModelModel},
-          {{"Trainer", "the optimizer, schedule and checkpoints over a model's trainable weights"},
-           {"PreferenceLoss", "a preference-loss hook for train.new"},
-           {"RewardModel", "a score head on a model; a hook for train.new"}}};
+  return {
+      "train",
+      "Trainers (one optimizer step in C++ per call; the recipe keeps the loop), batches, preference losses, "
+      "reward models and rejection sampling",
+      {kTrainNew, kTrainBatch, kTrainPreference, kTrainReferenceLogprobs, kTrainRewardModel,
+       kTrainRejectionSample, kTrainerStep, kTrainerEvaluate, kTrainerSave, kTrainerResume, kTrainerStepCount,
+       kTrainerLr, kTrainerMemory, kRewardModelScore, kRewardModelSave, kRewardModelModel},
+      {{"Trainer", "the optimizer, schedule and checkpoints over a model's trainable weights"},
+       {"PreferenceLoss", "a preference-loss hook for train.new"},
+       {"RewardModel", "a score head on a model; a hook for train.new"}}};
 }
 
 }  // namespace luatune

@@ -28,21 +28,11 @@ struct Module {
   lua_CFunction open;
 };
 const Module modules[] = {
-    {"config", luaopen_config},
-    {"torch", luaopen_torch},
-    {"train", luaopen_train},
-    {"tokenizer", luaopen_tokenizer},
-    {"models", luaopen_models},
-    {"data", luaopen_data},
-    {"metrics", luaopen_metrics},
-    {"eval", luaopen_eval},
-    {"lora", luaopen_lora},
-    {"qlora", luaopen_qlora},
-    {"prune", luaopen_prune},
-    {"dist", luaopen_dist},
-    {"distill", luaopen_distill},
-    {"sweep", luaopen_sweep},
-    {"hw", luaopen_hw},
+    {"config", luaopen_config},       {"torch", luaopen_torch},   {"train", luaopen_train},
+    {"tokenizer", luaopen_tokenizer}, {"models", luaopen_models}, {"data", luaopen_data},
+    {"metrics", luaopen_metrics},     {"eval", luaopen_eval},     {"lora", luaopen_lora},
+    {"qlora", luaopen_qlora},         {"prune", luaopen_prune},   {"dist", luaopen_dist},
+    {"distill", luaopen_distill},     {"sweep", luaopen_sweep},   {"hw", luaopen_hw},
     {"export", luaopen_export},
 };
 
@@ -169,7 +159,8 @@ void load_config_files(lua_State* L, const Command& cmd, RunState& st) {
       fail_usage("config: overrides file '" + file +
                  "' must return a table, e.g. return { lr = 1e-4 }; it returned a " + luaL_typename(L, -1));
     ConfigValue t = lt_to_config(L, -1, "");
-    if (t.kind == ConfigValue::Kind::list && t.items.empty()) t = ConfigValue::of_table();  // {}: no overrides
+    if (t.kind == ConfigValue::Kind::list && t.items.empty())
+      t = ConfigValue::of_table();  // {}: no overrides
     if (t.kind != ConfigValue::Kind::table)
       fail_usage("config: overrides file '" + file + "' must return a table of named values, not a list");
     for (auto& o : config_flatten(t, file)) st.overrides.push_back(std::move(o));
@@ -229,7 +220,8 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd, Conf
     return usage ? kExitUsage : kExitFailed;
   }
   if (cmd.verb == Command::Verb::sweep && st.sweeps_run == 0) {
-    std::fprintf(stderr, "runner sweep: %s ran no sweep (it never called sweep.run{...}); see docs/sweeps.md\n",
+    std::fprintf(stderr,
+                 "runner sweep: %s ran no sweep (it never called sweep.run{...}); see docs/sweeps.md\n",
                  path.c_str());
     return kExitUsage;
   }

@@ -11,28 +11,28 @@
 #include <string>
 #include <vector>
 
+#include "bindings/lua_api.h"
 #include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/json.h"
-#include "host/core/version.h"
 #include "host/core/process.h"
+#include "host/core/strings.h"
+#include "host/core/term.h"
+#include "host/core/version.h"
 #include "host/data/preview.h"
 #include "host/dist/launch.h"
 #include "host/hw/catalog.h"
 #include "host/hw/plan_recipe.h"
 #include "host/io/jsonl.h"
-#include "host/core/term.h"
 #include "host/metrics/run_report.h"
 #include "host/metrics/wandb.h"
 #include "host/runner/cli.h"
 #include "host/runner/config.h"
 #include "host/runner/recipe_docs.h"
 #include "host/runner/recipes.h"
-#include "host/core/strings.h"
 #include "host/sweep/sweep.h"
 #include "host/text/tokenizer.h"
-#include "bindings/lua_api.h"
 #include "runner/lua_host.h"
 
 using namespace luatune;
@@ -138,7 +138,10 @@ static int run_recipe_help(const Command& cmd) {
   }
   std::string name = path_basename(path);
   if (str_ends_with(name, ".lua")) name.resize(name.size() - 4);
-  std::fputs(recipe_help_text(name, docs, docs.has_config ? &resolved : nullptr, static_cast<size_t>(term_width(stdout))).c_str(), stdout);
+  std::fputs(recipe_help_text(name, docs, docs.has_config ? &resolved : nullptr,
+                              static_cast<size_t>(term_width(stdout)))
+                 .c_str(),
+             stdout);
   return kExitOk;
 }
 
@@ -197,7 +200,8 @@ int main(int argc, char** argv) {
     cpu_threads_init();
     std::vector<std::string> args(argv + 1, argv + argc);
     // A developer tool, not in --help: regenerate or check types/luatune.d.lua and docs/lua_api.md.
-    if (!args.empty() && args[0] == "api") return lt_api_main(std::vector<std::string>(args.begin() + 1, args.end()));
+    if (!args.empty() && args[0] == "api")
+      return lt_api_main(std::vector<std::string>(args.begin() + 1, args.end()));
     return run_command(cli_parse(args));
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -7,6 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
+  clang-format                      # scripts/format.sh and CTest's format_check (version 14)
   libtorch-dev libgloo-dev          # LibTorch 1.13 (CPU) and its c10d Gloo backend
   libopenblas0-pthread              # an optimised BLAS: LibTorch links libblas.so.3, which is the
                                     # reference BLAS unless this is installed (matmuls ~13x slower)

@@ -394,9 +394,10 @@ LoraConfig lora_load(Model& model, const std::string& dir) {
 
 void lora_merge(Model& model) {
   for (const LayerWeights& layer : model.layers)
-    LT_CHECK(!layer.adaption, "lora.merge: the model has an adaption prompt (LLaMA-Adapter), which cannot be "
-                              "merged into the weights (its attention over the prompt depends on each input); "
-                              "save it with lora.save instead");
+    LT_CHECK(!layer.adaption,
+             "lora.merge: the model has an adaption prompt (LLaMA-Adapter), which cannot be "
+             "merged into the weights (its attention over the prompt depends on each input); "
+             "save it with lora.save instead");
   for (auto& [ref, a] : lora_adapters(model, "lora.merge")) {
     Linear& lin = *ref.linear;
     at::Tensor merged = a->merged_weight(lin);

@@ -77,7 +77,8 @@ float block_absmax(const float* in, int64_t begin, int64_t end) {
 
 }  // namespace
 
-void quantize_4bit(const float* in, int64_t n, int64_t blocksize, QuantType type, uint8_t* packed, float* absmax) {
+void quantize_4bit(const float* in, int64_t n, int64_t blocksize, QuantType type, uint8_t* packed,
+                   float* absmax) {
   const int64_t blocks = num_blocks(n, blocksize);
   for (int64_t b = 0; b < blocks; b++) {
     const int64_t begin = b * blocksize, end = std::min(n, begin + blocksize);
@@ -111,7 +112,8 @@ void dequantize_4bit(const uint8_t* packed, const float* absmax, int64_t n, int6
   }
 }
 
-void quantize_8bit(const float* in, int64_t n, int64_t blocksize, const float* code256, uint8_t* q, float* absmax) {
+void quantize_8bit(const float* in, int64_t n, int64_t blocksize, const float* code256, uint8_t* q,
+                   float* absmax) {
   const int64_t blocks = num_blocks(n, blocksize);
   for (int64_t b = 0; b < blocks; b++) {
     const int64_t begin = b * blocksize, end = std::min(n, begin + blocksize);
@@ -122,8 +124,8 @@ void quantize_8bit(const float* in, int64_t n, int64_t blocksize, const float* c
   }
 }
 
-void dequantize_8bit(const uint8_t* q, const float* absmax, int64_t n, int64_t blocksize, const float* code256,
-                     float* out, float offset) {
+void dequantize_8bit(const uint8_t* q, const float* absmax, int64_t n, int64_t blocksize,
+                     const float* code256, float* out, float offset) {
   for (int64_t i = 0; i < n; i++) {
     float v = code256[q[i]] * absmax[i / blocksize];
     out[i] = v + offset;

@@ -33,7 +33,9 @@ enum class QuantType : int { nf4 = 0, fp4 = 1 };
 // The 16 code values of each type (index = 4-bit code), float32, as bitsandbytes' quant_map.
 extern const float kNF4Code[16];
 extern const float kFP4Code[16];
-inline const float* code4(QuantType t) { return t == QuantType::nf4 ? kNF4Code : kFP4Code; }
+inline const float* code4(QuantType t) {
+  return t == QuantType::nf4 ? kNF4Code : kFP4Code;
+}
 
 // The 4-bit code of one scaled value (x = value * (1 / absmax), nominally in [-1, 1]).
 uint8_t quantize_nf4_value(float x);
@@ -44,18 +46,22 @@ inline uint8_t quantize_4bit_value(QuantType t, float x) {
 // The index of the code value nearest x in a sorted 256-value code (bitsandbytes' dQuantize).
 uint8_t quantize_8bit_value(const float* code256, float x);
 
-inline int64_t num_blocks(int64_t n, int64_t blocksize) { return (n + blocksize - 1) / blocksize; }
+inline int64_t num_blocks(int64_t n, int64_t blocksize) {
+  return (n + blocksize - 1) / blocksize;
+}
 
 // n values -> packed[(n + 1) / 2], absmax[num_blocks(n, blocksize)].
-void quantize_4bit(const float* in, int64_t n, int64_t blocksize, QuantType type, uint8_t* packed, float* absmax);
+void quantize_4bit(const float* in, int64_t n, int64_t blocksize, QuantType type, uint8_t* packed,
+                   float* absmax);
 // packed + float32 absmax -> out[n] float32.
 void dequantize_4bit(const uint8_t* packed, const float* absmax, int64_t n, int64_t blocksize, QuantType type,
                      float* out);
 // n values -> q[n], absmax[num_blocks(n, blocksize)], with a 256-value code.
-void quantize_8bit(const float* in, int64_t n, int64_t blocksize, const float* code256, uint8_t* q, float* absmax);
+void quantize_8bit(const float* in, int64_t n, int64_t blocksize, const float* code256, uint8_t* q,
+                   float* absmax);
 // q + absmax -> out[n] float32; when `offset` is given, out = code[q] * absmax + offset (two roundings).
-void dequantize_8bit(const uint8_t* q, const float* absmax, int64_t n, int64_t blocksize, const float* code256,
-                     float* out, float offset = 0.0f);
+void dequantize_8bit(const uint8_t* q, const float* absmax, int64_t n, int64_t blocksize,
+                     const float* code256, float* out, float offset = 0.0f);
 
 }  // namespace nf4
 }  // namespace luatune

@@ -43,7 +43,7 @@ json peft_number(double v) {
 
 void peft_dir_save(Model& model, const std::string& dir, const json& config, const std::string& where) {
   model.ensure_full_weights();  // ZeRO-3: the sharded adapters, gathered on every rank
-  DistMainOnly main_only;  // data parallel: rank 0 writes, the others wait for the files
+  DistMainOnly main_only;       // data parallel: rank 0 writes, the others wait for the files
   if (!main_only) return;
   LT_CHECK(!dir.empty(), where << ": empty directory name");
   std::vector<std::pair<std::string, at::Tensor>> tensors;

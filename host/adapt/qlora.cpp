@@ -36,7 +36,8 @@ int64_t qlora_quantize(Model& model, const QuantConfig& config, const std::vecto
   quant_config_check(config, "qlora.quantize");
   auto linears = qlora_linears(model);
   for (auto& [name, lin] : linears)
-    LT_CHECK(!lin->adapter, "qlora.quantize: " << name << " already has an adapter (quantize first, then lora.apply)");
+    LT_CHECK(!lin->adapter,
+             "qlora.quantize: " << name << " already has an adapter (quantize first, then lora.apply)");
   int64_t n = 0;
   for (auto& [name, lin] : linears) {
     if (lin->quant || qlora_skipped(name, skip)) continue;
@@ -81,9 +82,10 @@ bool qlora_config_of(const Model& model, QuantConfig* out) {
 
 void qlora_require_dense(const Model& model, const std::string& what) {
   int64_t n = qlora_count(model);
-  LT_CHECK(n == 0, what << ": the model has " << n
-                        << " 4-bit Linears; this needs dense weights (qlora.dequantize(model) first, or load it "
-                           "without quantize=)");
+  LT_CHECK(n == 0,
+           what << ": the model has " << n
+                << " 4-bit Linears; this needs dense weights (qlora.dequantize(model) first, or load it "
+                   "without quantize=)");
 }
 
 std::string qlora_hf_quantization_config(const Model& model) {

@@ -5,8 +5,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
-#include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/custom_function.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -27,7 +27,9 @@ namespace luatune {
 
 using json = nlohmann::json;
 
-const char* quant_type_name(nf4::QuantType t) { return t == nf4::QuantType::nf4 ? "nf4" : "fp4"; }
+const char* quant_type_name(nf4::QuantType t) {
+  return t == nf4::QuantType::nf4 ? "nf4" : "fp4";
+}
 
 nf4::QuantType quant_type_parse(const std::string& s, const std::string& where) {
   if (s == "nf4") return nf4::QuantType::nf4;
@@ -38,7 +40,8 @@ nf4::QuantType quant_type_parse(const std::string& s, const std::string& where) 
 void quant_config_check(const QuantConfig& c, const std::string& where) {
   auto pow2 = [](int64_t b) { return b > 0 && (b & (b - 1)) == 0; };
   LT_CHECK(pow2(c.blocksize) && c.blocksize >= 32 && c.blocksize <= 4096,
-           where << ": blocksize " << c.blocksize << " is not a power of two from 32 to 4096 (bitsandbytes' rule)");
+           where << ": blocksize " << c.blocksize
+                 << " is not a power of two from 32 to 4096 (bitsandbytes' rule)");
   LT_CHECK(pow2(c.nested_blocksize) && c.nested_blocksize >= 32 && c.nested_blocksize <= 4096,
            where << ": nested_blocksize " << c.nested_blocksize << " is not a power of two from 32 to 4096");
 }
@@ -135,7 +138,8 @@ cuda::Dtype kernel_dtype(at::ScalarType t) {
 std::pair<at::Tensor, QuantState> quantize_4bit(const at::Tensor& w_in, const QuantConfig& c) {
   quant_config_check(c, "quantize");
   LT_CHECK(w_in.defined() && at::isFloatingType(w_in.scalar_type()),
-           "quantize: expected a floating tensor, got " << (w_in.defined() ? dtype_name(w_in.scalar_type()) : "none"));
+           "quantize: expected a floating tensor, got "
+               << (w_in.defined() ? dtype_name(w_in.scalar_type()) : "none"));
   at::NoGradGuard no_grad;
   at::Tensor w = w_in.detach().contiguous();
   QuantState s;
@@ -148,15 +152,17 @@ std::pair<at::Tensor, QuantState> quantize_4bit(const at::Tensor& w_in, const Qu
   at::Tensor packed, absmax;
 #ifdef LUATUNE_HAS_KERNELS
   if (w.is_cuda()) {
-    at::Tensor src = (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kHalf)
-                         ? w
-                         : w.to(at::kFloat);
+    at::Tensor src =
+        (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kHalf)
+            ? w
+            : w.to(at::kFloat);
     packed = at::empty({(n + 1) / 2, 1}, w.options().dtype(at::kByte));
     absmax = at::empty({blocks}, w.options().dtype(at::kFloat));
-    check_cuda(cuda::quantize_4bit(src.data_ptr(), kernel_dtype(src.scalar_type()), n, c.blocksize,
-                                   static_cast<int>(c.type), packed.data_ptr<uint8_t>(), absmax.data_ptr<float>(),
-                                   c10::cuda::getCurrentCUDAStream(w.device().index()).stream()),
-               "quantize");
+    check_cuda(
+        cuda::quantize_4bit(src.data_ptr(), kernel_dtype(src.scalar_type()), n, c.blocksize,
+                            static_cast<int>(c.type), packed.data_ptr<uint8_t>(), absmax.data_ptr<float>(),
+                            c10::cuda::getCurrentCUDAStream(w.device().index()).stream()),
+        "quantize");
   }
 #endif
   if (!packed.defined()) {
@@ -198,9 +204,9 @@ at::Tensor dequantize_4bit(const at::Tensor& packed, const QuantState& s, at::Sc
   if (dtype == at::ScalarType::Undefined) dtype = s.dtype;
   const int64_t n = s.numel();
   LT_CHECK(packed.scalar_type() == at::kByte && packed.numel() == (n + 1) / 2,
-           "dequantize: packed codes hold " << packed.numel() << " bytes of " << dtype_name(packed.scalar_type())
-                                            << ", expected " << (n + 1) / 2 << " uint8 for shape "
-                                            << shape_str(s.shape));
+           "dequantize: packed codes hold " << packed.numel() << " bytes of "
+                                            << dtype_name(packed.scalar_type()) << ", expected "
+                                            << (n + 1) / 2 << " uint8 for shape " << shape_str(s.shape));
 #ifdef LUATUNE_HAS_KERNELS
   if (packed.is_cuda()) {
     at::Tensor out = at::empty(s.shape, packed.options().dtype(dtype));
@@ -217,8 +223,8 @@ at::Tensor dequantize_4bit(const at::Tensor& packed, const QuantState& s, at::Sc
     } else {
       scale.absmax = s.absmax.data_ptr<float>();
     }
-    check_cuda(cuda::dequantize_4bit(packed.data_ptr<uint8_t>(), n, s.blocksize, static_cast<int>(s.type), scale,
-                                     kout.data_ptr(), kernel_dtype(kout.scalar_type()),
+    check_cuda(cuda::dequantize_4bit(packed.data_ptr<uint8_t>(), n, s.blocksize, static_cast<int>(s.type),
+                                     scale, kout.data_ptr(), kernel_dtype(kout.scalar_type()),
                                      c10::cuda::getCurrentCUDAStream(packed.device().index()).stream()),
                "dequantize");
     return kout.is_same(out) ? out : kout.to(dtype);
@@ -252,10 +258,11 @@ struct WeightHolder : torch::CustomClassHolder {
 };
 
 struct Linear4bitFn : public torch::autograd::Function<Linear4bitFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, c10::intrusive_ptr<WeightHolder> holder) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x,
+                            c10::intrusive_ptr<WeightHolder> holder) {
     at::Tensor w = dequantize_4bit(holder->packed, holder->state, x.scalar_type());
-    ctx->saved_data["w"] = c10::IValue::make_capsule(
-        c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(holder));
+    ctx->saved_data["w"] =
+        c10::IValue::make_capsule(c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(holder));
     return at::linear(x, w);
   }
 
@@ -269,9 +276,11 @@ struct Linear4bitFn : public torch::autograd::Function<Linear4bitFn> {
 
 }  // namespace
 
-at::Tensor linear_4bit(const at::Tensor& x, const at::Tensor& packed, const QuantState& s, const at::Tensor& bias) {
-  LT_CHECK(x.size(-1) == s.shape.at(1), "linear_4bit: input has " << x.size(-1) << " features, the 4-bit weight "
-                                                                   << shape_str(s.shape) << " expects " << s.shape[1]);
+at::Tensor linear_4bit(const at::Tensor& x, const at::Tensor& packed, const QuantState& s,
+                       const at::Tensor& bias) {
+  LT_CHECK(x.size(-1) == s.shape.at(1), "linear_4bit: input has "
+                                            << x.size(-1) << " features, the 4-bit weight "
+                                            << shape_str(s.shape) << " expects " << s.shape[1]);
   at::Tensor y;
   if (x.requires_grad() && at::GradMode::is_enabled()) {
     auto holder = c10::make_intrusive<WeightHolder>();
@@ -323,11 +332,12 @@ std::vector<std::string> quant_state_extra_names(const std::string& weight_name,
 }
 
 std::vector<std::pair<std::string, at::Tensor>> quant_state_tensors(const std::string& weight_name,
-                                                                    const at::Tensor& packed, const QuantState& s) {
+                                                                    const at::Tensor& packed,
+                                                                    const QuantState& s) {
   // The JSON exactly as json.dumps writes QuantState.as_dict(packed=True)'s non-tensor fields.
   std::string js = std::string("{\"quant_type\": \"") + quant_type_name(s.type) +
-                   "\", \"blocksize\": " + std::to_string(s.blocksize) + ", \"dtype\": \"" + dtype_name(s.dtype) +
-                   "\", \"shape\": " + shape_json(s.shape);
+                   "\", \"blocksize\": " + std::to_string(s.blocksize) + ", \"dtype\": \"" +
+                   dtype_name(s.dtype) + "\", \"shape\": " + shape_json(s.shape);
   if (s.nested)
     js += ", \"nested_blocksize\": " + std::to_string(s.nested_blocksize) +
           ", \"nested_dtype\": \"float32\", \"nested_offset\": " + py_float_repr(s.offset);
@@ -351,11 +361,10 @@ bool quant_state_present(const std::string& weight_name, const std::function<boo
   return has(weight_name + kQsPrefix + "nf4") || has(weight_name + kQsPrefix + "fp4");
 }
 
-std::pair<at::Tensor, QuantState> quant_state_from_tensors(const std::string& weight_name,
-                                                           const std::function<at::Tensor(const std::string&)>& get,
-                                                           const std::function<bool(const std::string&)>& has,
-                                                           const std::vector<int64_t>& expected_shape,
-                                                           const std::string& where) {
+std::pair<at::Tensor, QuantState> quant_state_from_tensors(
+    const std::string& weight_name, const std::function<at::Tensor(const std::string&)>& get,
+    const std::function<bool(const std::string&)>& has, const std::vector<int64_t>& expected_shape,
+    const std::string& where) {
   QuantState s;
   const std::string qs_nf4 = weight_name + kQsPrefix + "nf4", qs_fp4 = weight_name + kQsPrefix + "fp4";
   const std::string qs_name = has(qs_nf4) ? qs_nf4 : qs_fp4;
@@ -374,18 +383,21 @@ std::pair<at::Tensor, QuantState> quant_state_from_tensors(const std::string& we
   s.type = quant_type_parse(field("quant_type").get<std::string>(), where + ": " + qs_name);
   LT_CHECK(qs_name == weight_name + kQsPrefix + quant_type_name(s.type),
            where << ": " << qs_name << " says quant_type " << quant_type_name(s.type));
-  LT_CHECK(field("blocksize").is_number_integer(), where << ": " << qs_name << ": blocksize must be an integer");
+  LT_CHECK(field("blocksize").is_number_integer(),
+           where << ": " << qs_name << ": blocksize must be an integer");
   s.blocksize = field("blocksize").get<int64_t>();
   LT_CHECK(field("dtype").is_string(), where << ": " << qs_name << ": dtype must be a string");
   LT_CHECK(dtype_try_parse(field("dtype").get<std::string>(), &s.dtype) && at::isFloatingType(s.dtype),
-           where << ": " << qs_name << ": dtype \"" << field("dtype").get<std::string>() << "\" is not a floating dtype");
+           where << ": " << qs_name << ": dtype \"" << field("dtype").get<std::string>()
+                 << "\" is not a floating dtype");
   LT_CHECK(field("shape").is_array(), where << ": " << qs_name << ": shape must be a list");
   for (const json& d : field("shape")) {
     LT_CHECK(d.is_number_integer(), where << ": " << qs_name << ": shape must be a list of integers");
     s.shape.push_back(d.get<int64_t>());
   }
-  LT_CHECK(s.shape == expected_shape, where << ": " << qs_name << " gives shape " << shape_str(s.shape) << ", expected "
-                                            << shape_str(expected_shape) << " from config.json");
+  LT_CHECK(s.shape == expected_shape, where << ": " << qs_name << " gives shape " << shape_str(s.shape)
+                                            << ", expected " << shape_str(expected_shape)
+                                            << " from config.json");
   s.nested = j.contains("nested_blocksize");
   QuantConfig check;
   check.blocksize = s.blocksize;
@@ -403,20 +415,22 @@ std::pair<at::Tensor, QuantState> quant_state_from_tensors(const std::string& we
     LT_CHECK(has(name), where << ": tensor " << name << " is missing (4-bit weight " << weight_name << ")");
     at::Tensor t = get(name);
     LT_CHECK(t.scalar_type() == dtype && t.numel() == numel,
-             where << ": tensor " << name << " is " << dtype_name(t.scalar_type()) << " " << shape_str(t.sizes())
-                   << ", expected " << dtype_name(dtype) << " with " << numel << " elements");
+             where << ": tensor " << name << " is " << dtype_name(t.scalar_type()) << " "
+                   << shape_str(t.sizes()) << ", expected " << dtype_name(dtype) << " with " << numel
+                   << " elements");
     return t;
   };
   at::Tensor packed = expect(weight_name, at::kByte, (n + 1) / 2).reshape({(n + 1) / 2, 1});
   s.code = expect(weight_name + ".quant_map", at::kFloat, 16).reshape({16});
   at::Tensor want = code_tensor(s.type);
-  LT_CHECK(at::equal(s.code.to(at::kCPU), want),
-           where << ": tensor " << weight_name << ".quant_map is not bitsandbytes' " << quant_type_name(s.type)
-                 << " table");
+  LT_CHECK(at::equal(s.code.to(at::kCPU), want), where << ": tensor " << weight_name
+                                                       << ".quant_map is not bitsandbytes' "
+                                                       << quant_type_name(s.type) << " table");
   if (s.nested) {
     s.absmax = expect(weight_name + ".absmax", at::kByte, blocks).reshape({blocks});
-    s.nested_absmax = expect(weight_name + ".nested_absmax", at::kFloat, nf4::num_blocks(blocks, s.nested_blocksize))
-                          .reshape({-1});
+    s.nested_absmax =
+        expect(weight_name + ".nested_absmax", at::kFloat, nf4::num_blocks(blocks, s.nested_blocksize))
+            .reshape({-1});
     s.nested_code = expect(weight_name + ".nested_quant_map", at::kFloat, 256).reshape({256});
   } else {
     s.absmax = expect(weight_name + ".absmax", at::kFloat, blocks).reshape({blocks});

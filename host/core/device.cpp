@@ -26,15 +26,15 @@ struct DtypeName {
 // The first name of each type is its canonical (PyTorch) name.
 const std::vector<DtypeName>& dtype_names() {
   static const std::vector<DtypeName> names = {
-      {"float32", c10::kFloat},     {"f32", c10::kFloat},     {"fp32", c10::kFloat},
-      {"float", c10::kFloat},       {"bfloat16", c10::kBFloat16}, {"bf16", c10::kBFloat16},
-      {"float16", c10::kHalf},      {"f16", c10::kHalf},      {"fp16", c10::kHalf},
-      {"half", c10::kHalf},         {"float64", c10::kDouble},
-      {"f64", c10::kDouble},        {"double", c10::kDouble}, {"int64", c10::kLong},
-      {"i64", c10::kLong},          {"long", c10::kLong},     {"int32", c10::kInt},
-      {"i32", c10::kInt},           {"int", c10::kInt},       {"int16", c10::kShort},
-      {"i16", c10::kShort},         {"int8", c10::kChar},     {"i8", c10::kChar},
-      {"uint8", c10::kByte},        {"u8", c10::kByte},       {"bool", c10::kBool},
+      {"float32", c10::kFloat}, {"f32", c10::kFloat},         {"fp32", c10::kFloat},
+      {"float", c10::kFloat},   {"bfloat16", c10::kBFloat16}, {"bf16", c10::kBFloat16},
+      {"float16", c10::kHalf},  {"f16", c10::kHalf},          {"fp16", c10::kHalf},
+      {"half", c10::kHalf},     {"float64", c10::kDouble},    {"f64", c10::kDouble},
+      {"double", c10::kDouble}, {"int64", c10::kLong},        {"i64", c10::kLong},
+      {"long", c10::kLong},     {"int32", c10::kInt},         {"i32", c10::kInt},
+      {"int", c10::kInt},       {"int16", c10::kShort},       {"i16", c10::kShort},
+      {"int8", c10::kChar},     {"i8", c10::kChar},           {"uint8", c10::kByte},
+      {"u8", c10::kByte},       {"bool", c10::kBool},
   };
   return names;
 }
@@ -83,7 +83,9 @@ namespace {
 int g_default_cuda_index = 0;
 }  // namespace
 
-void device_set_default_cuda_index(int index) { g_default_cuda_index = index; }
+void device_set_default_cuda_index(int index) {
+  g_default_cuda_index = index;
+}
 
 c10::Device device_parse(const std::string& name) {
   if (name == "auto")

@@ -149,8 +149,12 @@ InterruptCounter::~InterruptCounter() {
   sigaction(SIGTERM, &g_old_term, nullptr);
 }
 
-int InterruptCounter::count() { return g_signals; }
-int InterruptCounter::first_signal() { return g_signal; }
+int InterruptCounter::count() {
+  return g_signals;
+}
+int InterruptCounter::first_signal() {
+  return g_signal;
+}
 
 double process_now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -24,7 +24,8 @@ int term_width(std::FILE* out) {
     if (*end == 0 && cols >= 40 && cols <= 1000) return static_cast<int>(cols);
   }
   winsize ws{};
-  if (out && isatty(fileno(out)) == 1 && ioctl(fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40) return ws.ws_col;
+  if (out && isatty(fileno(out)) == 1 && ioctl(fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40)
+    return ws.ws_col;
   return 100;
 }
 

@@ -1,6 +1,6 @@
-// Terminal output: how wide a line may be, and whether ANSI colour may be written. Colour is only for a terminal, and never
-// when NO_COLOR is set to a non-empty value (https://no-color.org). Cursor movement that redraws a
-// progress line ('\r', erase to end of line) is not colour and does not ask here.
+// Terminal output: how wide a line may be, and whether ANSI colour may be written. Colour is only for a
+// terminal, and never when NO_COLOR is set to a non-empty value (https://no-color.org). Cursor movement that
+// redraws a progress line ('\r', erase to end of line) is not colour and does not ask here.
 #pragma once
 
 #include <cstdio>

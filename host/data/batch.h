@@ -12,12 +12,12 @@ namespace luatune {
 constexpr int64_t kIgnoreTarget = -100;  // a position with no target (prompt, padding, document end)
 
 struct Batch {
-  at::Tensor ids;        // (B, T) int64 token ids; padding holds the pad id (or 0)
-  at::Tensor targets;    // (B, T) int64: the token position t must predict (ids[t+1] of the same
-                         // document when it is trained on), else kIgnoreTarget
-  at::Tensor positions;  // (B, T) int64 RoPE positions, restarting at 0 for every document
-  at::Tensor segments;   // (B, T) int64 document index within the row; padding has its own index
-  at::Tensor lengths;    // (B) int64 tokens of each row before its padding (undefined: unknown)
+  at::Tensor ids;             // (B, T) int64 token ids; padding holds the pad id (or 0)
+  at::Tensor targets;         // (B, T) int64: the token position t must predict (ids[t+1] of the same
+                              // document when it is trained on), else kIgnoreTarget
+  at::Tensor positions;       // (B, T) int64 RoPE positions, restarting at 0 for every document
+  at::Tensor segments;        // (B, T) int64 document index within the row; padding has its own index
+  at::Tensor lengths;         // (B) int64 tokens of each row before its padding (undefined: unknown)
   int64_t target_tokens = 0;  // number of targets != kIgnoreTarget (the loss is normalised by it)
   int64_t tokens = 0;         // number of non-padding tokens (for tokens/s)
   // Preference batches (host/data/preference.h): rows 2i and 2i+1 are pair i's chosen and

@@ -159,7 +159,8 @@ std::shared_ptr<Dataset> Dataset::build(const RecordReader& next, const Tokenize
   return std::shared_ptr<Dataset>(new Dataset(std::move(store), std::move(docs), o, resolved));
 }
 
-std::shared_ptr<Dataset> Dataset::from_documents(std::vector<Document> documents, const std::vector<int64_t>& origins,
+std::shared_ptr<Dataset> Dataset::from_documents(std::vector<Document> documents,
+                                                 const std::vector<int64_t>& origins,
                                                  const DataOptions& options, std::optional<ChatFormat> chat,
                                                  int64_t pad_id) {
   LT_CHECK(origins.size() == documents.size(), "data: from_documents: one origin per document");
@@ -167,8 +168,9 @@ std::shared_ptr<Dataset> Dataset::from_documents(std::vector<Document> documents
   auto store = std::make_shared<TokenStore>();
   for (size_t d = 0; d < documents.size(); d++) {
     Document& doc = documents[d];
-    LT_CHECK(doc.ids.size() == doc.mask.size(), "data: from_documents: document " << d << " has "
-                                                    << doc.ids.size() << " ids and " << doc.mask.size() << " mask entries");
+    LT_CHECK(doc.ids.size() == doc.mask.size(), "data: from_documents: document "
+                                                    << d << " has " << doc.ids.size() << " ids and "
+                                                    << doc.mask.size() << " mask entries");
     bool truncated = static_cast<int64_t>(doc.ids.size()) > options.max_length;
     if (truncated) doc.ids.resize(options.max_length);
     for (size_t i = 0; i < doc.ids.size(); i++) {

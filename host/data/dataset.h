@@ -78,7 +78,8 @@ class Dataset {
   // Documents tokenized elsewhere (a preference set's chosen and rejected sequences), one row each
   // (options.pack is ignored), kept in the given order: none is dropped, a longer one than
   // max_length is cut (the start kept). origins[d] names document d in messages.
-  static std::shared_ptr<Dataset> from_documents(std::vector<Document> documents, const std::vector<int64_t>& origins,
+  static std::shared_ptr<Dataset> from_documents(std::vector<Document> documents,
+                                                 const std::vector<int64_t>& origins,
                                                  const DataOptions& options, std::optional<ChatFormat> chat,
                                                  int64_t pad_id);
 
@@ -102,7 +103,8 @@ class Dataset {
   // slice, so N ranks together train on what one process with N times the batch trains on. A
   // short last batch (cycle=false) is split in slices of ceil(n / world); a rank left with none
   // gets an empty list (train it on empty_batch()).
-  std::vector<int64_t> shard_rows(int64_t step, int64_t size, bool shuffle, bool cycle, int rank, int world) const;
+  std::vector<int64_t> shard_rows(int64_t step, int64_t size, bool shuffle, bool cycle, int rank,
+                                  int world) const;
   Batch batch(const std::vector<int64_t>& rows) const;  // CPU int64 tensors (B, T)
   // A batch that trains on nothing (row 0 with every target ignored, 0 tokens): a rank's share of
   // a short last batch, so that it still joins the step's collectives.
@@ -148,14 +150,16 @@ class Dataset {
 
 // Whether records of `format` are rendered through a chat format (options.chat, chat_format, or the
 // tokenizer's chat_template), and which one; a usage error with a hint when none can be chosen.
-std::optional<ChatFormat> data_resolve_chat(DataFormat format, const DataOptions& options, const Tokenizer& tokenizer);
+std::optional<ChatFormat> data_resolve_chat(DataFormat format, const DataOptions& options,
+                                            const Tokenizer& tokenizer);
 
 // A seeded Fisher-Yates permutation of 0..n-1 (splitmix64; the same on every platform).
 std::vector<int64_t> data_permutation(int64_t n, uint64_t seed);
 
 // The most rows (pairs for a preference set) one step may take over all ranks when that is more
 // than the dataset holds: a batch bigger than the data repeats rows inside one step, and a
-// mistyped size (gradient_accumulation_steps=1e18) would otherwise grow the batch until the process is killed.
+// mistyped size (gradient_accumulation_steps=1e18) would otherwise grow the batch until the process is
+// killed.
 constexpr int64_t kDataMaxBatchBeyondData = 65536;
 // Fails naming option 'size' when `size` per rank times `world` ranks is not a batch to take from
 // `items` (`unit`: "rows" or "pairs"): not a whole number >= 1, past 2^53, or more than both

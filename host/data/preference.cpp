@@ -33,7 +33,9 @@ void keep_last_span(Document& d) {
   std::fill(d.mask.begin(), d.mask.begin() + static_cast<std::ptrdiff_t>(begin), 0);
 }
 
-bool is_messages(const json& v) { return v.is_array(); }
+bool is_messages(const json& v) {
+  return v.is_array();
+}
 
 // [{"role": "user", "content": prompt}] for a string prompt, the list itself for a list.
 json as_messages(const json& v) {
@@ -41,8 +43,8 @@ json as_messages(const json& v) {
   return v;
 }
 
-Document encode_messages(const Tokenizer& tok, const EncodeOptions& o, const json& messages, const std::string& where,
-                         const char* side) {
+Document encode_messages(const Tokenizer& tok, const EncodeOptions& o, const json& messages,
+                         const std::string& where, const char* side) {
   if (messages.empty() || !messages.back().is_object() || messages.back().value("role", "") != "assistant")
     fail(where + ": expected the " + side + " conversation to end with an assistant message, got " +
          data_record_excerpt(messages.empty() ? json::array() : messages.back()));
@@ -59,7 +61,8 @@ std::pair<Document, Document> preference_encode_record(const Tokenizer& tok, con
                                                        const json& record, const std::string& where) {
   const std::string shapes =
       "a JSON object with \"chosen\" and \"rejected\" (strings with a \"prompt\" string, or message lists)";
-  if (!record.is_object() || !record.contains("chosen") || !record.contains("rejected")) fail_pair(where, shapes, record);
+  if (!record.is_object() || !record.contains("chosen") || !record.contains("rejected"))
+    fail_pair(where, shapes, record);
   const json& chosen = record["chosen"];
   const json& rejected = record["rejected"];
   const json* prompt = record.contains("prompt") ? &record["prompt"] : nullptr;
@@ -72,7 +75,8 @@ std::pair<Document, Document> preference_encode_record(const Tokenizer& tok, con
       return {data_encode_record(tok, po, json{{"prompt", *prompt}, {"response", chosen}}, where),
               data_encode_record(tok, po, json{{"prompt", *prompt}, {"response", rejected}}, where)};
     }
-    if (!o.chat) fail(where + ": message lists need a chat format", "pass chat_format = ... (see docs/data.md)");
+    if (!o.chat)
+      fail(where + ": message lists need a chat format", "pass chat_format = ... (see docs/data.md)");
     json history = as_messages(*prompt);
     json c = history, r = history;
     c.push_back(json{{"role", "assistant"}, {"content", chosen}});
@@ -80,10 +84,12 @@ std::pair<Document, Document> preference_encode_record(const Tokenizer& tok, con
     return {encode_messages(tok, o, c, where, "chosen"), encode_messages(tok, o, r, where, "rejected")};
   }
   if (!is_messages(chosen) || !is_messages(rejected)) fail_pair(where, shapes, record);
-  if (!o.chat) fail(where + ": message lists need a chat format", "pass chat_format = ... (see docs/data.md)");
+  if (!o.chat)
+    fail(where + ": message lists need a chat format", "pass chat_format = ... (see docs/data.md)");
   json c, r;
   if (prompt) {
-    if (!prompt->is_string() && !is_messages(*prompt)) fail_pair(where, "\"prompt\" as a string or a message list", record);
+    if (!prompt->is_string() && !is_messages(*prompt))
+      fail_pair(where, "\"prompt\" as a string or a message list", record);
     json history = as_messages(*prompt);
     c = history, r = history;
     for (const json& m : chosen) c.push_back(m);
@@ -93,7 +99,8 @@ std::pair<Document, Document> preference_encode_record(const Tokenizer& tok, con
     if (chosen.empty() || rejected.empty() ||
         !std::equal(chosen.begin(), chosen.end() - 1, rejected.begin(), rejected.end() - 1))
       fail(where + ": expected \"chosen\" and \"rejected\" to share every message but the last, got " +
-               std::to_string(chosen.size()) + " and " + std::to_string(rejected.size()) + " messages that differ earlier",
+               std::to_string(chosen.size()) + " and " + std::to_string(rejected.size()) +
+               " messages that differ earlier",
            "give the shared history as \"prompt\" and only the responses as \"chosen\"/\"rejected\"");
     c = chosen, r = rejected;
   }
@@ -107,7 +114,8 @@ int64_t preference_pair_key(const Document& chosen, const Document& rejected) {
   };
   for (const Document* d : {&chosen, &rejected}) {
     mix(d->ids.size());
-    for (size_t i = 0; i < d->ids.size(); i++) mix(static_cast<uint64_t>(d->ids[i]) | (uint64_t{d->mask[i]} << 32));
+    for (size_t i = 0; i < d->ids.size(); i++)
+      mix(static_cast<uint64_t>(d->ids[i]) | (uint64_t{d->mask[i]} << 32));
   }
   return static_cast<int64_t>(h);
 }
@@ -117,7 +125,8 @@ int64_t preference_pair_key(const Document& chosen, const Document& rejected) {
 
 std::shared_ptr<PreferenceDataset> PreferenceDataset::build(const Reader& next, const Tokenizer& tok,
                                                             const DataOptions& o) {
-  LT_CHECK(!o.train_on_prompt, "data.preferences: train_on_prompt is not supported (the loss is on the responses)");
+  LT_CHECK(!o.train_on_prompt,
+           "data.preferences: train_on_prompt is not supported (the loss is on the responses)");
   LT_CHECK(o.max_length >= 2, "data.preferences: max_length must be at least 2, got " << o.max_length);
   std::vector<Document> docs;
   std::vector<int64_t> origins, keys;
@@ -138,7 +147,8 @@ std::shared_ptr<PreferenceDataset> PreferenceDataset::build(const Reader& next, 
         bool messages = record.is_object() && record.contains("chosen") && record["chosen"].is_array();
         eo.chat = data_resolve_chat(messages ? DataFormat::chat : DataFormat::prompt_response, o, tok);
         if (!eo.chat && o.add_eos && tok.special().eos.empty())
-          fail_usage("data.preferences: " + tok.source_dir() + " has no EOS token to end each response with; pass add_eos = false");
+          fail_usage("data.preferences: " + tok.source_dir() +
+                     " has no EOS token to end each response with; pass add_eos = false");
         configured = true;
       }
       pair = preference_encode_record(tok, eo, record, where);
@@ -183,8 +193,8 @@ std::shared_ptr<PreferenceDataset> PreferenceDataset::build(const Reader& next, 
   return ds;
 }
 
-std::shared_ptr<PreferenceDataset> PreferenceDataset::from_jsonl(const std::string& path, const Tokenizer& tok,
-                                                                 const DataOptions& o) {
+std::shared_ptr<PreferenceDataset> PreferenceDataset::from_jsonl(const std::string& path,
+                                                                 const Tokenizer& tok, const DataOptions& o) {
   JsonlReadOptions ro;
   ro.bad = JsonlBad::report;  // a bad line is a bad record: build() fails or, with skip_bad, counts it
   ro.expected = "a JSON object";
@@ -206,7 +216,8 @@ std::shared_ptr<PreferenceDataset> PreferenceDataset::from_jsonl(const std::stri
 }
 
 std::shared_ptr<PreferenceDataset> PreferenceDataset::from_records(const std::vector<json>& records,
-                                                                   const Tokenizer& tok, const DataOptions& o) {
+                                                                   const Tokenizer& tok,
+                                                                   const DataOptions& o) {
   size_t i = 0;
   auto next = [&](json& record, int64_t& origin, std::string& where, std::string& error) {
     if (i >= records.size()) return false;
@@ -262,14 +273,16 @@ std::pair<std::shared_ptr<PreferenceDataset>, std::shared_ptr<PreferenceDataset>
 // ============================================================================================
 // Order and batches
 
-std::vector<int64_t> PreferenceDataset::step_pairs(int64_t step, int64_t size, bool shuffle, bool cycle) const {
+std::vector<int64_t> PreferenceDataset::step_pairs(int64_t step, int64_t size, bool shuffle,
+                                                   bool cycle) const {
   LT_CHECK(size >= 1, "data: batch size must be at least 1, got " << size);
   LT_CHECK(step >= 1, "data: steps are numbered from 1, got " << step);
   LT_CHECK(step <= INT64_MAX / size,
            "data: step " << step << " of " << size << " pairs is past the last pair a 64-bit count reaches");
   const int64_t n = this->size();
   LT_CHECK(n > 0, "data: the preference set has no pairs (" << stats_.skipped_bad << " bad records skipped, "
-                                                              << stats_.dropped_empty << " cut away by max_length)");
+                                                            << stats_.dropped_empty
+                                                            << " cut away by max_length)");
   std::vector<int64_t> out;
   for (int64_t p = (step - 1) * size; p < step * size; p++) {
     if (!cycle && p >= n) break;
@@ -288,8 +301,8 @@ std::vector<int64_t> PreferenceDataset::step_pairs(int64_t step, int64_t size, b
   return out;
 }
 
-std::vector<int64_t> PreferenceDataset::shard_pairs(int64_t step, int64_t size, bool shuffle, bool cycle, int rank,
-                                                    int world) const {
+std::vector<int64_t> PreferenceDataset::shard_pairs(int64_t step, int64_t size, bool shuffle, bool cycle,
+                                                    int rank, int world) const {
   LT_CHECK(world >= 1 && rank >= 0 && rank < world, "data: rank " << rank << " outside [0, " << world << ")");
   std::vector<int64_t> all = step_pairs(step, size * world, shuffle, cycle);
   const int64_t n = static_cast<int64_t>(all.size());

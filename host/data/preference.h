@@ -38,19 +38,22 @@ class PreferenceDataset {
   static std::shared_ptr<PreferenceDataset> from_jsonl(const std::string& path, const Tokenizer& tokenizer,
                                                        const DataOptions& options);
   static std::shared_ptr<PreferenceDataset> from_records(const std::vector<nlohmann::json>& records,
-                                                         const Tokenizer& tokenizer, const DataOptions& options);
+                                                         const Tokenizer& tokenizer,
+                                                         const DataOptions& options);
 
   int64_t size() const { return static_cast<int64_t>(pairs_.size()); }  // pairs
   PreferenceStats stats() const { return stats_; }
   const DataOptions& options() const { return options_; }
   // Train and held-out pairs: a seeded permutation, the first round(fraction * n) to train.
-  std::pair<std::shared_ptr<PreferenceDataset>, std::shared_ptr<PreferenceDataset>> split(double fraction) const;
+  std::pair<std::shared_ptr<PreferenceDataset>, std::shared_ptr<PreferenceDataset>> split(
+      double fraction) const;
 
   // Pair indices (0-based, into this set) of 1-based step `step`, `size` pairs a step, epochs in
   // seeded order (as Dataset::step_rows); shard_pairs gives rank `rank` its contiguous slice of
   // step_pairs(step, size * world) (as Dataset::shard_rows).
   std::vector<int64_t> step_pairs(int64_t step, int64_t size, bool shuffle, bool cycle) const;
-  std::vector<int64_t> shard_pairs(int64_t step, int64_t size, bool shuffle, bool cycle, int rank, int world) const;
+  std::vector<int64_t> shard_pairs(int64_t step, int64_t size, bool shuffle, bool cycle, int rank,
+                                   int world) const;
   // 2 * pairs.size() rows: chosen, rejected, chosen, ... (CPU int64 tensors); pair_ids are the
   // pairs' content keys (pair_key), so cached reference log-probs follow a pair across files,
   // splits and orders.
@@ -64,7 +67,8 @@ class PreferenceDataset {
 
  private:
   PreferenceDataset() = default;
-  using Reader = std::function<bool(nlohmann::json& record, int64_t& origin, std::string& where, std::string& error)>;
+  using Reader =
+      std::function<bool(nlohmann::json& record, int64_t& origin, std::string& where, std::string& error)>;
   static std::shared_ptr<PreferenceDataset> build(const Reader& next, const Tokenizer& tokenizer,
                                                   const DataOptions& options);
   std::shared_ptr<PreferenceDataset> subset(std::vector<int64_t> pairs) const;
@@ -86,7 +90,9 @@ int64_t preference_pair_key(const Document& chosen, const Document& rejected);
 
 // One preference record -> its chosen and rejected documents (mask on the final response only).
 // Exposed for tests. `chat` unset: the plain prompt + response template (string records only).
-std::pair<Document, Document> preference_encode_record(const Tokenizer& tokenizer, const EncodeOptions& options,
-                                                       const nlohmann::json& record, const std::string& where);
+std::pair<Document, Document> preference_encode_record(const Tokenizer& tokenizer,
+                                                       const EncodeOptions& options,
+                                                       const nlohmann::json& record,
+                                                       const std::string& where);
 
 }  // namespace luatune

@@ -48,7 +48,8 @@ class Group {
   virtual c10::intrusive_ptr<c10d::Work> all_reduce_sum(std::vector<at::Tensor>& t) = 0;
   virtual c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& t, int root) = 0;
   virtual c10::intrusive_ptr<c10d::Work> barrier() = 0;
-  virtual c10::intrusive_ptr<c10d::Work> all_gather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in) = 0;
+  virtual c10::intrusive_ptr<c10d::Work> all_gather(std::vector<std::vector<at::Tensor>>& out,
+                                                    std::vector<at::Tensor>& in) = 0;
   // Only where the backend has it (NCCL); Gloo in LibTorch 1.13 throws "does not support reduce_scatter".
   virtual c10::intrusive_ptr<c10d::Work> reduce_scatter_sum(std::vector<at::Tensor>& out,
                                                             std::vector<std::vector<at::Tensor>>& in) = 0;
@@ -69,7 +70,8 @@ class GroupOf : public Group {
     return pg_->broadcast(t, o);
   }
   c10::intrusive_ptr<c10d::Work> barrier() override { return pg_->barrier(); }
-  c10::intrusive_ptr<c10d::Work> all_gather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in) override {
+  c10::intrusive_ptr<c10d::Work> all_gather(std::vector<std::vector<at::Tensor>>& out,
+                                            std::vector<at::Tensor>& in) override {
     return pg_->allgather(out, in, c10d::AllgatherOptions());
   }
   c10::intrusive_ptr<c10d::Work> reduce_scatter_sum(std::vector<at::Tensor>& out,
@@ -125,7 +127,9 @@ bool needs_float_staging(const at::Tensor& t) {
 
 }  // namespace
 
-bool dist_wire_dtype_float(const at::Tensor& t) { return needs_float_staging(t); }
+bool dist_wire_dtype_float(const at::Tensor& t) {
+  return needs_float_staging(t);
+}
 
 [[noreturn]] void dist_fail(const std::string& what, const std::string& detail) {
   const State& s = state();
@@ -162,8 +166,9 @@ void dist_init(const DistEnv& env, const DistOptions& options) {
   if (backend == "auto") backend = (cuda_available() && kNcclBuilt) ? "nccl" : "gloo";
   LT_CHECK(backend != "nccl" || kNcclBuilt,
            "dist: backend nccl is not in this build (LibTorch without CUDA/NCCL); use gloo");
-  LT_CHECK(backend != "gloo" || kGlooBuilt,
-           "dist: backend gloo is not in this build (its LibTorch came without gloo headers); use nccl on CUDA");
+  LT_CHECK(
+      backend != "gloo" || kGlooBuilt,
+      "dist: backend gloo is not in this build (its LibTorch came without gloo headers); use nccl on CUDA");
 
   // The rendezvous: rank 0 hosts the store unless torchrun's agent does (then every rank is a
   // client under /worker/attempt_N), as torch.distributed's _create_c10d_store.
@@ -229,13 +234,27 @@ void dist_shutdown() {
   s.env = DistEnv{};
 }
 
-bool dist_active() { return state().group != nullptr; }
-int dist_rank() { return state().env.rank; }
-int dist_world_size() { return dist_active() ? state().env.world_size : 1; }
-int dist_local_rank() { return state().env.local_rank; }
-bool dist_is_main() { return !dist_active() || state().env.rank == 0; }
-std::string dist_backend() { return state().backend; }
-std::chrono::milliseconds dist_timeout() { return state().options.timeout; }
+bool dist_active() {
+  return state().group != nullptr;
+}
+int dist_rank() {
+  return state().env.rank;
+}
+int dist_world_size() {
+  return dist_active() ? state().env.world_size : 1;
+}
+int dist_local_rank() {
+  return state().env.local_rank;
+}
+bool dist_is_main() {
+  return !dist_active() || state().env.rank == 0;
+}
+std::string dist_backend() {
+  return state().backend;
+}
+std::chrono::milliseconds dist_timeout() {
+  return state().options.timeout;
+}
 
 void dist_all_reduce_sum_(at::Tensor& t) {
   if (!dist_active()) return;
@@ -294,9 +313,10 @@ int64_t dist_max(int64_t v) {
 
 void dist_reduce_scatter_sum(at::Tensor& flat, at::Tensor& shard) {
   const int64_t n = dist_world_size();
-  LT_ASSERT(flat.dim() == 1 && flat.numel() == shard.numel() * n && flat.is_contiguous() && shard.is_contiguous(),
-            "reduce-scatter: a flat buffer of " << flat.numel() << " elements cannot fill " << n << " shards of "
-                                                << shard.numel());
+  LT_ASSERT(
+      flat.dim() == 1 && flat.numel() == shard.numel() * n && flat.is_contiguous() && shard.is_contiguous(),
+      "reduce-scatter: a flat buffer of " << flat.numel() << " elements cannot fill " << n << " shards of "
+                                          << shard.numel());
   if (!dist_active()) {
     shard.copy_(flat);
     return;
@@ -315,8 +335,9 @@ void dist_reduce_scatter_sum(at::Tensor& flat, at::Tensor& shard) {
 
 void dist_all_gather(const at::Tensor& shard, at::Tensor& flat) {
   const int64_t n = dist_world_size();
-  LT_ASSERT(flat.dim() == 1 && flat.numel() == shard.numel() * n && flat.is_contiguous(),
-            "all-gather: " << n << " shards of " << shard.numel() << " elements do not fill " << flat.numel());
+  LT_ASSERT(
+      flat.dim() == 1 && flat.numel() == shard.numel() * n && flat.is_contiguous(),
+      "all-gather: " << n << " shards of " << shard.numel() << " elements do not fill " << flat.numel());
   if (!dist_active()) {
     flat.copy_(shard);
     return;
@@ -387,8 +408,9 @@ class GatherWork : public DistWork {
 
 std::unique_ptr<DistWork> dist_all_gather_async(const at::Tensor& shard, at::Tensor& flat) {
   const int64_t n = dist_world_size();
-  LT_ASSERT(flat.dim() == 1 && flat.numel() == shard.numel() * n && flat.is_contiguous(),
-            "all-gather: " << n << " shards of " << shard.numel() << " elements do not fill " << flat.numel());
+  LT_ASSERT(
+      flat.dim() == 1 && flat.numel() == shard.numel() * n && flat.is_contiguous(),
+      "all-gather: " << n << " shards of " << shard.numel() << " elements do not fill " << flat.numel());
   if (!dist_active()) {
     flat.copy_(shard);
     return std::make_unique<DoneWork>();
@@ -398,7 +420,8 @@ std::unique_ptr<DistWork> dist_all_gather_async(const at::Tensor& shard, at::Ten
   std::vector<at::Tensor> in{staged ? shard.to(at::kFloat) : shard.contiguous()};
   std::vector<std::vector<at::Tensor>> out{std::vector<at::Tensor>(target.chunk(n))};
   try {
-    return std::make_unique<GatherWork>(state().group->all_gather(out, in), staged ? target : at::Tensor(), flat);
+    return std::make_unique<GatherWork>(state().group->all_gather(out, in), staged ? target : at::Tensor(),
+                                        flat);
   } catch (const std::exception& e) {
     dist_fail("all-gather", e.what());
   }

@@ -32,11 +32,11 @@ DistOptions dist_options_from_env();
 void dist_init(const DistEnv& env, const DistOptions& options = {});
 void dist_shutdown();  // leaves the job (idempotent)
 
-bool dist_active();    // more than one process
+bool dist_active();  // more than one process
 int dist_rank();
 int dist_world_size();
 int dist_local_rank();
-bool dist_is_main();   // rank 0: the one that logs, saves and prints
+bool dist_is_main();         // rank 0: the one that logs, saves and prints
 std::string dist_backend();  // "gloo", "nccl", or "none"
 std::chrono::milliseconds dist_timeout();
 
@@ -44,10 +44,10 @@ std::chrono::milliseconds dist_timeout();
 void dist_all_reduce_sum_(at::Tensor& t);
 void dist_broadcast_(at::Tensor& t, int root);
 void dist_barrier();
-double dist_sum(double v);      // all-reduce of one number (float64)
+double dist_sum(double v);  // all-reduce of one number (float64)
 int64_t dist_sum(int64_t v);
 std::vector<double> dist_sum(std::vector<double> v);  // element-wise, one all-reduce
-int64_t dist_max(int64_t v);    // the largest of every rank's v
+int64_t dist_max(int64_t v);                          // the largest of every rank's v
 // ZeRO's two collectives on contiguous flat 1-D buffers split in world_size equal slices (rank r's
 // is [r*n, (r+1)*n)): shard = this rank's slice of the sum of every rank's `flat` (which may be
 // overwritten: it is the caller's scratch); and `flat` = every rank's shard, concatenated. One

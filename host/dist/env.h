@@ -9,9 +9,9 @@
 namespace luatune {
 
 struct DistEnv {
-  int rank = 0;              // global rank
+  int rank = 0;  // global rank
   int world_size = 1;
-  int local_rank = 0;        // rank on this node (the GPU it uses)
+  int local_rank = 0;  // rank on this node (the GPU it uses)
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";  // where rank 0's TCPStore listens
   int master_port = 29500;

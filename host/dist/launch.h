@@ -12,8 +12,8 @@ namespace luatune {
 
 struct LaunchOptions {
   int nproc = 1;
-  std::string runner;              // the executable (this runner's own path)
-  std::vector<std::string> args;   // its arguments for every rank (the recipe and key=value)
+  std::string runner;             // the executable (this runner's own path)
+  std::vector<std::string> args;  // its arguments for every rank (the recipe and key=value)
   // After one rank fails, the others get SIGTERM, then SIGKILL when they have not exited after
   // this many seconds.
   double kill_grace_s = 10;

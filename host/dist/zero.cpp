@@ -131,7 +131,8 @@ ZeroShards::ZeroShards(std::vector<std::pair<std::string, at::Tensor*>> params, 
     g.opt = OptimState::create(options_.hyper.optimizer, options_.hyper.momentum, {g.shard}, g.w.device());
     if (sharded_at_rest(g)) {
       g.weight = (g.w.scalar_type() == g.dtype && g.w.device() == g.device) ? g.w : slice.clone();
-      g.nan = at::full({}, std::numeric_limits<double>::quiet_NaN(), at::TensorOptions(g.dtype).device(g.device));
+      g.nan =
+          at::full({}, std::numeric_limits<double>::quiet_NaN(), at::TensorOptions(g.dtype).device(g.device));
       release(g);
     }
   }

@@ -112,7 +112,7 @@ class ZeroShards : public LayerResidency {
     bool resident = true;               // ZeRO-3 layers: full tensors present
     std::unique_ptr<DistWork> pending;  // ZeRO-3: a prefetch (all-gather into pending_flat) in flight
     at::Tensor pending_flat;
-    at::Tensor nan;  // ZeRO-3 layers: the one NaN element released weights view
+    at::Tensor nan;        // ZeRO-3 layers: the one NaN element released weights view
     bool reduced = false;  // its gradients were reduce-scattered in this micro-batch
   };
 

@@ -71,7 +71,8 @@ at::Tensor divergence_rows(const at::Tensor& ls, const at::Tensor& lt, Divergenc
 //   jsd:        (1 - beta) p_s * (f - sum p_s f),  f = ls - log M
 at::Tensor divergence_grad(const at::Tensor& ls, const at::Tensor& lt, Divergence d, double beta) {
   if (d == Divergence::forward_kl) return ls.exp().sub_(lt.exp());
-  at::Tensor f = d == Divergence::reverse_kl ? ls - lt : ls - at::logaddexp(ls + std::log1p(-beta), lt + std::log(beta));
+  at::Tensor f =
+      d == Divergence::reverse_kl ? ls - lt : ls - at::logaddexp(ls + std::log1p(-beta), lt + std::log(beta));
   at::Tensor ps = ls.exp();
   at::Tensor mean_f = (ps * f).sum(-1, /*keepdim=*/true);
   at::Tensor g = ps.mul_(f.sub_(mean_f));
@@ -97,8 +98,9 @@ at::Tensor chunk_log_probs(const at::Tensor& h, const at::Tensor& w, double soft
 // sides' logits and applies the closed-form gradient, so neither pass holds N x V of anything.
 
 struct ChunkedKD : public torch::autograd::Function<ChunkedKD> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& sh, const at::Tensor& sw, const at::Tensor& th,
-                            const at::Tensor& tw, double scap, double tcap, const DistillOptions& o) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& sh, const at::Tensor& sw,
+                            const at::Tensor& th, const at::Tensor& tw, double scap, double tcap,
+                            const DistillOptions& o) {
     at::NoGradGuard no_grad;
     const Divergence d = divergence_of(o);
     const int64_t N = sh.size(0);
@@ -119,7 +121,7 @@ struct ChunkedKD : public torch::autograd::Function<ChunkedKD> {
     ctx->saved_data["chunk"] = o.chunk;
     ctx->saved_data["hidden_grad"] = sh.requires_grad();
     ctx->saved_data["weight_grad"] = sw.requires_grad();  // frozen LM head (LoRA): skip its grad
-    return total * (T * T);                                // Hinton's T^2: gradients keep their scale
+    return total * (T * T);                               // Hinton's T^2: gradients keep their scale
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
@@ -146,8 +148,10 @@ struct ChunkedKD : public torch::autograd::Function<ChunkedKD> {
       if (hidden_grad) grad_h.narrow(0, r0, n).copy_(at::matmul(g.to(sh.scalar_type()), sw));
       if (weight_grad) grad_w.add_(at::matmul(g.t(), h.to(at::kFloat)));
     }
-    return {grad_h, weight_grad ? grad_w.to(sw.scalar_type()) : at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_h,       weight_grad ? grad_w.to(sw.scalar_type()) : at::Tensor(),
+            at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -166,17 +170,21 @@ at::Tensor distill_divergence(const at::Tensor& student_logits, const at::Tensor
 
 at::Tensor distill_logit_loss(const at::Tensor& student_hidden, const at::Tensor& student_weight,
                               double student_softcap, const at::Tensor& teacher_hidden,
-                              const at::Tensor& teacher_weight, double teacher_softcap, const DistillOptions& o) {
+                              const at::Tensor& teacher_weight, double teacher_softcap,
+                              const DistillOptions& o) {
   check_options(o, "distill");
   LT_CHECK(student_hidden.dim() == 2 && teacher_hidden.dim() == 2 && student_weight.dim() == 2 &&
                teacher_weight.dim() == 2,
            "distill: hidden states must be (N, C) and LM heads (V, C)");
   LT_CHECK(student_hidden.size(0) == teacher_hidden.size(0),
-           "distill: " << student_hidden.size(0) << " student rows != " << teacher_hidden.size(0) << " teacher rows");
-  LT_CHECK(student_weight.size(0) == teacher_weight.size(0),
-           "distill: teacher vocabulary " << teacher_weight.size(0) << " != student " << student_weight.size(0));
-  LT_CHECK(student_hidden.size(1) == student_weight.size(1) && teacher_hidden.size(1) == teacher_weight.size(1),
-           "distill: hidden width does not match the LM head's");
+           "distill: " << student_hidden.size(0) << " student rows != " << teacher_hidden.size(0)
+                       << " teacher rows");
+  LT_CHECK(student_weight.size(0) == teacher_weight.size(0), "distill: teacher vocabulary "
+                                                                 << teacher_weight.size(0) << " != student "
+                                                                 << student_weight.size(0));
+  LT_CHECK(
+      student_hidden.size(1) == student_weight.size(1) && teacher_hidden.size(1) == teacher_weight.size(1),
+      "distill: hidden width does not match the LM head's");
   return ChunkedKD::apply(student_hidden, student_weight, teacher_hidden, teacher_weight, student_softcap,
                           teacher_softcap, o);
 }
@@ -185,10 +193,10 @@ at::Tensor distill_logit_loss(const at::Tensor& student_hidden, const at::Tensor
 // Distiller
 
 struct Distiller::State {
-  std::vector<at::Tensor> proj;                 // per pair: (C_t, C_s) float32, trainable
+  std::vector<at::Tensor> proj;  // per pair: (C_t, C_s) float32, trainable
   std::set<int64_t> student_layers, teacher_layers;
-  std::map<int64_t, at::Tensor> student_out;    // layer -> (n, T, C_s) of the current micro-batch
-  at::Tensor lm_sum, kd_sum, hidden_sum;        // float64 scalars on the student's device
+  std::map<int64_t, at::Tensor> student_out;  // layer -> (n, T, C_s) of the current micro-batch
+  at::Tensor lm_sum, kd_sum, hidden_sum;      // float64 scalars on the student's device
   int64_t tokens = 0;
 };
 
@@ -209,21 +217,27 @@ struct StudentObserver {
 }  // namespace
 
 Distiller::Distiller(std::shared_ptr<Model> teacher, std::shared_ptr<Model> student, DistillOptions options)
-    : teacher_(std::move(teacher)), student_(std::move(student)), options_(std::move(options)),
+    : teacher_(std::move(teacher)),
+      student_(std::move(student)),
+      options_(std::move(options)),
       state_(std::make_shared<State>()) {
   LT_CHECK(teacher_ && student_, "distill.new: a teacher and a student model are needed");
-  LT_CHECK(teacher_ != student_, "distill.new: the teacher and the student are the same model object "
-                                 "(load or copy the teacher separately)");
+  LT_CHECK(teacher_ != student_,
+           "distill.new: the teacher and the student are the same model object "
+           "(load or copy the teacher separately)");
   check_options(options_, "distill.new");
   const int64_t vt = teacher_->output_weight().size(0), vs = student_->output_weight().size(0);
   LT_CHECK(vt == vs, "distill.new: teacher vocabulary " << vt << " != student " << vs);
-  const auto ns = static_cast<int64_t>(student_->layers.size()), nt = static_cast<int64_t>(teacher_->layers.size());
+  const auto ns = static_cast<int64_t>(student_->layers.size()),
+             nt = static_cast<int64_t>(teacher_->layers.size());
   for (size_t i = 0; i < options_.hidden_layers.size(); i++) {
     auto [s, t] = options_.hidden_layers[i];
     LT_CHECK(s >= 0 && s < ns, "distill.new: hidden_layers[" << i + 1 << "]: student layer " << s
-                                   << " is out of range (the student has " << ns << " layers, 0.." << ns - 1 << ")");
+                                                             << " is out of range (the student has " << ns
+                                                             << " layers, 0.." << ns - 1 << ")");
     LT_CHECK(t >= 0 && t < nt, "distill.new: hidden_layers[" << i + 1 << "]: teacher layer " << t
-                                   << " is out of range (the teacher has " << nt << " layers, 0.." << nt - 1 << ")");
+                                                             << " is out of range (the teacher has " << nt
+                                                             << " layers, 0.." << nt - 1 << ")");
   }
 
   at::NoGradGuard no_grad;
@@ -236,8 +250,9 @@ Distiller::Distiller(std::shared_ptr<Model> teacher, std::shared_ptr<Model> stud
   for (auto [s, t] : options_.hidden_layers) {
     state_->student_layers.insert(s);
     state_->teacher_layers.insert(t);
-    at::Tensor w = cs == ct ? at::eye(cs, at::kFloat)
-                            : at::rand({ct, cs}, gen, at::TensorOptions(at::kFloat)).mul_(2).sub_(1).div_(std::sqrt(cs));
+    at::Tensor w =
+        cs == ct ? at::eye(cs, at::kFloat)
+                 : at::rand({ct, cs}, gen, at::TensorOptions(at::kFloat)).mul_(2).sub_(1).div_(std::sqrt(cs));
     state_->proj.push_back(w.to(student_->device()).requires_grad_(true));
   }
 }
@@ -311,8 +326,8 @@ at::Tensor Distiller::micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum)
     xs = xs.reshape({-1, xs.size(-1)}).index_select(0, mb.keep).to(at::kFloat);
     at::Tensor xt = teacher_out.at(t).to(sdev, at::kFloat);
     at::Tensor ps = at::matmul(xs, st.proj[i].t());  // (N, C_t)
-    at::Tensor rows = o.hidden_loss == "cosine" ? 1 - at::cosine_similarity(ps, xt, 1, 1e-8)
-                                                : (ps - xt).pow(2).mean(-1);
+    at::Tensor rows =
+        o.hidden_loss == "cosine" ? 1 - at::cosine_similarity(ps, xt, 1, 1e-8) : (ps - xt).pow(2).mean(-1);
     hidden_sum = hidden_sum.defined() ? hidden_sum + rows.sum() : rows.sum();
   }
   st.student_out.clear();

@@ -22,8 +22,8 @@ struct DistillOptions {
   std::string loss = "forward_kl";  // "forward_kl" KL(t||s), "reverse_kl" KL(s||t), "jsd"
   double temperature = 1.0;         // both sides' logits divided by T; the loss is multiplied by T^2
   double alpha = 0.5;               // total = (1 - alpha) * LM + alpha * KD (+ hidden term)
-  double beta = 0.5;                // jsd: M = beta * p_t + (1 - beta) * p_s, beta KL(t||M) + (1-beta) KL(s||M)
-  int64_t chunk = 1024;             // rows of logits (both models) materialised at once
+  double beta = 0.5;     // jsd: M = beta * p_t + (1 - beta) * p_s, beta KL(t||M) + (1-beta) KL(s||M)
+  int64_t chunk = 1024;  // rows of logits (both models) materialised at once
   // Hidden-state loss between student layer outputs and teacher layer outputs (0-based layer
   // numbers, pairs (student, teacher)). Per pair a float32 Linear(C_s -> C_t) without bias maps
   // the student's; identity-initialised when widths match, else uniform(+-1/sqrt(C_s)) from `seed`
@@ -52,7 +52,8 @@ at::Tensor distill_divergence(const at::Tensor& student_logits, const at::Tensor
 // on another device or dtype: each chunk of teacher logits moves to the student's device in float32.
 at::Tensor distill_logit_loss(const at::Tensor& student_hidden, const at::Tensor& student_weight,
                               double student_softcap, const at::Tensor& teacher_hidden,
-                              const at::Tensor& teacher_weight, double teacher_softcap, const DistillOptions& o);
+                              const at::Tensor& teacher_weight, double teacher_softcap,
+                              const DistillOptions& o);
 
 class Distiller : public TrainerHook {
  public:

@@ -37,10 +37,14 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 std::string gguf_arch_name(ModelArch a) {
   switch (a) {
     case ModelArch::llama:
-    case ModelArch::mistral: return "llama";
-    case ModelArch::qwen2: return "qwen2";
-    case ModelArch::qwen3: return "qwen3";
-    case ModelArch::gemma2: return "gemma2";
+    case ModelArch::mistral:
+      return "llama";
+    case ModelArch::qwen2:
+      return "qwen2";
+    case ModelArch::qwen3:
+      return "qwen3";
+    case ModelArch::gemma2:
+      return "gemma2";
   }
   fail("export.gguf: unknown architecture");
 }
@@ -56,37 +60,41 @@ void check_expressible(const Model& model) {
   for (size_t i = 0; i < model.layers.size(); i++) {
     const LayerWeights& l = model.layers[i];
     for (const Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-      LT_CHECK(!lin->adapter, "export.gguf: layer " << i << " has LoRA adapters; llama.cpp needs plain weights"
-                                                     << " (merge them first: lora.merge(model))");
-    LT_CHECK(!l.adaption, "export.gguf: layer " << i << " has a LLaMA-Adapter prompt, which llama.cpp cannot run");
+      LT_CHECK(!lin->adapter, "export.gguf: layer " << i
+                                                    << " has LoRA adapters; llama.cpp needs plain weights"
+                                                    << " (merge them first: lora.merge(model))");
+    LT_CHECK(!l.adaption,
+             "export.gguf: layer " << i << " has a LLaMA-Adapter prompt, which llama.cpp cannot run");
   }
   switch (c.rope.type) {
     case RopeType::rope_default:
     case RopeType::rope_linear:
-    case RopeType::rope_llama3: break;
+    case RopeType::rope_llama3:
+      break;
     case RopeType::rope_yarn:
-      fail("export.gguf: rope_scaling type yarn is not exported yet (llama.cpp's YaRN keys are not verified "
-           "against luatune's)");
+      fail(
+          "export.gguf: rope_scaling type yarn is not exported yet (llama.cpp's YaRN keys are not verified "
+          "against luatune's)");
   }
   LT_CHECK(c.rope.type != RopeType::rope_llama3 || permutes_qk(c.arch),
            "export.gguf: llama3 rope_scaling on " << arch << ": llama.cpp reads rope_freqs only for llama");
   const Activation want = c.arch == ModelArch::gemma2 ? Activation::act_gelu_tanh : Activation::act_silu;
-  LT_CHECK(c.act == want, "export.gguf: " << arch << " with hidden_act '" << c.act_name
-                                          << "': llama.cpp's " << gguf_arch_name(c.arch) << " uses "
+  LT_CHECK(c.act == want, "export.gguf: " << arch << " with hidden_act '" << c.act_name << "': llama.cpp's "
+                                          << gguf_arch_name(c.arch) << " uses "
                                           << (want == Activation::act_silu ? "silu" : "gelu_pytorch_tanh"));
   if (c.arch == ModelArch::gemma2) {
     LT_CHECK(c.attn_logit_softcap > 0 && c.final_logit_softcap > 0,
              "export.gguf: gemma2 with a softcap turned off (attn " << c.attn_logit_softcap << ", final "
-                                                                     << c.final_logit_softcap
-                                                                     << "): llama.cpp always applies both");
+                                                                    << c.final_logit_softcap
+                                                                    << "): llama.cpp always applies both");
     // llama.cpp ignores query_pre_attn_scalar: 1/sqrt(n_embd/n_head) for the 46-layer 27B, else
     // 1/sqrt(head_dim) (llama-model.cpp, gemma2 hparams).
     const double llama_scale = c.num_layers == 46 ? 1.0 / std::sqrt(double(c.hidden_size / c.num_heads))
                                                   : 1.0 / std::sqrt(double(c.head_dim));
     LT_CHECK(std::abs(llama_scale - c.softmax_scale()) <= 1e-6 * llama_scale,
-             "export.gguf: gemma2 attention scale " << c.softmax_scale() << " (query_pre_attn_scalar "
-                                                     << c.query_pre_attn_scalar << "): llama.cpp uses " << llama_scale
-                                                     << " for a " << c.num_layers << "-layer model");
+             "export.gguf: gemma2 attention scale "
+                 << c.softmax_scale() << " (query_pre_attn_scalar " << c.query_pre_attn_scalar
+                 << "): llama.cpp uses " << llama_scale << " for a " << c.num_layers << "-layer model");
     for (size_t i = 0; i < c.layer_sliding.size(); i++)
       LT_CHECK(c.layer_sliding[i] == (i % 2 == 0),
                "export.gguf: gemma2 layer " << i << (c.layer_sliding[i] ? " uses" : " does not use")
@@ -100,7 +108,14 @@ void check_expressible(const Model& model) {
 // Tokenizer
 
 // GGUF token types (gguf-py TokenType).
-enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+enum TokenType : int32_t {
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6
+};
 
 // The converter's does_token_look_special: added tokens some models do not mark special.
 bool looks_special(const std::string& t) {
@@ -117,7 +132,8 @@ bool is_byte_token(const std::string& t) {
 }
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size()))
+    s.replace(p, from.size(), to);
   return s;
 }
 
@@ -158,7 +174,8 @@ std::string byte_level_pre_name(const nlohmann::json& pre, std::string& describe
     return "gpt-2";
   }
   if (steps.size() == 2 && json_type(steps[0]) == "Split" && json_type(steps[1]) == "ByteLevel" &&
-      !steps[1].value("use_regex", true) && steps[0].contains("pattern") && steps[0]["pattern"].contains("Regex")) {
+      !steps[1].value("use_regex", true) && steps[0].contains("pattern") &&
+      steps[0]["pattern"].contains("Regex")) {
     const std::string re = steps[0]["pattern"]["Regex"].get<std::string>();
     described = "Split regex \"" + re + "\"";
     if (re == kLlama3Regex) return "llama-bpe";
@@ -189,7 +206,8 @@ bool adds_space_prefix(const nlohmann::json& root) {
   };
   std::function<bool(const nlohmann::json&)> pre = [&](const nlohmann::json& p) {
     if (json_type(p) == "Metaspace")
-      return p.value("prepend_scheme", std::string(p.value("add_prefix_space", true) ? "always" : "never")) != "never";
+      return p.value("prepend_scheme", std::string(p.value("add_prefix_space", true) ? "always" : "never")) !=
+             "never";
     if (json_type(p) == "Sequence" && p.contains("pretokenizers"))
       for (const auto& s : p["pretokenizers"])
         if (pre(s)) return true;
@@ -203,8 +221,9 @@ GgufVocab read_vocab(const Tokenizer& tok, int64_t vocab_size) {
   std::string json_path;
   for (const std::string& f : tok.files())
     if (ends_with(f, "/tokenizer.json") || f == "tokenizer.json") json_path = f;
-  LT_CHECK(!json_path.empty(), "export.gguf: the tokenizer from '" << tok.source_dir()
-                                                                   << "' has no tokenizer.json to read the vocabulary from");
+  LT_CHECK(!json_path.empty(), "export.gguf: the tokenizer from '"
+                                   << tok.source_dir()
+                                   << "' has no tokenizer.json to read the vocabulary from");
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(file_read(json_path));
@@ -213,8 +232,9 @@ GgufVocab read_vocab(const Tokenizer& tok, int64_t vocab_size) {
   }
   const nlohmann::json& m = root["model"];
   const std::string mtype = json_type(m);
-  LT_CHECK(mtype == "BPE", "export.gguf: " << json_path << ": model.type \"" << mtype
-                                           << "\" cannot be exported (llama.cpp's gpt2/llama vocabularies need BPE)");
+  LT_CHECK(mtype == "BPE",
+           "export.gguf: " << json_path << ": model.type \"" << mtype
+                           << "\" cannot be exported (llama.cpp's gpt2/llama vocabularies need BPE)");
   const nlohmann::json pre = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : nlohmann::json();
   const bool byte_fallback = m.value("byte_fallback", false);
 
@@ -223,18 +243,20 @@ GgufVocab read_vocab(const Tokenizer& tok, int64_t vocab_size) {
     std::string described;
     v.model = "gpt2";
     v.pre = byte_level_pre_name(pre, described);
-    LT_CHECK(!v.pre.empty(), "export.gguf: " << json_path << ": pre-tokenizer " << described
-                                             << " has no llama.cpp equivalent (exported: Llama 3's \"llama-bpe\", "
-                                                "Qwen2/3's \"qwen2\", GPT-2's \"gpt-2\")");
+    LT_CHECK(!v.pre.empty(),
+             "export.gguf: " << json_path << ": pre-tokenizer " << described
+                             << " has no llama.cpp equivalent (exported: Llama 3's \"llama-bpe\", "
+                                "Qwen2/3's \"qwen2\", GPT-2's \"gpt-2\")");
     const nlohmann::json& norm = root.contains("normalizer") ? root["normalizer"] : nlohmann::json();
     LT_CHECK(norm.is_null() || json_type(norm) == "NFC",
              "export.gguf: " << json_path << ": normalizer " << json_type(norm)
                              << " before a byte-level BPE has no llama.cpp equivalent");
   } else {
-    LT_CHECK(byte_fallback, "export.gguf: " << json_path
-                                            << ": a BPE without a ByteLevel pre-tokenizer and without byte_fallback "
-                                               "has no llama.cpp equivalent (llama.cpp's SentencePiece vocabulary "
-                                               "needs <0xXX> byte tokens)");
+    LT_CHECK(byte_fallback,
+             "export.gguf: " << json_path
+                             << ": a BPE without a ByteLevel pre-tokenizer and without byte_fallback "
+                                "has no llama.cpp equivalent (llama.cpp's SentencePiece vocabulary "
+                                "needs <0xXX> byte tokens)");
     v.model = "llama";
     v.pre = "default";
     v.add_space_prefix = adds_space_prefix(root);
@@ -260,13 +282,15 @@ GgufVocab read_vocab(const Tokenizer& tok, int64_t vocab_size) {
       if (a.value("special", false) || looks_special(content)) {
         type[id] = kControl;
       } else {
-        content = replace_all(content, "\xe2\x96\x81", " ");  // the converter pre-normalizes user-defined spaces
+        content =
+            replace_all(content, "\xe2\x96\x81", " ");  // the converter pre-normalizes user-defined spaces
         type[id] = kUserDefined;
       }
       text[id] = content;
       present[id] = true;
     }
-  if (v.model == "llama" && tok.special().unk >= 0 && tok.special().unk < n && type[tok.special().unk] == kNormal)
+  if (v.model == "llama" && tok.special().unk >= 0 && tok.special().unk < n &&
+      type[tok.special().unk] == kNormal)
     type[tok.special().unk] = kUnknown;
   for (int64_t i = 0; i < n; i++)
     if (!present[i]) text[i] = "[PAD" + std::to_string(i) + "]";  // the converter's filler for unused ids
@@ -275,8 +299,10 @@ GgufVocab read_vocab(const Tokenizer& tok, int64_t vocab_size) {
   // the adjacent pair whose concatenation has the highest score, HF's BPE the pair of lowest rank.
   std::vector<std::string> merges;
   for (const auto& mg : m["merges"]) {
-    if (mg.is_string()) merges.push_back(mg.get<std::string>());
-    else merges.push_back(mg[0].get<std::string>() + " " + mg[1].get<std::string>());
+    if (mg.is_string())
+      merges.push_back(mg.get<std::string>());
+    else
+      merges.push_back(mg[0].get<std::string>() + " " + mg[1].get<std::string>());
   }
   if (v.model == "gpt2") {
     v.merges = std::move(merges);
@@ -367,7 +393,8 @@ std::vector<float> gguf_llama3_rope_factors(const ModelConfig& c) {
     } else if (wavelen > low_wavelen) {
       factor = r.factor;
     } else {
-      const double smooth = (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      const double smooth =
+          (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
       factor = 1 / ((1 - smooth) / r.factor + smooth);
     }
     out.push_back(static_cast<float>(factor));
@@ -375,12 +402,13 @@ std::vector<float> gguf_llama3_rope_factors(const ModelConfig& c) {
   return out;
 }
 
-GgmlType gguf_tensor_type(const std::string& name, const std::vector<int64_t>& shape, const std::string& outtype,
-                          int64_t layer, int64_t n_layers, bool tied) {
+GgmlType gguf_tensor_type(const std::string& name, const std::vector<int64_t>& shape,
+                          const std::string& outtype, int64_t layer, int64_t n_layers, bool tied) {
   file_type_of(outtype);  // validates
   // Norms, biases, rope_freqs and every 1-D tensor stay float32 (converter: n_dims <= 1 or
   // "_norm.weight"; not ".weight" -> F32).
-  if (shape.size() <= 1 || ends_with(name, "_norm.weight") || !ends_with(name, ".weight") || name == "rope_freqs.weight")
+  if (shape.size() <= 1 || ends_with(name, "_norm.weight") || !ends_with(name, ".weight") ||
+      name == "rope_freqs.weight")
     return GgmlType::F32;
   const int64_t nx = shape.back();  // ggml's ne[0]: the row length
   if (outtype == "f32") return GgmlType::F32;
@@ -397,7 +425,8 @@ GgmlType gguf_tensor_type(const std::string& name, const std::vector<int64_t>& s
     t = nx % ggml_block_size(def) != 0 ? GgmlType::Q8_0 : GgmlType::Q6_K;
   } else if (name == "token_embd.weight") {
     t = def;
-  } else if (outtype == "q4_k" && (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) &&
+  } else if (outtype == "q4_k" &&
+             (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) &&
              use_more_bits(layer, n_layers)) {
     t = GgmlType::Q6_K;
   }
@@ -421,8 +450,9 @@ GgufExportResult gguf_export(const Model& model, const Tokenizer& tok, const std
   const int64_t V = model.embed.size(0);
   LT_CHECK(model.embed.dim() == 2 && V == c.vocab_size,
            "export.gguf: embedding rows " << V << " differ from vocab_size " << c.vocab_size);
-  LT_CHECK(tok.vocab_size() <= V, "export.gguf: the tokenizer has " << tok.vocab_size() << " tokens, the model's embedding "
-                                                                     << V << " rows");
+  LT_CHECK(tok.vocab_size() <= V, "export.gguf: the tokenizer has " << tok.vocab_size()
+                                                                    << " tokens, the model's embedding " << V
+                                                                    << " rows");
   GgufVocab vocab = read_vocab(tok, V);
   vocab.tokens.resize(V);
   vocab.types.resize(V);
@@ -433,8 +463,10 @@ GgufExportResult gguf_export(const Model& model, const Tokenizer& tok, const std
   auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
   std::string name = options.name;
   if (name.empty()) {
-    const std::string hub_name = hub_model_name_of(model.source_dir);  // a hub cache snapshot: its name, not the hash
-    name = model.source_dir.empty() ? "luatune" : path_basename(hub_name.empty() ? model.source_dir : hub_name);
+    const std::string hub_name =
+        hub_model_name_of(model.source_dir);  // a hub cache snapshot: its name, not the hash
+    name =
+        model.source_dir.empty() ? "luatune" : path_basename(hub_name.empty() ? model.source_dir : hub_name);
   }
   w.set("general.architecture", GgufValue::str(arch));
   w.set("general.type", GgufValue::str("model"));
@@ -481,11 +513,14 @@ GgufExportResult gguf_export(const Model& model, const Tokenizer& tok, const std
   if (pad >= 0 && pad < V) w.set("tokenizer.ggml.padding_token_id", u32(pad));
   // What luatune's own post-processor does decides add_bos/add_eos, so llama.cpp tokenizes alike.
   std::vector<int32_t> with = tok.encode("a", true), without = tok.encode("a", false);
-  const bool add_bos = !with.empty() && bos >= 0 && with.front() == bos && (without.empty() || without.front() != bos);
-  const bool add_eos = with.size() > without.size() && !with.empty() && with.back() != (without.empty() ? -1 : without.back());
+  const bool add_bos =
+      !with.empty() && bos >= 0 && with.front() == bos && (without.empty() || without.front() != bos);
+  const bool add_eos =
+      with.size() > without.size() && !with.empty() && with.back() != (without.empty() ? -1 : without.back());
   w.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(add_bos));
   w.set("tokenizer.ggml.add_eos_token", GgufValue::boolean(add_eos));
-  if (vocab.model == "llama") w.set("tokenizer.ggml.add_space_prefix", GgufValue::boolean(vocab.add_space_prefix));
+  if (vocab.model == "llama")
+    w.set("tokenizer.ggml.add_space_prefix", GgufValue::boolean(vocab.add_space_prefix));
   if (!tok.chat_template().empty()) w.set("tokenizer.chat_template", GgufValue::str(tok.chat_template()));
 
   // Tensors
@@ -513,10 +548,11 @@ GgufExportResult gguf_export(const Model& model, const Tokenizer& tok, const std
   for (int64_t i = 0; i < L; i++) {
     const LayerWeights& l = model.layers[i];
     const std::string b = "blk." + std::to_string(i) + ".";
-    LT_CHECK(l.q.out_features() == c.num_heads * c.head_dim && l.k.out_features() == c.num_kv_heads * c.head_dim,
-             "export.gguf: layer " << i << " q/k rows " << l.q.out_features() << "/" << l.k.out_features()
-                                   << " differ from heads x head_dim " << c.num_heads * c.head_dim << "/"
-                                   << c.num_kv_heads * c.head_dim);
+    LT_CHECK(
+        l.q.out_features() == c.num_heads * c.head_dim && l.k.out_features() == c.num_kv_heads * c.head_dim,
+        "export.gguf: layer " << i << " q/k rows " << l.q.out_features() << "/" << l.k.out_features()
+                              << " differ from heads x head_dim " << c.num_heads * c.head_dim << "/"
+                              << c.num_kv_heads * c.head_dim);
     add(b + "attn_norm.weight", norm(l.input_norm), i);
     add(b + "attn_q.weight", qk(l.q.dense_weight(), c.num_heads), i);
     if (l.q.bias.defined()) add(b + "attn_q.bias", qk(l.q.bias, c.num_heads), i);

@@ -48,7 +48,7 @@ std::vector<float> gguf_llama3_rope_factors(const ModelConfig& c);
 // The ggml type llama.cpp would give tensor `name` (GGUF name) of shape `shape` (PyTorch order) in
 // a file of `outtype`; `layer`/`n_layers` place blk.N tensors (Q4_K_M's use_more_bits), `tied`
 // says the model has no output.weight (token_embd then doubles as the output).
-GgmlType gguf_tensor_type(const std::string& name, const std::vector<int64_t>& shape, const std::string& outtype,
-                          int64_t layer, int64_t n_layers, bool tied);
+GgmlType gguf_tensor_type(const std::string& name, const std::vector<int64_t>& shape,
+                          const std::string& outtype, int64_t layer, int64_t n_layers, bool tied);
 
 }  // namespace luatune

@@ -49,8 +49,9 @@ std::vector<GpuSpec> hw_catalog_parse(const std::string& json_text, const std::s
   json_check_depth(json_text, "hw.catalog: " + source);
   nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   LT_CHECK(!doc.is_discarded(), "hw.catalog: " << source << ": not valid JSON");
-  LT_CHECK(doc.is_object() && doc.contains("gpus") && doc["gpus"].is_array(),
-           "hw.catalog: " << source << ": expected an object with a \"gpus\" list (see data/gpu_catalog.json)");
+  LT_CHECK(
+      doc.is_object() && doc.contains("gpus") && doc["gpus"].is_array(),
+      "hw.catalog: " << source << ": expected an object with a \"gpus\" list (see data/gpu_catalog.json)");
   std::vector<GpuSpec> out;
   int index = 0;
   for (const auto& e : doc["gpus"]) {
@@ -70,13 +71,13 @@ std::vector<GpuSpec> hw_catalog_parse(const std::string& json_text, const std::s
       LT_CHECK(e.contains(key), where << ": field '" << key << "' is missing");
       LT_CHECK(e[key].is_number(), where << ": field '" << key << "' must be a number");
       double v = e[key].get<double>();
-      LT_CHECK(positive ? v > 0 : v >= 0,
-               where << ": field '" << key << "' must be a " << (positive ? "positive" : "non-negative") << " number");
+      LT_CHECK(positive ? v > 0 : v >= 0, where << ": field '" << key << "' must be a "
+                                                << (positive ? "positive" : "non-negative") << " number");
       return v;
     };
-    static const std::vector<std::string> known = {"name", "aliases", "memory_gb", "bandwidth_gbs", "bf16_tflops",
-                                                   "fp16_tflops", "bf16", "interconnect", "price_per_hour",
-                                                   "price_source", "price_date", "notes"};
+    static const std::vector<std::string> known = {
+        "name", "aliases",      "memory_gb",      "bandwidth_gbs", "bf16_tflops", "fp16_tflops",
+        "bf16", "interconnect", "price_per_hour", "price_source",  "price_date",  "notes"};
     for (auto it = e.begin(); it != e.end(); ++it)
       LT_CHECK(std::find(known.begin(), known.end(), it.key()) != known.end(),
                where << ": unknown field '" << it.key() << "' (fields: " << str_join(known, ", ") << ")");
@@ -88,7 +89,8 @@ std::vector<GpuSpec> hw_catalog_parse(const std::string& json_text, const std::s
       LT_CHECK(e["aliases"].is_array() || (e["aliases"].is_object() && e["aliases"].empty()),
                where << ": field 'aliases' must be a list of strings");
       for (const auto& a : e["aliases"]) {
-        LT_CHECK(a.is_string() && !a.get<std::string>().empty(), where << ": field 'aliases' must be a list of strings");
+        LT_CHECK(a.is_string() && !a.get<std::string>().empty(),
+                 where << ": field 'aliases' must be a list of strings");
         g.aliases.push_back(a.get<std::string>());
       }
     }
@@ -100,7 +102,8 @@ std::vector<GpuSpec> hw_catalog_parse(const std::string& json_text, const std::s
       LT_CHECK(e["bf16"].is_boolean(), where << ": field 'bf16' must be true or false");
       g.bf16 = e["bf16"].get<bool>();
     }
-    LT_CHECK(!g.bf16 || g.bf16_tflops > 0, where << ": field 'bf16_tflops' must be positive when bf16 is true");
+    LT_CHECK(!g.bf16 || g.bf16_tflops > 0,
+             where << ": field 'bf16_tflops' must be positive when bf16 is true");
     g.interconnect = text("interconnect", false);
     g.price_per_hour = number("price_per_hour", false);
     g.price_source = text("price_source", false);

@@ -16,9 +16,9 @@ struct GpuSpec {
   double bandwidth_gbs = 0;          // memory bandwidth, GB/s (vendor datasheet)
   double bf16_tflops = 0;            // dense peak, fp32 accumulate; 0 when the GPU has no bf16
   double fp16_tflops = 0;
-  bool bf16 = true;                  // bf16 tensor cores (T4: false)
+  bool bf16 = true;  // bf16 tensor cores (T4: false)
   std::string interconnect;
-  double price_per_hour = 0;         // USD per GPU-hour
+  double price_per_hour = 0;  // USD per GPU-hour
   std::string price_source, price_date, notes;
 
   // The peak for training in `dtype` ("bf16", "fp16"; fp32 uses the bf16/fp16 tensor peak too,

@@ -91,8 +91,9 @@ std::string cpu_model_name() {
 
 double ram_gib() {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) / (1024.0 * 1024.0 * 1024.0)
-                               : 0;
+  return pages > 0 && page > 0
+             ? static_cast<double>(pages) * static_cast<double>(page) / (1024.0 * 1024.0 * 1024.0)
+             : 0;
 }
 
 }  // namespace
@@ -140,7 +141,9 @@ HwMonitor::HwMonitor(double interval_s, int device) : interval_(interval_s), dev
   thread_ = std::thread([this] { loop(); });
 }
 
-HwMonitor::~HwMonitor() { stop(); }
+HwMonitor::~HwMonitor() {
+  stop();
+}
 
 void HwMonitor::loop() {
   const Nvml& n = nvml();
@@ -158,7 +161,8 @@ void HwMonitor::loop() {
       summary_.samples++;
       util_sum_ += u.gpu;
       summary_.util_max = std::max(summary_.util_max, static_cast<double>(u.gpu));
-      summary_.mem_max_gb = std::max(summary_.mem_max_gb, static_cast<double>(m.used) / (1024.0 * 1024.0 * 1024.0));
+      summary_.mem_max_gb =
+          std::max(summary_.mem_max_gb, static_cast<double>(m.used) / (1024.0 * 1024.0 * 1024.0));
       if (n.power && n.power(dev, &mw) == 0) {
         power_sum_ += mw / 1000.0;
         summary_.energy_wh += mw / 1000.0 * interval_ / 3600.0;

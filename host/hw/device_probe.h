@@ -14,14 +14,14 @@
 namespace luatune {
 
 struct DeviceInfo {
-  std::string kind = "cpu";     // "cuda" or "cpu"
-  std::string name;             // "NVIDIA H100 80GB HBM3", or the CPU model name
-  int device_count = 0;         // CUDA devices
-  double memory_gb = 0;         // GPU: total memory (GiB); CPU: RAM (GiB)
-  int sm_count = 0;             // GPU multiprocessors
+  std::string kind = "cpu";  // "cuda" or "cpu"
+  std::string name;          // "NVIDIA H100 80GB HBM3", or the CPU model name
+  int device_count = 0;      // CUDA devices
+  double memory_gb = 0;      // GPU: total memory (GiB); CPU: RAM (GiB)
+  int sm_count = 0;          // GPU multiprocessors
   int cpu_cores = 0;
-  std::string driver_version;   // NVML; "" when unknown
-  std::string cuda_version;     // the driver's CUDA version ("12.4"); "" when unknown
+  std::string driver_version;  // NVML; "" when unknown
+  std::string cuda_version;    // the driver's CUDA version ("12.4"); "" when unknown
   bool nvml = false;
   std::vector<std::string> notes;
 };
@@ -33,7 +33,7 @@ struct MonitorSummary {
   double mem_max_gb = 0;               // used device memory (GiB), as NVML sees it
   double power_mean_w = 0, energy_wh = 0;
   double seconds = 0;
-  std::string note;                    // "no NVML" when there was nothing to sample
+  std::string note;  // "no NVML" when there was nothing to sample
 };
 
 // Samples device 0 (or `device`) every `interval` seconds on a background thread until stop().

@@ -82,9 +82,12 @@ PlanMethod plan_method_parse(const std::string& name) {
 
 std::string plan_method_name(PlanMethod m) {
   switch (m) {
-    case PlanMethod::method_full: return "full";
-    case PlanMethod::method_lora: return "lora";
-    case PlanMethod::method_qlora: return "qlora";
+    case PlanMethod::method_full:
+      return "full";
+    case PlanMethod::method_lora:
+      return "lora";
+    case PlanMethod::method_qlora:
+      return "qlora";
   }
   return "?";
 }
@@ -94,12 +97,15 @@ PlanShard plan_shard_parse(const std::string& name) {
   ShardStage stage;
   if (!shard_stage_lookup(name, &stage))
     fail("hw.plan: unknown shard '" + name + "'",
-         "expected \"none\", \"optimizer\", \"gradients\" or \"full\" (or NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, "
+         "expected \"none\", \"optimizer\", \"gradients\" or \"full\" (or NO_SHARD, SHARD_GRAD_OP, "
+         "FULL_SHARD, "
          "0-3)");
   return static_cast<PlanShard>(static_cast<int>(stage));
 }
 
-std::string plan_shard_name(PlanShard s) { return shard_stage_name(static_cast<ShardStage>(static_cast<int>(s))); }
+std::string plan_shard_name(PlanShard s) {
+  return shard_stage_name(static_cast<ShardStage>(static_cast<int>(s)));
+}
 
 // ============================================================================================
 // Memory
@@ -107,7 +113,8 @@ std::string plan_shard_name(PlanShard s) { return shard_stage_name(static_cast<S
 namespace {
 
 double dtype_bytes(const std::string& dtype) {
-  if (dtype == "bf16" || dtype == "bfloat16" || dtype == "fp16" || dtype == "f16" || dtype == "float16") return 2;
+  if (dtype == "bf16" || dtype == "bfloat16" || dtype == "fp16" || dtype == "f16" || dtype == "float16")
+    return 2;
   if (dtype == "fp32" || dtype == "f32" || dtype == "float32" || dtype == "float") return 4;
   fail("hw.plan: unknown dtype '" + dtype + "'", "expected \"bf16\", \"fp16\" or \"fp32\"");
 }
@@ -137,7 +144,8 @@ double layer_bytes_per_token(const ModelConfig& c, const PlanOptions& o, double 
   if (frozen)
     for (const Proj& pr : layer_projections(c))
       if (targeted(o.lora_targets, pr.name))
-        b += static_cast<double>(pr.in) * (4 + (o.lora_dropout > 0 ? 1 : 0)) + 4.0 * static_cast<double>(o.lora_r);
+        b += static_cast<double>(pr.in) * (4 + (o.lora_dropout > 0 ? 1 : 0)) +
+             4.0 * static_cast<double>(o.lora_r);
   return b;
 }
 
@@ -550,7 +558,8 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
       any = true;
     }
   }
-  if (!any) out.push_back("nothing luatune supports fits in " + gib(mem * kGiB) + " GiB at this sequence length");
+  if (!any)
+    out.push_back("nothing luatune supports fits in " + gib(mem * kGiB) + " GiB at this sequence length");
   return out;
 }
 
@@ -575,10 +584,11 @@ Plan hw_plan(const ModelConfig& c, const PlanOptions& o, const std::vector<GpuSp
   plan.model = c;
   plan.options = o;
   plan.params = hw_param_counts(c);
-  plan.trainable = o.method == PlanMethod::method_full ? plan.params.total : hw_lora_params(c, o.lora_r, o.lora_targets);
+  plan.trainable =
+      o.method == PlanMethod::method_full ? plan.params.total : hw_lora_params(c, o.lora_r, o.lora_targets);
   LT_CHECK(o.method == PlanMethod::method_full || plan.trainable > 0,
-           "hw.plan: the LoRA targets match no projection (got " << str_join(o.lora_targets, ", ")
-                                                                 << "; expected q_proj ... down_proj or all-linear)");
+           "hw.plan: the LoRA targets match no projection (got "
+               << str_join(o.lora_targets, ", ") << "; expected q_proj ... down_proj or all-linear)");
   plan.components = hw_plan_memory(c, o);
   const double peak = plan.components.total;
   for (const GpuSpec& g : catalog) {
@@ -591,7 +601,8 @@ Plan hw_plan(const ModelConfig& c, const PlanOptions& o, const std::vector<GpuSp
     f.no_bf16 = !g.bf16 && o.dtype == "bf16";
     if (!f.fits) f.advice = advise(c, o, g, peak);
     if (f.no_bf16)
-      f.advice.push_back(g.name + " has no bf16 tensor cores: use dtype=fp16 (or fp32), or expect bf16 to run emulated");
+      f.advice.push_back(
+          g.name + " has no bf16 tensor cores: use dtype=fp16 (or fp32), or expect bf16 to run emulated");
     plan.gpus.push_back(std::move(f));
   }
   return plan;
@@ -653,7 +664,8 @@ std::string hw_plan_text(const Plan& p) {
   } else {
     s << "host RAM: no optimizer state offloaded (optimizer_offload=none)\n\n";
   }
-  std::snprintf(buf, sizeof buf, "%-10s %8s %5s %9s %10s\n", "gpu", "memory", "fits", "headroom", "max_micro");
+  std::snprintf(buf, sizeof buf, "%-10s %8s %5s %9s %10s\n", "gpu", "memory", "fits", "headroom",
+                "max_micro");
   s << buf;
   for (const GpuFit& f : p.gpus) {
     std::snprintf(buf, sizeof buf, "%-10s %8.0f %5s %9.1f %10lld\n", f.gpu.c_str(), f.memory_gb,

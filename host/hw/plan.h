@@ -17,12 +17,12 @@
 namespace luatune {
 
 struct HwParamCounts {
-  int64_t total = 0;      // every parameter once (a tied LM head is the embedding)
-  int64_t embedding = 0;  // input embedding table, V * C
-  int64_t lm_head = 0;    // untied output projection, V * C (0 when tied)
-  int64_t linear = 0;     // all layers' q/k/v/o/gate/up/down weights and biases
-  int64_t norms = 0;      // RMSNorm weights (and Qwen3's q/k norms)
-  int64_t matmul = 0;     // parameters in matmuls (MFU's N): total - embedding, + V*C when tied
+  int64_t total = 0;           // every parameter once (a tied LM head is the embedding)
+  int64_t embedding = 0;       // input embedding table, V * C
+  int64_t lm_head = 0;         // untied output projection, V * C (0 when tied)
+  int64_t linear = 0;          // all layers' q/k/v/o/gate/up/down weights and biases
+  int64_t norms = 0;           // RMSNorm weights (and Qwen3's q/k norms)
+  int64_t matmul = 0;          // parameters in matmuls (MFU's N): total - embedding, + V*C when tied
   int64_t largest_linear = 0;  // the biggest single projection (QLoRA dequantises one at a time)
 };
 HwParamCounts hw_param_counts(const ModelConfig& c);
@@ -43,23 +43,25 @@ std::string plan_shard_name(PlanShard s);  // "none", "optimizer", "gradients", 
 
 struct PlanOptions {
   PlanMethod method = PlanMethod::method_full;
-  std::string dtype = "bf16";      // the model's weights: "bf16", "fp16" or "fp32"
-  bool master_weights = true;      // fp32 master copies of low-precision trainable weights (the trainer's default)
+  std::string dtype = "bf16";  // the model's weights: "bf16", "fp16" or "fp32"
+  bool master_weights =
+      true;  // fp32 master copies of low-precision trainable weights (the trainer's default)
   std::string optimizer = "adamw";  // "adamw" (two fp32 moments), "adamw8bit" (two 8-bit moments) or "sgd"
   bool sgd_momentum = false;        // sgd keeps an fp32 momentum buffer only when momentum > 0
   std::string optimizer_offload =
       "none";  // "cpu": fp32 masters and moments in pinned host RAM, updated there
   PlanShard shard = PlanShard::shard_none;
   int64_t lora_r = 16;
-  double lora_dropout = 0.05;      // > 0: the adapter keeps its dropped input and a mask
-  std::vector<std::string> lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  int64_t micro_batch = 1;         // rows per forward/backward (the trainer's micro_batch_size)
-  int64_t seq_len = 2048;          // tokens per row (max_length)
-  bool checkpointing = false;      // a recipe's gradient_checkpointing: recompute each layer in backward
-  int64_t loss_chunk = 4096;       // rows of logits the chunked cross-entropy materialises at once
+  double lora_dropout = 0.05;  // > 0: the adapter keeps its dropped input and a mask
+  std::vector<std::string> lora_targets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                           "gate_proj", "up_proj", "down_proj"};
+  int64_t micro_batch = 1;     // rows per forward/backward (the trainer's micro_batch_size)
+  int64_t seq_len = 2048;      // tokens per row (max_length)
+  bool checkpointing = false;  // a recipe's gradient_checkpointing: recompute each layer in backward
+  int64_t loss_chunk = 4096;   // rows of logits the chunked cross-entropy materialises at once
   int64_t gpus = 1;           // data-parallel ranks (runner --nproc N); replicas unless shard= says otherwise
   int64_t gpus_per_node = 0;  // ranks sharing one host's RAM (offload); 0 = min(gpus, 8)
-  bool sdpa = true;                // fused attention (no T x T scores) unless the model softcaps its attention logits
+  bool sdpa = true;  // fused attention (no T x T scores) unless the model softcaps its attention logits
 };
 
 // Bytes, per GPU (and, offloaded, per rank in host RAM). "Sharded" = this rank's padded 1/N slice.
@@ -72,14 +74,14 @@ struct PlanComponents {
                               // one decoder layer's full gradients in flight
   double optimizer_states =
       0;  // AdamW exp_avg + exp_avg_sq: float32, or 8-bit + absmax (sharded from shard=optimizer)
-  double activations = 0;       // saved for backward, all layers + one layer's working set
-  double logits = 0;            // one loss chunk of logits (+ the head's fp32 gradient when it trains)
-  double optimizer_step = 0;    // transient during the update (after backward: max'd with activations + logits)
+  double activations = 0;     // saved for backward, all layers + one layer's working set
+  double logits = 0;          // one loss chunk of logits (+ the head's fp32 gradient when it trains)
+  double optimizer_step = 0;  // transient during the update (after backward: max'd with activations + logits)
   double gather_buffers = 0;  // shard=full: two decoder layers' full trainable weights (current + prefetched)
   double comm_buckets = 0;  // shard none: DDP's gradient buckets when gpus > 1; else one layer's flat buffer
   double cuda_context = 0;
-  double fragmentation = 0;     // allocator overhead on everything allocated
-  double total = 0;             // per GPU
+  double fragmentation = 0;  // allocator overhead on everything allocated
+  double total = 0;          // per GPU
   // Host RAM (pinned), optimizer_offload=cpu: per rank, and for every rank on one node.
   double host_master_weights = 0;    // the fp32 masters (this rank's shard)
   double host_optimizer_states = 0;  // the moments (this rank's shard)
@@ -100,7 +102,7 @@ struct GpuFit {
   double headroom_gb = 0;       // memory - predicted peak (negative when it does not fit)
   int64_t max_micro_batch = 0;  // largest micro-batch that fits at this seq_len; 0 when 1 does not
   std::vector<std::string> advice;
-  bool no_bf16 = false;         // the GPU has no bf16 (T4): bf16 runs fall back to fp16 or fp32
+  bool no_bf16 = false;  // the GPU has no bf16 (T4): bf16 runs fall back to fp16 or fp32
 };
 
 struct Plan {
@@ -114,8 +116,8 @@ struct Plan {
 
 // Constants (docs/hardware.md "Memory planner"; hardware.md sections 3 and 7.3).
 constexpr double kHwCudaContextBytes = 1.0 * (1 << 30);  // CUDA context + kernels: 0.3-2 GiB reported
-constexpr double kHwFragmentation = 0.05;                // allocator overhead on allocated bytes (Megatron's 5 %)
-constexpr double kHwNf4BytesPerParam = 0.516;            // NF4 + double quantisation: 4.127 bits
+constexpr double kHwFragmentation = 0.05;      // allocator overhead on allocated bytes (Megatron's 5 %)
+constexpr double kHwNf4BytesPerParam = 0.516;  // NF4 + double quantisation: 4.127 bits
 constexpr double kHwDdpBucketBytes = 2 * 25.0 * (1 << 20);  // two 25 MiB gradient buckets
 constexpr int64_t kHw8bitBlock =
     256;  // adamw8bit: one fp32 absmax per 256 elements per moment (train/adamw8bit.h)

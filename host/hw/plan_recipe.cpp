@@ -79,7 +79,7 @@ template <class T>
 bool pick(const json& cfg, const std::vector<std::string>& keys, T* out, std::string* found) {
   for (const auto& k : keys)
     if (const json* v = field(cfg, k)) {
-      bool ok = std::is_same<T, bool>::value ? v->is_boolean()
+      bool ok = std::is_same<T, bool>::value          ? v->is_boolean()
                 : std::is_same<T, std::string>::value ? v->is_string()
                                                       : v->is_number();
       LT_CHECK(ok, "plan: config key '" << k << "' has an unexpected type (" << v->type_name() << ")");
@@ -113,16 +113,18 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
     std::string base;
     if (!pick(cfg, {"base_model", "model", "student", "teacher"}, &base, &key))
       fail_usage("plan: the recipe's config names no base_model",
-           "pass model_preset=" + str_join(hw_model_presets(), "|") + " to plan a known shape");
+                 "pass model_preset=" + str_join(hw_model_presets(), "|") + " to plan a known shape");
     // "org/name": its snapshot in the hub cache; one missing there says where it looked.
     std::string why;
-    if (model_path_available(base, &why)) base = model_path_resolve(base);
-    else if (hub_name_shaped(base)) fail_usage("plan: " + key + ": " + why);
+    if (model_path_available(base, &why))
+      base = model_path_resolve(base);
+    else if (hub_name_shaped(base))
+      fail_usage("plan: " + key + ": " + why);
     std::string file = dir_exists(base) ? base + "/config.json" : base;
     if (!file_exists(file))
       fail_usage("plan: " + key + " '" + base + "' has no config.json to read the model's shape from",
-           "point " + key + "= at a Hugging Face model directory, or pass model_preset=" +
-               str_join(hw_model_presets(), "|"));
+                 "point " + key + "= at a Hugging Face model directory, or pass model_preset=" +
+                     str_join(hw_model_presets(), "|"));
     r.model = model_config_load(file);
     r.model_source = file;
   }
@@ -134,10 +136,14 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
     const json* q = field(cfg, "quantize");
     const bool quantize = q && ((q->is_string() && !q->get<std::string>().empty()) || q->is_object() ||
                                 (q->is_boolean() && q->get<bool>()));
-    if ((pick(cfg, {"qlora", "lora.qlora"}, &flag, &key) && flag) || quantize) method = "qlora";
-    else if (pick(cfg, {"use_lora"}, &flag, &key)) method = flag ? "lora" : "full";
-    else if (field(cfg, "lora") || path_basename(recipe).find("lora") != std::string::npos) method = "lora";
-    else method = "full";
+    if ((pick(cfg, {"qlora", "lora.qlora"}, &flag, &key) && flag) || quantize)
+      method = "qlora";
+    else if (pick(cfg, {"use_lora"}, &flag, &key))
+      method = flag ? "lora" : "full";
+    else if (field(cfg, "lora") || path_basename(recipe).find("lora") != std::string::npos)
+      method = "lora";
+    else
+      method = "full";
     r.notes.push_back("method " + method + " (from the config and the recipe's name; method= overrides)");
   }
   o.method = plan_method_parse(method);
@@ -146,7 +152,8 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
   o.dtype = dtype;
   pick(cfg, {"master_weights"}, &o.master_weights, &key);
   double v = 0;
-  if (pick(cfg, {"micro_batch_size", "micro_batch", "batch_size"}, &v, &key)) o.micro_batch = static_cast<int64_t>(v);
+  if (pick(cfg, {"micro_batch_size", "micro_batch", "batch_size"}, &v, &key))
+    o.micro_batch = static_cast<int64_t>(v);
   if (pick(cfg, {"max_length", "seq_len", "block_size"}, &v, &key)) o.seq_len = static_cast<int64_t>(v);
   // checkpoint_layers: the recipes' name before they took the Hugging Face names (older runs' profiles).
   if (!pick(cfg, {"gradient_checkpointing", "checkpoint_layers", "checkpointing"}, &o.checkpointing, &key))

@@ -18,9 +18,9 @@ namespace luatune {
 // and optimizer_offload= are taken here too, so a plan can try them on a recipe that does not pass
 // them on yet; given here, they win over the recipe's config.
 struct PlanExtras {
-  std::string model_preset;  // "llama3.1-8b", ... instead of base_model's config.json
-  std::string method;        // "full", "lora", "qlora"; "" = from the config and the recipe's name
-  int64_t gpus = 1;          // gpus= or nproc=: data-parallel ranks
+  std::string model_preset;       // "llama3.1-8b", ... instead of base_model's config.json
+  std::string method;             // "full", "lora", "qlora"; "" = from the config and the recipe's name
+  int64_t gpus = 1;               // gpus= or nproc=: data-parallel ranks
   int64_t gpus_per_node = 0;      // ranks per node for host RAM; 0 = min(gpus, 8)
   std::string shard;              // "" = the config's shard, else none
   std::string optimizer;          // "" = the config's optimizer, else adamw
@@ -40,18 +40,19 @@ struct PlanRequest {
 };
 
 // `config` is the resolved config as a JSON object; `recipe` the recipe's path or name.
-PlanRequest hw_plan_request(const nlohmann::json& config, const std::string& recipe, const PlanExtras& extras);
+PlanRequest hw_plan_request(const nlohmann::json& config, const std::string& recipe,
+                            const PlanExtras& extras);
 
 // A finished run's numbers, from its metrics.jsonl (the config line and one line per step). The
 // first step is left out of the rate when there are more (it carries warm-up and allocation).
 struct RunSummary {
-  int64_t steps = 0;          // steps with a step_time
-  int64_t timed_steps = 0;    // the steps `seconds` covers
+  int64_t steps = 0;               // steps with a step_time
+  int64_t timed_steps = 0;         // the steps `seconds` covers
   double tokens = 0, seconds = 0;  // over the steps counted for the rate
   double tokens_per_s = 0, step_time_s = 0;
-  double peak_memory_gb = 0;  // max over the steps (0 on CPU)
+  double peak_memory_gb = 0;                        // max over the steps (0 on CPU)
   double loss = -1, eval_loss = -1, accuracy = -1;  // last values seen; < 0 when absent
-  std::string config_json = "{}";  // the run's config line
+  std::string config_json = "{}";                   // the run's config line
 };
 RunSummary hw_read_metrics(const std::string& metrics_jsonl);
 

@@ -19,8 +19,8 @@ std::string num(double v, const char* fmt = "%.4g") {
 
 }  // namespace
 
-FlopsPerToken hw_flops_per_token(const ModelConfig& c, PlanMethod method, int64_t lora_params, int64_t seq_len,
-                                 bool checkpointing) {
+FlopsPerToken hw_flops_per_token(const ModelConfig& c, PlanMethod method, int64_t lora_params,
+                                 int64_t seq_len, bool checkpointing) {
   LT_CHECK(seq_len > 0, "hw: seq_len must be positive for FLOPs per token, got " << seq_len);
   const HwParamCounts n = hw_param_counts(c);
   const double N = static_cast<double>(n.matmul), Nl = static_cast<double>(lora_params);
@@ -32,15 +32,16 @@ FlopsPerToken hw_flops_per_token(const ModelConfig& c, PlanMethod method, int64_
     f.hardware = f.model + (checkpointing ? 2 * N + 4 * LHQT : 0);
     f.convention = "6N+12LHQT (torchtitan/nanoGPT/PaLM; no causal discount)";
     f.formula = "6 x " + num(N / 1e9) + "e9 + 12 x " + std::to_string(c.num_layers) + " x " +
-                std::to_string(c.num_heads) + " x " + std::to_string(c.head_dim) + " x " + std::to_string(seq_len) +
-                " = " + num(f.model / 1e9) + " GFLOP/token";
+                std::to_string(c.num_heads) + " x " + std::to_string(c.head_dim) + " x " +
+                std::to_string(seq_len) + " = " + num(f.model / 1e9) + " GFLOP/token";
   } else {
     f.model = 4 * N + 6 * Nl + 12 * LHQT;
     f.hardware = f.model + (checkpointing ? 2 * N + 2 * Nl + 4 * LHQT : 0);
     f.convention = "4N+6N_lora+12LHQT (LoRA: frozen weights get no weight-gradient matmul)";
-    f.formula = "4 x " + num(N / 1e9) + "e9 + 6 x " + num(Nl / 1e6) + "e6 + 12 x " + std::to_string(c.num_layers) +
-                " x " + std::to_string(c.num_heads) + " x " + std::to_string(c.head_dim) + " x " +
-                std::to_string(seq_len) + " = " + num(f.model / 1e9) + " GFLOP/token";
+    f.formula = "4 x " + num(N / 1e9) + "e9 + 6 x " + num(Nl / 1e6) + "e6 + 12 x " +
+                std::to_string(c.num_layers) + " x " + std::to_string(c.num_heads) + " x " +
+                std::to_string(c.head_dim) + " x " + std::to_string(seq_len) + " = " + num(f.model / 1e9) +
+                " GFLOP/token";
   }
   return f;
 }
@@ -68,9 +69,12 @@ Profile hw_profile(const ModelConfig& c, const ProfileInput& in) {
 }
 
 std::string hw_projection_rule() {
-  return "tokens/s per GPU on a target = min(MFU x peak_bf16 / FLOPs per token, micro-batch tokens x bandwidth / "
-         "(passes x weight bytes)), passes = 3 for full training and 2 for LoRA; MFU = the measured run's (or 0.35 "
-         "when measured on a CPU, hardware.md 2.6); hours = tokens / (tokens/s x GPUs); cost = GPU-hours x price";
+  return "tokens/s per GPU on a target = min(MFU x peak_bf16 / FLOPs per token, micro-batch tokens x "
+         "bandwidth / "
+         "(passes x weight bytes)), passes = 3 for full training and 2 for LoRA; MFU = the measured run's "
+         "(or 0.35 "
+         "when measured on a CPU, hardware.md 2.6); hours = tokens / (tokens/s x GPUs); cost = GPU-hours x "
+         "price";
 }
 
 std::vector<ProjectionRow> hw_project(const Profile* profile, const ModelConfig& c,
@@ -122,7 +126,8 @@ std::vector<ProjectionRow> hw_project(const Profile* profile, const ModelConfig&
       r.kind = "projected";
       const double peak = g.peak_tflops(o.dtype) * 1e12;
       const double compute = mfu * peak / profile->flops.model;
-      const double n_tok = static_cast<double>(o.micro_batch_tokens > 0 ? o.micro_batch_tokens : profile->in.seq_len);
+      const double n_tok =
+          static_cast<double>(o.micro_batch_tokens > 0 ? o.micro_batch_tokens : profile->in.seq_len);
       const double bandwidth = n_tok * g.bandwidth_gbs * 1e9 / ((full ? 3.0 : 2.0) * weight_bytes);
       r.tokens_per_s = std::min(compute, bandwidth);
       r.bound = compute <= bandwidth ? "compute" : "bandwidth";

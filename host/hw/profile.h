@@ -18,39 +18,39 @@ namespace luatune {
 // discount, flash recompute not counted). LoRA/QLoRA: 4*N_matmul (frozen: forward + data-gradient)
 // + 6*N_lora + 12*L*H*D*T. HFU adds one forward when layers are recomputed: 2*N (+2*N_lora) + 4*L*H*D*T.
 struct FlopsPerToken {
-  double model = 0;          // MFU's numerator per token
-  double hardware = 0;       // HFU's (== model without checkpointing)
-  std::string convention;    // "6N+12LHQT (torchtitan)" or "4N+6N_lora+12LHQT (LoRA)"
-  std::string formula;       // with the numbers filled in
+  double model = 0;        // MFU's numerator per token
+  double hardware = 0;     // HFU's (== model without checkpointing)
+  std::string convention;  // "6N+12LHQT (torchtitan)" or "4N+6N_lora+12LHQT (LoRA)"
+  std::string formula;     // with the numbers filled in
 };
-FlopsPerToken hw_flops_per_token(const ModelConfig& c, PlanMethod method, int64_t lora_params, int64_t seq_len,
-                                 bool checkpointing);
+FlopsPerToken hw_flops_per_token(const ModelConfig& c, PlanMethod method, int64_t lora_params,
+                                 int64_t seq_len, bool checkpointing);
 
 struct ProfileInput {
-  double tokens = 0;            // tokens processed (all GPUs)
-  double seconds = 0;           // wall time of the steps
+  double tokens = 0;   // tokens processed (all GPUs)
+  double seconds = 0;  // wall time of the steps
   int64_t steps = 0;
   int64_t seq_len = 0;
   PlanMethod method = PlanMethod::method_full;
-  int64_t lora_params = 0;      // trainable adapter parameters (LoRA/QLoRA)
+  int64_t lora_params = 0;  // trainable adapter parameters (LoRA/QLoRA)
   bool checkpointing = false;
-  double peak_memory_gb = 0;    // from the trainer (0 on CPU)
-  double peak_tflops = 0;       // the device's dense peak; 0 = unknown (CPU): no MFU
-  double price_per_hour = 0;    // USD per GPU-hour; 0 = no cost
+  double peak_memory_gb = 0;  // from the trainer (0 on CPU)
+  double peak_tflops = 0;     // the device's dense peak; 0 = unknown (CPU): no MFU
+  double price_per_hour = 0;  // USD per GPU-hour; 0 = no cost
   int64_t gpus = 1;
-  std::string device;           // "NVIDIA H100 80GB HBM3", "cpu"
-  std::string gpu;              // catalog name when the device is in the catalog
+  std::string device;  // "NVIDIA H100 80GB HBM3", "cpu"
+  std::string gpu;     // catalog name when the device is in the catalog
 };
 
 struct Profile {
   ProfileInput in;
-  double tokens_per_s = 0;      // all GPUs
+  double tokens_per_s = 0;  // all GPUs
   double step_time_s = 0;
   FlopsPerToken flops;
-  double mfu = -1;              // < 0 when there is no peak (CPU)
+  double mfu = -1;  // < 0 when there is no peak (CPU)
   double hfu = -1;
   double gpu_hours = 0;
-  double cost_usd = -1;         // < 0 when there is no price
+  double cost_usd = -1;  // < 0 when there is no price
   double usd_per_mtok = -1;
 };
 Profile hw_profile(const ModelConfig& c, const ProfileInput& in);
@@ -61,28 +61,28 @@ constexpr double kHwDefaultMfu = 0.35;
 
 struct ProjectionRow {
   std::string gpu;
-  std::string kind;             // "measured", "projected" or "planned" (memory only)
-  bool fits = true;             // from the plan (true when no plan was given)
+  std::string kind;  // "measured", "projected" or "planned" (memory only)
+  bool fits = true;  // from the plan (true when no plan was given)
   bool has_plan = false;
   double predicted_peak_gb = 0;
   int64_t max_micro_batch = 0;
   std::vector<std::string> advice;
-  double tokens_per_s = -1;     // per GPU; < 0 when no time can be given
-  double hours = -1;            // wall hours for `tokens` on `gpus` GPUs
+  double tokens_per_s = -1;  // per GPU; < 0 when no time can be given
+  double hours = -1;         // wall hours for `tokens` on `gpus` GPUs
   double gpu_hours = -1;
   double cost_usd = -1;
   double usd_per_mtok = -1;
-  double mfu = -1;              // measured, or assumed for the projection
-  std::string bound;            // "compute" or "bandwidth"
+  double mfu = -1;    // measured, or assumed for the projection
+  std::string bound;  // "compute" or "bandwidth"
   std::string note;
 };
 
 struct ProjectOptions {
-  double tokens = 0;            // tokens the run will process (default: the profile's)
-  double mfu = 0;               // MFU to assume on targets; 0 = the measured one, else kHwDefaultMfu
+  double tokens = 0;  // tokens the run will process (default: the profile's)
+  double mfu = 0;     // MFU to assume on targets; 0 = the measured one, else kHwDefaultMfu
   std::string dtype = "bf16";
-  const Plan* plan = nullptr;   // fits per GPU; rows that do not fit get no time
-  double weight_bytes = 0;      // bytes of weights read per pass (bandwidth bound); 0 = 2 * N
+  const Plan* plan = nullptr;      // fits per GPU; rows that do not fit get no time
+  double weight_bytes = 0;         // bytes of weights read per pass (bandwidth bound); 0 = 2 * N
   int64_t micro_batch_tokens = 0;  // tokens per forward (bandwidth bound); 0 = seq_len
 };
 

@@ -19,7 +19,9 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* type_name(const json& j) { return j.type_name(); }
+const char* type_name(const json& j) {
+  return j.type_name();
+}
 
 std::string str_field(const json& obj, const char* key, const std::string& where) {
   if (!obj.contains(key) || obj[key].is_null()) return "";
@@ -41,7 +43,9 @@ HwNum num_field(const json& obj, const char* key, const std::string& where) {
 
 // Notes, advice and formulas are meant to be strings; anything else is shown as its JSON text
 // rather than refused, since it is prose for a reader.
-std::string as_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+std::string as_text(const json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
 
 std::vector<std::string> text_list(const json& obj, const char* key, const std::string& where) {
   std::vector<std::string> out;
@@ -218,9 +222,13 @@ std::string hw_fmt_usd(double v) {
   return hw_fmt_thousands(v, 2);
 }
 
-std::string hw_fmt_loss(double v) { return printf_str("%.4f", v); }
+std::string hw_fmt_loss(double v) {
+  return printf_str("%.4f", v);
+}
 
-std::string hw_fmt_percent(double fraction) { return printf_str("%.1f", fraction * 100) + "%"; }
+std::string hw_fmt_percent(double fraction) {
+  return printf_str("%.1f", fraction * 100) + "%";
+}
 
 std::string hw_fmt_count(double v) {
   struct Unit {
@@ -305,7 +313,8 @@ std::string hw_report_summary(const HwReportDoc& doc, const HwMarkup& m) {
   if (doc.rows.empty()) return m.text("The document lists no GPUs.");
   if (cheapest) {
     os << m.strong("Best value:") << m.text(" ") << m.strong(cheapest->gpu)
-       << m.text(" fits and costs $" + hw_fmt_usd(*cheapest->cost_usd) + detail(*cheapest, true, false) + ". ");
+       << m.text(" fits and costs $" + hw_fmt_usd(*cheapest->cost_usd) + detail(*cheapest, true, false) +
+                 ". ");
   } else if (fit == 0 && unfit > 0) {
     os << m.strong("No GPU in the list fits this job") << m.text(" (see the advice below). ");
   } else if (fit == 0) {
@@ -333,7 +342,9 @@ std::string hw_report_summary(const HwReportDoc& doc, const HwMarkup& m) {
     os << m.text(". ");
   }
   os << m.text(std::to_string(fit) + " of " + std::to_string(doc.rows.size()) + " GPUs fit" +
-               (unfit == 1 ? "; 1 does not." : unfit ? "; " + std::to_string(unfit) + " do not." : "."));
+               (unfit == 1 ? "; 1 does not."
+                : unfit    ? "; " + std::to_string(unfit) + " do not."
+                           : "."));
   return os.str();
 }
 

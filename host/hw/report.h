@@ -20,11 +20,11 @@ namespace luatune {
 //       "tokens": 1.2e6, "seconds": 950, "gpu_hours": 0.26, "cost_usd": 1.1, "usd_per_mtok": 0.9,
 //       "eval_loss": 1.23, "accuracy": 0.61, "utilization": 0.93, "power_w": 610 } ],
 //   "rows": [ {                                        // one per catalog GPU
-//       "gpu": "H100 SXM", "memory_gb": 80, "price_per_hour": 2.69, "price_source": "...", "price_date": "...",
-//       "predicted_peak_gb": 23.1, "fits": true, "max_micro_batch": 8, "advice": ["..."],
-//       "kind": "measured" | "projected" | "planned",  // planned: memory only, no time
-//       "tokens_per_s": 5000, "hours": 1.2, "cost_usd": 3.2, "usd_per_mtok": 0.5,
-//       "eval_loss": 1.23, "accuracy": 0.61 } ],     // eval numbers only on measured rows
+//       "gpu": "H100 SXM", "memory_gb": 80, "price_per_hour": 2.69, "price_source": "...", "price_date":
+//       "...", "predicted_peak_gb": 23.1, "fits": true, "max_micro_batch": 8, "advice": ["..."], "kind":
+//       "measured" | "projected" | "planned",  // planned: memory only, no time "tokens_per_s": 5000,
+//       "hours": 1.2, "cost_usd": 3.2, "usd_per_mtok": 0.5, "eval_loss": 1.23, "accuracy": 0.61 } ],     //
+//       eval numbers only on measured rows
 //   "formulas": {"mfu": "...", "projection": "...", "memory": "..."},
 //   "notes": ["..."]
 // }

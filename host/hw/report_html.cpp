@@ -21,7 +21,9 @@ namespace {
 
 const char* const kDash = "—";
 
-std::string strong(const std::string& s) { return "<strong>" + svg_escape(s) + "</strong>"; }
+std::string strong(const std::string& s) {
+  return "<strong>" + svg_escape(s) + "</strong>";
+}
 
 // A label that fits the chart's name column: at most `max` bytes, cut on a UTF-8 character
 // boundary, with an ellipsis. The full name stays in the row's <title> tooltip.
@@ -53,8 +55,11 @@ const double kTop = 48, kRowHeight = 28, kBarHeight = 18, kBottom = 52;
 std::string hatch_pattern(const std::string& id, const Hue& hue) {
   return "<pattern id=\"" + id +
          "\" patternUnits=\"userSpaceOnUse\" width=\"8\" height=\"8\" patternTransform=\"rotate(45)\">"
-         "<rect width=\"8\" height=\"8\" fill=\"" + hue.light + "\"/>"
-         "<rect width=\"3\" height=\"8\" fill=\"" + hue.dark + "\"/></pattern>";
+         "<rect width=\"8\" height=\"8\" fill=\"" +
+         hue.light +
+         "\"/>"
+         "<rect width=\"3\" height=\"8\" fill=\"" +
+         hue.dark + "\"/></pattern>";
 }
 
 // A bar chart's frame: <svg>, legend, grid with ticks and the axis title; `rows` rows of bars go
@@ -74,24 +79,28 @@ Frame chart_frame(const std::string& label, size_t rows, double max_value, const
   f.axis_max = std::ceil((max_value > 0 ? max_value : 1) / step - 1e-9) * step;
   std::ostringstream os;
   os << "<svg class=\"chart\" viewBox=\"0 0 " << svg_num(kWidth) << " " << svg_num(height) << "\" width=\""
-     << svg_num(kWidth) << "\" height=\"" << svg_num(height) << "\" role=\"img\" aria-label=\"" << svg_escape(label)
-     << "\" font-family=\"system-ui, sans-serif\" font-size=\"13\">";
+     << svg_num(kWidth) << "\" height=\"" << svg_num(height) << "\" role=\"img\" aria-label=\""
+     << svg_escape(label) << "\" font-family=\"system-ui, sans-serif\" font-size=\"13\">";
   os << "<title>" << svg_escape(label) << "</title><defs>" << defs << "</defs>";
   os << "<g class=\"legend\">" << legend << "</g>";
   for (double v = 0; v <= f.axis_max + step / 2; v += step) {
     double x = f.x(v);
-    os << "<line x1=\"" << svg_num(x) << "\" y1=\"" << svg_num(kTop - 6) << "\" x2=\"" << svg_num(x) << "\" y2=\""
-       << svg_num(kTop + plot_h) << "\" stroke=\"" << (v == 0 ? svg_muted : svg_track) << "\"/>";
-    os << "<text x=\"" << svg_num(x) << "\" y=\"" << svg_num(kTop + plot_h + 18) << "\" text-anchor=\"middle\" fill=\""
-       << svg_muted << "\">" << svg_tick_label(v, step) << "</text>";
+    os << "<line x1=\"" << svg_num(x) << "\" y1=\"" << svg_num(kTop - 6) << "\" x2=\"" << svg_num(x)
+       << "\" y2=\"" << svg_num(kTop + plot_h) << "\" stroke=\"" << (v == 0 ? svg_muted : svg_track)
+       << "\"/>";
+    os << "<text x=\"" << svg_num(x) << "\" y=\"" << svg_num(kTop + plot_h + 18)
+       << "\" text-anchor=\"middle\" fill=\"" << svg_muted << "\">" << svg_tick_label(v, step) << "</text>";
   }
   os << "<text x=\"" << svg_num(kBarLeft + kBarWidth / 2) << "\" y=\"" << svg_num(kTop + plot_h + 40)
-     << "\" text-anchor=\"middle\" fill=\"" << svg_ink << "\" font-weight=\"600\">" << svg_escape(axis_title) << "</text>";
+     << "\" text-anchor=\"middle\" fill=\"" << svg_ink << "\" font-weight=\"600\">" << svg_escape(axis_title)
+     << "</text>";
   f.svg = os.str();
   return f;
 }
 
-double row_y(size_t i) { return kTop + i * kRowHeight; }
+double row_y(size_t i) {
+  return kTop + i * kRowHeight;
+}
 
 // The GPU name at the left of row i, with the full name as a tooltip.
 std::string row_label(size_t i, const HwReportRow& r) {
@@ -104,7 +113,8 @@ std::string row_label(size_t i, const HwReportRow& r) {
 
 std::string text_at(double x, double y, const std::string& text, const char* colour) {
   std::ostringstream os;
-  os << "<text x=\"" << svg_num(x) << "\" y=\"" << svg_num(y) << "\" fill=\"" << colour << "\">" << svg_escape(text) << "</text>";
+  os << "<text x=\"" << svg_num(x) << "\" y=\"" << svg_num(y) << "\" fill=\"" << colour << "\">"
+     << svg_escape(text) << "</text>";
   return os.str();
 }
 
@@ -122,16 +132,17 @@ std::string no_bar_reason(const HwReportRow& r) {
 
 // Time or cost: one bar per row, measured solid, anything else hatched; rows without the value
 // show a dash and the reason instead of a bar.
-std::string value_chart(const HwReportDoc& doc, const std::string& id, const Hue& hue, HwNum HwReportRow::*value,
-                        const std::string& title, const std::string& axis_title,
+std::string value_chart(const HwReportDoc& doc, const std::string& id, const Hue& hue,
+                        HwNum HwReportRow::*value, const std::string& title, const std::string& axis_title,
                         const std::function<std::string(double)>& fmt) {
   double max_value = 0;
   for (const HwReportRow& r : doc.rows)
     if (r.*value) max_value = std::max(max_value, *(r.*value));
   std::string hatch = "hatch-" + id;
-  std::string legend = svg_legend_item(kBarLeft, hue.dark, "measured") +
-                       svg_legend_item(kBarLeft + 110, "url(#" + hatch + ")", "projected", hue.dark) +
-                       text_at(kBarLeft + 220, 20, kDash + std::string(" no bar: planned, or does not fit"), svg_muted);
+  std::string legend =
+      svg_legend_item(kBarLeft, hue.dark, "measured") +
+      svg_legend_item(kBarLeft + 110, "url(#" + hatch + ")", "projected", hue.dark) +
+      text_at(kBarLeft + 220, 20, kDash + std::string(" no bar: planned, or does not fit"), svg_muted);
   Frame f = chart_frame(title, doc.rows.size(), max_value, axis_title, hatch_pattern(hatch, hue), legend);
   std::ostringstream os;
   os << f.svg;
@@ -147,8 +158,8 @@ std::string value_chart(const HwReportDoc& doc, const std::string& id, const Hue
     double x1 = f.x(*v), y = row_y(i) + (kRowHeight - kBarHeight) / 2;
     os << "<rect class=\"bar " << (r.measured() ? "measured" : "projected") << "\" x=\"" << svg_num(kBarLeft)
        << "\" y=\"" << svg_num(y) << "\" width=\"" << svg_num(std::max(1.0, x1 - kBarLeft)) << "\" height=\""
-       << svg_num(kBarHeight) << "\" fill=\"" << (r.measured() ? hue.dark : "url(#" + hatch + ")") << "\" stroke=\""
-       << hue.dark << "\"/>";
+       << svg_num(kBarHeight) << "\" fill=\"" << (r.measured() ? hue.dark : "url(#" + hatch + ")")
+       << "\" stroke=\"" << hue.dark << "\"/>";
     std::string tag = r.measured() ? "measured" : r.kind.empty() ? "kind not given" : r.kind;
     os << row_note(i, x1 + 6, fmt(*v) + " · " + tag, svg_ink) << "</g>";
   }
@@ -165,8 +176,8 @@ std::string memory_chart(const HwReportDoc& doc) {
     max_value = std::max({max_value, r.memory_gb.value_or(0), r.predicted_peak_gb.value_or(0)});
   std::string legend = svg_legend_item(kBarLeft, kFitColour, "predicted peak, fits") +
                        svg_legend_item(kBarLeft + 170, kNoFitColour, "predicted peak, does not fit") +
-                       svg_legend_item(kBarLeft + 385, svg_track, "GPU memory", svg_muted) +
-                       "<rect x=\"" + svg_num(kBarLeft + 500) + "\" y=\"6\" width=\"3\" height=\"18\" fill=\"" + svg_ink +
+                       svg_legend_item(kBarLeft + 385, svg_track, "GPU memory", svg_muted) + "<rect x=\"" +
+                       svg_num(kBarLeft + 500) + "\" y=\"6\" width=\"3\" height=\"18\" fill=\"" + svg_ink +
                        "\"/>" + text_at(kBarLeft + 510, 20, "capacity", svg_ink);
   Frame f = chart_frame("Predicted peak memory vs GPU memory", doc.rows.size(), max_value,
                         "memory (GB): predicted peak vs the GPU's capacity", "", legend);
@@ -181,21 +192,22 @@ std::string memory_chart(const HwReportDoc& doc) {
     if (r.memory_gb) {
       double x = f.x(*r.memory_gb);
       os << "<rect class=\"capacity\" x=\"" << svg_num(kBarLeft) << "\" y=\"" << svg_num(y) << "\" width=\""
-         << svg_num(x - kBarLeft) << "\" height=\"" << svg_num(kBarHeight) << "\" fill=\"" << svg_track << "\"/>";
+         << svg_num(x - kBarLeft) << "\" height=\"" << svg_num(kBarHeight) << "\" fill=\"" << svg_track
+         << "\"/>";
       right = x;
     }
     if (r.predicted_peak_gb) {
       double x = f.x(*r.predicted_peak_gb);
       const char* colour = !r.fits ? svg_muted : *r.fits ? kFitColour : kNoFitColour;  // grey: fit unknown
-      os << "<rect class=\"bar peak\" x=\"" << svg_num(kBarLeft) << "\" y=\"" << svg_num(y + 4) << "\" width=\""
-         << svg_num(std::max(1.0, x - kBarLeft)) << "\" height=\"" << svg_num(kBarHeight - 8) << "\" fill=\"" << colour
-         << "\"/>";
+      os << "<rect class=\"bar peak\" x=\"" << svg_num(kBarLeft) << "\" y=\"" << svg_num(y + 4)
+         << "\" width=\"" << svg_num(std::max(1.0, x - kBarLeft)) << "\" height=\"" << svg_num(kBarHeight - 8)
+         << "\" fill=\"" << colour << "\"/>";
       right = std::max(right, x);
     }
     if (r.memory_gb) {
       double x = f.x(*r.memory_gb);
-      os << "<rect class=\"marker\" x=\"" << svg_num(x - 1.5) << "\" y=\"" << svg_num(y - 3) << "\" width=\"3\" height=\""
-         << svg_num(kBarHeight + 6) << "\" fill=\"" << svg_ink << "\"/>";
+      os << "<rect class=\"marker\" x=\"" << svg_num(x - 1.5) << "\" y=\"" << svg_num(y - 3)
+         << "\" width=\"3\" height=\"" << svg_num(kBarHeight + 6) << "\" fill=\"" << svg_ink << "\"/>";
     }
     if (!r.memory_gb && !r.predicted_peak_gb) {
       os << row_note(i, kBarLeft + 6, kDash + std::string(" no memory figures"), svg_muted) << "</g>";
@@ -219,7 +231,8 @@ std::string td(const HwNum& v, std::string (*fmt)(double)) {
 
 std::string fits_badge(const HwReportRow& r) {
   if (!r.fits) return kDash;
-  return *r.fits ? "<span class=\"badge fit\">✓ fits</span>" : "<span class=\"badge nofit\">✗ does not fit</span>";
+  return *r.fits ? "<span class=\"badge fit\">✓ fits</span>"
+                 : "<span class=\"badge nofit\">✗ does not fit</span>";
 }
 
 std::string kind_badge(const std::string& kind) {
@@ -237,9 +250,10 @@ std::string main_table(const HwReportDoc& doc) {
      << (loss ? "<th class=\"num\">eval loss</th>" : "") << (acc ? "<th class=\"num\">accuracy</th>" : "")
      << "<th>kind</th></tr></thead><tbody>";
   for (const HwReportRow& r : doc.rows) {
-    os << "<tr class=\"" << (r.fits && !*r.fits ? "nofit" : "fit") << (r.measured() ? " measured" : "") << "\">"
-       << "<td>" << svg_escape(r.gpu) << "</td>" << td(r.memory_gb, hw_fmt_gb) << "<td>" << fits_badge(r) << "</td>"
-       << td(r.max_micro_batch, [](double v) { return hw_fmt_thousands(v, 0); })
+    os << "<tr class=\"" << (r.fits && !*r.fits ? "nofit" : "fit") << (r.measured() ? " measured" : "")
+       << "\">"
+       << "<td>" << svg_escape(r.gpu) << "</td>" << td(r.memory_gb, hw_fmt_gb) << "<td>" << fits_badge(r)
+       << "</td>" << td(r.max_micro_batch, [](double v) { return hw_fmt_thousands(v, 0); })
        << td(r.predicted_peak_gb, hw_fmt_gb) << td(r.tokens_per_s, hw_fmt_tokens_per_s)
        << td(r.hours, hw_fmt_hours) << td(r.cost_usd, hw_fmt_usd) << td(r.usd_per_mtok, hw_fmt_usd);
     if (loss) os << td(r.eval_loss, hw_fmt_loss);
@@ -303,7 +317,8 @@ std::string hw_report_html(const nlohmann::json& report) {
     if (doc.model_parameters) parts.push_back(hw_fmt_count(*doc.model_parameters) + " parameters");
     if (doc.model_trainable) parts.push_back(hw_fmt_count(*doc.model_trainable) + " trainable");
     if (!doc.model_method.empty()) parts.push_back(svg_escape(doc.model_method));
-    for (size_t i = 0; i < parts.size(); i++) m += (i ? ", " : " (") + parts[i] + (i + 1 == parts.size() ? ")" : "");
+    for (size_t i = 0; i < parts.size(); i++)
+      m += (i ? ", " : " (") + parts[i] + (i + 1 == parts.size() ? ")" : "");
     about.push_back(m);
   }
   if (!doc.recipe.empty()) about.push_back("recipe <code>" + svg_escape(doc.recipe) + "</code>");
@@ -317,9 +332,10 @@ std::string hw_report_html(const nlohmann::json& report) {
 
   // Wide tables scroll inside their box on a narrow window instead of widening the page.
   os << "<h2>GPUs</h2>\n<div class=\"wide\">" << main_table(doc) << "</div>\n";
-  os << "<p class=\"legend-text\">" << kind_badge("measured") << " " << svg_escape(hw_kind_meaning_measured) << " &nbsp; "
-     << kind_badge("projected") << " " << svg_escape(hw_kind_meaning_projected) << " &nbsp; " << kind_badge("planned")
-     << " " << svg_escape(hw_kind_meaning_planned) << ". Rows that fit come first, cheapest first.</p>\n";
+  os << "<p class=\"legend-text\">" << kind_badge("measured") << " " << svg_escape(hw_kind_meaning_measured)
+     << " &nbsp; " << kind_badge("projected") << " " << svg_escape(hw_kind_meaning_projected) << " &nbsp; "
+     << kind_badge("planned") << " " << svg_escape(hw_kind_meaning_planned)
+     << ". Rows that fit come first, cheapest first.</p>\n";
 
   os << "<h2>Charts</h2>\n";
   os << "<figure><figcaption>Time per GPU (hours)</figcaption>"
@@ -333,7 +349,8 @@ std::string hw_report_html(const nlohmann::json& report) {
                     [](double v) { return "$" + hw_fmt_usd(v); })
      << "</figure>\n";
 
-  if (!doc.measured.empty()) os << "<h2>Measured runs</h2>\n<div class=\"wide\">" << measured_table(doc) << "</div>\n";
+  if (!doc.measured.empty())
+    os << "<h2>Measured runs</h2>\n<div class=\"wide\">" << measured_table(doc) << "</div>\n";
 
   std::ostringstream unfit, advice;
   for (const HwReportRow& r : doc.rows) {
@@ -342,7 +359,8 @@ std::string hw_report_html(const nlohmann::json& report) {
     if (r.fits && !*r.fits) {
       unfit << "<li>" << strong(r.gpu);
       if (r.predicted_peak_gb && r.memory_gb)
-        unfit << ": needs " << hw_fmt_gb(*r.predicted_peak_gb) << " GB, has " << hw_fmt_gb(*r.memory_gb) << " GB";
+        unfit << ": needs " << hw_fmt_gb(*r.predicted_peak_gb) << " GB, has " << hw_fmt_gb(*r.memory_gb)
+              << " GB";
       unfit << "." << text << "</li>";
     } else if (!r.advice.empty()) {
       advice << "<li>" << strong(r.gpu) << ":" << text << "</li>";
@@ -365,7 +383,8 @@ std::string hw_report_html(const nlohmann::json& report) {
 
   if (!doc.formulas.empty()) {
     os << "<h2>Formulas</h2>\n<ul class=\"formulas\">";
-    for (const auto& [key, text] : doc.formulas) os << "<li>" << strong(key) << ": " << svg_escape(text) << "</li>";
+    for (const auto& [key, text] : doc.formulas)
+      os << "<li>" << strong(key) << ": " << svg_escape(text) << "</li>";
     os << "</ul>\n";
   }
   if (!doc.notes.empty()) {

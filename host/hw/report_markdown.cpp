@@ -37,9 +37,13 @@ std::string md_text(const std::string& s) {
   return out;
 }
 
-std::string md_strong(const std::string& s) { return "**" + md_text(s) + "**"; }
+std::string md_strong(const std::string& s) {
+  return "**" + md_text(s) + "**";
+}
 
-std::string cell(const HwNum& v, std::string (*fmt)(double)) { return v ? fmt(*v) : kDash; }
+std::string cell(const HwNum& v, std::string (*fmt)(double)) {
+  return v ? fmt(*v) : kDash;
+}
 
 struct Column {
   std::string header;
@@ -62,13 +66,21 @@ std::string md_table(const std::vector<Column>& cols, const std::vector<std::vec
   return os.str();
 }
 
-std::string fits_cell(const HwReportRow& r) { return !r.fits ? kDash : *r.fits ? "yes" : "**no**"; }
+std::string fits_cell(const HwReportRow& r) {
+  return !r.fits ? kDash : *r.fits ? "yes" : "**no**";
+}
 
 std::string main_table(const HwReportDoc& doc) {
   bool loss = doc.any_eval_loss(), acc = doc.any_accuracy();
-  std::vector<Column> cols = {{"GPU", false},           {"memory GB", true}, {"fits", false},
-                              {"max micro-batch", true}, {"predicted peak GB", true}, {"tokens/s", true},
-                              {"hours", true},          {"cost $", true},    {"$/1M tok", true}};
+  std::vector<Column> cols = {{"GPU", false},
+                              {"memory GB", true},
+                              {"fits", false},
+                              {"max micro-batch", true},
+                              {"predicted peak GB", true},
+                              {"tokens/s", true},
+                              {"hours", true},
+                              {"cost $", true},
+                              {"$/1M tok", true}};
   if (loss) cols.push_back({"eval loss", true});
   if (acc) cols.push_back({"accuracy", true});
   cols.push_back({"kind", false});
@@ -113,7 +125,8 @@ std::string model_line(const HwReportDoc& doc) {
     if (doc.model_parameters) about.push_back(hw_fmt_count(*doc.model_parameters) + " parameters");
     if (doc.model_trainable) about.push_back(hw_fmt_count(*doc.model_trainable) + " trainable");
     if (!doc.model_method.empty()) about.push_back(md_text(doc.model_method));
-    for (size_t i = 0; i < about.size(); i++) m += (i ? ", " : " (") + about[i] + (i + 1 == about.size() ? ")" : "");
+    for (size_t i = 0; i < about.size(); i++)
+      m += (i ? ", " : " (") + about[i] + (i + 1 == about.size() ? ")" : "");
     parts.push_back(m);
   }
   if (!doc.recipe.empty()) parts.push_back("recipe `" + md_text(doc.recipe) + "`");
@@ -173,7 +186,8 @@ std::string hw_report_markdown(const nlohmann::json& report) {
 
   if (!doc.formulas.empty()) {
     os << "\n## Formulas\n\n";
-    for (const auto& [key, text] : doc.formulas) os << "- " << md_strong(key) << ": " << md_text(text) << "\n";
+    for (const auto& [key, text] : doc.formulas)
+      os << "- " << md_strong(key) << ": " << md_text(text) << "\n";
   }
   if (!doc.notes.empty()) {
     os << "\n## Notes\n\n";

@@ -157,7 +157,8 @@ template class JsonlReaderOf<nlohmann::ordered_json>;
 namespace {
 
 template <class J>
-int64_t read_all(const std::string& path, JsonlReadOptions o, const std::function<void(const J&, int64_t)>& f) {
+int64_t read_all(const std::string& path, JsonlReadOptions o,
+                 const std::function<void(const J&, int64_t)>& f) {
   if (o.bad == JsonlBad::report) o.bad = JsonlBad::skip;
   JsonlReaderOf<J> in(path, std::move(o));
   if (!in.is_open()) fail(in.open_error());

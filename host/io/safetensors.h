@@ -16,8 +16,8 @@ namespace luatune {
 
 struct SafetensorsEntry {
   std::string name;
-  std::string dtype_name;      // as in the header: "BF16", "F32", ...
-  at::ScalarType dtype;        // the LibTorch dtype it maps to
+  std::string dtype_name;  // as in the header: "BF16", "F32", ...
+  at::ScalarType dtype;    // the LibTorch dtype it maps to
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0;  // byte range inside the data buffer (header-relative, END exclusive)
 };

@@ -91,7 +91,8 @@ class ConsoleSink : public MetricSink {
     std::vector<std::string> lines{"summary"};
     for (const auto& [k, v] : values.numbers) {
       char buf[512];
-      std::snprintf(buf, sizeof buf, "  %-*s  %s", static_cast<int>(w), k.c_str(), metrics_format_value(k, v).c_str());
+      std::snprintf(buf, sizeof buf, "  %-*s  %s", static_cast<int>(w), k.c_str(),
+                    metrics_format_value(k, v).c_str());
       lines.push_back(buf);
     }
     if (!values.note.empty()) lines.push_back("  " + values.note);
@@ -122,7 +123,8 @@ class ConsoleSink : public MetricSink {
   void draw_locked() {
     if (!tty_ || last_step_ < 0) return;
     int width = o_.width > 0 ? o_.width : term_width(o_.out);
-    std::string line = metrics_progress_line(last_step_, o_.total_steps, last_, eta(), width, last_time_ - start_);
+    std::string line =
+        metrics_progress_line(last_step_, o_.total_steps, last_, eta(), width, last_time_ - start_);
     std::fprintf(o_.out, "\r%s\033[K", line.c_str());
     std::fflush(o_.out);
     showing_ = true;
@@ -183,7 +185,8 @@ class ConsoleSink : public MetricSink {
     // After loss, lr and grad_norm, where trainer:step puts its own tokens_per_s.
     MetricValues out = v;
     auto at = out.numbers.begin();
-    while (at != out.numbers.end() && (at->first == "loss" || at->first == "lr" || at->first == "grad_norm")) ++at;
+    while (at != out.numbers.end() && (at->first == "loss" || at->first == "lr" || at->first == "grad_norm"))
+      ++at;
     out.numbers.insert(at, {"tokens_per_s", tokens_ / (now - tokens_since_)});
     return out;
   }

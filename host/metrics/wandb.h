@@ -50,14 +50,14 @@ struct WandbOptions {
 
   // Pacing and retries. Negative = the default, or the environment setting named beside it (the
   // official client's names).
-  double transmit_interval = -1;  // WANDB_X_FILE_STREAM_TRANSMIT_INTERVAL; 5 s between file_stream posts
-  double heartbeat_interval = -1; // WANDB_HEARTBEAT_SECONDS; 30 s: an empty post when nothing else went
-  double retry_wait_min = -1;     // WANDB_X_FILE_STREAM_RETRY_WAIT_MIN_SECONDS; 2 s
-  double retry_wait_max = -1;     // WANDB_X_FILE_STREAM_RETRY_WAIT_MAX_SECONDS; 60 s
-  double http_timeout = -1;       // WANDB_HTTP_TIMEOUT; 30 s a request
-  double finish_timeout = -1;     // WANDB_X_FINISH_TIMEOUT; 60 s: close() waits this long for the
-                                  // server, then says what is left for `runner wandb-sync`
-  std::FILE* notices = stderr;    // where "wandb: ..." notices go (always from the training thread)
+  double transmit_interval = -1;   // WANDB_X_FILE_STREAM_TRANSMIT_INTERVAL; 5 s between file_stream posts
+  double heartbeat_interval = -1;  // WANDB_HEARTBEAT_SECONDS; 30 s: an empty post when nothing else went
+  double retry_wait_min = -1;      // WANDB_X_FILE_STREAM_RETRY_WAIT_MIN_SECONDS; 2 s
+  double retry_wait_max = -1;      // WANDB_X_FILE_STREAM_RETRY_WAIT_MAX_SECONDS; 60 s
+  double http_timeout = -1;        // WANDB_HTTP_TIMEOUT; 30 s a request
+  double finish_timeout = -1;      // WANDB_X_FINISH_TIMEOUT; 60 s: close() waits this long for the
+                                   // server, then says what is left for `runner wandb-sync`
+  std::FILE* notices = stderr;     // where "wandb: ..." notices go (always from the training thread)
 };
 
 // True when the options (after the environment) name a project and the mode is not disabled.

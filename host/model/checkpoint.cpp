@@ -30,7 +30,8 @@ void model_bind(Model& m, std::map<std::string, at::Tensor>& tensors) {
   for (ParamSlot& slot : model_slots(m)) *slot.tensor = tensors.at(slot.name);
 }
 
-at::ScalarType checkpoint_dtype(const ModelConfig& c, const std::string& requested, const std::string& where) {
+at::ScalarType checkpoint_dtype(const ModelConfig& c, const std::string& requested,
+                                const std::string& where) {
   if (!requested.empty() && requested != "auto") return dtype_parse(requested);
   at::ScalarType t;
   if (dtype_try_parse(c.torch_dtype, &t) && at::isFloatingType(t)) return t;
@@ -102,8 +103,7 @@ std::shared_ptr<Model> model_load(const std::string& name_or_dir, const LoadOpti
   std::set<std::string> stored_4bit;
   for (const ParamSlot& slot : slots) {
     wanted.insert(slot.name);
-    if (slot.is_linear_weight() && quant_state_present(slot.name, has))
-      stored_4bit.insert(slot.name);
+    if (slot.is_linear_weight() && quant_state_present(slot.name, has)) stored_4bit.insert(slot.name);
   }
   std::vector<std::string> unexpected;
   for (const auto& name : reader.names()) {
@@ -116,8 +116,8 @@ std::shared_ptr<Model> model_load(const std::string& name_or_dir, const LoadOpti
     std::string list;
     for (size_t i = 0; i < unexpected.size() && i < 3; i++) list += (i ? ", " : "") + unexpected[i];
     if (unexpected.size() > 3) list += ", ... (" + std::to_string(unexpected.size()) + " in all)";
-    fail(reader.file_of(unexpected[0]) + ": tensor " + unexpected[0] + " is not part of a " + config.arch_name() +
-         " with this config.json (unexpected: " + list + ")");
+    fail(reader.file_of(unexpected[0]) + ": tensor " + unexpected[0] + " is not part of a " +
+         config.arch_name() + " with this config.json (unexpected: " + list + ")");
   }
 
   // One tensor at a time: a zero-copy view of the mapped file, converted and moved, then the view
@@ -140,11 +140,12 @@ std::shared_ptr<Model> model_load(const std::string& name_or_dir, const LoadOpti
     LT_CHECK(reader.contains(name), dir << ": tensor " << name << " is missing (config.json describes a "
                                         << config.arch_name() << " with " << config.num_layers << " layers)");
     const SafetensorsEntry& e = reader.entry(name);
-    LT_CHECK(e.shape == slot.shape, reader.file_of(name) << ": tensor " << name << " has shape " << shape_str(e.shape)
-                                                         << ", expected " << shape_str(slot.shape)
-                                                         << " from config.json");
-    LT_CHECK(at::isFloatingType(e.dtype), reader.file_of(name) << ": tensor " << name << " has dtype " << e.dtype_name
-                                                               << ", expected a floating dtype");
+    LT_CHECK(e.shape == slot.shape, reader.file_of(name)
+                                        << ": tensor " << name << " has shape " << shape_str(e.shape)
+                                        << ", expected " << shape_str(slot.shape) << " from config.json");
+    LT_CHECK(at::isFloatingType(e.dtype), reader.file_of(name)
+                                              << ": tensor " << name << " has dtype " << e.dtype_name
+                                              << ", expected a floating dtype");
     at::Tensor t = reader.tensor(name);
     if (t.scalar_type() != dtype || t.device() != device) {
       try {
@@ -204,7 +205,8 @@ std::shared_ptr<Model> model_init(const ModelConfig& config_in, uint64_t seed, a
       t = at::zeros(shape, at::kFloat);
     else
       t = at::normal(0.0, config.initializer_range, shape, gen, at::TensorOptions(at::kFloat));
-    if (name == "model.embed_tokens.weight" && config.pad_token_id >= 0 && config.pad_token_id < config.vocab_size)
+    if (name == "model.embed_tokens.weight" && config.pad_token_id >= 0 &&
+        config.pad_token_id < config.vocab_size)
       t[config.pad_token_id].zero_();
     return t.to(device, dtype).set_requires_grad(true);
   };

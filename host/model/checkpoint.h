@@ -19,7 +19,8 @@ namespace luatune {
 
 struct LoadOptions {
   LoadOptions() = default;
-  LoadOptions(std::string dtype_, std::string device_ = "cpu") : dtype(std::move(dtype_)), device(std::move(device_)) {}
+  LoadOptions(std::string dtype_, std::string device_ = "cpu")
+      : dtype(std::move(dtype_)), device(std::move(device_)) {}
   // Target dtype; "auto" = the checkpoint's torch_dtype (bf16/f16/f32), "" = same as "auto".
   std::string dtype = "auto";
   std::string device = "cpu";  // "cpu", "cuda", "cuda:N", "auto"
@@ -49,8 +50,8 @@ struct SaveOptions {
 
 // Writes a directory HF transformers loads. 4-bit Linears are written in bitsandbytes' layout with
 // config.json's quantization_config (transformers + bitsandbytes load it 4-bit); a dense model's
-// config.json has none, even when it was loaded from a 4-bit checkpoint. Every file is written to a temporary name and renamed;
-// config.json goes last, so a directory with a config.json is complete.
+// config.json has none, even when it was loaded from a 4-bit checkpoint. Every file is written to a temporary
+// name and renamed; config.json goes last, so a directory with a config.json is complete.
 void model_save(const Model& model, const std::string& dir, const SaveOptions& options = {});
 
 }  // namespace luatune

@@ -30,10 +30,8 @@ struct ArchInfo {
 };
 
 const ArchInfo kArchs[] = {
-    {ModelArch::llama, "LlamaForCausalLM", "llama"},
-    {ModelArch::mistral, "MistralForCausalLM", "mistral"},
-    {ModelArch::qwen2, "Qwen2ForCausalLM", "qwen2"},
-    {ModelArch::qwen3, "Qwen3ForCausalLM", "qwen3"},
+    {ModelArch::llama, "LlamaForCausalLM", "llama"},    {ModelArch::mistral, "MistralForCausalLM", "mistral"},
+    {ModelArch::qwen2, "Qwen2ForCausalLM", "qwen2"},    {ModelArch::qwen3, "Qwen3ForCausalLM", "qwen3"},
     {ModelArch::gemma2, "Gemma2ForCausalLM", "gemma2"},
 };
 
@@ -46,14 +44,38 @@ const ArchInfo& arch_info(ModelArch a) {
 constexpr const char* kSequenceClassification = "ForSequenceClassification";
 
 // Fields this file reads (and writes back itself); everything else goes to extra_json.
-const std::set<std::string> kOwnedKeys = {
-    "architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
-    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act",
-    "hidden_activation", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
-    "rope_parameters", "tie_word_embeddings", "attention_bias", "mlp_bias", "sliding_window",
-    "use_sliding_window", "max_window_layers", "layer_types", "query_pre_attn_scalar",
-    "attn_logit_softcapping", "final_logit_softcapping", "bos_token_id", "eos_token_id",
-    "pad_token_id", "initializer_range", "torch_dtype", "dtype"};
+const std::set<std::string> kOwnedKeys = {"architectures",
+                                          "model_type",
+                                          "vocab_size",
+                                          "hidden_size",
+                                          "intermediate_size",
+                                          "num_hidden_layers",
+                                          "num_attention_heads",
+                                          "num_key_value_heads",
+                                          "head_dim",
+                                          "hidden_act",
+                                          "hidden_activation",
+                                          "max_position_embeddings",
+                                          "rms_norm_eps",
+                                          "rope_theta",
+                                          "rope_scaling",
+                                          "rope_parameters",
+                                          "tie_word_embeddings",
+                                          "attention_bias",
+                                          "mlp_bias",
+                                          "sliding_window",
+                                          "use_sliding_window",
+                                          "max_window_layers",
+                                          "layer_types",
+                                          "query_pre_attn_scalar",
+                                          "attn_logit_softcapping",
+                                          "final_logit_softcapping",
+                                          "bos_token_id",
+                                          "eos_token_id",
+                                          "pad_token_id",
+                                          "initializer_range",
+                                          "torch_dtype",
+                                          "dtype"};
 
 // Fields whose presence means a model we cannot run faithfully.
 const char* const kRefusedKeys[] = {"num_experts", "num_local_experts", "moe_intermediate_size",
@@ -110,16 +132,20 @@ class Reader {
 
 Activation parse_act(const std::string& name, const std::string& source) {
   if (name == "silu" || name == "swish") return Activation::act_silu;
-  if (name == "gelu_pytorch_tanh" || name == "gelu_new" || name == "gelu_fast") return Activation::act_gelu_tanh;
+  if (name == "gelu_pytorch_tanh" || name == "gelu_new" || name == "gelu_fast")
+    return Activation::act_gelu_tanh;
   if (name == "gelu") return Activation::act_gelu;
   fail(source + ": hidden_act \"" + name + "\" is not supported (supported: silu, gelu, gelu_pytorch_tanh)");
 }
 
 const char* act_name(Activation a) {
   switch (a) {
-    case Activation::act_silu: return "silu";
-    case Activation::act_gelu_tanh: return "gelu_pytorch_tanh";
-    case Activation::act_gelu: return "gelu";
+    case Activation::act_silu:
+      return "silu";
+    case Activation::act_gelu_tanh:
+      return "gelu_pytorch_tanh";
+    case Activation::act_gelu:
+      return "gelu";
   }
   return "silu";
 }
@@ -152,7 +178,8 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& source) {
     LT_CHECK(c.rope.factor >= 1, w << ".factor must be >= 1 for linear RoPE scaling");
   } else if (type == "llama3") {
     c.rope.type = RopeType::rope_llama3;
-    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+    for (const char* k :
+         {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
       LT_CHECK(p.has(k), w << ": rope_type \"llama3\" needs \"" << k << "\"");
     c.rope.factor = p.number("factor", 0);
     c.rope.low_freq_factor = p.number("low_freq_factor", 0);
@@ -170,8 +197,8 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& source) {
     c.rope.beta_fast = p.number("beta_fast", 32);
     c.rope.beta_slow = p.number("beta_slow", 1);
     c.rope.truncate = p.boolean("truncate", true);
-    c.rope.attention_factor = p.number(
-        "attention_factor", c.rope.factor > 1 ? 0.1 * std::log(c.rope.factor) + 1.0 : 1.0);
+    c.rope.attention_factor =
+        p.number("attention_factor", c.rope.factor > 1 ? 0.1 * std::log(c.rope.factor) + 1.0 : 1.0);
   } else {
     fail(w + ": rope_type \"" + type + "\" is not supported (supported: default, linear, llama3, yarn)");
   }
@@ -180,7 +207,8 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& source) {
 json rope_to_json(const RopeConfig& r) {
   json o;
   switch (r.type) {
-    case RopeType::rope_default: return json();
+    case RopeType::rope_default:
+      return json();
     case RopeType::rope_linear:
       o = {{"rope_type", "linear"}, {"factor", r.factor}};
       break;
@@ -192,8 +220,11 @@ json rope_to_json(const RopeConfig& r) {
            {"original_max_position_embeddings", r.original_max_position}};
       break;
     case RopeType::rope_yarn:
-      o = {{"rope_type", "yarn"}, {"factor", r.factor}, {"attention_factor", r.attention_factor},
-           {"beta_fast", r.beta_fast}, {"beta_slow", r.beta_slow}};
+      o = {{"rope_type", "yarn"},
+           {"factor", r.factor},
+           {"attention_factor", r.attention_factor},
+           {"beta_fast", r.beta_fast},
+           {"beta_slow", r.beta_slow}};
       if (!r.truncate) o["truncate"] = false;
       if (r.original_max_position > 0) o["original_max_position_embeddings"] = r.original_max_position;
       break;
@@ -205,9 +236,12 @@ json rope_to_json(const RopeConfig& r) {
 
 std::string ModelConfig::arch_name() const {
   std::string name = arch_info(arch).hf_class;
-  return score_head ? name.substr(0, name.size() - std::strlen("ForCausalLM")) + kSequenceClassification : name;
+  return score_head ? name.substr(0, name.size() - std::strlen("ForCausalLM")) + kSequenceClassification
+                    : name;
 }
-std::string ModelConfig::model_type() const { return arch_info(arch).model_type; }
+std::string ModelConfig::model_type() const {
+  return arch_info(arch).model_type;
+}
 
 double ModelConfig::softmax_scale() const {
   if (attn_scale > 0) return attn_scale;
@@ -286,10 +320,10 @@ ModelConfig model_config_defaults(const std::string& arch) {
 }
 
 void model_config_finalize(ModelConfig& c, const std::string& source) {
-  LT_CHECK(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.num_layers > 0 &&
-               c.num_heads > 0,
-           source << ": vocab_size, hidden_size, intermediate_size, num_hidden_layers and "
-                     "num_attention_heads must all be positive");
+  LT_CHECK(
+      c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.num_layers > 0 && c.num_heads > 0,
+      source << ": vocab_size, hidden_size, intermediate_size, num_hidden_layers and "
+                "num_attention_heads must all be positive");
   // Sizes far beyond any released model are typos (1e6 layers); refused here, before anything is
   // sized from them, instead of ending in a bad_alloc (docs/limits.md).
   for (const ModelSizeLimit& l : kModelSizeLimits) {
@@ -302,9 +336,9 @@ void model_config_finalize(ModelConfig& c, const std::string& source) {
                                                      << ") must be a multiple of num_key_value_heads ("
                                                      << c.num_kv_heads << ")");
   if (c.head_dim <= 0) {
-    LT_CHECK(c.hidden_size % c.num_heads == 0,
-             source << ": hidden_size (" << c.hidden_size << ") is not divisible by num_attention_heads ("
-                    << c.num_heads << "); set head_dim explicitly");
+    LT_CHECK(c.hidden_size % c.num_heads == 0, source << ": hidden_size (" << c.hidden_size
+                                                      << ") is not divisible by num_attention_heads ("
+                                                      << c.num_heads << "); set head_dim explicitly");
     c.head_dim = c.hidden_size / c.num_heads;
   }
   LT_CHECK(c.head_dim % 2 == 0, source << ": head_dim (" << c.head_dim << ") must be even for RoPE");
@@ -314,18 +348,24 @@ void model_config_finalize(ModelConfig& c, const std::string& source) {
     c.layer_sliding.assign(c.num_layers, false);
     for (int64_t i = 0; i < c.num_layers; i++) {
       switch (c.arch) {
-        case ModelArch::mistral: c.layer_sliding[i] = c.sliding_window > 0; break;
+        case ModelArch::mistral:
+          c.layer_sliding[i] = c.sliding_window > 0;
+          break;
         case ModelArch::qwen2:
         case ModelArch::qwen3:
           c.layer_sliding[i] = c.use_sliding_window && c.sliding_window > 0 && i >= c.max_window_layers;
           break;
-        case ModelArch::gemma2: c.layer_sliding[i] = c.sliding_window > 0 && i % 2 == 0; break;
-        case ModelArch::llama: break;
+        case ModelArch::gemma2:
+          c.layer_sliding[i] = c.sliding_window > 0 && i % 2 == 0;
+          break;
+        case ModelArch::llama:
+          break;
       }
     }
   }
   for (bool s : c.layer_sliding)
-    LT_CHECK(!s || c.sliding_window > 0, source << ": layer_types has sliding_attention but sliding_window is not set");
+    LT_CHECK(!s || c.sliding_window > 0,
+             source << ": layer_types has sliding_attention but sliding_window is not set");
 }
 
 ModelConfig model_config_parse(const std::string& text, const std::string& source) {
@@ -334,15 +374,17 @@ ModelConfig model_config_parse(const std::string& text, const std::string& sourc
   Reader r(j, source);
   std::string arch;
   if (r.has("architectures")) {
-    LT_CHECK(j["architectures"].is_array() && !j["architectures"].empty() && j["architectures"][0].is_string(),
-             source << ": \"architectures\" must be a non-empty list of strings");
+    LT_CHECK(
+        j["architectures"].is_array() && !j["architectures"].empty() && j["architectures"][0].is_string(),
+        source << ": \"architectures\" must be a non-empty list of strings");
     arch = j["architectures"][0].get<std::string>();
   } else {
     arch = r.string("model_type", "");
     LT_CHECK(!arch.empty(), source << ": missing required field \"architectures\" (or \"model_type\")");
   }
   for (const char* k : kRefusedKeys)
-    LT_CHECK(!r.has(k), source << ": field \"" << k << "\" is not supported (mixture-of-experts models are not "
+    LT_CHECK(!r.has(k), source << ": field \"" << k
+                               << "\" is not supported (mixture-of-experts models are not "
                                   "implemented)");
   if (r.has("quantization_config")) {
     // bitsandbytes 4-bit checkpoints load (their Linears stay 4-bit); GPTQ, AWQ, 8-bit, FP8 do not.
@@ -358,10 +400,12 @@ ModelConfig model_config_parse(const std::string& text, const std::string& sourc
   // Reward models: <Family>ForSequenceClassification with a single label (HF derives num_labels
   // from id2label, else num_labels, else 2).
   const size_t suffix = std::strlen(kSequenceClassification);
-  const bool score_head = arch.size() > suffix && arch.compare(arch.size() - suffix, suffix, kSequenceClassification) == 0;
+  const bool score_head =
+      arch.size() > suffix && arch.compare(arch.size() - suffix, suffix, kSequenceClassification) == 0;
   if (score_head) {
-    int64_t labels = j.contains("id2label") && j["id2label"].is_object() ? static_cast<int64_t>(j["id2label"].size())
-                                                                          : r.integer("num_labels", 2);
+    int64_t labels = j.contains("id2label") && j["id2label"].is_object()
+                         ? static_cast<int64_t>(j["id2label"].size())
+                         : r.integer("num_labels", 2);
     LT_CHECK(labels == 1, source << ": " << arch << " with " << labels
                                  << " labels is not supported (a reward model has one: num_labels 1)");
     arch = arch.substr(0, arch.size() - suffix) + "ForCausalLM";
@@ -380,7 +424,8 @@ ModelConfig model_config_parse(const std::string& text, const std::string& sourc
   else if (c.arch == ModelArch::llama)
     c.num_kv_heads = 0;
   c.head_dim_explicit = r.has("head_dim");
-  c.head_dim = r.integer("head_dim", c.arch == ModelArch::qwen3 || c.arch == ModelArch::gemma2 ? c.head_dim : 0);
+  c.head_dim =
+      r.integer("head_dim", c.arch == ModelArch::qwen3 || c.arch == ModelArch::gemma2 ? c.head_dim : 0);
   if (c.arch == ModelArch::qwen3 && !c.head_dim_explicit) c.head_dim_explicit = true;
   // Gemma 2 reads only hidden_activation; the others only hidden_act (as their HF modules do).
   c.act_name = c.arch == ModelArch::gemma2 ? r.string("hidden_activation", "gelu_pytorch_tanh")
@@ -395,9 +440,11 @@ ModelConfig model_config_parse(const std::string& text, const std::string& sourc
     c.o_bias = c.attention_bias;  // o_proj has bias=attention_bias in both
   }
   if (c.arch == ModelArch::gemma2)
-    LT_CHECK(!r.boolean("attention_bias", false), source << ": attention_bias=true is not supported for gemma2");
+    LT_CHECK(!r.boolean("attention_bias", false),
+             source << ": attention_bias=true is not supported for gemma2");
   c.mlp_bias = r.boolean("mlp_bias", false);
-  LT_CHECK(!c.mlp_bias || c.arch == ModelArch::llama, source << ": mlp_bias=true is only supported for llama");
+  LT_CHECK(!c.mlp_bias || c.arch == ModelArch::llama,
+           source << ": mlp_bias=true is only supported for llama");
   // Missing: the architecture's default window (4096); explicit null: no window.
   if (r.present("sliding_window")) c.sliding_window = r.integer("sliding_window", 0);
   if (c.arch == ModelArch::llama) c.sliding_window = 0;
@@ -407,7 +454,8 @@ ModelConfig model_config_parse(const std::string& text, const std::string& sourc
   if (c.arch == ModelArch::gemma2) {
     // Missing: Gemma 2's defaults (50, 30); explicit null: off.
     if (r.present("attn_logit_softcapping")) c.attn_logit_softcap = r.number("attn_logit_softcapping", 0.0);
-    if (r.present("final_logit_softcapping")) c.final_logit_softcap = r.number("final_logit_softcapping", 0.0);
+    if (r.present("final_logit_softcapping"))
+      c.final_logit_softcap = r.number("final_logit_softcapping", 0.0);
     LT_CHECK(!r.boolean("use_bidirectional_attention", false),
              source << ": field \"use_bidirectional_attention\" = true is not supported");
   } else {
@@ -434,8 +482,9 @@ ModelConfig model_config_parse(const std::string& text, const std::string& sourc
     c.sliding_window = 0;
     c.layer_sliding.assign(c.num_layers, false);
   }
-  LT_CHECK(r.number("attention_dropout", 0.0) == 0.0,
-           source << ": field \"attention_dropout\" > 0 is not supported (attention dropout is not implemented)");
+  LT_CHECK(
+      r.number("attention_dropout", 0.0) == 0.0,
+      source << ": field \"attention_dropout\" > 0 is not supported (attention dropout is not implemented)");
   c.bos_token_id = r.integer("bos_token_id", c.bos_token_id);
   c.pad_token_id = r.integer("pad_token_id", c.pad_token_id);
   if (r.has("eos_token_id")) {
@@ -461,7 +510,8 @@ ModelConfig model_config_parse(const std::string& text, const std::string& sourc
   return c;
 }
 
-ModelConfig model_config_with(const std::string& arch, const std::string& fields_json, const std::string& source) {
+ModelConfig model_config_with(const std::string& arch, const std::string& fields_json,
+                              const std::string& source) {
   ModelConfig base = defaults_for(model_arch_parse(arch, source));
   model_config_finalize(base, source);
   json j = json::parse(model_config_to_json(base));
@@ -522,7 +572,8 @@ std::string model_config_to_json(const ModelConfig& c) {
   if (c.arch == ModelArch::llama || c.arch == ModelArch::qwen3 || c.arch == ModelArch::gemma2)
     j["attention_bias"] = c.attention_bias;
   if (c.arch == ModelArch::llama) j["mlp_bias"] = c.mlp_bias;
-  if (c.arch != ModelArch::llama) j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json();
+  if (c.arch != ModelArch::llama)
+    j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json();
   if (c.arch == ModelArch::qwen2 || c.arch == ModelArch::qwen3) {
     j["use_sliding_window"] = c.use_sliding_window;
     j["max_window_layers"] = c.max_window_layers;

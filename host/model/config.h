@@ -17,11 +17,11 @@ enum class RopeType { rope_default, rope_linear, rope_llama3, rope_yarn };
 struct RopeConfig {
   RopeType type = RopeType::rope_default;
   double theta = 10000.0;
-  double factor = 1.0;                      // linear, llama3, yarn
-  double low_freq_factor = 1.0;             // llama3
-  double high_freq_factor = 4.0;            // llama3
-  int64_t original_max_position = 0;        // llama3, yarn
-  double attention_factor = 1.0;            // yarn: cos/sin scale
+  double factor = 1.0;                       // linear, llama3, yarn
+  double low_freq_factor = 1.0;              // llama3
+  double high_freq_factor = 4.0;             // llama3
+  int64_t original_max_position = 0;         // llama3, yarn
+  double attention_factor = 1.0;             // yarn: cos/sin scale
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn
   bool truncate = true;                      // yarn: round the correction range to whole dims
 };
@@ -48,9 +48,9 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v (and o for Llama's attention_bias) biases
   bool o_bias = false;
   bool mlp_bias = false;
-  bool qk_norm = false;            // Qwen3: per-head RMSNorm on q and k before RoPE
-  bool gemma_norms = false;        // Gemma2: (1 + w) RMSNorm, four norms per layer, sqrt(hidden) embed scale
-  double attn_scale = 0.0;         // softmax scale; 0 = head_dim^-0.5
+  bool qk_norm = false;      // Qwen3: per-head RMSNorm on q and k before RoPE
+  bool gemma_norms = false;  // Gemma2: (1 + w) RMSNorm, four norms per layer, sqrt(hidden) embed scale
+  double attn_scale = 0.0;   // softmax scale; 0 = head_dim^-0.5
   double query_pre_attn_scalar = 0.0;  // Gemma2 (kept for config.json)
   double attn_logit_softcap = 0.0;     // 0 = off
   double final_logit_softcap = 0.0;    // 0 = off
@@ -69,8 +69,8 @@ struct ModelConfig {
   // model's (host/train/reward.h).
   bool score_head = false;
 
-  std::string arch_name() const;           // "LlamaForCausalLM" ("LlamaForSequenceClassification": score_head)
-  std::string model_type() const;          // "llama"
+  std::string arch_name() const;   // "LlamaForCausalLM" ("LlamaForSequenceClassification": score_head)
+  std::string model_type() const;  // "llama"
   double softmax_scale() const;
 };
 
@@ -94,7 +94,8 @@ std::string model_config_to_json(const ModelConfig& c);
 ModelConfig model_config_defaults(const std::string& arch);
 // models.init: `arch`'s defaults with `fields_json` (a JSON object of config.json keys) on top.
 // A key config.json does not have for these models fails, naming the nearest valid key.
-ModelConfig model_config_with(const std::string& arch, const std::string& fields_json, const std::string& source);
+ModelConfig model_config_with(const std::string& arch, const std::string& fields_json,
+                              const std::string& source);
 // Derived fields and consistency checks (heads divide, sizes positive); `source` names the origin.
 void model_config_finalize(ModelConfig& c, const std::string& source);
 ModelArch model_arch_parse(const std::string& name, const std::string& source);

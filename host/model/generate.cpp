@@ -104,8 +104,9 @@ GenerateResult model_generate(const Model& model, const Tokenizer& tok, const st
   bool has_bos = !sp.bos_text.empty() && prompt.compare(0, sp.bos_text.size(), sp.bos_text) == 0;
   std::vector<int32_t> ids32 = tok.encode(prompt, !has_bos);
   // A post-processor that appends EOS (add_eos_token) would end the prompt; generation continues it.
-  const bool ends_with_eos_text = !sp.eos_text.empty() && prompt.size() >= sp.eos_text.size() &&
-                                  prompt.compare(prompt.size() - sp.eos_text.size(), sp.eos_text.size(), sp.eos_text) == 0;
+  const bool ends_with_eos_text =
+      !sp.eos_text.empty() && prompt.size() >= sp.eos_text.size() &&
+      prompt.compare(prompt.size() - sp.eos_text.size(), sp.eos_text.size(), sp.eos_text) == 0;
   if (!has_bos && !ends_with_eos_text && !ids32.empty() &&
       std::find(sp.eos.begin(), sp.eos.end(), ids32.back()) != sp.eos.end())
     ids32.pop_back();

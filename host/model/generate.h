@@ -16,13 +16,13 @@ class Tokenizer;
 
 struct GenerateOptions {
   int64_t max_new_tokens = 64;
-  double temperature = 0.0;  // 0 = greedy
-  int64_t top_k = 0;         // 0 = off
-  double top_p = 1.0;        // 1 = off
-  std::vector<std::string> stop;    // stop strings: output is cut before the first one
-  std::vector<int64_t> stop_ids;    // besides the tokenizer's/config's EOS ids
+  double temperature = 0.0;       // 0 = greedy
+  int64_t top_k = 0;              // 0 = off
+  double top_p = 1.0;             // 1 = off
+  std::vector<std::string> stop;  // stop strings: output is cut before the first one
+  std::vector<int64_t> stop_ids;  // besides the tokenizer's/config's EOS ids
   uint64_t seed = 0;
-  bool use_cache = true;     // false recomputes the whole sequence every step (for testing)
+  bool use_cache = true;  // false recomputes the whole sequence every step (for testing)
 };
 
 struct GenerateResult {

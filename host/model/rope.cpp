@@ -38,14 +38,15 @@ at::Tensor rope_inv_freq(const ModelConfig& c) {
       at::Tensor wavelen = inv_freq.reciprocal() * (2 * M_PI);
       // Long wavelengths (low frequencies) are divided by factor; short ones kept; between, a blend.
       at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / r.factor, inv_freq);
-      at::Tensor smooth = (wavelen.reciprocal() * old_len - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      at::Tensor smooth =
+          (wavelen.reciprocal() * old_len - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
       at::Tensor smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
       at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
       return at::where(medium, smoothed, scaled);
     }
     case RopeType::rope_yarn: {
       const double max_pos = static_cast<double>(r.original_max_position > 0 ? r.original_max_position
-                                                                              : c.max_position_embeddings);
+                                                                             : c.max_position_embeddings);
       at::Tensor pos_freqs = at::pow(base, exps);
       at::Tensor extrapolation = 1.0 / pos_freqs;
       at::Tensor interpolation = 1.0 / (r.factor * pos_freqs);

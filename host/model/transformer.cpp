@@ -26,9 +26,15 @@ at::Tensor Linear::base_forward(const at::Tensor& x) const {
   return at::linear(x, weight, bias);
 }
 
-at::Tensor Linear::dense_weight() const { return quant ? dequantize_4bit(weight, *quant) : weight; }
-int64_t Linear::out_features() const { return quant ? quant->shape.at(0) : weight.size(0); }
-int64_t Linear::in_features() const { return quant ? quant->shape.at(1) : weight.size(1); }
+at::Tensor Linear::dense_weight() const {
+  return quant ? dequantize_4bit(weight, *quant) : weight;
+}
+int64_t Linear::out_features() const {
+  return quant ? quant->shape.at(0) : weight.size(0);
+}
+int64_t Linear::in_features() const {
+  return quant ? quant->shape.at(1) : weight.size(1);
+}
 
 namespace {
 
@@ -43,9 +49,12 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, bool g
 
 at::Tensor activation(const at::Tensor& x, Activation a) {
   switch (a) {
-    case Activation::act_silu: return at::silu(x);
-    case Activation::act_gelu_tanh: return at::gelu(x, "tanh");
-    case Activation::act_gelu: return at::gelu(x);
+    case Activation::act_silu:
+      return at::silu(x);
+    case Activation::act_gelu_tanh:
+      return at::gelu(x, "tanh");
+    case Activation::act_gelu:
+      return at::gelu(x);
   }
   return x;
 }
@@ -77,7 +86,8 @@ namespace {
 
 // RMSNorm under a hidden-channel mask: statistics over the channels where `hz` != 0 only (the
 // channels a pruned model would still have), output multiplied by hz.
-at::Tensor masked_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, bool gemma, const at::Tensor& hz) {
+at::Tensor masked_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, bool gemma,
+                           const at::Tensor& hz) {
   if (!hz.defined()) return rms_norm(x, w, eps, gemma);
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor live = hz.ne(0).to(at::kFloat);
@@ -102,16 +112,17 @@ at::Tensor Model::embed_input(const at::Tensor& ids_in, const ForwardOptions& op
   LT_CHECK(ids.size(1) > 0, "model:forward: ids has no positions");
   if (ids_in.device().is_cpu()) {  // (on a GPU this check would cost a sync per step)
     int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
-    LT_CHECK(lo >= 0 && hi < c.vocab_size,
-             "model:forward: token id " << (lo < 0 ? lo : hi) << " outside the vocabulary [0, " << c.vocab_size << ")");
+    LT_CHECK(lo >= 0 && hi < c.vocab_size, "model:forward: token id " << (lo < 0 ? lo : hi)
+                                                                      << " outside the vocabulary [0, "
+                                                                      << c.vocab_size << ")");
   }
   at::Tensor h = at::embedding(embed, ids);  // (B, T, C)
   const at::Tensor& hz = mask_of(opt, &StructureMasks::hidden);
   if (c.gemma_norms) {
     // HF rounds the normalizer to the model dtype before multiplying. Under a hidden mask it is
     // sqrt(live channels), what the model with those channels removed will use.
-    at::Tensor normalizer = at::scalar_tensor(std::sqrt(static_cast<double>(c.hidden_size)),
-                                              h.options().requires_grad(false));
+    at::Tensor normalizer =
+        at::scalar_tensor(std::sqrt(static_cast<double>(c.hidden_size)), h.options().requires_grad(false));
     if (hz.defined()) normalizer = hz.detach().ne(0).sum().to(at::kDouble).sqrt().to(h.scalar_type());
     h = h * normalizer;
   }
@@ -120,7 +131,8 @@ at::Tensor Model::embed_input(const at::Tensor& ids_in, const ForwardOptions& op
 }
 
 at::Tensor Model::final_norm(const at::Tensor& h, const ForwardOptions& opt) const {
-  return masked_rms_norm(h, norm, config.rms_norm_eps, config.gemma_norms, mask_of(opt, &StructureMasks::hidden));
+  return masked_rms_norm(h, norm, config.rms_norm_eps, config.gemma_norms,
+                         mask_of(opt, &StructureMasks::hidden));
 }
 
 at::Tensor Model::hidden(const at::Tensor& ids, const ForwardOptions& opt) const {
@@ -129,7 +141,8 @@ at::Tensor Model::hidden(const at::Tensor& ids, const ForwardOptions& opt) const
   return final_norm(h, opt);
 }
 
-at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t end, const ForwardOptions& opt) const {
+at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t end,
+                             const ForwardOptions& opt) const {
   const ModelConfig& c = config;
   LT_CHECK(h_start.dim() == 3 && h_start.size(2) == c.hidden_size,
            "model: layer input must be (batch, length, " << c.hidden_size << "), got " << h_start.sizes());
@@ -143,18 +156,20 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
   const int64_t past = cache ? cache->length : 0;
   if (cache) {
     LT_CHECK(begin == 0 && end == static_cast<int64_t>(layers.size()), "model: a KV cache needs every layer");
-    LT_CHECK(past + T <= cache->capacity, "model:forward: KV cache full (" << past << " + " << T << " > capacity "
-                                                                            << cache->capacity << ")");
+    LT_CHECK(past + T <= cache->capacity, "model:forward: KV cache full ("
+                                              << past << " + " << T << " > capacity " << cache->capacity
+                                              << ")");
     LT_CHECK(!opt.segments.defined(), "model:forward: segments cannot be combined with a KV cache");
   }
   at::Tensor positions = opt.positions.defined()
                              ? opt.positions.to(h.device(), at::kLong)
                              : (at::arange(past, past + T, iopts).unsqueeze(0).expand({B, T}));
-  LT_CHECK(positions.size(0) == B && positions.size(1) == T, "model:forward: positions must have the shape of ids");
+  LT_CHECK(positions.size(0) == B && positions.size(1) == T,
+           "model:forward: positions must have the shape of ids");
 
   const at::ScalarType dtype = h.scalar_type();
-  auto cos_sin = rope_cos_sin(rope_inv_freq(c), positions, c.rope.type == RopeType::rope_yarn
-                                                                  ? c.rope.attention_factor : 1.0, dtype);
+  auto cos_sin = rope_cos_sin(rope_inv_freq(c), positions,
+                              c.rope.type == RopeType::rope_yarn ? c.rope.attention_factor : 1.0, dtype);
   at::Tensor cos = cos_sin.first, sin = cos_sin.second;
 
   // Token indices for the masks: the new tokens follow the cached ones.
@@ -164,7 +179,8 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
   at::Tensor mask_full, mask_sliding;
   auto mask_for = [&](bool sliding) -> const at::Tensor& {
     at::Tensor& m = sliding ? mask_sliding : mask_full;
-    if (!m.defined()) m = attention_mask(q_idx, k_idx, sliding ? c.sliding_window : 0, opt.segments, opt.segments);
+    if (!m.defined())
+      m = attention_mask(q_idx, k_idx, sliding ? c.sliding_window : 0, opt.segments, opt.segments);
     return m;
   };
 
@@ -186,8 +202,8 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
     // One decoder layer, (B, T, C) -> (B, T, C); a function so the trainer can recompute it in the
     // backward pass instead of keeping its activations (ForwardOptions::run_layer).
     // Captures by value: the trainer may call it again after hidden() has returned.
-    auto layer = [this, l, cos, sin, mask, B, T, H, KV, D, past, cache, hz, lz, headz, iz,
-                  observe, watch](const at::Tensor& h_in) -> at::Tensor {
+    auto layer = [this, l, cos, sin, mask, B, T, H, KV, D, past, cache, hz, lz, headz, iz, observe,
+                  watch](const at::Tensor& h_in) -> at::Tensor {
       const ModelConfig& c = config;
       const LayerWeights& L = layers[l];
       at::Tensor x = masked_rms_norm(h_in, L.input_norm, c.rms_norm_eps, c.gemma_norms, hz);
@@ -212,22 +228,27 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
       if (headz.defined()) a = a * headz.to(a.scalar_type()).view({1, H, 1, 1});
       a = a.transpose(1, 2).reshape({B, T, H * D});
       if (watch) observe(l, Site::attn_ctx, a);
-      a = L.o.forward(a);  // (B, T, C)
+      a = L.o.forward(a);                                                           // (B, T, C)
       if (L.adaption && L.adaption->enabled) a = a + L.adaption->forward(L, c, q);  // LLaMA-Adapter's branch
       // The branch output: Gemma 2's post-norm carries the hidden mask, otherwise multiply by it.
-      if (c.gemma_norms) a = masked_rms_norm(a, L.post_attn_norm, c.rms_norm_eps, true, hz);
-      else if (hz.defined()) a = a * hz.to(a.scalar_type());
+      if (c.gemma_norms)
+        a = masked_rms_norm(a, L.post_attn_norm, c.rms_norm_eps, true, hz);
+      else if (hz.defined())
+        a = a * hz.to(a.scalar_type());
       if (lz.defined()) a = a * lz.to(a.scalar_type());
       at::Tensor h1 = h_in + a;
-      x = masked_rms_norm(h1, c.gemma_norms ? L.pre_ff_norm : L.post_attn_norm, c.rms_norm_eps, c.gemma_norms, hz);
+      x = masked_rms_norm(h1, c.gemma_norms ? L.pre_ff_norm : L.post_attn_norm, c.rms_norm_eps, c.gemma_norms,
+                          hz);
       if (watch) observe(l, Site::mlp_in, x);
       at::Tensor up = L.up.forward(x);
       if (iz.defined()) up = up * iz.to(up.scalar_type());
       at::Tensor act = activation(L.gate.forward(x), c.act) * up;
       if (watch) observe(l, Site::mlp_act, act);
       at::Tensor m = L.down.forward(act);
-      if (c.gemma_norms) m = masked_rms_norm(m, L.post_ff_norm, c.rms_norm_eps, true, hz);
-      else if (hz.defined()) m = m * hz.to(m.scalar_type());
+      if (c.gemma_norms)
+        m = masked_rms_norm(m, L.post_ff_norm, c.rms_norm_eps, true, hz);
+      else if (hz.defined())
+        m = m * hz.to(m.scalar_type());
       if (lz.defined()) m = m * lz.to(m.scalar_type());
       return h1 + m;
     };
@@ -287,7 +308,8 @@ std::vector<ParamSlot> model_slots(Model& m) {
     linear(p + "mlp.down_proj", L.down, C, I, c.mlp_bias);
   }
   add("model.norm.weight", m.norm, {C});
-  add("lm_head.weight", m.lm_head, {V, C}, !c.tie_word_embeddings && !c.score_head);  // a reward model has none
+  add("lm_head.weight", m.lm_head, {V, C},
+      !c.tie_word_embeddings && !c.score_head);  // a reward model has none
   return out;
 }
 
@@ -304,7 +326,8 @@ std::vector<std::pair<std::string, at::Tensor*>> Model::adapter_parameters() {
   std::vector<std::pair<std::string, at::Tensor*>> out;
   for (const ParamSlot& s : model_slots(*this)) {
     const std::string suffix = ".weight";
-    if (!s.linear || !s.linear->adapter || s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    if (!s.linear || !s.linear->adapter ||
+        s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) != 0)
       continue;
     std::string base = s.name.substr(0, s.name.size() - suffix.size());
     for (auto& [name, t] : s.linear->adapter->parameters()) out.emplace_back(base + "." + name, t);
@@ -394,8 +417,12 @@ KVCache Model::new_cache(int64_t batch, int64_t capacity) const {
   return cache;
 }
 
-at::ScalarType Model::dtype() const { return embed.scalar_type(); }
-c10::Device Model::device() const { return embed.device(); }
+at::ScalarType Model::dtype() const {
+  return embed.scalar_type();
+}
+c10::Device Model::device() const {
+  return embed.device();
+}
 
 void Model::to(c10::Device device, at::ScalarType dtype) {
   for (const ParamSlot& s : model_slots(*this)) {

@@ -37,14 +37,14 @@ struct Linear {
   at::Tensor bias;    // (out) or undefined
   std::shared_ptr<LinearAdapter> adapter;
   std::shared_ptr<QuantState> quant;  // set when the weight is 4-bit (QLoRA): its scales and shape
-  at::Tensor forward(const at::Tensor& x) const;  // the adapter's forward when there is one
+  at::Tensor forward(const at::Tensor& x) const;       // the adapter's forward when there is one
   at::Tensor base_forward(const at::Tensor& x) const;  // x W^T + b, dequantizing a 4-bit W on the fly
   at::Tensor dense_weight() const;  // W (out, in): the weight itself, or a 4-bit one dequantized
   int64_t out_features() const;
   int64_t in_features() const;
 };
 
-struct LayerWeights {  // model.layers.{i}.*
+struct LayerWeights {         // model.layers.{i}.*
   at::Tensor input_norm;      // (C) input_layernorm
   Linear q, k, v, o;          // (H*D, C) (KV*D, C) (KV*D, C) (C, H*D) self_attn.{q,k,v,o}_proj
   at::Tensor q_norm, k_norm;  // (D) Qwen3 self_attn.{q,k}_norm
@@ -99,7 +99,8 @@ struct ForwardOptions {
   // When set, decoder layer l runs as run_layer(l, layer, h) instead of layer(h): the trainer's
   // activation checkpointing (recompute in backward) and ZeRO-3 gathers plug in here. Ignored with a
   // KV cache.
-  std::function<at::Tensor(int64_t, const std::function<at::Tensor(const at::Tensor&)>&, const at::Tensor&)> run_layer;
+  std::function<at::Tensor(int64_t, const std::function<at::Tensor(const at::Tensor&)>&, const at::Tensor&)>
+      run_layer;
   // True when run_layer itself gathers each layer's sharded weights (a ZeRO-3 trainer); otherwise a
   // forward first makes every weight full (Model::ensure_full_weights).
   bool run_layer_gathers = false;
@@ -130,10 +131,10 @@ struct ParamCounts {
 class Model {
  public:
   ModelConfig config;
-  at::Tensor embed;    // (V, C) model.embed_tokens
+  at::Tensor embed;  // (V, C) model.embed_tokens
   std::vector<LayerWeights> layers;
-  at::Tensor norm;     // (C) model.norm
-  at::Tensor lm_head;  // (V, C); undefined when tie_word_embeddings
+  at::Tensor norm;         // (C) model.norm
+  at::Tensor lm_head;      // (V, C); undefined when tie_word_embeddings
   std::string source_dir;  // where it was loaded from ("" for models.init)
   // Set by a ZeRO trainer; kept by the model too, so the weights can be gathered after the trainer is gone.
   std::shared_ptr<LayerResidency> residency;
@@ -149,7 +150,8 @@ class Model {
   // masked) (B, T, C); decoder layers [begin, end) on a residual stream h (positions from
   // options.positions, else 0..T-1; no KV cache); the final norm.
   at::Tensor embed_input(const at::Tensor& ids, const ForwardOptions& options = {}) const;
-  at::Tensor run_layers(const at::Tensor& h, int64_t begin, int64_t end, const ForwardOptions& options = {}) const;
+  at::Tensor run_layers(const at::Tensor& h, int64_t begin, int64_t end,
+                        const ForwardOptions& options = {}) const;
   at::Tensor final_norm(const at::Tensor& h, const ForwardOptions& options = {}) const;
   const at::Tensor& output_weight() const { return lm_head.defined() ? lm_head : embed; }
 

@@ -38,7 +38,6 @@ int kind_index(const std::string& name) {
   fail("prune.sheared: unknown mask kind \"" + name + "\"; expected layers, heads, intermediate or hidden");
 }
 
-
 }  // namespace
 
 // ============================================================================================
@@ -83,7 +82,7 @@ ShearedPruner::ShearedPruner(std::shared_ptr<Model> model, ShearedOptions option
                                                                                << o.init_std);
   const ModelConfig& c = model_->config;
   target_ = prune_targets(c, o.target);  // fails on a target that cannot be met
-  prune_check(*model_, PruneSpec{});  // adapters surgery cannot slice (DoRA) fail here, before any work
+  prune_check(*model_, PruneSpec{});     // adapters surgery cannot slice (DoRA) fail here, before any work
   source_ = model_shape(c);
 
   State& s = *state_;
@@ -401,8 +400,10 @@ std::vector<std::pair<std::string, double>> ShearedPruner::stats(bool training) 
     out.emplace_back("target_sparsity_" + kind, target_sparsity(kind, step));
     later("lambda1_" + kind, m.lambda1);
   }
-  if (state_->lagrangian.defined()) later("lagrangian", state_->lagrangian);
-  else out.emplace_back("lagrangian", 0.0);
+  if (state_->lagrangian.defined())
+    later("lagrangian", state_->lagrangian);
+  else
+    out.emplace_back("lagrangian", 0.0);
   at::Tensor host = at::stack(values).to(at::kCPU).contiguous();
   for (size_t i = 0; i < slots.size(); i++) out[slots[i]].second = host.data_ptr<double>()[i];
   return out;

@@ -48,8 +48,8 @@ void check_list(const std::vector<int64_t>& v, int64_t n, const std::string& wha
   LT_CHECK(!v.empty(), "prune: " << what << " keeps nothing; at least one must stay");
   for (size_t i = 0; i < v.size(); i++) {
     LT_CHECK(v[i] >= 0 && v[i] < n, "prune: " << what << " number " << v[i] << " outside [0, " << n << ")");
-    LT_CHECK(i == 0 || v[i] > v[i - 1], "prune: " << what << " must be strictly ascending (" << v[i - 1]
-                                                  << " then " << v[i] << ")");
+    LT_CHECK(i == 0 || v[i] > v[i - 1],
+             "prune: " << what << " must be strictly ascending (" << v[i - 1] << " then " << v[i] << ")");
   }
 }
 
@@ -61,8 +61,8 @@ std::vector<int64_t> all_of(int64_t n) {
 
 void check_scale(const at::Tensor& t, std::vector<int64_t> shape, const char* what) {
   if (!t.defined()) return;
-  LT_CHECK(t.sizes().vec() == shape, "prune: " << what << " must have shape " << c10::IntArrayRef(shape)
-                                               << ", got " << t.sizes());
+  LT_CHECK(t.sizes().vec() == shape,
+           "prune: " << what << " must have shape " << c10::IntArrayRef(shape) << ", got " << t.sizes());
 }
 
 // Kept query heads of one layer -> (kept KV groups, heads per kept group), enforcing the GQA rule.
@@ -76,8 +76,9 @@ std::pair<std::vector<int64_t>, int64_t> head_groups(const std::vector<int64_t>&
   for (int64_t k = 0; k < KV; k++) {
     if (per[k] == 0) continue;
     if (count >= 0 && per[k] != count)
-      fail("prune: layer " + std::to_string(layer) + " keeps " + std::to_string(per[k]) + " query heads in KV group " +
-           std::to_string(k) + " and " + std::to_string(count) + " in group " + std::to_string(groups.front()) +
+      fail("prune: layer " + std::to_string(layer) + " keeps " + std::to_string(per[k]) +
+           " query heads in KV group " + std::to_string(k) + " and " + std::to_string(count) + " in group " +
+           std::to_string(groups.front()) +
            "; every kept group must keep the same number (docs/pruning.md, grouped-query attention)");
     count = per[k];
     groups.push_back(k);
@@ -93,17 +94,19 @@ struct Plan {
 
 Plan make_plan(const Model& model, const PruneSpec& spec) {
   const ModelConfig& c = model.config;
-  const int64_t L = c.num_layers, H = c.num_heads, KV = c.num_kv_heads, C = c.hidden_size, I = c.intermediate_size;
+  const int64_t L = c.num_layers, H = c.num_heads, KV = c.num_kv_heads, C = c.hidden_size,
+                I = c.intermediate_size;
   Plan p;
   p.layers = spec.layers.empty() ? all_of(L) : spec.layers;
   check_list(p.layers, L, "layers");
   p.hidden = spec.hidden.empty() ? all_of(C) : spec.hidden;
   check_list(p.hidden, C, "hidden channels");
   LT_CHECK(spec.heads.empty() || static_cast<int64_t>(spec.heads.size()) == L,
-           "prune: heads must list the kept heads of every one of the " << L << " layers, got " << spec.heads.size());
+           "prune: heads must list the kept heads of every one of the " << L << " layers, got "
+                                                                        << spec.heads.size());
   LT_CHECK(spec.intermediate.empty() || static_cast<int64_t>(spec.intermediate.size()) == L,
-           "prune: intermediate must list the kept channels of every one of the " << L << " layers, got "
-                                                                                << spec.intermediate.size());
+           "prune: intermediate must list the kept channels of every one of the "
+               << L << " layers, got " << spec.intermediate.size());
   p.heads.resize(L);
   p.groups.resize(L);
   p.intermediate.resize(L);
@@ -122,9 +125,9 @@ Plan make_plan(const Model& model, const PruneSpec& spec) {
       p.inter = static_cast<int64_t>(inter.size());
     } else {
       LT_CHECK(count == p.per_group && static_cast<int64_t>(groups.size()) == p.kv,
-               "prune: layer " << l << " keeps " << groups.size() << " KV groups of " << count << " query heads, layer "
-                               << first << " keeps " << p.kv << " of " << p.per_group
-                               << "; every layer must keep the same shape");
+               "prune: layer " << l << " keeps " << groups.size() << " KV groups of " << count
+                               << " query heads, layer " << first << " keeps " << p.kv << " of "
+                               << p.per_group << "; every layer must keep the same shape");
       LT_CHECK(static_cast<int64_t>(inter.size()) == p.inter,
                "prune: layer " << l << " keeps " << inter.size() << " intermediate channels, layer " << first
                                << " keeps " << p.inter << "; every layer must keep the same number");
@@ -144,8 +147,9 @@ LoraAdapter* lora_of(const Linear& lin, const std::string& name) {
   if (!lin.adapter) return nullptr;
   auto* a = dynamic_cast<LoraAdapter*>(lin.adapter.get());
   LT_CHECK(a != nullptr, "prune: " << name << " has an adapter that cannot be pruned; merge it first");
-  LT_CHECK(!a->dora, "prune: " << name << " has a DoRA adapter, whose magnitude normalisation slicing would change; "
-                                          "merge it first (lora.merge)");
+  LT_CHECK(!a->dora, "prune: " << name
+                               << " has a DoRA adapter, whose magnitude normalisation slicing would change; "
+                                  "merge it first (lora.merge)");
   return a;
 }
 
@@ -242,7 +246,8 @@ ModelShape prune_apply(Model& model, const PruneSpec& spec) {
     }
     if (spec.head_scale.defined())
       scale_in(L.o, spec.head_scale[l].to(at::kFloat).repeat_interleave(D), lname(l, "self_attn.o_proj"));
-    if (spec.intermediate_scale.defined()) scale_out(L.up, spec.intermediate_scale[l], lname(l, "mlp.up_proj"));
+    if (spec.intermediate_scale.defined())
+      scale_out(L.up, spec.intermediate_scale[l], lname(l, "mlp.up_proj"));
     if (gemma) {
       scale_norm(L.post_attn_norm, r, true);
       scale_norm(L.post_ff_norm, r, true);
@@ -274,7 +279,8 @@ ModelShape prune_apply(Model& model, const PruneSpec& spec) {
     slice_out(L.up, inter, lname(l, "mlp.up_proj"));
     slice_in(L.down, inter, lname(l, "mlp.down_proj"));
     if (static_cast<int64_t>(p.hidden.size()) != C) {
-      for (at::Tensor* n : {&L.input_norm, &L.post_attn_norm, &L.pre_ff_norm, &L.post_ff_norm}) take(*n, 0, p.hidden);
+      for (at::Tensor* n : {&L.input_norm, &L.post_attn_norm, &L.pre_ff_norm, &L.post_ff_norm})
+        take(*n, 0, p.hidden);
       slice_in(L.q, p.hidden, lname(l, "self_attn.q_proj"));
       slice_in(L.k, p.hidden, lname(l, "self_attn.k_proj"));
       slice_in(L.v, p.hidden, lname(l, "self_attn.v_proj"));
@@ -339,7 +345,8 @@ TargetShape prune_targets(const ModelConfig& c, const TargetSparsity& t) {
   TargetShape out;
   ModelShape& s = out.shape;
   s = model_shape(c);
-  s.layers = std::clamp<int64_t>(std::llround(static_cast<double>(c.num_layers) * (1.0 - t.layers)), 1, c.num_layers);
+  s.layers = std::clamp<int64_t>(std::llround(static_cast<double>(c.num_layers) * (1.0 - t.layers)), 1,
+                                 c.num_layers);
   s.hidden = round_width(c.hidden_size, t.hidden, t.round_to);
   s.intermediate = round_width(c.intermediate_size, t.intermediate, t.round_to);
   const int64_t g = c.num_heads / c.num_kv_heads;
@@ -364,8 +371,8 @@ TargetShape prune_targets_counts(const ModelConfig& c, const ModelShape& want) {
   s = src;
   auto pick = [](int64_t w, int64_t n, const char* what) {
     if (w == 0) return n;
-    LT_CHECK(w >= 1 && w <= n, "prune: target " << what << " " << w << " outside [1, " << n << "] (the model has " << n
-                                                << ")");
+    LT_CHECK(w >= 1 && w <= n,
+             "prune: target " << what << " " << w << " outside [1, " << n << "] (the model has " << n << ")");
     return w;
   };
   s.layers = pick(want.layers, src.layers, "layers");
@@ -387,8 +394,10 @@ TargetShape prune_targets_counts(const ModelConfig& c, const ModelShape& want) {
   } else {
     fail("prune: " + std::to_string(heads) + " attention heads with " + std::to_string(kv) +
          " key/value heads is not reachable from " + std::to_string(src.heads) + " heads in " +
-         std::to_string(src.kv_heads) + " groups: keep every group with the same number of heads (a multiple of " +
-         std::to_string(src.kv_heads) + "), or whole groups (" + std::to_string(g) + " heads per kept group)");
+         std::to_string(src.kv_heads) +
+         " groups: keep every group with the same number of heads (a multiple of " +
+         std::to_string(src.kv_heads) + "), or whole groups (" + std::to_string(g) +
+         " heads per kept group)");
   }
   return out;
 }
@@ -397,8 +406,8 @@ namespace {
 
 void need(const at::Tensor& t, std::vector<int64_t> shape, const char* what) {
   LT_CHECK(t.defined(), "prune: " << what << " scores are needed to prune " << what);
-  LT_CHECK(t.sizes().vec() == shape, "prune: " << what << " scores must have shape " << c10::IntArrayRef(shape)
-                                               << ", got " << t.sizes());
+  LT_CHECK(t.sizes().vec() == shape, "prune: " << what << " scores must have shape "
+                                               << c10::IntArrayRef(shape) << ", got " << t.sizes());
 }
 
 }  // namespace
@@ -419,7 +428,8 @@ std::vector<int64_t> prune_top_k(const at::Tensor& scores, int64_t k) {
 
 PruneSpec prune_select(const ModelConfig& c, const StructureScores& sc, const TargetShape& target) {
   const ModelShape& t = target.shape;
-  const int64_t L = c.num_layers, H = c.num_heads, KV = c.num_kv_heads, C = c.hidden_size, I = c.intermediate_size;
+  const int64_t L = c.num_layers, H = c.num_heads, KV = c.num_kv_heads, C = c.hidden_size,
+                I = c.intermediate_size;
   PruneSpec spec;
   if (t.layers < L) {
     need(sc.layer, {L}, "layer");
@@ -431,7 +441,8 @@ PruneSpec prune_select(const ModelConfig& c, const StructureScores& sc, const Ta
   }
   if (t.intermediate < I) {
     need(sc.intermediate, {L, I}, "intermediate");
-    for (int64_t l = 0; l < L; l++) spec.intermediate.push_back(prune_top_k(sc.intermediate[l], t.intermediate));
+    for (int64_t l = 0; l < L; l++)
+      spec.intermediate.push_back(prune_top_k(sc.intermediate[l], t.intermediate));
   }
   if (t.heads < H) {
     need(sc.head, {L, H}, "head");

@@ -25,7 +25,8 @@ struct ModelShape {
   int64_t layers = 0, heads = 0, kv_heads = 0, head_dim = 0, hidden = 0, intermediate = 0;
 };
 ModelShape model_shape(const ModelConfig& c);
-std::string shape_string(const ModelShape& s);  // "layers 2, heads 4 (kv 2), head_dim 16, hidden 64, intermediate 128"
+std::string shape_string(
+    const ModelShape& s);  // "layers 2, heads 4 (kv 2), head_dim 16, hidden 64, intermediate 128"
 
 // What to keep, by original 0-based numbers (HF layer numbers, query head numbers, channels),
 // each list strictly ascending. An empty list keeps everything of that kind.

@@ -59,7 +59,9 @@ std::string pattern_str(const SparsityOptions& o) {
   return std::to_string(o.n) + ":" + std::to_string(o.m);
 }
 
-bool nm(const SparsityOptions& o) { return o.n != 0 || o.m != 0; }
+bool nm(const SparsityOptions& o) {
+  return o.n != 0 || o.m != 0;
+}
 
 // How many of `count` weights a sparsity zeroes: the reference's int(count * sparsity), with a
 // little slack so 0.29 * 100 gives 29 and not 28.
@@ -138,13 +140,14 @@ void prune_weight_sparsegpt(at::Tensor& weight, const at::Tensor& hessian, const
   at::NoGradGuard no_grad;
   check_weight(weight, "prune_weight_sparsegpt");
   const int64_t cols = weight.size(1);
-  LT_CHECK(hessian.dim() == 2 && hessian.size(0) == cols && hessian.size(1) == cols,
-           "prune_weight_sparsegpt: hessian must be (" << cols << ", " << cols << "), got " << hessian.sizes());
+  LT_CHECK(
+      hessian.dim() == 2 && hessian.size(0) == cols && hessian.size(1) == cols,
+      "prune_weight_sparsegpt: hessian must be (" << cols << ", " << cols << "), got " << hessian.sizes());
   const bool is_nm = nm(o);
   LT_CHECK(o.blocksize >= 1 && (!is_nm || o.blocksize % o.m == 0),
            "prune_weight_sparsegpt: blocksize " << o.blocksize << " must be a positive multiple of m");
-  at::Tensor W = weight.to(at::kFloat).clone();                       // (rows, cols)
-  at::Tensor H = hessian.to(weight.device(), at::kFloat).clone();     // (cols, cols)
+  at::Tensor W = weight.to(at::kFloat).clone();                    // (rows, cols)
+  at::Tensor H = hessian.to(weight.device(), at::kFloat).clone();  // (cols, cols)
 
   // Inputs never seen (diag 0) carry no information: zero their weights, keep H invertible.
   at::Tensor dead = H.diagonal().eq(0);
@@ -155,21 +158,25 @@ void prune_weight_sparsegpt(at::Tensor& weight, const at::Tensor& hessian, const
 
   // Hinv: the upper Cholesky factor of H^-1 (its rows give the OBS updates in sweep order).
   auto [L, info] = at::linalg_cholesky_ex(H);
-  LT_CHECK(info.item<int64_t>() == 0, "prune.unstructured: sparsegpt: the Hessian is not positive definite even "
-                                      "after dampening " << o.dampening << "; raise dampening");
+  LT_CHECK(info.item<int64_t>() == 0,
+           "prune.unstructured: sparsegpt: the Hessian is not positive definite even "
+           "after dampening "
+               << o.dampening << "; raise dampening");
   at::Tensor Hinv = at::cholesky_inverse(L);
   std::tie(L, info) = at::linalg_cholesky_ex(Hinv, /*upper=*/true);
-  LT_CHECK(info.item<int64_t>() == 0, "prune.unstructured: sparsegpt: the inverse Hessian is not positive "
-                                      "definite; raise dampening (now " << o.dampening << ")");
+  LT_CHECK(info.item<int64_t>() == 0,
+           "prune.unstructured: sparsegpt: the inverse Hessian is not positive "
+           "definite; raise dampening (now "
+               << o.dampening << ")");
   Hinv = L;  // upper
 
   for (int64_t i1 = 0; i1 < cols; i1 += o.blocksize) {
     const int64_t i2 = std::min(i1 + o.blocksize, cols), count = i2 - i1;
     at::Tensor W1 = W.narrow(1, i1, count).clone();  // (rows, count), updated column by column
-    at::Tensor Q1 = at::zeros_like(W1);               // the pruned, final columns
-    at::Tensor Err1 = at::zeros_like(W1);             // scaled errors, for the lazy update
+    at::Tensor Q1 = at::zeros_like(W1);              // the pruned, final columns
+    at::Tensor Err1 = at::zeros_like(W1);            // scaled errors, for the lazy update
     at::Tensor Hinv1 = Hinv.narrow(0, i1, count).narrow(1, i1, count);
-    at::Tensor d1 = Hinv1.diagonal();                 // (count)
+    at::Tensor d1 = Hinv1.diagonal();  // (count)
     std::vector<float> d1_host(count);
     {
       at::Tensor dc = d1.to(at::kCPU).contiguous();
@@ -192,7 +199,8 @@ void prune_weight_sparsegpt(at::Tensor& weight, const at::Tensor& hessian, const
       Err1.select(1, i).copy_(err);
     }
     W.narrow(1, i1, count).copy_(Q1);
-    if (i2 < cols) W.narrow(1, i2, cols - i2).addmm_(Err1, Hinv.narrow(0, i1, count).narrow(1, i2, cols - i2), 1, -1);
+    if (i2 < cols)
+      W.narrow(1, i2, cols - i2).addmm_(Err1, Hinv.narrow(0, i1, count).narrow(1, i2, cols - i2), 1, -1);
   }
   weight.copy_(W.to(weight.scalar_type()));
 }
@@ -206,19 +214,22 @@ void sparsity_check(const Model& model, const SparsityOptions& o, bool have_cali
   LT_CHECK(o.method == "magnitude" || o.method == "wanda" || o.method == "sparsegpt",
            p << "unknown method \"" << o.method << "\" (magnitude, wanda, sparsegpt)");
   if (nm(o)) {
-    LT_CHECK(o.m > 0 && o.n > 0 && o.n < o.m, p << "pattern " << pattern_str(o) << " needs 0 < n < m (2:4, 4:8)");
+    LT_CHECK(o.m > 0 && o.n > 0 && o.n < o.m,
+             p << "pattern " << pattern_str(o) << " needs 0 < n < m (2:4, 4:8)");
   } else {
     LT_CHECK(o.sparsity >= 0 && o.sparsity < 1, p << "sparsity " << o.sparsity << " outside [0, 1)");
   }
   if (o.method == "sparsegpt") {
     LT_CHECK(o.blocksize >= 1, p << "blocksize " << o.blocksize << " must be at least 1");
-    LT_CHECK(!nm(o) || o.blocksize % o.m == 0,
-             p << "blocksize " << o.blocksize << " must be a multiple of m (" << o.m << ") for pattern " << pattern_str(o));
+    LT_CHECK(!nm(o) || o.blocksize % o.m == 0, p << "blocksize " << o.blocksize
+                                                 << " must be a multiple of m (" << o.m << ") for pattern "
+                                                 << pattern_str(o));
     LT_CHECK(o.dampening >= 0, p << "dampening " << o.dampening << " must be >= 0");
   }
   for (const std::string& t : o.targets) {
     LT_CHECK(std::find(kLinearNames.begin(), kLinearNames.end(), t) != kLinearNames.end(),
-             p << "unknown target \"" << t << "\" (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+             p << "unknown target \"" << t
+               << "\" (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
   }
   LT_CHECK(o.method == "magnitude" || have_calibration,
            p << "method " << o.method << " needs calibration batches (only magnitude works without)");
@@ -230,9 +241,9 @@ void sparsity_check(const Model& model, const SparsityOptions& o, bool have_cali
       LT_CHECK(!lin.adapter, p << name << " has an adapter; merge the adapters first (lora.merge)");
       LT_CHECK(lin.weight.defined() && lin.weight.dim() == 2 && lin.weight.is_floating_point(),
                p << name << " has no floating-point weight to prune");
-      LT_CHECK(!nm(o) || lin.weight.size(1) % o.m == 0,
-               p << "pattern " << pattern_str(o) << " needs input widths divisible by " << o.m << "; " << name
-                 << " has " << lin.weight.size(1));
+      LT_CHECK(!nm(o) || lin.weight.size(1) % o.m == 0, p << "pattern " << pattern_str(o)
+                                                          << " needs input widths divisible by " << o.m
+                                                          << "; " << name << " has " << lin.weight.size(1));
     }
   }
 }

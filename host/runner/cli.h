@@ -32,9 +32,9 @@ struct Command {
     version
   };
   Verb verb = Verb::help;
-  std::string recipe;                     // run, validate, plan, cp, recipe_help: a path or a shipped recipe's name
-  std::string dest;                       // cp; sweep --report DIR; wandb-sync PATH; report OUTPUT_DIR
-  std::string out_file;                   // report: --out FILE (the HTML; "" = OUTPUT_DIR/report.html)
+  std::string recipe;    // run, validate, plan, cp, recipe_help: a path or a shipped recipe's name
+  std::string dest;      // cp; sweep --report DIR; wandb-sync PATH; report OUTPUT_DIR
+  std::string out_file;  // report: --out FILE (the HTML; "" = OUTPUT_DIR/report.html)
   std::vector<std::string> overrides;     // "key=value", in order
   std::vector<std::string> config_files;  // --config FILE, applied before the key=value overrides
   std::string tokenizer;                  // tokenize, data: --tokenizer DIR

@@ -333,7 +333,8 @@ nlohmann::ordered_json config_to_json_value(const ConfigValue& v) {
     case ConfigValue::Kind::number:
       if (!std::isfinite(v.number)) return nullptr;  // JSON has no NaN or infinities
       // Whole numbers as integers, so a reread compares equal.
-      if (v.number == std::floor(v.number) && std::fabs(v.number) < 9.0e15) return static_cast<int64_t>(v.number);
+      if (v.number == std::floor(v.number) && std::fabs(v.number) < 9.0e15)
+        return static_cast<int64_t>(v.number);
       return v.number;
     case ConfigValue::Kind::boolean:
       return v.boolean;

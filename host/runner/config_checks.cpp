@@ -22,17 +22,17 @@ struct PathRule {
   PathKind kind;
 };
 const PathRule kPathRules[] = {
-    {"base_model", PathKind::model}, {"model", PathKind::model},     {"teacher", PathKind::model},
+    {"base_model", PathKind::model}, {"model", PathKind::model},        {"teacher", PathKind::model},
     {"policy", PathKind::model},     {"reward_model", PathKind::model}, {"tokenizer", PathKind::model},
-    {"adapter", PathKind::adapter},  {"data", PathKind::file},        {"eval_data", PathKind::file},
+    {"adapter", PathKind::adapter},  {"data", PathKind::file},          {"eval_data", PathKind::file},
     {"prompts", PathKind::file},     {"catalog", PathKind::file},
 };
 
 // Numeric keys and their ranges.
 struct RangeRule {
-  const char* key;      // the last dotted component; "*x" matches any name ending in x
-  bool whole;           // must be a whole number
-  double lo, hi;        // lo <= v <= hi (or < when the flag says so)
+  const char* key;  // the last dotted component; "*x" matches any name ending in x
+  bool whole;       // must be a whole number
+  double lo, hi;    // lo <= v <= hi (or < when the flag says so)
   bool lo_open, hi_open;
   const char* meaning;  // "at least 1", "in [0, 1)", ...
 };
@@ -62,7 +62,9 @@ bool name_matches(const std::string& pattern, const std::string& name) {
   return name == pattern;
 }
 
-std::string where(const ConfigValue& v) { return v.origin.empty() ? "recipe default" : v.origin; }
+std::string where(const ConfigValue& v) {
+  return v.origin.empty() ? "recipe default" : v.origin;
+}
 
 std::string path_problem(const std::string& key, const ConfigValue& v, PathKind kind) {
   const std::string& p = v.string;
@@ -98,7 +100,8 @@ std::string range_problem(const std::string& key, const std::string& name, const
     if (!name_matches(r.key, name)) continue;
     // max_steps = 0 means "the epochs" in a recipe that also has num_train_epochs, and "skip this
     // stage" in a stage's table (minitron's distill.max_steps = 0: prune only).
-    if (name == "max_steps" && x == 0 && (root.fields.count("num_train_epochs") || key.find('.') != std::string::npos))
+    if (name == "max_steps" && x == 0 &&
+        (root.fields.count("num_train_epochs") || key.find('.') != std::string::npos))
       return "";
     bool ok = (r.lo_open ? x > r.lo : x >= r.lo) && (r.hi_open ? x < r.hi : x <= r.hi);
     if (r.whole && x != std::floor(x)) ok = false;

@@ -134,7 +134,9 @@ class Lexer {
   int line_ = 1;
 };
 
-bool is(const Token& t, const char* punct) { return t.kind == Token::punct && t.text == punct; }
+bool is(const Token& t, const char* punct) {
+  return t.kind == Token::punct && t.text == punct;
+}
 
 class ConfigParser {
  public:
@@ -292,7 +294,8 @@ RecipeDocs recipe_docs_parse(const std::string& source, const std::string& path)
     std::string text = str_trim(s.substr(2));
     if (prose.empty() && d.usage.empty()) {  // "recipes/quickstart.lua: what it does" -> "what it does"
       size_t colon = text.find(": ");
-      if (colon != std::string::npos && str_ends_with(text.substr(0, colon), ".lua")) text = text.substr(colon + 2);
+      if (colon != std::string::npos && str_ends_with(text.substr(0, colon), ".lua"))
+        text = text.substr(colon + 2);
     }
     if (str_starts_with(text, "runner "))
       d.usage.push_back(text);
@@ -314,7 +317,9 @@ RecipeDocs recipe_docs_parse(const std::string& source, const std::string& path)
   return d;
 }
 
-RecipeDocs recipe_docs_read(const std::string& path) { return recipe_docs_parse(file_read(path), path); }
+RecipeDocs recipe_docs_read(const std::string& path) {
+  return recipe_docs_parse(file_read(path), path);
+}
 
 std::string recipe_key_doc(const RecipeDocs& docs, const std::string& key) {
   for (const auto& k : docs.keys)

@@ -24,10 +24,10 @@ struct RecipeKeyDoc {
 
 struct RecipeDocs {
   std::string path;
-  std::string prose;           // the leading comment block before its usage lines, joined
-  std::string first_sentence;  // prose up to its first sentence end ("" when none ends)
+  std::string prose;               // the leading comment block before its usage lines, joined
+  std::string first_sentence;      // prose up to its first sentence end ("" when none ends)
   std::vector<std::string> usage;  // leading comment lines starting with "runner "
-  bool has_config = false;     // found `config {` / `config({`
+  bool has_config = false;         // found `config {` / `config({`
   int config_line = 0;
   std::vector<RecipeKeyDoc> keys;     // in source order
   std::vector<std::string> problems;  // "LINE: key 'b' shares its line with 'a'", parse trouble

@@ -114,7 +114,8 @@ void validate_first(const std::string& exe, const SweepSpec& spec, const std::st
 bool trial_resumable(const std::string& dir) {
   if (!file_exists(dir + "/run.json")) return false;
   nlohmann::json run = json_parse_or_discard(file_read(dir + "/run.json"));
-  if (!run.is_object() || !run.contains("config") || !run["config"].is_object() || !run["config"].contains("resume"))
+  if (!run.is_object() || !run.contains("config") || !run["config"].is_object() ||
+      !run["config"].contains("resume"))
     return false;
   return !checkpoints_list(dir + "/checkpoints").empty();
 }
@@ -277,7 +278,8 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
     if (signals.count() > stop_signals) {
       if (!stopping && !running.empty())
         std::printf("sweep %s: interrupted by %s; stopping %zu running trial(s) (again to kill them now)\n",
-                    spec.name.c_str(), signals.first_signal() == SIGTERM ? "SIGTERM" : "Ctrl-C", running.size());
+                    spec.name.c_str(), signals.first_signal() == SIGTERM ? "SIGTERM" : "Ctrl-C",
+                    running.size());
       std::fflush(stdout);
       for (auto& r : running) {
         if (stop_signals == 0) {

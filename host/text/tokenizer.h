@@ -24,8 +24,8 @@ struct Encoding {
 };
 
 struct SpecialTokens {
-  int32_t bos = -1;              // -1 when the tokenizer has none
-  std::vector<int32_t> eos;      // every end-of-sequence id (generation stops on any); may be empty
+  int32_t bos = -1;          // -1 when the tokenizer has none
+  std::vector<int32_t> eos;  // every end-of-sequence id (generation stops on any); may be empty
   int32_t pad = -1;
   int32_t unk = -1;
   std::string bos_text, eos_text, pad_text;  // as written in tokenizer_config.json
@@ -45,9 +45,9 @@ class Tokenizer {
   // skip_special: drop special added tokens from the output (HF's skip_special_tokens).
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
 
-  int32_t vocab_size() const;                          // model vocab plus added tokens (max id + 1)
-  int32_t token_to_id(std::string_view token) const;   // -1 when absent
-  std::string id_to_token(int32_t id) const;           // "" when out of range
+  int32_t vocab_size() const;                         // model vocab plus added tokens (max id + 1)
+  int32_t token_to_id(std::string_view token) const;  // -1 when absent
+  std::string id_to_token(int32_t id) const;          // "" when out of range
   bool is_special(int32_t id) const;
   const SpecialTokens& special() const;
   // tokenizer_config.json "chat_template" (a chat_template.jinja file beside it wins); "" if none.

@@ -61,24 +61,25 @@ struct ChunkedCE : public torch::autograd::Function<ChunkedCE> {
     at::Tensor g = grad_out[0].to(at::kFloat);  // scalar
     const int64_t N = hidden.size(0);
     at::Tensor grad_hidden = at::empty_like(hidden);
-    at::Tensor grad_weight = weight_grad ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
+    at::Tensor grad_weight =
+        weight_grad ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
       int64_t n = std::min(chunk, N - r0);
       at::Tensor h = hidden.narrow(0, r0, n);
       at::Tensor th;
       at::Tensor logits = chunk_logits(h, weight, softcap, &th);
       at::Tensor t = targets.narrow(0, r0, n);
-      at::Tensor valid = t.ne(-100).to(at::kFloat).unsqueeze(1);          // (n, 1)
+      at::Tensor valid = t.ne(-100).to(at::kFloat).unsqueeze(1);  // (n, 1)
       // In place on the logits buffer: at 128k vocabularies each (n, V) pass is the cost.
       at::Tensor d = logits.sub_(lse_all.narrow(0, r0, n).unsqueeze(1)).exp_();  // softmax (n, V)
       d.scatter_add_(1, t.clamp_min(0).unsqueeze(1), -at::ones({n, 1}, d.options()));
-      d.mul_(valid * g);                                                   // dLoss/dlogits
-      if (softcap > 0) d.mul_(th.mul_(th).neg_().add_(1));                 // through tanh(z/c)*c
+      d.mul_(valid * g);                                    // dLoss/dlogits
+      if (softcap > 0) d.mul_(th.mul_(th).neg_().add_(1));  // through tanh(z/c)*c
       grad_hidden.narrow(0, r0, n).copy_(at::matmul(d.to(hidden.scalar_type()), weight));
       if (weight_grad) grad_weight.add_(at::matmul(d.t(), h.to(at::kFloat)));
     }
-    return {grad_hidden, weight_grad ? grad_weight.to(weight.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    return {grad_hidden, weight_grad ? grad_weight.to(weight.scalar_type()) : at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
   }
 };
 
@@ -116,7 +117,8 @@ struct ChunkedLogprobs : public torch::autograd::Function<ChunkedLogprobs> {
     at::Tensor g = grad_out[0].to(at::kFloat);  // (N)
     const int64_t N = hidden.size(0);
     at::Tensor grad_hidden = at::empty_like(hidden);
-    at::Tensor grad_weight = weight_grad ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
+    at::Tensor grad_weight =
+        weight_grad ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
       int64_t n = std::min(chunk, N - r0);
       at::Tensor h = hidden.narrow(0, r0, n);
@@ -132,23 +134,23 @@ struct ChunkedLogprobs : public torch::autograd::Function<ChunkedLogprobs> {
       grad_hidden.narrow(0, r0, n).copy_(at::matmul(d.to(hidden.scalar_type()), weight));
       if (weight_grad) grad_weight.add_(at::matmul(d.t(), h.to(at::kFloat)));
     }
-    return {grad_hidden, weight_grad ? grad_weight.to(weight.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    return {grad_hidden, weight_grad ? grad_weight.to(weight.scalar_type()) : at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor chunked_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                                  int64_t chunk, double softcap) {
+at::Tensor chunked_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
+                                  const at::Tensor& targets, int64_t chunk, double softcap) {
   LT_CHECK(hidden.dim() == 2 && targets.dim() == 1 && targets.size(0) == hidden.size(0),
            "chunked_token_logprobs: hidden must be (N, C) and targets (N)");
   LT_CHECK(chunk > 0, "chunked_token_logprobs: chunk must be positive");
   return ChunkedLogprobs::apply(hidden, weight, targets.to(at::kLong), chunk, softcap);
 }
 
-at::Tensor chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                                 int64_t chunk, double softcap) {
+at::Tensor chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
+                                 const at::Tensor& targets, int64_t chunk, double softcap) {
   LT_CHECK(hidden.dim() == 2 && targets.dim() == 1 && targets.size(0) == hidden.size(0),
            "chunked_cross_entropy: hidden must be (N, C) and targets (N)");
   LT_CHECK(chunk > 0, "chunked_cross_entropy: chunk must be positive");

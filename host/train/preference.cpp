@@ -19,8 +19,9 @@ namespace luatune {
 namespace {
 
 void check_options(const PreferenceOptions& o) {
-  LT_CHECK(o.loss == "sigmoid" || o.loss == "ipo" || o.loss == "hinge" || o.loss == "orpo",
-           "train.preference: loss must be \"sigmoid\", \"ipo\", \"hinge\" or \"orpo\", got \"" << o.loss << "\"");
+  LT_CHECK(
+      o.loss == "sigmoid" || o.loss == "ipo" || o.loss == "hinge" || o.loss == "orpo",
+      "train.preference: loss must be \"sigmoid\", \"ipo\", \"hinge\" or \"orpo\", got \"" << o.loss << "\"");
   LT_CHECK(o.beta > 0, "train.preference: beta must be positive, got " << o.beta);
   LT_CHECK(o.label_smoothing >= 0 && o.label_smoothing < 0.5,
            "train.preference: label_smoothing must be in [0, 0.5), got " << o.label_smoothing);
@@ -30,8 +31,8 @@ void check_options(const PreferenceOptions& o) {
 }
 
 // Per row of a (n, T) micro-batch: sum of token log-probs over its kept positions, and the count.
-std::pair<at::Tensor, at::Tensor> rows_from_tokens(const at::Tensor& token_lp, const at::Tensor& keep, int64_t n,
-                                                   int64_t T) {
+std::pair<at::Tensor, at::Tensor> rows_from_tokens(const at::Tensor& token_lp, const at::Tensor& keep,
+                                                   int64_t n, int64_t T) {
   at::Tensor row = at::div(keep, T, "floor");
   at::Tensor sums = at::zeros({n}, token_lp.options()).index_add(0, row, token_lp);
   at::Tensor counts = at::zeros({n}, keep.options()).index_add(0, row, at::ones_like(keep));
@@ -40,9 +41,9 @@ std::pair<at::Tensor, at::Tensor> rows_from_tokens(const at::Tensor& token_lp, c
 
 }  // namespace
 
-std::vector<at::Tensor> preference_pair_loss(const PreferenceOptions& o, const at::Tensor& pc, const at::Tensor& pr,
-                                             const at::Tensor& rc, const at::Tensor& rr, const at::Tensor& nc,
-                                             const at::Tensor& nr) {
+std::vector<at::Tensor> preference_pair_loss(const PreferenceOptions& o, const at::Tensor& pc,
+                                             const at::Tensor& pr, const at::Tensor& rc, const at::Tensor& rr,
+                                             const at::Tensor& nc, const at::Tensor& nr) {
   const double beta = o.beta;
   if (o.loss == "orpo") {
     // ORPO (Hong et al. 2024; TRL's odds_ratio_loss): average log-probs per token, log odds
@@ -83,8 +84,8 @@ std::pair<at::Tensor, at::Tensor> sequence_logprobs(const Model& model, const Ba
   return {sums.cpu(), counts.cpu()};
 }
 
-ReferenceCache reference_logprobs(Model& model, bool adapters_off, const PreferenceDataset& data, int64_t batch_size,
-                                  int64_t chunk, ReferenceCache cache) {
+ReferenceCache reference_logprobs(Model& model, bool adapters_off, const PreferenceDataset& data,
+                                  int64_t batch_size, int64_t chunk, ReferenceCache cache) {
   LT_CHECK(batch_size > 0, "train.reference_logprobs: batch_size must be positive");
   if (adapters_off) model.set_adapters_enabled(false);
   model.set_training(false);
@@ -122,19 +123,24 @@ void reference_cache_save(const ReferenceCache& cache, const std::string& path) 
     nr[i] = e.rejected_tokens;
     i++;
   }
-  safetensors_save_file(path, {{"pair_ids", ids}, {"chosen_logps", c}, {"rejected_logps", r}, {"chosen_tokens", nc},
-                               {"rejected_tokens", nr}},
+  safetensors_save_file(path,
+                        {{"pair_ids", ids},
+                         {"chosen_logps", c},
+                         {"rejected_logps", r},
+                         {"chosen_tokens", nc},
+                         {"rejected_tokens", nr}},
                         {{"format", "luatune.reference_logprobs"}});
 }
 
 ReferenceCache reference_cache_load(const std::string& path) {
   SafetensorsReader st(path);
   auto get = [&](const char* name, at::ScalarType dtype) {
-    LT_CHECK(st.contains(name), path << ": tensor " << name << " is missing (not a reference log-prob cache?)");
+    LT_CHECK(st.contains(name),
+             path << ": tensor " << name << " is missing (not a reference log-prob cache?)");
     at::Tensor t = st.tensor(name);
     LT_CHECK(t.dim() == 1 && t.scalar_type() == dtype,
-             path << ": tensor " << name << " must be 1-D " << (dtype == at::kLong ? "I64" : "F64") << ", got "
-                  << t.sizes() << " " << safetensors_dtype_name(t.scalar_type()));
+             path << ": tensor " << name << " must be 1-D " << (dtype == at::kLong ? "I64" : "F64")
+                  << ", got " << t.sizes() << " " << safetensors_dtype_name(t.scalar_type()));
     return t.contiguous();
   };
   at::Tensor ids = get("pair_ids", at::kLong), c = get("chosen_logps", at::kDouble);
@@ -145,8 +151,8 @@ ReferenceCache reference_cache_load(const std::string& path) {
     LT_CHECK(t->size(0) == n, path << ": the cache's tensors have different lengths (" << n << " pair_ids)");
   ReferenceCache cache;
   for (int64_t i = 0; i < n; i++)
-    cache[ids[i].item<int64_t>()] = ReferenceEntry{c[i].item<double>(), r[i].item<double>(), nc[i].item<int64_t>(),
-                                                   nr[i].item<int64_t>()};
+    cache[ids[i].item<int64_t>()] = ReferenceEntry{c[i].item<double>(), r[i].item<double>(),
+                                                   nc[i].item<int64_t>(), nr[i].item<int64_t>()};
   return cache;
 }
 
@@ -169,7 +175,8 @@ PreferenceLoss::PreferenceLoss(std::shared_ptr<Model> policy, std::shared_ptr<Mo
   } else if (reference_) {
     LT_CHECK(reference_->config.vocab_size == policy_->config.vocab_size,
              "train.preference: the reference's vocabulary (" << reference_->config.vocab_size
-                                                              << ") differs from the model's (" << policy_->config.vocab_size << ")");
+                                                              << ") differs from the model's ("
+                                                              << policy_->config.vocab_size << ")");
     for (auto& [name, t] : reference_->named_parameters()) t->set_requires_grad(false);
     for (auto& [name, t] : reference_->adapter_parameters()) t->set_requires_grad(false);
     reference_->set_training(false);
@@ -185,13 +192,16 @@ void PreferenceLoss::set_reference_cache(ReferenceCache cache, std::string sourc
 }
 
 int64_t PreferenceLoss::loss_units(const Batch& batch) const {
-  LT_CHECK(batch.pair_ids.defined(), "train: the preference loss (" << options_.loss
+  LT_CHECK(batch.pair_ids.defined(), "train: the preference loss ("
+                                         << options_.loss
                                          << ") needs preference batches (data.preferences), got a batch of "
                                          << batch.ids.size(0) << " rows without pairs");
   return batch.pairs;
 }
 
-void PreferenceLoss::begin(bool training) { stats_.clear(); }
+void PreferenceLoss::begin(bool training) {
+  stats_.clear();
+}
 
 std::pair<at::Tensor, at::Tensor> PreferenceLoss::reference_rows(const MicroBatch& mb) {
   const int64_t n = mb.ids.size(0);
@@ -200,9 +210,10 @@ std::pair<at::Tensor, at::Tensor> PreferenceLoss::reference_rows(const MicroBatc
     for (int64_t i = 0; i < n / 2; i++) {
       const int64_t id = mb.batch->pair_ids[mb.row_begin / 2 + i].item<int64_t>();
       auto it = cache_.find(id);
-      LT_CHECK(it != cache_.end(), cache_source_ << ": no reference log-probs for pair " << id
-                                                 << " of this batch (the cache was computed for other data, another "
-                                                    "tokenizer or max_length)");
+      LT_CHECK(it != cache_.end(), cache_source_
+                                       << ": no reference log-probs for pair " << id
+                                       << " of this batch (the cache was computed for other data, another "
+                                          "tokenizer or max_length)");
       sums[2 * i] = it->second.chosen;
       sums[2 * i + 1] = it->second.rejected;
       counts[2 * i] = it->second.chosen_tokens;
@@ -249,7 +260,7 @@ at::Tensor PreferenceLoss::micro_loss(const MicroBatch& mb, const at::Tensor& ce
   // Statistics as sums over pairs, read (one sync) by stats().
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> s = {out[1].sum(), out[2].sum(), (out[1] - out[2]).sum(), out[1].gt(out[2]).sum(),
-                               pc.sum(), pr.sum(), pc.gt(pr).sum()};
+                               pc.sum(),     pr.sum(),     pc.gt(pr).sum()};
   if (options_.loss == "orpo") {
     s.push_back((-pc / nc.to(pc.scalar_type())).sum());
     s.push_back(at::log_sigmoid(out[3]).sum());
@@ -260,8 +271,9 @@ at::Tensor PreferenceLoss::micro_loss(const MicroBatch& mb, const at::Tensor& ce
 }
 
 std::vector<std::pair<std::string, double>> PreferenceLoss::stats(bool training) {
-  std::vector<const char*> names = {"rewards_chosen", "rewards_rejected", "reward_margin", "preference_accuracy",
-                                    "logps_chosen",   "logps_rejected",   "logps_accuracy"};
+  std::vector<const char*> names = {"rewards_chosen",      "rewards_rejected", "reward_margin",
+                                    "preference_accuracy", "logps_chosen",     "logps_rejected",
+                                    "logps_accuracy"};
   if (options_.loss == "orpo") names.insert(names.end(), {"nll_loss", "log_odds_ratio", "log_odds_chosen"});
   return stats_.means(names);
 }
@@ -279,7 +291,8 @@ void PairStats::add(const std::vector<at::Tensor>& sums, int64_t pairs) {
   std::vector<at::Tensor> d;
   for (const at::Tensor& t : sums) d.push_back(t.to(at::kDouble));
   at::Tensor s = at::stack(d);
-  LT_ASSERT(!sums_.defined() || sums_.sizes() == s.sizes(), "PairStats: a different number of statistics than before");
+  LT_ASSERT(!sums_.defined() || sums_.sizes() == s.sizes(),
+            "PairStats: a different number of statistics than before");
   sums_ = sums_.defined() ? sums_ + s : s;
   pairs_ += pairs;
 }

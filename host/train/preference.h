@@ -40,8 +40,8 @@ std::pair<at::Tensor, at::Tensor> sequence_logprobs(const Model& model, const Ba
 class PreferenceDataset;
 // The reference's log-probs for every pair of `data`, `batch_size` pairs at a time; with
 // adapters_off the model's adapters are switched off meanwhile (and back on after).
-ReferenceCache reference_logprobs(Model& model, bool adapters_off, const PreferenceDataset& data, int64_t batch_size,
-                                  int64_t chunk, ReferenceCache cache = {});
+ReferenceCache reference_logprobs(Model& model, bool adapters_off, const PreferenceDataset& data,
+                                  int64_t batch_size, int64_t chunk, ReferenceCache cache = {});
 // Save (atomically) and load a cache: safetensors with pair_ids, chosen/rejected log-probs and
 // token counts. Load errors name the file and the tensor.
 void reference_cache_save(const ReferenceCache& cache, const std::string& path);

@@ -31,7 +31,8 @@ struct Recompute : public torch::autograd::Function<Recompute> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, c10::intrusive_ptr<FnHolder> holder) {
     holder->cpu_rng = at::detail::getDefaultCPUGenerator().get_state();
     if (at::Generator g = cuda_generator(x); g.defined()) holder->cuda_rng = g.get_state();
-    ctx->saved_data["fn"] = c10::IValue::make_capsule(c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(holder));
+    ctx->saved_data["fn"] =
+        c10::IValue::make_capsule(c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(holder));
     ctx->save_for_backward({x});
     at::NoGradGuard no_grad;
     if (holder->hooks.before_forward) holder->hooks.before_forward();
@@ -70,7 +71,9 @@ struct Recompute : public torch::autograd::Function<Recompute> {
 
 }  // namespace
 
-at::Tensor recompute_forward(const LayerFn& fn, const at::Tensor& x) { return recompute_forward(fn, x, {}); }
+at::Tensor recompute_forward(const LayerFn& fn, const at::Tensor& x) {
+  return recompute_forward(fn, x, {});
+}
 
 at::Tensor recompute_forward(const LayerFn& fn, const at::Tensor& x, const RecomputeHooks& hooks) {
   auto holder = c10::make_intrusive<FnHolder>();

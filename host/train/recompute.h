@@ -17,10 +17,10 @@ at::Tensor recompute_forward(const LayerFn& fn, const at::Tensor& x);
 // Called around the two runs of fn (ZeRO-3 gathers a layer's weights before each run and frees
 // them after; its gradients are reduce-scattered once the recomputed backward is done).
 struct RecomputeHooks {
-  std::function<void()> before_forward;  // before the forward (no-grad) run
-  std::function<void()> before_backward; // before the recomputation in backward
-  std::function<void()> after_forward;   // after the forward (no-grad) run
-  std::function<void()> after_backward;  // after the recomputed run's backward
+  std::function<void()> before_forward;   // before the forward (no-grad) run
+  std::function<void()> before_backward;  // before the recomputation in backward
+  std::function<void()> after_forward;    // after the forward (no-grad) run
+  std::function<void()> after_backward;   // after the recomputed run's backward
 };
 at::Tensor recompute_forward(const LayerFn& fn, const at::Tensor& x, const RecomputeHooks& hooks);
 

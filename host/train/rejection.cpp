@@ -27,7 +27,8 @@ namespace {
 
 // The prompt of one JSONL record: "prompt" as it is, else "messages" without a final assistant turn.
 json record_prompt(const json& record, const std::string& where) {
-  if (record.is_object() && record.contains("prompt") && (record["prompt"].is_string() || record["prompt"].is_array()))
+  if (record.is_object() && record.contains("prompt") &&
+      (record["prompt"].is_string() || record["prompt"].is_array()))
     return record["prompt"];
   if (record.is_object() && record.contains("messages") && record["messages"].is_array() &&
       !record["messages"].empty()) {
@@ -59,9 +60,9 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
   policy.ensure_full_weights();
   reward.model()->ensure_full_weights();
   LT_CHECK(reward.model()->config.vocab_size == policy.config.vocab_size,
-           "train.rejection_sample: the reward model's vocabulary (" << reward.model()->config.vocab_size
-               << ") differs from the policy's (" << policy.config.vocab_size
-               << "); both must use the tokenizer given here");
+           "train.rejection_sample: the reward model's vocabulary ("
+               << reward.model()->config.vocab_size << ") differs from the policy's ("
+               << policy.config.vocab_size << "); both must use the tokenizer given here");
   const auto t0 = std::chrono::steady_clock::now();
   JsonlReadOptions ro;
   ro.expected = "a JSON object";
@@ -93,8 +94,8 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
     }
     size_t first = 1;
     while (first < empty.mask.size() && !empty.mask[first]) first++;
-    LT_CHECK(first < empty.mask.size(), where << ": the prompt leaves no room for a response within max_length "
-                                              << o.data.max_length);
+    LT_CHECK(first < empty.mask.size(),
+             where << ": the prompt leaves no room for a response within max_length " << o.data.max_length);
     std::vector<int64_t> prefix(empty.ids.begin(), empty.ids.begin() + static_cast<std::ptrdiff_t>(first));
     GenerateOptions go = o.generate;
     go.stop_ids.push_back(empty.ids[first]);
@@ -111,9 +112,11 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
     for (size_t k = 0; k < candidates.size(); k += 2)
       pairs.push_back(pair_record(prompt, candidates[k], candidates[std::min(k + 1, candidates.size() - 1)]));
     auto set = PreferenceDataset::from_records(pairs, tok, o.data);
-    LT_CHECK(set->size() == static_cast<int64_t>(pairs.size()),
-             where << ": a candidate was cut away entirely by max_length " << o.data.max_length << "; raise it");
-    at::Tensor scores = reward.score_pairs(*set, std::max<int64_t>(1, o.batch_size / 2)).to(at::kDouble).contiguous();
+    LT_CHECK(
+        set->size() == static_cast<int64_t>(pairs.size()),
+        where << ": a candidate was cut away entirely by max_length " << o.data.max_length << "; raise it");
+    at::Tensor scores =
+        reward.score_pairs(*set, std::max<int64_t>(1, o.batch_size / 2)).to(at::kDouble).contiguous();
     const double* r = scores.data_ptr<double>();  // (pairs, 2) row-major: candidate k is element k
     std::vector<double> rewards(r, r + o.n);
     size_t best = 0;
@@ -153,11 +156,13 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
     DistMainOnly main_only;  // rank 0 merges; the others wait for the file
     if (main_only) {
       std::vector<std::ifstream> parts;
-      for (int64_t r = 0; r < world; r++) parts.emplace_back(out_path + ".part-" + std::to_string(r), std::ios::binary);
+      for (int64_t r = 0; r < world; r++)
+        parts.emplace_back(out_path + ".part-" + std::to_string(r), std::ios::binary);
       std::string merged, row;
       for (int64_t i = 0; i < st.prompts; i++) {
-        LT_CHECK(std::getline(parts[static_cast<size_t>(i % world)], row),
-                 out_path << ".part-" << i % world << ": ends early (a rank wrote fewer rows than its prompts)");
+        LT_CHECK(
+            std::getline(parts[static_cast<size_t>(i % world)], row),
+            out_path << ".part-" << i % world << ": ends early (a rank wrote fewer rows than its prompts)");
         merged += row + "\n";
       }
       file_write_atomic(out_path, merged);

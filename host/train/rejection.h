@@ -16,16 +16,16 @@ namespace luatune {
 class Tokenizer;
 
 struct RejectionOptions {
-  int64_t n = 4;                 // candidates per prompt
-  GenerateOptions generate;      // sampling settings; candidate k of prompt i uses seed + i * n + k
-  DataOptions data;              // max_length, chat / chat_format, max_records, as data.preferences
-  int64_t batch_size = 8;        // candidates scored per forward
+  int64_t n = 4;             // candidates per prompt
+  GenerateOptions generate;  // sampling settings; candidate k of prompt i uses seed + i * n + k
+  DataOptions data;          // max_length, chat / chat_format, max_records, as data.preferences
+  int64_t batch_size = 8;    // candidates scored per forward
 };
 
 struct RejectionStats {
   int64_t prompts = 0, candidates = 0;
-  double mean_best = 0;      // mean over prompts of the kept candidate's reward
-  double mean_reward = 0;    // mean over every candidate
+  double mean_best = 0;    // mean over prompts of the kept candidate's reward
+  double mean_reward = 0;  // mean over every candidate
   double mean_new_tokens = 0;
   double seconds = 0;
 };

@@ -70,11 +70,15 @@ std::vector<ParamGroup> RewardModel::parameter_groups() {
   return {g};
 }
 
-void RewardModel::begin(bool training) { stats_.clear(); }
+void RewardModel::begin(bool training) {
+  stats_.clear();
+}
 
 int64_t RewardModel::loss_units(const Batch& batch) const {
-  LT_CHECK(batch.pair_ids.defined(), "train: the reward model's loss needs preference batches (data.preferences), "
-                                     "got a batch of " << batch.ids.size(0) << " rows without pairs");
+  LT_CHECK(batch.pair_ids.defined(),
+           "train: the reward model's loss needs preference batches (data.preferences), "
+           "got a batch of "
+               << batch.ids.size(0) << " rows without pairs");
   return batch.pairs;
 }
 
@@ -86,7 +90,8 @@ at::Tensor RewardModel::micro_loss(const MicroBatch& mb, const at::Tensor& ce_su
   at::Tensor lengths = mb.batch->lengths.narrow(0, mb.row_begin, n);
   at::Tensor r = at::matmul(last_token_hidden(mb.hidden_all, lengths), head_.t()).squeeze(1);  // (n)
   at::Tensor rc = r.slice(0, 0, n, 2), rr = r.slice(0, 1, n, 2);
-  at::Tensor loss = -at::log_sigmoid(rc - rr).sum();  // Bradley-Terry: P(chosen > rejected) = sigmoid(rc - rr)
+  at::Tensor loss =
+      -at::log_sigmoid(rc - rr).sum();  // Bradley-Terry: P(chosen > rejected) = sigmoid(rc - rr)
   at::NoGradGuard no_grad;
   stats_.add({rc.sum(), rr.sum(), (rc - rr).sum(), rc.gt(rr).sum()}, n / 2);
   return loss;
@@ -105,7 +110,8 @@ void reward_save(RewardModel& reward, const std::string& dir, int64_t pad_token_
   if (!model.adapter_parameters().empty())
     fail("reward:save: the model has adapters; HF's sequence-classification layout holds plain weights",
          "merge them first (lora.merge(model)), or save the adapter with lora.save");
-  LT_CHECK(pad_token_id >= 0, "reward:save: pad_token_id must be >= 0 (HF finds each row's last token with it)");
+  LT_CHECK(pad_token_id >= 0,
+           "reward:save: pad_token_id must be >= 0 (HF finds each row's last token with it)");
   // A shallow copy (the tensors are shared): the same body, described as a sequence classifier.
   Model body = model;
   body.config.score_head = true;
@@ -124,12 +130,13 @@ void reward_save(RewardModel& reward, const std::string& dir, int64_t pad_token_
 void reward_load_head(RewardModel& reward, const std::string& name_or_dir) {
   const std::string dir = model_path_from_hub(name_or_dir);  // "org/name": its snapshot in the hub cache
   SafetensorsReader st(dir);
-  LT_CHECK(st.contains("score.weight"), dir << ": tensor score.weight is missing (not a reward model saved as "
-                                               "<Family>ForSequenceClassification?)");
+  LT_CHECK(st.contains("score.weight"),
+           dir << ": tensor score.weight is missing (not a reward model saved as "
+                  "<Family>ForSequenceClassification?)");
   at::Tensor w = st.tensor("score.weight");
-  LT_CHECK(w.sizes() == reward.head().sizes(), st.file_of("score.weight") << ": tensor score.weight has shape "
-                                                                           << w.sizes() << ", expected " << reward.head().sizes()
-                                                                           << " (one label, the model's hidden size)");
+  LT_CHECK(w.sizes() == reward.head().sizes(),
+           st.file_of("score.weight") << ": tensor score.weight has shape " << w.sizes() << ", expected "
+                                      << reward.head().sizes() << " (one label, the model's hidden size)");
   at::NoGradGuard no_grad;
   reward.head().copy_(w.to(at::kFloat));
 }
@@ -137,7 +144,8 @@ void reward_load_head(RewardModel& reward, const std::string& name_or_dir) {
 std::shared_ptr<RewardModel> reward_load(const std::string& dir, const LoadOptions& options) {
   auto model = model_load(dir, options);
   LT_CHECK(model->config.score_head, dir << "/config.json: expected a reward model (architectures "
-                                            "<Family>ForSequenceClassification), got " << model->config.arch_name());
+                                            "<Family>ForSequenceClassification), got "
+                                         << model->config.arch_name());
   auto reward = std::make_shared<RewardModel>(model, 0);
   reward_load_head(*reward, dir);
   return reward;

@@ -56,11 +56,14 @@ json read_json_or_null(const std::string& file) {
   }
 }
 
-json read_manifest(const std::string& dir) { return read_json_or_null(dir + "/trainer.json"); }
+json read_manifest(const std::string& dir) {
+  return read_json_or_null(dir + "/trainer.json");
+}
 
 void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out) {
   if (j.is_object() && !j.empty()) {
-    for (auto it = j.begin(); it != j.end(); ++it) flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+    for (auto it = j.begin(); it != j.end(); ++it)
+      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
   } else {
     out[prefix] = j;
   }
@@ -92,7 +95,8 @@ bool checkpoint_complete(const std::string& dir, std::string* why) {
     for (auto it = meta["files"].begin(); it != meta["files"].end(); ++it) {
       const std::string f = dir + "/" + it.key();
       if (!fs::is_regular_file(f, ec)) return say(it.key() + " is missing");
-      if (it.value().is_number_integer() && static_cast<int64_t>(fs::file_size(f, ec)) != it.value().get<int64_t>())
+      if (it.value().is_number_integer() &&
+          static_cast<int64_t>(fs::file_size(f, ec)) != it.value().get<int64_t>())
         return say(it.key() + " has " + std::to_string(fs::file_size(f, ec)) + " bytes, the manifest says " +
                    std::to_string(it.value().get<int64_t>()));
     }
@@ -126,7 +130,8 @@ std::vector<CheckpointEntry> checkpoints_list(const std::string& root, std::vect
     json meta = read_manifest(path);
     out.push_back({std::stoll(name.substr(5)), path, meta.value("run_id", std::string())});
   }
-  std::sort(out.begin(), out.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
   if (incomplete) std::sort(incomplete->begin(), incomplete->end());
   return out;
 }
@@ -213,7 +218,9 @@ std::string dir_key(const std::string& dir) {
 
 }  // namespace
 
-void output_dir_register(const std::string& dir, const std::string& run_id) { claims()[dir_key(dir)] = run_id; }
+void output_dir_register(const std::string& dir, const std::string& run_id) {
+  claims()[dir_key(dir)] = run_id;
+}
 
 bool output_dir_owner(const std::string& dir, std::string* run_id) {
   auto it = claims().find(dir_key(dir));
@@ -227,18 +234,20 @@ std::string output_dir_claim(const std::string& dir, bool overwrite, const json&
   const std::string root = dir + "/checkpoints";
   std::string moved;
   if (main) checkpoints_clean_leftovers(root);  // a killed save's temporaries are nobody's work
-  bool taken = false;  // any step directory, complete or not, is another run's work
+  bool taken = false;                           // any step directory, complete or not, is another run's work
   if (fs::is_directory(root, ec))
-    for (const auto& e : fs::directory_iterator(root, ec)) taken = taken || is_step_name(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(root, ec))
+      taken = taken || is_step_name(e.path().filename().string());
   if (taken && !overwrite)
     fail_usage("output_dir: " + dir + " holds checkpoints of another run (" + root +
-         "); continue that run with resume=true, or start afresh with overwrite=true (moves it to " + dir +
-         "/previous-<time>/, deletes nothing)");
+               "); continue that run with resume=true, or start afresh with overwrite=true (moves it to " +
+               dir + "/previous-<time>/, deletes nothing)");
   output_dir_register(dir, run_json.value("run_id", std::string()));
   if (!main) return "";
   if (taken) {
     moved = dir + "/previous-" + utc_now("%Y%m%dT%H%M%SZ");
-    for (int n = 2; fs::exists(moved, ec); n++) moved = dir + "/previous-" + utc_now("%Y%m%dT%H%M%SZ") + "-" + std::to_string(n);
+    for (int n = 2; fs::exists(moved, ec); n++)
+      moved = dir + "/previous-" + utc_now("%Y%m%dT%H%M%SZ") + "-" + std::to_string(n);
     fs::create_directories(moved, ec);
     LT_CHECK(!ec, moved << ": cannot create (" << ec.message() << ")");
     std::vector<fs::path> entries;
@@ -267,7 +276,8 @@ void run_json_note_resume(const std::string& dir, const json& resume_entry, cons
   file_write_atomic(dir + "/run.json", j.dump(2) + "\n");
 }
 
-std::vector<std::string> config_changed_keys(const json& before, const json& after, const std::vector<std::string>& ignore) {
+std::vector<std::string> config_changed_keys(const json& before, const json& after,
+                                             const std::vector<std::string>& ignore) {
   std::map<std::string, json> a, b;
   flatten(before, "", a);
   flatten(after, "", b);

@@ -22,12 +22,14 @@ struct CheckpointEntry {
 };
 
 std::string checkpoint_dir_name(int64_t step);  // "step-0000042"
-std::string checkpoint_rank_file(int rank);      // a sharded checkpoint's file of one rank: "rank-00003.safetensors"
+std::string checkpoint_rank_file(
+    int rank);  // a sharded checkpoint's file of one rank: "rank-00003.safetensors"
 
 // Complete checkpoints under `root`, oldest first. A step directory whose trainer.json is missing
 // or unreadable, or that lacks a file the manifest lists (or has it at another size), is skipped
 // and its path appended to `incomplete` when given.
-std::vector<CheckpointEntry> checkpoints_list(const std::string& root, std::vector<std::string>* incomplete = nullptr);
+std::vector<CheckpointEntry> checkpoints_list(const std::string& root,
+                                              std::vector<std::string>* incomplete = nullptr);
 
 // Whether `dir` is a complete checkpoint; `why` says what is missing when it is not.
 bool checkpoint_complete(const std::string& dir, std::string* why = nullptr);
@@ -64,7 +66,8 @@ nlohmann::json run_json_new(const RunInfo& info);
 // entry of `dir` except earlier previous-* directories into dir/previous-<time>/ (never deletes).
 // Then writes run.json. Returns the path the old run went to ("" when nothing moved). Ranks other
 // than the first pass main=false: they check (and fail alike) but move and write nothing.
-std::string output_dir_claim(const std::string& dir, bool overwrite, const nlohmann::json& run_json, bool main = true);
+std::string output_dir_claim(const std::string& dir, bool overwrite, const nlohmann::json& run_json,
+                             bool main = true);
 
 // This process's claims: the run that owns each output directory it claimed or resumed (the
 // recipe's config{} claims before anything is written; a trainer adopts that claim).
@@ -73,7 +76,8 @@ bool output_dir_owner(const std::string& dir, std::string* run_id);
 
 // A resumed run: appends {time, step, checkpoint, changed} to run.json's "resumes" (creating
 // run.json from `fallback` when the directory has none).
-void run_json_note_resume(const std::string& dir, const nlohmann::json& resume_entry, const nlohmann::json& fallback);
+void run_json_note_resume(const std::string& dir, const nlohmann::json& resume_entry,
+                          const nlohmann::json& fallback);
 
 // Leaf keys whose values differ between two resolved configs ("lora.r"), sorted; keys only one
 // side has count as differing. `ignore` lists keys never reported (resume, overwrite, ...).

@@ -37,7 +37,9 @@ void stop_request(int sig) noexcept {
   if (!g_signal) g_signal = sig;
 }
 
-int stop_signal() noexcept { return g_signal; }
+int stop_signal() noexcept {
+  return g_signal;
+}
 
 void stop_clear() noexcept {
   g_signal = 0;
@@ -45,9 +47,13 @@ void stop_clear() noexcept {
   g_report.clear();
 }
 
-void stop_register(Trainer* t) { live().insert(t); }
+void stop_register(Trainer* t) {
+  live().insert(t);
+}
 
-void stop_unregister(Trainer* t) { live().erase(t); }
+void stop_unregister(Trainer* t) {
+  live().erase(t);
+}
 
 bool stop_defer_to_safe_point() {
   for (Trainer* t : live())
@@ -72,8 +78,12 @@ std::string stop_save_now() {
   return g_report;
 }
 
-std::string stop_report() { return g_report; }
+std::string stop_report() {
+  return g_report;
+}
 
-void stop_note(const std::string& report) { g_report = report; }
+void stop_note(const std::string& report) {
+  g_report = report;
+}
 
 }  // namespace luatune

@@ -53,7 +53,8 @@ bool is_low_precision(const at::Tensor& t) {
 
 }  // namespace
 
-Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector<std::shared_ptr<TrainerHook>> hooks)
+Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options,
+                 std::vector<std::shared_ptr<TrainerHook>> hooks)
     : model_(std::move(model)), options_(options), hooks_(std::move(hooks)) {
   const TrainOptions& o = options_;
   LT_CHECK(o.optimizer == "adamw" || o.optimizer == "adamw8bit" || o.optimizer == "sgd",
@@ -62,9 +63,11 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
            "train.new: optimizer_offload must be \"none\" or \"cpu\", got \"" << o.optimizer_offload << "\"");
   const ShardStage stage = shard_stage_parse(o.shard);
   options_.shard = shard_stage_name(stage);
-  LT_CHECK(o.schedule == "constant" || o.schedule == "linear" || o.schedule == "cosine",
-           "train.new: schedule must be \"constant\", \"linear\" or \"cosine\", got \"" << o.schedule << "\"");
-  LT_CHECK(o.schedule == "constant" || o.steps > 0, "train.new: schedule \"" << o.schedule << "\" needs steps > 0");
+  LT_CHECK(
+      o.schedule == "constant" || o.schedule == "linear" || o.schedule == "cosine",
+      "train.new: schedule must be \"constant\", \"linear\" or \"cosine\", got \"" << o.schedule << "\"");
+  LT_CHECK(o.schedule == "constant" || o.steps > 0,
+           "train.new: schedule \"" << o.schedule << "\" needs steps > 0");
   LT_CHECK(o.lr > 0, "train.new: lr must be positive");
   LT_CHECK(o.loss_chunk > 0, "train.new: loss_chunk must be positive");
   params_ = model_->trainable_parameters();  // whole again if an earlier ZeRO-3 trainer sharded them
@@ -80,7 +83,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
     for (ParamGroup& g : hook->parameter_groups())
       for (auto& [name, p] : g.params) {
         LT_CHECK(names.insert(name).second, "train.new: two trainable tensors are both named " << name);
-        LT_CHECK(p && p->defined() && p->is_floating_point(), "train.new: hook parameter " << name << " is not a float tensor");
+        LT_CHECK(p && p->defined() && p->is_floating_point(),
+                 "train.new: hook parameter " << name << " is not a float tensor");
         params_.emplace_back(name, p);
         settings_.push_back(Setting{g.lr == 0 ? o.lr : g.lr, g.weight_decay, g.follow_schedule, g.clip});
       }
@@ -129,7 +133,9 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options, std::vector
   stop_register(this);
 }
 
-Trainer::~Trainer() { stop_unregister(this); }
+Trainer::~Trainer() {
+  stop_unregister(this);
+}
 
 // Optimizer state (fp32 master copies, moments) is allocated on the first update or resume, so a
 // Trainer used only to evaluate costs no memory beyond the model.
@@ -146,14 +152,16 @@ void Trainer::ensure_state() {
       master_[i] = p.detach().to(offload ? c10::Device(c10::kCPU) : p.device(), at::kFloat).clone();
     else if (offload)
       master_[i] = p.detach().to(c10::Device(c10::kCPU)).clone();
-    opt_[i] = OptimState::create(o.optimizer, o.momentum, p.sizes(), offload ? c10::Device(c10::kCPU) : p.device());
+    opt_[i] =
+        OptimState::create(o.optimizer, o.momentum, p.sizes(), offload ? c10::Device(c10::kCPU) : p.device());
   }
   state_ready_ = true;
 }
 
 double Trainer::lr_at(int64_t step) const {
   const TrainOptions& o = options_;
-  if (o.warmup > 0 && step <= o.warmup) return o.lr * static_cast<double>(step) / static_cast<double>(o.warmup);
+  if (o.warmup > 0 && step <= o.warmup)
+    return o.lr * static_cast<double>(step) / static_cast<double>(o.warmup);
   if (o.schedule == "constant") return o.lr;
   double span = static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup));
   double progress = std::min(1.0, static_cast<double>(step - o.warmup) / span);
@@ -168,16 +176,19 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
   const int64_t micro = options_.micro_batch_size > 0 ? options_.micro_batch_size : rows;
   const c10::Device dev = model_->device();
   const bool training = backward;
-  at::Tensor total = at::zeros({}, at::TensorOptions(at::kDouble).device(dev));  // read once, not per micro-batch
+  at::Tensor total =
+      at::zeros({}, at::TensorOptions(at::kDouble).device(dev));  // read once, not per micro-batch
   int64_t count = 0;
   // A preference pair's loss needs both of its rows in one forward: micro-batches of whole pairs.
   LT_CHECK(batch.pairs == 0 || micro % 2 == 0,
-           "train: micro_batch_size " << micro << " would split a preference pair (chosen and rejected rows); use an even number");
+           "train: micro_batch_size "
+               << micro << " would split a preference pair (chosen and rejected rows); use an even number");
   const bool lm_loss = !hooks_replace_lm_loss();
   // ZeRO-2/3 communicate inside every micro-batch: a rank with fewer micro-batches (or rows
   // without targets) makes the same collectives with nothing to add.
   const bool zero_slots = zero_ && backward && zero_->stage() >= ShardStage::gradients;
-  const bool zero_layers = zero_ && backward && options_.checkpoint_layers && zero_->stage() >= ShardStage::gradients;
+  const bool zero_layers =
+      zero_ && backward && options_.checkpoint_layers && zero_->stage() >= ShardStage::gradients;
   const int64_t my_slots = rows > 0 ? (rows + micro - 1) / micro : 0;
   const int64_t all_slots = zero_slots ? dist_max(my_slots) : my_slots;
   for (int64_t r0 = 0; r0 < rows; r0 += micro) {
@@ -187,7 +198,9 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
     ForwardOptions fo;  // fresh per micro-batch: hooks set their fields on a clean one
     if (zero_layers) {
       ZeroShards* z = zero_.get();
-      fo.run_layer = [z](int64_t l, const LayerFn& fn, const at::Tensor& x) { return z->run_layer(l, fn, x, true); };
+      fo.run_layer = [z](int64_t l, const LayerFn& fn, const at::Tensor& x) {
+        return z->run_layer(l, fn, x, true);
+      };
       fo.run_layer_gathers = true;
     } else if (options_.checkpoint_layers && backward) {
       fo.run_layer = [](int64_t, const LayerFn& fn, const at::Tensor& x) { return recompute_forward(fn, x); };
@@ -239,7 +252,8 @@ double Trainer::clip_gradients() {
   at::Tensor sq = at::zeros({}, model_->embed.options().dtype(at::kFloat).requires_grad(false));
   for (size_t i = first_local_; i < params_.size(); i++) {
     at::Tensor* p = params_[i].second;
-    if (settings_[i].clip && p->grad().defined()) sq = sq + p->grad().to(at::kFloat).pow(2).sum().to(sq.device());
+    if (settings_[i].clip && p->grad().defined())
+      sq = sq + p->grad().to(at::kFloat).pow(2).sum().to(sq.device());
   }
   // ZeRO: each rank has its slices' share of the norm; the replicated ones count once.
   double norm = std::sqrt(sq.item<double>() + (zero_ ? dist_sum(zero_->grad_norm_sq()) : 0.0));
@@ -247,7 +261,8 @@ double Trainer::clip_gradients() {
     double coef = options_.max_grad_norm / (norm + 1e-6);
     if (zero_) zero_->scale_gradients(coef);
     for (size_t i = first_local_; i < params_.size(); i++)
-      if (settings_[i].clip && params_[i].second->grad().defined()) params_[i].second->mutable_grad().mul_(coef);
+      if (settings_[i].clip && params_[i].second->grad().defined())
+        params_[i].second->mutable_grad().mul_(coef);
   }
   return norm;
 }
@@ -369,8 +384,10 @@ RunInfo Trainer::run_info(const std::string& run_id) const {
 void Trainer::claim_output_dir() {
   if (claimed_ || options_.output_dir.empty()) return;
   const RunInfo info = run_info(run_id_new());
-  const std::string moved = output_dir_claim(options_.output_dir, options_.overwrite, run_json_new(info), dist_is_main());
-  if (!moved.empty()) std::printf("train: moved the earlier run in %s to %s\n", options_.output_dir.c_str(), moved.c_str());
+  const std::string moved =
+      output_dir_claim(options_.output_dir, options_.overwrite, run_json_new(info), dist_is_main());
+  if (!moved.empty())
+    std::printf("train: moved the earlier run in %s to %s\n", options_.output_dir.c_str(), moved.c_str());
   claimed_ = true;
   run_id_ = info.run_id;
 }
@@ -416,8 +433,10 @@ EvalStats Trainer::evaluate_items(int64_t n_items, int64_t batch_size, int64_t m
   for (auto& hook : hooks_) hook->begin(false);
   double total = 0;
   int64_t count = 0, units = 0, batches = 0;
-  for (int64_t r0 = 0; r0 < n_items && (max_batches <= 0 || batches < max_batches); r0 += batch_size, batches++) {
-    if (batches % dist_world_size() != dist_rank() % dist_world_size()) continue;  // data parallel: every N-th batch
+  for (int64_t r0 = 0; r0 < n_items && (max_batches <= 0 || batches < max_batches);
+       r0 += batch_size, batches++) {
+    if (batches % dist_world_size() != dist_rank() % dist_world_size())
+      continue;  // data parallel: every N-th batch
     std::vector<int64_t> items;
     for (int64_t r = r0; r < std::min(n_items, r0 + batch_size); r++) items.push_back(r);
     Batch b = make(items);
@@ -472,7 +491,8 @@ std::string Trainer::save_replicated() {
   }
   std::error_code ec;
   fs::create_directories(root, ec);
-  LT_CHECK(fs::is_directory(root), root << ": cannot create the checkpoint directory (" << ec.message() << ")");
+  LT_CHECK(fs::is_directory(root),
+           root << ": cannot create the checkpoint directory (" << ec.message() << ")");
   std::string final_dir = root + "/" + checkpoint_dir_name(step_);
   std::string tmp = final_dir + ".tmp-" + std::to_string(::getpid());
   fs::remove_all(tmp, ec);
@@ -544,8 +564,8 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
       std::string why;
       checkpoint_complete(bad, &why);
       if (dist_is_main())
-        std::fprintf(stderr, "warning: resume: skipping the incomplete checkpoint %s (%s)%s\n", bad.c_str(), why.c_str(),
-                     all.empty() ? "" : ("; taking " + all.back().path).c_str());
+        std::fprintf(stderr, "warning: resume: skipping the incomplete checkpoint %s (%s)%s\n", bad.c_str(),
+                     why.c_str(), all.empty() ? "" : ("; taking " + all.back().path).c_str());
     }
     LT_CHECK(!all.empty() || incomplete.empty(),
              root << ": no complete checkpoint to resume from (" << incomplete.size()
@@ -571,15 +591,16 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
       const json after = now.contains(ptr) ? now[ptr] : json();
       if (dist_is_main())
         std::fprintf(stderr, "warning: resume: %s is %s now, %s in the checkpointed run (%s)\n", key.c_str(),
-                     after.is_null() ? "unset" : after.dump().c_str(), before.is_null() ? "unset" : before.dump().c_str(),
-                     dir.c_str());
+                     after.is_null() ? "unset" : after.dump().c_str(),
+                     before.is_null() ? "unset" : before.dump().c_str(), dir.c_str());
     }
   }
   try {
     load_checkpoint(dir, meta);
   } catch (const std::exception& e) {
     if (changed.empty()) throw;
-    fail(std::string(e.what()) + " (config keys changed since the checkpoint: " + str_join(changed, ", ") + ")");
+    fail(std::string(e.what()) + " (config keys changed since the checkpoint: " + str_join(changed, ", ") +
+         ")");
   }
   step_ = meta.at("step").get<int64_t>();
   saved_step_ = step_;
@@ -605,8 +626,8 @@ void Trainer::load_checkpoint(const std::string& dir, const json& meta) {
   // continue the one it resumes.
   const int64_t saved_world = meta.value("world_size", int64_t{1});
   if (saved_world != dist_world_size())
-    fail(dir + ": written by a run of " + std::to_string(saved_world) + " process" + (saved_world == 1 ? "" : "es") +
-             ", this run has " + std::to_string(dist_world_size()) +
+    fail(dir + ": written by a run of " + std::to_string(saved_world) + " process" +
+             (saved_world == 1 ? "" : "es") + ", this run has " + std::to_string(dist_world_size()) +
              "; resuming would change which rows each step trains on",
          "resume with the same number of processes (runner --nproc / torchrun --nproc_per_node " +
              std::to_string(saved_world) + "), or start a new output_dir");
@@ -623,10 +644,13 @@ void Trainer::load_checkpoint(const std::string& dir, const json& meta) {
     // Sharded: this rank's slices and generators from its own file, the replicated parameters
     // from rank 0's.
     if (meta.contains("layout") && meta["layout"] != json::parse(zero_->layout_json()))
-      fail(dir + ": its shards were laid out for other trainable parameters, optimizer or offload than this run's",
+      fail(dir +
+               ": its shards were laid out for other trainable parameters, optimizer or offload than this "
+               "run's",
            "resume with the same recipe settings (shard, optimizer, optimizer_offload, lora), or start a new "
            "output_dir");
-    const std::string mine = dir + "/" + checkpoint_rank_file(dist_rank()), first = dir + "/" + checkpoint_rank_file(0);
+    const std::string mine = dir + "/" + checkpoint_rank_file(dist_rank()),
+                      first = dir + "/" + checkpoint_rank_file(0);
     LT_CHECK(file_exists(mine), mine << ": missing (every rank writes its own shard file)");
     SafetensorsReader st(mine);
     zero_->load_state(getter(st), mine);
@@ -642,8 +666,9 @@ void Trainer::load_checkpoint(const std::string& dir, const json& meta) {
     load_local_state(getter(st), file, getter(st));
     int64_t expected = 0;
     for (const auto& n : st.names()) expected += n.compare(0, 6, "param.") == 0;
-    LT_CHECK(expected == static_cast<int64_t>(params_.size()),
-             dir << ": the checkpoint has " << expected << " trainable tensors, the model " << params_.size());
+    LT_CHECK(expected == static_cast<int64_t>(params_.size()), dir << ": the checkpoint has " << expected
+                                                                   << " trainable tensors, the model "
+                                                                   << params_.size());
   }
 }
 
@@ -661,7 +686,8 @@ std::string Trainer::save_sharded() {
   if (dist_is_main()) {
     fs::remove_all(tmp, ec);
     fs::create_directories(tmp, ec);
-    LT_CHECK(fs::is_directory(tmp), tmp << ": cannot create the checkpoint directory (" << ec.message() << ")");
+    LT_CHECK(fs::is_directory(tmp),
+             tmp << ": cannot create the checkpoint directory (" << ec.message() << ")");
   }
   dist_barrier();
   ensure_state();
@@ -678,10 +704,11 @@ void Trainer::load_local_state(const TensorGetter& get_params, const std::string
                                const TensorGetter& get_rng) {
   auto load = [&](const std::string& key, at::Tensor& into) {
     at::Tensor t = get_params(key);
-    LT_CHECK(t.defined(), params_file << ": tensor " << key
-                                      << " is missing (was the checkpoint written with other trainable parameters?)");
-    LT_CHECK(t.sizes() == into.sizes(),
-             params_file << ": tensor " << key << " has shape " << t.sizes() << ", the model has " << into.sizes());
+    LT_CHECK(t.defined(), params_file
+                              << ": tensor " << key
+                              << " is missing (was the checkpoint written with other trainable parameters?)");
+    LT_CHECK(t.sizes() == into.sizes(), params_file << ": tensor " << key << " has shape " << t.sizes()
+                                                    << ", the model has " << into.sizes());
     into.copy_(t);
   };
   for (size_t i = first_local_; i < params_.size(); i++) {
@@ -703,7 +730,9 @@ void Trainer::load_local_state(const TensorGetter& get_params, const std::string
 TrainMemory Trainer::memory() {
   ensure_state();
   TrainMemory m = zero_ ? zero_->memory() : TrainMemory{};
-  auto bytes = [](const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; };
+  auto bytes = [](const at::Tensor& t) {
+    return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+  };
   for (size_t i = first_local_; i < params_.size(); i++) {
     const at::Tensor& p = *params_[i].second;
     const int64_t w = bytes(p);

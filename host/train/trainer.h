@@ -34,10 +34,10 @@ class PreferenceDataset;  // host/data/preference.h
 // gradients once per step (constraint terms), and statistics for the step's report.
 struct ParamGroup {
   std::vector<std::pair<std::string, at::Tensor*>> params;  // names must not clash with the model's
-  double lr = 0;               // absolute learning rate at full schedule (negative: gradient ascent; 0: the trainer's lr)
-  bool follow_schedule = true; // scaled by the trainer's warmup/decay factor (lr_at(step) / lr)
+  double lr = 0;  // absolute learning rate at full schedule (negative: gradient ascent; 0: the trainer's lr)
+  bool follow_schedule = true;  // scaled by the trainer's warmup/decay factor (lr_at(step) / lr)
   double weight_decay = 0;
-  bool clip = false;           // included in the trainer's gradient-norm clipping
+  bool clip = false;  // included in the trainer's gradient-norm clipping
 };
 
 // What a hook sees of one micro-batch: its rows on the model's device and the rows that have a
@@ -47,12 +47,12 @@ struct MicroBatch {
   const Batch* batch = nullptr;
   int64_t row_begin = 0;
   at::Tensor hidden_all;  // (n, T, C)
-  at::Tensor ids;        // (n, T)
-  at::Tensor positions;  // (n, T) or undefined
-  at::Tensor segments;   // (n, T) or undefined
-  at::Tensor keep;       // (N) flat row indices (into n*T) that have a target
-  at::Tensor targets;    // (N) the kept targets
-  at::Tensor hidden;     // (N, C)
+  at::Tensor ids;         // (n, T)
+  at::Tensor positions;   // (n, T) or undefined
+  at::Tensor segments;    // (n, T) or undefined
+  at::Tensor keep;        // (N) flat row indices (into n*T) that have a target
+  at::Tensor targets;     // (N) the kept targets
+  at::Tensor hidden;      // (N, C)
   bool training = false;
 };
 
@@ -88,19 +88,19 @@ struct TrainOptions {
   double lr = 2e-5;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weight_decay = 0.0;
-  double momentum = 0.0;  // sgd
+  double momentum = 0.0;            // sgd
   std::string schedule = "cosine";  // "constant", "linear", "cosine" (after linear warmup)
   int64_t warmup = 0;               // steps of linear warmup from 0
   int64_t steps = 0;                // total steps (linear/cosine decay to min_lr_ratio * lr)
   double min_lr_ratio = 0.0;
-  int64_t micro_batch_size = 0;     // rows per forward/backward; 0 = the whole batch at once
-  double max_grad_norm = 1.0;       // 0 = no clipping
-  bool master_weights = true;       // fp32 master copies of bf16/f16 trainable weights
-  bool checkpoint_layers = false;   // recompute each layer in backward instead of storing activations
-  int64_t loss_chunk = 4096;        // rows of logits materialised at once by the cross-entropy
-  std::string output_dir;           // checkpoints go to output_dir/checkpoints/step-NNNNNNN
-  int64_t save_every = 0;           // 0 = only when save() is called
-  int64_t keep_last = 2;            // checkpoints kept (older ones are deleted)
+  int64_t micro_batch_size = 0;    // rows per forward/backward; 0 = the whole batch at once
+  double max_grad_norm = 1.0;      // 0 = no clipping
+  bool master_weights = true;      // fp32 master copies of bf16/f16 trainable weights
+  bool checkpoint_layers = false;  // recompute each layer in backward instead of storing activations
+  int64_t loss_chunk = 4096;       // rows of logits materialised at once by the cross-entropy
+  std::string output_dir;          // checkpoints go to output_dir/checkpoints/step-NNNNNNN
+  int64_t save_every = 0;          // 0 = only when save() is called
+  int64_t keep_last = 2;           // checkpoints kept (older ones are deleted)
   // ZeRO over the data-parallel ranks (host/dist/zero.h): "none", "optimizer", "gradients", "full"
   // (or FSDP's NO_SHARD / SHARD_GRAD_OP / FULL_SHARD). "full" recomputes layers (checkpoint_layers).
   std::string shard = "none";
@@ -116,11 +116,11 @@ struct TrainOptions {
 using TrainMemory = ZeroMemory;
 
 struct StepStats {
-  double loss = 0;        // mean cross-entropy per target token of this batch
-  double lr = 0;          // learning rate used by this step
-  double grad_norm = 0;   // total gradient norm before clipping
+  double loss = 0;       // mean cross-entropy per target token of this batch
+  double lr = 0;         // learning rate used by this step
+  double grad_norm = 0;  // total gradient norm before clipping
   int64_t tokens = 0, target_tokens = 0;
-  double step_time = 0;   // seconds
+  double step_time = 0;  // seconds
   double tokens_per_s = 0;
   double peak_memory_gb = 0;  // CUDA: peak allocated since the previous step; 0 on CPU
   std::vector<std::pair<std::string, double>> extra;  // from hooks
@@ -158,8 +158,8 @@ class Trainer {
   // The stop protocol (host/train/stop.h): save_every's checkpoint is written at the next safe
   // point, after the step's metrics are logged, so a checkpoint never runs ahead of the logs.
   bool mid_step() const { return mid_step_; }  // a step returned and no safe point since
-  void reach_safe_point();                      // writes the deferred checkpoint, if any
-  std::string save_unsaved();                   // save() when there is output_dir and an unsaved step; else ""
+  void reach_safe_point();                     // writes the deferred checkpoint, if any
+  std::string save_unsaved();                  // save() when there is output_dir and an unsaved step; else ""
   int64_t step_count() const { return step_; }
   double lr_at(int64_t step) const;  // learning rate of step `step` (1-based)
   const TrainOptions& options() const { return options_; }
@@ -194,7 +194,7 @@ class Trainer {
     bool follow_schedule, clip;
   };
   std::vector<Setting> settings_;
-  OptimHyper hyper_;  // optimizer, betas, eps, momentum (lr, decay and step set per update)
+  OptimHyper hyper_;                // optimizer, betas, eps, momentum (lr, decay and step set per update)
   std::vector<at::Tensor> master_;  // per parameter (undefined when unused; on the host when offloaded)
   std::vector<OptimState> opt_;     // per parameter
   bool state_ready_ = false;
@@ -208,7 +208,8 @@ class Trainer {
   std::vector<std::pair<std::string, at::Tensor>> local_state(bool replicated) const;
   using TensorGetter = std::function<at::Tensor(const std::string&)>;  // undefined when absent
   // What local_state wrote back: the replicated parameters (from get_params) and the generators.
-  void load_local_state(const TensorGetter& get_params, const std::string& params_file, const TensorGetter& get_rng);
+  void load_local_state(const TensorGetter& get_params, const std::string& params_file,
+                        const TensorGetter& get_rng);
   void publish_checkpoint(const std::string& tmp, const std::string& final_dir);
   int64_t step_ = 0;
   // Checkpoints and the output directory: the run this trainer's checkpoints belong to (set by a

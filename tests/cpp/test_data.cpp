@@ -303,9 +303,10 @@ TEST(DataLoad, BadRecordsFailWithFileAndLine) {
   o.skip_bad = false;
   o.format = DataFormat::text;
   std::string p2 = write_temp("not_json.jsonl", "{\"text\": \"hello\"}\nhello world\n");
-  EXPECT_EQ(error_of([&] { Dataset::from_jsonl(p2, *bytelevel(), o); }),
-            p2 + ":2: expected a JSON object, got 'hello world' (not valid JSON at column 1: syntax error while "
-                 "parsing value - invalid literal; last read: 'h')");
+  EXPECT_EQ(
+      error_of([&] { Dataset::from_jsonl(p2, *bytelevel(), o); }),
+      p2 + ":2: expected a JSON object, got 'hello world' (not valid JSON at column 1: syntax error while "
+           "parsing value - invalid literal; last read: 'h')");
   EXPECT_EQ(error_of([&] { Dataset::from_jsonl("no/such.jsonl", *bytelevel(), o); }),
             "data: cannot open 'no/such.jsonl'");
   // Invalid UTF-8 is a bad record too, named by its byte; skip_bad counts it.

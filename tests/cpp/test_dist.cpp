@@ -28,8 +28,12 @@ std::vector<at::Tensor*> ptrs(std::vector<at::Tensor>& v) {
 
 TEST(GradBuckets, ReverseOrderCappedBySizeAndSplitByDtype) {
   // float32: 100 elements = 400 bytes. Cap 1000 bytes.
-  auto v = tensors({{100, at::kFloat}, {100, at::kFloat}, {100, at::kFloat}, {50, at::kBFloat16},
-                    {100, at::kFloat}, {600, at::kFloat}});
+  auto v = tensors({{100, at::kFloat},
+                    {100, at::kFloat},
+                    {100, at::kFloat},
+                    {50, at::kBFloat16},
+                    {100, at::kFloat},
+                    {600, at::kFloat}});
   auto b = grad_buckets(ptrs(v), 1000);
   // Walked from the last: 5 (2400 B, alone: larger than the cap), 4, then 3 (bf16: new bucket),
   // then 2 and 1 (800 B), then 0 (would pass 1000).

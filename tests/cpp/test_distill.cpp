@@ -20,9 +20,9 @@ namespace {
 
 std::shared_ptr<Model> tiny(uint64_t seed, int64_t hidden = 32, int64_t layers = 2, int64_t vocab = 61,
                             at::ScalarType dtype = at::kFloat, double softcap = 0) {
-  std::string fields = R"({"vocab_size": )" + std::to_string(vocab) + R"(, "hidden_size": )" + std::to_string(hidden) +
-                       R"(, "intermediate_size": 40, "num_hidden_layers": )" + std::to_string(layers) +
-                       R"(, "num_attention_heads": 4, "num_key_value_heads": 2})";
+  std::string fields = R"({"vocab_size": )" + std::to_string(vocab) + R"(, "hidden_size": )" +
+                       std::to_string(hidden) + R"(, "intermediate_size": 40, "num_hidden_layers": )" +
+                       std::to_string(layers) + R"(, "num_attention_heads": 4, "num_key_value_heads": 2})";
   ModelConfig c = model_config_with("llama", fields, "test");
   c.final_logit_softcap = softcap;
   return model_init(c, seed, dtype, at::kCPU);
@@ -54,7 +54,9 @@ double stat(const std::vector<std::pair<std::string, double>>& extra, const std:
   return NAN;
 }
 
-double value(const at::Tensor& t, int64_t i) { return t[i].item<double>(); }
+double value(const at::Tensor& t, int64_t i) {
+  return t[i].item<double>();
+}
 
 }  // namespace
 
@@ -115,8 +117,10 @@ TEST(DistillDivergence, JsdEdgesAreTheKLsAndSwappingRolesFlipsBeta) {
   at::Generator gen = at::detail::createCPUGenerator(4);
   at::Tensor s = at::randn({6, 9}, gen, at::TensorOptions(at::kFloat));
   at::Tensor t = at::randn({6, 9}, gen, at::TensorOptions(at::kFloat));
-  EXPECT_TRUE(at::equal(distill_divergence(s, t, with_loss("jsd", 1, 0)), distill_divergence(s, t, with_loss("forward_kl"))));
-  EXPECT_TRUE(at::equal(distill_divergence(s, t, with_loss("jsd", 1, 1)), distill_divergence(s, t, with_loss("reverse_kl"))));
+  EXPECT_TRUE(at::equal(distill_divergence(s, t, with_loss("jsd", 1, 0)),
+                        distill_divergence(s, t, with_loss("forward_kl"))));
+  EXPECT_TRUE(at::equal(distill_divergence(s, t, with_loss("jsd", 1, 1)),
+                        distill_divergence(s, t, with_loss("reverse_kl"))));
   // M = beta p_t + (1 - beta) p_s is the same mixture with the roles swapped and beta -> 1 - beta.
   at::Tensor a = distill_divergence(s, t, with_loss("jsd", 1, 0.3));
   at::Tensor b = distill_divergence(t, s, with_loss("jsd", 1, 0.7));
@@ -141,9 +145,10 @@ TEST(DistillLogitLoss, ChunkedMatchesAutogradValueAndGradients) {
     const char* loss;
     double temperature, beta, scap, tcap;
   };
-  for (Case c : {Case{"forward_kl", 1, 0.5, 0, 0}, Case{"forward_kl", 2, 0.5, 5, 3}, Case{"reverse_kl", 1, 0.5, 0, 0},
-                 Case{"reverse_kl", 0.7, 0.5, 4, 0}, Case{"jsd", 1, 0.3, 0, 0}, Case{"jsd", 2, 0.5, 5, 3},
-                 Case{"jsd", 1, 0, 0, 2}, Case{"jsd", 1.5, 1, 3, 0}}) {
+  for (Case c :
+       {Case{"forward_kl", 1, 0.5, 0, 0}, Case{"forward_kl", 2, 0.5, 5, 3}, Case{"reverse_kl", 1, 0.5, 0, 0},
+        Case{"reverse_kl", 0.7, 0.5, 4, 0}, Case{"jsd", 1, 0.3, 0, 0}, Case{"jsd", 2, 0.5, 5, 3},
+        Case{"jsd", 1, 0, 0, 2}, Case{"jsd", 1.5, 1, 3, 0}}) {
     DistillOptions o = with_loss(c.loss, c.temperature, c.beta);
     // The reference: whole logits, ordinary autograd through distill_divergence.
     at::Tensor sh = sh0.clone().requires_grad_(true), sw = sw0.clone().requires_grad_(true);
@@ -158,7 +163,8 @@ TEST(DistillLogitLoss, ChunkedMatchesAutogradValueAndGradients) {
       at::Tensor mine = distill_logit_loss(h, w, c.scap, th, tw, c.tcap, o);
       (mine * 0.37).backward();
       std::string what = std::string(c.loss) + " T " + std::to_string(c.temperature) + " beta " +
-                         std::to_string(c.beta) + " softcap " + std::to_string(c.scap) + " chunk " + std::to_string(chunk);
+                         std::to_string(c.beta) + " softcap " + std::to_string(c.scap) + " chunk " +
+                         std::to_string(chunk);
       EXPECT_NEAR(mine.item<double>(), ref.item<double>(), 1e-4 * (1 + std::abs(ref.item<double>()))) << what;
       EXPECT_TRUE(at::allclose(h.grad(), sh.grad(), 1e-4, 1e-5)) << what;
       EXPECT_TRUE(at::allclose(w.grad(), sw.grad(), 1e-4, 1e-5)) << what;
@@ -271,7 +277,8 @@ TEST(Distiller, MicroBatchesEqualTheWholeBatch) {
     grads.push_back(g);
   }
   EXPECT_NEAR(losses[0], losses[1], 1e-5);
-  for (size_t i = 0; i < grads[0].size(); i++) EXPECT_TRUE(at::allclose(grads[0][i], grads[1][i], 1e-4, 1e-6)) << i;
+  for (size_t i = 0; i < grads[0].size(); i++)
+    EXPECT_TRUE(at::allclose(grads[0][i], grads[1][i], 1e-4, 1e-6)) << i;
 }
 
 TEST(Distiller, Bf16TeacherWithFloat32Student) {
@@ -327,7 +334,8 @@ TEST(Distiller, ErrorsNameTheProblem) {
   EXPECT_EQ(error_of([&] { Distiller d(tiny(2, 32, 2, 64), tiny(1, 32, 2, 80), o); }),
             "distill.new: teacher vocabulary 64 != student 80");
   EXPECT_EQ(error_of([&] { Distiller d(s, s, o); }),
-            "distill.new: the teacher and the student are the same model object (load or copy the teacher separately)");
+            "distill.new: the teacher and the student are the same model object (load or copy the teacher "
+            "separately)");
   o.loss = "kl";
   EXPECT_EQ(make(o), "distill.new: loss must be \"forward_kl\", \"reverse_kl\" or \"jsd\", got \"kl\"");
   o = {};
@@ -347,9 +355,16 @@ TEST(Distiller, ErrorsNameTheProblem) {
   EXPECT_EQ(make(o), "distill.new: hidden_loss must be \"cosine\" or \"mse\", got \"l1\"");
   o = {};
   o.hidden_layers = {{0, 0}, {2, 1}};
-  EXPECT_EQ(make(o), "distill.new: hidden_layers[2]: student layer 2 is out of range (the student has 2 layers, 0..1)");
+  EXPECT_EQ(
+      make(o),
+      "distill.new: hidden_layers[2]: student layer 2 is out of range (the student has 2 layers, 0..1)");
   o.hidden_layers = {{0, -1}};
-  EXPECT_EQ(make(o), "distill.new: hidden_layers[1]: teacher layer -1 is out of range (the teacher has 2 layers, 0..1)");
-  EXPECT_EQ(error_of([] { distill_divergence(at::zeros({2, 3}), at::zeros({2, 4}), {}); }),
-            "distill.divergence: student and teacher logits must have one shape (..., V), got [2, 3] and [2, 4]");
+  EXPECT_EQ(
+      make(o),
+      "distill.new: hidden_layers[1]: teacher layer -1 is out of range (the teacher has 2 layers, 0..1)");
+  EXPECT_EQ(
+      error_of([] {
+        distill_divergence(at::zeros({2, 3}), at::zeros({2, 4}), {});
+      }),
+      "distill.divergence: student and teacher logits must have one shape (..., V), got [2, 3] and [2, 4]");
 }

@@ -8,8 +8,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
@@ -108,10 +108,10 @@ TEST_P(GgufExportArch, KeysTensorsAndLayouts) {
   const std::string ga = arch == "mistral" ? "llama" : arch;
   ASSERT_NE(f.find("general.architecture"), nullptr);
   EXPECT_EQ(f.find("general.architecture")->s, ga);
-  for (const char* k : {"context_length", "embedding_length", "block_count", "feed_forward_length",
-                        "attention.head_count", "attention.head_count_kv", "attention.key_length",
-                        "attention.value_length", "rope.dimension_count", "rope.freq_base",
-                        "attention.layer_norm_rms_epsilon"})
+  for (const char* k :
+       {"context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count",
+        "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
+        "rope.freq_base", "attention.layer_norm_rms_epsilon"})
     EXPECT_NE(f.find(ga + "." + k), nullptr) << k;
   EXPECT_EQ(f.find(ga + ".block_count")->u, 2u);
   EXPECT_EQ(f.find(ga + ".attention.head_count_kv")->u, 2u);
@@ -121,7 +121,7 @@ TEST_P(GgufExportArch, KeysTensorsAndLayouts) {
   EXPECT_EQ(f.find("tokenizer.ggml.pre")->s, "llama-bpe");
   const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
   ASSERT_NE(tokens, nullptr);
-  ASSERT_EQ(tokens->items.size(), 48u);  // padded to the embedding's rows
+  ASSERT_EQ(tokens->items.size(), 48u);       // padded to the embedding's rows
   EXPECT_EQ(tokens->items[4].s, "\xc4\xa0");  // "Ġ" stays in GPT-2's byte alphabet
   EXPECT_EQ(tokens->items[30].s, "[PAD30]");
   const GgufValue* types = f.find("tokenizer.ggml.token_type");
@@ -144,8 +144,8 @@ TEST_P(GgufExportArch, KeysTensorsAndLayouts) {
   if (m->lm_head.defined()) want.insert("output.weight");
   for (int i = 0; i < 2; i++) {
     std::string b = "blk." + std::to_string(i) + ".";
-    for (const char* n : {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
-                          "ffn_down"})
+    for (const char* n : {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
+                          "ffn_up", "ffn_down"})
       want.insert(b + n + ".weight");
     if (arch == "qwen2")
       for (const char* n : {"attn_q", "attn_k", "attn_v"}) want.insert(b + n + ".bias");
@@ -190,7 +190,8 @@ TEST_P(GgufExportArch, KeysTensorsAndLayouts) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, GgufExportArch, ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma2"));
+INSTANTIATE_TEST_SUITE_P(Archs, GgufExportArch,
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "gemma2"));
 
 TEST(GgufExport, PermutationIsLlamaCppsConverter) {
   // permute(w, n_head) = w.reshape(n_head, 2, rows/n_head/2, cols).swapaxes(1, 2).reshape(w.shape):
@@ -203,7 +204,8 @@ TEST(GgufExport, PermutationIsLlamaCppsConverter) {
 
 TEST(GgufExport, Llama3RopeFreqsFollowTheFormula) {
   auto tok = Tokenizer::load(byte_level_tokenizer("tok_rope", kLlama3Regex));
-  ModelConfig c = tiny("llama", R"(, "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+  ModelConfig c =
+      tiny("llama", R"(, "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
       "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64})");
   auto m = tiny_model(c);
   std::string path = temp_dir("rope") + "/m.gguf";
@@ -310,9 +312,11 @@ TEST(GgufExport, UnsupportedInputsFailWithOneLineAndWriteNothing) {
   expect_fails([&] { gguf_export(*m, *odd, path, {"f16", ""}); }, "has no llama.cpp equivalent");
   auto tok = Tokenizer::load(byte_level_tokenizer("tok_fail", kLlama3Regex));
   // Gemma 2's query_pre_attn_scalar that llama.cpp would not use.
-  auto g = tiny_model(model_config_with("gemma2", R"({"vocab_size": 48, "hidden_size": 64, "intermediate_size": 96,
+  auto g =
+      tiny_model(model_config_with("gemma2", R"({"vocab_size": 48, "hidden_size": 64, "intermediate_size": 96,
       "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-      "query_pre_attn_scalar": 256})", "test"));
+      "query_pre_attn_scalar": 256})",
+                                   "test"));
   expect_fails([&] { gguf_export(*g, *tok, path, {"f16", ""}); }, "export.gguf: gemma2 attention scale");
   // YaRN rope scaling.
   auto y = tiny_model(tiny("qwen3", R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,

@@ -25,20 +25,30 @@ void check_arch(const std::string& arch) {
   auto f32 = model_load(dir, {"float32", "cpu"});
   at::Tensor got = f32->forward(ids).to(at::kFloat);
   at::Tensor want = expected->tensor("logits_float32");
-  EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-4)) << arch << " float32 max |diff| "
-                                                   << (got - want).abs().max().item<double>();
+  EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-4))
+      << arch << " float32 max |diff| " << (got - want).abs().max().item<double>();
   // bfloat16: HF rounds at the same points we do; allow bf16's precision.
   auto bf16 = model_load(dir, {"bfloat16", "cpu"});
   got = bf16->forward(ids).to(at::kFloat);
   want = expected->tensor("logits_bfloat16");
-  EXPECT_TRUE(at::allclose(got, want, 2e-2, 2e-2)) << arch << " bfloat16 max |diff| "
-                                                   << (got - want).abs().max().item<double>();
+  EXPECT_TRUE(at::allclose(got, want, 2e-2, 2e-2))
+      << arch << " bfloat16 max |diff| " << (got - want).abs().max().item<double>();
 }
 
 }  // namespace
 
-TEST(HFParity, Llama) { check_arch("llama"); }
-TEST(HFParity, Mistral) { check_arch("mistral"); }
-TEST(HFParity, Qwen2) { check_arch("qwen2"); }
-TEST(HFParity, Qwen3) { check_arch("qwen3"); }
-TEST(HFParity, Gemma2) { check_arch("gemma2"); }
+TEST(HFParity, Llama) {
+  check_arch("llama");
+}
+TEST(HFParity, Mistral) {
+  check_arch("mistral");
+}
+TEST(HFParity, Qwen2) {
+  check_arch("qwen2");
+}
+TEST(HFParity, Qwen3) {
+  check_arch("qwen3");
+}
+TEST(HFParity, Gemma2) {
+  check_arch("gemma2");
+}

@@ -27,19 +27,23 @@ ModelConfig llama31_8b() {
                            "test llama");
 }
 ModelConfig mistral_7b() {
-  return model_config_with("mistral", R"({"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
+  return model_config_with("mistral",
+                           R"({"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
       "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": false})",
                            "test mistral");
 }
 ModelConfig gemma2_9b() {
-  return model_config_with("gemma2", R"({"vocab_size": 256000, "hidden_size": 3584, "intermediate_size": 14336,
+  return model_config_with("gemma2",
+                           R"({"vocab_size": 256000, "hidden_size": 3584, "intermediate_size": 14336,
       "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
       "query_pre_attn_scalar": 256, "sliding_window": 4096, "attn_logit_softcapping": 50.0,
       "final_logit_softcapping": 30.0, "tie_word_embeddings": true})",
                            "test gemma2");
 }
 
-std::vector<GpuSpec> catalog() { return hw_catalog_load(std::string(LUATUNE_SOURCE_DIR) + "/data/gpu_catalog.json"); }
+std::vector<GpuSpec> catalog() {
+  return hw_catalog_load(std::string(LUATUNE_SOURCE_DIR) + "/data/gpu_catalog.json");
+}
 
 // ---------------------------------------------------------------------------------------------
 // Parameter counts
@@ -151,7 +155,12 @@ TEST(HwPlan, OtherModelsOrdersOfMagnitude) {
   EXPECT_GT(hw_plan_memory(gemma2_9b(), q).total / kGiB, 16);
   q.loss_chunk = 512;
   EXPECT_LT(hw_plan_memory(gemma2_9b(), q).total / kGiB, 16);
-  Plan g = hw_plan(gemma2_9b(), [&] { PlanOptions x = q; x.loss_chunk = 4096; return x; }(),
+  Plan g = hw_plan(gemma2_9b(),
+                   [&] {
+                     PlanOptions x = q;
+                     x.loss_chunk = 4096;
+                     return x;
+                   }(),
                    {hw_catalog_find(catalog(), "T4")});
   bool chunk_advice = false;
   for (const auto& a : g.gpus[0].advice) chunk_advice |= a.rfind("a smaller loss chunk", 0) == 0;
@@ -165,9 +174,14 @@ TEST(HwPlan, OtherModelsOrdersOfMagnitude) {
   l.seq_len = 2048;
   double a2 = hw_plan_memory(gemma2_9b(), l).activations;
   EXPECT_GT(a4 / a2, 2.5);
-  EXPECT_NEAR(hw_plan_memory(llama31_8b(), l).activations * 2,
-              [&] { PlanOptions x = l; x.seq_len = 4096; return hw_plan_memory(llama31_8b(), x).activations; }(),
-              1e6);  // SDPA: linear in the sequence
+  EXPECT_NEAR(
+      hw_plan_memory(llama31_8b(), l).activations * 2,
+      [&] {
+        PlanOptions x = l;
+        x.seq_len = 4096;
+        return hw_plan_memory(llama31_8b(), x).activations;
+      }(),
+      1e6);  // SDPA: linear in the sequence
 }
 
 TEST(HwPlan, FitsMaxMicroBatchAndAdvice) {
@@ -181,7 +195,8 @@ TEST(HwPlan, FitsMaxMicroBatchAndAdvice) {
   double prev_mem = 0;
   // Sorted by memory, the max micro-batch never decreases.
   std::vector<GpuFit> by_mem = p.gpus;
-  std::sort(by_mem.begin(), by_mem.end(), [](const GpuFit& a, const GpuFit& b) { return a.memory_gb < b.memory_gb; });
+  std::sort(by_mem.begin(), by_mem.end(),
+            [](const GpuFit& a, const GpuFit& b) { return a.memory_gb < b.memory_gb; });
   for (const GpuFit& f : by_mem) {
     if (f.memory_gb > prev_mem) {
       EXPECT_GE(f.max_micro_batch, prev);
@@ -312,7 +327,8 @@ TEST(HwPlanZero, PaddingAndFrozenBases) {
     EXPECT_DOUBLE_EQ(z3.adapters, base.adapters);
     EXPECT_DOUBLE_EQ(z3.optimizer_states, base.optimizer_states);
     EXPECT_DOUBLE_EQ(z3.gather_buffers, 0);
-    EXPECT_EQ(plan_component_note(o, "adapters"), "replicated: adapters are not sharded (faster at their size)");
+    EXPECT_EQ(plan_component_note(o, "adapters"),
+              "replicated: adapters are not sharded (faster at their size)");
   }
 }
 
@@ -471,8 +487,10 @@ TEST(HwProfile, LoraConvention) {
   // Llama-3-8B at T=2048: full 6N + attention = 45,029,548,032 + 3,221,225,472 = 48.25 GFLOP/token;
   // LoRA 4N + attention = 30,019,698,688 + 3,221,225,472 = 33.24 (docs/hardware.md's figure, no adapter
   // term); with 6 * 41,943,040 adapter FLOPs: 33.49.
-  EXPECT_DOUBLE_EQ(hw_flops_per_token(llama31_8b(), PlanMethod::method_full, 0, 2048, false).model, 48250773504.0);
-  EXPECT_DOUBLE_EQ(hw_flops_per_token(llama31_8b(), PlanMethod::method_lora, 0, 2048, false).model, 33240924160.0);
+  EXPECT_DOUBLE_EQ(hw_flops_per_token(llama31_8b(), PlanMethod::method_full, 0, 2048, false).model,
+                   48250773504.0);
+  EXPECT_DOUBLE_EQ(hw_flops_per_token(llama31_8b(), PlanMethod::method_lora, 0, 2048, false).model,
+                   33240924160.0);
   EXPECT_DOUBLE_EQ(hw_flops_per_token(llama31_8b(), PlanMethod::method_lora, 41943040, 2048, false).model,
                    33492582400.0);
   // HFU with checkpointing adds one forward: 2N + 4LHQT
@@ -491,10 +509,10 @@ TEST(HwProfile, CostAndDollarsPerMillionTokens) {
   Profile p = hw_profile(llama31_8b(), in);
   EXPECT_DOUBLE_EQ(p.tokens_per_s, 1e6 / 3600);
   EXPECT_DOUBLE_EQ(p.step_time_s, 36);
-  EXPECT_DOUBLE_EQ(p.gpu_hours, 2);      // 1 h x 2 GPUs
-  EXPECT_DOUBLE_EQ(p.cost_usd, 4);       // 2 GPU-h x $2
-  EXPECT_DOUBLE_EQ(p.usd_per_mtok, 4);   // $4 / 1M tokens
-  EXPECT_LT(p.mfu, 0);                   // no peak given: no MFU
+  EXPECT_DOUBLE_EQ(p.gpu_hours, 2);     // 1 h x 2 GPUs
+  EXPECT_DOUBLE_EQ(p.cost_usd, 4);      // 2 GPU-h x $2
+  EXPECT_DOUBLE_EQ(p.usd_per_mtok, 4);  // $4 / 1M tokens
+  EXPECT_LT(p.mfu, 0);                  // no peak given: no MFU
 }
 
 TEST(HwProfile, ProjectionScalesByPeakAndMarksKinds) {
@@ -564,8 +582,8 @@ TEST(HwCatalog, ShippedFileLoadsAndMatchesDeviceNames) {
     EXPECT_FALSE(g.price_source.empty()) << g.name;
     EXPECT_FALSE(g.price_date.empty()) << g.name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"H100 SXM", "H100 PCIe", "H200", "A100 80GB", "A100 40GB", "L40S", "L4",
-                                             "A10G", "RTX 4090", "RTX A6000", "T4", "MI300X"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"H100 SXM", "H100 PCIe", "H200", "A100 80GB", "A100 40GB",
+                                             "L40S", "L4", "A10G", "RTX 4090", "RTX A6000", "T4", "MI300X"}));
   auto match = [&](const char* dev) {
     const GpuSpec* g = hw_catalog_match(cat, dev);
     return g ? g->name : std::string("-");
@@ -586,16 +604,19 @@ TEST(HwCatalog, ShippedFileLoadsAndMatchesDeviceNames) {
 
 TEST(HwCatalog, BadFilesNameFileEntryAndField) {
   EXPECT_EQ(error_of([] {
-              hw_catalog_parse(R"({"gpus": [{"name": "A", "memory_gb": 1, "bandwidth_gbs": 1, "bf16_tflops": 1,
+              hw_catalog_parse(
+                  R"({"gpus": [{"name": "A", "memory_gb": 1, "bandwidth_gbs": 1, "bf16_tflops": 1,
                                  "fp16_tflops": 1, "price_per_hour": 1},
                                 {"name": "B", "memory_gb": "80", "bandwidth_gbs": 1}]})",
-                               "my.json");
+                  "my.json");
             }),
             "hw.catalog: my.json: entry 2 (\"B\"): field 'memory_gb' must be a number");
-  EXPECT_EQ(error_of([] { hw_catalog_parse(R"({"gpus": [{"name": "A", "memroy_gb": 1}]})", "my.json"); }),
-            "hw.catalog: my.json: entry 1 (\"A\"): unknown field 'memroy_gb' (fields: name, aliases, memory_gb, "
-            "bandwidth_gbs, bf16_tflops, fp16_tflops, bf16, interconnect, price_per_hour, price_source, price_date, "
-            "notes)");
+  EXPECT_EQ(
+      error_of([] { hw_catalog_parse(R"({"gpus": [{"name": "A", "memroy_gb": 1}]})", "my.json"); }),
+      "hw.catalog: my.json: entry 1 (\"A\"): unknown field 'memroy_gb' (fields: name, aliases, memory_gb, "
+      "bandwidth_gbs, bf16_tflops, fp16_tflops, bf16, interconnect, price_per_hour, price_source, "
+      "price_date, "
+      "notes)");
   EXPECT_EQ(error_of([] { hw_catalog_parse("[1]", "x.json"); }),
             "hw.catalog: x.json: expected an object with a \"gpus\" list (see data/gpu_catalog.json)");
   EXPECT_EQ(error_of([] { hw_catalog_load("/nonexistent/cat.json"); }),
@@ -606,7 +627,10 @@ TEST(HwCatalog, BadFilesNameFileEntryAndField) {
 // Recipe config -> plan, presets, the NVML-less monitor
 
 TEST(HwPlanRequest, ReadsTheShippedRecipesKeys) {
-  nlohmann::json cfg = {{"base_model", "/nowhere"}, {"dtype", "bf16"}, {"batch_size", 4}, {"max_length", 1024},
+  nlohmann::json cfg = {{"base_model", "/nowhere"},
+                        {"dtype", "bf16"},
+                        {"batch_size", 4},
+                        {"max_length", 1024},
                         {"gradient_checkpointing", true},
                         {"lora", {{"r", 8}, {"dropout", 0.0}, {"targets", {"q_proj", "v_proj"}}}}};
   PlanExtras ex;
@@ -626,9 +650,10 @@ TEST(HwPlanRequest, ReadsTheShippedRecipesKeys) {
   old["gradient_checkpointing"] = false;
   EXPECT_FALSE(hw_plan_request(old, "recipes/lora_finetune.lua", ex).options.checkpointing);
   ex.model_preset = "";
-  EXPECT_EQ(error_of([&] { hw_plan_request(cfg, "x.lua", ex); }),
-            "plan: base_model '/nowhere' has no config.json to read the model's shape from\n  HINT: point "
-            "base_model= at a Hugging Face model directory, or pass model_preset=llama3.1-8b|mistral-7b|gemma2-9b");
+  EXPECT_EQ(
+      error_of([&] { hw_plan_request(cfg, "x.lua", ex); }),
+      "plan: base_model '/nowhere' has no config.json to read the model's shape from\n  HINT: point "
+      "base_model= at a Hugging Face model directory, or pass model_preset=llama3.1-8b|mistral-7b|gemma2-9b");
   nlohmann::json full = {{"base_model", "/nowhere"}, {"master_weights", false}};
   ex.model_preset = "gemma2-9b";
   PlanRequest f = hw_plan_request(full, "recipes/full_finetune.lua", ex);

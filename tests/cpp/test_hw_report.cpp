@@ -28,25 +28,66 @@ json sample() {
       {"date", "2026-11-22"},
       {"model", {{"name", "Llama-3.1-8B"}, {"parameters", 8.03e9}, {"trainable", 4.2e7}, {"method", "lora"}}},
       {"measured",
-       {{{"device", "NVIDIA H100 80GB HBM3"}, {"gpu", "H100 SXM"}, {"tokens_per_s", 4150.2}, {"mfu", 0.412},
-         {"peak_memory_gb", 36.9}, {"seconds", 950}, {"cost_usd", 0.71}, {"eval_loss", 1.23456}}}},
+       {{{"device", "NVIDIA H100 80GB HBM3"},
+         {"gpu", "H100 SXM"},
+         {"tokens_per_s", 4150.2},
+         {"mfu", 0.412},
+         {"peak_memory_gb", 36.9},
+         {"seconds", 950},
+         {"cost_usd", 0.71},
+         {"eval_loss", 1.23456}}}},
       {"rows",
-       {{{"gpu", "RTX 4090"}, {"memory_gb", 24}, {"predicted_peak_gb", 31.24}, {"fits", false},
-         {"max_micro_batch", 0}, {"kind", "planned"}, {"price_per_hour", 0.34},
+       {{{"gpu", "RTX 4090"},
+         {"memory_gb", 24},
+         {"predicted_peak_gb", 31.24},
+         {"fits", false},
+         {"max_micro_batch", 0},
+         {"kind", "planned"},
+         {"price_per_hour", 0.34},
          {"advice", {"Use QLoRA: 14.9 GB.", "Or micro-batch 1."}}},
-        {{"gpu", "H200 SXM"}, {"memory_gb", 141}, {"predicted_peak_gb", 31.24}, {"fits", true},
-         {"max_micro_batch", 32}, {"kind", "projected"}, {"tokens_per_s", 5020.4}, {"hours", 11.07},
-         {"cost_usd", 41.95}, {"usd_per_mtok", 0.2097}, {"price_per_hour", 3.79}, {"price_source", "RunPod"},
+        {{"gpu", "H200 SXM"},
+         {"memory_gb", 141},
+         {"predicted_peak_gb", 31.24},
+         {"fits", true},
+         {"max_micro_batch", 32},
+         {"kind", "projected"},
+         {"tokens_per_s", 5020.4},
+         {"hours", 11.07},
+         {"cost_usd", 41.95},
+         {"usd_per_mtok", 0.2097},
+         {"price_per_hour", 3.79},
+         {"price_source", "RunPod"},
          {"price_date", "2026-11-01"}},
-        {{"gpu", "H100 SXM"}, {"memory_gb", 80}, {"predicted_peak_gb", 31.24}, {"fits", true},
-         {"max_micro_batch", 16}, {"kind", "measured"}, {"tokens_per_s", 4150.2}, {"hours", 13.386},
-         {"cost_usd", 36.0084}, {"usd_per_mtok", 0.18}, {"eval_loss", 1.23456}, {"price_per_hour", 2.69}},
-        {{"gpu", "A6000 <script>alert(1)</script>"}, {"memory_gb", 48}, {"predicted_peak_gb", 31.24},
-         {"fits", true}, {"max_micro_batch", 4}, {"kind", "planned"}},
-        {{"gpu", "A100 80GB"}, {"memory_gb", 80}, {"predicted_peak_gb", 31.24}, {"fits", true},
-         {"max_micro_batch", 16}, {"kind", "projected"}, {"tokens_per_s", 1510}, {"hours", 1234.6},
-         {"cost_usd", 1592.5}, {"usd_per_mtok", 0.0039}}}},
-      {"formulas", {{"memory", "weights + states"}, {"mfu", "6 N tok/s / peak"}, {"projection", "scale by FLOP/s"}}},
+        {{"gpu", "H100 SXM"},
+         {"memory_gb", 80},
+         {"predicted_peak_gb", 31.24},
+         {"fits", true},
+         {"max_micro_batch", 16},
+         {"kind", "measured"},
+         {"tokens_per_s", 4150.2},
+         {"hours", 13.386},
+         {"cost_usd", 36.0084},
+         {"usd_per_mtok", 0.18},
+         {"eval_loss", 1.23456},
+         {"price_per_hour", 2.69}},
+        {{"gpu", "A6000 <script>alert(1)</script>"},
+         {"memory_gb", 48},
+         {"predicted_peak_gb", 31.24},
+         {"fits", true},
+         {"max_micro_batch", 4},
+         {"kind", "planned"}},
+        {{"gpu", "A100 80GB"},
+         {"memory_gb", 80},
+         {"predicted_peak_gb", 31.24},
+         {"fits", true},
+         {"max_micro_batch", 16},
+         {"kind", "projected"},
+         {"tokens_per_s", 1510},
+         {"hours", 1234.6},
+         {"cost_usd", 1592.5},
+         {"usd_per_mtok", 0.0039}}}},
+      {"formulas",
+       {{"memory", "weights + states"}, {"mfu", "6 N tok/s / peak"}, {"projection", "scale by FLOP/s"}}},
       {"notes", {"Prices change."}},
   };
 }
@@ -64,22 +105,27 @@ bool has_line(const std::string& text, const std::string& line) {
 
 TEST(HwReportMarkdown, MainTableRowsPinned) {
   std::string md = hw_report_markdown(sample());
-  EXPECT_TRUE(has_line(md, "| GPU | memory GB | fits | max micro-batch | predicted peak GB | tokens/s | hours | "
-                           "cost $ | $/1M tok | eval loss | kind |"))
+  EXPECT_TRUE(has_line(md,
+                       "| GPU | memory GB | fits | max micro-batch | predicted peak GB | tokens/s | hours | "
+                       "cost $ | $/1M tok | eval loss | kind |"))
       << md;
   EXPECT_TRUE(has_line(md, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")) << md;
-  EXPECT_TRUE(has_line(md, "| H100 SXM | 80 | yes | 16 | 31.2 | 4,150 | 13.4 | 36.01 | 0.18 | 1.2346 | **measured** |"))
+  EXPECT_TRUE(has_line(
+      md, "| H100 SXM | 80 | yes | 16 | 31.2 | 4,150 | 13.4 | 36.01 | 0.18 | 1.2346 | **measured** |"))
       << md;
-  EXPECT_TRUE(has_line(md, "| H200 SXM | 141 | yes | 32 | 31.2 | 5,020 | 11.1 | 41.95 | 0.21 | - | projected |"))
+  EXPECT_TRUE(
+      has_line(md, "| H200 SXM | 141 | yes | 32 | 31.2 | 5,020 | 11.1 | 41.95 | 0.21 | - | projected |"))
       << md;
-  EXPECT_TRUE(has_line(md, "| A100 80GB | 80 | yes | 16 | 31.2 | 1,510 | 1,235 | 1,592.50 | <0.01 | - | projected |"))
+  EXPECT_TRUE(
+      has_line(md, "| A100 80GB | 80 | yes | 16 | 31.2 | 1,510 | 1,235 | 1,592.50 | <0.01 | - | projected |"))
       << md;
   EXPECT_TRUE(has_line(md, "| RTX 4090 | 24 | **no** | 0 | 31.2 | - | - | - | - | - | planned |")) << md;
 }
 
 TEST(HwReportMarkdown, SortedFitsFirstThenCostAscending) {
   std::string md = hw_report_markdown(sample());
-  std::vector<std::string> order = {"| H100 SXM |", "| H200 SXM |", "| A100 80GB |", "| A6000 ", "| RTX 4090 |"};
+  std::vector<std::string> order = {"| H100 SXM |", "| H200 SXM |", "| A100 80GB |", "| A6000 ",
+                                    "| RTX 4090 |"};
   size_t last = 0;
   for (const std::string& gpu : order) {
     size_t at = md.find(gpu, md.find("## GPUs"));
@@ -97,9 +143,10 @@ TEST(HwReportMarkdown, SummaryNamesCheapestFastestAndMeasuredDevice) {
                     "4 of 5 GPUs fit; 1 does not."),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("Model **Llama-3.1-8B** (8.03B parameters, 42M trainable, lora) · recipe `lora_finetune` · "
-                    "2026-11-22"),
-            std::string::npos)
+  EXPECT_NE(
+      md.find("Model **Llama-3.1-8B** (8.03B parameters, 42M trainable, lora) · recipe `lora_finetune` · "
+              "2026-11-22"),
+      std::string::npos)
       << md;
 }
 
@@ -107,13 +154,16 @@ TEST(HwReportMarkdown, SectionsMeasuredAdviceFormulasNotes) {
   std::string md = hw_report_markdown(sample());
   // Only the measured run's columns that it has.
   EXPECT_TRUE(has_line(md, "| device | GPU | tokens/s | MFU | peak GB | time | cost $ | eval loss |")) << md;
-  EXPECT_TRUE(has_line(md, "| NVIDIA H100 80GB HBM3 | H100 SXM | 4,150 | 41.2% | 36.9 | 15m50s | 0.71 | 1.2346 |"))
+  EXPECT_TRUE(
+      has_line(md, "| NVIDIA H100 80GB HBM3 | H100 SXM | 4,150 | 41.2% | 36.9 | 15m50s | 0.71 | 1.2346 |"))
       << md;
-  EXPECT_TRUE(has_line(md, "- **RTX 4090**: needs 31.2 GB, has 24 GB. Use QLoRA: 14.9 GB. Or micro-batch 1.")) << md;
+  EXPECT_TRUE(has_line(md, "- **RTX 4090**: needs 31.2 GB, has 24 GB. Use QLoRA: 14.9 GB. Or micro-batch 1."))
+      << md;
   EXPECT_TRUE(has_line(md, "| H200 SXM | 3.79 | RunPod | 2026-11-01 |")) << md;
   EXPECT_TRUE(has_line(md, "| H100 SXM | 2.69 | - | - |")) << md;
   // mfu, projection, memory first whatever the document's order.
-  size_t mfu = md.find("- **MFU**: 6 N tok/s / peak"), proj = md.find("- **Projection rule**: scale by FLOP/s"),
+  size_t mfu = md.find("- **MFU**: 6 N tok/s / peak"),
+         proj = md.find("- **Projection rule**: scale by FLOP/s"),
          mem = md.find("- **Memory model**: weights + states");
   ASSERT_NE(mem, std::string::npos) << md;
   EXPECT_LT(mfu, proj);
@@ -127,7 +177,8 @@ TEST(HwReportMarkdown, EscapesNamesFromCatalogs) {
   doc["rows"][0]["gpu"] = "RTX | 4090";
   std::string md = hw_report_markdown(doc);
   EXPECT_EQ(md.find("<script>"), std::string::npos) << md;
-  EXPECT_NE(md.find("| A6000 &lt;script&gt;alert(1)&lt;/script&gt; | 48 | yes | 4 | 31.2 | - | - | - | - | - | planned |"),
+  EXPECT_NE(md.find("| A6000 &lt;script&gt;alert(1)&lt;/script&gt; | 48 | yes | 4 | 31.2 | - | - | - | - | - "
+                    "| planned |"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find("| RTX \\| 4090 | 24 |"), std::string::npos) << md;
@@ -169,7 +220,8 @@ TEST(HwReportMarkdown, NumberFormats) {
 TEST(HwReportHtml, SelfContained) {
   std::string html = hw_report_html(sample());
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
-  for (const char* bad : {"http://", "https://", "src=", "href=", "<script", "<link", "@import", "<img", "<iframe"})
+  for (const char* bad :
+       {"http://", "https://", "src=", "href=", "<script", "<link", "@import", "<img", "<iframe"})
     EXPECT_EQ(html.find(bad), std::string::npos) << bad;
   EXPECT_NE(html.find("<style>"), std::string::npos);
   EXPECT_NE(html.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
@@ -192,8 +244,10 @@ TEST(HwReportHtml, ProjectedBarsHatchedMeasuredSolid) {
   // Time and cost: one measured bar each (solid), two projected (the hatch pattern).
   EXPECT_EQ(count_of(html, "<rect class=\"bar measured\""), 2u);
   EXPECT_EQ(count_of(html, "<rect class=\"bar projected\""), 4u);
-  EXPECT_NE(html.find("class=\"bar measured\" x=\"200.0\" y=\"53.0\" width=\"4.8\" height=\"18.0\" fill=\"#2b6cb0\""),
-            std::string::npos)
+  EXPECT_NE(
+      html.find(
+          "class=\"bar measured\" x=\"200.0\" y=\"53.0\" width=\"4.8\" height=\"18.0\" fill=\"#2b6cb0\""),
+      std::string::npos)
       << html;
   EXPECT_NE(html.find("fill=\"url(#hatch-time)\""), std::string::npos);
   EXPECT_NE(html.find("fill=\"url(#hatch-cost)\""), std::string::npos);
@@ -221,7 +275,8 @@ TEST(HwReportHtml, MissingFieldsDashAndOneOrManyRows) {
   std::string one = hw_report_html({{"rows", {{{"gpu", "T4"}}}}});
   EXPECT_EQ(count_of(one, "<svg"), 3u);
   EXPECT_EQ(count_of(one, "<rect class=\"bar"), 0u);
-  EXPECT_NE(one.find("<tr class=\"fit\"><td>T4</td><td class=\"num\">—</td><td>—</td>"), std::string::npos) << one;
+  EXPECT_NE(one.find("<tr class=\"fit\"><td>T4</td><td class=\"num\">—</td><td>—</td>"), std::string::npos)
+      << one;
   EXPECT_NE(one.find(">— no memory figures</text>"), std::string::npos);
   json doc = sample();
   json many = json::array();
@@ -244,9 +299,13 @@ TEST(HwReportHtml, MissingFieldsDashAndOneOrManyRows) {
 TEST(HwReportErrors, MessagesPinned) {
   EXPECT_EQ(error_of([] { hw_report_markdown(json::array()); }),
             "hw.report: the document must be an object, got array");
-  EXPECT_EQ(error_of([] { hw_report_html(json{{"title", "x"}}); }),
+  EXPECT_EQ(error_of([] {
+              hw_report_html(json{{"title", "x"}});
+            }),
             "hw.report: \"rows\" must be a list (one entry per GPU), got nothing");
-  EXPECT_EQ(error_of([] { hw_report_html(json{{"rows", {{"gpu", "x"}}}}); }),
+  EXPECT_EQ(error_of([] {
+              hw_report_html(json{{"rows", {{"gpu", "x"}}}});
+            }),
             "hw.report: \"rows\" must be a list (one entry per GPU), got object");
   json doc = sample();
   doc["rows"][2].erase("gpu");

@@ -71,20 +71,24 @@ TEST(Jsonl, ReadsALastLineWithoutItsNewline) {
 
 TEST(Jsonl, ErrorsNameTheFileAndLine) {
   std::string p = write_file("bad.jsonl", "{\"a\":1}\n\nhello world\n");
-  EXPECT_EQ(error_of([&] { read_all(p); }),
-            p + ":3: expected a JSON value, got 'hello world' (not valid JSON at column 1: syntax error while "
-                "parsing value - invalid literal; last read: 'h')");
+  EXPECT_EQ(
+      error_of([&] { read_all(p); }),
+      p + ":3: expected a JSON value, got 'hello world' (not valid JSON at column 1: syntax error while "
+          "parsing value - invalid literal; last read: 'h')");
   JsonlReadOptions o;
   o.expected = "a JSON object";
   std::string cut = write_file("cut.jsonl", "{\"step\":1}\n{\"step\":4,\"loss\":2.");
-  EXPECT_EQ(error_of([&] { read_all(cut, o); }),
-            cut + ":2: expected a JSON object, got '{\"step\":4,\"loss\":2.' (not valid JSON at column 20: syntax "
-                  "error while parsing value - invalid number; expected digit after '.'; last read: '2.')");
+  EXPECT_EQ(
+      error_of([&] { read_all(cut, o); }),
+      cut +
+          ":2: expected a JSON object, got '{\"step\":4,\"loss\":2.' (not valid JSON at column 20: syntax "
+          "error while parsing value - invalid number; expected digit after '.'; last read: '2.')");
   // A long line is quoted by its first 60 bytes.
   std::string longer = write_file("long_bad.jsonl", std::string(100, 'x') + "\n");
   EXPECT_NE(error_of([&] { read_all(longer); }).find("got '" + std::string(60, 'x') + "...' (not valid JSON"),
             std::string::npos);
-  EXPECT_EQ(error_of([&] { read_all("no/such.jsonl"); }), "cannot open 'no/such.jsonl': No such file or directory");
+  EXPECT_EQ(error_of([&] { read_all("no/such.jsonl"); }),
+            "cannot open 'no/such.jsonl': No such file or directory");
 }
 
 TEST(Jsonl, RefusesInvalidUtf8NamingTheByte) {
@@ -92,7 +96,8 @@ TEST(Jsonl, RefusesInvalidUtf8NamingTheByte) {
   std::string p = write_file("utf8.jsonl", "{\"t\":\"ok\"}\n{\"t\":\"\x80\"}\n");
   EXPECT_EQ(error_of([&] { read_all(p); }), p + ":2: invalid UTF-8 at byte 7 (JSONL is UTF-8 text)");
   std::string overlong = write_file("overlong.jsonl", "\"\xC0\xAF\"\n");
-  EXPECT_EQ(error_of([&] { read_all(overlong); }), overlong + ":1: invalid UTF-8 at byte 2 (JSONL is UTF-8 text)");
+  EXPECT_EQ(error_of([&] { read_all(overlong); }),
+            overlong + ":1: invalid UTF-8 at byte 2 (JSONL is UTF-8 text)");
   std::string surrogate = write_file("surrogate.jsonl", "\"a\xED\xA0\x80\"\n");
   EXPECT_EQ(error_of([&] { read_all(surrogate); }),
             surrogate + ":1: invalid UTF-8 at byte 3 (JSONL is UTF-8 text)");
@@ -121,13 +126,15 @@ TEST(Jsonl, RefusesOverlongLinesWithoutHoldingThem) {
 
 TEST(Jsonl, RefusesDeepNestingWithTheSharedLimit) {
   std::string p = write_file("deep.jsonl", "1\n" + std::string(200, '[') + std::string(200, ']') + "\n");
-  EXPECT_EQ(error_of([&] { read_all(p); }),
-            p + ":2: JSON nested deeper than 128 levels (luatune's limit for JSON input; see docs/limits.md)");
+  EXPECT_EQ(
+      error_of([&] { read_all(p); }),
+      p + ":2: JSON nested deeper than 128 levels (luatune's limit for JSON input; see docs/limits.md)");
 }
 
 TEST(Jsonl, TolerantModeSkipsAndCountsBadLines) {
   // A log a killed run cut short: a line that is not JSON, one not UTF-8 and a torn last line.
-  std::string p = write_file("log.jsonl", "{\"step\":1}\nnot json\n{\"step\":2}\n\"\xFF\"\n{\"step\":3}\n{\"st");
+  std::string p =
+      write_file("log.jsonl", "{\"step\":1}\nnot json\n{\"step\":2}\n\"\xFF\"\n{\"step\":3}\n{\"st");
   JsonlReadOptions o;
   o.bad = JsonlBad::skip;
   Read r = read_all(p, o);
@@ -163,8 +170,9 @@ TEST(Jsonl, BlankLinesCanBeBadLines) {
   JsonlReadOptions o;
   o.skip_blank = false;
   o.expected = "a JSON string";
-  EXPECT_EQ(error_of([&] { read_all(p, o); }).rfind(p + ":2: expected a JSON string, got '' (not valid JSON", 0),
-            0u);
+  EXPECT_EQ(
+      error_of([&] { read_all(p, o); }).rfind(p + ":2: expected a JSON string, got '' (not valid JSON", 0),
+      0u);
 }
 
 TEST(Jsonl, ReadsAStreamLineByLine) {

@@ -127,9 +127,10 @@ TEST(JsonLimits, OutOfMemoryIsRethrownNamingTheAllocation) {
     });
   };
   EXPECT_EQ(as(std::bad_alloc()), "models.init: allocating w: out of memory (std::bad_alloc)");
-  EXPECT_EQ(as(c10::Error(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-                          "[enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: "
-                          "you tried to allocate 80 bytes.")),
+  EXPECT_EQ(as(c10::Error(
+                c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                "[enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                "you tried to allocate 80 bytes.")),
             "models.init: allocating w: out of memory (DefaultCPUAllocator: can't allocate memory: you tried "
             "to allocate "
             "80 bytes.)");

@@ -281,8 +281,10 @@ TEST(Metrics, ConsoleEvalValuesInATrainingWriteGetTheirOwnLine) {
 
 TEST(Metrics, PlainAndLiveLinesShowElapsedThenEta) {
   MetricValues v = vals({{"loss", 2.34564}, {"lr", 2e-4}});
-  EXPECT_EQ(metrics_plain_line(10, 100, v, 47, 252), "step 10/100 | loss 2.3456 | lr 2.0e-04 | elapsed 4m12s | eta 47s");
-  EXPECT_EQ(metrics_plain_line(10, 100, v, 47), "step 10/100 | loss 2.3456 | lr 2.0e-04 | eta 47s");  // no clock
+  EXPECT_EQ(metrics_plain_line(10, 100, v, 47, 252),
+            "step 10/100 | loss 2.3456 | lr 2.0e-04 | elapsed 4m12s | eta 47s");
+  EXPECT_EQ(metrics_plain_line(10, 100, v, 47),
+            "step 10/100 | loss 2.3456 | lr 2.0e-04 | eta 47s");  // no clock
   EXPECT_EQ(metrics_progress_line(100, 100, vals({{"loss", 1}}), 0, 100, 3725),
             "step 100/100 [" + std::string(30, '=') + "] 100% | loss 1.0000 | elapsed 1h02m");
 }
@@ -476,7 +478,8 @@ TEST(Metrics, JsonlWritesCountsAsIntegers) {
   sink->close(0);
   std::vector<std::string> lines = str_split(file_read(path), '\n');
   EXPECT_EQ(lines[0].substr(0, 9), "{\"step\":7");
-  EXPECT_NE(lines[0].find(R"("loss":2.5,"tokens":480,"target_tokens":96,"lr":0,"big":1e+20})"), std::string::npos)
+  EXPECT_NE(lines[0].find(R"("loss":2.5,"tokens":480,"target_tokens":96,"lr":0,"big":1e+20})"),
+            std::string::npos)
       << lines[0];
   EXPECT_EQ(lines[1], R"({"summary":{"tokens":960,"loss":2.25}})");
   fs::remove_all(path_dirname(path));
@@ -500,7 +503,7 @@ TEST(Metrics, JsonlResumeDropsLaterStepsAndSummariesKeepingDamagedLines) {
   ASSERT_EQ(lines.size(), 6u);  // the last is the empty string after the final newline
   EXPECT_EQ(lines[0], "{\"config\":{}}");
   EXPECT_EQ(lines[1], "{\"step\":1,\"loss\":3}");
-  EXPECT_EQ(lines[2], "not json");  // damaged lines are kept, for the report to count
+  EXPECT_EQ(lines[2], "not json");          // damaged lines are kept, for the report to count
   EXPECT_EQ(lines[3], "{\"step\":3,\"lo");  // ended, so the next line starts a line of its own
   EXPECT_EQ(lines[4].substr(0, 9), "{\"step\":2");
   EXPECT_NE(lines[4].find("\"loss\":2.5"), std::string::npos);

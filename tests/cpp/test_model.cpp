@@ -12,9 +12,9 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/model/attention.h"
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
-#include "host/model/attention.h"
 #include "host/model/generate.h"
 #include "host/model/rope.h"
 #include "host/model/transformer.h"
@@ -86,7 +86,8 @@ TEST(ModelConfig, ParsesLlama31AndBothRopeForms) {
   EXPECT_TRUE(at::equal(rope_inv_freq(a), rope_inv_freq(b)));
   EXPECT_DOUBLE_EQ(b.rope.theta, 500000.0);
   EXPECT_EQ(b.torch_dtype, "bfloat16");
-  EXPECT_NE(model_config_to_json(b).find("\"rope_parameters\""), std::string::npos);  // written back in its form
+  EXPECT_NE(model_config_to_json(b).find("\"rope_parameters\""),
+            std::string::npos);  // written back in its form
   // Fields we do not model survive a round trip through config.json.
   EXPECT_NE(model_config_to_json(a).find("\"transformers_version\": \"4.43.0\""), std::string::npos);
   ModelConfig again = model_config_parse(model_config_to_json(a), "again.json");
@@ -94,53 +95,72 @@ TEST(ModelConfig, ParsesLlama31AndBothRopeForms) {
 }
 
 TEST(ModelConfig, ErrorsNameTheField) {
-  auto msg = [](const std::string& text) { return error_of([&] { model_config_parse(text, "dir/config.json"); }); };
-  const std::string base = R"("vocab_size": 10, "hidden_size": 8, "intermediate_size": 8, "num_attention_heads": 2)";
+  auto msg = [](const std::string& text) {
+    return error_of([&] { model_config_parse(text, "dir/config.json"); });
+  };
+  const std::string base =
+      R"("vocab_size": 10, "hidden_size": 8, "intermediate_size": 8, "num_attention_heads": 2)";
   EXPECT_EQ(msg(R"({"architectures": ["LlamaForCausalLM"], )" + base + "}"),
             "dir/config.json: missing required field \"num_hidden_layers\" (an integer)");
-  EXPECT_EQ(msg(R"({"architectures": ["GPT2LMHeadModel"], "num_hidden_layers": 1, )" + base + "}").rfind(
-                "dir/config.json: architecture \"GPT2LMHeadModel\" is not supported", 0),
+  EXPECT_EQ(msg(R"({"architectures": ["GPT2LMHeadModel"], "num_hidden_layers": 1, )" + base + "}")
+                .rfind("dir/config.json: architecture \"GPT2LMHeadModel\" is not supported", 0),
             0u);
-  EXPECT_EQ(msg(R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}, )" + base + "}"),
-            "dir/config.json: rope_scaling: rope_type \"dynamic\" is not supported (supported: default, linear, llama3, yarn)");
-  EXPECT_EQ(msg(R"({"architectures": ["MistralForCausalLM"], "num_hidden_layers": 1, "num_local_experts": 8, )" + base + "}"),
-            "dir/config.json: field \"num_local_experts\" is not supported (mixture-of-experts models are not "
-            "implemented)");
-  EXPECT_EQ(msg(R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1, "quantization_config": {"quant_method": "gptq", "bits": 4}, )" + base + "}"),
-            "dir/config.json: quantization_config gptq is not supported (only bitsandbytes 4-bit, nf4 or fp4)");
+  EXPECT_EQ(
+      msg(R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}, )" +
+          base + "}"),
+      "dir/config.json: rope_scaling: rope_type \"dynamic\" is not supported (supported: default, linear, "
+      "llama3, yarn)");
+  EXPECT_EQ(
+      msg(R"({"architectures": ["MistralForCausalLM"], "num_hidden_layers": 1, "num_local_experts": 8, )" +
+          base + "}"),
+      "dir/config.json: field \"num_local_experts\" is not supported (mixture-of-experts models are not "
+      "implemented)");
+  EXPECT_EQ(
+      msg(R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1, "quantization_config": {"quant_method": "gptq", "bits": 4}, )" +
+          base + "}"),
+      "dir/config.json: quantization_config gptq is not supported (only bitsandbytes 4-bit, nf4 or fp4)");
   EXPECT_EQ(msg(R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": "2", )" + base + "}"),
             "dir/config.json: field \"num_hidden_layers\" must be an integer, got \"2\"");
   EXPECT_THROW(model_config_with("llama", R"({"hiden_size": 8})", "models.init"), UsageError);
 }
 
 TEST(ModelConfig, MissingKeysTakeHFDefaultsAndNullsSwitchOff) {
-  const std::string sizes = R"("vocab_size": 10, "hidden_size": 32, "intermediate_size": 8, "num_hidden_layers": 2,
+  const std::string sizes =
+      R"("vocab_size": 10, "hidden_size": 32, "intermediate_size": 8, "num_hidden_layers": 2,
     "num_attention_heads": 4, "head_dim": 8)";
-  ModelConfig m = model_config_parse(R"({"architectures": ["MistralForCausalLM"], "num_key_value_heads": 2, )" +
-                                         sizes + "}", "m");
+  ModelConfig m = model_config_parse(
+      R"({"architectures": ["MistralForCausalLM"], "num_key_value_heads": 2, )" + sizes + "}", "m");
   EXPECT_EQ(m.sliding_window, 4096);  // missing: Mistral's default window
   ModelConfig m0 = model_config_parse(
-      R"({"architectures": ["MistralForCausalLM"], "num_key_value_heads": null, "sliding_window": null, )" + sizes + "}",
+      R"({"architectures": ["MistralForCausalLM"], "num_key_value_heads": null, "sliding_window": null, )" +
+          sizes + "}",
       "m0");
   EXPECT_EQ(m0.sliding_window, 0);  // null: no window
   EXPECT_EQ(m0.num_kv_heads, 4);    // null: as many as the query heads
-  ModelConfig g = model_config_parse(R"({"architectures": ["Gemma2ForCausalLM"], "num_key_value_heads": 2, )" +
-                                         sizes + "}", "g");
+  ModelConfig g = model_config_parse(
+      R"({"architectures": ["Gemma2ForCausalLM"], "num_key_value_heads": 2, )" + sizes + "}", "g");
   EXPECT_DOUBLE_EQ(g.attn_logit_softcap, 50.0);
   EXPECT_DOUBLE_EQ(g.final_logit_softcap, 30.0);
   EXPECT_NE(model_config_to_json(g).find("\"query_pre_attn_scalar\": 256,"), std::string::npos);  // an int
   ModelConfig g0 = model_config_parse(R"({"architectures": ["Gemma2ForCausalLM"], "num_key_value_heads": 2,
-    "attn_logit_softcapping": null, "final_logit_softcapping": null, )" + sizes + "}", "g0");
+    "attn_logit_softcapping": null, "final_logit_softcapping": null, )" +
+                                          sizes + "}",
+                                      "g0");
   EXPECT_EQ(g0.attn_logit_softcap, 0.0);
   // Qwen3 with attention_bias: o_proj has a bias too, as in HF's Qwen3Attention.
   ModelConfig q = model_config_parse(R"({"architectures": ["Qwen3ForCausalLM"], "num_key_value_heads": 2,
-    "attention_bias": true, "hidden_act": "silu", )" + sizes + "}", "q");
+    "attention_bias": true, "hidden_act": "silu", )" +
+                                         sizes + "}",
+                                     "q");
   bool has_o_bias = false;
-  for (const auto& [name, shape] : model_expected_tensors(q)) has_o_bias |= name == "model.layers.0.self_attn.o_proj.bias";
+  for (const auto& [name, shape] : model_expected_tensors(q))
+    has_o_bias |= name == "model.layers.0.self_attn.o_proj.bias";
   EXPECT_TRUE(has_o_bias);
   // Qwen2's window only exists with use_sliding_window.
   ModelConfig q2 = model_config_parse(R"({"architectures": ["Qwen2ForCausalLM"], "num_key_value_heads": 2,
-    "layer_types": ["sliding_attention", "full_attention"], )" + sizes + "}", "q2");
+    "layer_types": ["sliding_attention", "full_attention"], )" +
+                                          sizes + "}",
+                                      "q2");
   EXPECT_EQ(q2.layer_sliding, (std::vector<bool>{false, false}));
 }
 
@@ -155,10 +175,12 @@ TEST(ModelConfig, LayerTypesPerFamily) {
 }
 
 TEST(Rope, Llama3ScalingKeepsHighAndDividesLowFrequencies) {
-  ModelConfig c = model_config_parse(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 8, "hidden_size": 1024,
+  ModelConfig c =
+      model_config_parse(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 8, "hidden_size": 1024,
     "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 8, "rope_theta": 500000.0,
     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192}})", "c");
+                     "original_max_position_embeddings": 8192}})",
+                         "c");
   ModelConfig plain = c;
   plain.rope.type = RopeType::rope_default;
   at::Tensor base = rope_inv_freq(plain), scaled = rope_inv_freq(c);
@@ -203,7 +225,7 @@ TEST(Model, SlidingWindowLimitsWhatIsSeen) {
   at::Tensor other = ids.clone();
   other[0][0] = (ids[0][0].item<int64_t>() + 1) % 97;
   at::Tensor a = m->forward(ids), b = m->forward(other);
-  EXPECT_FALSE(at::allclose(a.select(1, 1), b.select(1, 1)));           // inside the window: changes
+  EXPECT_FALSE(at::allclose(a.select(1, 1), b.select(1, 1)));         // inside the window: changes
   EXPECT_TRUE(at::allclose(a.select(1, 13), b.select(1, 13), 0, 0));  // 13 > 2 * 4: unchanged
 }
 
@@ -336,8 +358,10 @@ TEST(Checkpoint, BadCheckpointsFailWithOneLine) {
   std::string bigger = config;
   bigger.replace(bigger.find("\"intermediate_size\": 48"), 23, "\"intermediate_size\": 64");
   file_write_atomic(dir + "/config.json", bigger);
-  EXPECT_EQ(load_error(), dir + "/model.safetensors: tensor model.layers.0.mlp.gate_proj.weight has shape [48, 32], "
-                                "expected [64, 32] from config.json");
+  EXPECT_EQ(load_error(),
+            dir +
+                "/model.safetensors: tensor model.layers.0.mlp.gate_proj.weight has shape [48, 32], "
+                "expected [64, 32] from config.json");
   // One layer more than the checkpoint has.
   std::string deeper = config;
   deeper.replace(deeper.find("\"num_hidden_layers\": 2"), 22, "\"num_hidden_layers\": 3");
@@ -370,13 +394,15 @@ TEST(Attention, FusedPathMatchesExplicit) {
       at::Tensor q = at::randn({2, 4, 5, 16}, gen, opts).to(dev, dt);
       at::Tensor k = at::randn({2, 4, 9, 16}, gen, opts).to(dev, dt);
       at::Tensor v = at::randn({2, 4, 9, 16}, gen, opts).to(dev, dt);
-      at::Tensor allowed = (at::arange(9).unsqueeze(0) <= at::arange(4, 9).unsqueeze(1)).view({1, 1, 5, 9}).to(dev);
+      at::Tensor allowed =
+          (at::arange(9).unsqueeze(0) <= at::arange(4, 9).unsqueeze(1)).view({1, 1, 5, 9}).to(dev);
       double tol = dt == at::kFloat ? 1e-5 : 2e-2;
       EXPECT_TRUE(at::allclose(attention_forward(q, k, v, allowed, 0.25, 0).to(at::kFloat),
                                attention_explicit(q, k, v, allowed, 0.25, 0).to(at::kFloat), tol, tol));
       at::Tensor kk = k.narrow(2, 0, 5), vv = v.narrow(2, 0, 5);
       EXPECT_TRUE(at::allclose(attention_forward(q, kk, vv, at::Tensor(), 0.25, 0).to(at::kFloat),
-                               attention_explicit(q, kk, vv, at::Tensor(), 0.25, 0).to(at::kFloat), tol, tol));
+                               attention_explicit(q, kk, vv, at::Tensor(), 0.25, 0).to(at::kFloat), tol,
+                               tol));
     }
   }
 }

@@ -28,9 +28,11 @@ namespace {
 constexpr int64_t kVocab = 61;
 
 std::shared_ptr<Model> tiny(uint64_t seed = 1) {
-  return model_init(model_config_with("llama", R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})", "test"),
-                    seed, at::kFloat, at::kCPU);
+  return model_init(
+      model_config_with("llama", R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})",
+                        "test"),
+      seed, at::kFloat, at::kCPU);
 }
 
 // `pairs` pairs of random sequences of length `len`: a shared 4-token prompt per pair, the
@@ -54,7 +56,8 @@ Batch pair_batch(int64_t pairs, int64_t len, uint64_t seed, int64_t shorter = 2)
 
 std::vector<at::Tensor> grads(Trainer& t) {
   std::vector<at::Tensor> out;
-  for (auto& [name, p] : t.parameters()) out.push_back(p->grad().defined() ? p->grad().clone() : at::Tensor());
+  for (auto& [name, p] : t.parameters())
+    out.push_back(p->grad().defined() ? p->grad().clone() : at::Tensor());
   return out;
 }
 
@@ -80,7 +83,9 @@ std::string temp_dir(const std::string& name) {
   return test_temp_dir("pref_" + name);
 }
 
-at::Tensor scalar(double v) { return at::full({1}, v, at::kDouble); }
+at::Tensor scalar(double v) {
+  return at::full({1}, v, at::kDouble);
+}
 
 }  // namespace
 
@@ -181,8 +186,10 @@ TEST(PreferenceLoss, AdaptersOffEqualsASeparateFrozenCopy) {
   TrainOptions o;
   o.lr = 1e-2, o.schedule = "constant", o.micro_batch_size = 2;
   auto a = with_lora(1), b = with_lora(1);
-  Trainer ta(a, o, {std::make_shared<PreferenceLoss>(a, tiny(1), PreferenceOptions{})});  // base weights, no adapters
-  Trainer tb(b, o, {std::make_shared<PreferenceLoss>(b, b, PreferenceOptions{})});        // adapters off
+  Trainer ta(
+      a, o,
+      {std::make_shared<PreferenceLoss>(a, tiny(1), PreferenceOptions{})});  // base weights, no adapters
+  Trainer tb(b, o, {std::make_shared<PreferenceLoss>(b, b, PreferenceOptions{})});  // adapters off
   for (int i = 0; i < 3; i++) {
     Batch batch = pair_batch(2, 9, 20 + i);
     StepStats sa = ta.step(batch), sb = tb.step(batch);
@@ -201,8 +208,9 @@ TEST(PreferenceLoss, CachedReferenceEqualsRecomputedAndSurvivesAFile) {
   for (const Batch& b : data) {
     auto [sums, counts] = sequence_logprobs(*reference, b, 5);
     for (int64_t p = 0; p < b.pairs; p++)
-      cache[b.pair_ids[p].item<int64_t>()] = ReferenceEntry{sums[2 * p].item<double>(), sums[2 * p + 1].item<double>(),
-                                                            counts[2 * p].item<int64_t>(), counts[2 * p + 1].item<int64_t>()};
+      cache[b.pair_ids[p].item<int64_t>()] =
+          ReferenceEntry{sums[2 * p].item<double>(), sums[2 * p + 1].item<double>(),
+                         counts[2 * p].item<int64_t>(), counts[2 * p + 1].item<int64_t>()};
   }
   std::string dir = temp_dir("cache");
   fs::create_directories(dir);
@@ -223,7 +231,8 @@ TEST(PreferenceLoss, CachedReferenceEqualsRecomputedAndSurvivesAFile) {
   for (const Batch& batch : data) EXPECT_NEAR(ta.step(batch).loss, tb.step(batch).loss, 1e-6);
   // A pair the cache does not know is named.
   Batch other = pair_batch(1, 9, 77);
-  EXPECT_NE(error_of([&] { tb.step(other); }).find("no reference log-probs for pair 7701"), std::string::npos);
+  EXPECT_NE(error_of([&] { tb.step(other); }).find("no reference log-probs for pair 7701"),
+            std::string::npos);
   fs::remove_all(dir);
 }
 
@@ -265,6 +274,8 @@ TEST(PreferenceLoss, ClearErrors) {
   TrainOptions to;
   to.lr = 1e-3, to.schedule = "constant", to.micro_batch_size = 3;
   Trainer t(m, to, {std::make_shared<PreferenceLoss>(m, tiny(2), PreferenceOptions{})});
-  EXPECT_NE(error_of([&] { t.step(pair_batch(2, 8, 1)); }).find("would split a preference pair"), std::string::npos);
-  EXPECT_NE(error_of([&] { t.step(random_batch(kVocab, 2, 8, 1)); }).find("needs preference batches"), std::string::npos);
+  EXPECT_NE(error_of([&] { t.step(pair_batch(2, 8, 1)); }).find("would split a preference pair"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { t.step(random_batch(kVocab, 2, 8, 1)); }).find("needs preference batches"),
+            std::string::npos);
 }

@@ -111,10 +111,10 @@ TEST(Sheared, ConstructorErrors) {
   c.r = 2;
   c.dora = true;
   lora_apply(*m, c, 1);
-  EXPECT_EQ(
-      error_of([&] { ShearedPruner(m, opts(0.5, 0, 0, 0)); }),
-      "prune: model.layers.0.self_attn.q_proj.weight has a DoRA adapter, whose magnitude normalisation slicing "
-      "would change; merge it first (lora.merge)");
+  EXPECT_EQ(error_of([&] { ShearedPruner(m, opts(0.5, 0, 0, 0)); }),
+            "prune: model.layers.0.self_attn.q_proj.weight has a DoRA adapter, whose magnitude normalisation "
+            "slicing "
+            "would change; merge it first (lora.merge)");
 }
 
 TEST(Sheared, HardConcreteSamples) {

@@ -25,7 +25,8 @@ namespace {
 // 3 layers, hidden 32, 4 heads of 8 in 2 KV groups (unless overridden), intermediate 48.
 std::shared_ptr<Model> tiny(const std::string& arch, const std::string& extra = "", uint64_t seed = 1) {
   std::string fields = R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 48,
-    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8)" + extra + "}";
+    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8)" +
+                       extra + "}";
   auto m = model_init(model_config_with(arch, fields, "test"), seed, at::kFloat, at::kCPU);
   // Norm weights start at 1 (or 0 for Gemma); give them values so folding into them is visible.
   at::NoGradGuard g;
@@ -137,7 +138,8 @@ void expect_pruned_equals_masked(const std::string& arch, const std::string& ext
   EXPECT_EQ(m->layers[1].down.weight.sizes(), (std::vector<int64_t>{24, 40}));
   at::Tensor got = logits(*m);
   ASSERT_EQ(got.sizes(), want.sizes());
-  EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-5)) << arch << ": max diff " << (got - want).abs().max().item<double>();
+  EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-5))
+      << arch << ": max diff " << (got - want).abs().max().item<double>();
 }
 
 std::string temp_dir(const std::string& name) {
@@ -146,7 +148,9 @@ std::string temp_dir(const std::string& name) {
 
 }  // namespace
 
-TEST(PruneSurgery, LlamaGqaEqualsMaskedModel) { expect_pruned_equals_masked("llama", ""); }
+TEST(PruneSurgery, LlamaGqaEqualsMaskedModel) {
+  expect_pruned_equals_masked("llama", "");
+}
 TEST(PruneSurgery, TiedMhaEqualsMaskedModel) {
   // MHA: 4 KV heads, so one head per group; the tied embedding is not hidden-masked.
   auto m = tiny("llama", R"(, "num_key_value_heads": 4, "tie_word_embeddings": true)");
@@ -159,12 +163,18 @@ TEST(PruneSurgery, TiedMhaEqualsMaskedModel) {
   EXPECT_FALSE(m->lm_head.defined());
   EXPECT_TRUE(at::allclose(logits(*m), want, 1e-4, 1e-5));
 }
-TEST(PruneSurgery, Qwen2BiasesEqualMaskedModel) { expect_pruned_equals_masked("qwen2", ""); }
-TEST(PruneSurgery, Qwen3QkNormEqualsMaskedModel) { expect_pruned_equals_masked("qwen3", R"(, "attention_bias": true)"); }
+TEST(PruneSurgery, Qwen2BiasesEqualMaskedModel) {
+  expect_pruned_equals_masked("qwen2", "");
+}
+TEST(PruneSurgery, Qwen3QkNormEqualsMaskedModel) {
+  expect_pruned_equals_masked("qwen3", R"(, "attention_bias": true)");
+}
 TEST(PruneSurgery, Gemma2EqualsMaskedModel) {
   expect_pruned_equals_masked("gemma2", R"(, "sliding_window": 4, "query_pre_attn_scalar": 8)");
 }
-TEST(PruneSurgery, LoraWrappedEqualsMaskedModel) { expect_pruned_equals_masked("llama", "", true); }
+TEST(PruneSurgery, LoraWrappedEqualsMaskedModel) {
+  expect_pruned_equals_masked("llama", "", true);
+}
 TEST(PruneSurgery, LoraWrappedGemma2EqualsMaskedModel) {
   expect_pruned_equals_masked("gemma2", R"(, "sliding_window": 4)", true);
 }
@@ -218,12 +228,14 @@ TEST(PruneSurgery, BadSpecsFailBeforeAnyChange) {
   PruneSpec uneven;
   uneven.heads = {{0, 1, 2}, {0, 1, 2}, {0, 1, 2}};
   EXPECT_EQ(run(uneven),
-            "prune: layer 0 keeps 1 query heads in KV group 1 and 2 in group 0; every kept group must keep the same "
+            "prune: layer 0 keeps 1 query heads in KV group 1 and 2 in group 0; every kept group must keep "
+            "the same "
             "number (docs/pruning.md, grouped-query attention)");
   PruneSpec differ;
   differ.heads = {{0, 2}, {0, 1, 2, 3}, {0, 2}};
   EXPECT_EQ(run(differ),
-            "prune: layer 1 keeps 2 KV groups of 2 query heads, layer 0 keeps 2 of 1; every layer must keep the same shape");
+            "prune: layer 1 keeps 2 KV groups of 2 query heads, layer 0 keeps 2 of 1; every layer must keep "
+            "the same shape");
   PruneSpec range;
   range.layers = {0, 3};
   EXPECT_EQ(run(range), "prune: layers number 3 outside [0, 3)");
@@ -232,7 +244,9 @@ TEST(PruneSurgery, BadSpecsFailBeforeAnyChange) {
   EXPECT_EQ(run(order), "prune: hidden channels must be strictly ascending (3 then 1)");
   PruneSpec inter;
   inter.intermediate = {{0, 1}, {0, 1, 2}, {0, 1}};
-  EXPECT_EQ(run(inter), "prune: layer 1 keeps 3 intermediate channels, layer 0 keeps 2; every layer must keep the same number");
+  EXPECT_EQ(
+      run(inter),
+      "prune: layer 1 keeps 3 intermediate channels, layer 0 keeps 2; every layer must keep the same number");
   PruneSpec scale;
   scale.head_scale = at::ones({3, 5});
   EXPECT_EQ(run(scale), "prune: head_scale must have shape [3, 4], got [3, 5]");
@@ -242,21 +256,23 @@ TEST(PruneSurgery, BadSpecsFailBeforeAnyChange) {
   LoraConfig dora;
   dora.dora = true;
   lora_apply(*m, dora, 1);
-  EXPECT_EQ(run(full_spec(*m)), "prune: model.layers.0.self_attn.q_proj.weight has a DoRA adapter, whose magnitude "
-                                "normalisation slicing would change; merge it first (lora.merge)");
+  EXPECT_EQ(run(full_spec(*m)),
+            "prune: model.layers.0.self_attn.q_proj.weight has a DoRA adapter, whose magnitude "
+            "normalisation slicing would change; merge it first (lora.merge)");
 }
 
 TEST(PruneTargets, Llama31EightBToTheShearedRecipeShape) {
   ModelConfig c = model_config_with("llama", R"({"vocab_size": 128256, "hidden_size": 4096,
-    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8})", "t");
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8})",
+                                    "t");
   TargetSparsity t;
   t.layers = 0.2, t.heads = 0.3, t.hidden = 0.1, t.intermediate = 0.4, t.round_to = 128;
   TargetShape s = prune_targets(c, t);
-  EXPECT_EQ(s.shape.layers, 26);         // round(25.6)
-  EXPECT_EQ(s.shape.heads, 24);          // 8 groups x round(4 x 0.7 = 2.8)
+  EXPECT_EQ(s.shape.layers, 26);  // round(25.6)
+  EXPECT_EQ(s.shape.heads, 24);   // 8 groups x round(4 x 0.7 = 2.8)
   EXPECT_EQ(s.shape.kv_heads, 8);
-  EXPECT_EQ(s.shape.hidden, 3712);       // 3686.4 -> 29 x 128
-  EXPECT_EQ(s.shape.intermediate, 8576); // 8601.6 -> 67 x 128
+  EXPECT_EQ(s.shape.hidden, 3712);        // 3686.4 -> 29 x 128
+  EXPECT_EQ(s.shape.intermediate, 8576);  // 8601.6 -> 67 x 128
   EXPECT_EQ(s.shape.head_dim, 128);
   EXPECT_FALSE(s.whole_groups);
   t.round_to = 1;
@@ -285,9 +301,10 @@ TEST(PruneTargets, SmallWidthsRoundToIntegersAndErrorsNameTheTarget) {
   EXPECT_EQ(error_of([&] { prune_targets_counts(c, want); }),
             "prune: target attention heads 6 outside [1, 4] (the model has 4)");
   want.heads = 3;
-  EXPECT_EQ(error_of([&] { prune_targets_counts(c, want); }),
-            "prune: 3 attention heads with 2 key/value heads is not reachable from 4 heads in 2 groups: keep every "
-            "group with the same number of heads (a multiple of 2), or whole groups (2 heads per kept group)");
+  EXPECT_EQ(
+      error_of([&] { prune_targets_counts(c, want); }),
+      "prune: 3 attention heads with 2 key/value heads is not reachable from 4 heads in 2 groups: keep every "
+      "group with the same number of heads (a multiple of 2), or whole groups (2 heads per kept group)");
   want.heads = 2, want.kv_heads = 1;
   EXPECT_TRUE(prune_targets_counts(c, want).whole_groups);
   want = ModelShape();
@@ -302,7 +319,7 @@ TEST(PruneSelect, KeepsTheBestByScorePerGroupAndLayer) {
   sc.layer = at::tensor({3.0, 1.0, 2.0});
   sc.head = at::tensor({0.1, 0.9, 0.8, 0.2, 5.0, 4.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0}).view({3, 4});
   sc.hidden = at::arange(32, at::kFloat).neg();  // lower channels better
-  sc.intermediate = at::zeros({3, 48});           // ties: lower numbers win
+  sc.intermediate = at::zeros({3, 48});          // ties: lower numbers win
   TargetShape t;
   t.shape = model_shape(m->config);
   t.shape.layers = 2, t.shape.heads = 2, t.shape.hidden = 30, t.shape.intermediate = 40;

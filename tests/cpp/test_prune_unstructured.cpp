@@ -22,9 +22,13 @@ using namespace luatune;
 namespace {
 
 std::shared_ptr<Model> tiny(const std::string& arch = "llama", uint64_t seed = 1) {
-  std::string extra = arch == "gemma2" ? R"(, "head_dim": 8, "sliding_window": 4, "query_pre_attn_scalar": 8)" : "";
-  return model_init(model_config_with(arch, R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)" + extra + "}", "test"),
+  std::string extra =
+      arch == "gemma2" ? R"(, "head_dim": 8, "sliding_window": 4, "query_pre_attn_scalar": 8)" : "";
+  return model_init(model_config_with(arch,
+                                      R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)" +
+                                          extra + "}",
+                                      "test"),
                     seed, at::kFloat, at::kCPU);
 }
 
@@ -112,7 +116,8 @@ TEST(Unstructured, NMPatternsHoldForEveryMethod) {
       auto m = tiny();
       SparsityOptions o = opts(method, 0.5, n, mm);
       auto report = prune_unstructured(*m, calibration(), o);
-      for (at::Tensor* w : decoder_weights(*m)) EXPECT_TRUE(nm_holds(*w, n, mm)) << method << " " << n << ":" << mm;
+      for (at::Tensor* w : decoder_weights(*m))
+        EXPECT_TRUE(nm_holds(*w, n, mm)) << method << " " << n << ":" << mm;
       for (const auto& r : report) EXPECT_GE(r.sparsity(), 0.5) << method << " " << r.name;
     }
   }
@@ -129,7 +134,8 @@ TEST(Unstructured, WandaHandExample) {
   prune_weight_magnitude(magnitude, opts("magnitude", 0.5));
   EXPECT_TRUE(at::equal(wanda, at::tensor({1.f, 2.5f, 0.f, 0.f, 4.f, 3.f, 0.f, 0.f}).view({2, 4}))) << wanda;
   // Magnitude: the 4 smallest |W| of the matrix (1, 1, 2, 2.5).
-  EXPECT_TRUE(at::equal(magnitude, at::tensor({0.f, 0.f, 3.f, 4.f, 4.f, 3.f, 0.f, 0.f}).view({2, 4}))) << magnitude;
+  EXPECT_TRUE(at::equal(magnitude, at::tensor({0.f, 0.f, 3.f, 4.f, 4.f, 3.f, 0.f, 0.f}).view({2, 4})))
+      << magnitude;
   // 1:2 keeps the higher score of each pair.
   at::Tensor nm = W.clone();
   prune_weight_wanda(nm, sum_sq, opts("wanda", 0.5, 1, 2));
@@ -151,7 +157,8 @@ LinearProblem linear_problem(int64_t out, int64_t in, int64_t tokens, uint64_t s
   p.W = at::randn({out, in}, gen, f);
   at::Tensor A = at::randn({in / 4, in}, gen, f);
   at::Tensor s = at::rand({in}, gen, f) * 2 + 0.1;
-  p.X = (at::matmul(at::randn({tokens, in / 4}, gen, f), A) + 0.1 * at::randn({tokens, in}, gen, f)) * s.unsqueeze(0);
+  p.X = (at::matmul(at::randn({tokens, in / 4}, gen, f), A) + 0.1 * at::randn({tokens, in}, gen, f)) *
+        s.unsqueeze(0);
   p.H = at::matmul(p.X.t(), p.X) * (2.0 / static_cast<double>(tokens));
   return p;
 }
@@ -169,7 +176,8 @@ TEST(Unstructured, SparseGPTReconstructsBetterThanMaskOnlyMethods) {
     // The same budget: half the weights.
     EXPECT_EQ(sg.eq(0).sum().item<int64_t>(), p.W.numel() / 2);
     EXPECT_EQ(wa.eq(0).sum().item<int64_t>(), p.W.numel() / 2);
-    double e_sg = recon_error(p.X, p.W, sg), e_wa = recon_error(p.X, p.W, wa), e_mg = recon_error(p.X, p.W, mg);
+    double e_sg = recon_error(p.X, p.W, sg), e_wa = recon_error(p.X, p.W, wa),
+           e_mg = recon_error(p.X, p.W, mg);
     EXPECT_LT(e_sg, 0.8 * e_wa) << n << ":" << m << " sparsegpt " << e_sg << " wanda " << e_wa;
     EXPECT_LT(e_wa, e_mg) << n << ":" << m << " wanda " << e_wa << " magnitude " << e_mg;
   }
@@ -235,13 +243,14 @@ TEST(Unstructured, LayerByLayerMatchesByHand) {
         rows += b.ids.size(0);
       }
       LayerWeights& L = slow->layers[l];
-      std::vector<std::pair<Linear*, Site>> lins = {{&L.q, Site::attn_in},   {&L.k, Site::attn_in},
-                                                    {&L.v, Site::attn_in},   {&L.o, Site::attn_ctx},
-                                                    {&L.gate, Site::mlp_in}, {&L.up, Site::mlp_in},
-                                                    {&L.down, Site::mlp_act}};
+      std::vector<std::pair<Linear*, Site>> lins = {
+          {&L.q, Site::attn_in},   {&L.k, Site::attn_in}, {&L.v, Site::attn_in},   {&L.o, Site::attn_ctx},
+          {&L.gate, Site::mlp_in}, {&L.up, Site::mlp_in}, {&L.down, Site::mlp_act}};
       for (auto [lin, site] : lins) {
-        if (std::string(method) == "wanda") prune_weight_wanda(lin->weight, stats[site], o);
-        else prune_weight_sparsegpt(lin->weight, stats[site] * (2.0 / rows), o);
+        if (std::string(method) == "wanda")
+          prune_weight_wanda(lin->weight, stats[site], o);
+        else
+          prune_weight_sparsegpt(lin->weight, stats[site] * (2.0 / rows), o);
       }
     }
     auto a = decoder_weights(*fast), b = decoder_weights(*slow);
@@ -305,11 +314,13 @@ TEST(Unstructured, ErrorsFireBeforeAnyChange) {
   EXPECT_EQ(run(opts("wanda", 0.5, 1, 3)),
             "prune.unstructured: pattern 1:3 needs input widths divisible by 3; "
             "model.layers.0.self_attn.q_proj.weight has 32");
-  EXPECT_EQ(run(opts("movement")), "prune.unstructured: unknown method \"movement\" (magnitude, wanda, sparsegpt)");
+  EXPECT_EQ(run(opts("movement")),
+            "prune.unstructured: unknown method \"movement\" (magnitude, wanda, sparsegpt)");
   SparsityOptions bad_target = opts("wanda");
   bad_target.targets = {"qkv_proj"};
-  EXPECT_EQ(run(bad_target), "prune.unstructured: unknown target \"qkv_proj\" (q_proj, k_proj, v_proj, o_proj, "
-                             "gate_proj, up_proj, down_proj)");
+  EXPECT_EQ(run(bad_target),
+            "prune.unstructured: unknown target \"qkv_proj\" (q_proj, k_proj, v_proj, o_proj, "
+            "gate_proj, up_proj, down_proj)");
   EXPECT_EQ(run(opts("wanda"), false),
             "prune.unstructured: method wanda needs calibration batches (only magnitude works without)");
   EXPECT_EQ(run(opts("sparsegpt"), false),
@@ -323,8 +334,9 @@ TEST(Unstructured, ErrorsFireBeforeAnyChange) {
   lc.targets = {"v_proj"};
   lora_apply(*m, lc, 0);
   auto with_adapter = snapshot(*m);
-  EXPECT_EQ(run(opts("magnitude"), false),
-            "prune.unstructured: model.layers.0.self_attn.v_proj.weight has an adapter; merge the adapters first "
-            "(lora.merge)");
+  EXPECT_EQ(
+      run(opts("magnitude"), false),
+      "prune.unstructured: model.layers.0.self_attn.v_proj.weight has an adapter; merge the adapters first "
+      "(lora.merge)");
   EXPECT_TRUE(same_weights(*m, with_adapter));
 }

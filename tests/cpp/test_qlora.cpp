@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/function.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstring>
@@ -52,14 +52,17 @@ const double kNF4Ref[16] = {-1.0,
                             0.7229568362236023,
                             1.0};
 
-std::shared_ptr<Model> tiny(const std::string& arch = "llama", at::ScalarType dtype = at::kFloat, uint64_t seed = 1) {
+std::shared_ptr<Model> tiny(const std::string& arch = "llama", at::ScalarType dtype = at::kFloat,
+                            uint64_t seed = 1) {
   // Hidden 64 and intermediate 96: every Linear spans several 64-blocks; with 4 layers of seven
   // Linears the absmax of gate/up (96 x 64 = 96 blocks) is one nested block, lm_head stays dense.
   return tiny_model(arch, 64, 96, dtype, seed);
 }
 
 // Rows of random documents over the tiny models' 97-token vocabulary.
-Batch random_batch(int64_t rows, int64_t len, uint64_t seed) { return luatune::random_batch(97, rows, len, seed); }
+Batch random_batch(int64_t rows, int64_t len, uint64_t seed) {
+  return luatune::random_batch(97, rows, len, seed);
+}
 
 std::string temp_dir(const std::string& name) {
   return test_temp_dir("qlora_" + name);
@@ -273,7 +276,8 @@ TEST(Nf4, DoubleQuantizationStoresEightBitScales) {
   float v = s.nested_code.data_ptr<float>()[q0] * s.nested_absmax.data_ptr<float>()[0];
   EXPECT_EQ(scales.data_ptr<float>()[0], v + s.offset);
   // The bf16 dequantization is the float32 one rounded once.
-  EXPECT_TRUE(at::equal(dequantize_4bit(packed, s, at::kBFloat16), dequantize_4bit(packed, s, at::kFloat).to(at::kBFloat16)));
+  EXPECT_TRUE(at::equal(dequantize_4bit(packed, s, at::kBFloat16),
+                        dequantize_4bit(packed, s, at::kFloat).to(at::kBFloat16)));
 }
 
 TEST(Nf4, Bf16InputsQuantizeAsTheirFloat32Values) {
@@ -288,7 +292,9 @@ TEST(Nf4, Bf16InputsQuantizeAsTheirFloat32Values) {
 TEST(Nf4, BadSettingsFailWithOneLine) {
   QuantConfig c;
   c.blocksize = 48;
-  EXPECT_EQ(error_of([&] { quantize_4bit(at::ones({4, 64}), c); }),
+  EXPECT_EQ(error_of([&] {
+              quantize_4bit(at::ones({4, 64}), c);
+            }),
             "quantize: blocksize 48 is not a power of two from 32 to 4096 (bitsandbytes' rule)");
   EXPECT_EQ(error_of([&] { quant_type_parse("int4", "models.load: quantize"); }),
             "models.load: quantize: quant_type \"int4\" is not one of nf4, fp4");
@@ -324,10 +330,11 @@ TEST(Nf4, SerialisesAsBitsandbytesQuantState) {
   EXPECT_EQ(j["nested_dtype"], "float32");
   EXPECT_EQ(static_cast<float>(j["nested_offset"].get<double>()), s.offset);
   // json.dumps' spacing, key order as QuantState.as_dict.
-  EXPECT_EQ(text.rfind("{\"quant_type\": \"nf4\", \"blocksize\": 64, \"dtype\": \"bfloat16\", \"shape\": [64, 96], "
-                       "\"nested_blocksize\": 256, \"nested_dtype\": \"float32\", \"nested_offset\": ",
-                       0),
-            0u);
+  EXPECT_EQ(
+      text.rfind("{\"quant_type\": \"nf4\", \"blocksize\": 64, \"dtype\": \"bfloat16\", \"shape\": [64, 96], "
+                 "\"nested_blocksize\": 256, \"nested_dtype\": \"float32\", \"nested_offset\": ",
+                 0),
+      0u);
 
   std::map<std::string, at::Tensor> m(t.begin(), t.end());
   auto get = [&](const std::string& n) { return m.at(n); };
@@ -337,19 +344,26 @@ TEST(Nf4, SerialisesAsBitsandbytesQuantState) {
   EXPECT_EQ(s2.offset, s.offset);
 
   // Damaged states fail in one line naming the file and tensor.
-  EXPECT_EQ(error_of([&] { quant_state_from_tensors(p, get, has, {96, 64}, "x.safetensors"); }),
-            "x.safetensors: " + p + ".quant_state.bitsandbytes__nf4 gives shape [64, 96], expected [96, 64] from "
-            "config.json");
+  EXPECT_EQ(error_of([&] {
+              quant_state_from_tensors(p, get, has, {96, 64}, "x.safetensors");
+            }),
+            "x.safetensors: " + p +
+                ".quant_state.bitsandbytes__nf4 gives shape [64, 96], expected [96, 64] from "
+                "config.json");
   auto m2 = m;
   m2[p + ".quant_map"] = nf4::kFP4Code[0] + at::zeros({16});
   auto get2 = [&](const std::string& n) { return m2.at(n); };
-  EXPECT_EQ(error_of([&] { quant_state_from_tensors(p, get2, has, {64, 96}, "x.safetensors"); }),
+  EXPECT_EQ(error_of([&] {
+              quant_state_from_tensors(p, get2, has, {64, 96}, "x.safetensors");
+            }),
             "x.safetensors: tensor " + p + ".quant_map is not bitsandbytes' nf4 table");
   auto m3 = m;
   m3.erase(p + ".nested_absmax");
   auto get3 = [&](const std::string& n) { return m3.at(n); };
   auto has3 = [&](const std::string& n) { return m3.count(n) > 0; };
-  EXPECT_EQ(error_of([&] { quant_state_from_tensors(p, get3, has3, {64, 96}, "x.safetensors"); }),
+  EXPECT_EQ(error_of([&] {
+              quant_state_from_tensors(p, get3, has3, {64, 96}, "x.safetensors");
+            }),
             "x.safetensors: tensor " + p + ".nested_absmax is missing (4-bit weight " + p + ")");
 }
 
@@ -439,7 +453,8 @@ TEST(Qlora, TrainingReachesOnlyTheAdaptersAndLeavesCodesAlone) {
     for (int i = 0; i < 11; i++) last = t.step(b).loss;
     EXPECT_LT(last, first * 0.9) << "recompute " << recompute;
     for (size_t l = 0; l < m->layers.size(); l++) EXPECT_EQ(bytes_of(m->layers[l].gate.weight), codes[l]);
-    EXPECT_GT(m->layers[0].q.adapter->parameters()[1].second->abs().sum().item<double>(), 0);  // B moved off 0
+    EXPECT_GT(m->layers[0].q.adapter->parameters()[1].second->abs().sum().item<double>(),
+              0);  // B moved off 0
   }
 }
 
@@ -524,11 +539,13 @@ TEST(Qlora, DenseOnlyOperationsRefuseFourBitModels) {
   auto m = tiny();
   qlora_quantize(*m, QuantConfig{});
   PruneSpec spec;
-  EXPECT_EQ(error_of([&] { prune_check(*m, spec); }),
-            "prune: the model has 14 4-bit Linears; this needs dense weights (qlora.dequantize(model) first, or "
-            "load it without quantize=)");
+  EXPECT_EQ(
+      error_of([&] { prune_check(*m, spec); }),
+      "prune: the model has 14 4-bit Linears; this needs dense weights (qlora.dequantize(model) first, or "
+      "load it without quantize=)");
   LoraConfig lc;
   lora_apply(*m, lc, 1);
   EXPECT_EQ(error_of([&] { qlora_quantize(*m, QuantConfig{}); }),
-            "qlora.quantize: model.layers.0.self_attn.q_proj already has an adapter (quantize first, then lora.apply)");
+            "qlora.quantize: model.layers.0.self_attn.q_proj already has an adapter (quantize first, then "
+            "lora.apply)");
 }

@@ -41,7 +41,8 @@ print(cfg.learning_rate) -- not in the table
 
 TEST(RecipeDocs, LeadingCommentGivesTheFirstSentenceAndUsage) {
   RecipeDocs d = recipe_docs_parse(kRecipe, "demo.lua");
-  EXPECT_EQ(d.first_sentence, "LoRA fine-tuning of a chat model (e.g. Llama 3.1) on JSONL; writes a PEFT adapter.");
+  EXPECT_EQ(d.first_sentence,
+            "LoRA fine-tuning of a chat model (e.g. Llama 3.1) on JSONL; writes a PEFT adapter.");
   ASSERT_EQ(d.usage.size(), 1u);
   EXPECT_EQ(d.usage[0], "runner demo base_model=DIR data=FILE");
   EXPECT_TRUE(d.has_config);
@@ -120,7 +121,8 @@ TEST(ConfigChecks, PathsAndRangesAreAllReported) {
   EXPECT_EQ(problems.size(), 6u) << all;
   EXPECT_NE(all.find("base_model = \"/nope/model\" (recipe default)"), std::string::npos) << all;
   EXPECT_NE(all.find("data = \"/nope/data.jsonl\" (command line): no such file"), std::string::npos) << all;
-  EXPECT_NE(all.find("max_steps = 0 (recipe default): expected a whole number >= 1"), std::string::npos) << all;
+  EXPECT_NE(all.find("max_steps = 0 (recipe default): expected a whole number >= 1"), std::string::npos)
+      << all;
   EXPECT_NE(all.find("learning_rate = "), std::string::npos) << all;
   EXPECT_NE(all.find("batch_size = 2.5"), std::string::npos) << all;
   EXPECT_NE(all.find("lora.dropout = 1 (recipe default): expected in [0, 1)"), std::string::npos) << all;
@@ -155,12 +157,14 @@ TEST(ConfigChecks, RenamedKeysNameTheirNewName) {
   ConfigValue cfg;
   cfg.fields["learning_rate"] = ConfigValue::of_number(2e-4);
   cfg.fields["max_steps"] = ConfigValue::of_number(10);
-  for (auto [old_name, new_name] : {std::pair<const char*, const char*>{"lr", "learning_rate"}, {"steps", "max_steps"}}) {
+  for (auto [old_name, new_name] :
+       {std::pair<const char*, const char*>{"lr", "learning_rate"}, {"steps", "max_steps"}}) {
     try {
       config_apply(cfg, {config_parse_override(std::string(old_name) + "=1")});
       FAIL() << "an old key name applied";
     } catch (const UsageError& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("it is now '") + new_name + "'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("it is now '") + new_name + "'"), std::string::npos)
+          << e.what();
     }
   }
 }
@@ -174,12 +178,14 @@ TEST(RecipeDocs, ShippedRecipesDocumentEveryKey) {
   ASSERT_GE(recipes.size(), 15u);
   for (const auto& r : recipes) {
     RecipeDocs d = recipe_docs_read(r.path);
-    EXPECT_FALSE(d.first_sentence.empty()) << r.path << ": the leading comment has no complete first sentence";
+    EXPECT_FALSE(d.first_sentence.empty())
+        << r.path << ": the leading comment has no complete first sentence";
     EXPECT_LE(d.first_sentence.size(), 200u) << r.path << ": first sentence too long for runner ls";
     EXPECT_TRUE(d.problems.empty()) << r.path << ": " << str_join(d.problems, "; ");
     if (!d.has_config) continue;
     EXPECT_FALSE(d.keys.empty()) << r.path;
     for (const auto& k : d.keys)
-      if (!k.table) EXPECT_FALSE(k.doc.empty()) << r.path << ":" << k.line << ": key '" << k.key << "' has no -- doc";
+      if (!k.table)
+        EXPECT_FALSE(k.doc.empty()) << r.path << ":" << k.line << ": key '" << k.key << "' has no -- doc";
   }
 }

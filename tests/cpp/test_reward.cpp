@@ -23,9 +23,11 @@ namespace fs = std::filesystem;
 namespace {
 
 std::shared_ptr<Model> tiny(uint64_t seed = 1) {
-  return model_init(model_config_with("llama", R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})", "test"),
-                    seed, at::kFloat, at::kCPU);
+  return model_init(
+      model_config_with("llama", R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})",
+                        "test"),
+      seed, at::kFloat, at::kCPU);
 }
 
 // `pairs` pairs of random rows of length `len`; row r is lengths[r] tokens then padding (id 0);
@@ -154,14 +156,17 @@ TEST(Reward, ErrorsNameWhatIsWrong) {
   // A causal LM directory has no score head.
   model_save(*model, dir);
   EXPECT_NE(error_of([&] { reward_load(dir, LoadOptions("float32")); })
-                .find("expected a reward model (architectures <Family>ForSequenceClassification), got LlamaForCausalLM"),
+                .find("expected a reward model (architectures <Family>ForSequenceClassification), got "
+                      "LlamaForCausalLM"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { reward_load_head(rm, dir); }).find("tensor score.weight is missing"), std::string::npos);
+  EXPECT_NE(error_of([&] { reward_load_head(rm, dir); }).find("tensor score.weight is missing"),
+            std::string::npos);
   // Classifiers with more than one label are not reward models.
   nlohmann::json cfg = nlohmann::json::parse(file_read(dir + "/config.json"));
   cfg["architectures"] = {"LlamaForSequenceClassification"};
-  EXPECT_NE(error_of([&] { model_config_parse(cfg.dump(), "c.json"); })
-                .find("c.json: LlamaForSequenceClassification with 2 labels is not supported"),
+  EXPECT_NE(error_of([&] {
+              model_config_parse(cfg.dump(), "c.json");
+            }).find("c.json: LlamaForSequenceClassification with 2 labels is not supported"),
             std::string::npos);
   cfg["num_labels"] = 1;
   EXPECT_TRUE(model_config_parse(cfg.dump(), "c.json").score_head);

@@ -119,7 +119,8 @@ TEST(RunDir, AFreshRunRefusesAnotherRunsCheckpointsAndOverwriteMovesThemAside) {
   json run = {{"run_id", "mine"}};
   EXPECT_EQ(error_of([&] { output_dir_claim(out, false, run); }),
             "output_dir: " + out + " holds checkpoints of another run (" + out +
-                "/checkpoints); continue that run with resume=true, or start afresh with overwrite=true (moves it to " +
+                "/checkpoints); continue that run with resume=true, or start afresh with overwrite=true "
+                "(moves it to " +
                 out + "/previous-<time>/, deletes nothing)");
   EXPECT_FALSE(fs::exists(out + "/run.json"));  // refused: nothing written
   std::string owner;
@@ -151,7 +152,8 @@ TEST(RunDir, RunJsonSaysWhatMadeTheDirectoryAndNotesResumes) {
   info.has_seed = true;
   info.git_describe = "v0.1-3-gabc";
   json j = run_json_new(info);
-  for (const char* key : {"run_id", "started", "luatune", "git_describe", "host", "pid", "world_size", "recipe", "seed", "config"})
+  for (const char* key : {"run_id", "started", "luatune", "git_describe", "host", "pid", "world_size",
+                          "recipe", "seed", "config"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["seed"], 7);
   output_dir_claim(t.path, false, j);
@@ -167,7 +169,8 @@ TEST(RunDir, RunJsonSaysWhatMadeTheDirectoryAndNotesResumes) {
 
 TEST(RunDir, ConfigDiffNamesEveryChangedLeaf) {
   json a = {{"lr", 2e-4}, {"steps", 3}, {"resume", false}, {"lora", {{"r", 16}, {"targets", {"q", "v"}}}}};
-  json b = {{"lr", 1e-4}, {"steps", 3}, {"resume", true}, {"lora", {{"r", 16}, {"targets", {"q"}}}}, {"new", 1}};
+  json b = {
+      {"lr", 1e-4}, {"steps", 3}, {"resume", true}, {"lora", {{"r", 16}, {"targets", {"q"}}}}, {"new", 1}};
   EXPECT_EQ(config_changed_keys(a, b, {"resume"}), (std::vector<std::string>{"lora.targets", "lr", "new"}));
   EXPECT_TRUE(config_changed_keys(a, a, {}).empty());
 }

@@ -25,13 +25,18 @@ namespace {
 
 std::shared_ptr<Model> tiny(const std::string& arch = "llama", uint64_t seed = 1) {
   std::string extra = arch == "gemma2" ? R"(, "head_dim": 8, "sliding_window": 4)" : "";
-  return model_init(model_config_with(arch, R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)" + extra + "}", "test"),
+  return model_init(model_config_with(arch,
+                                      R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)" +
+                                          extra + "}",
+                                      "test"),
                     seed, at::kFloat, at::kCPU);
 }
 
 // Rows of random documents over this file's 61-token vocabulary, every next token a target.
-Batch random_batch(int64_t rows, int64_t len, uint64_t seed) { return luatune::random_batch(61, rows, len, seed); }
+Batch random_batch(int64_t rows, int64_t len, uint64_t seed) {
+  return luatune::random_batch(61, rows, len, seed);
+}
 
 std::string temp_dir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("luatune_test_train_" + name + "_" + std::to_string(::getpid()));
@@ -41,7 +46,8 @@ std::string temp_dir(const std::string& name) {
 
 std::vector<at::Tensor> grads(Trainer& t) {
   std::vector<at::Tensor> out;
-  for (auto& [name, p] : t.parameters()) out.push_back(p->grad().defined() ? p->grad().clone() : at::Tensor());
+  for (auto& [name, p] : t.parameters())
+    out.push_back(p->grad().defined() ? p->grad().clone() : at::Tensor());
   return out;
 }
 
@@ -104,7 +110,8 @@ TEST(Trainer, RecomputedLayersGiveTheSameGradients) {
     Trainer ckpt(m, o);
     ckpt.batch_loss(b, true, b.target_tokens);
     auto g2 = grads(ckpt);
-    for (size_t i = 0; i < g1.size(); i++) EXPECT_TRUE(at::allclose(g1[i], g2[i], 1e-5, 1e-7)) << arch << " " << i;
+    for (size_t i = 0; i < g1.size(); i++)
+      EXPECT_TRUE(at::allclose(g1[i], g2[i], 1e-5, 1e-7)) << arch << " " << i;
   }
 }
 
@@ -195,7 +202,8 @@ TEST(Trainer, KeepsTheLastCheckpointsAndIgnoresIncompleteOnes) {
   for (int i = 0; i < 4; i++) t.step(random_batch(2, 6, i));
   auto names = [&] {
     std::vector<std::string> n;
-    for (const auto& e : fs::directory_iterator(o.output_dir + "/checkpoints")) n.push_back(e.path().filename());
+    for (const auto& e : fs::directory_iterator(o.output_dir + "/checkpoints"))
+      n.push_back(e.path().filename());
     std::sort(n.begin(), n.end());
     return n;
   };
@@ -225,7 +233,8 @@ TEST(Trainer, NanLossStopsWithTheStepAndAHint) {
     FAIL() << "no error";
   } catch (const Error& e) {
     std::string msg = e.what();
-    EXPECT_EQ(msg.rfind("train: loss is nan at step 2; stopping before the weights are updated", 0), 0u) << msg;
+    EXPECT_EQ(msg.rfind("train: loss is nan at step 2; stopping before the weights are updated", 0), 0u)
+        << msg;
     EXPECT_NE(msg.find("HINT: lower the learning rate"), std::string::npos);
   }
 }

@@ -12,9 +12,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <condition_variable>
 #include <functional>
 #include <future>
 #include <map>

@@ -21,8 +21,14 @@ json sample_document() {
   json rows = json::array();
   auto row = [&](const char* gpu, double mem, double price, double peak, bool fits, int mb, const char* kind,
                  double tps, const char* source) {
-    json r = {{"gpu", gpu}, {"memory_gb", mem}, {"price_per_hour", price}, {"predicted_peak_gb", peak},
-              {"fits", fits}, {"max_micro_batch", mb}, {"kind", kind}, {"price_source", source},
+    json r = {{"gpu", gpu},
+              {"memory_gb", mem},
+              {"price_per_hour", price},
+              {"predicted_peak_gb", peak},
+              {"fits", fits},
+              {"max_micro_batch", mb},
+              {"kind", kind},
+              {"price_source", source},
               {"price_date", "2026-11-01"}};
     const double tokens = 2.0e8;  // the job: 200M training tokens
     if (tps > 0 && fits) {
@@ -32,8 +38,9 @@ json sample_document() {
       r["cost_usd"] = hours * price;
       r["usd_per_mtok"] = price / (tps * 3600) * 1e6;
     }
-    if (!fits) r["advice"] = {"Use QLoRA (4-bit base weights): predicted peak 14.9 GB.",
-                              "Or turn on activation checkpointing and micro-batch 1."};
+    if (!fits)
+      r["advice"] = {"Use QLoRA (4-bit base weights): predicted peak 14.9 GB.",
+                     "Or turn on activation checkpointing and micro-batch 1."};
     rows.push_back(r);
   };
   row("H100 SXM 80GB", 80, 2.69, 38.2, true, 16, "measured", 4150, "Lambda on-demand list price");
@@ -52,20 +59,40 @@ json sample_document() {
       {"title", "Llama-3.1-8B LoRA: which GPU to rent"},
       {"recipe", "lora_finetune"},
       {"date", "2026-11-22"},
-      {"model", {{"name", "Llama-3.1-8B-Instruct"}, {"parameters", 8.03e9}, {"trainable", 4.19e7}, {"method", "lora"}}},
-      {"config", {{"lr", 2e-4}, {"lora", {{"r", 16}, {"alpha", 32}}}, {"seq_len", 2048}, {"micro_batch", 16}}},
+      {"model",
+       {{"name", "Llama-3.1-8B-Instruct"},
+        {"parameters", 8.03e9},
+        {"trainable", 4.19e7},
+        {"method", "lora"}}},
+      {"config",
+       {{"lr", 2e-4}, {"lora", {{"r", 16}, {"alpha", 32}}}, {"seq_len", 2048}, {"micro_batch", 16}}},
       {"measured",
-       {{{"device", "NVIDIA H100 80GB HBM3"}, {"gpu", "H100 SXM 80GB"}, {"tokens_per_s", 4150.2},
-         {"step_time_s", 7.9}, {"mfu", 0.412}, {"peak_memory_gb", 36.9}, {"tokens", 1.2e6}, {"seconds", 289},
-         {"gpu_hours", 0.0803}, {"cost_usd", 0.216}, {"usd_per_mtok", 0.18}, {"eval_loss", 1.2843},
-         {"accuracy", 0.612}, {"utilization", 0.97}, {"power_w", 642}}}},
+       {{{"device", "NVIDIA H100 80GB HBM3"},
+         {"gpu", "H100 SXM 80GB"},
+         {"tokens_per_s", 4150.2},
+         {"step_time_s", 7.9},
+         {"mfu", 0.412},
+         {"peak_memory_gb", 36.9},
+         {"tokens", 1.2e6},
+         {"seconds", 289},
+         {"gpu_hours", 0.0803},
+         {"cost_usd", 0.216},
+         {"usd_per_mtok", 0.18},
+         {"eval_loss", 1.2843},
+         {"accuracy", 0.612},
+         {"utilization", 0.97},
+         {"power_w", 642}}}},
       {"rows", rows},
       {"formulas",
-       {{"mfu", "MFU = 6 · N_params · tokens/s ÷ peak dense bf16 FLOP/s (forward + backward, no attention term)"},
-        {"projection", "tokens/s on GPU g = measured tokens/s × (peak FLOP/s of g ÷ peak FLOP/s of the measured GPU)"},
-        {"memory", "peak = weights + LoRA grads and Adam states + activations(micro-batch, seq_len) + 10% overhead"}}},
-      {"notes", {"Prices are on-demand list prices; spot and reserved prices differ.",
-                 "Projections assume the same MFU on every GPU."}},
+       {{"mfu",
+         "MFU = 6 · N_params · tokens/s ÷ peak dense bf16 FLOP/s (forward + backward, no attention term)"},
+        {"projection",
+         "tokens/s on GPU g = measured tokens/s × (peak FLOP/s of g ÷ peak FLOP/s of the measured GPU)"},
+        {"memory",
+         "peak = weights + LoRA grads and Adam states + activations(micro-batch, seq_len) + 10% overhead"}}},
+      {"notes",
+       {"Prices are on-demand list prices; spot and reserved prices differ.",
+        "Projections assume the same MFU on every GPU."}},
   };
 }
 
@@ -82,7 +109,8 @@ int main(int argc, char** argv) {
     json all = doc["rows"], rows = json::array();
     for (int i = 0; i < want; i++) {
       json r = all[i % all.size()];
-      if (i >= static_cast<int>(all.size())) r["gpu"] = r["gpu"].get<std::string>() + " #" + std::to_string(i / all.size() + 1);
+      if (i >= static_cast<int>(all.size()))
+        r["gpu"] = r["gpu"].get<std::string>() + " #" + std::to_string(i / all.size() + 1);
       rows.push_back(r);
     }
     doc["rows"] = rows;

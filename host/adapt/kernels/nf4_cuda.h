@@ -25,12 +25,12 @@ struct BlockScale {
 };
 
 // packed[(n + 1) / 2] (device) -> out[n] (device) in out_dtype. quant_type: 0 NF4, 1 FP4.
-int dequantize_4bit(const uint8_t* packed, int64_t n, int64_t blocksize, int quant_type, const BlockScale& scale,
-                    void* out, Dtype out_dtype, void* stream);
+int dequantize_4bit(const uint8_t* packed, int64_t n, int64_t blocksize, int quant_type,
+                    const BlockScale& scale, void* out, Dtype out_dtype, void* stream);
 
 // in[n] (device, in_dtype) -> packed[(n + 1) / 2], absmax[num_blocks] (device), float32 absmax.
-int quantize_4bit(const void* in, Dtype in_dtype, int64_t n, int64_t blocksize, int quant_type, uint8_t* packed,
-                  float* absmax, void* stream);
+int quantize_4bit(const void* in, Dtype in_dtype, int64_t n, int64_t blocksize, int quant_type,
+                  uint8_t* packed, float* absmax, void* stream);
 
 const char* error_string(int code);
 
