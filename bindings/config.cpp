@@ -1,5 +1,5 @@
 // Lua module `config`: `local cfg = config { ...defaults... }` resolves a recipe's configuration
-// against the run's overrides (host/runner/config.cpp), prints it once, and returns it as a table
+// against the run's overrides (host/cli/config.cpp), prints it once, and returns it as a table
 // that raises on a misspelt key instead of returning nil. config.get() / config.json() give the
 // resolved config to metric sinks.
 #include <algorithm>
@@ -9,13 +9,13 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/modules.h"
+#include "host/cli/config_checks.h"
+#include "host/cli/recipes.h"
 #include "host/core/error.h"
 #include "host/core/seed.h"
 #include "host/core/strings.h"
 #include "host/core/version.h"
 #include "host/dist/dist.h"
-#include "host/runner/config_checks.h"
-#include "host/runner/recipes.h"
 #include "host/train/run_dir.h"
 
 namespace luatune {
@@ -142,7 +142,7 @@ static int l_config_resolve(lua_State* L) {
   std::string text = "config (" + st.recipe + "):\n" + config_format(cfg);
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
-  // Paths and ranges, every problem at once, before anything loads (host/runner/config_checks.h).
+  // Paths and ranges, every problem at once, before anything loads (host/cli/config_checks.h).
   ConfigCheckOptions checks;
   checks.paths = st.check_paths;
   if (auto problems = config_problems(cfg, checks); !problems.empty()) {

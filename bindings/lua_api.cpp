@@ -11,10 +11,10 @@
 #include <sstream>
 
 #include "bindings/modules.h"
+#include "host/cli/recipes.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
-#include "host/runner/recipes.h"
 #include "host/sweep/sweep.h"
 
 namespace luatune {

@@ -68,7 +68,7 @@ std::string lt_func_full_name(const LtFunc& f);
 // ============================================================================================
 // The registry and what is generated from it
 
-// Every module's declarations, in the order runner/lua_host.cpp opens the modules.
+// Every module's declarations, in the order runner/recipe_run.cpp opens the modules.
 const std::vector<LtModuleApi>& lt_api_registry();
 // Inconsistencies in the registry (duplicate names, unknown classes, a shared table of sweep.run
 // that differs from host/sweep's list, ...), one line each; empty when it is sound.

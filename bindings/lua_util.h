@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "bindings/lua_api.h"
-#include "host/runner/config.h"
+#include "host/cli/config.h"
 
 namespace luatune {
 

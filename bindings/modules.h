@@ -1,4 +1,4 @@
-// The Lua modules luatune provides; runner/lua_host.cpp opens each as a global of the same name.
+// The Lua modules luatune provides; runner/recipe_run.cpp opens each as a global of the same name.
 // Each binding file also declares what its module exposes (bindings/lua_api.h: lt_api_<module>).
 #pragma once
 

@@ -1,4 +1,4 @@
-// runner: luatune's executable. Parses the command line (host/runner/cli.cpp) and carries out
+// runner: luatune's executable. Parses the command line (host/cli/cli.cpp) and carries out
 // the verb: run or validate a recipe (or start N ranks of it), list or copy shipped recipes,
 // tokenize stdin, show a dataset as trained, print help or versions.
 #include <luajit.h>
@@ -12,6 +12,10 @@
 #include <vector>
 
 #include "bindings/lua_api.h"
+#include "host/cli/cli.h"
+#include "host/cli/config.h"
+#include "host/cli/recipe_docs.h"
+#include "host/cli/recipes.h"
 #include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
@@ -27,13 +31,9 @@
 #include "host/io/jsonl.h"
 #include "host/metrics/run_report.h"
 #include "host/metrics/wandb.h"
-#include "host/runner/cli.h"
-#include "host/runner/config.h"
-#include "host/runner/recipe_docs.h"
-#include "host/runner/recipes.h"
 #include "host/sweep/sweep.h"
 #include "host/text/tokenizer.h"
-#include "runner/lua_host.h"
+#include "runner/recipe_run.h"
 
 using namespace luatune;
 
@@ -100,7 +100,7 @@ static int run_plan(const Command& cmd_in) {
   }
   ConfigValue resolved;
   const std::string path = recipe_resolve(cmd.recipe);
-  int rc = lua_host_run(path, cmd, &resolved);
+  int rc = recipe_run(path, cmd, &resolved);
   if (rc != kExitOk) return rc;
   PlanRequest req = hw_plan_request(nlohmann::json::parse(config_to_json(resolved)), path, extras);
   Plan plan = hw_plan(req.model, req.options, hw_catalog_load(hw_catalog_default_path()));
@@ -126,14 +126,14 @@ static int run_nproc(const Command& cmd) {
   return dist_launch_local(o);
 }
 
-// runner help RECIPE: the recipe's own words (host/runner/recipe_docs.h) next to its resolved config.
+// runner help RECIPE: the recipe's own words (host/cli/recipe_docs.h) next to its resolved config.
 // The recipe runs only up to config{}, silently; a script without config{} is not run at all.
 static int run_recipe_help(const Command& cmd) {
   const std::string path = recipe_resolve(cmd.recipe);
   RecipeDocs docs = recipe_docs_read(path);
   ConfigValue resolved;
   if (docs.has_config) {
-    int rc = lua_host_run(path, cmd, &resolved);
+    int rc = recipe_run(path, cmd, &resolved);
     if (rc != kExitOk) return rc;
   }
   std::string name = path_basename(path);
@@ -185,10 +185,10 @@ static int run_command(const Command& cmd) {
       return run_plan(cmd);
     case Command::Verb::run:
       if (cmd.nproc > 1) return run_nproc(cmd);
-      return lua_host_run(recipe_resolve(cmd.recipe), cmd);
+      return recipe_run(recipe_resolve(cmd.recipe), cmd);
     case Command::Verb::validate:
     case Command::Verb::sweep:
-      return lua_host_run(recipe_resolve(cmd.recipe), cmd);
+      return recipe_run(recipe_resolve(cmd.recipe), cmd);
   }
   return kExitFailed;
 }

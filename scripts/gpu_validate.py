@@ -353,7 +353,7 @@ def recipe_step(ctx, step, recipe, extra):
     p = ctx.run(step, cmd)
     step.result = dict(last_step_line(p.out), device="cuda", launcher="torchrun, world size 1",
                        note="the runner creates its process group only when WORLD_SIZE > 1 "
-                            "(runner/lua_host.cpp), so no NCCL collective runs at world size 1")
+                            "(runner/recipe_run.cpp), so no NCCL collective runs at world size 1")
     if p.rc != 0:
         raise Fail("%s under torchrun exited %d: %s" % (recipe, p.rc, p.last_err_line()))
     return "ok", ""

@@ -7,11 +7,11 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "host/cli/recipes.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/json.h"
 #include "host/core/strings.h"
-#include "host/runner/recipes.h"
 
 namespace luatune {
 

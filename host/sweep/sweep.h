@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "host/runner/config.h"
+#include "host/cli/config.h"
 
 namespace luatune {
 

@@ -19,12 +19,12 @@
 #include <filesystem>
 #include <map>
 
+#include "host/cli/recipes.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/json.h"
 #include "host/core/process.h"
 #include "host/core/strings.h"
-#include "host/runner/recipes.h"
 #include "host/sweep/sweep.h"
 #include "host/train/run_dir.h"
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # tests/cli/test_recipe_help.sh RUNNER: recipes explain themselves and validate checks before loading.
 # - `runner help RECIPE` / `runner RECIPE --help`: description, usage, every key with type, default
-#   and its `-- doc` from the recipe (host/runner/recipe_docs.h); no shipped recipe has an undocumented key.
+#   and its `-- doc` from the recipe (host/cli/recipe_docs.h); no shipped recipe has an undocumented key.
 # - `runner ls`: every recipe's whole first sentence, wrapped to COLUMNS.
 # - `runner validate`: paths that must exist and value ranges, every problem at once, exit 2
-#   (host/runner/config_checks.h); nothing loads.
+#   (host/cli/config_checks.h); nothing loads.
 set -u
 runner=$(realpath "${1:?usage: test_recipe_help.sh path/to/runner}")
 failed=0 checks=0

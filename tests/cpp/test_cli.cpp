@@ -1,8 +1,8 @@
 // Command-line parsing: verbs, overrides, --config, and usage errors.
 #include <gtest/gtest.h>
 
+#include "host/cli/cli.h"
 #include "host/core/error.h"
-#include "host/runner/cli.h"
 
 using namespace luatune;
 

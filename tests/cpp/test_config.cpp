@@ -1,8 +1,8 @@
 // Config resolution: typed overrides, nested keys, lists, unknown keys with hints, file overrides.
 #include <gtest/gtest.h>
 
+#include "host/cli/config.h"
 #include "host/core/error.h"
-#include "host/runner/config.h"
 #include "tests/cpp/test_config_util.h"
 
 using namespace luatune;

@@ -1,4 +1,4 @@
-// --config FILE in JSON and YAML (host/runner/config_file.h): flattening to dotted keys, the types
+// --config FILE in JSON and YAML (host/cli/config_file.h): flattening to dotted keys, the types
 // each format gives its values, and the one-line errors (syntax with file:line:column, null values,
 // a top level that is not a mapping, unknown extensions), applied through config_apply.
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <functional>
 
+#include "host/cli/config_file.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
-#include "host/runner/config_file.h"
 #include "tests/cpp/test_config_util.h"
 
 using namespace luatune;

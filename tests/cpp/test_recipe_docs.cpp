@@ -4,13 +4,13 @@
 
 #include <cstdlib>
 
+#include "host/cli/config.h"
+#include "host/cli/config_checks.h"
+#include "host/cli/recipe_docs.h"
+#include "host/cli/recipes.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
-#include "host/runner/config.h"
-#include "host/runner/config_checks.h"
-#include "host/runner/recipe_docs.h"
-#include "host/runner/recipes.h"
 
 using namespace luatune;
 

@@ -1,5 +1,5 @@
-// Runs a recipe in a fresh Lua state (see lua_host.h).
-#include "runner/lua_host.h"
+// Runs a recipe in a fresh Lua state (see recipe_run.h).
+#include "runner/recipe_run.h"
 
 #include <time.h>
 #include <unistd.h>
@@ -9,14 +9,14 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/modules.h"
+#include "host/cli/config_file.h"
+#include "host/cli/recipes.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/seed.h"
 #include "host/core/strings.h"
 #include "host/dist/dist.h"
 #include "host/metrics/metrics.h"
-#include "host/runner/config_file.h"
-#include "host/runner/recipes.h"
 #include "host/train/stop.h"
 
 namespace luatune {
@@ -143,7 +143,7 @@ lua_State* open_state(const std::string& recipe_path) {
   return L;
 }
 
-// Reads each --config FILE into overrides, in order: JSON and YAML in host/runner/config_file.cpp,
+// Reads each --config FILE into overrides, in order: JSON and YAML in host/cli/config_file.cpp,
 // a Lua chunk returning a table here.
 void load_config_files(lua_State* L, const Command& cmd, RunState& st) {
   for (const auto& file : cmd.config_files) {
@@ -235,7 +235,7 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd, Conf
 
 }  // namespace
 
-int lua_host_run(const std::string& path, const Command& cmd, ConfigValue* resolved) {
+int recipe_run(const std::string& path, const Command& cmd, ConfigValue* resolved) {
   lua_State* L = open_state(path);
   int rc;
   try {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "host/runner/config.h"
+#include "host/cli/config.h"
 
 namespace luatune {
 

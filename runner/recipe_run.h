@@ -5,8 +5,8 @@
 
 #include <string>
 
+#include "host/cli/cli.h"
 #include "host/core/error.h"  // the exit statuses kExitOk, kExitFailed, kExitUsage, kExitInterrupted
-#include "host/runner/cli.h"
 
 namespace luatune {
 
@@ -14,6 +14,6 @@ struct ConfigValue;
 
 // Runs (or, for Verb::validate and Verb::plan, resolves the config of) the recipe at `path`; returns
 // the exit status. `resolved`, when given, receives the resolved config.
-int lua_host_run(const std::string& path, const Command& cmd, ConfigValue* resolved = nullptr);
+int recipe_run(const std::string& path, const Command& cmd, ConfigValue* resolved = nullptr);
 
 }  // namespace luatune

@@ -1,14 +1,14 @@
 // A recipe's self-description, read from its Lua source (see recipe_docs.h). A small Lua lexer
 // (strings, long strings, comments, names, numbers, punctuation) is enough: the config table is a
 // constructor of `name = value` fields whose values are plain literals or short expressions.
-#include "host/runner/recipe_docs.h"
+#include "host/cli/recipe_docs.h"
 
 #include <cctype>
 #include <sstream>
 
+#include "host/cli/config.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
-#include "host/runner/config.h"
 
 namespace luatune {
 

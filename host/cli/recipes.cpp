@@ -1,5 +1,5 @@
 // Recipe lookup, listing and copying (see recipes.h).
-#include "host/runner/recipes.h"
+#include "host/cli/recipes.h"
 
 #include <dirent.h>
 #include <unistd.h>
@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "host/cli/recipe_docs.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
-#include "host/runner/recipe_docs.h"
 
 namespace luatune {
 

@@ -1,5 +1,5 @@
 // Command-line parsing and help text (see cli.h).
-#include "host/runner/cli.h"
+#include "host/cli/cli.h"
 
 #include "host/core/error.h"
 #include "host/core/strings.h"

@@ -1,14 +1,14 @@
 // Config checks by key name (see config_checks.h). The rules follow the vocabulary every shipped
 // recipe uses (docs/recipes.md); a key matches by its last dotted component, so `lora.dropout` and
 // `pretrain.learning_rate` are checked like top-level keys.
-#include "host/runner/config_checks.h"
+#include "host/cli/config_checks.h"
 
 #include <cmath>
 
+#include "host/cli/recipes.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
 #include "host/io/hub_cache.h"
-#include "host/runner/recipes.h"
 
 namespace luatune {
 

@@ -1,7 +1,7 @@
 // Files of overrides in JSON and YAML (see config_file.h). Both walk the parsed document once,
 // in file order, emitting one ConfigOverride per leaf; config_apply then type-checks them against
 // the recipe's defaults like any other override.
-#include "host/runner/config_file.h"
+#include "host/cli/config_file.h"
 
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 // Config resolution (see config.h).
-#include "host/runner/config.h"
+#include "host/cli/config.h"
 
 #include <nlohmann/json.hpp>
 

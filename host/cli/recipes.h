@@ -22,7 +22,7 @@ struct RecipeInfo {
 // A path to an existing file, or a shipped recipe's name with or without ".lua".
 std::string recipe_resolve(const std::string& name_or_path);
 std::vector<RecipeInfo> recipe_list();
-// The first sentence of the recipe's leading comment block (host/runner/recipe_docs.h).
+// The first sentence of the recipe's leading comment block (host/cli/recipe_docs.h).
 std::string recipe_description(const std::string& path);
 // Copies a recipe to `dest` (a file, or a directory to copy into); never overwrites. Returns the path
 // written.
