@@ -57,8 +57,7 @@ static void push_strict(lua_State* L, const ConfigValue& v, const std::string& p
   lua_createtable(L, 0, 2);
   lua_pushcfunction(L, l_config_missing_key);
   lua_setfield(L, -2, "__index");
-  lua_pushstring(L, path.c_str());
-  lua_setfield(L, -2, "__path");
+  lt_set_string(L, "__path", path);
   lua_setmetatable(L, -2);
 }
 
@@ -112,11 +111,6 @@ static void config_claim_output_dir(const RunState& st, const ConfigValue& cfg, 
 }
 
 // config { defaults } (called through the module's __call: argument 1 is the module itself).
-static const LtFunc kConfigCall{"config", "__call", "defaults: table",
-                                "table # the resolved config (reading a key it lacks raises)",
-                                "declares the recipe's defaults, applies the run's overrides with type "
-                                "checks, prints the resolved config; "
-                                "call it once, first (runner validate stops here)"};
 static int l_config_resolve(lua_State* L) {
   RunState& st = lt_run_state(L);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -165,8 +159,6 @@ static int l_config_resolve(lua_State* L) {
   return 1;
 }
 
-static const LtFunc kConfigGet{"config", "get", "", "table?",
-                               "the resolved config as a plain table (nil before config{})"};
 static int l_config_get(lua_State* L) {
   RunState& st = lt_run_state(L);
   if (!st.config_resolved) return lua_pushnil(L), 1;
@@ -174,8 +166,6 @@ static int l_config_get(lua_State* L) {
   return 1;
 }
 
-static const LtFunc kConfigJson{"config", "json", "", "string",
-                                "the resolved config as JSON, for metric sinks (\"{}\" before config{})"};
 static int l_config_json(lua_State* L) {
   RunState& st = lt_run_state(L);
   std::string s = st.config_resolved ? config_to_json(st.resolved) : "{}";
@@ -193,12 +183,6 @@ static const luaL_Reg config_meta[] = {
     {"__call", l_config_resolve},
     {nullptr, nullptr},
 };
-
-LtModuleApi lt_api_config() {
-  return {"config",
-          "the recipe's configuration: `local cfg = config { ...defaults... }`",
-          {kConfigCall, kConfigGet, kConfigJson}};
-}
 
 }  // namespace luatune
 

@@ -43,28 +43,10 @@ std::string batch_describe(const Batch& b) {
          ", tokens=" + std::to_string(b.tokens) + ", target_tokens=" + std::to_string(b.target_tokens) + ")";
 }
 
-// The options of data.jsonl, data.from_records and data.preferences (rules and templates: docs/data.md).
-const LtTable kDataOpts{
-    "DataOpts",
-    {{"tokenizer", "Tokenizer", "required", "the model's tokenizer"},
-     {"format", "string", "",
-      "text, prompt_response, alpaca, chat or guanaco; default: detected from the first record"},
-     {"max_length", "integer", "2048", "tokens per row; longer documents are truncated (the start kept)"},
-     {"pack", "boolean", "true", "several whole documents per row of exactly max_length tokens"},
-     {"pad_to_max_length", "boolean", "false",
-      "unpacked rows: pad batches to max_length, not their longest row"},
-     {"train_on_prompt", "boolean", "false", "loss on the prompts too, not only on the answers"},
-     {"add_eos", "boolean", "true", "end each document with EOS"},
-     {"seed", "integer", "0", "shuffling (epoch e uses seed + e) and split"},
-     {"skip_bad", "boolean", "false", "skip and count malformed records instead of failing"},
-     {"chat", "boolean", "",
-      "render non-chat records as conversations; default: the tokenizer has a chat template"},
-     {"chat_format", "string", "", "the chat format by name instead of detecting it (docs/chat_formats.md)"},
-     {"max_records", "integer", "-1", "read at most this many records (-1: all)"}}};
-
-// The options table at idx (after the path or records) -> tokenizer and DataOptions.
+// The options table (DataOpts) at idx, after the path or records, of data.jsonl, data.from_records
+// and data.preferences -> tokenizer and DataOptions (rules and templates: docs/data.md).
 std::shared_ptr<Tokenizer> check_data_options(lua_State* L, int idx, DataOptions* o) {
-  lt_check_options(L, idx, kDataOpts);
+  lt_check_options(L, idx, lt_api_table("DataOpts"));
   luaL_checktype(L, idx, LUA_TTABLE);
   lua_getfield(L, idx, "tokenizer");
   auto* tok = lt_test<std::shared_ptr<Tokenizer>>(L, -1);
@@ -144,25 +126,9 @@ json lua_to_json(lua_State* L, int idx, const std::string& what, int depth = 0) 
   return out;
 }
 
-void push_int_list(lua_State* L, const std::vector<int64_t>& v) {
-  lua_createtable(L, static_cast<int>(v.size()), 0);
-  for (size_t i = 0; i < v.size(); i++) {
-    lua_pushinteger(L, static_cast<lua_Integer>(v[i]));
-    lua_rawseti(L, -2, static_cast<int>(i + 1));
-  }
-}
-
 // ============================================================================================
 // Module functions
 
-const LtFunc kDataJsonl{
-    "data",
-    "jsonl",
-    "path: string, opts: Opts",
-    "Dataset",
-    "a JSONL file tokenized, masked and packed; a bad record fails with FILE:LINE: expected ...",
-    {},
-    &kDataOpts};
 int l_data_jsonl(lua_State* L) {
   std::string path = luaL_checkstring(L, 1);
   DataOptions o;
@@ -171,14 +137,6 @@ int l_data_jsonl(lua_State* L) {
   return 1;
 }
 
-const LtFunc kDataFromRecords{
-    "data",
-    "from_records",
-    "records: table[], opts: Opts",
-    "Dataset",
-    "the same from Lua tables ({text=}, {prompt=, response=}, ...; errors name records[i])",
-    {},
-    &kDataOpts};
 int l_data_from_records(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   if (!lt_is_list(L, 1)) luaL_argerror(L, 1, "expected a list of records (tables)");
@@ -194,15 +152,6 @@ int l_data_from_records(lua_State* L) {
   return 1;
 }
 
-const LtFunc kDataPreferences{"data",
-                              "preferences",
-                              "path: string, opts: Opts",
-                              "PreferenceSet",
-                              "preference pairs ({prompt, chosen, rejected}, TRL's conversational form or "
-                              "HH-style chat); loss on the final "
-                              "response only",
-                              {},
-                              &kDataOpts};
 int l_data_preferences(lua_State* L) {
   std::string path = luaL_checkstring(L, 1);
   DataOptions o;
@@ -214,17 +163,6 @@ int l_data_preferences(lua_State* L) {
 // ============================================================================================
 // Dataset methods
 
-const LtFunc kDataSplit{"data",
-                        "split",
-                        "ds: Dataset, fraction: number",
-                        "Dataset train; Dataset validation",
-                        "by record, seeded, disjoint; each part packed on its own",
-                        {},
-                        nullptr,
-                        "Dataset"};
-const LtFunc kPreferenceSetSplit{"PreferenceSet", "split", "fraction: number",
-                                 "PreferenceSet train; PreferenceSet validation",
-                                 "by pair, seeded, disjoint"};
 int l_data_split(lua_State* L) {
   if (auto* pds = lt_test<PreferencePtr>(L, 1)) {
     auto [train, held] = (*pds)->split(luaL_checknumber(L, 2));
@@ -239,8 +177,6 @@ int l_data_split(lua_State* L) {
   return 2;
 }
 
-const LtFunc kDataSize{"data", "size", "ds: Dataset", "integer", "rows (also #ds)", {}, nullptr, "Dataset"};
-const LtFunc kPreferenceSetSize{"PreferenceSet", "size", "", "integer", "pairs (also #pairs)"};
 int l_data_size(lua_State* L) {
   if (auto* pds = lt_test<PreferencePtr>(L, 1)) {
     lua_pushinteger(L, static_cast<lua_Integer>((*pds)->size()));
@@ -250,10 +186,6 @@ int l_data_size(lua_State* L) {
   return 1;
 }
 
-const LtFunc kPreferenceSetStats{
-    "PreferenceSet", "stats", "",
-    "table # {pairs, skipped_bad, dropped_empty, truncated, tokens, target_tokens}",
-    "what reading the pairs kept and dropped"};
 int l_data_preference_stats(lua_State* L) {
   PreferenceStats s = lt_check<PreferencePtr>(L, 1)->stats();
   lua_createtable(L, 0, 6);
@@ -263,46 +195,37 @@ int l_data_preference_stats(lua_State* L) {
                                {"truncated", s.truncated},
                                {"tokens", s.tokens},
                                {"target_tokens", s.target_tokens}}) {
-    lua_pushinteger(L, static_cast<lua_Integer>(v));
-    lua_setfield(L, -2, key);
+    lt_set_number(L, key, static_cast<double>(v));
   }
   return 1;
 }
 
-const LtFunc kPreferenceSetPair{"PreferenceSet", "pair", "i: integer",
-                                "table # {line, chosen = {ids, mask}, rejected = {ids, mask}}",
-                                "pair i (1 to #pairs) as Lua lists"};
+// The 1-based number at idx of one of `n` items (rows, pairs), as a 0-based index.
+int64_t check_item(lua_State* L, int idx, int64_t n, const char* item) {
+  int64_t i = lt_check_int(L, idx);
+  if (i < 1 || i > n) {
+    std::string msg =
+        std::string(item) + " " + std::to_string(i) + " out of range (1 to " + std::to_string(n) + ")";
+    luaL_argerror(L, idx, msg.c_str());
+  }
+  return i - 1;
+}
+
 int l_data_preference_pair(lua_State* L) {
   PreferencePtr& ds = lt_check<PreferencePtr>(L, 1);
-  int64_t i = lt_check_int(L, 2);
-  if (i < 1 || i > ds->size()) {
-    std::string msg = "pair " + std::to_string(i) + " out of range (1 to " + std::to_string(ds->size()) + ")";
-    luaL_argerror(L, 2, msg.c_str());
-  }
+  const int64_t i = check_item(L, 2, ds->size(), "pair");
   lua_createtable(L, 0, 3);
-  lua_pushinteger(L, static_cast<lua_Integer>(ds->origin(i - 1)));
-  lua_setfield(L, -2, "line");
+  lt_set_number(L, "line", static_cast<double>(ds->origin(i)));
   for (int side = 0; side < 2; side++) {
-    Document d = ds->document(i - 1, side);
+    Document d = ds->document(i, side);
     lua_createtable(L, 0, 2);
-    push_int_list(L, std::vector<int64_t>(d.ids.begin(), d.ids.end()));
-    lua_setfield(L, -2, "ids");
-    push_int_list(L, std::vector<int64_t>(d.mask.begin(), d.mask.end()));
-    lua_setfield(L, -2, "mask");
+    lt_set_list(L, "ids", d.ids);
+    lt_set_list(L, "mask", d.mask);
     lua_setfield(L, -2, side == 0 ? "chosen" : "rejected");
   }
   return 1;
 }
 
-const LtFunc kDataStats{
-    "data",
-    "stats",
-    "ds: Dataset",
-    "table # {records, skipped_bad, dropped_empty, rows, tokens, target_tokens, truncated}",
-    "what reading and packing kept and dropped",
-    {},
-    nullptr,
-    "Dataset"};
 int l_data_stats(lua_State* L) {
   DataStats s = lt_check<DatasetPtr>(L, 1)->stats();
   lua_createtable(L, 0, 7);
@@ -313,37 +236,19 @@ int l_data_stats(lua_State* L) {
                                {"tokens", s.tokens},
                                {"target_tokens", s.target_tokens},
                                {"truncated", s.truncated}}) {
-    lua_pushinteger(L, static_cast<lua_Integer>(v));
-    lua_setfield(L, -2, key);
+    lt_set_number(L, key, static_cast<double>(v));
   }
   return 1;
 }
 
-const LtFunc kDataRow{"data",
-                      "row",
-                      "ds: Dataset, i: integer",
-                      "table # {ids, targets, positions, segments}",
-                      "row i (1 to #ds) as Lua lists",
-                      {},
-                      nullptr,
-                      "Dataset"};
 int l_data_row(lua_State* L) {
   DatasetPtr& ds = lt_check<DatasetPtr>(L, 1);
-  int64_t i = lt_check_int(L, 2);
-  if (i < 1 || i > ds->size()) {
-    std::string msg = "row " + std::to_string(i) + " out of range (1 to " + std::to_string(ds->size()) + ")";
-    luaL_argerror(L, 2, msg.c_str());
-  }
-  DataRow r = ds->row(i - 1);
+  DataRow r = ds->row(check_item(L, 2, ds->size(), "row"));
   lua_createtable(L, 0, 4);
-  push_int_list(L, r.ids);
-  lua_setfield(L, -2, "ids");
-  push_int_list(L, r.targets);
-  lua_setfield(L, -2, "targets");
-  push_int_list(L, r.positions);
-  lua_setfield(L, -2, "positions");
-  push_int_list(L, r.segments);
-  lua_setfield(L, -2, "segments");
+  lt_set_list(L, "ids", r.ids);
+  lt_set_list(L, "targets", r.targets);
+  lt_set_list(L, "positions", r.positions);
+  lt_set_list(L, "segments", r.segments);
   return 1;
 }
 
@@ -383,33 +288,10 @@ int batches_next_protected(lua_State* L) {
 
 // Without steps: one pass over the rows (the last batch may be short); with steps the epochs cycle,
 // epoch e shuffled with seed + e, so start=K resumes exactly where a run stopped after step K.
-const LtTable kBatchesOpts{
-    "BatchesOpts",
-    {{"size", "integer", "required",
-      "rows per batch (a preference set: pairs), per rank under data parallelism"},
-     {"steps", "integer", "",
-      "the last step; the epochs cycle (default: one pass, the last batch may be short)"},
-     {"start", "integer", "0", "the last step already done: start=K resumes exactly after step K"},
-     {"shuffle", "boolean", "true", "shuffle each epoch (epoch e with seed + e)"}}};
-const LtFunc kDataBatches{"data",
-                          "batches",
-                          "ds: Dataset, opts: Opts",
-                          "fun(): integer?, Batch # for step, batch in ...",
-                          "an iterator of (step, Batch) over steps start+1 .. steps",
-                          {},
-                          &kBatchesOpts,
-                          "Dataset"};
-const LtFunc kPreferenceSetBatches{"PreferenceSet",
-                                   "batches",
-                                   "opts: Opts",
-                                   "fun(): integer?, Batch # for step, batch in ...",
-                                   "batches of size pairs: pair i is rows 2i-1 (chosen) and 2i (rejected)",
-                                   {},
-                                   &kBatchesOpts};
 int l_data_batches(lua_State* L) {
   auto* pds = lt_test<PreferencePtr>(L, 1);
   const int64_t items = pds ? (*pds)->size() : lt_check<DatasetPtr>(L, 1)->size();  // rows, or pairs
-  lt_check_options(L, 2, kBatchesOpts);
+  lt_check_options(L, 2, lt_api_table("BatchesOpts"));
   if (!lt_has_field(L, 2, "size")) luaL_argerror(L, 2, "option 'size' (rows per batch) is required");
   if (lt_opt_number(L, 2, "size", 1) < 1) luaL_argerror(L, 2, "option 'size' must be at least 1");
   // Before anything is sized from it: a size of batch_size * grad_accum = 1e18 is refused here.
@@ -436,35 +318,26 @@ int l_data_batches(lua_State* L) {
 // ============================================================================================
 // Batch methods: the tensors (CPU, int64, (B, T)) and the counts
 
-const LtFunc kBatchIds{"Batch", "ids", "", "Tensor # (B, T) int64", "the token ids"};
 int l_data_batch_ids(lua_State* L) {
   lt_push(L, lt_check<Batch>(L, 1).ids);
   return 1;
 }
-const LtFunc kBatchTargets{"Batch", "targets", "", "Tensor # (B, T) int64",
-                           "the targets, already shifted (-100: no target)"};
 int l_data_batch_targets(lua_State* L) {
   lt_push(L, lt_check<Batch>(L, 1).targets);
   return 1;
 }
-const LtFunc kBatchPositions{"Batch", "positions", "", "Tensor # (B, T) int64",
-                             "the positions, restarting per document"};
 int l_data_batch_positions(lua_State* L) {
   lt_push(L, lt_check<Batch>(L, 1).positions);
   return 1;
 }
-const LtFunc kBatchSegments{"Batch", "segments", "", "Tensor # (B, T) int64",
-                            "the document of each token within its row (padding is its own)"};
 int l_data_batch_segments(lua_State* L) {
   lt_push(L, lt_check<Batch>(L, 1).segments);
   return 1;
 }
-const LtFunc kBatchTokens{"Batch", "tokens", "", "integer", "tokens that are not padding"};
 int l_data_batch_tokens(lua_State* L) {
   lua_pushinteger(L, static_cast<lua_Integer>(lt_check<Batch>(L, 1).tokens));
   return 1;
 }
-const LtFunc kBatchTargetTokens{"Batch", "target_tokens", "", "integer", "targets that are not -100"};
 int l_data_batch_target_tokens(lua_State* L) {
   lua_pushinteger(L, static_cast<lua_Integer>(lt_check<Batch>(L, 1).target_tokens));
   return 1;
@@ -502,28 +375,13 @@ const luaL_Reg batch_methods[] = {
 
 }  // namespace
 
-LtModuleApi lt_api_data() {
-  return {"data",
-          "JSONL datasets tokenized, masked and packed for training (docs/data.md)",
-          {kDataJsonl, kDataFromRecords, kDataPreferences, kDataSplit, kDataBatches, kDataStats, kDataSize,
-           kDataRow, kPreferenceSetSplit, kPreferenceSetBatches, kPreferenceSetStats, kPreferenceSetSize,
-           kPreferenceSetPair, kBatchIds, kBatchTargets, kBatchPositions, kBatchSegments, kBatchTokens,
-           kBatchTargetTokens},
-          {{"Dataset", "tokenized rows; ds:f(...) is data.f(ds, ...); #ds is its rows"},
-           {"PreferenceSet", "preference pairs, one sequence a row; #pairs is its pairs"},
-           {"Batch", "a training batch: (B, T) int64 CPU tensors"}}};
-}
-
 }  // namespace luatune
 
 extern "C" int luaopen_data(lua_State* L) {
   using namespace luatune;
   lt_register_class<DatasetPtr, dataset_describe>(L, data_funcs, dataset_metamethods);
-  lua_pop(L, 1);
   lt_register_class<PreferencePtr, preference_describe>(L, preference_methods, dataset_metamethods);
-  lua_pop(L, 1);
   lt_register_class<Batch, batch_describe>(L, batch_methods);
-  lua_pop(L, 1);
   lt_new_module(L, data_funcs);
   return 1;
 }

@@ -11,32 +11,24 @@ namespace luatune {
 
 namespace {
 
-const LtFunc kDistRank{"dist", "rank", "", "integer", "this process's rank (0 in a single process)"};
 int l_dist_rank(lua_State* L) {
   return lua_pushnumber(L, dist_rank()), 1;
 }
-const LtFunc kDistWorldSize{"dist", "world_size", "", "integer",
-                            "the number of ranks (1 in a single process)"};
 int l_dist_world_size(lua_State* L) {
   return lua_pushnumber(L, dist_world_size()), 1;
 }
-const LtFunc kDistLocalRank{"dist", "local_rank", "", "integer", "the rank on this machine"};
 int l_dist_local_rank(lua_State* L) {
   return lua_pushnumber(L, dist_local_rank()), 1;
 }
-const LtFunc kDistIsMain{"dist", "is_main", "", "boolean", "true on rank 0"};
 int l_dist_is_main(lua_State* L) {
   return lua_pushboolean(L, dist_is_main()), 1;
 }
 
-const LtFunc kDistBarrier{"dist", "barrier", "", "", "waits for every rank"};
 int l_dist_barrier(lua_State* L) {
   dist_barrier();
   return 0;
 }
 
-const LtFunc kDistAllReduce{"dist", "all_reduce", "t: Tensor, op?: \"sum\"|\"mean\"", "Tensor # t",
-                            "t summed (or averaged) over the ranks, in place"};
 int l_dist_all_reduce(lua_State* L) {
   at::Tensor& t = lt_check<at::Tensor>(L, 1);
   std::string op = luaL_optstring(L, 2, "sum");
@@ -48,8 +40,6 @@ int l_dist_all_reduce(lua_State* L) {
   return 1;
 }
 
-const LtFunc kDistBroadcast{"dist", "broadcast", "t: Tensor, root?: integer", "Tensor # t",
-                            "rank root's values (default 0) in t on every rank"};
 int l_dist_broadcast(lua_State* L) {
   at::Tensor& t = lt_check<at::Tensor>(L, 1);
   int root = static_cast<int>(luaL_optinteger(L, 2, 0));
@@ -60,17 +50,12 @@ int l_dist_broadcast(lua_State* L) {
   return 1;
 }
 
-const LtFunc kDistInfo{
-    "dist", "info", "",
-    "table # {rank, world_size, local_rank, backend = \"gloo\"|\"nccl\"|\"none\", timeout}",
-    "where this process sits and how the ranks talk"};
 int l_dist_info(lua_State* L) {
   lua_newtable(L);
   lt_set_number(L, "rank", dist_rank());
   lt_set_number(L, "world_size", dist_world_size());
   lt_set_number(L, "local_rank", dist_local_rank());
-  lua_pushstring(L, dist_backend().c_str());
-  lua_setfield(L, -2, "backend");
+  lt_set_string(L, "backend", dist_backend());
   lt_set_number(L, "timeout", static_cast<double>(dist_timeout().count()) / 1000.0);
   return 1;
 }
@@ -86,13 +71,6 @@ const luaL_Reg dist_funcs[] = {{"rank", l_dist_rank},
                                {nullptr, nullptr}};
 
 }  // namespace
-
-LtModuleApi lt_api_dist() {
-  return {"dist",
-          "where this process sits in a data-parallel job, and collectives (docs/distributed.md)",
-          {kDistRank, kDistWorldSize, kDistLocalRank, kDistIsMain, kDistBarrier, kDistAllReduce,
-           kDistBroadcast, kDistInfo}};
-}
 
 }  // namespace luatune
 

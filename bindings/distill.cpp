@@ -29,11 +29,6 @@ std::string describe_distiller(const DistillerPtr& d) {
   return buf;
 }
 
-std::shared_ptr<TrainerHook> distiller_hook(lua_State* L, int idx) {
-  DistillerPtr* d = lt_test<DistillerPtr>(L, idx);
-  return d ? *d : nullptr;
-}
-
 // The loss options shared by distill.new and distill.divergence, from the table at idx.
 void read_loss_options(lua_State* L, int idx, DistillOptions& o) {
   o.loss = lt_opt_string(L, idx, "loss", o.loss);
@@ -42,31 +37,11 @@ void read_loss_options(lua_State* L, int idx, DistillOptions& o) {
 }
 
 // Details: docs/distill.md.
-const LtFunc kDistillNew{
-    "distill",
-    "new",
-    "teacher: Model, student: Model, opts?: Opts",
-    "Distiller # a hook for train.new(student, ...)",
-    "each micro-batch's loss becomes (1 - alpha) LM + alpha T^2 KD (+ hidden_weight * hidden); the teacher "
-    "is "
-    "frozen and runs without autograd",
-    {{"loss", "string", "\"forward_kl\"", "\"forward_kl\" KL(t||s), \"reverse_kl\" KL(s||t) or \"jsd\""},
-     {"temperature", "number", "1", "T: both distributions are softened by it"},
-     {"alpha", "number", "0.5", "the KD term's weight"},
-     {"beta", "number", "0.5", "jsd's mixture weight on the teacher"},
-     {"chunk", "integer", "1024", "rows of logits that exist at once"},
-     {"hidden_layers", "integer[][]", "",
-      "{{student_layer, teacher_layer}, ...} (0-based) hidden states to match"},
-     {"hidden_loss", "string", "\"cosine\"", "the hidden-state loss"},
-     {"hidden_weight", "number", "1", "the hidden term's weight"},
-     {"seed", "integer", "0", "seed of the projections between widths"}}};
 int l_distill_new(lua_State* L) {
   auto teacher = lt_check<std::shared_ptr<Model>>(L, 1);
   auto student = lt_check<std::shared_ptr<Model>>(L, 2);
   DistillOptions o;
-  if (!lua_isnoneornil(L, 3)) {
-    luaL_checktype(L, 3, LUA_TTABLE);
-    lt_check_options(L, 3, kDistillNew);
+  if (lt_check_options(L, 3, lt_api("distill.new"))) {
     read_loss_options(L, 3, o);
     o.alpha = lt_opt_number(L, 3, "alpha", o.alpha);
     o.chunk = lt_opt_int(L, 3, "chunk", o.chunk);
@@ -96,29 +71,17 @@ int l_distill_new(lua_State* L) {
 }
 
 // No T^2 factor (docs/distill.md).
-const LtFunc kDistillDivergence{
-    "distill",
-    "divergence",
-    "student_logits: Tensor, teacher_logits: Tensor, opts?: Opts",
-    "Tensor # one value per row",
-    "the per-row divergence",
-    {{"loss", "string", "\"forward_kl\"", "\"forward_kl\", \"reverse_kl\" or \"jsd\""},
-     {"temperature", "number", "1", "T"},
-     {"beta", "number", "0.5", "jsd's mixture weight on the teacher"}}};
 int l_distill_divergence(lua_State* L) {
   const at::Tensor& s = lt_check<at::Tensor>(L, 1);
   const at::Tensor& t = lt_check<at::Tensor>(L, 2);
   DistillOptions o;
-  if (!lua_isnoneornil(L, 3)) {
-    luaL_checktype(L, 3, LUA_TTABLE);
-    lt_check_options(L, 3, kDistillDivergence);
+  if (lt_check_options(L, 3, lt_api("distill.divergence"))) {
     read_loss_options(L, 3, o);
   }
   lt_push<at::Tensor>(L, distill_divergence(s, t, o));
   return 1;
 }
 
-const LtFunc kDistillerTeacher{"Distiller", "teacher", "", "Model", "the teacher model"};
 int l_distill_teacher(lua_State* L) {
   lt_push<std::shared_ptr<Model>>(L, lt_check<DistillerPtr>(L, 1)->teacher());
   return 1;
@@ -130,20 +93,11 @@ const luaL_Reg distill_funcs[] = {
 
 }  // namespace
 
-LtModuleApi lt_api_distill() {
-  return {"distill",
-          "knowledge distillation from a frozen teacher, as a trainer hook",
-          {kDistillNew, kDistillDivergence, kDistillerTeacher},
-          {{"Distiller", "a distillation hook for train.new"}}};
-}
-
 }  // namespace luatune
 
 extern "C" int luaopen_distill(lua_State* L) {
   using namespace luatune;
-  lt_register_class<DistillerPtr, describe_distiller>(L, distiller_methods);
-  lua_pop(L, 1);
-  lt_register_hook_getter(distiller_hook);
+  lt_register_hook_class<DistillerPtr, describe_distiller>(L, distiller_methods);
   lt_new_module(L, distill_funcs);
   return 1;
 }

@@ -67,32 +67,12 @@ std::vector<McRecord> check_records(lua_State* L, int idx, const std::string& wh
 }
 
 // Scored as lm-evaluation-harness scores it (docs/eval.md).
-const LtFunc kEvalMultipleChoice{
-    "eval",
-    "multiple_choice",
-    "model: Model, tok: Tokenizer, task: string|table[], opts?: Opts",
-    "table # {acc, acc_norm, n}",
-    "accuracy by log-likelihood over a JSONL path or a list of {question=, choices={...}, answer=} (0-based "
-    "or a letter)",
-    {{"shots", "integer", "0", "few-shot examples in each prompt"},
-     {"fewshot", "string|table[]", "",
-      "where the examples come from (default: the task's first shots records, then not scored)"},
-     {"choices_as", "\"letters\"|\"text\"", "\"letters\"",
-      "MMLU's prompt (continuations \" A\", \" B\", ...) or ARC's (each choice's text)"},
-     {"limit", "integer", "0", "score at most this many records (0: all)"},
-     {"batch_size", "integer", "0", "sequences per forward (0: one record's choices)"},
-     {"description", "string", "\"\"", "text before the examples"},
-     {"special", "boolean", "true", "add BOS as the tokenizer says"},
-     {"max_length", "integer", "0",
-      "the longest input in tokens; longer ones lose tokens on the left (0: the model's)"}}};
 int l_eval_multiple_choice(lua_State* L) {
   Model& model = *lt_check<std::shared_ptr<Model>>(L, 1);
   const Tokenizer& tok = *lt_check<std::shared_ptr<Tokenizer>>(L, 2);
   std::vector<McRecord> records = check_records(L, 3, "eval.multiple_choice: the task");
   McOptions o;
-  if (!lua_isnoneornil(L, 4)) {
-    luaL_checktype(L, 4, LUA_TTABLE);
-    lt_check_options(L, 4, kEvalMultipleChoice);
+  if (lt_check_options(L, 4, lt_api("eval.multiple_choice"))) {
     o.shots = lt_opt_int(L, 4, "shots", 0);
     o.limit = lt_opt_int(L, 4, "limit", 0);
     o.batch_size = lt_opt_int(L, 4, "batch_size", 0);
@@ -115,10 +95,6 @@ int l_eval_multiple_choice(lua_State* L) {
   return 1;
 }
 
-const LtFunc kEvalPerplexity{
-    "eval", "perplexity",
-    "model: Model, data: string|string[]|integer[][]|Tensor, opts?: ModelPerplexityOpts",
-    "number ppl; table info # {nll, tokens}", "the same as model:perplexity(data, opts)"};
 int l_eval_perplexity(lua_State* L) {
   lt_check<std::shared_ptr<Model>>(L, 1);
   int nargs = lua_gettop(L);
@@ -132,12 +108,6 @@ const luaL_Reg eval_funcs[] = {
     {"multiple_choice", l_eval_multiple_choice}, {"perplexity", l_eval_perplexity}, {nullptr, nullptr}};
 
 }  // namespace
-
-LtModuleApi lt_api_eval() {
-  return {"eval",
-          "multiple-choice accuracy by log-likelihood and perplexity",
-          {kEvalMultipleChoice, kEvalPerplexity}};
-}
 
 }  // namespace luatune
 

@@ -15,17 +15,6 @@ namespace luatune {
 namespace {
 
 // Facts and sources: docs/gguf.md.
-const LtFunc kExportGguf{
-    "export",
-    "gguf",
-    "model: Model|string, path: string, opts?: Opts",
-    "table # {path, bytes, tensors}",
-    "one GGUF v3 file llama.cpp runs, written atomically; what llama.cpp cannot express fails before writing",
-    {{"outtype", "string", "\"f16\"", "f32, f16, bf16, q8_0, q4_0 or q4_k (Q4_K_M's mix)"},
-     {"tokenizer", "Tokenizer|string", "",
-      "a Tokenizer or a directory; a Model needs it (default: the model directory's)"},
-     {"adapter", "string", "", "a PEFT LoRA directory merged first, in float32 (model directory input only)"},
-     {"name", "string", "", "general.name in the file"}}};
 int l_export_gguf(lua_State* L) {
   std::shared_ptr<Model> model;
   std::string dir;
@@ -38,9 +27,7 @@ int l_export_gguf(lua_State* L) {
   GgufExportOptions o;
   std::shared_ptr<Tokenizer> tok;
   std::string adapter;
-  if (!lua_isnoneornil(L, 3)) {
-    luaL_checktype(L, 3, LUA_TTABLE);
-    lt_check_options(L, 3, kExportGguf);
+  if (lt_check_options(L, 3, lt_api("export.gguf"))) {
     o.outtype = lt_opt_string(L, 3, "outtype", o.outtype);
     o.name = lt_opt_string(L, 3, "name", "");
     adapter = lt_opt_string(L, 3, "adapter", "");
@@ -72,8 +59,7 @@ int l_export_gguf(lua_State* L) {
   }
   GgufExportResult r = gguf_export(*model, *tok, path, o);
   lua_newtable(L);
-  lua_pushlstring(L, r.path.data(), r.path.size());
-  lua_setfield(L, -2, "path");
+  lt_set_string(L, "path", r.path);
   lt_set_number(L, "bytes", static_cast<double>(r.bytes));
   lt_set_number(L, "tensors", static_cast<double>(r.tensors));
   return 1;
@@ -82,10 +68,6 @@ int l_export_gguf(lua_State* L) {
 const luaL_Reg export_funcs[] = {{"gguf", l_export_gguf}, {nullptr, nullptr}};
 
 }  // namespace
-
-LtModuleApi lt_api_export() {
-  return {"export", "a model as a file another runtime runs (llama.cpp's GGUF)", {kExportGguf}};
-}
 
 }  // namespace luatune
 

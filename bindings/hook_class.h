@@ -5,6 +5,9 @@
 #include <lua.hpp>
 
 #include <memory>
+#include <string>
+
+#include "bindings/lua_util.h"
 
 namespace luatune {
 
@@ -15,5 +18,16 @@ using HookGetter = std::shared_ptr<TrainerHook> (*)(lua_State* L, int idx);
 void lt_register_hook_getter(HookGetter getter);
 // The hook at idx, or nullptr when no registered class holds one.
 std::shared_ptr<TrainerHook> lt_test_hook(lua_State* L, int idx);
+
+// Registers a hook class: lt_register_class, and a getter that finds the hook in a userdata
+// holding a Ptr (a std::shared_ptr to a TrainerHook).
+template <class Ptr, std::string (*Describe)(const Ptr&)>
+void lt_register_hook_class(lua_State* L, const luaL_Reg* methods) {
+  lt_register_class<Ptr, Describe>(L, methods);
+  lt_register_hook_getter([](lua_State* L, int idx) -> std::shared_ptr<TrainerHook> {
+    Ptr* p = lt_test<Ptr>(L, idx);
+    return p ? *p : nullptr;
+  });
+}
 
 }  // namespace luatune

@@ -86,31 +86,6 @@ json lua_to_json(lua_State* L, int idx, const std::string& what, int depth = 0) 
   }
 }
 
-void push_json(lua_State* L, const json& j) {
-  if (j.is_null())
-    lua_pushnil(L);
-  else if (j.is_boolean())
-    lua_pushboolean(L, j.get<bool>());
-  else if (j.is_number())
-    lua_pushnumber(L, j.get<double>());
-  else if (j.is_string())
-    lua_pushstring(L, j.get_ref<const std::string&>().c_str());
-  else if (j.is_array()) {
-    lua_createtable(L, static_cast<int>(j.size()), 0);
-    int i = 1;
-    for (const auto& e : j) {
-      push_json(L, e);
-      lua_rawseti(L, -2, i++);
-    }
-  } else {
-    lua_createtable(L, 0, static_cast<int>(j.size()));
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      push_json(L, it.value());
-      lua_setfield(L, -2, it.key().c_str());
-    }
-  }
-}
-
 json json_of(const std::vector<std::string>& v) {
   return json(v);
 }
@@ -194,11 +169,6 @@ std::vector<std::string> string_list(lua_State* L, int idx, const char* key) {
 // ============================================================================================
 // Functions
 
-const LtFunc kHwProbe{"hw", "probe", "",
-                      "table # {kind, name, device_count, memory_gb, sm_count, cpu_cores, driver_version, "
-                      "cuda_version, nvml, notes}",
-                      "the device: GPU name, memory, SM count, driver and CUDA versions (CUDA + NVML when "
-                      "present), else the CPU"};
 int l_hw_probe(lua_State* L) {
   DeviceInfo d = hw_device_probe();
   json j = {{"kind", d.kind},           {"name", d.name},           {"device_count", d.device_count},
@@ -207,32 +177,25 @@ int l_hw_probe(lua_State* L) {
   if (d.sm_count > 0) j["sm_count"] = d.sm_count;
   if (!d.driver_version.empty()) j["driver_version"] = d.driver_version;
   if (!d.cuda_version.empty()) j["cuda_version"] = d.cuda_version;
-  push_json(L, j);
+  lt_push_json(L, j);
   return 1;
 }
 
-const LtFunc kHwCatalog{"hw", "catalog", "path?: string",
-                        "table[] # {name, aliases, memory_gb, bandwidth_gbs, bf16_tflops, ...} per GPU",
-                        "the GPU catalog (data/gpu_catalog.json, $LUATUNE_GPU_CATALOG, or path)"};
 int l_hw_catalog(lua_State* L) {
   std::vector<GpuSpec> cat = catalog_arg(L, 1);
   json a = json::array();
   for (const auto& g : cat) a.push_back(gpu_json(g));
-  push_json(L, a);
+  lt_push_json(L, a);
   return 1;
 }
 
-const LtFunc kHwParams{
-    "hw", "params", "model: Model|string|table", "table # {total, embedding, lm_head, linear, norms, matmul}",
-    "parameter counts of a Model, a preset name, a model directory or a table of config.json fields"};
 int l_hw_params(lua_State* L) {
-  push_json(L, params_json(hw_param_counts(model_arg(L, 1, "hw.params"))));
+  lt_push_json(L, params_json(hw_param_counts(model_arg(L, 1, "hw.params"))));
   return 1;
 }
 
-const LtFunc kHwPresets{"hw", "presets", "", "string[]", "the model presets' names (\"llama3.1-8b\", ...)"};
 int l_hw_presets(lua_State* L) {
-  push_json(L, json_of(hw_model_presets()));
+  lt_push_json(L, json_of(hw_model_presets()));
   return 1;
 }
 
@@ -293,42 +256,9 @@ std::string shard_arg(lua_State* L, int idx) {
 
 // Either model= and the settings, or recipe_config= (a recipe's config, as `runner plan` reads it)
 // with recipe= and optional overrides.
-const LtFunc kHwPlan{
-    "hw",
-    "plan",
-    "opts: Opts",
-    "table # {components = {name = GiB}, notes, host_ram, total_gb, params, trainable, gpus = {{gpu, fits, "
-    "headroom_gb, max_micro_batch, advice}}, text, ...}",
-    "predicted peak memory by component (GiB) and, per catalog GPU, whether it fits; .text is what runner "
-    "plan prints",
-    {{"model", "Model|string|table", "",
-      "a Model, preset name, model directory or table of config.json fields"},
-     {"method", "string", "\"full\"", "\"full\", \"lora\" or \"qlora\""},
-     {"dtype", "string", "\"bf16\"", "the weights: \"bf16\", \"fp16\" or \"fp32\""},
-     {"master_weights", "boolean", "true", "fp32 master copies of low-precision trainable weights"},
-     {"optimizer", "string", "\"adamw\"", "\"adamw\", \"adamw8bit\" or \"sgd\""},
-     {"optimizer_offload", "string", "\"none\"", "\"cpu\": masters and moments in host RAM"},
-     {"shard", "string|integer", "\"none\"",
-      "\"optimizer\", \"gradients\", \"full\", FSDP's names or the ZeRO stage"},
-     {"micro_batch", "integer", "1", "rows per forward/backward"},
-     {"seq_len", "integer", "2048", "tokens per row"},
-     {"grad_accum", "integer", "", "accepted and ignored: memory is per micro-batch"},
-     {"checkpointing", "boolean", "false", "recompute each layer in backward"},
-     {"loss_chunk", "integer", "4096", "rows of logits the chunked cross-entropy materialises at once"},
-     {"lora_r", "integer", "16", "LoRA rank"},
-     {"lora_targets", "string|string[]", "", "LoRA targets (default: all seven projections)"},
-     {"lora_dropout", "number", "0.05", "> 0: the adapter keeps its dropped input and a mask"},
-     {"gpus", "integer", "1", "data-parallel ranks"},
-     {"nproc", "integer", "", "the same as gpus (runner --nproc N); not both"},
-     {"gpus_per_node", "integer", "0", "ranks sharing one host's RAM (0: min(gpus, 8))"},
-     {"gpu", "string", "", "only this catalog GPU"},
-     {"catalog", "string|table", "", "a catalog path or hw.catalog()'s table"},
-     {"recipe_config", "table", "", "a recipe's resolved config instead of model= and the settings"},
-     {"recipe", "string", "", "with recipe_config: the recipe's name (lora_finetune, ...)"},
-     {"model_preset", "string", "", "with recipe_config: a preset instead of the config's model"}}};
 int l_hw_plan(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lt_check_options(L, 1, kHwPlan);
+  lt_check_options(L, 1, lt_api("hw.plan"));
   LT_CHECK(!lt_has_field(L, 1, "gpus") || !lt_has_field(L, 1, "nproc"),
            "hw.plan: give gpus= or nproc= (the same setting), not both");
   const int64_t gpus = lt_opt_int(L, 1, "nproc", lt_opt_int(L, 1, "gpus", 1));
@@ -377,11 +307,10 @@ int l_hw_plan(lua_State* L) {
   std::vector<GpuSpec> cat = catalog_arg(L, lua_gettop(L));
   lua_pop(L, 1);
   if (lt_has_field(L, 1, "gpu")) cat = {hw_catalog_find(cat, lt_opt_string(L, 1, "gpu", ""))};
-  push_json(L, plan_json(hw_plan(model, o, cat)));
+  lt_push_json(L, plan_json(hw_plan(model, o, cat)));
   return 1;
 }
 
-const LtFunc kHwPlanText{"hw", "plan_text", "plan: table", "string", "hw.plan's printable table (plan.text)"};
 int l_hw_plan_text(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_getfield(L, 1, "text");
@@ -391,36 +320,10 @@ int l_hw_plan_text(lua_State* L) {
 
 // ---- profiles -------------------------------------------------------------------------------
 
-// hw.profile's options; hw.project reads the same keys from a profile table (which holds more).
-const LtFunc kHwProfile{
-    "hw",
-    "profile",
-    "opts: Opts",
-    "table # the inputs plus tokens_per_s, step_time_s, flops_per_token (convention, formula), mfu, hfu, "
-    "gpu_hours, "
-    "cost_usd, usd_per_mtok",
-    "a run's throughput, FLOPs per token, MFU, GPU-hours and cost (mfu and cost absent without a peak or a "
-    "price)",
-    {{"model", "Model|string|table", "required", "the model (as hw.params takes it)"},
-     {"tokens", "number", "0", "tokens trained"},
-     {"seconds", "number", "0", "wall-clock seconds"},
-     {"steps", "integer", "0", "optimizer steps"},
-     {"seq_len", "integer", "2048", "tokens per row"},
-     {"method", "string", "\"full\"", "\"full\", \"lora\" or \"qlora\""},
-     {"lora_params", "integer", "0", "trainable adapter parameters"},
-     {"checkpointing", "boolean", "false", "layers recomputed in backward (hardware FLOPs)"},
-     {"peak_memory_gb", "number", "0", "measured peak memory"},
-     {"peak_tflops", "number", "0", "the device's dense peak (default: the catalog's for dtype)"},
-     {"price_per_hour", "number", "0", "per GPU (default: the catalog's)"},
-     {"gpus", "integer", "1", "GPUs used"},
-     {"device", "string", "\"cpu\"", "the device's name, matched against the catalog"},
-     {"gpu", "string", "", "a catalog GPU by name"},
-     {"catalog", "string|table", "", "a catalog path or table"},
-     {"dtype", "string", "\"bf16\"", "which peak applies"}}};
-
-// Reads a profile's inputs from the table at idx (hw.profile's options, or a profile table itself).
+// Reads a profile's inputs from the table at idx: hw.profile's options (checked: `strict`), or a
+// profile table itself, from which hw.project reads the same keys (it holds more).
 std::pair<ModelConfig, ProfileInput> profile_input(lua_State* L, int idx, bool strict) {
-  if (strict) lt_check_options(L, idx, kHwProfile);
+  if (strict) lt_check_options(L, idx, lt_api("hw.profile"));
   ProfileInput in;
   LT_CHECK(lt_has_field(L, idx, "model"), lt_fname(L) << ": the profile needs model= (its config)");
   lua_getfield(L, idx, "model");
@@ -489,27 +392,12 @@ int l_hw_profile(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   auto [c, in] = profile_input(L, 1, true);
   complete_from_catalog(L, 1, in, lt_opt_string(L, 1, "dtype", "bf16"));
-  push_json(L, profile_json(c, hw_profile(c, in)));
+  lt_push_json(L, profile_json(c, hw_profile(c, in)));
   return 1;
 }
 
-const LtFunc kHwProject{
-    "hw",
-    "project",
-    "profile?: table, opts?: Opts",
-    "table[] # one row per catalog GPU: {gpu, kind = \"measured\"|\"projected\"|\"planned\", fits, "
-    "predicted_peak_gb, "
-    "max_micro_batch, advice, tokens_per_s, hours, gpu_hours, cost_usd, usd_per_mtok, mfu, bound, note}",
-    "a measured profile (or a plan) projected onto every catalog GPU",
-    {{"catalog", "string|table", "", "a catalog path or table"},
-     {"plan", "table", "", "hw.plan's result: fits and micro-batches per GPU"},
-     {"model", "Model|string|table", "", "the model when there is no profile"},
-     {"tokens", "number", "0", "tokens to project hours and cost for"},
-     {"mfu", "number", "0", "the MFU to assume without a profile"},
-     {"dtype", "string", "\"bf16\"", "which peak applies"},
-     {"micro_batch_tokens", "integer", "0", "tokens per micro-batch"}}};
 int l_hw_project(lua_State* L) {
-  lt_check_options(L, 2, kHwProject);
+  lt_check_options(L, 2, lt_api("hw.project"));
   std::vector<GpuSpec> cat;
   {
     if (lua_istable(L, 2))
@@ -576,12 +464,10 @@ int l_hw_project(lua_State* L) {
     if (!r.bound.empty()) j["bound"] = r.bound;
     rows.push_back(j);
   }
-  push_json(L, rows);
+  lt_push_json(L, rows);
   return 1;
 }
 
-const LtFunc kHwProjectionRule{"hw", "projection_rule", "", "string",
-                               "the projection rule as text, for reports"};
 int l_hw_projection_rule(lua_State* L) {
   lua_pushstring(L, hw_projection_rule().c_str());
   return 1;
@@ -593,15 +479,8 @@ std::string describe_monitor(const MonitorPtr& m) {
   return std::string("HwMonitor(") + (m && m->running() ? "sampling" : "stopped") + ")";
 }
 
-const LtFunc kHwMonitor{"hw",
-                        "monitor",
-                        "opts?: Opts",
-                        "HwMonitor",
-                        "NVML samples in the background until mon:stop() (none, and a note, without NVML)",
-                        {{"interval", "number", "0.5", "seconds between samples"},
-                         {"device", "integer", "0", "the CUDA device sampled"}}};
 int l_hw_monitor(lua_State* L) {
-  lt_check_options(L, 1, kHwMonitor);
+  lt_check_options(L, 1, lt_api("hw.monitor"));
   double interval = lua_istable(L, 1) ? lt_opt_number(L, 1, "interval", 0.5) : 0.5;
   int device = lua_istable(L, 1) ? static_cast<int>(lt_opt_int(L, 1, "device", 0, 0, 1 << 20)) : 0;
   LT_CHECK(interval > 0, "hw.monitor: interval must be positive seconds, got " << interval);
@@ -609,10 +488,6 @@ int l_hw_monitor(lua_State* L) {
   return 1;
 }
 
-const LtFunc kHwMonitorStop{
-    "HwMonitor", "stop", "",
-    "table # {samples, seconds, util_mean, util_max, mem_max_gb, power_mean_w, energy_wh, note}",
-    "stops sampling; utilisation, memory, power and energy over the samples"};
 int l_hw_monitor_stop(lua_State* L) {
   MonitorPtr& m = lt_check<MonitorPtr>(L, 1);
   MonitorSummary s = m->stop();
@@ -625,16 +500,10 @@ int l_hw_monitor_stop(lua_State* L) {
     j["energy_wh"] = s.energy_wh;
   }
   if (!s.note.empty()) j["note"] = s.note;
-  push_json(L, j);
+  lt_push_json(L, j);
   return 1;
 }
 
-const LtFunc kHwRunSummary{
-    "hw", "run_summary", "metrics_jsonl: string",
-    "table # {steps, timed_steps, tokens, seconds, tokens_per_s, step_time_s, peak_memory_gb, loss, "
-    "eval_loss, "
-    "accuracy, config}",
-    "a finished run's numbers from its JSONL (the first step left out of the rate when there are more)"};
 int l_hw_run_summary(lua_State* L) {
   RunSummary s = hw_read_metrics(luaL_checkstring(L, 1));
   json j = {{"steps", s.steps},
@@ -648,15 +517,14 @@ int l_hw_run_summary(lua_State* L) {
   if (s.loss >= 0) j["loss"] = s.loss;
   if (s.eval_loss >= 0) j["eval_loss"] = s.eval_loss;
   if (s.accuracy >= 0) j["accuracy"] = s.accuracy;
-  push_json(L, j);
+  lt_push_json(L, j);
   return 1;
 }
 
-const LtFunc kHwReadJson{"hw", "read_json", "path: string", "any", "a JSON file as Lua values"};
 int l_hw_read_json(lua_State* L) {
   std::string path = luaL_checkstring(L, 1);
   json j = json_parse_checked(file_read(path), "hw.read_json: " + path);
-  push_json(L, j);
+  lt_push_json(L, j);
   return 1;
 }
 
@@ -667,17 +535,10 @@ void write_file(const std::string& path, const std::string& text) {
   file_write_atomic(path, text);
 }
 
-const LtFunc kHwReport{"hw",
-                       "report",
-                       "doc: table, opts: Opts",
-                       "table # {markdown, html}: the paths written",
-                       "the comparison report (schema: host/hw/report.h), each file written atomically",
-                       {{"markdown", "string", "", "the Markdown file to write"},
-                        {"html", "string", "", "the HTML file to write"}}};
 int l_hw_report(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, kHwReport);
+  lt_check_options(L, 2, lt_api("hw.report"));
   json doc = lua_to_json(L, 1, "hw.report: doc");
   std::string md = lt_opt_string(L, 2, "markdown", ""), html = lt_opt_string(L, 2, "html", "");
   LT_CHECK(!md.empty() || !html.empty(), "hw.report: give markdown= and/or html= paths to write");
@@ -687,13 +548,11 @@ int l_hw_report(lua_State* L) {
   if (!md.empty()) write_file(md, md_text);
   if (!html.empty()) write_file(html, html_text);
   lua_newtable(L);
-  if (!md.empty()) lua_pushstring(L, md.c_str()), lua_setfield(L, -2, "markdown");
-  if (!html.empty()) lua_pushstring(L, html.c_str()), lua_setfield(L, -2, "html");
+  if (!md.empty()) lt_set_string(L, "markdown", md);
+  if (!html.empty()) lt_set_string(L, "html", html);
   return 1;
 }
 
-const LtFunc kHwRunnerPath{"hw", "runner_path", "", "string",
-                           "this runner's executable, to run a recipe as a child process"};
 int l_hw_runner_path(lua_State* L) {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -722,23 +581,11 @@ const luaL_Reg hw_funcs[] = {{"probe", l_hw_probe},
 
 }  // namespace
 
-LtModuleApi lt_api_hw() {
-  return {
-      "hw",
-      "the device, the GPU catalog, memory plans, run profiles and projections, NVML monitoring, reports; "
-      "sizes "
-      "in GiB (keys end in _gb)",
-      {kHwProbe, kHwCatalog, kHwParams, kHwPresets, kHwPlan, kHwPlanText, kHwProfile, kHwProject,
-       kHwProjectionRule, kHwMonitor, kHwRunSummary, kHwReadJson, kHwReport, kHwRunnerPath, kHwMonitorStop},
-      {{"HwMonitor", "an NVML sampler (hw.monitor)"}}};
-}
-
 }  // namespace luatune
 
 extern "C" int luaopen_hw(lua_State* L) {
   using namespace luatune;
   lt_register_class<MonitorPtr, describe_monitor>(L, hw_monitor_methods);
-  lua_pop(L, 1);
   lt_new_module(L, hw_funcs);
   return 1;
 }

@@ -1,31 +1,35 @@
-// The Lua API declared once: each binding file declares every function it exposes (module
-// functions and class methods) as an LtFunc next to the function, with its option table. The
-// option check reads that declaration (lt_check_options(L, 2, kLoraApply)), and `runner api`
-// writes types/luatune.d.lua (lua-language-server annotations) and the option tables of
-// docs/lua_api.md from the same declarations, so code, editor types and docs cannot drift apart.
+// The Lua API declared once, as data: bindings/lua_api.yaml declares every module, class, function
+// and option table the bindings register with Lua. The build embeds that file in the runner; it is
+// parsed once, on first use, into the structs below. A binding looks its declaration up by full name
+// (lt_check_options(L, 2, lt_api("lora.apply"))), and `runner api` writes types/luatune.d.lua
+// (lua-language-server annotations) and the option tables of docs/lua_api.md from the same data, so
+// code, editor types and docs cannot drift apart. `runner api --check` also opens every module and
+// fails when one registers a function the file does not declare, or the file declares one that no
+// module registers.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
 namespace luatune {
 
 // ============================================================================================
-// Declarations
+// Declarations (the fields are those of bindings/lua_api.yaml)
 
 // One key of an option table. `type` is a lua-language-server type: "integer", "number",
 // "boolean", "string", "table", "string|string[]", "\"nf4\"|\"fp4\"", a class ("Model", "Tensor",
 // an option table's class), "fun(...)" or "any"; lt_check_options checks present keys against it.
 struct LtOpt {
-  const char* name;  // "[string]" declares an open table: any other key is accepted (not checked)
-  const char* type;
-  const char* def;  // the default as Lua text ("16", "\"cpu\""); "" when absent or computed; "required"
-  const char* doc;  // one line
+  std::string name;  // "[string]" declares an open table: any other key is accepted (not checked)
+  std::string type;
+  std::string def;  // the default as Lua text ("16", "\"cpu\""); "" when absent or computed; "required"
+  std::string doc;  // one line
 };
 
 // An option table more than one function takes, or one nested in another's key.
 struct LtTable {
-  const char* cls;  // its lua-language-server class: "DataOpts"
+  std::string cls;  // its lua-language-server class: "DataOpts"
   std::vector<LtOpt> keys;
 };
 
@@ -33,30 +37,43 @@ struct LtTable {
 // where the type `Opts` stands for this function's option table (class <Module><Name>Opts, or the
 // shared table's class). `returns` holds "type name # doc" entries separated by ";".
 struct LtFunc {
-  const char* module;  // "lora"; a class name ("Model") for a method
-  const char* name;
-  const char* params;
-  const char* returns;
-  const char* doc;                   // one line
-  std::vector<LtOpt> options = {};   // the option table's keys (none: no option table)
-  const LtTable* shared = nullptr;   // or a table declared once for several functions
-  const char* self_class = nullptr;  // also a method of this class: torch.exp(t) is t:exp()
+  std::string module;  // "lora"; a class name ("Model") for a method
+  std::string name;
+  std::string params;
+  std::string returns;
+  std::string doc;                  // one line
+  std::vector<LtOpt> options;       // the option table's keys (none: no option table)
+  const LtTable* shared = nullptr;  // or a table declared apart, in some module's `tables`
+  std::string self_class;           // also a method of this class: torch.exp(t) is t:exp()
+  int line = 0;                     // where the data file declares it
 };
 
 // A Lua-visible userdata class (its methods are LtFuncs whose module is the class name).
 struct LtClass {
-  const char* name;
-  const char* doc;
+  std::string name;
+  std::string doc;
 };
 
-// What one binding file exposes: a module's functions, the classes it registers, and the option
-// tables declared apart from a function (shared or nested).
+// What one module exposes: its functions, the classes it registers, and the option tables declared
+// apart from a function (shared or nested).
 struct LtModuleApi {
-  const char* module;
-  const char* doc;
+  std::string module;
+  std::string doc;
   std::vector<LtFunc> funcs;
-  std::vector<LtClass> classes = {};
-  std::vector<const LtTable*> tables = {};
+  std::vector<LtClass> classes;
+  std::vector<LtTable> tables;
+};
+
+// A parsed data file. Not copyable: LtFunc::shared and the indexes point into `modules`.
+struct LtApi {
+  std::string path;                              // the file, as errors name it: "bindings/lua_api.yaml"
+  std::vector<LtModuleApi> modules;              // in the order the runner opens them
+  std::map<std::string, const LtFunc*> funcs;    // by full name
+  std::map<std::string, const LtTable*> tables;  // by class
+  LtApi() = default;
+  LtApi(LtApi&&) = default;
+  LtApi(const LtApi&) = delete;
+  LtApi& operator=(const LtApi&) = delete;
 };
 
 // The option table's keys of `f` (its own or the shared ones) and that table's class name.
@@ -66,21 +83,34 @@ std::string lt_func_options_class(const LtFunc& f);
 std::string lt_func_full_name(const LtFunc& f);
 
 // ============================================================================================
-// The registry and what is generated from it
+// The registry: bindings/lua_api.yaml as embedded at build time
 
-// Every module's declarations, in the order runner/recipe_run.cpp opens the modules.
-const std::vector<LtModuleApi>& lt_api_registry();
-// Inconsistencies in the registry (duplicate names, unknown classes, a shared table of sweep.run
-// that differs from host/sweep's list, ...), one line each; empty when it is sound.
-std::vector<std::string> lt_api_problems();
+// Parsed on the first call (the build has parsed the same text: `runner api --parse`, so a malformed
+// file fails the build, on one line naming the file, the line and what was expected).
+const LtApi& lt_api_registry();
+// The declaration of "lora.apply" or "Model:generate"; fails naming it when the file has none.
+const LtFunc& lt_api(const std::string& full_name);
+// The table declared apart as `cls` ("CreationOpts"); fails naming it when the file has none.
+const LtTable& lt_api_table(const std::string& cls);
+// Parses a data file's text; `path` names it in errors.
+LtApi lt_api_parse(const std::string& text, const std::string& path);
+
+// Inconsistencies, one line each (empty when sound): within the declarations (duplicate names,
+// unknown classes, a shared table of sweep.run that differs from host/sweep's list, ...), and
+// against what the modules register in a fresh Lua state (a function registered and not declared,
+// or declared and not registered).
+std::vector<std::string> lt_api_problems(const LtApi& api);
 // types/luatune.d.lua: a lua-language-server meta file.
-std::string lt_api_lua_types();
+std::string lt_api_lua_types(const LtApi& api);
 // `doc` with every `<!-- options:NAME -->` ... `<!-- /options -->` block regenerated; `problems`
 // gets a line per block naming no function with options, and per option table no block shows.
-std::string lt_api_refresh_markdown(const std::string& doc, std::vector<std::string>* problems);
+std::string lt_api_refresh_markdown(const LtApi& api, const std::string& doc,
+                                    std::vector<std::string>* problems);
 
-// `runner api --check|--write|--lua-types|--markdown [ROOT]` (a developer tool, not in --help):
-// args are those after "api". Returns the exit status.
+// `runner api --check|--write [ROOT] | --lua-types | --markdown | --parse [--spec FILE]` (a
+// developer tool, not in --help): args are those after "api"; --spec reads FILE instead of the
+// embedded data file; --parse only parses it (the build runs it: a malformed file fails the build).
+// Returns the exit status.
 int lt_api_main(const std::vector<std::string>& args);
 
 }  // namespace luatune

@@ -2,11 +2,13 @@
 #include "bindings/lua_util.h"
 
 #include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 
+#include "bindings/modules.h"
 #include "host/core/error.h"
 #include "host/core/seed.h"
 #include "host/core/strings.h"
@@ -69,6 +71,31 @@ void lt_new_module(lua_State* L, const luaL_Reg* funcs) {
   lt_set_funcs(L, funcs);
 }
 
+const std::vector<LtModule>& lt_modules() {
+  static const std::vector<LtModule> modules = {
+      {"config", luaopen_config},       {"torch", luaopen_torch},   {"train", luaopen_train},
+      {"tokenizer", luaopen_tokenizer}, {"models", luaopen_models}, {"data", luaopen_data},
+      {"metrics", luaopen_metrics},     {"eval", luaopen_eval},     {"lora", luaopen_lora},
+      {"qlora", luaopen_qlora},         {"prune", luaopen_prune},   {"dist", luaopen_dist},
+      {"distill", luaopen_distill},     {"sweep", luaopen_sweep},   {"hw", luaopen_hw},
+      {"export", luaopen_export},
+  };
+  return modules;
+}
+
+void lt_open_modules(lua_State* L) {
+  for (const LtModule& m : lt_modules()) {
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "loaded");
+    lua_pushcfunction(L, m.open);
+    lua_call(L, 0, 1);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, m.name);  // package.loaded[name], so require(name) works too
+    lua_setglobal(L, m.name);
+    lua_pop(L, 2);
+  }
+}
+
 // ============================================================================================
 // Userdata
 
@@ -102,14 +129,14 @@ const char* lt_fname(lua_State* L) {
 }
 
 // The option table at idx against `keys`: unknown keys always, value types when `types`.
-static void check_options(lua_State* L, int idx, const std::vector<LtOpt>& keys, bool types) {
-  if (lua_isnoneornil(L, idx)) return;
+static bool check_options(lua_State* L, int idx, const std::vector<LtOpt>& keys, bool types) {
+  if (lua_isnoneornil(L, idx)) return false;
   luaL_checktype(L, idx, LUA_TTABLE);
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
   std::vector<std::string> valid;
   bool open = false;
   for (const LtOpt& o : keys) {
-    if (std::string(o.name) == "[string]")
+    if (o.name == "[string]")
       open = true;
     else
       valid.push_back(o.name);
@@ -130,27 +157,28 @@ static void check_options(lua_State* L, int idx, const std::vector<LtOpt>& keys,
       luaL_argerror(L, idx, msg.c_str());
     }
   }
-  if (!types) return;
+  if (!types) return true;
   for (const LtOpt& o : keys) {
     // Lists, tables and functions are left to the readers, whose messages say what each item needs.
-    if (std::string(o.name) == "[string]" || !lt_type_is_scalar(o.type)) continue;
-    lua_getfield(L, idx, o.name);
+    if (o.name == "[string]" || !lt_type_is_scalar(o.type)) continue;
+    lua_getfield(L, idx, o.name.c_str());
     if (!lua_isnil(L, -1) && !lt_type_matches(L, -1, o.type)) {
-      std::string msg = std::string("option '") + o.name + "' expects " + lt_type_describe(o.type) +
-                        ", got " + lt_typename(L, -1);
+      std::string msg =
+          "option '" + o.name + "' expects " + lt_type_describe(o.type) + ", got " + lt_typename(L, -1);
       lua_pop(L, 1);
       luaL_argerror(L, idx, msg.c_str());
     }
     lua_pop(L, 1);
   }
+  return true;
 }
 
-void lt_check_options(lua_State* L, int idx, const LtFunc& f) {
-  check_options(L, idx, lt_func_options(f), true);
+bool lt_check_options(lua_State* L, int idx, const LtFunc& f) {
+  return check_options(L, idx, lt_func_options(f), true);
 }
 
-void lt_check_options(lua_State* L, int idx, const LtTable& t) {
-  check_options(L, idx, t.keys, true);
+bool lt_check_options(lua_State* L, int idx, const LtTable& t) {
+  return check_options(L, idx, t.keys, true);
 }
 
 void lt_check_option_names(lua_State* L, int idx, const LtFunc& f) {
@@ -441,6 +469,43 @@ void lt_seed_all(lua_State* L, uint64_t seed) {
 void lt_set_number(lua_State* L, const char* key, double v) {
   lua_pushnumber(L, v);
   lua_setfield(L, -2, key);
+}
+
+void lt_set_bool(lua_State* L, const char* key, bool v) {
+  lua_pushboolean(L, v);
+  lua_setfield(L, -2, key);
+}
+
+void lt_set_string(lua_State* L, const char* key, const std::string& v) {
+  lua_pushlstring(L, v.data(), v.size());
+  lua_setfield(L, -2, key);
+}
+
+void lt_push_json(lua_State* L, const nlohmann::json& j) {
+  if (j.is_null()) {
+    lua_pushnil(L);
+  } else if (j.is_boolean()) {
+    lua_pushboolean(L, j.get<bool>());
+  } else if (j.is_number()) {
+    lua_pushnumber(L, j.get<double>());
+  } else if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    lua_pushlstring(L, s.data(), s.size());
+  } else if (j.is_array()) {
+    lua_createtable(L, static_cast<int>(j.size()), 0);
+    for (size_t i = 0; i < j.size(); i++) {
+      lt_push_json(L, j[i]);
+      lua_rawseti(L, -2, static_cast<int>(i + 1));
+    }
+  } else if (j.is_object()) {
+    lua_createtable(L, 0, static_cast<int>(j.size()));
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      lt_push_json(L, it.value());
+      lua_setfield(L, -2, it.key().c_str());
+    }
+  } else {
+    lua_pushnil(L);  // a binary value: nothing Lua can hold
+  }
 }
 
 }  // namespace luatune

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <lua.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -110,9 +112,9 @@ int lt_tostring(lua_State* L) {
   return 1;
 }
 
-// Creates T's metatable: methods (plus release) in a table that is also __index, __gc,
-// __tostring through Describe, and any extra metamethods (which may replace __index).
-// Leaves the methods table on the stack.
+// Creates T's metatable in the registry: methods (plus release) in a table that is both __index
+// and the metatable's `methods`, __gc, __tostring through Describe, and any extra metamethods
+// (which may replace __index). Leaves the stack as it was.
 template <class T, std::string (*Describe)(const T&)>
 void lt_register_class(lua_State* L, const luaL_Reg* methods, const luaL_Reg* metamethods = nullptr) {
   luaL_newmetatable(L, lt_metatable_name(LuaClass<T>::name).c_str());
@@ -135,19 +137,20 @@ void lt_register_class(lua_State* L, const luaL_Reg* methods, const luaL_Reg* me
     lt_set_funcs(L, metamethods);
     lua_pop(L, 1);
   }
-  lua_remove(L, -2);  // metatable stays in the registry
+  lua_pop(L, 2);  // the metatable stays in the registry
 }
 
 // ============================================================================================
 // Arguments and option tables
 
 const char* lt_fname(lua_State* L);  // the name of the running Lua-called function, for messages
-// The option table at idx against its declaration (bindings/lua_api.h): fails naming the bad key
-// and the valid ones when it has a key not declared, and naming the key, the type expected and
-// the type got when a present value is not of its declared type (lt_type_is_scalar types only).
-// nil at idx passes.
-void lt_check_options(lua_State* L, int idx, const LtFunc& f);
-void lt_check_options(lua_State* L, int idx, const LtTable& t);
+// The option table at idx against its declaration in bindings/lua_api.yaml (lt_api("lora.apply"),
+// lt_api_table("DataOpts")): fails naming the bad key and the valid ones when it has a key not
+// declared, and naming the key, the type expected and the type got when a present value is not of
+// its declared type (lt_type_is_scalar types only). Returns whether there is a table to read: none
+// or nil at idx passes and returns false, anything else but a table fails.
+bool lt_check_options(lua_State* L, int idx, const LtFunc& f);
+bool lt_check_options(lua_State* L, int idx, const LtTable& t);
 // The keys only, for a function whose host code checks the values with messages of its own.
 void lt_check_option_names(lua_State* L, int idx, const LtFunc& f);
 // Whether the value at idx is of the lua-language-server type `type` ("integer", "string|string[]",
@@ -172,6 +175,27 @@ int64_t lt_check_int(lua_State* L, int idx);  // a number that is a whole intege
 bool lt_is_list(lua_State* L, int idx);       // a table whose keys are exactly 1..n (n may be 0)
 // t[key] = v for the table at the top of the stack (the result tables bindings return).
 void lt_set_number(lua_State* L, const char* key, double v);
+void lt_set_bool(lua_State* L, const char* key, bool v);
+void lt_set_string(lua_State* L, const char* key, const std::string& v);
+// Pushes a Lua list (1-based) of v's numbers or strings: the token ids, sizes and names bindings return.
+template <class T>
+void lt_push_list(lua_State* L, const std::vector<T>& v) {
+  lua_createtable(L, static_cast<int>(v.size()), 0);
+  for (size_t i = 0; i < v.size(); i++) {
+    if constexpr (std::is_same_v<T, std::string>)
+      lua_pushlstring(L, v[i].data(), v[i].size());
+    else
+      lua_pushnumber(L, static_cast<lua_Number>(v[i]));
+    lua_rawseti(L, -2, static_cast<int>(i + 1));
+  }
+}
+template <class T>
+void lt_set_list(lua_State* L, const char* key, const std::vector<T>& v) {
+  lt_push_list(L, v);
+  lua_setfield(L, -2, key);
+}
+// Pushes a JSON value as Lua: null -> nil, arrays -> lists, objects -> tables.
+void lt_push_json(lua_State* L, const nlohmann::json& j);
 
 // Lua value <-> ConfigValue (scalars, lists, tables); `what` names the value in errors. Tables
 // nested deeper than kLuaMaxTableDepth (a table that contains itself, say) fail naming the path.

@@ -84,27 +84,13 @@ Metrics& check_metrics(lua_State* L, int idx) {
 // metrics.open's `wandb`: a project name, or a table of W&B run settings. The spool directory
 // defaults to a `wandb` directory beside the JSONL file, so a run's output directory holds it
 // (the default after `dir` and WANDB_DIR). Settings fall back to the WANDB_* variables (docs/wandb.md).
-const LtTable kWandbOpts{
-    "WandbOpts",
-    {{"project", "string", "", "the W&B project"},
-     {"entity", "string", "", "the team or user"},
-     {"name", "string", "", "the run's display name"},
-     {"group", "string", "", "the run group"},
-     {"job_type", "string", "", "the job type"},
-     {"notes", "string", "", "the run's notes"},
-     {"tags", "string[]", "", "the run's tags"},
-     {"mode", "string", "", "\"online\" or \"offline\" (upload later with runner wandb-sync)"},
-     {"run_id", "string", "", "the run id (resume an existing run)"},
-     {"base_url", "string", "", "the W&B server"},
-     {"dir", "string", "", "the spool directory; default: wandb/ beside the JSONL file"}}};
-
 void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
   lua_getfield(L, idx, "wandb");
   int w = lua_gettop(L);
   if (lua_type(L, w) == LUA_TSTRING) {
     o.wandb.project = lua_tostring(L, w);
   } else if (lua_istable(L, w)) {
-    lt_check_options(L, w, kWandbOpts);
+    lt_check_options(L, w, lt_api_table("WandbOpts"));
     o.wandb.project = lt_opt_string(L, w, "project", "");
     o.wandb.entity = lt_opt_string(L, w, "entity", "");
     o.wandb.name = lt_opt_string(L, w, "name", "");
@@ -149,31 +135,9 @@ void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
 // Module functions
 
 // progress_seconds, when given, wins over $LUATUNE_PROGRESS_SECONDS, which wins over the default 30.
-const LtFunc kMetricsOpen{
-    "metrics",
-    "open",
-    "opts?: Opts",
-    "Metrics",
-    "a fan-out of sinks (console, JSONL, W&B) on rank 0; other ranks get one that writes nothing",
-    {{"console", "boolean", "true",
-      "on a terminal a live line redrawn in place; otherwise a plain line at most every progress_seconds"},
-     {"jsonl", "string", "\"\"", "a JSONL file (directories created), truncated unless resume"},
-     {"total_steps", "integer", "0", "the run's steps, for the progress bar and ETA"},
-     {"progress_seconds", "number", "30",
-      "seconds between plain progress lines (0: every step); beats LUATUNE_PROGRESS_SECONDS"},
-     {"config", "table|string", "",
-      "the config{} table or config.json(): the JSONL file's first line {\"config\": ...}"},
-     {"resume", "boolean|integer", "false",
-      "append to the JSONL file; a step (what trainer:resume() returned) drops later lines first, 0 starts "
-      "afresh"},
-     {"wandb", "string|WandbOpts", "\"\"", "log to Weights & Biases: a project name or the run's settings"},
-     {"report", "boolean", "true",
-      "log:close() writes report.html and report.md beside the JSONL file (docs/report.md)"}}};
 int l_metrics_open(lua_State* L) {
   MetricsOptions o;
-  if (!lua_isnoneornil(L, 1)) {
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lt_check_options(L, 1, kMetricsOpen);
+  if (lt_check_options(L, 1, lt_api("metrics.open"))) {
     o.console = lt_opt_bool(L, 1, "console", true);
     o.report = lt_opt_bool(L, 1, "report", true);
     o.console_options.total_steps = lt_opt_int(L, 1, "total_steps", 0);
@@ -213,9 +177,6 @@ int l_metrics_open(lua_State* L) {
   return 1;
 }
 
-const LtFunc kMetricsPrint{
-    "metrics", "print", "...: any", "",
-    "print that clears the live line first and redraws it after; the global print is this"};
 int l_metrics_print(lua_State* L) {
   int n = lua_gettop(L);
   std::string line;
@@ -238,9 +199,6 @@ int l_metrics_print(lua_State* L) {
 // ============================================================================================
 // Metrics methods
 
-const LtFunc kMetricsWrite{"Metrics", "write", "step: integer, values: table<string, number|string>", "",
-                           "numbers by name plus an optional text note; eval_* keys get their own console "
-                           "line; JSONL flushed per write"};
 int l_metrics_write(lua_State* L) {
   Metrics& m = check_metrics(L, 1);
   int64_t step = lt_check_int(L, 2);
@@ -248,27 +206,18 @@ int l_metrics_write(lua_State* L) {
   return 0;
 }
 
-const LtFunc kMetricsSummary{
-    "Metrics", "summary", "values: table<string, number|string>", "",
-    "the run's final numbers: a small console table, {\"summary\": ...} in the JSONL"};
 int l_metrics_summary(lua_State* L) {
   Metrics& m = check_metrics(L, 1);
   m.summary(check_values(L, 2, "log:summary"));
   return 0;
 }
 
-const LtFunc kMetricsClose{
-    "Metrics", "close", "exit_code?: integer", "",
-    "ends the live line and closes the sinks; also done by release() and garbage collection"};
 int l_metrics_close(lua_State* L) {
   Metrics& m = check_metrics(L, 1);
   m.close(lua_isnoneornil(L, 2) ? 0 : static_cast<int>(lt_check_int(L, 2)));
   return 0;
 }
 
-const LtFunc kMetricsStopped{"Metrics", "stopped", "", "boolean",
-                             "true once the run was stopped from the W&B UI: the recipe ends its loop and "
-                             "saves as after its last step"};
 int l_metrics_stopped(lua_State* L) {
   lua_pushboolean(L, check_metrics(L, 1).stopped());
   return 1;
@@ -281,8 +230,6 @@ const luaL_Reg metrics_methods[] = {{"write", l_metrics_write},
                                     {nullptr, nullptr}};
 
 // Written to a temporary name and renamed, so a crash never leaves half a results file.
-const LtFunc kMetricsWriteJson{"metrics", "write_json", "path: string, value: any", "",
-                               "a Lua value as JSON in path, written atomically (directories created)"};
 int l_metrics_write_json(lua_State* L) {
   std::string path = luaL_checkstring(L, 1);
   luaL_checkany(L, 2);
@@ -294,9 +241,6 @@ int l_metrics_write_json(lua_State* L) {
   return 0;
 }
 
-const LtFunc kMetricsClock{
-    "metrics", "clock", "", "number",
-    "seconds on a monotonic clock, with fractions: time recipe phases with differences"};
 int l_metrics_clock(lua_State* L) {
   lua_pushnumber(L,
                  std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
@@ -311,21 +255,11 @@ const luaL_Reg metrics_funcs[] = {{"open", l_metrics_open},
 
 }  // namespace
 
-LtModuleApi lt_api_metrics() {
-  return {"metrics",
-          "the sinks a recipe writes the trainer's statistics to: console, JSONL, W&B, the run report",
-          {kMetricsOpen, kMetricsClock, kMetricsPrint, kMetricsWriteJson, kMetricsWrite, kMetricsStopped,
-           kMetricsSummary, kMetricsClose},
-          {{"Metrics", "an open set of sinks (metrics.open)"}},
-          {&kWandbOpts}};
-}
-
 }  // namespace luatune
 
 extern "C" int luaopen_metrics(lua_State* L) {
   using namespace luatune;
   lt_register_class<MetricsPtr, describe_metrics>(L, metrics_methods);
-  lua_pop(L, 1);
   lt_new_module(L, metrics_funcs);
   lua_getfield(L, -1, "print");
   lua_setglobal(L, "print");

@@ -58,39 +58,6 @@ Model& check_model(lua_State* L, int idx) {
   return *lt_check<ModelPtr>(L, idx);
 }
 
-void push_json(lua_State* L, const json& j) {
-  switch (j.type()) {
-    case json::value_t::null:
-      lua_pushnil(L);
-      break;
-    case json::value_t::boolean:
-      lua_pushboolean(L, j.get<bool>());
-      break;
-    case json::value_t::string: {
-      const auto& s = j.get_ref<const std::string&>();
-      lua_pushlstring(L, s.data(), s.size());
-      break;
-    }
-    case json::value_t::array:
-      lua_createtable(L, static_cast<int>(j.size()), 0);
-      for (size_t i = 0; i < j.size(); i++) {
-        push_json(L, j[i]);
-        lua_rawseti(L, -2, static_cast<int>(i + 1));
-      }
-      break;
-    case json::value_t::object:
-      lua_createtable(L, 0, static_cast<int>(j.size()));
-      for (auto it = j.begin(); it != j.end(); ++it) {
-        push_json(L, it.value());
-        lua_setfield(L, -2, it.key().c_str());
-      }
-      break;
-    default:
-      lua_pushnumber(L, j.get<double>());
-      break;
-  }
-}
-
 // Token ids from a Tensor (T) or (B, T), a list of numbers, or a list of equal-length lists -> (B, T) int64.
 at::Tensor check_ids(lua_State* L, int idx) {
   if (auto* t = lt_test<at::Tensor>(L, idx)) {
@@ -138,37 +105,14 @@ at::Tensor check_ids(lua_State* L, int idx) {
       .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
 }
 
-void push_int_list(lua_State* L, const std::vector<int64_t>& v) {
-  lua_createtable(L, static_cast<int>(v.size()), 0);
-  for (size_t i = 0; i < v.size(); i++) {
-    lua_pushnumber(L, static_cast<double>(v[i]));
-    lua_rawseti(L, -2, static_cast<int>(i + 1));
-  }
-}
-
 // ============================================================================================
 // Module functions
 
 // dir may be a Hub id "org/name[@revision]" found in the Hugging Face cache (host/io/hub_cache.h).
-const LtFunc kModelsLoad{
-    "models",
-    "load",
-    "dir: string, opts?: Opts",
-    "Model",
-    "an HF model directory (model.safetensors or an index and shards), or a Hub id in the HF cache; each "
-    "tensor "
-    "validated against config.json, converted and moved on its own",
-    {{"dtype", "string", "\"auto\"", "\"auto\" keeps config.json's torch_dtype; \"bf16\", \"float32\", ..."},
-     {"device", "string", "\"cpu\"", "\"cpu\", \"cuda[:N]\" or \"auto\""},
-     {"quantize", "\"nf4\"|\"fp4\"|boolean|QuantOpts", "",
-      "every decoder projection 4-bit as it loads (QLoRA); a bitsandbytes 4-bit directory loads 4-bit "
-      "anyway"}}};
 int l_models_load(lua_State* L) {
   std::string dir = luaL_checkstring(L, 1);
   LoadOptions o;
-  if (!lua_isnoneornil(L, 2)) {
-    luaL_checktype(L, 2, LUA_TTABLE);
-    lt_check_options(L, 2, kModelsLoad);
+  if (lt_check_options(L, 2, lt_api("models.load"))) {
     o.dtype = lt_opt_string(L, 2, "dtype", "auto");
     o.device = lt_opt_string(L, 2, "device", "cpu");
     lua_getfield(L, 2, "quantize");
@@ -179,23 +123,9 @@ int l_models_load(lua_State* L) {
   return 1;
 }
 
-const LtFunc kModelsInit{
-    "models",
-    "init",
-    "opts: Opts",
-    "Model",
-    "random weights as HF initialises them, from config.json fields on top of HF's defaults for the "
-    "architecture",
-    {{"arch", "string", "required", "llama, mistral, qwen2, qwen3 or gemma2"},
-     {"seed", "integer", "0", "seed of the initialisation"},
-     {"dtype", "string", "\"float32\"", "the weights' dtype"},
-     {"device", "string", "\"cpu\"", "\"cpu\", \"cuda[:N]\" or \"auto\""},
-     {"tokenizer", "Tokenizer", "", "supplies vocab_size and the bos/eos/pad ids unless given"},
-     {"[string]", "any", "",
-      "a config.json field by its HF name (hidden_size, num_hidden_layers, rope_scaling, ...)"}}};
 int l_models_init(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lt_check_options(L, 1, kModelsInit);
+  lt_check_options(L, 1, lt_api("models.init"));
   std::string arch = lt_opt_string(L, 1, "arch", "");
   LT_CHECK(!arch.empty(), "models.init: arch is required (llama, mistral, qwen2, qwen3 or gemma2)");
   uint64_t seed = static_cast<uint64_t>(lt_opt_int(L, 1, "seed", 0, 0));
@@ -237,9 +167,6 @@ int l_models_init(lua_State* L) {
 // ============================================================================================
 // Model methods
 
-const LtFunc kModelForward{
-    "Model", "forward", "ids: Tensor|integer[]|integer[][]", "Tensor # logits (B, T, vocab)",
-    "logits without gradients; ids a list, equal-length lists, or an int Tensor (T) or (B, T)"};
 int l_models_forward(lua_State* L) {
   Model& m = check_model(L, 1);
   at::Tensor ids = check_ids(L, 2);
@@ -248,30 +175,12 @@ int l_models_forward(lua_State* L) {
   return 1;
 }
 
-const LtFunc kModelGenerate{
-    "Model",
-    "generate",
-    "tok: Tokenizer, prompt: string, opts?: Opts",
-    "string text; table info # {ids = prompt and new ids, new_tokens, finish_reason = "
-    "\"eos\"|\"stop\"|\"length\", "
-    "seconds}",
-    "samples (greedy at temperature 0) until an EOS id of the config or tokenizer, a stop string or "
-    "max_new_tokens",
-    {{"max_new_tokens", "integer", "64", "tokens to generate at most"},
-     {"temperature", "number", "0", "0: greedy"},
-     {"top_k", "integer", "0", "sample among the k likeliest tokens (0: off)"},
-     {"top_p", "number", "1", "nucleus sampling (1: off)"},
-     {"stop", "string|string[]", "", "stop strings, cut from the text"},
-     {"seed", "integer", "0", "the sampler's seed"},
-     {"use_cache", "boolean", "true", "false recomputes the whole sequence every step (for testing)"}}};
 int l_models_generate(lua_State* L) {
   Model& m = check_model(L, 1);
   auto& tok = lt_check<std::shared_ptr<Tokenizer>>(L, 2);
   std::string prompt = luaL_checkstring(L, 3);
   GenerateOptions o;
-  if (!lua_isnoneornil(L, 4)) {
-    luaL_checktype(L, 4, LUA_TTABLE);
-    lt_check_options(L, 4, kModelGenerate);
+  if (lt_check_options(L, 4, lt_api("Model:generate"))) {
     o.max_new_tokens = lt_opt_int(L, 4, "max_new_tokens", 64);
     o.temperature = lt_opt_number(L, 4, "temperature", 0.0);
     o.top_k = lt_opt_int(L, 4, "top_k", 0);
@@ -300,30 +209,18 @@ int l_models_generate(lua_State* L) {
   lua_createtable(L, 0, 5);
   std::vector<int64_t> all = r.prompt_ids;
   all.insert(all.end(), r.new_ids.begin(), r.new_ids.end());
-  push_int_list(L, all);
-  lua_setfield(L, -2, "ids");
+  lt_set_list(L, "ids", all);
   lt_set_number(L, "new_tokens", static_cast<double>(r.new_ids.size()));
-  lua_pushstring(L, r.finish_reason.c_str());
-  lua_setfield(L, -2, "finish_reason");
+  lt_set_string(L, "finish_reason", r.finish_reason);
   lt_set_number(L, "seconds", r.seconds);
   return 2;
 }
 
-const LtFunc kModelPerplexity{
-    "Model",
-    "perplexity",
-    "data: string|string[]|integer[][]|Tensor, opts?: Opts",
-    "number ppl; table info # {nll, tokens}",
-    "perplexity over a string or list of strings (with tokenizer), a list of id lists or an ids Tensor",
-    {{"max_length", "integer", "2048", "sequences are cut into windows of this many tokens"},
-     {"tokenizer", "Tokenizer", "", "encodes text data"}}};
 int l_models_perplexity(lua_State* L) {
   Model& m = check_model(L, 1);
   int64_t max_length = 2048;
   std::shared_ptr<Tokenizer> tok;
-  if (!lua_isnoneornil(L, 3)) {
-    luaL_checktype(L, 3, LUA_TTABLE);
-    lt_check_options(L, 3, kModelPerplexity);
+  if (lt_check_options(L, 3, lt_api("Model:perplexity"))) {
     max_length = lt_opt_int(L, 3, "max_length", 2048);
     lua_getfield(L, 3, "tokenizer");
     if (!lua_isnil(L, -1)) tok = lt_check<std::shared_ptr<Tokenizer>>(L, lua_gettop(L));
@@ -369,22 +266,11 @@ int l_models_perplexity(lua_State* L) {
   return 2;
 }
 
-const LtFunc kModelSave{
-    "Model",
-    "save",
-    "dir: string, opts?: Opts",
-    "",
-    "config.json, generation_config.json, the tokenizer's files and safetensors shards, each written to a "
-    "temporary name and renamed (config.json last)",
-    {{"tokenizer", "Tokenizer", "", "its files are copied into the directory"},
-     {"max_shard_size", "number", "5e9", "bytes per safetensors shard at most"}}};
 int l_models_save(lua_State* L) {
   Model& m = check_model(L, 1);
   std::string dir = luaL_checkstring(L, 2);
   SaveOptions o;
-  if (!lua_isnoneornil(L, 3)) {
-    luaL_checktype(L, 3, LUA_TTABLE);
-    lt_check_options(L, 3, kModelSave);
+  if (lt_check_options(L, 3, lt_api("Model:save"))) {
     double shard = lt_opt_number(L, 3, "max_shard_size", 5e9);
     LT_CHECK(shard >= 1, "model:save: max_shard_size must be a positive number of bytes");
     o.max_shard_bytes = static_cast<uint64_t>(shard);
@@ -397,10 +283,6 @@ int l_models_save(lua_State* L) {
   return 0;
 }
 
-const LtFunc kModelNumParams{
-    "Model", "num_params", "",
-    "table # {total, trainable, embedding, attention, mlp, norm, lm_head, adapter}",
-    "parameter counts; total includes adapters, trainable = base weights with requires_grad + adapters"};
 int l_models_num_params(lua_State* L) {
   ParamCounts n = check_model(L, 1).count_parameters();
   lua_createtable(L, 0, 8);
@@ -413,18 +295,14 @@ int l_models_num_params(lua_State* L) {
   return 1;
 }
 
-const LtFunc kModelConfig{"Model", "config", "", "table",
-                          "the config.json this model would save, as a table"};
 int l_models_config(lua_State* L) {
   Model& m = check_model(L, 1);
   ModelConfig c = m.config;
   c.torch_dtype = dtype_name(m.dtype());
-  push_json(L, json::parse(model_config_to_json(c)));
+  lt_push_json(L, json::parse(model_config_to_json(c)));
   return 1;
 }
 
-const LtFunc kModelParameters{"Model", "parameters", "", "table<string, Tensor>",
-                              "the weights by HF name, sharing storage with the model"};
 int l_models_parameters(lua_State* L) {
   Model& m = check_model(L, 1);
   lua_newtable(L);
@@ -435,13 +313,6 @@ int l_models_parameters(lua_State* L) {
   return 1;
 }
 
-const LtFunc kModelTo{"Model",
-                      "to",
-                      "x: string|Opts",
-                      "Model # the model itself",
-                      "moves or casts every weight: a dtype or device name, or {dtype=, device=}",
-                      {{"dtype", "string", "", "\"bf16\", \"float32\", ..."},
-                       {"device", "string", "", "\"cpu\", \"cuda[:N]\" or \"auto\""}}};
 int l_models_to(lua_State* L) {
   Model& m = check_model(L, 1);
   at::ScalarType dtype = m.dtype();
@@ -451,7 +322,7 @@ int l_models_to(lua_State* L) {
     if (!dtype_try_parse(s, &dtype)) device = device_parse(s);
   } else {
     luaL_checktype(L, 2, LUA_TTABLE);
-    lt_check_options(L, 2, kModelTo);
+    lt_check_options(L, 2, lt_api("Model:to"));
     if (lt_has_field(L, 2, "dtype")) dtype = dtype_parse(lt_opt_string(L, 2, "dtype", ""));
     if (lt_has_field(L, 2, "device")) device = device_parse(lt_opt_string(L, 2, "device", ""));
   }
@@ -460,13 +331,11 @@ int l_models_to(lua_State* L) {
   return 1;
 }
 
-const LtFunc kModelDtype{"Model", "dtype", "", "string", "the weights' dtype name"};
 int l_models_dtype(lua_State* L) {
   lua_pushstring(L, dtype_name(check_model(L, 1).dtype()).c_str());
   return 1;
 }
 
-const LtFunc kModelDevice{"Model", "device", "", "string", "the weights' device name"};
 int l_models_device(lua_State* L) {
   lua_pushstring(L, device_name(check_model(L, 1).device()).c_str());
   return 1;
@@ -488,21 +357,11 @@ const luaL_Reg models_funcs[] = {{"load", l_models_load}, {"init", l_models_init
 
 }  // namespace
 
-LtModuleApi lt_api_models() {
-  return {
-      "models",
-      "Hugging Face decoder-only models (Llama, Mistral, Qwen2, Qwen3, Gemma 2): load, initialise, run, save",
-      {kModelsLoad, kModelsInit, kModelForward, kModelGenerate, kModelPerplexity, kModelSave, kModelNumParams,
-       kModelConfig, kModelParameters, kModelTo, kModelDtype, kModelDevice},
-      {{"Model", "a decoder-only transformer; weights are plain tensors under their HF names"}}};
-}
-
 }  // namespace luatune
 
 extern "C" int luaopen_models(lua_State* L) {
   using namespace luatune;
   lt_register_class<ModelPtr, describe_model>(L, model_methods);
-  lua_pop(L, 1);
   lt_new_module(L, models_funcs);
   return 1;
 }

@@ -1,10 +1,10 @@
-// The Lua modules luatune provides; runner/recipe_run.cpp opens each as a global of the same name.
-// Each binding file also declares what its module exposes (bindings/lua_api.h: lt_api_<module>).
+// The Lua modules luatune provides; the runner opens each as a global of the same name. What each
+// exposes is declared in bindings/lua_api.yaml (bindings/lua_api.h).
 #pragma once
 
 #include <lua.hpp>
 
-#include "bindings/lua_api.h"
+#include <vector>
 
 extern "C" {
 int luaopen_config(lua_State* L);
@@ -26,20 +26,14 @@ int luaopen_export(lua_State* L);
 }
 
 namespace luatune {
-LtModuleApi lt_api_config();
-LtModuleApi lt_api_torch();
-LtModuleApi lt_api_train();
-LtModuleApi lt_api_tokenizer();
-LtModuleApi lt_api_models();
-LtModuleApi lt_api_data();
-LtModuleApi lt_api_metrics();
-LtModuleApi lt_api_eval();
-LtModuleApi lt_api_lora();
-LtModuleApi lt_api_qlora();
-LtModuleApi lt_api_prune();
-LtModuleApi lt_api_dist();
-LtModuleApi lt_api_distill();
-LtModuleApi lt_api_sweep();
-LtModuleApi lt_api_hw();
-LtModuleApi lt_api_export();
+
+struct LtModule {
+  const char* name;
+  lua_CFunction open;
+};
+// Every module, in the order the runner opens them (and bindings/lua_api.yaml declares them).
+const std::vector<LtModule>& lt_modules();
+// Opens every module into L as a global of its name, and as package.loaded[name] for require.
+void lt_open_modules(lua_State* L);
+
 }  // namespace luatune

@@ -38,8 +38,7 @@ void push_shape(lua_State* L, const ModelShape& s) {
 
 void push_target(lua_State* L, const TargetShape& t) {
   push_shape(L, t.shape);
-  lua_pushboolean(L, t.whole_groups);
-  lua_setfield(L, -2, "whole_groups");
+  lt_set_bool(L, "whole_groups", t.whole_groups);
 }
 
 // A Lua list of whole numbers at idx -> vector (what names the option in errors).
@@ -85,51 +84,24 @@ TargetSparsity read_sparsity(lua_State* L, int idx) {
   return t;
 }
 
-const LtFunc kPruneShape{"prune", "shape", "model: Model",
-                         "table # {layers, heads, kv_heads, head_dim, hidden, intermediate}",
-                         "the model's shape"};
 int l_prune_shape(lua_State* L) {
   push_shape(L, model_shape(check_model(L, 1).config));
   return 1;
 }
 
 // Rounding and the GQA rule: docs/pruning.md.
-const LtFunc kPruneTargets{
-    "prune",
-    "targets",
-    "model: Model, opts: Opts",
-    "table # the shape (prune.shape's keys) plus whole_groups",
-    "the shape target sparsities give, without touching the model; a sparsity outside [0, 1) fails naming it",
-    {{"layers", "number", "0", "the fraction of layers to remove, in [0, 1)"},
-     {"heads", "number", "0", "the fraction of attention heads to remove"},
-     {"hidden", "number", "0", "the fraction of hidden channels to remove"},
-     {"intermediate", "number", "0", "the fraction of MLP channels to remove"},
-     {"round_to", "integer", "1", "kept counts are rounded to a multiple of this"}}};
 int l_prune_targets(lua_State* L) {
   Model& m = check_model(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, kPruneTargets);
+  lt_check_options(L, 2, lt_api("prune.targets"));
   push_target(L, prune_targets(m.config, read_sparsity(L, 2)));
   return 1;
 }
 
-const LtFunc kPruneApply{
-    "prune",
-    "apply",
-    "model: Model, opts: Opts",
-    "table # the new shape",
-    "keeps the listed structures (0-based HF numbers) and removes the rest everywhere, LoRA adapters "
-    "included; "
-    "checks everything first",
-    {{"layers", "integer[]", "", "the layers kept"},
-     {"heads", "integer[]|integer[][]", "", "the heads kept: one list for every layer or one list per layer"},
-     {"intermediate", "integer[]|integer[][]", "",
-      "the MLP channels kept: one list for every layer or per layer"},
-     {"hidden", "integer[]", "", "the hidden channels kept"}}};
 int l_prune_apply(lua_State* L) {
   Model& m = check_model(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, kPruneApply);
+  lt_check_options(L, 2, lt_api("prune.apply"));
   PruneSpec spec;
   const int64_t layers = m.config.num_layers;
   lua_getfield(L, 2, "layers");
@@ -168,35 +140,12 @@ std::string describe_sheared(const ShearedPtr& p) {
          ")";
 }
 
-std::shared_ptr<TrainerHook> sheared_hook(lua_State* L, int idx) {
-  ShearedPtr* p = lt_test<ShearedPtr>(L, idx);
-  return p ? *p : nullptr;
-}
-
 // push_shape and push_target (the surgery section above) give shapes to Lua.
 
-const LtFunc kPruneSheared{
-    "prune",
-    "sheared",
-    "model: Model, opts: Opts",
-    "ShearedPruner # a hook for train.new",
-    "Sheared-LLaMA: one hard-concrete mask sample per step and a Lagrangian pulling each kind to its target",
-    {{"layers", "number", "0", "target fraction of layers removed, in [0, 1)"},
-     {"heads", "number", "0", "target fraction of heads removed"},
-     {"hidden", "number", "0", "target fraction of hidden channels removed"},
-     {"intermediate", "number", "0", "target fraction of MLP channels removed"},
-     {"round_to", "integer", "1", "kept counts are rounded to a multiple of this"},
-     {"warmup_steps", "integer", "0", "the target ramps linearly from 0 over these steps"},
-     {"mask_lr", "number", "1", "the masks' learning rate"},
-     {"lambda_lr", "number", "1", "the multipliers' learning rate (gradient ascent)"},
-     {"init_mean", "number", "5", "log_alpha starts N(init_mean, init_std): every mask on"},
-     {"init_std", "number", "0.01", "see init_mean"},
-     {"temperature", "number", "2/3", "the hard-concrete temperature"},
-     {"seed", "integer", "0", "seed of the masks' initialisation"}}};
 int l_prune_sheared(lua_State* L) {
   auto& model = lt_check<std::shared_ptr<Model>>(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, kPruneSheared);
+  lt_check_options(L, 2, lt_api("prune.sheared"));
   ShearedOptions o;
   o.target.layers = lt_opt_number(L, 2, "layers", 0);
   o.target.heads = lt_opt_number(L, 2, "heads", 0);
@@ -221,16 +170,11 @@ int l_prune_sheared(lua_State* L) {
   return 1;
 }
 
-const LtFunc kShearedTarget{"ShearedPruner", "target", "", "table # prune.shape's keys plus whole_groups",
-                            "the target shape"};
 int l_sheared_target(lua_State* L) {
   push_target(L, lt_check<ShearedPtr>(L, 1)->target());
   return 1;
 }
 
-const LtFunc kShearedExpectedSparsity{"ShearedPruner", "expected_sparsity", "",
-                                      "table # {layers, heads, hidden, intermediate}",
-                                      "the expected sparsity per kind (0 for kinds without a mask)"};
 int l_sheared_expected_sparsity(lua_State* L) {
   ShearedPruner& p = *lt_check<ShearedPtr>(L, 1);
   lua_createtable(L, 0, 4);
@@ -239,10 +183,6 @@ int l_sheared_expected_sparsity(lua_State* L) {
   return 1;
 }
 
-const LtFunc kShearedMasks{
-    "ShearedPruner", "masks", "",
-    "table # {layers = (L), heads = (L, H), intermediate = (L, I), hidden = (C)} Tensors",
-    "the deterministic masks of the kinds that have one"};
 int l_sheared_masks(lua_State* L) {
   StructureMasks m = lt_check<ShearedPtr>(L, 1)->deterministic_masks();
   lua_createtable(L, 0, 4);
@@ -256,9 +196,6 @@ int l_sheared_masks(lua_State* L) {
   return 1;
 }
 
-const LtFunc kShearedFinalize{"ShearedPruner", "finalize", "", "table # the new shape (target()'s keys)",
-                              "keeps exactly the target counts by mask score, folds the kept soft values "
-                              "into the weights, cuts the model"};
 int l_sheared_finalize(lua_State* L) {
   ShearedPruner& p = *lt_check<ShearedPtr>(L, 1);
   TargetShape shape = p.target();
@@ -308,15 +245,6 @@ void importance_push_scores(lua_State* L, const StructureScores& s) {
   }
 }
 
-// prune.minitron's shape = {...}: kept counts, missing = unchanged.
-const LtTable kPruneShapeOpts{
-    "PruneShapeOpts",
-    {{"layers", "integer", "", "layers kept"},
-     {"heads", "integer", "", "query heads kept (inside whole KV groups)"},
-     {"kv_heads", "integer", "", "KV heads kept; alone, whole groups go with their query heads"},
-     {"hidden", "integer", "", "hidden channels kept"},
-     {"intermediate", "integer", "", "MLP channels kept"}}};
-
 // The width and depth targets of prune.minitron / prune.taylor: shape={layers=, heads=, kv_heads=,
 // hidden=, intermediate=} (kept counts, missing = unchanged) or sparsities layers=, heads=,
 // hidden=, intermediate= in [0, 1) with round_to; not both.
@@ -329,7 +257,7 @@ TargetShape importance_targets(lua_State* L, int idx, const ModelConfig& c, bool
                                    << "(layers=, heads=, hidden=, intermediate=, round_to=), not both");
     lua_getfield(L, idx, "shape");
     if (!lua_istable(L, -1)) luaL_argerror(L, idx, "option 'shape' must be a table of kept counts");
-    lt_check_options(L, lua_gettop(L), kPruneShapeOpts);
+    lt_check_options(L, lua_gettop(L), lt_api_table("PruneShapeOpts"));
     ModelShape want = model_shape(c);
     int top = lua_gettop(L);
     for (auto [key, field] : {std::pair<const char*, int64_t*>{"layers", &want.layers},
@@ -372,19 +300,10 @@ int importance_cut(lua_State* L, Model& m, const StructureScores& scores, const 
   return 1;
 }
 
-const LtFunc kPruneImportance{
-    "prune",
-    "importance",
-    "model: Model, calibration: Batch[], opts?: Opts",
-    "table # {layer, head, intermediate, hidden} Tensors of the kinds the method scores",
-    "scores per structure, higher = more important",
-    {{"method", "string", "\"activation\"",
-      "\"activation\" (Minitron), \"taylor\" (LLM-Pruner), \"block_influence\" or \"layer_removal\""},
-     {"variant", "string", "\"param_first\"", "taylor only: \"param_first\" or \"vector\" (|sum w*g|)"}}};
 int l_prune_importance(lua_State* L) {
   Model& m = check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
-  lt_check_options(L, 3, kPruneImportance);
+  lt_check_options(L, 3, lt_api("prune.importance"));
   std::string method = lt_opt_string(L, 3, "method", "activation");
   std::string variant = lt_opt_string(L, 3, "variant", "param_first");
   LT_CHECK(method == "taylor" || !lt_has_field(L, 3, "variant"),
@@ -407,24 +326,11 @@ int l_prune_importance(lua_State* L) {
 
 // Width by activation importance, depth by block influence (or layer-removal loss), all scored on
 // the unpruned model, cut together.
-const LtFunc kPruneMinitron{
-    "prune",
-    "minitron",
-    "model: Model, calibration: Batch[], opts: Opts",
-    "table # {before = shape, after = shape}",
-    "Minitron width (and depth) pruning: the top structures kept (heads inside KV groups), cut in one go",
-    {{"shape", "PruneShapeOpts", "", "kept counts; or the sparsities below, not both"},
-     {"layers", "number", "0", "fraction of layers removed, in [0, 1)"},
-     {"heads", "number", "0", "fraction of heads removed"},
-     {"hidden", "number", "0", "fraction of hidden channels removed"},
-     {"intermediate", "number", "0", "fraction of MLP channels removed"},
-     {"round_to", "integer", "1", "kept counts are rounded to a multiple of this"},
-     {"depth_metric", "string", "\"block_influence\"", "\"block_influence\" or \"layer_removal\""}}};
 int l_prune_minitron(lua_State* L) {
   Model& m = check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
-  lt_check_options(L, 3, kPruneMinitron);
+  lt_check_options(L, 3, lt_api("prune.minitron"));
   std::string metric = importance_depth_metric(L, 3, "depth_metric");
   TargetShape target = importance_targets(L, 3, m.config, true);
   StructureScores s = activation_importance(m, calib);
@@ -433,40 +339,21 @@ int l_prune_minitron(lua_State* L) {
   return importance_cut(L, m, s, target);
 }
 
-const LtFunc kPruneTaylor{"prune",
-                          "taylor",
-                          "model: Model, calibration: Batch[], opts: Opts",
-                          "table # {before = shape, after = shape}",
-                          "the same with LLM-Pruner's Taylor importance",
-                          {{"layers", "number", "0", "fraction of layers removed, in [0, 1)"},
-                           {"heads", "number", "0", "fraction of heads removed"},
-                           {"hidden", "number", "0", "fraction of hidden channels removed"},
-                           {"intermediate", "number", "0", "fraction of MLP channels removed"},
-                           {"round_to", "integer", "1", "kept counts are rounded to a multiple of this"},
-                           {"variant", "string", "\"param_first\"", "\"param_first\" or \"vector\""}}};
 int l_prune_taylor(lua_State* L) {
   Model& m = check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
-  lt_check_options(L, 3, kPruneTaylor);
+  lt_check_options(L, 3, lt_api("prune.taylor"));
   std::string variant = lt_opt_string(L, 3, "variant", "param_first");
   TargetShape target = importance_targets(L, 3, m.config, false);
   return importance_cut(L, m, taylor_importance(m, calib, variant), target);
 }
 
-const LtFunc kPruneDepth{
-    "prune",
-    "depth",
-    "model: Model, calibration: Batch[], opts: Opts",
-    "table # {removed = layer numbers, scores = Tensor, after = shape}",
-    "drops the least important layers",
-    {{"layers", "number", "required", "how many layers to remove, or a fraction in (0, 1)"},
-     {"metric", "string", "\"block_influence\"", "\"block_influence\" or \"layer_removal\""}}};
 int l_prune_depth(lua_State* L) {
   Model& m = check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
-  lt_check_options(L, 3, kPruneDepth);
+  lt_check_options(L, 3, lt_api("prune.depth"));
   if (!lt_has_field(L, 3, "layers"))
     luaL_argerror(L, 3, "option 'layers' (how many layers to remove, or a fraction) is required");
   std::string metric = importance_depth_metric(L, 3, "metric");
@@ -500,12 +387,7 @@ int l_prune_depth(lua_State* L) {
   if (spec.layers.empty()) removed.clear();  // empty = every layer kept
   ModelShape after = prune_apply(m, spec);
   lua_createtable(L, 0, 3);
-  lua_createtable(L, static_cast<int>(removed.size()), 0);
-  for (size_t i = 0; i < removed.size(); i++) {
-    lua_pushnumber(L, static_cast<double>(removed[i]));
-    lua_rawseti(L, -2, static_cast<int>(i + 1));
-  }
-  lua_setfield(L, -2, "removed");
+  lt_set_list(L, "removed", removed);
   lt_push<at::Tensor>(L, s.layer);
   lua_setfield(L, -2, "scores");
   push_shape(L, after);
@@ -525,8 +407,7 @@ void push_sparsity_report(lua_State* L, const std::vector<LinearSparsity>& r) {
   lua_createtable(L, static_cast<int>(r.size()), 0);
   for (size_t i = 0; i < r.size(); i++) {
     lua_createtable(L, 0, 4);
-    lua_pushstring(L, r[i].name.c_str());
-    lua_setfield(L, -2, "name");
+    lt_set_string(L, "name", r[i].name);
     lt_set_number(L, "zeros", static_cast<double>(r[i].zeros));
     lt_set_number(L, "total", static_cast<double>(r[i].total));
     lt_set_number(L, "sparsity", r[i].sparsity());
@@ -552,19 +433,6 @@ void parse_pattern(const std::string& s, SparsityOptions& o) {
            "prune.unstructured: pattern " << s << " needs 0 < n < m (2:4, 4:8)");
 }
 
-const LtFunc kPruneUnstructured{
-    "prune",
-    "unstructured",
-    "model: Model, calibration?: Batch[], opts?: Opts",
-    "table # {sparsity, layers = {{name, zeros, total, sparsity}, ...}}",
-    "magnitude, Wanda or SparseGPT on the decoder linears, layer by layer (calibration: nil for magnitude)",
-    {{"method", "string", "\"wanda\"", "\"magnitude\", \"wanda\" or \"sparsegpt\""},
-     {"sparsity", "number", "0.5", "fraction of weights zeroed, in [0, 1)"},
-     {"pattern", "string", "", "N:M instead of sparsity: \"2:4\" zeroes 2 of every 4 inputs"},
-     {"blocksize", "integer", "128", "SparseGPT's column block"},
-     {"dampening", "number", "0.01", "SparseGPT: this times mean(diag H) added to the diagonal"},
-     {"targets", "string[]", "",
-      "linear names inside a layer (\"q_proj\" ... \"down_proj\"); default: all seven"}}};
 int l_prune_unstructured(lua_State* L) {
   Model& m = *lt_check<std::shared_ptr<Model>>(L, 1);
   std::vector<Batch> calibration;
@@ -579,9 +447,7 @@ int l_prune_unstructured(lua_State* L) {
     }
   }
   SparsityOptions o;
-  if (!lua_isnoneornil(L, 3)) {
-    luaL_checktype(L, 3, LUA_TTABLE);
-    lt_check_options(L, 3, kPruneUnstructured);
+  if (lt_check_options(L, 3, lt_api("prune.unstructured"))) {
     o.method = lt_opt_string(L, 3, "method", o.method);
     LT_CHECK(!(lt_has_field(L, 3, "sparsity") && lt_has_field(L, 3, "pattern")),
              "prune.unstructured: give sparsity or pattern, not both");
@@ -611,9 +477,6 @@ int l_prune_unstructured(lua_State* L) {
   return 1;
 }
 
-const LtFunc kPruneSparsity{"prune", "sparsity", "model: Model",
-                            "table # {sparsity, layers = {{name, zeros, total, sparsity}, ...}}",
-                            "the zeros of every decoder linear weight, as prune.unstructured reports them"};
 int l_prune_sparsity(lua_State* L) {
   push_sparsity_report(L, measure_sparsity(*lt_check<std::shared_ptr<Model>>(L, 1)));
   return 1;
@@ -644,26 +507,11 @@ const luaL_Reg prune_funcs[] = {
 
 }  // namespace
 
-LtModuleApi lt_api_prune() {
-  return {"prune",
-          "structured surgery and target shapes, Sheared-LLaMA, importance-based width and depth pruning, "
-          "unstructured and N:M sparsity; numbers are HF's 0-based ones",
-          {kPruneShape, kPruneTargets, kPruneApply, kPruneSheared, kPruneImportance, kPruneMinitron,
-           kPruneTaylor, kPruneDepth, kPruneUnstructured, kPruneSparsity, kShearedTarget,
-           kShearedExpectedSparsity, kShearedMasks, kShearedFinalize},
-          {{"ShearedPruner", "a Sheared-LLaMA pruner; a hook for train.new"}},
-          {&kPruneShapeOpts}};
-}
-
 }  // namespace luatune
 
 extern "C" int luaopen_prune(lua_State* L) {
   using namespace luatune;
-  // sheared: class registration
-  lt_register_class<ShearedPtr, describe_sheared>(L, sheared_methods);
-  lua_pop(L, 1);
-  lt_register_hook_getter(sheared_hook);
-
+  lt_register_hook_class<ShearedPtr, describe_sheared>(L, sheared_methods);
   lt_new_module(L, prune_funcs);
   return 1;
 }

@@ -13,14 +13,6 @@
 
 namespace luatune {
 
-const LtTable kQuantOpts{
-    "QuantOpts",
-    {{"quant_type", "\"nf4\"|\"fp4\"", "\"nf4\"", "the 4-bit code: NormalFloat4 or FP4 (bitsandbytes')"},
-     {"blocksize", "integer", "64", "weights per absmax block: 32 .. 4096, a power of two"},
-     {"double_quant", "boolean", "true", "8-bit absmax in blocks of nested_blocksize (QLoRA's default)"},
-     {"nested_blocksize", "integer", "256", "absmax values per nested block"},
-     {"skip", "string|string[]", "", "modules kept dense, matched as LoRA targets (models only)"}}};
-
 bool lt_quant_options(lua_State* L, int idx, const std::string& where, QuantConfig* c,
                       std::vector<std::string>* skip) {
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
@@ -42,7 +34,7 @@ bool lt_quant_options(lua_State* L, int idx, const std::string& where, QuantConf
       fail(where +
            ": expected \"nf4\", \"fp4\", true or a table {quant_type=, blocksize=, double_quant=, skip=}");
   }
-  lt_check_options(L, idx, kQuantOpts);
+  lt_check_options(L, idx, lt_api_table("QuantOpts"));
   c->type = quant_type_parse(lt_opt_string(L, idx, "quant_type", "nf4"), where);
   c->blocksize = lt_opt_int(L, idx, "blocksize", c->blocksize);
   c->double_quant = lt_opt_bool(L, idx, "double_quant", c->double_quant);
@@ -72,15 +64,6 @@ Model& check_model(lua_State* L, int idx) {
   return *lt_check<std::shared_ptr<Model>>(L, idx);
 }
 
-const LtFunc kQloraQuantize{"qlora",
-                            "quantize",
-                            "model: Model, opts?: \"nf4\"|\"fp4\"|boolean|Opts",
-                            "integer # the Linears quantized",
-                            "makes every decoder projection 4-bit in place (embeddings, norms, lm_head, "
-                            "biases stay); quantize before "
-                            "adding adapters",
-                            {},
-                            &kQuantOpts};
 int l_qlora_quantize(lua_State* L) {
   Model& m = check_model(L, 1);
   QuantConfig c;
@@ -93,17 +76,11 @@ int l_qlora_quantize(lua_State* L) {
   return 1;
 }
 
-const LtFunc kQloraDequantize{"qlora", "dequantize", "model: Model", "integer # the Linears made dense",
-                              "back to dense weights in the model dtype"};
 int l_qlora_dequantize(lua_State* L) {
   lua_pushnumber(L, static_cast<double>(qlora_dequantize(check_model(L, 1))));
   return 1;
 }
 
-const LtFunc kQloraInfo{
-    "qlora", "info", "model: Model",
-    "table? # {linears, quant_type, blocksize, double_quant, bytes, dense_bytes}, nil for a dense model",
-    "the 4-bit settings and bytes as stored vs in the model dtype"};
 int l_qlora_info(lua_State* L) {
   Model& m = check_model(L, 1);
   QuantConfig c;
@@ -120,25 +97,14 @@ int l_qlora_info(lua_State* L) {
     }
   lua_newtable(L);
   lt_set_number(L, "linears", static_cast<double>(qlora_count(m)));
-  lua_pushstring(L, quant_type_name(c.type));
-  lua_setfield(L, -2, "quant_type");
+  lt_set_string(L, "quant_type", quant_type_name(c.type));
   lt_set_number(L, "blocksize", static_cast<double>(c.blocksize));
-  lua_pushboolean(L, c.double_quant);
-  lua_setfield(L, -2, "double_quant");
+  lt_set_bool(L, "double_quant", c.double_quant);
   lt_set_number(L, "bytes", static_cast<double>(bytes));
   lt_set_number(L, "dense_bytes", static_cast<double>(dense));
   return 1;
 }
 
-const LtFunc kQloraQuantizeTensor{
-    "qlora",
-    "quantize_tensor",
-    "t: Tensor, opts?: Opts",
-    "table # {packed, absmax, quant_map, [nested_absmax, nested_quant_map, offset, nested_blocksize], shape, "
-    "quant_type, blocksize, dtype}",
-    "the tensors bitsandbytes stores for one weight",
-    {},
-    &kQuantOpts};
 int l_qlora_quantize_tensor(lua_State* L) {
   at::Tensor t = lt_check<at::Tensor>(L, 1);
   QuantConfig c;
@@ -163,22 +129,13 @@ int l_qlora_quantize_tensor(lua_State* L) {
     lt_set_number(L, "offset", s.offset);
     lt_set_number(L, "nested_blocksize", static_cast<double>(s.nested_blocksize));
   }
-  lua_createtable(L, static_cast<int>(s.shape.size()), 0);
-  for (size_t i = 0; i < s.shape.size(); i++) {
-    lua_pushnumber(L, static_cast<double>(s.shape[i]));
-    lua_rawseti(L, -2, static_cast<int>(i + 1));
-  }
-  lua_setfield(L, -2, "shape");
-  lua_pushstring(L, quant_type_name(s.type));
-  lua_setfield(L, -2, "quant_type");
+  lt_set_list(L, "shape", s.shape);
+  lt_set_string(L, "quant_type", quant_type_name(s.type));
   lt_set_number(L, "blocksize", static_cast<double>(s.blocksize));
-  lua_pushstring(L, dtype_name(s.dtype).c_str());
-  lua_setfield(L, -2, "dtype");
+  lt_set_string(L, "dtype", dtype_name(s.dtype));
   return 1;
 }
 
-const LtFunc kQloraDequantizeTensor{"qlora", "dequantize_tensor", "q: table, dtype?: string", "Tensor",
-                                    "the weight back from quantize_tensor's table"};
 int l_qlora_dequantize_tensor(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   auto get = [&](const char* k, bool required) {
@@ -232,14 +189,6 @@ const luaL_Reg qlora_funcs[] = {{"quantize", l_qlora_quantize},
                                 {nullptr, nullptr}};
 
 }  // namespace
-
-LtModuleApi lt_api_qlora() {
-  return {"qlora",
-          "4-bit (NF4 / FP4) base weights for QLoRA, stored as bitsandbytes stores them",
-          {kQloraQuantize, kQloraDequantize, kQloraInfo, kQloraQuantizeTensor, kQloraDequantizeTensor},
-          {},
-          {&kQuantOpts}};
-}
 
 }  // namespace luatune
 

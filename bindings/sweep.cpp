@@ -24,14 +24,11 @@ void push_values(lua_State* L, const SweepValues& values) {
 void push_trial(lua_State* L, const SweepTrial& t) {
   lua_createtable(L, 0, 10);
   lt_set_number(L, "index", static_cast<double>(t.index));
-  lua_pushstring(L, t.name.c_str());
-  lua_setfield(L, -2, "name");
-  lua_pushstring(L, t.dir.c_str());
-  lua_setfield(L, -2, "dir");
+  lt_set_string(L, "name", t.name);
+  lt_set_string(L, "dir", t.dir);
   push_values(L, t.values);
   lua_setfield(L, -2, "config");
-  lua_pushstring(L, sweep_status_name(t.status));
-  lua_setfield(L, -2, "status");
+  lt_set_string(L, "status", sweep_status_name(t.status));
   lt_set_number(L, "exit_code", t.exit_code);
   if (t.metric) lt_set_number(L, "metric", *t.metric);
   lua_createtable(L, 0, static_cast<int>(t.metrics.size()));
@@ -39,40 +36,14 @@ void push_trial(lua_State* L, const SweepTrial& t) {
   lua_setfield(L, -2, "metrics");
   lt_set_number(L, "seconds", t.seconds);
   if (!t.error.empty()) {
-    lua_pushstring(L, t.error.c_str());
-    lua_setfield(L, -2, "error");
+    lt_set_string(L, "error", t.error);
   }
 }
 
 // host/sweep checks the values with its own messages (and the same keys: lt_api_problems).
-const LtFunc kSweepRun{
-    "sweep",
-    "run",
-    "opts: Opts",
-    "table[] # every trial best first: {index, name, dir, config, status, exit_code, metric, metrics, "
-    "seconds, error}",
-    "runs the trials not yet recorded in output_dir/trials.jsonl, parallel at a time (docs/sweeps.md)",
-    {{"recipe", "string", "required", "a shipped recipe's name or a path"},
-     {"name", "string", "", "the sweep's name (default: output_dir's last part)"},
-     {"output_dir", "string", "required", "trials go to output_dir/trial-NNN, results beside them"},
-     {"fixed", "table", "{}", "settings every trial gets"},
-     {"method", "string", "\"grid\"", "\"grid\" or \"random\""},
-     {"seed", "integer", "0", "the random method's seed"},
-     {"trials", "integer", "0", "how many trials (random: required; grid: at most)"},
-     {"parallel", "integer", "1", "trials at a time"},
-     {"metric", "string|table", "required", "the metric to rank by: a name or {name=, goal=}"},
-     {"goal", "string", "\"minimize\"", "\"minimize\" or \"maximize\" (or metric's goal)"},
-     {"parameters", "table", "required",
-      "{values={...}}, {distribution=, min=, max=}, or tied groups {keys={...}, values={...}} by config key"},
-     {"timeout", "number", "0", "seconds a trial may run (0: no limit)"},
-     {"wandb_project", "string", "", "log every trial to this W&B project"},
-     {"env", "table<string, string>", "{}", "environment variables of every trial"},
-     {"devices", "string[]", "{}", "devices handed to parallel trials in turn"},
-     {"columns", "string[]", "{}", "extra columns of the results table"},
-     {"retry_failed", "boolean", "false", "run failed trials again"}}};
 int l_sweep_run(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lt_check_option_names(L, 1, kSweepRun);
+  lt_check_option_names(L, 1, lt_api("sweep.run"));
   SweepSpec spec = sweep_spec_parse(lt_to_config(L, 1, "sweep.run"));
   RunState& st = lt_run_state(L);
   st.sweeps_run++;
@@ -133,20 +104,10 @@ SweepGoal goal_option(lua_State* L, int idx, const char* key) {
 }
 
 // A trial missing either value is never on the front.
-const LtFunc kSweepPareto{
-    "sweep",
-    "pareto",
-    "trials: table[], opts: Opts",
-    "table[] # the trials on the Pareto front, in the given order",
-    "the trials no other trial beats on both metrics; sets trial.pareto on each",
-    {{"x", "string", "required", "the first metric (a trial field, config key or metric)"},
-     {"y", "string", "required", "the second metric"},
-     {"x_goal", "string", "\"minimize\"", "\"minimize\" or \"maximize\""},
-     {"y_goal", "string", "\"minimize\"", "\"minimize\" or \"maximize\""}}};
 int l_sweep_pareto(lua_State* L) {
   int n = check_trials(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, kSweepPareto);
+  lt_check_options(L, 2, lt_api("sweep.pareto"));
   std::string x = lt_opt_string(L, 2, "x", ""), y = lt_opt_string(L, 2, "y", "");
   if (x.empty() || y.empty()) fail_usage("sweep.pareto: options x and y (metric names) are required");
   std::vector<SweepGoal> goals = {goal_option(L, 2, "x_goal"), goal_option(L, 2, "y_goal")};
@@ -168,8 +129,7 @@ int l_sweep_pareto(lua_State* L) {
   int out = 0;
   for (int i = 1; i <= n; i++) {
     lua_rawgeti(L, 1, i);
-    lua_pushboolean(L, front[static_cast<size_t>(i - 1)]);
-    lua_setfield(L, -2, "pareto");
+    lt_set_bool(L, "pareto", front[static_cast<size_t>(i - 1)]);
     if (front[static_cast<size_t>(i - 1)])
       lua_rawseti(L, -2, ++out);
     else
@@ -178,10 +138,6 @@ int l_sweep_pareto(lua_State* L) {
   return 1;
 }
 
-const LtFunc kSweepTable{"sweep", "table", "trials: table[], columns: (string|string[])[]",
-                         "string # Markdown",
-                         "one row per trial; a column is a name (the trial's field, else its config, else "
-                         "its metrics) or {name, \"Heading\"}"};
 int l_sweep_table(lua_State* L) {
   int n = check_trials(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -248,12 +204,6 @@ const luaL_Reg sweep_funcs[] = {
 };
 
 }  // namespace
-
-LtModuleApi lt_api_sweep() {
-  return {"sweep",
-          "hyperparameter sweeps of a recipe, Pareto fronts and result tables (docs/sweeps.md)",
-          {kSweepRun, kSweepPareto, kSweepTable}};
-}
 
 }  // namespace luatune
 

@@ -27,55 +27,26 @@ void push_id_or_nil(lua_State* L, int32_t id) {
     lua_pushinteger(L, id);
 }
 
-void push_ids(lua_State* L, const std::vector<int32_t>& ids) {
-  lua_createtable(L, static_cast<int>(ids.size()), 0);
-  for (size_t i = 0; i < ids.size(); i++) {
-    lua_pushinteger(L, ids[i]);
-    lua_rawseti(L, -2, static_cast<int>(i + 1));
-  }
-}
-
 // Hub ids are found in the Hugging Face cache (host/io/hub_cache.h).
-const LtFunc kTokenizerLoad{
-    "tokenizer", "load", "dir: string", "Tokenizer",
-    "a model directory holding tokenizer.json (+ tokenizer_config.json, chat_template.jinja, "
-    "generation_config.json), the tokenizer.json file, or a Hub id \"org/name[@revision]\" in the HF cache"};
 int l_tokenizer_load(lua_State* L) {
   lt_push(L, Tokenizer::load(luaL_checkstring(L, 1)));
   return 1;
 }
 
-const LtFunc kTokenizerEncode{
-    "tokenizer",
-    "encode",
-    "tok: Tokenizer, text: string, opts?: Opts",
-    "integer[] # token ids (0-based, as in HF)",
-    "token ids of the text; added and special tokens written in the text are always matched",
-    {{"special", "boolean", "false", "add BOS/EOS as the tokenizer's post-processor says"}},
-    nullptr,
-    "Tokenizer"};
 int l_tokenizer_encode(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   size_t len = 0;
   const char* text = luaL_checklstring(L, 2, &len);
-  lt_check_options(L, 3, kTokenizerEncode);
-  push_ids(L, tok.encode(std::string_view(text, len), lt_opt_bool(L, 3, "special", false)));
+  lt_check_options(L, 3, lt_api("tokenizer.encode"));
+  lt_push_list(L, tok.encode(std::string_view(text, len), lt_opt_bool(L, 3, "special", false)));
   return 1;
 }
 
-const LtFunc kTokenizerDecode{"tokenizer",
-                              "decode",
-                              "tok: Tokenizer, ids: integer[], opts?: Opts",
-                              "string",
-                              "the text of the ids; bytes that are not UTF-8 become U+FFFD",
-                              {{"skip_special", "boolean", "false", "leave special tokens out"}},
-                              nullptr,
-                              "Tokenizer"};
 int l_tokenizer_decode(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   luaL_checktype(L, 2, LUA_TTABLE);
   if (!lt_is_list(L, 2)) luaL_argerror(L, 2, "expected a list of token ids");
-  lt_check_options(L, 3, kTokenizerDecode);
+  lt_check_options(L, 3, lt_api("tokenizer.decode"));
   std::vector<int32_t> ids(lua_objlen(L, 2));
   for (size_t i = 0; i < ids.size(); i++) {
     lua_rawgeti(L, 2, static_cast<int>(i + 1));
@@ -92,14 +63,6 @@ int l_tokenizer_decode(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTokenizerTokenToId{"tokenizer",
-                                 "token_to_id",
-                                 "tok: Tokenizer, token: string",
-                                 "integer?",
-                                 "the token's id, or nil when the vocabulary has no such token",
-                                 {},
-                                 nullptr,
-                                 "Tokenizer"};
 int l_tokenizer_token_to_id(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   size_t len = 0;
@@ -108,14 +71,6 @@ int l_tokenizer_token_to_id(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTokenizerIdToToken{"tokenizer",
-                                 "id_to_token",
-                                 "tok: Tokenizer, id: integer",
-                                 "string?",
-                                 "the token's text, or nil when the id names no token",
-                                 {},
-                                 nullptr,
-                                 "Tokenizer"};
 int l_tokenizer_id_to_token(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   int64_t id = lt_check_int(L, 2);
@@ -127,35 +82,17 @@ int l_tokenizer_id_to_token(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTokenizerVocabSize{"tokenizer",
-                                 "vocab_size",
-                                 "tok: Tokenizer",
-                                 "integer",
-                                 "model vocabulary plus added tokens (highest id + 1)",
-                                 {},
-                                 nullptr,
-                                 "Tokenizer"};
 int l_tokenizer_vocab_size(lua_State* L) {
   lua_pushinteger(L, check_tokenizer(L).vocab_size());
   return 1;
 }
 
-const LtFunc kTokenizerSpecial{
-    "tokenizer",
-    "special",
-    "tok: Tokenizer",
-    "table # {bos, eos = {...}, pad, unk, bos_text, eos_text, pad_text}",
-    "the special token ids (absent ones nil); eos lists generation_config.json's ids too",
-    {},
-    nullptr,
-    "Tokenizer"};
 int l_tokenizer_special(lua_State* L) {
   const SpecialTokens& s = check_tokenizer(L).special();
   lua_createtable(L, 0, 7);
   push_id_or_nil(L, s.bos);
   lua_setfield(L, -2, "bos");
-  push_ids(L, s.eos);
-  lua_setfield(L, -2, "eos");
+  lt_set_list(L, "eos", s.eos);
   push_id_or_nil(L, s.pad);
   lua_setfield(L, -2, "pad");
   push_id_or_nil(L, s.unk);
@@ -170,15 +107,6 @@ int l_tokenizer_special(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTokenizerChatTemplate{
-    "tokenizer",
-    "chat_template",
-    "tok: Tokenizer",
-    "string?",
-    "the Jinja template text (chat_template.jinja wins over tokenizer_config.json), nil if none",
-    {},
-    nullptr,
-    "Tokenizer"};
 int l_tokenizer_chat_template(lua_State* L) {
   const std::string& t = check_tokenizer(L).chat_template();
   if (t.empty())
@@ -190,16 +118,6 @@ int l_tokenizer_chat_template(lua_State* L) {
 
 // ============================================================================================
 // Chat formats (host/text/chat.h); sources and choices: docs/chat_formats.md.
-
-const LtTable kChatOpts{
-    "ChatOpts",
-    {{"format", "string", "",
-      "\"llama3\", \"llama3.1\", \"mistral\", \"chatml\", \"qwen2.5\", \"qwen3\" or \"gemma\"; default: "
-      "detected "
-      "from the tokenizer's chat_template"},
-     {"add_generation_prompt", "boolean", "false", "end with the header of the assistant's next turn"},
-     {"date_string", "string", "\"26 Jul 2024\"", "llama3.1's Today Date"},
-     {"enable_thinking", "boolean", "true", "qwen3: false adds an empty <think> block"}}};
 
 std::vector<ChatMessage> check_messages(lua_State* L, int idx) {
   luaL_checktype(L, idx, LUA_TTABLE);
@@ -224,7 +142,7 @@ std::vector<ChatMessage> check_messages(lua_State* L, int idx) {
 }
 
 ChatFormat chat_options(lua_State* L, int idx, const Tokenizer& tok, ChatOptions* o) {
-  lt_check_options(L, idx, kChatOpts);
+  lt_check_options(L, idx, lt_api_table("ChatOpts"));
   o->add_generation_prompt = lt_opt_bool(L, idx, "add_generation_prompt", false);
   o->date_string = lt_opt_string(L, idx, "date_string", o->date_string);
   o->enable_thinking = lt_opt_bool(L, idx, "enable_thinking", true);
@@ -236,15 +154,6 @@ ChatFormat chat_options(lua_State* L, int idx, const Tokenizer& tok, ChatOptions
   return chat_format_detect(tok.chat_template());
 }
 
-const LtFunc kTokenizerChatFormat{
-    "tokenizer",
-    "chat_format",
-    "tok: Tokenizer",
-    "string? format; string? message",
-    "the chat format detected from the chat_template (\"llama3\", ...), or nil and why",
-    {},
-    nullptr,
-    "Tokenizer"};
 int l_tokenizer_chat_format(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   try {
@@ -257,15 +166,6 @@ int l_tokenizer_chat_format(lua_State* L) {
   }
 }
 
-const LtFunc kTokenizerRenderChat{
-    "tokenizer",
-    "render_chat",
-    "tok: Tokenizer, messages: table[], opts?: Opts",
-    "string text; integer[][] spans # the assistant spans {first, last}: 1-based inclusive byte positions",
-    "exactly what the model's chat template renders for {{role=, content=}, ...}",
-    {},
-    &kChatOpts,
-    "Tokenizer"};
 int l_tokenizer_render_chat(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   std::vector<ChatMessage> messages = check_messages(L, 2);
@@ -288,27 +188,14 @@ int l_tokenizer_render_chat(lua_State* L) {
   return 2;
 }
 
-const LtFunc kTokenizerEncodeChat{
-    "tokenizer",
-    "encode_chat",
-    "tok: Tokenizer, messages: table[], opts?: Opts",
-    "integer[] ids; integer[] mask # 1 on the assistant's tokens (content and end-of-turn token), else 0",
-    "the rendered conversation's ids (the template writes BOS) and its loss mask",
-    {},
-    &kChatOpts,
-    "Tokenizer"};
 int l_tokenizer_encode_chat(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   std::vector<ChatMessage> messages = check_messages(L, 2);
   ChatOptions o;
   ChatFormat f = chat_options(L, 3, tok, &o);
   ChatEncoding e = chat_encode(tok, f, messages, o);
-  push_ids(L, e.ids);
-  lua_createtable(L, static_cast<int>(e.mask.size()), 0);
-  for (size_t i = 0; i < e.mask.size(); i++) {
-    lua_pushinteger(L, e.mask[i]);
-    lua_rawseti(L, -2, static_cast<int>(i + 1));
-  }
+  lt_push_list(L, e.ids);
+  lt_push_list(L, e.mask);
   return 2;
 }
 
@@ -331,21 +218,11 @@ const luaL_Reg tokenizer_funcs[] = {
 
 }  // namespace
 
-LtModuleApi lt_api_tokenizer() {
-  return {"tokenizer",
-          "Hugging Face tokenizer.json BPE tokenizers; ids are 0-based values exactly as in HF",
-          {kTokenizerLoad, kTokenizerEncode, kTokenizerDecode, kTokenizerTokenToId, kTokenizerIdToToken,
-           kTokenizerVocabSize, kTokenizerSpecial, kTokenizerChatTemplate, kTokenizerChatFormat,
-           kTokenizerRenderChat, kTokenizerEncodeChat},
-          {{"Tokenizer", "a tokenizer; tok:f(...) is tokenizer.f(tok, ...)"}}};
-}
-
 }  // namespace luatune
 
 extern "C" int luaopen_tokenizer(lua_State* L) {
   using namespace luatune;
   lt_register_class<std::shared_ptr<Tokenizer>, tokenizer_describe>(L, tokenizer_funcs);
-  lua_pop(L, 1);  // methods
   lt_new_module(L, tokenizer_funcs);
   return 1;
 }

@@ -100,15 +100,9 @@ std::vector<int64_t> int_list_args(lua_State* L, int idx, int* next) {
   return out;
 }
 
-// The options of every creation function.
-const LtTable kCreationOpts{
-    "CreationOpts",
-    {{"dtype", "string", "", "\"float32\" (numbers), \"bool\" (booleans), \"int64\", \"bf16\", ..."},
-     {"device", "string", "\"cpu\"", "\"cpu\", \"cuda[:N]\" or \"auto\""},
-     {"requires_grad", "boolean", "false", "track gradients from this tensor"}}};
-
+// The options every creation function takes (CreationOpts), checked and read.
 at::TensorOptions creation_options(lua_State* L, int idx, c10::ScalarType default_dtype) {
-  lt_check_options(L, idx, kCreationOpts);
+  lt_check_options(L, idx, lt_api_table("CreationOpts"));
   at::TensorOptions o = at::TensorOptions().dtype(default_dtype);
   if (lt_has_field(L, idx, "dtype")) o = o.dtype(dtype_parse(lt_opt_string(L, idx, "dtype", "")));
   if (lt_has_field(L, idx, "device")) o = o.device(device_parse(lt_opt_string(L, idx, "device", "")));
@@ -199,13 +193,6 @@ const T* push_values(lua_State* L, const T* p, at::IntArrayRef shape) {
 // ============================================================================================
 // Creation
 
-const LtFunc kTorchTensor{"torch",
-                          "tensor",
-                          "data: number|boolean|table, opts?: Opts",
-                          "Tensor",
-                          "a tensor from nested lists of numbers (float32) or booleans (bool) unless dtype",
-                          {},
-                          &kCreationOpts};
 int l_torch_tensor(lua_State* L) {
   std::vector<int64_t> shape;
   std::vector<double> values;
@@ -222,51 +209,20 @@ int fill_creation(lua_State* L, at::Tensor (*make)(at::IntArrayRef, at::TensorOp
   std::vector<int64_t> sizes = int_list_args(L, 1, &next);
   return push_created(L, make(sizes, creation_options(L, next, at::kFloat)), next);
 }
-const LtFunc kTorchZeros{"torch",
-                         "zeros",
-                         "...: integer|integer[]|Opts",
-                         "Tensor",
-                         "zeros of sizes given as numbers (2, 3) or a list ({2, 3}), then options",
-                         {},
-                         &kCreationOpts};
 int l_torch_zeros(lua_State* L) {
   return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::zeros(s, o); });
 }
-const LtFunc kTorchOnes{
-    "torch", "ones",        "...: integer|integer[]|Opts", "Tensor", "ones of sizes, then options",
-    {},      &kCreationOpts};
 int l_torch_ones(lua_State* L) {
   return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::ones(s, o); });
 }
-const LtFunc kTorchRand{"torch",
-                        "rand",
-                        "...: integer|integer[]|Opts",
-                        "Tensor",
-                        "uniform [0, 1) samples of sizes, then options",
-                        {},
-                        &kCreationOpts};
 int l_torch_rand(lua_State* L) {
   return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::rand(s, o); });
 }
-const LtFunc kTorchRandn{"torch",
-                         "randn",
-                         "...: integer|integer[]|Opts",
-                         "Tensor",
-                         "standard normal samples of sizes, then options",
-                         {},
-                         &kCreationOpts};
 int l_torch_randn(lua_State* L) {
   return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::randn(s, o); });
 }
 
 // full(sizes, value, {opts})
-const LtFunc kTorchFull{"torch",
-                        "full",
-                        "...: integer|integer[]|number|boolean|Opts",
-                        "Tensor",
-                        "full(sizes, value [, opts]): sizes filled with value",
-                        {},
-                        &kCreationOpts};
 int l_torch_full(lua_State* L) {
   int next = 1;
   std::vector<int64_t> sizes = int_list_args(L, 1, &next);
@@ -276,13 +232,6 @@ int l_torch_full(lua_State* L) {
 }
 
 // randint(low, high, sizes, {opts}): integers in [low, high)
-const LtFunc kTorchRandint{"torch",
-                           "randint",
-                           "low: integer, high: integer, ...: integer|integer[]|Opts",
-                           "Tensor",
-                           "int64 integers in [low, high) of sizes, then options",
-                           {},
-                           &kCreationOpts};
 int l_torch_randint(lua_State* L) {
   int64_t low = lt_check_int(L, 1), high = lt_check_int(L, 2);
   int next = 3;
@@ -291,14 +240,6 @@ int l_torch_randint(lua_State* L) {
 }
 
 // arange(stop) / arange(start, stop [, step]) [, {opts}]: int64 when every bound is whole.
-const LtFunc kTorchArange{
-    "torch",
-    "arange",
-    "...: number|Opts",
-    "Tensor",
-    "arange(stop) or arange(start, stop [, step]) [, opts]: int64 when every bound is whole",
-    {},
-    &kCreationOpts};
 int l_torch_arange(lua_State* L) {
   double a[3] = {0, 0, 1};
   int n = 0;
@@ -312,13 +253,6 @@ int l_torch_arange(lua_State* L) {
 }
 
 // linspace(start, stop, steps, {opts})
-const LtFunc kTorchLinspace{"torch",
-                            "linspace",
-                            "start: number, stop: number, steps: integer, opts?: Opts",
-                            "Tensor",
-                            "steps evenly spaced values from start to stop",
-                            {},
-                            &kCreationOpts};
 int l_torch_linspace(lua_State* L) {
   double start = luaL_checknumber(L, 1), stop = luaL_checknumber(L, 2);
   int64_t steps = lt_check_int(L, 3);
@@ -326,9 +260,6 @@ int l_torch_linspace(lua_State* L) {
 }
 
 // eye(n [, m], {opts})
-const LtFunc kTorchEye{
-    "torch", "eye",         "n: integer, m?: integer, opts?: Opts", "Tensor", "the (n, m) identity",
-    {},      &kCreationOpts};
 int l_torch_eye(lua_State* L) {
   int64_t n = lt_check_int(L, 1);
   bool has_m = lua_type(L, 2) == LUA_TNUMBER;
@@ -342,35 +273,14 @@ at::TensorOptions like_options(lua_State* L, int idx, const at::Tensor& t) {
   if (!lt_has_field(L, idx, "device")) o = o.device(t.device());
   return o;
 }
-const LtFunc kTorchZerosLike{"torch",
-                             "zeros_like",
-                             "t: Tensor, opts?: Opts",
-                             "Tensor",
-                             "zeros of t's shape (dtype and device default to t's)",
-                             {},
-                             &kCreationOpts};
 int l_torch_zeros_like(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_created(L, at::zeros(t.sizes(), like_options(L, 2, t)), 2);
 }
-const LtFunc kTorchOnesLike{"torch",
-                            "ones_like",
-                            "t: Tensor, opts?: Opts",
-                            "Tensor",
-                            "ones of t's shape (dtype and device default to t's)",
-                            {},
-                            &kCreationOpts};
 int l_torch_ones_like(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_created(L, at::ones(t.sizes(), like_options(L, 2, t)), 2);
 }
-const LtFunc kTorchFullLike{"torch",
-                            "full_like",
-                            "t: Tensor, value: number|boolean, opts?: Opts",
-                            "Tensor",
-                            "t's shape filled with value (dtype and device default to t's)",
-                            {},
-                            &kCreationOpts};
 int l_torch_full_like(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_created(L, at::full(t.sizes(), check_scalar(L, 2), like_options(L, 3, t)), 3);
@@ -379,77 +289,64 @@ int l_torch_full_like(lua_State* L) {
 // ============================================================================================
 // Elementwise: one table of unary ops, one of binary ops; each entry is one line.
 
-// Each op is declared by its entry: name, doc (the Lua API: torch.name(t) and t:name() -> Tensor), fn.
+// Each entry is torch.name(t) and t:name() -> Tensor (declared in bindings/lua_api.yaml).
 struct UnaryOp {
   const char* name;
-  const char* doc;
   at::Tensor (*fn)(const at::Tensor&);
 };
 const UnaryOp unary_ops[] = {
-    {"neg", "-t", [](const at::Tensor& t) { return t.neg(); }},
-    {"abs", "|t|", [](const at::Tensor& t) { return t.abs(); }},
-    {"exp", "e^t", [](const at::Tensor& t) { return t.exp(); }},
-    {"log", "the natural logarithm", [](const at::Tensor& t) { return t.log(); }},
-    {"log1p", "log(1 + t)", [](const at::Tensor& t) { return t.log1p(); }},
-    {"sqrt", "the square root", [](const at::Tensor& t) { return t.sqrt(); }},
-    {"rsqrt", "1 / sqrt(t)", [](const at::Tensor& t) { return t.rsqrt(); }},
-    {"sin", "sine", [](const at::Tensor& t) { return t.sin(); }},
-    {"cos", "cosine", [](const at::Tensor& t) { return t.cos(); }},
-    {"tanh", "hyperbolic tangent", [](const at::Tensor& t) { return t.tanh(); }},
-    {"sigmoid", "1 / (1 + e^-t)", [](const at::Tensor& t) { return t.sigmoid(); }},
-    {"relu", "max(t, 0)", [](const at::Tensor& t) { return t.relu(); }},
-    {"gelu", "GELU (the exact erf form)", [](const at::Tensor& t) { return at::gelu(t); }},
-    {"silu", "t * sigmoid(t)", [](const at::Tensor& t) { return at::silu(t); }},
-    {"floor", "rounded down", [](const at::Tensor& t) { return t.floor(); }},
-    {"ceil", "rounded up", [](const at::Tensor& t) { return t.ceil(); }},
-    {"round", "rounded to the nearest, halves to even", [](const at::Tensor& t) { return t.round(); }},
-    {"sign", "-1, 0 or 1", [](const at::Tensor& t) { return t.sign(); }},
-    {"reciprocal", "1 / t", [](const at::Tensor& t) { return t.reciprocal(); }},
-    {"square", "t^2", [](const at::Tensor& t) { return t.square(); }},
-    {"isnan", "true where NaN", [](const at::Tensor& t) { return t.isnan(); }},
-    {"isinf", "true where infinite", [](const at::Tensor& t) { return t.isinf(); }},
-    {"isfinite", "true where finite", [](const at::Tensor& t) { return t.isfinite(); }},
-    {"logical_not", "not t (bool)", [](const at::Tensor& t) { return t.logical_not(); }},
-    {"contiguous", "t in contiguous memory (a copy only when needed)",
-     [](const at::Tensor& t) { return t.contiguous(); }},
-    {"clone", "a copy", [](const at::Tensor& t) { return t.clone(); }},
-    {"detach", "t without gradient tracking (shared storage)",
-     [](const at::Tensor& t) { return t.detach(); }},
+    {"neg", [](const at::Tensor& t) { return t.neg(); }},
+    {"abs", [](const at::Tensor& t) { return t.abs(); }},
+    {"exp", [](const at::Tensor& t) { return t.exp(); }},
+    {"log", [](const at::Tensor& t) { return t.log(); }},
+    {"log1p", [](const at::Tensor& t) { return t.log1p(); }},
+    {"sqrt", [](const at::Tensor& t) { return t.sqrt(); }},
+    {"rsqrt", [](const at::Tensor& t) { return t.rsqrt(); }},
+    {"sin", [](const at::Tensor& t) { return t.sin(); }},
+    {"cos", [](const at::Tensor& t) { return t.cos(); }},
+    {"tanh", [](const at::Tensor& t) { return t.tanh(); }},
+    {"sigmoid", [](const at::Tensor& t) { return t.sigmoid(); }},
+    {"relu", [](const at::Tensor& t) { return t.relu(); }},
+    {"gelu", [](const at::Tensor& t) { return at::gelu(t); }},
+    {"silu", [](const at::Tensor& t) { return at::silu(t); }},
+    {"floor", [](const at::Tensor& t) { return t.floor(); }},
+    {"ceil", [](const at::Tensor& t) { return t.ceil(); }},
+    {"round", [](const at::Tensor& t) { return t.round(); }},
+    {"sign", [](const at::Tensor& t) { return t.sign(); }},
+    {"reciprocal", [](const at::Tensor& t) { return t.reciprocal(); }},
+    {"square", [](const at::Tensor& t) { return t.square(); }},
+    {"isnan", [](const at::Tensor& t) { return t.isnan(); }},
+    {"isinf", [](const at::Tensor& t) { return t.isinf(); }},
+    {"isfinite", [](const at::Tensor& t) { return t.isfinite(); }},
+    {"logical_not", [](const at::Tensor& t) { return t.logical_not(); }},
+    {"contiguous", [](const at::Tensor& t) { return t.contiguous(); }},
+    {"clone", [](const at::Tensor& t) { return t.clone(); }},
+    {"detach", [](const at::Tensor& t) { return t.detach(); }},
 };
 
+// torch.name(a, b) and a:name(b) -> Tensor; a number on either side.
 struct BinaryOp {
   const char* name;
-  const char* doc;  // torch.name(a, b) and a:name(b) -> Tensor; a number on either side
   at::Tensor (*fn)(const at::Tensor&, const at::Tensor&);
 };
 const BinaryOp binary_ops[] = {
-    {"add", "a + b", [](const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); }},
-    {"sub", "a - b", [](const at::Tensor& a, const at::Tensor& b) { return at::sub(a, b); }},
-    {"mul", "a * b", [](const at::Tensor& a, const at::Tensor& b) { return at::mul(a, b); }},
-    {"div", "a / b (true division)", [](const at::Tensor& a, const at::Tensor& b) { return at::div(a, b); }},
-    {"pow", "a ^ b", [](const at::Tensor& a, const at::Tensor& b) { return at::pow(a, b); }},
-    {"remainder", "a % b with the sign of b (as Python's %)",
-     [](const at::Tensor& a, const at::Tensor& b) { return at::remainder(a, b); }},
-    {"maximum", "the larger of a and b",
-     [](const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }},
-    {"minimum", "the smaller of a and b",
-     [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }},
-    {"eq", "a == b elementwise (bool)",
-     [](const at::Tensor& a, const at::Tensor& b) { return at::eq(a, b); }},
-    {"ne", "a ~= b elementwise (bool)",
-     [](const at::Tensor& a, const at::Tensor& b) { return at::ne(a, b); }},
-    {"lt", "a < b elementwise (bool)", [](const at::Tensor& a, const at::Tensor& b) { return at::lt(a, b); }},
-    {"le", "a <= b elementwise (bool)",
-     [](const at::Tensor& a, const at::Tensor& b) { return at::le(a, b); }},
-    {"gt", "a > b elementwise (bool)", [](const at::Tensor& a, const at::Tensor& b) { return at::gt(a, b); }},
-    {"ge", "a >= b elementwise (bool)",
-     [](const at::Tensor& a, const at::Tensor& b) { return at::ge(a, b); }},
-    {"logical_and", "a and b (bool)",
-     [](const at::Tensor& a, const at::Tensor& b) { return at::logical_and(a, b); }},
-    {"logical_or", "a or b (bool)",
-     [](const at::Tensor& a, const at::Tensor& b) { return at::logical_or(a, b); }},
-    {"matmul", "the matrix product",
-     [](const at::Tensor& a, const at::Tensor& b) { return at::matmul(a, b); }},
+    {"add", [](const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); }},
+    {"sub", [](const at::Tensor& a, const at::Tensor& b) { return at::sub(a, b); }},
+    {"mul", [](const at::Tensor& a, const at::Tensor& b) { return at::mul(a, b); }},
+    {"div", [](const at::Tensor& a, const at::Tensor& b) { return at::div(a, b); }},
+    {"pow", [](const at::Tensor& a, const at::Tensor& b) { return at::pow(a, b); }},
+    {"remainder", [](const at::Tensor& a, const at::Tensor& b) { return at::remainder(a, b); }},
+    {"maximum", [](const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }},
+    {"minimum", [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }},
+    {"eq", [](const at::Tensor& a, const at::Tensor& b) { return at::eq(a, b); }},
+    {"ne", [](const at::Tensor& a, const at::Tensor& b) { return at::ne(a, b); }},
+    {"lt", [](const at::Tensor& a, const at::Tensor& b) { return at::lt(a, b); }},
+    {"le", [](const at::Tensor& a, const at::Tensor& b) { return at::le(a, b); }},
+    {"gt", [](const at::Tensor& a, const at::Tensor& b) { return at::gt(a, b); }},
+    {"ge", [](const at::Tensor& a, const at::Tensor& b) { return at::ge(a, b); }},
+    {"logical_and", [](const at::Tensor& a, const at::Tensor& b) { return at::logical_and(a, b); }},
+    {"logical_or", [](const at::Tensor& a, const at::Tensor& b) { return at::logical_or(a, b); }},
+    {"matmul", [](const at::Tensor& a, const at::Tensor& b) { return at::matmul(a, b); }},
 };
 
 // The op is the closure's upvalue (index into the tables above), behind the exception bridge.
@@ -484,79 +381,31 @@ std::vector<int64_t> dims_arg(lua_State* L, int idx) {
   return int_list_args(L, idx, &next);
 }
 
-const LtFunc kTorchSum{"torch",
-                       "sum",
-                       "t: Tensor, dims?: integer|integer[], keepdim?: boolean",
-                       "Tensor",
-                       "the sum over dims (default: every element)",
-                       {},
-                       nullptr,
-                       "Tensor"};
 int l_torch_sum(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.sum() : t.sum(dims_arg(L, 2), opt_keepdim(L, 3)));
 }
-const LtFunc kTorchMean{"torch",
-                        "mean",
-                        "t: Tensor, dims?: integer|integer[], keepdim?: boolean",
-                        "Tensor",
-                        "the mean over dims (default: every element)",
-                        {},
-                        nullptr,
-                        "Tensor"};
 int l_torch_mean(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.mean() : t.mean(dims_arg(L, 2), opt_keepdim(L, 3)));
 }
-const LtFunc kTorchProd{"torch",
-                        "prod",
-                        "t: Tensor, dim?: integer, keepdim?: boolean",
-                        "Tensor",
-                        "the product over dim (default: every element)",
-                        {},
-                        nullptr,
-                        "Tensor"};
 int l_torch_prod(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.prod() : t.prod(lt_check_int(L, 2), opt_keepdim(L, 3)));
 }
 // std/var are unbiased (divide by n - 1), as in PyTorch.
-const LtFunc kTorchStd{"torch",
-                       "std",
-                       "t: Tensor, dims?: integer|integer[], keepdim?: boolean",
-                       "Tensor",
-                       "the unbiased standard deviation (n - 1), as in PyTorch",
-                       {},
-                       nullptr,
-                       "Tensor"};
 int l_torch_std(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2)
                             ? t.std()
                             : at::std(t, at::IntArrayRef(dims_arg(L, 2)), true, opt_keepdim(L, 3)));
 }
-const LtFunc kTorchVar{"torch",
-                       "var",
-                       "t: Tensor, dims?: integer|integer[], keepdim?: boolean",
-                       "Tensor",
-                       "the unbiased variance (n - 1), as in PyTorch",
-                       {},
-                       nullptr,
-                       "Tensor"};
 int l_torch_var(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2)
                             ? t.var()
                             : at::var(t, at::IntArrayRef(dims_arg(L, 2)), true, opt_keepdim(L, 3)));
 }
-const LtFunc kTorchLogsumexp{"torch",
-                             "logsumexp",
-                             "t: Tensor, dims?: integer|integer[], keepdim?: boolean",
-                             "Tensor",
-                             "log(sum(exp(t))) over dims (default: every element)",
-                             {},
-                             nullptr,
-                             "Tensor"};
 int l_torch_logsumexp(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   std::vector<int64_t> dims = lua_isnoneornil(L, 2) ? std::vector<int64_t>{} : dims_arg(L, 2);
@@ -564,14 +413,6 @@ int l_torch_logsumexp(lua_State* L) {
   return push_tensor(L, t.logsumexp(dims, opt_keepdim(L, 3)));
 }
 // norm(t [, p [, dim [, keepdim]]]): p defaults to 2 over all elements.
-const LtFunc kTorchNorm{"torch",
-                        "norm",
-                        "t: Tensor, p?: number, dims?: integer|integer[], keepdim?: boolean",
-                        "Tensor",
-                        "the p-norm (default 2) over dims (default: every element)",
-                        {},
-                        nullptr,
-                        "Tensor"};
 int l_torch_norm(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   double p = luaL_optnumber(L, 2, 2.0);
@@ -589,107 +430,43 @@ int max_min(lua_State* L, bool is_max) {
   push_tensor(L, std::get<1>(r));
   return 2;
 }
-const LtFunc kTorchMax{"torch",
-                       "max",
-                       "t: Tensor, dim?: integer, keepdim?: boolean",
-                       "Tensor values; Tensor? indices # with a dim",
-                       "the maximum; with a dim, values and indices",
-                       {},
-                       nullptr,
-                       "Tensor"};
 int l_torch_max(lua_State* L) {
   return max_min(L, true);
 }
-const LtFunc kTorchMin{"torch",
-                       "min",
-                       "t: Tensor, dim?: integer, keepdim?: boolean",
-                       "Tensor values; Tensor? indices # with a dim",
-                       "the minimum; with a dim, values and indices",
-                       {},
-                       nullptr,
-                       "Tensor"};
 int l_torch_min(lua_State* L) {
   return max_min(L, false);
 }
-const LtFunc kTorchArgmax{"torch",
-                          "argmax",
-                          "t: Tensor, dim?: integer, keepdim?: boolean",
-                          "Tensor",
-                          "the (0-based) position of the maximum",
-                          {},
-                          nullptr,
-                          "Tensor"};
 int l_torch_argmax(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   c10::optional<int64_t> dim;
   if (!lua_isnoneornil(L, 2)) dim = lt_check_int(L, 2);
   return push_tensor(L, t.argmax(dim, opt_keepdim(L, 3)));
 }
-const LtFunc kTorchArgmin{"torch",
-                          "argmin",
-                          "t: Tensor, dim?: integer, keepdim?: boolean",
-                          "Tensor",
-                          "the (0-based) position of the minimum",
-                          {},
-                          nullptr,
-                          "Tensor"};
 int l_torch_argmin(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   c10::optional<int64_t> dim;
   if (!lua_isnoneornil(L, 2)) dim = lt_check_int(L, 2);
   return push_tensor(L, t.argmin(dim, opt_keepdim(L, 3)));
 }
-const LtFunc kTorchAll{"torch",
-                       "all",
-                       "t: Tensor, dim?: integer, keepdim?: boolean",
-                       "Tensor",
-                       "whether every element (over dim) is true",
-                       {},
-                       nullptr,
-                       "Tensor"};
 int l_torch_all(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.all() : t.all(lt_check_int(L, 2), opt_keepdim(L, 3)));
 }
-const LtFunc kTorchAny{"torch",
-                       "any",
-                       "t: Tensor, dim?: integer, keepdim?: boolean",
-                       "Tensor",
-                       "whether any element (over dim) is true",
-                       {},
-                       nullptr,
-                       "Tensor"};
 int l_torch_any(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.any() : t.any(lt_check_int(L, 2), opt_keepdim(L, 3)));
 }
-const LtFunc kTorchCumsum{
-    "torch", "cumsum", "t: Tensor, dim: integer", "Tensor", "the running sum along dim", {},
-    nullptr, "Tensor"};
 int l_torch_cumsum(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).cumsum(lt_check_int(L, 2)));
 }
-const LtFunc kTorchSoftmax{"torch", "softmax", "t: Tensor, dim: integer", "Tensor", "softmax along dim", {},
-                           nullptr, "Tensor"};
 int l_torch_softmax(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).softmax(lt_check_int(L, 2)));
 }
-const LtFunc kTorchLogSoftmax{
-    "torch", "log_softmax", "t: Tensor, dim: integer", "Tensor", "log-softmax along dim", {},
-    nullptr, "Tensor"};
 int l_torch_log_softmax(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).log_softmax(lt_check_int(L, 2)));
 }
 
 // clamp(t, min, max): either bound may be nil.
-const LtFunc kTorchClamp{"torch",
-                         "clamp",
-                         "t: Tensor, min?: number, max?: number",
-                         "Tensor",
-                         "t limited to [min, max]; either bound may be nil",
-                         {},
-                         nullptr,
-                         "Tensor"};
 int l_torch_clamp(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   c10::optional<at::Scalar> lo, hi;
@@ -698,43 +475,19 @@ int l_torch_clamp(lua_State* L) {
   luaL_argcheck(L, lo || hi, 2, "clamp needs a min, a max or both");
   return push_tensor(L, t.clamp(lo, hi));
 }
-const LtFunc kTorchWhere{"torch", "where", "cond: Tensor, a: Tensor|number|boolean, b: Tensor|number|boolean",
-                         "Tensor", "a where cond, else b"};
 int l_torch_where(lua_State* L) {
   at::Tensor& cond = check_tensor(L, 1);
   return push_tensor(L, at::where(cond, operand(L, 2), operand(L, 3)));
 }
-const LtFunc kTorchMaskedFill{"torch",
-                              "masked_fill",
-                              "t: Tensor, mask: Tensor, value: number|boolean",
-                              "Tensor",
-                              "t with value where mask",
-                              {},
-                              nullptr,
-                              "Tensor"};
 int l_torch_masked_fill(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).masked_fill(check_tensor(L, 2), check_scalar(L, 3)));
 }
-const LtFunc kTorchTril{
-    "torch", "tril",  "t: Tensor, k?: integer", "Tensor", "the lower triangle (on and below diagonal k)", {},
-    nullptr, "Tensor"};
 int l_torch_tril(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).tril(luaL_optinteger(L, 2, 0)));
 }
-const LtFunc kTorchTriu{
-    "torch", "triu",  "t: Tensor, k?: integer", "Tensor", "the upper triangle (on and above diagonal k)", {},
-    nullptr, "Tensor"};
 int l_torch_triu(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).triu(luaL_optinteger(L, 2, 0)));
 }
-const LtFunc kTorchGather{"torch",
-                          "gather",
-                          "t: Tensor, dim: integer, index: Tensor",
-                          "Tensor",
-                          "values along dim at the int64 positions of index",
-                          {},
-                          nullptr,
-                          "Tensor"};
 int l_torch_gather(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).gather(lt_check_int(L, 2), check_tensor(L, 3)));
 }
@@ -743,20 +496,16 @@ int l_torch_gather(lua_State* L) {
 // Shapes
 
 // reshape/view/permute/expand(t, sizes...): sizes as numbers or one list, -1 where LibTorch allows.
+// torch.name(t, sizes...) and t:name(sizes...) -> Tensor.
 struct SizesOp {
   const char* name;
-  const char* doc;  // torch.name(t, sizes...) and t:name(sizes...) -> Tensor
   at::Tensor (*fn)(const at::Tensor&, at::IntArrayRef);
 };
 const SizesOp sizes_ops[] = {
-    {"reshape", "t with new sizes (-1: inferred), a view when possible",
-     [](const at::Tensor& t, at::IntArrayRef s) { return t.reshape(s); }},
-    {"view", "a view of t with new sizes (-1: inferred)",
-     [](const at::Tensor& t, at::IntArrayRef s) { return t.view(s); }},
-    {"permute", "t with its dimensions reordered",
-     [](const at::Tensor& t, at::IntArrayRef s) { return t.permute(s); }},
-    {"expand", "t broadcast to sizes (-1: keep), a view",
-     [](const at::Tensor& t, at::IntArrayRef s) { return t.expand(s); }},
+    {"reshape", [](const at::Tensor& t, at::IntArrayRef s) { return t.reshape(s); }},
+    {"view", [](const at::Tensor& t, at::IntArrayRef s) { return t.view(s); }},
+    {"permute", [](const at::Tensor& t, at::IntArrayRef s) { return t.permute(s); }},
+    {"expand", [](const at::Tensor& t, at::IntArrayRef s) { return t.expand(s); }},
 };
 int l_sizes(lua_State* L) {
   const SizesOp& op = sizes_ops[lua_tointeger(L, lua_upvalueindex(1))];
@@ -767,89 +516,30 @@ int l_sizes(lua_State* L) {
 int l_sizes_protected(lua_State* L) {
   return lt_call_protected(L, l_sizes);
 }
-const LtFunc kTorchTranspose{"torch",
-                             "transpose",
-                             "t: Tensor, dim0: integer, dim1: integer",
-                             "Tensor",
-                             "two dimensions swapped (a view)",
-                             {},
-                             nullptr,
-                             "Tensor"};
 int l_torch_transpose(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).transpose(lt_check_int(L, 2), lt_check_int(L, 3)));
 }
-const LtFunc kTorchFlatten{"torch",
-                           "flatten",
-                           "t: Tensor, start_dim?: integer, end_dim?: integer",
-                           "Tensor",
-                           "dimensions start_dim (0) to end_dim (-1) as one",
-                           {},
-                           nullptr,
-                           "Tensor"};
 int l_torch_flatten(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, t.flatten(luaL_optinteger(L, 2, 0), luaL_optinteger(L, 3, -1)));
 }
-const LtFunc kTorchSqueeze{"torch",
-                           "squeeze",
-                           "t: Tensor, dim?: integer",
-                           "Tensor",
-                           "size-1 dimensions removed (only dim, when given)",
-                           {},
-                           nullptr,
-                           "Tensor"};
 int l_torch_squeeze(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.squeeze() : t.squeeze(lt_check_int(L, 2)));
 }
-const LtFunc kTorchUnsqueeze{
-    "torch", "unsqueeze", "t: Tensor, dim: integer", "Tensor", "a size-1 dimension inserted at dim", {},
-    nullptr, "Tensor"};
 int l_torch_unsqueeze(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).unsqueeze(lt_check_int(L, 2)));
 }
-const LtFunc kTorchNarrow{"torch",
-                          "narrow",
-                          "t: Tensor, dim: integer, start: integer, length: integer",
-                          "Tensor",
-                          "length positions of dim from start (a view)",
-                          {},
-                          nullptr,
-                          "Tensor"};
 int l_torch_narrow(lua_State* L) {
   return push_tensor(L,
                      check_tensor(L, 1).narrow(lt_check_int(L, 2), lt_check_int(L, 3), lt_check_int(L, 4)));
 }
-const LtFunc kTorchSelect{"torch",
-                          "select",
-                          "t: Tensor, dim: integer, index: integer",
-                          "Tensor",
-                          "position index of dim, the dimension removed (a view)",
-                          {},
-                          nullptr,
-                          "Tensor"};
 int l_torch_select(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).select(lt_check_int(L, 2), lt_check_int(L, 3)));
 }
-const LtFunc kTorchChunk{"torch",
-                         "chunk",
-                         "t: Tensor, chunks: integer, dim?: integer",
-                         "Tensor[]",
-                         "t split into that many pieces along dim (0)",
-                         {},
-                         nullptr,
-                         "Tensor"};
 int l_torch_chunk(lua_State* L) {
   return push_tensor_list(L, check_tensor(L, 1).chunk(lt_check_int(L, 2), luaL_optinteger(L, 3, 0)));
 }
-const LtFunc kTorchSplit{"torch",
-                         "split",
-                         "t: Tensor, size: integer, dim?: integer",
-                         "Tensor[]",
-                         "t split into pieces of size along dim (0), the last maybe smaller",
-                         {},
-                         nullptr,
-                         "Tensor"};
 int l_torch_split(lua_State* L) {
   return push_tensor_list(L, check_tensor(L, 1).split(lt_check_int(L, 2), luaL_optinteger(L, 3, 0)));
 }
@@ -867,37 +557,17 @@ std::vector<at::Tensor> tensor_list_arg(lua_State* L, int idx) {
   }
   return out;
 }
-const LtFunc kTorchCat{"torch", "cat", "tensors: Tensor[], dim?: integer", "Tensor",
-                       "tensors joined along an existing dim (0)"};
 int l_torch_cat(lua_State* L) {
   return push_tensor(L, at::cat(tensor_list_arg(L, 1), luaL_optinteger(L, 2, 0)));
 }
-const LtFunc kTorchStack{"torch", "stack", "tensors: Tensor[], dim?: integer", "Tensor",
-                         "tensors joined along a new dim (0)"};
 int l_torch_stack(lua_State* L) {
   return push_tensor(L, at::stack(tensor_list_arg(L, 1), luaL_optinteger(L, 2, 0)));
 }
 
 // t:index(spec) and t:index_set(spec, value): see the index rule at the top of the file.
-const LtFunc kTorchIndex{"torch",
-                         "index",
-                         "t: Tensor, spec: integer|string|Tensor|table",
-                         "Tensor",
-                         "t[spec] by the index rule: 0-based, negative from the end, \"1:3\" slices, masks",
-                         {},
-                         nullptr,
-                         "Tensor"};
 int l_torch_index(lua_State* L) {
   return push_tensor(L, tensor_index(check_tensor(L, 1), index_spec(L, 2)));
 }
-const LtFunc kTorchIndexSet{"torch",
-                            "index_set",
-                            "t: Tensor, spec: integer|string|Tensor|table, value: Tensor|number|boolean",
-                            "Tensor # t",
-                            "t[spec] = value, in place",
-                            {},
-                            nullptr,
-                            "Tensor"};
 int l_torch_index_set(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   auto items = index_spec(L, 2);
@@ -911,61 +581,34 @@ int l_torch_index_set(lua_State* L) {
 // ============================================================================================
 // Information and conversion
 
-const LtFunc kTorchShape{"torch", "shape", "t: Tensor", "integer[]", "the sizes as a Lua list",
-                         {},      nullptr, "Tensor"};
 int l_torch_shape(lua_State* L) {
-  at::Tensor& t = check_tensor(L, 1);
-  lua_createtable(L, static_cast<int>(t.dim()), 0);
-  for (int64_t i = 0; i < t.dim(); i++) {
-    lua_pushnumber(L, static_cast<double>(t.size(i)));
-    lua_rawseti(L, -2, static_cast<int>(i + 1));
-  }
+  lt_push_list(L, check_tensor(L, 1).sizes().vec());
   return 1;
 }
-const LtFunc kTorchSize{"torch", "size",  "t: Tensor, dim: integer", "integer", "the size of dim", {},
-                        nullptr, "Tensor"};
 int l_torch_size(lua_State* L) {
   return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).size(lt_check_int(L, 2)))), 1;
 }
-const LtFunc kTorchDim{"torch", "dim",   "t: Tensor", "integer", "the number of dimensions",
-                       {},      nullptr, "Tensor"};
 int l_torch_dim(lua_State* L) {
   return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).dim())), 1;
 }
-const LtFunc kTorchNumel{"torch", "numel", "t: Tensor", "integer", "the number of elements",
-                         {},      nullptr, "Tensor"};
 int l_torch_numel(lua_State* L) {
   return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).numel())), 1;
 }
-const LtFunc kTorchDtype{"torch", "dtype", "t: Tensor", "string", "the dtype's name (\"float32\", ...)",
-                         {},      nullptr, "Tensor"};
 int l_torch_dtype(lua_State* L) {
   return lua_pushstring(L, dtype_name(check_tensor(L, 1).scalar_type()).c_str()), 1;
 }
-const LtFunc kTorchDevice{"torch",
-                          "device",
-                          "t: Tensor|string",
-                          "string",
-                          "t's device name; torch.device(\"auto\") resolves a device name",
-                          {},
-                          nullptr,
-                          "Tensor"};
 int l_torch_device(lua_State* L) {
   // torch.device("auto") resolves a device name; t:device() names a tensor's device.
   if (lua_type(L, 1) == LUA_TSTRING)
     return lua_pushstring(L, device_name(device_parse(lua_tostring(L, 1))).c_str()), 1;
   return lua_pushstring(L, device_name(check_tensor(L, 1).device()).c_str()), 1;
 }
-const LtFunc kTorchItem{"torch", "item",  "t: Tensor", "number|boolean", "the value of a one-element tensor",
-                        {},      nullptr, "Tensor"};
 int l_torch_item(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   LT_CHECK(t.numel() == 1, "item: expected a tensor with one element, got shape " << shape_str(t.sizes()));
   if (t.scalar_type() == at::kBool) return lua_pushboolean(L, t.item<bool>()), 1;
   return lua_pushnumber(L, t.item<double>()), 1;
 }
-const LtFunc kTorchTolist{"torch", "tolist", "t: Tensor", "any", "the values as nested Lua lists",
-                          {},      nullptr,  "Tensor"};
 int l_torch_tolist(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   bool as_bool = t.scalar_type() == at::kBool;
@@ -976,27 +619,16 @@ int l_torch_tolist(lua_State* L) {
     push_values(L, host.data_ptr<double>(), host.sizes());
   return 1;
 }
-const LtFunc kTorchStr{"torch", "str", "t: Tensor", "string", "the values as text", {}, nullptr, "Tensor"};
 int l_torch_str(lua_State* L) {
   std::ostringstream os;
   os << check_tensor(L, 1);
   return lua_pushstring(L, os.str().c_str()), 1;
 }
-const LtFunc kTorchIsTensor{"torch", "is_tensor", "x: any", "boolean", "whether x is a live Tensor"};
 int l_torch_is_tensor(lua_State* L) {
   return lua_pushboolean(L, lt_test<at::Tensor>(L, 1) != nullptr), 1;
 }
 
 // t:to("bf16" | "cuda" | "auto" | other_tensor | {dtype=, device=})
-const LtFunc kTorchTo{"torch",
-                      "to",
-                      "t: Tensor, x: string|Tensor|Opts",
-                      "Tensor",
-                      "t as a dtype (\"bf16\", ...), on a device (\"cuda\", \"auto\"), like another tensor, "
-                      "or {dtype=, device=}",
-                      {{"dtype", "string", "", "default: t's"}, {"device", "string", "", "default: t's"}},
-                      nullptr,
-                      "Tensor"};
 int l_torch_to(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   if (at::Tensor* other = lt_test<at::Tensor>(L, 2))
@@ -1008,21 +640,17 @@ int l_torch_to(lua_State* L) {
     return push_tensor(L, t.to(device_parse(s)));
   }
   luaL_argcheck(L, lua_istable(L, 2), 2, "dtype name, device name, Tensor or {dtype=, device=} expected");
-  lt_check_options(L, 2, kTorchTo);
+  lt_check_options(L, 2, lt_api("torch.to"));
   c10::ScalarType st =
       lt_has_field(L, 2, "dtype") ? dtype_parse(lt_opt_string(L, 2, "dtype", "")) : t.scalar_type();
   c10::Device dev =
       lt_has_field(L, 2, "device") ? device_parse(lt_opt_string(L, 2, "device", "")) : t.device();
   return push_tensor(L, t.to(dev, st));
 }
-const LtFunc kTorchCudaAvailable{"torch", "cuda_available", "", "boolean", "whether a CUDA device is usable"};
 int l_torch_cuda_available(lua_State* L) {
   return lua_pushboolean(L, cuda_available()), 1;
 }
 
-const LtFunc kTorchEqual{
-    "torch", "equal", "a: Tensor, b: Tensor", "boolean", "same shape, dtype and values (also a == b)", {},
-    nullptr, "Tensor"};
 int l_torch_equal(lua_State* L) {
   at::Tensor& a = check_tensor(L, 1);
   at::Tensor& b = check_tensor(L, 2);
@@ -1030,19 +658,10 @@ int l_torch_equal(lua_State* L) {
          1;
 }
 // allclose(a, b, {rtol=1e-5, atol=1e-8})
-const LtFunc kTorchAllclose{
-    "torch",
-    "allclose",
-    "a: Tensor, b: Tensor, opts?: Opts",
-    "boolean",
-    "|a - b| <= atol + rtol * |b| everywhere",
-    {{"rtol", "number", "1e-5", "relative tolerance"}, {"atol", "number", "1e-8", "absolute tolerance"}},
-    nullptr,
-    "Tensor"};
 int l_torch_allclose(lua_State* L) {
   at::Tensor& a = check_tensor(L, 1);
   at::Tensor& b = check_tensor(L, 2);
-  lt_check_options(L, 3, kTorchAllclose);
+  lt_check_options(L, 3, lt_api("torch.allclose"));
   return lua_pushboolean(L,
                          a.allclose(b, lt_opt_number(L, 3, "rtol", 1e-5), lt_opt_number(L, 3, "atol", 1e-8))),
          1;
@@ -1051,33 +670,14 @@ int l_torch_allclose(lua_State* L) {
 // ============================================================================================
 // Autograd, randomness, files, losses
 
-const LtFunc kTorchRequiresGrad{
-    "torch", "requires_grad", "t: Tensor", "boolean", "whether gradients are tracked from t",
-    {},      nullptr,         "Tensor"};
 int l_torch_requires_grad(lua_State* L) {
   return lua_pushboolean(L, check_tensor(L, 1).requires_grad()), 1;
 }
-const LtFunc kTorchRequiresGradInPlace{"torch",
-                                       "requires_grad_",
-                                       "t: Tensor, flag?: boolean",
-                                       "Tensor # t",
-                                       "turns gradient tracking on (or off), in place",
-                                       {},
-                                       nullptr,
-                                       "Tensor"};
 int l_torch_requires_grad_(lua_State* L) {
   check_tensor(L, 1).requires_grad_(lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2));
   lua_settop(L, 1);
   return 1;
 }
-const LtFunc kTorchBackward{"torch",
-                            "backward",
-                            "t: Tensor, grad?: Tensor",
-                            "",
-                            "gradients of t into the .grad of every tensor it depends on",
-                            {},
-                            nullptr,
-                            "Tensor"};
 int l_torch_backward(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   LT_CHECK(t.requires_grad(),
@@ -1088,40 +688,28 @@ int l_torch_backward(lua_State* L) {
     t.backward(check_tensor(L, 2));
   return 0;
 }
-const LtFunc kTorchGrad{"torch", "grad",  "t: Tensor", "Tensor?", "t's gradient, nil before backward",
-                        {},      nullptr, "Tensor"};
 int l_torch_grad(lua_State* L) {
   const at::Tensor& g = check_tensor(L, 1).grad();
   if (!g.defined()) return lua_pushnil(L), 1;
   return push_tensor(L, g);
 }
-const LtFunc kTorchZeroGrad{"torch", "zero_grad", "t: Tensor", "", "drops t's gradient",
-                            {},      nullptr,     "Tensor"};
 int l_torch_zero_grad(lua_State* L) {
   check_tensor(L, 1).mutable_grad() = at::Tensor();
   return 0;
 }
 // no_grad(fn, ...) -> fn(...) run with gradient tracking off; returns fn's results.
-const LtFunc kTorchNoGrad{"torch", "no_grad", "fn: function, ...: any", "any ... # fn's results",
-                          "fn(...) run with gradient tracking off"};
 int l_torch_no_grad(lua_State* L) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   at::NoGradGuard guard;
   lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
   return lua_gettop(L);
 }
-const LtFunc kTorchManualSeed{
-    "torch", "manual_seed", "seed: integer", "",
-    "seeds LibTorch's global generator (the runner already seeded it from the config's seed)"};
 int l_torch_manual_seed(lua_State* L) {
   at::manual_seed(static_cast<uint64_t>(lt_check_int(L, 1)));
   return 0;
 }
 
 // save(tensor | {name = tensor, ...}, path): PyTorch's format (torch.load reads it).
-const LtFunc kTorchSave{
-    "torch", "save", "value: Tensor|table<string, Tensor>, path: string", "",
-    "a tensor or {name = tensor} in PyTorch's format (Python's torch.load reads it), atomically"};
 int l_torch_save(lua_State* L) {
   std::string path = luaL_checkstring(L, 2);
   if (at::Tensor* t = lt_test<at::Tensor>(L, 1)) {
@@ -1141,8 +729,6 @@ int l_torch_save(lua_State* L) {
   tensor_file_save(path, dict);
   return 0;
 }
-const LtFunc kTorchLoad{"torch", "load", "path: string", "Tensor|table<string, Tensor>",
-                        "what torch.save wrote"};
 int l_torch_load(lua_State* L) {
   TensorFile f = tensor_file_load(luaL_checkstring(L, 1));
   if (!f.is_dict) return push_tensor(L, f.tensor);
@@ -1162,28 +748,16 @@ int64_t reduction_arg(lua_State* L, int idx) {
   fail("reduction '" + r + "' unknown: expected \"mean\", \"sum\" or \"none\"");
 }
 // cross_entropy(logits (N, C), targets (N) int64 [, {ignore_index=-100, reduction="mean"}])
-const LtFunc kTorchCrossEntropy{
-    "torch",
-    "cross_entropy",
-    "logits: Tensor, targets: Tensor, opts?: Opts",
-    "Tensor",
-    "cross-entropy of logits (N, C) against int64 targets (N)",
-    {{"ignore_index", "integer", "-100", "targets with this value count for nothing"},
-     {"reduction", "string", "\"mean\"", "\"mean\", \"sum\" or \"none\""},
-     {"label_smoothing", "number", "0", "mass spread uniformly over the classes"}}};
 int l_torch_cross_entropy(lua_State* L) {
   at::Tensor& logits = check_tensor(L, 1);
   at::Tensor& target = check_tensor(L, 2);
-  lt_check_options(L, 3, kTorchCrossEntropy);
+  lt_check_options(L, 3, lt_api("torch.cross_entropy"));
   return push_tensor(L, at::cross_entropy_loss(logits, target, {}, reduction_arg(L, 3),
                                                lt_opt_int(L, 3, "ignore_index", -100),
                                                lt_opt_number(L, 3, "label_smoothing", 0.0)));
 }
-const LtFunc kTorchMseLoss{
-    "torch",  "mse_loss",           "a: Tensor, b: Tensor, opts?: Opts",
-    "Tensor", "mean squared error", {{"reduction", "string", "\"mean\"", "\"mean\", \"sum\" or \"none\""}}};
 int l_torch_mse_loss(lua_State* L) {
-  lt_check_options(L, 3, kTorchMseLoss);
+  lt_check_options(L, 3, lt_api("torch.mse_loss"));
   return push_tensor(L, at::mse_loss(check_tensor(L, 1), check_tensor(L, 2), reduction_arg(L, 3)));
 }
 
@@ -1296,10 +870,6 @@ const std::pair<const char*, const char*> operator_ops[] = {
     {"__div", "div"}, {"__pow", "pow"}, {"__mod", "remainder"},
 };
 
-// torch.release(t) is lt_register_class's t:release(), copied into the module with the other methods.
-const LtFunc kTorchRelease{"torch", "release", "t: Tensor", "",
-                           "frees the tensor's memory now (GPU memory included); later use is an error"};
-
 // Sets each op of a table-driven family into the table at the top of the stack: a closure of
 // `fn` whose upvalue is the op's position in `ops`.
 template <class Op, size_t N>
@@ -1313,65 +883,24 @@ void set_ops(lua_State* L, const Op (&ops)[N], lua_CFunction fn) {
 
 }  // namespace
 
-LtModuleApi lt_api_torch() {
-  LtModuleApi api{
-      "torch",
-      "tensors (0-based indexing as in PyTorch); every Tensor method is also torch.f(t, ...)",
-      {kTorchTensor,     kTorchZeros,        kTorchOnes,
-       kTorchFull,       kTorchRand,         kTorchRandn,
-       kTorchRandint,    kTorchArange,       kTorchLinspace,
-       kTorchEye,        kTorchZerosLike,    kTorchOnesLike,
-       kTorchFullLike,   kTorchCat,          kTorchStack,
-       kTorchWhere,      kTorchNoGrad,       kTorchManualSeed,
-       kTorchSave,       kTorchLoad,         kTorchCudaAvailable,
-       kTorchIsTensor,   kTorchCrossEntropy, kTorchMseLoss,
-       kTorchSum,        kTorchMean,         kTorchProd,
-       kTorchStd,        kTorchVar,          kTorchLogsumexp,
-       kTorchNorm,       kTorchMax,          kTorchMin,
-       kTorchArgmax,     kTorchArgmin,       kTorchAll,
-       kTorchAny,        kTorchCumsum,       kTorchSoftmax,
-       kTorchLogSoftmax, kTorchClamp,        kTorchMaskedFill,
-       kTorchTril,       kTorchTriu,         kTorchGather,
-       kTorchTranspose,  kTorchFlatten,      kTorchSqueeze,
-       kTorchUnsqueeze,  kTorchNarrow,       kTorchSelect,
-       kTorchChunk,      kTorchSplit,        kTorchIndex,
-       kTorchIndexSet,   kTorchShape,        kTorchSize,
-       kTorchDim,        kTorchNumel,        kTorchDtype,
-       kTorchDevice,     kTorchItem,         kTorchTolist,
-       kTorchStr,        kTorchTo,           kTorchEqual,
-       kTorchAllclose,   kTorchRequiresGrad, kTorchRequiresGradInPlace,
-       kTorchBackward,   kTorchGrad,         kTorchZeroGrad,
-       kTorchRelease},
-      {{"Tensor", "a LibTorch tensor; + - * / % ^ and unary - elementwise, == is equal, #t the first size"}}};
-  // The table-driven families: each entry declares its function.
-  for (const UnaryOp& op : unary_ops)
-    api.funcs.push_back({"torch", op.name, "t: Tensor", "Tensor", op.doc, {}, nullptr, "Tensor"});
-  for (const BinaryOp& op : binary_ops)
-    api.funcs.push_back(
-        {"torch", op.name, "a: Tensor|number, b: Tensor|number", "Tensor", op.doc, {}, nullptr, "Tensor"});
-  for (const SizesOp& op : sizes_ops)
-    api.funcs.push_back(
-        {"torch", op.name, "t: Tensor, ...: integer|integer[]", "Tensor", op.doc, {}, nullptr, "Tensor"});
-  return api;
-}
-
 }  // namespace luatune
 
 extern "C" int luaopen_torch(lua_State* L) {
   using namespace luatune;
-  lt_register_class<at::Tensor, tensor_describe>(L, tensor_methods, tensor_meta);  // leaves methods
+  lt_register_class<at::Tensor, tensor_describe>(L, tensor_methods, tensor_meta);
+  luaL_getmetatable(L, lt_metatable_name("Tensor").c_str());
+  lua_getfield(L, -1, "methods");
   set_ops(L, unary_ops, l_unary_protected);
   set_ops(L, binary_ops, l_binary_protected);
   set_ops(L, sizes_ops, l_sizes_protected);
   // Operators share the closures of the binary ops.
-  luaL_getmetatable(L, lt_metatable_name("Tensor").c_str());
   for (const auto& [meta, op] : operator_ops) {
-    lua_getfield(L, -2, op);
-    lua_setfield(L, -2, meta);
+    lua_getfield(L, -1, op);
+    lua_setfield(L, -3, meta);
   }
-  lua_pop(L, 1);  // metatable
+  lua_remove(L, -2);  // metatable; the methods stay
 
-  lt_new_module(L, torch_funcs);  // module table; copy every method in too
+  lt_new_module(L, torch_funcs);  // module table; copy every method in too (release: torch.release(t))
   lua_pushnil(L);
   while (lua_next(L, -3)) {
     lua_pushvalue(L, -2);

@@ -66,12 +66,9 @@ void push_numbers(lua_State* L, const std::vector<std::pair<std::string, double>
   lua_createtable(L, 0, static_cast<int>(values.size()));
   for (const auto& [k, v] : values) lt_set_number(L, k.c_str(), v);
   lua_createtable(L, 0, 1);
-  lua_createtable(L, static_cast<int>(values.size()), 0);
-  for (size_t i = 0; i < values.size(); i++) {
-    lua_pushstring(L, values[i].first.c_str());
-    lua_rawseti(L, -2, static_cast<int>(i + 1));
-  }
-  lua_setfield(L, -2, "__order");
+  std::vector<std::string> order;
+  for (const auto& kv : values) order.push_back(kv.first);
+  lt_set_list(L, "__order", order);
   lua_setmetatable(L, -2);
 }
 
@@ -83,48 +80,6 @@ std::string describe_trainer(const TrainerPtr& t) {
 }
 
 // The resolved config goes into checkpoints (trainer:resume diffs it).
-const LtFunc kTrainNew{
-    "train",
-    "new",
-    "model: Model, opts?: Opts",
-    "Trainer",
-    "a Trainer over the model's trainable weights (all, or only the adapters); optimizer state is allocated "
-    "at "
-    "the first step",
-    {{"optimizer", "string", "\"adamw\"",
-      "\"adamw\" (decoupled weight decay), \"adamw8bit\" (blockwise 8-bit moments, docs/adamw8bit.md) or "
-      "\"sgd\""},
-     {"lr", "number", "2e-5", "the peak learning rate"},
-     {"betas", "number[]", "{0.9, 0.999}", "AdamW's beta1, beta2"},
-     {"eps", "number", "1e-8", "AdamW's epsilon"},
-     {"weight_decay", "number", "0", "decoupled weight decay"},
-     {"momentum", "number", "0", "sgd's momentum"},
-     {"schedule", "string", "\"cosine\"", "\"constant\", \"linear\" or \"cosine\" after the warmup"},
-     {"warmup", "integer", "0", "steps of linear warmup from 0"},
-     {"steps", "integer", "0", "total steps, over which the schedule decays"},
-     {"min_lr_ratio", "number", "0", "the schedule decays to min_lr_ratio * lr"},
-     {"micro_batch_size", "integer", "0", "rows per forward/backward (0: the whole batch)"},
-     {"max_grad_norm", "number", "1", "clip the total gradient norm (0: no clipping)"},
-     {"master_weights", "boolean", "true", "fp32 copies of bf16/f16 weights for the update"},
-     {"checkpoint_layers", "boolean", "false", "recompute each layer in backward (random state replayed)"},
-     {"loss_chunk", "integer", "4096",
-      "rows of full-vocabulary logits that exist at once, forward or backward"},
-     {"output_dir", "string", "", "checkpoints go to output_dir/checkpoints/step-NNNNNNN"},
-     {"save_every", "integer", "0",
-      "save a checkpoint every N steps, written at the next safe point (0: only trainer:save)"},
-     {"keep_last", "integer", "2", "this run's checkpoints kept (older ones deleted)"},
-     {"hooks", "(ShearedPruner|Distiller|PreferenceLoss|RewardModel)[]", "{}",
-      "pruners, distillers, preference losses, reward models: their own tensors, forward and loss changes, "
-      "statistics"},
-     {"shard", "string", "\"none\"",
-      "ZeRO over data-parallel ranks: \"optimizer\", \"gradients\" or \"full\" (FSDP's names accepted; "
-      "docs/zero.md)"},
-     {"optimizer_offload", "string", "\"none\"",
-      "\"cpu\": masters and optimizer states in host memory, updated there"},
-     {"overwrite", "boolean", "",
-      "a fresh run into an output_dir with another run's checkpoints moves them to previous-<time>/ "
-      "(default: the "
-      "config's overwrite, else it fails)"}}};
 int l_train_new(lua_State* L) {
   auto model = lt_check<std::shared_ptr<Model>>(L, 1);
   TrainOptions o;
@@ -136,9 +91,7 @@ int l_train_new(lua_State* L) {
       o.overwrite = it->second.boolean;
   }
   std::vector<std::shared_ptr<TrainerHook>> hooks;
-  if (!lua_isnoneornil(L, 2)) {
-    luaL_checktype(L, 2, LUA_TTABLE);
-    lt_check_options(L, 2, kTrainNew);
+  if (lt_check_options(L, 2, lt_api("train.new"))) {
     o.optimizer = lt_opt_string(L, 2, "optimizer", o.optimizer);
     o.lr = lt_opt_number(L, 2, "lr", o.lr);
     o.eps = lt_opt_number(L, 2, "eps", o.eps);
@@ -192,19 +145,9 @@ int l_train_new(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTrainBatch{
-    "train",
-    "batch",
-    "opts: Opts",
-    "Batch",
-    "a Batch from (rows, length) tensors, for recipes with their own data",
-    {{"ids", "Tensor", "required", "(B, T) token ids"},
-     {"targets", "Tensor", "", "(B, T), -100 = no target; default: the next token of each row"},
-     {"positions", "Tensor", "", "(B, T) positions"},
-     {"segments", "Tensor", "", "(B, T) document numbers within each row"}}};
 int l_train_batch(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lt_check_options(L, 1, kTrainBatch);
+  lt_check_options(L, 1, lt_api("train.batch"));
   auto field = [&](const char* key) -> at::Tensor {
     lua_getfield(L, 1, key);
     at::Tensor t;
@@ -233,10 +176,6 @@ int l_train_batch(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTrainerStep{"Trainer", "step", "batch: Batch",
-                          "table # {loss, lr, grad_norm, tokens_per_s, tokens, target_tokens, step_time, "
-                          "peak_memory_gb (CUDA), hook statistics}",
-                          "one optimizer step; a NaN/inf loss stops the run before the update"};
 int l_train_step(lua_State* L) {
   Trainer& t = *lt_check<TrainerPtr>(L, 1);
   StepStats s = t.step(lt_check<Batch>(L, 2));
@@ -264,22 +203,13 @@ void push_eval(lua_State* L, const EvalStats& e) {
 }
 
 // perplexity only when the loss is per token.
-const LtFunc kTrainerEvaluate{
-    "Trainer",
-    "evaluate",
-    "data: Dataset|PreferenceSet|Batch[], opts?: Opts",
-    "table # {loss, perplexity, tokens, hook statistics}",
-    "the loss without gradients over a Dataset's rows in order, a PreferenceSet or a list of batches",
-    {{"batch_size", "integer", "8", "rows (a preference set: pairs) per batch"},
-     {"max_batches", "integer", "0", "stop after this many batches (0: all)"}}};
 int l_train_evaluate(lua_State* L) {
   Trainer& t = *lt_check<TrainerPtr>(L, 1);
   auto* ds = lt_test<std::shared_ptr<Dataset>>(L, 2);
   auto* pds = lt_test<std::shared_ptr<PreferenceDataset>>(L, 2);
   if (ds || pds) {
     int64_t batch_size = 8, max_batches = 0;
-    if (!lua_isnoneornil(L, 3)) {
-      lt_check_options(L, 3, kTrainerEvaluate);
+    if (lt_check_options(L, 3, lt_api("Trainer:evaluate"))) {
       batch_size = static_cast<int64_t>(lt_opt_number(L, 3, "batch_size", 8));
       max_batches = static_cast<int64_t>(lt_opt_number(L, 3, "max_batches", 0));
     }
@@ -309,32 +239,12 @@ std::string describe_preference(const PreferenceLossPtr& p) {
   return buf;
 }
 
-std::shared_ptr<TrainerHook> preference_hook(lua_State* L, int idx) {
-  PreferenceLossPtr* p = lt_test<PreferenceLossPtr>(L, idx);
-  return p ? *p : nullptr;
-}
-
-const LtFunc kTrainPreference{
-    "train",
-    "preference",
-    "model: Model, opts?: Opts",
-    "PreferenceLoss # a hook for train.new",
-    "a preference loss on pairs (docs/alignment.md); steps report rewards, margins and accuracies",
-    {{"loss", "string", "\"sigmoid\"", "\"sigmoid\" (DPO), \"ipo\", \"hinge\" or \"orpo\" (no reference)"},
-     {"beta", "number", "0.1", "DPO's temperature; ORPO's lambda"},
-     {"label_smoothing", "number", "0", "sigmoid: the chance a label is flipped (cDPO), in [0, 0.5)"},
-     {"chunk", "integer", "1024", "rows of logits that exist at once"},
-     {"reference", "Model|string", "",
-      "a frozen Model, \"adapters_off\" (the model with its adapters off) or a train.reference_logprobs "
-      "cache path"}}};
 int l_train_preference(lua_State* L) {
   auto model = lt_check<std::shared_ptr<Model>>(L, 1);
   PreferenceOptions o;
   std::shared_ptr<Model> reference;
   std::string cache_path;
-  if (!lua_isnoneornil(L, 2)) {
-    luaL_checktype(L, 2, LUA_TTABLE);
-    lt_check_options(L, 2, kTrainPreference);
+  if (lt_check_options(L, 2, lt_api("train.preference"))) {
     o.loss = lt_opt_string(L, 2, "loss", o.loss);
     o.beta = lt_opt_number(L, 2, "beta", o.beta);
     o.label_smoothing = lt_opt_number(L, 2, "label_smoothing", o.label_smoothing);
@@ -367,16 +277,6 @@ int l_train_preference(lua_State* L) {
 }
 
 // One file for a train and a held-out set; keyed by each pair's content.
-const LtFunc kTrainReferenceLogprobs{
-    "train",
-    "reference_logprobs",
-    "model: Model, pairs: PreferenceSet|PreferenceSet[], opts: Opts",
-    "integer # the pairs cached",
-    "the model's summed log-probs of every pair's responses, computed once and written to path",
-    {{"path", "string", "required", "the cache file to write"},
-     {"adapters_off", "boolean", "false", "score with the model's adapters off"},
-     {"batch_size", "integer", "4", "pairs per forward"},
-     {"chunk", "integer", "1024", "rows of logits that exist at once"}}};
 int l_train_reference_logprobs(lua_State* L) {
   auto model = lt_check<std::shared_ptr<Model>>(L, 1);
   std::vector<std::shared_ptr<PreferenceDataset>> sets;
@@ -393,7 +293,7 @@ int l_train_reference_logprobs(lua_State* L) {
     }
   }
   luaL_checktype(L, 3, LUA_TTABLE);
-  lt_check_options(L, 3, kTrainReferenceLogprobs);
+  lt_check_options(L, 3, lt_api("train.reference_logprobs"));
   std::string path = lt_opt_string(L, 3, "path", "");
   LT_CHECK(!path.empty(), "train.reference_logprobs: option 'path' (the cache file to write) is required");
   ReferenceCache cache;
@@ -414,26 +314,11 @@ std::string describe_reward(const RewardModelPtr& r) {
          ")";
 }
 
-std::shared_ptr<TrainerHook> reward_hook(lua_State* L, int idx) {
-  RewardModelPtr* r = lt_test<RewardModelPtr>(L, idx);
-  return r ? *r : nullptr;
-}
-
-const LtFunc kTrainRewardModel{
-    "train",
-    "reward_model",
-    "model: Model, opts?: Opts",
-    "RewardModel # also a hook for train.new",
-    "a (1, hidden) score head read at each row's last token; trains with a Bradley-Terry loss on pairs",
-    {{"seed", "integer", "0", "seed of the head's initialisation"},
-     {"load", "string", "", "read the head of a saved reward model (whose body models.load reads)"}}};
 int l_train_reward_model(lua_State* L) {
   auto model = lt_check<std::shared_ptr<Model>>(L, 1);
   uint64_t seed = 0;
   std::string load;
-  if (!lua_isnoneornil(L, 2)) {
-    luaL_checktype(L, 2, LUA_TTABLE);
-    lt_check_options(L, 2, kTrainRewardModel);
+  if (lt_check_options(L, 2, lt_api("train.reward_model"))) {
     seed = static_cast<uint64_t>(lt_opt_number(L, 2, "seed", 0));
     load = lt_opt_string(L, 2, "load", "");
   }
@@ -443,18 +328,11 @@ int l_train_reward_model(lua_State* L) {
   return 1;
 }
 
-const LtFunc kRewardModelScore{"RewardModel",
-                               "score",
-                               "data: PreferenceSet|Batch, opts?: Opts",
-                               "Tensor # (pairs, 2) chosen and rejected rewards, or (rows) for a Batch",
-                               "rewards of pairs or of a batch's rows",
-                               {{"batch_size", "integer", "8", "pairs per forward"}}};
 int l_train_reward_score(lua_State* L) {
   RewardModel& r = *lt_check<RewardModelPtr>(L, 1);
   if (auto* pds = lt_test<std::shared_ptr<PreferenceDataset>>(L, 2)) {
     int64_t batch_size = 8;
-    if (!lua_isnoneornil(L, 3)) {
-      lt_check_options(L, 3, kRewardModelScore);
+    if (lt_check_options(L, 3, lt_api("RewardModel:score"))) {
       batch_size = static_cast<int64_t>(lt_opt_number(L, 3, "batch_size", 8));
     }
     lt_push<at::Tensor>(L, r.score_pairs(**pds, batch_size));
@@ -465,22 +343,12 @@ int l_train_reward_score(lua_State* L) {
 }
 
 // HF reads each row's reward before its first pad token.
-const LtFunc kRewardModelSave{
-    "RewardModel",
-    "save",
-    "dir: string, opts?: Opts",
-    "",
-    "writes an HF <Family>ForSequenceClassification directory (num_labels 1, score.weight); merge LoRA first",
-    {{"tokenizer", "Tokenizer", "", "its files are copied; its pad token is the default pad_token_id"},
-     {"pad_token_id", "integer", "", "default: the tokenizer's pad token, else the vocabulary's last id"}}};
 int l_train_reward_save(lua_State* L) {
   RewardModel& r = *lt_check<RewardModelPtr>(L, 1);
   std::string dir = luaL_checkstring(L, 2);
   int64_t pad = -1;
   std::vector<std::string> files;
-  if (!lua_isnoneornil(L, 3)) {
-    luaL_checktype(L, 3, LUA_TTABLE);
-    lt_check_options(L, 3, kRewardModelSave);
+  if (lt_check_options(L, 3, lt_api("RewardModel:save"))) {
     pad = static_cast<int64_t>(lt_opt_number(L, 3, "pad_token_id", -1));
     lua_getfield(L, 3, "tokenizer");
     if (!lua_isnil(L, -1)) {
@@ -496,39 +364,17 @@ int l_train_reward_save(lua_State* L) {
   return 0;
 }
 
-const LtFunc kRewardModelModel{"RewardModel", "model", "", "Model", "the body Model"};
 int l_train_reward_model_of(lua_State* L) {
   lt_push<std::shared_ptr<Model>>(L, lt_check<RewardModelPtr>(L, 1)->model());
   return 1;
 }
 
 // Under runner --nproc N the prompts are split over the ranks; the file is the one a single process writes.
-const LtFunc kTrainRejectionSample{
-    "train",
-    "rejection_sample",
-    "policy: Model, reward: RewardModel, opts: Opts",
-    "table # {prompts, candidates, mean_best, mean_reward, mean_new_tokens, seconds}",
-    "best-of-N: n samples per prompt scored by the reward model, the best written atomically to out as SFT "
-    "records",
-    {{"prompts", "string", "required", "a JSONL file of {\"prompt\"} or {\"messages\"} records"},
-     {"out", "string", "required", "the JSONL file written"},
-     {"tokenizer", "Tokenizer", "required", "the policy's tokenizer"},
-     {"n", "integer", "4", "candidates per prompt"},
-     {"max_new_tokens", "integer", "128", "tokens per candidate at most"},
-     {"temperature", "number", "1", "sampling temperature"},
-     {"top_k", "integer", "0", "0: off"},
-     {"top_p", "number", "1", "1: off"},
-     {"seed", "integer", "0", "candidate k of prompt i uses seed + i * n + k"},
-     {"max_length", "integer", "2048", "tokens per scored sequence"},
-     {"chat", "boolean", "", "render prompts as conversations (default: the tokenizer has a chat template)"},
-     {"chat_format", "string", "", "the chat format by name"},
-     {"max_records", "integer", "-1", "read at most this many prompts (-1: all)"},
-     {"batch_size", "integer", "8", "candidates scored per forward"}}};
 int l_train_rejection_sample(lua_State* L) {
   auto policy = lt_check<std::shared_ptr<Model>>(L, 1);
   RewardModel& reward = *lt_check<RewardModelPtr>(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
-  lt_check_options(L, 3, kTrainRejectionSample);
+  lt_check_options(L, 3, lt_api("train.rejection_sample"));
   lua_getfield(L, 3, "tokenizer");
   auto* tok = lt_test<std::shared_ptr<Tokenizer>>(L, -1);
   LT_CHECK(tok != nullptr,
@@ -564,19 +410,12 @@ int l_train_rejection_sample(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTrainerSave{"Trainer", "save", "", "string # the checkpoint's path",
-                          "writes output_dir/checkpoints/step-NNNNNNN (a temporary directory renamed into "
-                          "place); a step already saved "
-                          "is not written again"};
 int l_train_save(lua_State* L) {
   std::string path = lt_check<TrainerPtr>(L, 1)->save();
   lua_pushstring(L, path.c_str());
   return 1;
 }
 
-const LtFunc kTrainerResume{
-    "Trainer", "resume", "dir?: string", "integer # the step it continues from (0: no checkpoint)",
-    "loads the newest complete checkpoint (or dir); refuses another world size, shard stage or tensor shape"};
 int l_train_resume(lua_State* L) {
   Trainer& t = *lt_check<TrainerPtr>(L, 1);
   std::string dir = lua_isnoneornil(L, 2) ? "" : luaL_checkstring(L, 2);
@@ -584,14 +423,11 @@ int l_train_resume(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTrainerStepCount{"Trainer", "step_count", "", "integer", "steps taken"};
 int l_train_step_count(lua_State* L) {
   lua_pushnumber(L, static_cast<double>(lt_check<TrainerPtr>(L, 1)->step_count()));
   return 1;
 }
 
-const LtFunc kTrainerLr{"Trainer", "lr", "step?: integer", "number",
-                        "the learning rate of a step (default: the next step)"};
 int l_train_lr(lua_State* L) {
   Trainer& t = *lt_check<TrainerPtr>(L, 1);
   int64_t step = lua_isnoneornil(L, 2) ? t.step_count() + 1 : lt_check_int(L, 2);
@@ -599,11 +435,6 @@ int l_train_lr(lua_State* L) {
   return 1;
 }
 
-const LtFunc kTrainerMemory{
-    "Trainer", "memory", "",
-    "table # {weights, masters, gradients, optimizer, host, full_weights, full_masters, full_gradients, "
-    "full_optimizer}",
-    "bytes of training state this rank holds, and what an unsharded replica holds (full_*)"};
 int l_train_memory(lua_State* L) {
   TrainMemory m = lt_check<TrainerPtr>(L, 1)->memory();
   lua_createtable(L, 0, 9);
@@ -642,31 +473,13 @@ const luaL_Reg reward_methods[] = {{"score", l_train_reward_score},
 
 }  // namespace
 
-LtModuleApi lt_api_train() {
-  return {
-      "train",
-      "Trainers (one optimizer step in C++ per call; the recipe keeps the loop), batches, preference losses, "
-      "reward models and rejection sampling",
-      {kTrainNew, kTrainBatch, kTrainPreference, kTrainReferenceLogprobs, kTrainRewardModel,
-       kTrainRejectionSample, kTrainerStep, kTrainerEvaluate, kTrainerSave, kTrainerResume, kTrainerStepCount,
-       kTrainerLr, kTrainerMemory, kRewardModelScore, kRewardModelSave, kRewardModelModel},
-      {{"Trainer", "the optimizer, schedule and checkpoints over a model's trainable weights"},
-       {"PreferenceLoss", "a preference-loss hook for train.new"},
-       {"RewardModel", "a score head on a model; a hook for train.new"}}};
-}
-
 }  // namespace luatune
 
 extern "C" int luaopen_train(lua_State* L) {
   using namespace luatune;
   lt_register_class<TrainerPtr, describe_trainer>(L, trainer_methods);
-  lua_pop(L, 1);
-  lt_register_class<PreferenceLossPtr, describe_preference>(L, preference_methods);
-  lua_pop(L, 1);
-  lt_register_class<RewardModelPtr, describe_reward>(L, reward_methods);
-  lua_pop(L, 1);
-  lt_register_hook_getter(preference_hook);
-  lt_register_hook_getter(reward_hook);
+  lt_register_hook_class<PreferenceLossPtr, describe_preference>(L, preference_methods);
+  lt_register_hook_class<RewardModelPtr, describe_reward>(L, reward_methods);
   lt_new_module(L, train_funcs);
   return 1;
 }

@@ -16,6 +16,7 @@
 #include "host/cli/config.h"
 #include "host/cli/recipe_docs.h"
 #include "host/cli/recipes.h"
+#include "host/core/allocator.h"
 #include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
@@ -194,6 +195,7 @@ static int run_command(const Command& cmd) {
 }
 
 int main(int argc, char** argv) {
+  allocator_init();  // before LibTorch's first large buffer (host/core/allocator.h)
   std::setvbuf(stdout, nullptr, _IOLBF,
                0);  // progress lines appear as they are printed, in order with stderr
   try {

@@ -23,19 +23,6 @@ namespace luatune {
 
 namespace {
 
-struct Module {
-  const char* name;
-  lua_CFunction open;
-};
-const Module modules[] = {
-    {"config", luaopen_config},       {"torch", luaopen_torch},   {"train", luaopen_train},
-    {"tokenizer", luaopen_tokenizer}, {"models", luaopen_models}, {"data", luaopen_data},
-    {"metrics", luaopen_metrics},     {"eval", luaopen_eval},     {"lora", luaopen_lora},
-    {"qlora", luaopen_qlora},         {"prune", luaopen_prune},   {"dist", luaopen_dist},
-    {"distill", luaopen_distill},     {"sweep", luaopen_sweep},   {"hw", luaopen_hw},
-    {"export", luaopen_export},
-};
-
 // ============================================================================================
 // Ctrl-C (and SIGTERM, which Slurm, spot instances and job schedulers send before killing): a stop
 // that saves (host/train/stop.h). The handler records the signal and arms a hook; at the next Lua
@@ -119,16 +106,7 @@ lua_State* open_state(const std::string& recipe_path) {
   if (!L) fail("cannot create a Lua state (out of memory)");
   lua_atpanic(L, on_panic);
   luaL_openlibs(L);
-  for (const auto& m : modules) {
-    lua_getglobal(L, "package");
-    lua_getfield(L, -1, "loaded");
-    lua_pushcfunction(L, m.open);
-    lua_call(L, 0, 1);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, m.name);  // package.loaded[name], so require(name) works too
-    lua_setglobal(L, m.name);
-    lua_pop(L, 2);
-  }
+  lt_open_modules(L);
   std::string home = luatune_home();
   std::string path = path_dirname(recipe_path) + "/?.lua;";
   if (!home.empty()) path = home + "/scripts/lua/?.lua;" + path;

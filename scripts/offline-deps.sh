@@ -15,6 +15,9 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 packages=(
   libluajit-5.1-dev libluajit-5.1-2 libluajit-5.1-common
+  libtcmalloc-minimal4  # the runner's malloc (LUATUNE_ALLOCATOR=tcmalloc), linked by its .so.4 name:
+                        # libgoogle-perftools-dev would bring libunwind-dev and, through its
+                        # alternatives, four LLVM libunwind packages
   nlohmann-json3-dev
   libcurl4-openssl-dev libcurl4
   libpcre2-dev libpcre2-8-0

@@ -12,6 +12,8 @@ packages=(
   libopenblas0-pthread              # an optimised BLAS: LibTorch links libblas.so.3, which is the
                                     # reference BLAS unless this is installed (matmuls ~13x slower)
   libluajit-5.1-dev luajit          # the embedded Lua
+  libgoogle-perftools-dev           # tcmalloc_minimal, the runner's malloc (LUATUNE_ALLOCATOR): glibc
+                                    # unmaps LibTorch's large buffers every step (docs/building.md)
   nlohmann-json3-dev                # JSON (configs, safetensors headers, W&B)
   libcurl4-openssl-dev              # W&B over HTTP
   libpcre2-dev                      # tokenizer pre-tokenizer regexes

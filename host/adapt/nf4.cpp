@@ -69,22 +69,25 @@ uint8_t quantize_8bit_value(const float* code, float x) {
 
 namespace {
 
-float block_absmax(const float* in, int64_t begin, int64_t end) {
-  float m = 0.0f;
-  for (int64_t i = begin; i < end; i++) m = std::max(m, std::fabs(in[i]));
-  return m;
+// Blockwise scaling, shared by both widths: for each block [begin, end) of `in`, stores its
+// absolute maximum in absmax[block] and calls quantize(begin, end, r) with r = 1 / absmax.
+template <class Quantize>
+void for_each_scaled_block(const float* in, int64_t n, int64_t blocksize, float* absmax, Quantize quantize) {
+  const int64_t blocks = num_blocks(n, blocksize);
+  for (int64_t b = 0; b < blocks; b++) {
+    const int64_t begin = b * blocksize, end = std::min(n, begin + blocksize);
+    float m = 0.0f;
+    for (int64_t i = begin; i < end; i++) m = std::max(m, std::fabs(in[i]));
+    absmax[b] = m;
+    quantize(begin, end, 1.0f / m);
+  }
 }
 
 }  // namespace
 
 void quantize_4bit(const float* in, int64_t n, int64_t blocksize, QuantType type, uint8_t* packed,
                    float* absmax) {
-  const int64_t blocks = num_blocks(n, blocksize);
-  for (int64_t b = 0; b < blocks; b++) {
-    const int64_t begin = b * blocksize, end = std::min(n, begin + blocksize);
-    const float m = block_absmax(in, begin, end);
-    absmax[b] = m;
-    const float r = 1.0f / m;
+  for_each_scaled_block(in, n, blocksize, absmax, [&](int64_t begin, int64_t end, float r) {
     // A block starts on an even index whenever blocksize is even (bitsandbytes allows only
     // powers of two >= 32), so a byte never straddles two blocks.
     for (int64_t i = begin; i < end; i += 2) {
@@ -92,7 +95,7 @@ void quantize_4bit(const float* in, int64_t n, int64_t blocksize, QuantType type
       uint8_t lo = i + 1 < end ? quantize_4bit_value(type, in[i + 1] * r) : 0;
       packed[i / 2] = static_cast<uint8_t>((hi << 4) | lo);
     }
-  }
+  });
 }
 
 void dequantize_4bit(const uint8_t* packed, const float* absmax, int64_t n, int64_t blocksize, QuantType type,
@@ -114,14 +117,9 @@ void dequantize_4bit(const uint8_t* packed, const float* absmax, int64_t n, int6
 
 void quantize_8bit(const float* in, int64_t n, int64_t blocksize, const float* code256, uint8_t* q,
                    float* absmax) {
-  const int64_t blocks = num_blocks(n, blocksize);
-  for (int64_t b = 0; b < blocks; b++) {
-    const int64_t begin = b * blocksize, end = std::min(n, begin + blocksize);
-    const float m = block_absmax(in, begin, end);
-    absmax[b] = m;
-    const float r = 1.0f / m;
+  for_each_scaled_block(in, n, blocksize, absmax, [&](int64_t begin, int64_t end, float r) {
     for (int64_t i = begin; i < end; i++) q[i] = quantize_8bit_value(code256, in[i] * r);
-  }
+  });
 }
 
 void dequantize_8bit(const uint8_t* q, const float* absmax, int64_t n, int64_t blocksize,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 
 namespace luatune {
 
@@ -96,6 +97,37 @@ std::string str_from_number(double v) {
     if (std::strtod(buf, nullptr) == v) break;
   }
   return buf;
+}
+
+// ============================================================================================
+// Markdown tables
+
+std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n' || c == '\r')
+      out += ' ';
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string md_table(const std::vector<MdColumn>& cols, const std::vector<std::vector<std::string>>& rows) {
+  std::ostringstream os;
+  os << "|";
+  for (const MdColumn& c : cols) os << " " << c.header << " |";
+  os << "\n|";
+  for (const MdColumn& c : cols) os << (c.right ? "---:|" : "---|");
+  os << "\n";
+  for (const auto& r : rows) {
+    os << "|";
+    for (size_t i = 0; i < cols.size(); i++) os << " " << (i < r.size() ? r[i] : "") << " |";
+    os << "\n";
+  }
+  return os.str();
 }
 
 }  // namespace luatune

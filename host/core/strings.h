@@ -1,4 +1,5 @@
-// Small string helpers shared by the CLI, config resolution and error messages.
+// Small string helpers shared by the CLI, config resolution and error messages, and the Markdown
+// table writer of the reports (run, sweep and hardware reports).
 #pragma once
 
 #include <string>
@@ -19,5 +20,21 @@ std::string str_nearest(const std::string& word, const std::vector<std::string>&
 bool str_to_number(const std::string& s, double* out);
 // Shortest text that reads back to the same double ("0.0002", "1000", "1e-12").
 std::string str_from_number(double v);
+
+// ============================================================================================
+// Markdown tables
+
+// One line of text that cannot break a table row: each "|" escaped with a backslash, newlines
+// ('\n' and '\r') as spaces.
+std::string md_cell(const std::string& s);
+
+struct MdColumn {
+  std::string header;
+  bool right = false;  // right-aligned ("---:"), for numbers
+};
+
+// "| a | b |\n|---|---:|\n| 1 | 2 |\n": headers and cells are written as given (escape text with
+// md_cell first); a row shorter than the header is padded with empty cells, extra cells are dropped.
+std::string md_table(const std::vector<MdColumn>& cols, const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace luatune

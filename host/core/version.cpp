@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "host/core/allocator.h"
 #include "host/core/device.h"
 
 #ifdef LUATUNE_HAS_CUDA
@@ -63,6 +64,7 @@ std::string version_report(const std::string& lua_version) {
   os << "NCCL no\n";
 #endif
   os << lua_version << "\n";
+  os << "malloc " << allocator_name() << "\n";
   os << "devices:\n";
   os << "  cpu (" << at::get_num_threads() << " threads)\n";
 #ifdef LUATUNE_HAS_CUDA

@@ -11,7 +11,7 @@ std::string version_luatune();  // "0.1.0"
 std::string version_git_describe(const std::string& dir);
 std::string version_torch();  // LibTorch version compiled against, e.g. "1.13.0"
 std::string version_cuda();   // CUDA runtime version, or "none (CPU-only LibTorch)"
-// Multi-line report: luatune, LibTorch, CUDA, NCCL and one line per device found.
+// Multi-line report: luatune, LibTorch, CUDA, NCCL, Lua, the malloc in use and one line per device found.
 std::string version_report(const std::string& lua_version);
 
 }  // namespace luatune

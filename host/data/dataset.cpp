@@ -94,7 +94,7 @@ std::optional<ChatFormat> data_resolve_chat(DataFormat format, const DataOptions
   }
 }
 
-std::shared_ptr<Dataset> Dataset::build(const RecordReader& next, const Tokenizer& tok,
+std::shared_ptr<Dataset> Dataset::build(const DataRecordReader& next, const Tokenizer& tok,
                                         const DataOptions& o) {
   LT_CHECK(o.max_length >= 2, "data: max_length must be at least 2, got " << o.max_length);
   auto store = std::make_shared<TokenStore>();
@@ -192,13 +192,25 @@ std::shared_ptr<Dataset> Dataset::from_documents(std::vector<Document> documents
   return std::shared_ptr<Dataset>(new Dataset(std::move(store), std::move(docs), o, resolved));
 }
 
-std::shared_ptr<Dataset> Dataset::from_jsonl(const std::string& path, const Tokenizer& tok,
-                                             const DataOptions& o) {
+DataRecordReader data_records_reader(const std::vector<json>& records) {
+  return [&records, i = size_t(0)](json& record, int64_t& origin, std::string& where,
+                                   std::string& error) mutable {
+    if (i >= records.size()) return false;
+    record = records[i++];
+    origin = static_cast<int64_t>(i);
+    where = "records[" + std::to_string(i) + "]";
+    error.clear();
+    return true;
+  };
+}
+
+void data_jsonl_read(const std::string& path, const std::string& what, const std::string& held,
+                     const std::function<void(const DataRecordReader&)>& build) {
   JsonlReadOptions ro;
   ro.bad = JsonlBad::report;  // a bad line is a bad record: build() fails or, with skip_bad, counts it
   ro.expected = "a JSON object";
   JsonlReader in(path, ro);
-  LT_CHECK(in.is_open(), "data: cannot open '" << path << "'");
+  LT_CHECK(in.is_open(), what << ": cannot open '" << path << "'");
   auto next = [&](json& record, int64_t& origin, std::string& where, std::string& error) {
     if (!in.next()) return false;
     origin = in.line();
@@ -208,24 +220,22 @@ std::shared_ptr<Dataset> Dataset::from_jsonl(const std::string& path, const Toke
     return true;
   };
   try {
-    return build(next, tok, o);
+    build(next);
   } catch (...) {
-    rethrow_out_of_memory("data: " + in.where() + ": holding the tokens read so far");
+    rethrow_out_of_memory("data: " + in.where() + ": holding the " + held + " read so far");
   }
+}
+
+std::shared_ptr<Dataset> Dataset::from_jsonl(const std::string& path, const Tokenizer& tok,
+                                             const DataOptions& o) {
+  std::shared_ptr<Dataset> ds;
+  data_jsonl_read(path, "data", "tokens", [&](const DataRecordReader& next) { ds = build(next, tok, o); });
+  return ds;
 }
 
 std::shared_ptr<Dataset> Dataset::from_records(const std::vector<json>& records, const Tokenizer& tok,
                                                const DataOptions& o) {
-  size_t i = 0;
-  auto next = [&](json& record, int64_t& origin, std::string& where, std::string& error) {
-    if (i >= records.size()) return false;
-    record = records[i++];
-    origin = static_cast<int64_t>(i);
-    where = "records[" + std::to_string(i) + "]";
-    error.clear();
-    return true;
-  };
-  return build(next, tok, o);
+  return build(data_records_reader(records), tok, o);
 }
 
 // ============================================================================================
@@ -367,8 +377,13 @@ std::vector<int64_t> Dataset::step_rows(int64_t step, int64_t size, bool shuffle
 
 std::vector<int64_t> Dataset::shard_rows(int64_t step, int64_t size, bool shuffle, bool cycle, int rank,
                                          int world) const {
+  return data_shard(size, cycle, rank, world, [&](int64_t n) { return step_rows(step, n, shuffle, cycle); });
+}
+
+std::vector<int64_t> data_shard(int64_t size, bool cycle, int rank, int world,
+                                const std::function<std::vector<int64_t>(int64_t)>& draw) {
   LT_CHECK(world >= 1 && rank >= 0 && rank < world, "data: rank " << rank << " outside [0, " << world << ")");
-  std::vector<int64_t> all = step_rows(step, size * world, shuffle, cycle);
+  std::vector<int64_t> all = draw(size * world);
   const int64_t n = static_cast<int64_t>(all.size());
   const int64_t per = cycle ? size : (n + world - 1) / world;
   const int64_t begin = std::min(n, rank * per), end = std::min(n, begin + per);

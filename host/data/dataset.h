@@ -66,6 +66,26 @@ struct DataRow {
   std::vector<int64_t> ids, targets, positions, segments;
 };
 
+// Where Dataset::build and PreferenceDataset::build take their records from: each call gives the
+// next record, its origin (line in the file or index in the records, 1-based) and where it came
+// from ("FILE:LINE", "records[N]"), or the parse error for it; false at the end.
+using DataRecordReader =
+    std::function<bool(nlohmann::json& record, int64_t& origin, std::string& where, std::string& error)>;
+// `records` one by one, "records[1]" first; `records` must outlive the reader.
+DataRecordReader data_records_reader(const std::vector<nlohmann::json>& records);
+// Calls `build` with a reader of JSONL file `path`'s lines; a bad line is a record with its error
+// set (build fails on it or, with skip_bad, counts it). Fails "WHAT: cannot open 'PATH'"; running
+// out of memory in `build` fails "data: PATH:LINE: holding the HELD read so far: out of memory".
+void data_jsonl_read(const std::string& path, const std::string& what, const std::string& held,
+                     const std::function<void(const DataRecordReader&)>& build);
+
+// Data parallel: rank `rank` of `world`'s contiguous slice of the items draw(size * world) gives
+// for one step (Dataset::shard_rows, PreferenceDataset::shard_pairs). Each rank takes `size`; a
+// short last step (cycle=false) is split in slices of ceil(n / world), so a rank may get fewer or
+// none. Fails "data: rank R outside [0, W)" before drawing.
+std::vector<int64_t> data_shard(int64_t size, bool cycle, int rank, int world,
+                                const std::function<std::vector<int64_t>(int64_t)>& draw);
+
 class Dataset {
  public:
   // Reads a JSONL file line by line; errors are "PATH:LINE: expected ...".
@@ -116,11 +136,7 @@ class Dataset {
   int64_t documents() const { return static_cast<int64_t>(docs_.size()); }
 
  private:
-  // Gives the next record and where it came from ("FILE:LINE"), or a parse error for it; false at
-  // the end.
-  using RecordReader =
-      std::function<bool(nlohmann::json& record, int64_t& origin, std::string& where, std::string& error)>;
-  static std::shared_ptr<Dataset> build(const RecordReader& next, const Tokenizer& tokenizer,
+  static std::shared_ptr<Dataset> build(const DataRecordReader& next, const Tokenizer& tokenizer,
                                         const DataOptions& options);
   struct Resolved {  // what loading settled: the format, the chat format used, the padding id
     DataFormat format = DataFormat::text;

@@ -9,7 +9,6 @@
 #include <algorithm>
 
 #include "host/core/error.h"
-#include "host/io/jsonl.h"
 #include "host/text/tokenizer.h"
 
 namespace luatune {
@@ -123,8 +122,8 @@ int64_t preference_pair_key(const Document& chosen, const Document& rejected) {
 // ============================================================================================
 // Loading
 
-std::shared_ptr<PreferenceDataset> PreferenceDataset::build(const Reader& next, const Tokenizer& tok,
-                                                            const DataOptions& o) {
+std::shared_ptr<PreferenceDataset> PreferenceDataset::build(const DataRecordReader& next,
+                                                            const Tokenizer& tok, const DataOptions& o) {
   LT_CHECK(!o.train_on_prompt,
            "data.preferences: train_on_prompt is not supported (the loss is on the responses)");
   LT_CHECK(o.max_length >= 2, "data.preferences: max_length must be at least 2, got " << o.max_length);
@@ -195,39 +194,16 @@ std::shared_ptr<PreferenceDataset> PreferenceDataset::build(const Reader& next, 
 
 std::shared_ptr<PreferenceDataset> PreferenceDataset::from_jsonl(const std::string& path,
                                                                  const Tokenizer& tok, const DataOptions& o) {
-  JsonlReadOptions ro;
-  ro.bad = JsonlBad::report;  // a bad line is a bad record: build() fails or, with skip_bad, counts it
-  ro.expected = "a JSON object";
-  JsonlReader in(path, ro);
-  LT_CHECK(in.is_open(), "data.preferences: cannot open '" << path << "'");
-  auto next = [&](json& record, int64_t& origin, std::string& where, std::string& error) {
-    if (!in.next()) return false;
-    origin = in.line();
-    where = in.where();
-    error = in.error();
-    record = error.empty() ? std::move(in.value()) : json();
-    return true;
-  };
-  try {
-    return build(next, tok, o);
-  } catch (...) {
-    rethrow_out_of_memory("data: " + in.where() + ": holding the pairs read so far");
-  }
+  std::shared_ptr<PreferenceDataset> ds;
+  data_jsonl_read(path, "data.preferences", "pairs",
+                  [&](const DataRecordReader& next) { ds = build(next, tok, o); });
+  return ds;
 }
 
 std::shared_ptr<PreferenceDataset> PreferenceDataset::from_records(const std::vector<json>& records,
                                                                    const Tokenizer& tok,
                                                                    const DataOptions& o) {
-  size_t i = 0;
-  auto next = [&](json& record, int64_t& origin, std::string& where, std::string& error) {
-    if (i >= records.size()) return false;
-    record = records[i++];
-    origin = static_cast<int64_t>(i);
-    where = "records[" + std::to_string(i) + "]";
-    error.clear();
-    return true;
-  };
-  return build(next, tok, o);
+  return build(data_records_reader(records), tok, o);
 }
 
 void PreferenceDataset::count() {
@@ -303,12 +279,7 @@ std::vector<int64_t> PreferenceDataset::step_pairs(int64_t step, int64_t size, b
 
 std::vector<int64_t> PreferenceDataset::shard_pairs(int64_t step, int64_t size, bool shuffle, bool cycle,
                                                     int rank, int world) const {
-  LT_CHECK(world >= 1 && rank >= 0 && rank < world, "data: rank " << rank << " outside [0, " << world << ")");
-  std::vector<int64_t> all = step_pairs(step, size * world, shuffle, cycle);
-  const int64_t n = static_cast<int64_t>(all.size());
-  const int64_t per = cycle ? size : (n + world - 1) / world;
-  const int64_t begin = std::min(n, rank * per), end = std::min(n, begin + per);
-  return std::vector<int64_t>(all.begin() + begin, all.begin() + end);
+  return data_shard(size, cycle, rank, world, [&](int64_t n) { return step_pairs(step, n, shuffle, cycle); });
 }
 
 Batch PreferenceDataset::batch(const std::vector<int64_t>& pairs) const {

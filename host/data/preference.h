@@ -67,9 +67,7 @@ class PreferenceDataset {
 
  private:
   PreferenceDataset() = default;
-  using Reader =
-      std::function<bool(nlohmann::json& record, int64_t& origin, std::string& where, std::string& error)>;
-  static std::shared_ptr<PreferenceDataset> build(const Reader& next, const Tokenizer& tokenizer,
+  static std::shared_ptr<PreferenceDataset> build(const DataRecordReader& next, const Tokenizer& tokenizer,
                                                   const DataOptions& options);
   std::shared_ptr<PreferenceDataset> subset(std::vector<int64_t> pairs) const;
   void count();

@@ -334,23 +334,7 @@ void dist_reduce_scatter_sum(at::Tensor& flat, at::Tensor& shard) {
 }
 
 void dist_all_gather(const at::Tensor& shard, at::Tensor& flat) {
-  const int64_t n = dist_world_size();
-  LT_ASSERT(
-      flat.dim() == 1 && flat.numel() == shard.numel() * n && flat.is_contiguous(),
-      "all-gather: " << n << " shards of " << shard.numel() << " elements do not fill " << flat.numel());
-  if (!dist_active()) {
-    flat.copy_(shard);
-    return;
-  }
-  if (needs_float_staging(flat)) {
-    at::Tensor f = at::empty({flat.numel()}, flat.options().dtype(at::kFloat));
-    dist_all_gather(shard.to(at::kFloat), f);
-    flat.copy_(f);
-    return;
-  }
-  std::vector<at::Tensor> in{shard.contiguous()};
-  std::vector<std::vector<at::Tensor>> out{std::vector<at::Tensor>(flat.chunk(n))};
-  wait_or_fail(state().group->all_gather(out, in), "all-gather");
+  dist_all_gather_async(shard, flat)->wait();
 }
 
 std::vector<double> dist_sum(std::vector<double> v) {
@@ -383,10 +367,6 @@ class DoneWork : public DistWork {
   void wait() override {}
 };
 
-}  // namespace
-
-namespace {
-
 // An all-gather in flight; for bfloat16 on Gloo it gathers a float32 copy and converts on wait().
 class GatherWork : public DistWork {
  public:
@@ -417,7 +397,7 @@ std::unique_ptr<DistWork> dist_all_gather_async(const at::Tensor& shard, at::Ten
   }
   const bool staged = needs_float_staging(flat);
   at::Tensor target = staged ? at::empty({flat.numel()}, flat.options().dtype(at::kFloat)) : flat;
-  std::vector<at::Tensor> in{staged ? shard.to(at::kFloat) : shard.contiguous()};
+  std::vector<at::Tensor> in{(staged ? shard.to(at::kFloat) : shard).contiguous()};
   std::vector<std::vector<at::Tensor>> out{std::vector<at::Tensor>(target.chunk(n))};
   try {
     return std::make_unique<GatherWork>(state().group->all_gather(out, in), staged ? target : at::Tensor(),

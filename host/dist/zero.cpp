@@ -264,7 +264,8 @@ double ZeroShards::grad_norm_sq() const {
   at::Tensor sq;  // summed where the first slice lives: one host sync for all groups
   for (const Group& g : groups_) {
     if (!g.grad.defined()) continue;
-    at::Tensor part = g.grad.pow(2).sum();
+    at::Tensor part =
+        at::linalg_vector_norm(g.grad, 2, c10::nullopt, false, at::kFloat).square();  // no squared copy
     sq = sq.defined() ? sq + part.to(sq.device()) : part;
   }
   return sq.defined() ? sq.item<double>() : 0.0;

@@ -74,6 +74,7 @@ class Distiller : public TrainerHook {
   void begin(bool training) override;
   void forward_options(ForwardOptions& fo, bool training) override;
   at::Tensor micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum) override;
+  bool uses_lm_loss_gradient() const override { return options_.alpha < 1; }  // alpha 1: KD alone
   std::vector<std::pair<std::string, double>> stats(bool training) override;
 
  private:

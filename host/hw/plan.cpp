@@ -307,33 +307,41 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
   else
     m.activations = L * layer + layer + head + dequant;
 
-  // Chunked cross-entropy (loss.cpp): one chunk of logits in float32 (+ its dtype matmul output /
-  // dtype gradient), the float32 tanh under a final softcap, grad_hidden, and the head's float32
-  // gradient (then cast) when the head trains.
+  // Fused cross-entropy (loss.cpp): one chunk of logits in the model dtype (the matmul's output,
+  // overwritten by its gradient), float32 working blocks of 1/16 of the vocabulary (two for a 16-bit
+  // model under a final softcap, none for fp32 logits without one), and the gradients it forms in
+  // the forward pass and holds until backward: grad_hidden of the kept rows and, when the head
+  // trains, the head's (fp16: float32).
   const double rows = std::min(static_cast<double>(o.loss_chunk), tokens);
-  m.logits = rows * V * (4 + (p < 4 ? p : 0) + (c.final_logit_softcap > 0 ? 4 : 0)) + tokens * C * p;
-  if (full) m.logits += V * C * (4 + p);
+  const double block = std::min(V, std::max(4096.0, std::ceil(V / 16)));
+  const bool softcap = c.final_logit_softcap > 0;
+  const double blocks = p < 4 ? (softcap ? 2 : 1) : (softcap ? 1 : 0);
+  m.logits = rows * (V * p + blocks * block * 4) + tokens * C * p;
+  const bool fp16 = o.dtype == "fp16" || o.dtype == "f16" || o.dtype == "float16";
+  if (full) m.logits += V * C * (fp16 ? 4 : p);
 
   // After backward (activations freed), the largest of what the step allocates for a moment.
   if (!sharded) {
-    // Per tensor: clip's float32 square and the update's float32 gradient + sqrt temporaries; the
-    // 8-bit update works in small chunks and an offloaded one on the CPU, leaving clip's.
+    // Per tensor, the AdamW update's float32 temporaries: the sqrt denominator, with the float32
+    // gradient copy for fp32 masters of 16-bit weights (and the 16-bit casts without masters).
+    // Clipping takes one norm per gradient (no squared copy); the 8-bit update works in small
+    // chunks and an offloaded one on the CPU.
     double largest =
         full ? static_cast<double>(std::max({n.embedding, n.lm_head, n.largest_linear}))
              : static_cast<double>(c.intermediate_size + c.hidden_size) * static_cast<double>(o.lora_r);
-    const double clip = train_bytes < 4 ? 8 : 4;
-    m.optimizer_step = largest * (offload || o.optimizer == "adamw8bit" ? clip : (p < 4 || !full ? 12 : 8));
+    const double update = !full || p == 4 ? 4 : o.master_weights ? 8 : 12;
+    m.optimizer_step = offload || o.optimizer == "adamw8bit" ? 0 : largest * update;
   } else {
     // Per group, in turn: the reduce-scatter's whole flat buffer (with the outside group's whole
     // gradients when the layers went during backward), the update's float32 temporaries on the
-    // slice (none on the GPU offloaded; small chunks for 8-bit) and clip's square, then the
-    // all-gather of the updated slice back into whole weights (ZeRO-3: the outside group only).
+    // slice (none on the GPU offloaded; small chunks for 8-bit; clip's norm needs no square), then
+    // the all-gather of the updated slice back into whole weights (ZeRO-3: the outside group only).
     const double biggest = static_cast<double>(std::max(g.per_layer, g.outside));
     const double slice =
         static_cast<double>(std::max(ceil_div(g.per_layer, ranks), ceil_div(g.outside, ranks)));
     const double outside = static_cast<double>(g.outside);
     const double reduce = per_layer_reduce ? 2 * outside * train_bytes : biggest * train_bytes;
-    const double update = offload ? 0 : slice * (o.optimizer == "adamw8bit" ? 4 : w_bytes == 4 ? 8 : 12);
+    const double update = offload || o.optimizer == "adamw8bit" ? 0 : slice * (w_bytes == 4 ? 4 : 8);
     const double gather =
         zero3 ? (outside > 0 ? (outside + static_cast<double>(ceil_div(g.outside, ranks))) * train_bytes : 0)
               : (biggest + slice) * train_bytes;
@@ -541,7 +549,7 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
     }
     if (found || b == 1) break;
   }
-  // Large vocabularies (Gemma 2: 256k) make the loss chunk's float32 logits a real share.
+  // Large vocabularies (Gemma 2: 256k) make the loss chunk's logits a real share.
   if (o.loss_chunk > 512 && hw_plan_memory(c, o).logits > 0.1 * peak) {
     PlanOptions x = o;
     x.loss_chunk = 512;

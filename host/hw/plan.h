@@ -74,8 +74,9 @@ struct PlanComponents {
                               // one decoder layer's full gradients in flight
   double optimizer_states =
       0;  // AdamW exp_avg + exp_avg_sq: float32, or 8-bit + absmax (sharded from shard=optimizer)
-  double activations = 0;     // saved for backward, all layers + one layer's working set
-  double logits = 0;          // one loss chunk of logits (+ the head's fp32 gradient when it trains)
+  double activations = 0;  // saved for backward, all layers + one layer's working set
+  double logits =
+      0;  // the fused loss: one chunk of logits + its float32 block, grad_hidden, the head's gradient
   double optimizer_step = 0;  // transient during the update (after backward: max'd with activations + logits)
   double gather_buffers = 0;  // shard=full: two decoder layers' full trainable weights (current + prefetched)
   double comm_buckets = 0;  // shard none: DDP's gradient buckets when gpus > 1; else one layer's flat buffer

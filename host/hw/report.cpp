@@ -1,7 +1,7 @@
 // The hardware report's document read into structs: every field's type checked with the field
 // named in the error (the document comes from Lua, so list positions are 1-based like the Lua
-// table the recipe built), rows sorted, and the number formats and summary paragraph that the
-// Markdown and HTML renderers share.
+// table the recipe built), rows sorted, and the number formats, the line under the title and the
+// summary paragraph that the Markdown and HTML renderers share.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -286,6 +286,23 @@ const char* const hw_kind_meaning_measured = "timed on this GPU by a real run";
 const char* const hw_kind_meaning_projected =
     "scaled from a measured run by the projection rule (see Formulas), not run on this GPU";
 const char* const hw_kind_meaning_planned = "memory model only: fits or not, no time or cost";
+
+std::vector<std::string> hw_report_about(const HwReportDoc& doc, const HwMarkup& m) {
+  std::vector<std::string> parts;
+  if (!doc.model_name.empty()) {
+    std::string model = "Model " + m.strong(doc.model_name);
+    std::vector<std::string> about;
+    if (doc.model_parameters) about.push_back(hw_fmt_count(*doc.model_parameters) + " parameters");
+    if (doc.model_trainable) about.push_back(hw_fmt_count(*doc.model_trainable) + " trainable");
+    if (!doc.model_method.empty()) about.push_back(m.text(doc.model_method));
+    for (size_t i = 0; i < about.size(); i++)
+      model += (i ? ", " : " (") + about[i] + (i + 1 == about.size() ? ")" : "");
+    parts.push_back(model);
+  }
+  if (!doc.recipe.empty()) parts.push_back("recipe " + m.code(doc.recipe));
+  if (!doc.date.empty()) parts.push_back(m.text(doc.date));
+  return parts;
+}
 
 std::string hw_report_summary(const HwReportDoc& doc, const HwMarkup& m) {
   std::ostringstream os;

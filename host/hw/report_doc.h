@@ -1,7 +1,7 @@
 // The hardware report's document, read once into plain structs (types checked, rows sorted) and
-// the number formats and summary both renderers share. Internal to host/hw/report*.cpp: the
-// public interface is report.h. report.cpp reads and formats; report_markdown.cpp and
-// report_html.cpp render.
+// the number formats, title line and summary both renderers share. Internal to
+// host/hw/report*.cpp: the public interface is report.h. report.cpp reads and formats;
+// report_markdown.cpp and report_html.cpp render.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -78,11 +78,14 @@ struct HwRunField {
 std::vector<const HwRunField*> hw_run_fields_shown(const HwReportDoc& doc);
 
 // ============================================================================================
-// The summary paragraph, written once for both formats: `text` escapes plain text, `strong`
-// escapes and emphasises.
+// The line under the title and the summary paragraph, written once for both formats: `text`
+// escapes plain text, `strong` escapes and emphasises, `code` escapes and sets it as code.
 struct HwMarkup {
-  std::function<std::string(const std::string&)> text, strong;
+  std::function<std::string(const std::string&)> text, strong, code;
 };
+// The parts of the line under the title, each present only when the document has it: "Model
+// <strong name> (8.03B parameters, 42M trainable, METHOD)", "recipe <code name>", the date.
+std::vector<std::string> hw_report_about(const HwReportDoc& doc, const HwMarkup& m);
 std::string hw_report_summary(const HwReportDoc& doc, const HwMarkup& m);
 
 // What each kind means, for the legend under the main table (Markdown and HTML).

@@ -25,6 +25,10 @@ std::string strong(const std::string& s) {
   return "<strong>" + svg_escape(s) + "</strong>";
 }
 
+std::string code(const std::string& s) {
+  return "<code>" + svg_escape(s) + "</code>";
+}
+
 // A label that fits the chart's name column: at most `max` bytes, cut on a UTF-8 character
 // boundary, with an ellipsis. The full name stays in the row's <title> tooltip.
 std::string shorten(const std::string& s, size_t max) {
@@ -310,25 +314,14 @@ std::string hw_report_html(const nlohmann::json& report) {
      << "</title><style>" << kStyle << "</style></head><body>\n";
   os << "<h1>" << svg_escape(title) << "</h1>\n";
 
-  std::vector<std::string> about;
-  if (!doc.model_name.empty()) {
-    std::string m = "Model " + strong(doc.model_name);
-    std::vector<std::string> parts;
-    if (doc.model_parameters) parts.push_back(hw_fmt_count(*doc.model_parameters) + " parameters");
-    if (doc.model_trainable) parts.push_back(hw_fmt_count(*doc.model_trainable) + " trainable");
-    if (!doc.model_method.empty()) parts.push_back(svg_escape(doc.model_method));
-    for (size_t i = 0; i < parts.size(); i++)
-      m += (i ? ", " : " (") + parts[i] + (i + 1 == parts.size() ? ")" : "");
-    about.push_back(m);
-  }
-  if (!doc.recipe.empty()) about.push_back("recipe <code>" + svg_escape(doc.recipe) + "</code>");
-  if (!doc.date.empty()) about.push_back(svg_escape(doc.date));
+  const HwMarkup markup{svg_escape, strong, code};
+  std::vector<std::string> about = hw_report_about(doc, markup);
   if (!about.empty()) {
     os << "<p class=\"about\">";
     for (size_t i = 0; i < about.size(); i++) os << (i ? " · " : "") << about[i];
     os << "</p>\n";
   }
-  os << "<p class=\"summary\">" << hw_report_summary(doc, HwMarkup{svg_escape, strong}) << "</p>\n";
+  os << "<p class=\"summary\">" << hw_report_summary(doc, markup) << "</p>\n";
 
   // Wide tables scroll inside their box on a narrow window instead of widening the page.
   os << "<h2>GPUs</h2>\n<div class=\"wide\">" << main_table(doc) << "</div>\n";

@@ -7,6 +7,7 @@
 #include <functional>
 #include <sstream>
 
+#include "host/core/strings.h"
 #include "host/hw/report.h"
 #include "host/hw/report_doc.h"
 
@@ -16,16 +17,12 @@ namespace {
 
 const char* const kDash = "-";
 
-// One line of text that cannot break a table or inject HTML: "|" escaped, newlines folded, and
-// "<", ">" and "&" as entities (viewers show them as the characters).
+// One line of text that cannot break a table or inject HTML: md_cell's escapes, then "<", ">" and
+// "&" as entities (viewers show them as the characters).
 std::string md_text(const std::string& s) {
   std::string out;
-  for (char c : s) {
-    if (c == '|')
-      out += "\\|";
-    else if (c == '\n' || c == '\r')
-      out += ' ';
-    else if (c == '<')
+  for (char c : md_cell(s)) {
+    if (c == '<')
       out += "&lt;";
     else if (c == '>')
       out += "&gt;";
@@ -45,42 +42,21 @@ std::string cell(const HwNum& v, std::string (*fmt)(double)) {
   return v ? fmt(*v) : kDash;
 }
 
-struct Column {
-  std::string header;
-  bool right;  // numbers are right-aligned
-};
-
-// Cells are already escaped; a row shorter than the header is padded with empty cells.
-std::string md_table(const std::vector<Column>& cols, const std::vector<std::vector<std::string>>& rows) {
-  std::ostringstream os;
-  os << "|";
-  for (const Column& c : cols) os << " " << c.header << " |";
-  os << "\n|";
-  for (const Column& c : cols) os << (c.right ? "---:|" : "---|");
-  os << "\n";
-  for (const auto& r : rows) {
-    os << "|";
-    for (size_t i = 0; i < cols.size(); i++) os << " " << (i < r.size() ? r[i] : "") << " |";
-    os << "\n";
-  }
-  return os.str();
-}
-
 std::string fits_cell(const HwReportRow& r) {
   return !r.fits ? kDash : *r.fits ? "yes" : "**no**";
 }
 
 std::string main_table(const HwReportDoc& doc) {
   bool loss = doc.any_eval_loss(), acc = doc.any_accuracy();
-  std::vector<Column> cols = {{"GPU", false},
-                              {"memory GB", true},
-                              {"fits", false},
-                              {"max micro-batch", true},
-                              {"predicted peak GB", true},
-                              {"tokens/s", true},
-                              {"hours", true},
-                              {"cost $", true},
-                              {"$/1M tok", true}};
+  std::vector<MdColumn> cols = {{"GPU", false},
+                                {"memory GB", true},
+                                {"fits", false},
+                                {"max micro-batch", true},
+                                {"predicted peak GB", true},
+                                {"tokens/s", true},
+                                {"hours", true},
+                                {"cost $", true},
+                                {"$/1M tok", true}};
   if (loss) cols.push_back({"eval loss", true});
   if (acc) cols.push_back({"accuracy", true});
   cols.push_back({"kind", false});
@@ -105,7 +81,7 @@ std::string main_table(const HwReportDoc& doc) {
 
 std::string measured_table(const HwReportDoc& doc) {
   std::vector<const HwRunField*> shown = hw_run_fields_shown(doc);
-  std::vector<Column> cols = {{"device", false}, {"GPU", false}};
+  std::vector<MdColumn> cols = {{"device", false}, {"GPU", false}};
   for (const HwRunField* f : shown) cols.push_back({f->header, true});
   std::vector<std::vector<std::string>> rows;
   for (const HwReportRun& run : doc.measured) {
@@ -117,23 +93,8 @@ std::string measured_table(const HwReportDoc& doc) {
   return md_table(cols, rows);
 }
 
-std::string model_line(const HwReportDoc& doc) {
-  std::vector<std::string> parts;
-  if (!doc.model_name.empty()) {
-    std::string m = "Model " + md_strong(doc.model_name);
-    std::vector<std::string> about;
-    if (doc.model_parameters) about.push_back(hw_fmt_count(*doc.model_parameters) + " parameters");
-    if (doc.model_trainable) about.push_back(hw_fmt_count(*doc.model_trainable) + " trainable");
-    if (!doc.model_method.empty()) about.push_back(md_text(doc.model_method));
-    for (size_t i = 0; i < about.size(); i++)
-      m += (i ? ", " : " (") + about[i] + (i + 1 == about.size() ? ")" : "");
-    parts.push_back(m);
-  }
-  if (!doc.recipe.empty()) parts.push_back("recipe `" + md_text(doc.recipe) + "`");
-  if (!doc.date.empty()) parts.push_back(md_text(doc.date));
-  std::string out;
-  for (size_t i = 0; i < parts.size(); i++) out += (i ? " · " : "") + parts[i];
-  return out;
+std::string md_code(const std::string& s) {
+  return "`" + md_text(s) + "`";
 }
 
 }  // namespace
@@ -142,9 +103,10 @@ std::string hw_report_markdown(const nlohmann::json& report) {
   HwReportDoc doc = hw_report_read(report);
   std::ostringstream os;
   os << "# " << md_text(doc.title.empty() ? "Hardware comparison" : doc.title) << "\n\n";
-  std::string about = model_line(doc);
-  if (!about.empty()) os << about << "\n\n";
-  os << hw_report_summary(doc, HwMarkup{md_text, md_strong}) << "\n\n";
+  const HwMarkup markup{md_text, md_strong, md_code};
+  std::vector<std::string> about = hw_report_about(doc, markup);
+  if (!about.empty()) os << str_join(about, " · ") << "\n\n";
+  os << hw_report_summary(doc, markup) << "\n\n";
 
   os << "## GPUs\n\n" << main_table(doc) << "\n";
   os << "kind: **measured** = " << hw_kind_meaning_measured << "; projected = " << hw_kind_meaning_projected

@@ -174,78 +174,63 @@ class TempFile {
 // ---------------------------------------------------------------------------------------------
 // GgufValue
 
-GgufValue GgufValue::u32(uint32_t v) {
+namespace {
+
+// A value of type `t` holding `v` in `field` (u, i, f or s).
+template <class Field, class V>
+GgufValue gguf_scalar(GgufValue::Type t, Field GgufValue::*field, V v) {
   GgufValue r;
-  r.type = Type::u32;
-  r.u = v;
-  return r;
-}
-GgufValue GgufValue::i32(int32_t v) {
-  GgufValue r;
-  r.type = Type::i32;
-  r.i = v;
-  return r;
-}
-GgufValue GgufValue::u64(uint64_t v) {
-  GgufValue r;
-  r.type = Type::u64;
-  r.u = v;
-  return r;
-}
-GgufValue GgufValue::i64(int64_t v) {
-  GgufValue r;
-  r.type = Type::i64;
-  r.i = v;
-  return r;
-}
-GgufValue GgufValue::f32(float v) {
-  GgufValue r;
-  r.type = Type::f32;
-  r.f = v;
-  return r;
-}
-GgufValue GgufValue::f64(double v) {
-  GgufValue r;
-  r.type = Type::f64;
-  r.f = v;
-  return r;
-}
-GgufValue GgufValue::boolean(bool v) {
-  GgufValue r;
-  r.type = Type::boolean;
-  r.u = v ? 1 : 0;
-  return r;
-}
-GgufValue GgufValue::str(std::string v) {
-  GgufValue r;
-  r.type = Type::string;
-  r.s = std::move(v);
+  r.type = t;
+  r.*field = std::move(v);
   return r;
 }
 
-GgufValue GgufValue::strings(const std::vector<std::string>& v) {
+// An array of `item_type` items, item k made by make(v[k]).
+template <class V, class Make>
+GgufValue gguf_array(GgufValue::Type item_type, const std::vector<V>& v, Make make) {
   GgufValue r;
-  r.type = Type::array;
-  r.item_type = Type::string;
+  r.type = GgufValue::Type::array;
+  r.item_type = item_type;
   r.items.reserve(v.size());
-  for (const std::string& s : v) r.items.push_back(str(s));
+  for (const V& x : v) r.items.push_back(make(x));
   return r;
+}
+
+}  // namespace
+
+GgufValue GgufValue::u32(uint32_t v) {
+  return gguf_scalar(Type::u32, &GgufValue::u, v);
+}
+GgufValue GgufValue::i32(int32_t v) {
+  return gguf_scalar(Type::i32, &GgufValue::i, v);
+}
+GgufValue GgufValue::u64(uint64_t v) {
+  return gguf_scalar(Type::u64, &GgufValue::u, v);
+}
+GgufValue GgufValue::i64(int64_t v) {
+  return gguf_scalar(Type::i64, &GgufValue::i, v);
+}
+GgufValue GgufValue::f32(float v) {
+  return gguf_scalar(Type::f32, &GgufValue::f, v);
+}
+GgufValue GgufValue::f64(double v) {
+  return gguf_scalar(Type::f64, &GgufValue::f, v);
+}
+GgufValue GgufValue::boolean(bool v) {
+  return gguf_scalar(Type::boolean, &GgufValue::u, v ? 1 : 0);
+}
+GgufValue GgufValue::str(std::string v) {
+  return gguf_scalar(Type::string, &GgufValue::s, std::move(v));
+}
+
+GgufValue GgufValue::strings(const std::vector<std::string>& v) {
+  return gguf_array(Type::string, v, str);
 }
 GgufValue GgufValue::i32s(const std::vector<int32_t>& v) {
-  GgufValue r;
-  r.type = Type::array;
-  r.item_type = Type::i32;
-  r.items.reserve(v.size());
-  for (int32_t x : v) r.items.push_back(i32(x));
-  return r;
+  return gguf_array(Type::i32, v, i32);
 }
 GgufValue GgufValue::f32s(const std::vector<float>& v) {
-  GgufValue r;
-  r.type = Type::array;
-  r.item_type = Type::f32;
-  r.items.reserve(v.size());
-  for (float x : v) r.items.push_back(f32(x));
-  return r;
+  return gguf_array(Type::f32, v, f32);
 }
 
 // ---------------------------------------------------------------------------------------------

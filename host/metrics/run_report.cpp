@@ -358,19 +358,6 @@ svg.chart{max-width:100%;height:auto;display:block;margin:4px 0 12px}
 figure{margin:0}figcaption{font-weight:600;margin:16px 0 0}.notes li{color:#4a5568}
 )css";
 
-std::string md_cell(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '|')
-      out += "\\|";
-    else if (c == '\n')
-      out += ' ';
-    else
-      out += c;
-  }
-  return out;
-}
-
 // Evenly spaced indices into n points, first and last included.
 std::vector<size_t> sample_indices(size_t n, size_t k) {
   std::vector<size_t> idx;
@@ -479,10 +466,9 @@ std::string run_report_markdown(const RunReport& r) {
 
   std::vector<FinalRow> finals = final_rows(r, charts);
   if (!finals.empty()) {
-    os << "## Final numbers\n\n| metric | value | from |\n|---|---:|---|\n";
-    for (const FinalRow& f : finals)
-      os << "| " << md_cell(f.name) << " | " << f.value << " | " << f.from << " |\n";
-    os << "\n";
+    std::vector<std::vector<std::string>> rows;
+    for (const FinalRow& f : finals) rows.push_back({md_cell(f.name), f.value, f.from});
+    os << "## Final numbers\n\n" << md_table({{"metric"}, {"value", true}, {"from"}}, rows) << "\n";
   }
 
   os << "## Curves\n\n";
@@ -492,26 +478,26 @@ std::string run_report_markdown(const RunReport& r) {
       size_t n = 0;
       for (const auto& p : cv->points) n += std::isfinite(p.second) ? 1 : 0;
       os << "### " << md_cell(cv->key) << " (" << n << " point" << (n == 1 ? "" : "s") << ")\n\n";
-      os << "| step | " << md_cell(cv->key) << " |\n|---:|---:|\n";
       std::vector<std::pair<int64_t, double>> finite;
       for (const auto& p : cv->points)
         if (std::isfinite(p.second)) finite.push_back(p);
+      std::vector<std::vector<std::string>> rows;
       for (size_t i : sample_indices(finite.size(), kMarkdownSamples))
-        os << "| " << finite[i].first << " | " << metrics_format_value(cv->key, finite[i].second) << " |\n";
-      os << "\n";
+        rows.push_back({std::to_string(finite[i].first), metrics_format_value(cv->key, finite[i].second)});
+      os << md_table({{"step", true}, {md_cell(cv->key), true}}, rows) << "\n";
     }
 
-  if (!r.hardware.empty()) {
-    os << "## Hardware\n\n| what | value |\n|---|---|\n";
-    for (const auto& [k, v] : r.hardware) os << "| " << md_cell(k) << " | " << md_cell(v) << " |\n";
-    os << "\n";
-  }
+  // Two columns of text: the hardware and the config.
+  auto pairs_table = [](const char* key, const std::vector<std::pair<std::string, std::string>>& pairs) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& [k, v] : pairs) rows.push_back({md_cell(k), md_cell(v)});
+    return md_table({{key}, {"value"}}, rows);
+  };
+  if (!r.hardware.empty()) os << "## Hardware\n\n" << pairs_table("what", r.hardware) << "\n";
   if (r.config.is_object()) {
     std::vector<std::pair<std::string, std::string>> flat;
     flatten(r.config, "", flat);
-    os << "## Config\n\nresolved, from " << r.config_source << "\n\n| key | value |\n|---|---|\n";
-    for (const auto& [k, v] : flat) os << "| " << md_cell(k) << " | " << md_cell(v) << " |\n";
-    os << "\n";
+    os << "## Config\n\nresolved, from " << r.config_source << "\n\n" << pairs_table("key", flat) << "\n";
   }
   std::vector<std::string> notes = notes_of(r, charts);
   if (!notes.empty()) {

@@ -225,18 +225,8 @@ std::string sweep_show_seconds(double s) {
 
 std::string sweep_markdown_table(const std::vector<std::string>& headers,
                                  const std::vector<std::vector<std::string>>& rows) {
-  auto cell = [](std::string s) {
-    std::string out;
-    for (char c : s) {
-      if (c == '|') out += '\\';
-      out += c == '\n' ? ' ' : c;
-    }
-    return out;
-  };
-  std::ostringstream os;
-  os << "|";
-  for (const auto& h : headers) os << " " << cell(h) << " |";
-  os << "\n|";
+  // A column whose filled cells are all numbers is right-aligned.
+  std::vector<MdColumn> cols;
   for (size_t c = 0; c < headers.size(); c++) {
     bool numeric = false, text = false;
     for (const auto& r : rows) {
@@ -244,15 +234,14 @@ std::string sweep_markdown_table(const std::vector<std::string>& headers,
       double v;
       (str_to_number(r[c], &v) ? numeric : text) = true;
     }
-    os << (numeric && !text ? "---:|" : "---|");
+    cols.push_back({md_cell(headers[c]), numeric && !text});
   }
-  os << "\n";
+  std::vector<std::vector<std::string>> cells;
   for (const auto& r : rows) {
-    os << "|";
-    for (size_t c = 0; c < headers.size(); c++) os << " " << (c < r.size() ? cell(r[c]) : "") << " |";
-    os << "\n";
+    cells.emplace_back();
+    for (const std::string& s : r) cells.back().push_back(md_cell(s));
   }
-  return os.str();
+  return md_table(cols, cells);
 }
 
 std::string sweep_results_markdown(const SweepInfo& info, std::vector<SweepTrial> trials) {

@@ -168,10 +168,7 @@ class StripDecoder : public Decoder {
 
 class SequenceDecoder : public Decoder {
  public:
-  explicit SequenceDecoder(const JsonNode& n) {
-    JsonNode list = n.at("decoders");
-    for (size_t i = 0; i < list.size(); i++) parts_.push_back(Decoder::create(list.at(i)));
-  }
+  explicit SequenceDecoder(const JsonNode& n) : parts_(sequence_parts<Decoder>(n, "decoders")) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& part : parts_)
       if (part) part->decode_chain(tokens);

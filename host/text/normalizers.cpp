@@ -19,10 +19,7 @@ std::unique_ptr<Regex> pattern_regex(const JsonNode& n) {
 
 class SequenceNormalizer : public Normalizer {
  public:
-  explicit SequenceNormalizer(const JsonNode& n) {
-    JsonNode list = n.at("normalizers");
-    for (size_t i = 0; i < list.size(); i++) parts_.push_back(Normalizer::create(list.at(i)));
-  }
+  explicit SequenceNormalizer(const JsonNode& n) : parts_(sequence_parts<Normalizer>(n, "normalizers")) {}
   void normalize(Piece& p) const override {
     for (const auto& part : parts_)
       if (part) part->normalize(p);

@@ -112,10 +112,7 @@ class ByteLevelProcessor : public PostProcessor {
 
 class SequenceProcessor : public PostProcessor {
  public:
-  explicit SequenceProcessor(const JsonNode& n) {
-    JsonNode list = n.at("processors");
-    for (size_t i = 0; i < list.size(); i++) parts_.push_back(PostProcessor::create(list.at(i)));
-  }
+  explicit SequenceProcessor(const JsonNode& n) : parts_(sequence_parts<PostProcessor>(n, "processors")) {}
   void process(Encoding& e, bool add_special, const TokenText& text) const override {
     for (const auto& part : parts_)
       if (part) part->process(e, add_special, text);

@@ -208,10 +208,8 @@ class MetaspacePreTokenizer : public PreTokenizer {
 
 class SequencePreTokenizer : public PreTokenizer {
  public:
-  explicit SequencePreTokenizer(const JsonNode& n) {
-    JsonNode list = n.at("pretokenizers");
-    for (size_t i = 0; i < list.size(); i++) parts_.push_back(PreTokenizer::create(list.at(i)));
-  }
+  explicit SequencePreTokenizer(const JsonNode& n)
+      : parts_(sequence_parts<PreTokenizer>(n, "pretokenizers")) {}
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     for (const auto& part : parts_)
       if (part) part->pre_tokenize(pieces);

@@ -35,6 +35,7 @@ struct TokenizerImpl {
     return t ? std::string_view(*t) : std::string_view();
   }
   void encode_plain(std::string_view text, uint32_t base, Encoding& e) const;
+  void encode_piece(Piece p, Encoding& e) const;
 };
 
 namespace {
@@ -182,35 +183,29 @@ std::shared_ptr<Tokenizer> Tokenizer::load(const std::string& path_or_name) {
 void TokenizerImpl::encode_plain(std::string_view text, uint32_t base, Encoding& e) const {
   Piece p = Piece::of_original(text, base);
   if (normalizer) normalizer->normalize(p);
-  std::vector<Piece> parts;
   if (normalized_matcher.empty()) {
-    parts.push_back(std::move(p));
-  } else {
-    // Tokens that match normalized text: split them out now; each run between them is pre-tokenized
-    // on its own, in order.
-    for (const Segment& s : normalized_matcher.split(p.text)) {
-      if (s.id >= 0) {
-        e.ids.push_back(s.id);
-        e.offsets.push_back(p.source_range(s.begin, s.end));
-      } else {
-        std::vector<Piece> one{p.slice(s.begin, s.end)};
-        if (pre_tokenizer) pre_tokenizer->pre_tokenize(one);
-        std::vector<ModelToken> toks;
-        for (const Piece& w : one) {
-          toks.clear();
-          model->tokenize(w.text, toks);
-          for (const ModelToken& m : toks) {
-            e.ids.push_back(m.id);
-            e.offsets.push_back(w.source_range(m.begin, m.end));
-          }
-        }
-      }
-    }
+    encode_piece(std::move(p), e);
     return;
   }
-  if (pre_tokenizer) pre_tokenizer->pre_tokenize(parts);
+  // Tokens that match normalized text: split them out now; each run between them is pre-tokenized
+  // on its own, in order.
+  for (const Segment& s : normalized_matcher.split(p.text)) {
+    if (s.id >= 0) {
+      e.ids.push_back(s.id);
+      e.offsets.push_back(p.source_range(s.begin, s.end));
+    } else {
+      encode_piece(p.slice(s.begin, s.end), e);
+    }
+  }
+}
+
+// Pre-tokenizes normalized text `p` and runs the model on each piece that gives.
+void TokenizerImpl::encode_piece(Piece p, Encoding& e) const {
+  std::vector<Piece> pieces;
+  pieces.push_back(std::move(p));
+  if (pre_tokenizer) pre_tokenizer->pre_tokenize(pieces);
   std::vector<ModelToken> toks;
-  for (const Piece& w : parts) {
+  for (const Piece& w : pieces) {
     toks.clear();
     model->tokenize(w.text, toks);
     for (const ModelToken& m : toks) {

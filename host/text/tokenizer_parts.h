@@ -240,6 +240,17 @@ class Decoder {
   static std::unique_ptr<Decoder> create(const JsonNode& n);  // host/text/decoders.cpp
 };
 
+// A "Sequence" component's parts: the array under `key` ("normalizers", "pretokenizers",
+// "processors" or "decoders"), each entry built by T::create; a null entry gives nullptr, which
+// the Sequence skips.
+template <class T>
+std::vector<std::unique_ptr<T>> sequence_parts(const JsonNode& n, const char* key) {
+  JsonNode list = n.at(key);
+  std::vector<std::unique_ptr<T>> parts;
+  for (size_t i = 0; i < list.size(); i++) parts.push_back(T::create(list.at(i)));
+  return parts;
+}
+
 // ============================================================================================
 // Byte-level (GPT-2) alphabet (host/text/byte_level.cpp)
 

@@ -1,13 +1,21 @@
-// Chunked cross-entropy as a custom autograd function: forward keeps only the per-row log-sum-exp;
-// backward recomputes each chunk's logits, forms softmax - onehot, and accumulates the gradients of
-// hidden and weight, so peak memory holds one chunk of logits instead of N x V.
+// Cross-entropy through the LM head, never with full-vocabulary logits of the whole batch.
+//   chunked_cross_entropy: fused. Per chunk of rows, the logits, their log-sum-exp, the loss and the
+//     gradient with respect to the logits are formed once, in the forward pass, and turned at once
+//     into the chunk's share of the gradients of hidden and weight; backward only scales those by
+//     its incoming gradient. One LM-head matmul forward and two for the gradients, none recomputed.
+//   chunked_token_logprobs: per-row log-probabilities whose gradient differs per row, so the logits
+//     are recomputed chunk by chunk in backward.
+// Why and how, with the sources of the idea: docs/hardware.md, "The fused cross-entropy".
 #include "host/train/loss.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
+
 #include "host/core/error.h"
+#include "host/data/batch.h"
 
 namespace luatune {
 
@@ -28,60 +36,163 @@ at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& w, double softcap
   return z;
 }
 
-struct ChunkedCE : public torch::autograd::Function<ChunkedCE> {
+// ============================================================================================
+// The fused cross-entropy
+
+// Columns of a chunk's logits whose float32 arithmetic happens at once: a sixteenth of the
+// vocabulary, at least 4096 columns. The logits themselves stay in the model dtype (the matmul's
+// output); only these blocks are float32, so a bf16 chunk costs 2.25-2.5 bytes per logit instead of
+// the 6 of a float32 copy beside the bf16 one (float32 logits without a softcap need no blocks:
+// the arithmetic runs in place on them). docs/hardware.md counts the same.
+int64_t vocab_block(int64_t V) {
+  return std::min(V, std::max<int64_t>(4096, (V + 15) / 16));
+}
+
+// What the fused forward hands to backward: the gradients of the summed loss (grad_output 1).
+struct FusedGrads {
+  at::Tensor hidden;  // (N, C) hidden's dtype; undefined when hidden needs none
+  at::Tensor weight;  // (V, C) weight's dtype (float32 for an fp16 head); undefined when frozen
+};
+
+// Sum over rows with a target of lse(row) - logit(row, target), in float32; fills `grads` when
+// given (their fields that are wanted are defined on entry).
+at::Tensor fused_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                               int64_t chunk, double softcap, FusedGrads* grads) {
+  at::NoGradGuard no_grad;
+  const int64_t N = hidden.size(0), V = weight.size(0);
+  const int64_t block = vocab_block(V);
+  const bool low_precision = weight.scalar_type() != at::kFloat;
+  const auto f32 = hidden.options().dtype(at::kFloat);
+  at::Tensor total = at::zeros({}, f32);
+  const bool want_h = grads && grads->hidden.defined(), want_w = grads && grads->weight.defined();
+  // An fp16 head's gradient is summed in float32 (its chunk sums could pass fp16's 65504); bf16 and
+  // float32 heads accumulate in their own dtype, as PyTorch's autograd does.
+  const bool w_float_acc = want_w && grads->weight.scalar_type() != weight.scalar_type();
+  // Rows without a target (the trainer passes none; other callers may) are zeroed per block.
+  const bool all_valid = N == 0 || targets.ne(kIgnoreTarget).all().item<bool>();
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t n = std::min(chunk, N - r0);
+    const bool first = r0 == 0;
+    at::Tensor h = hidden.narrow(0, r0, n);
+    at::Tensor t = targets.narrow(0, r0, n);
+    at::Tensor tc = t.clamp_min(0);
+    at::Tensor valid = t.ne(kIgnoreTarget).to(at::kFloat);  // (n)
+    at::Tensor z = at::mm(h, weight.t());                   // (n, V) in the model dtype: the chunk's logits
+
+    at::Tensor picked = z.gather(1, tc.unsqueeze(1)).squeeze(1).to(at::kFloat);  // (n) target logits
+    if (softcap > 0) picked = at::tanh(picked / softcap) * softcap;
+    if (!low_precision && softcap <= 0) {
+      // float32 logits without a softcap: everything in place on them, no working blocks.
+      at::Tensor m = at::amax(z, {1});
+      at::Tensor s = z.sub_(m.unsqueeze(1)).exp_().sum(1);  // z holds exp(z - max)
+      total.add_(((s.log().add_(m) - picked) * valid).sum());
+      if (!grads) continue;
+      z.div_(s.unsqueeze(1));  // softmax
+      z.scatter_add_(1, tc.unsqueeze(1), valid.neg().unsqueeze(1));
+      if (!all_valid) z.mul_(valid.unsqueeze(1));
+    } else {
+      // The log-sum-exp over the vocabulary block by block (running maximum and rescaled sum),
+      // each block in float32.
+      at::Tensor m, s;  // (n) running maximum and sum of exp(x - m)
+      for (int64_t j0 = 0; j0 < V; j0 += block) {
+        at::Tensor a = z.narrow(1, j0, std::min(block, V - j0)).to(at::kFloat, false, /*copy=*/true);
+        if (softcap > 0) a.div_(softcap).tanh_().mul_(softcap);
+        at::Tensor bm = at::amax(a, {1});
+        if (!m.defined()) {
+          m = bm;
+          s = a.sub_(m.unsqueeze(1)).exp_().sum(1);
+        } else {
+          at::Tensor m2 = at::maximum(m, bm);
+          s = s.mul_((m - m2).exp_()).add_(a.sub_(m2.unsqueeze(1)).exp_().sum(1));
+          m = m2;
+        }
+      }
+      at::Tensor lse = s.log_().add_(m);  // (n)
+      total.add_(((lse - picked) * valid).sum());
+      if (!grads) continue;
+
+      // d loss / d logits = (softmax - onehot(target)) * valid, times 1 - tanh^2 under the softcap,
+      // formed in float32 per block and written over the logits (the model dtype) for the matmuls.
+      at::Tensor lse_col = lse.unsqueeze(1);
+      at::Tensor h_acc = w_float_acc ? h.to(at::kFloat) : h;
+      for (int64_t j0 = 0; j0 < V; j0 += block) {
+        const int64_t w = std::min(block, V - j0);
+        at::Tensor zb = z.narrow(1, j0, w);
+        at::Tensor a = low_precision ? zb.to(at::kFloat) : zb;  // float32: in place on the logits
+        at::Tensor p = softcap > 0 ? a.div_(softcap).tanh_().mul(softcap) : a;  // a holds the tanh
+        p.sub_(lse_col).exp_();
+        at::Tensor in_block = tc.ge(j0).logical_and_(tc.lt(j0 + w)).to(at::kFloat).mul_(valid);
+        p.scatter_add_(1, (tc - j0).clamp_(0, w - 1).unsqueeze(1), in_block.neg_().unsqueeze(1));
+        if (!all_valid) p.mul_(valid.unsqueeze(1));
+        if (softcap > 0) p.mul_(a.mul_(a).neg_().add_(1));
+        if (!p.is_same(zb)) zb.copy_(p);
+        if (w_float_acc) {
+          at::Tensor gw = grads->weight.narrow(0, j0, w);
+          if (first)
+            at::mm_out(gw, p.t(), h_acc);
+          else
+            gw.addmm_(p.t(), h_acc);
+        }
+      }
+    }
+    if (want_h) {
+      at::Tensor gh = grads->hidden.narrow(0, r0, n);  // rows of a contiguous (N, C): contiguous
+      at::mm_out(gh, z, weight);
+    }
+    if (want_w && !w_float_acc) {
+      if (first)
+        at::mm_out(grads->weight, z.t(), h);
+      else
+        grads->weight.addmm_(z.t(), h);
+    }
+  }
+  if (want_w && N == 0) grads->weight.zero_();
+  return total;
+}
+
+struct FusedCE : public torch::autograd::Function<FusedCE> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& targets, int64_t chunk, double softcap) {
-    at::NoGradGuard no_grad;
-    const int64_t N = hidden.size(0);
-    at::Tensor total = at::zeros({}, hidden.options().dtype(at::kFloat));
-    at::Tensor lse_all = at::empty({N}, hidden.options().dtype(at::kFloat));
-    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-      int64_t n = std::min(chunk, N - r0);
-      at::Tensor logits = chunk_logits(hidden.narrow(0, r0, n), weight, softcap, nullptr);
-      at::Tensor t = targets.narrow(0, r0, n);
-      at::Tensor valid = t.ne(-100);
-      at::Tensor lse = at::logsumexp(logits, -1);
-      at::Tensor picked = logits.gather(1, t.clamp_min(0).unsqueeze(1)).squeeze(1);
-      total += ((lse - picked) * valid).sum();
-      lse_all.narrow(0, r0, n).copy_(lse);
-    }
-    ctx->save_for_backward({hidden, weight, targets, lse_all});
-    ctx->saved_data["chunk"] = chunk;
-    ctx->saved_data["softcap"] = softcap;
-    ctx->saved_data["weight_grad"] = weight.requires_grad();  // frozen LM head (LoRA): skip its grad
-    return total;
+    FusedGrads g;
+    if (hidden.requires_grad()) g.hidden = at::empty(hidden.sizes(), hidden.options());
+    if (weight.requires_grad())  // frozen LM head (LoRA): no weight-gradient matmul at all
+      g.weight = at::empty(
+          weight.sizes(),
+          weight.options().dtype(weight.scalar_type() == at::kHalf ? at::kFloat : weight.scalar_type()));
+    at::Tensor loss = fused_cross_entropy(hidden, weight, targets, chunk, softcap, &g);
+    if (g.hidden.defined()) ctx->saved_data["grad_hidden"] = g.hidden;
+    if (g.weight.defined()) ctx->saved_data["grad_weight"] = g.weight;
+    ctx->saved_data["half_head"] = weight.scalar_type() == at::kHalf;
+    return loss;
   }
 
+  // The saved gradients of the sum, scaled by grad_output (1 / target tokens in the trainer). They
+  // leave the context here, so the head's gradient can become weight.grad without a copy.
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
-    auto saved = ctx->get_saved_variables();
-    at::Tensor hidden = saved[0], weight = saved[1], targets = saved[2], lse_all = saved[3];
-    const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    const double softcap = ctx->saved_data["softcap"].toDouble();
-    const bool weight_grad = ctx->saved_data["weight_grad"].toBool();
-    at::Tensor g = grad_out[0].to(at::kFloat);  // scalar
-    const int64_t N = hidden.size(0);
-    at::Tensor grad_hidden = at::empty_like(hidden);
-    at::Tensor grad_weight =
-        weight_grad ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
-    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-      int64_t n = std::min(chunk, N - r0);
-      at::Tensor h = hidden.narrow(0, r0, n);
-      at::Tensor th;
-      at::Tensor logits = chunk_logits(h, weight, softcap, &th);
-      at::Tensor t = targets.narrow(0, r0, n);
-      at::Tensor valid = t.ne(-100).to(at::kFloat).unsqueeze(1);  // (n, 1)
-      // In place on the logits buffer: at 128k vocabularies each (n, V) pass is the cost.
-      at::Tensor d = logits.sub_(lse_all.narrow(0, r0, n).unsqueeze(1)).exp_();  // softmax (n, V)
-      d.scatter_add_(1, t.clamp_min(0).unsqueeze(1), -at::ones({n, 1}, d.options()));
-      d.mul_(valid * g);                                    // dLoss/dlogits
-      if (softcap > 0) d.mul_(th.mul_(th).neg_().add_(1));  // through tanh(z/c)*c
-      grad_hidden.narrow(0, r0, n).copy_(at::matmul(d.to(hidden.scalar_type()), weight));
-      if (weight_grad) grad_weight.add_(at::matmul(d.t(), h.to(at::kFloat)));
+    const at::Tensor g = grad_out[0];
+    auto take = [&](const char* key) {
+      auto it = ctx->saved_data.find(key);
+      if (it == ctx->saved_data.end()) return at::Tensor();
+      at::Tensor t = it->second.toTensor();
+      ctx->saved_data.erase(it);
+      return t;
+    };
+    LT_CHECK(!ctx->saved_data.count("used"),
+             "chunked_cross_entropy: backward ran twice through the same loss; its gradients were formed "
+             "in the forward pass and are handed out once (compute the loss again instead of retain_graph)");
+    ctx->saved_data["used"] = true;
+    at::Tensor gh = take("grad_hidden"), gw = take("grad_weight");
+    if (gh.defined()) gh.mul_(g);
+    if (gw.defined()) {
+      gw.mul_(g);
+      if (ctx->saved_data["half_head"].toBool()) gw = gw.to(at::kHalf);  // summed in float32
     }
-    return {grad_hidden, weight_grad ? grad_weight.to(weight.scalar_type()) : at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+    return {gh, gw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
+
+// ============================================================================================
+// Per-row log-probabilities
 
 // Per-row log-probabilities of the targets: forward keeps the per-row log-sum-exp, backward
 // recomputes each chunk's logits and forms g_row * (onehot - softmax).
@@ -98,7 +209,7 @@ struct ChunkedLogprobs : public torch::autograd::Function<ChunkedLogprobs> {
       at::Tensor t = targets.narrow(0, r0, n);
       at::Tensor lse = at::logsumexp(logits, -1);
       at::Tensor picked = logits.gather(1, t.clamp_min(0).unsqueeze(1)).squeeze(1);
-      out.narrow(0, r0, n).copy_((picked - lse) * t.ne(-100));
+      out.narrow(0, r0, n).copy_((picked - lse) * t.ne(kIgnoreTarget));
       lse_all.narrow(0, r0, n).copy_(lse);
     }
     ctx->save_for_backward({hidden, weight, targets, lse_all});
@@ -125,7 +236,7 @@ struct ChunkedLogprobs : public torch::autograd::Function<ChunkedLogprobs> {
       at::Tensor th;
       at::Tensor logits = chunk_logits(h, weight, softcap, &th);
       at::Tensor t = targets.narrow(0, r0, n);
-      at::Tensor scale = (t.ne(-100).to(at::kFloat) * g.narrow(0, r0, n)).unsqueeze(1);  // (n, 1)
+      at::Tensor scale = (t.ne(kIgnoreTarget).to(at::kFloat) * g.narrow(0, r0, n)).unsqueeze(1);  // (n, 1)
       // d log p[t] / d logits = onehot - softmax; negate the softmax in place on the logits buffer.
       at::Tensor d = logits.sub_(lse_all.narrow(0, r0, n).unsqueeze(1)).exp_().neg_();
       d.scatter_add_(1, t.clamp_min(0).unsqueeze(1), at::ones({n, 1}, d.options()));
@@ -154,7 +265,16 @@ at::Tensor chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& wei
   LT_CHECK(hidden.dim() == 2 && targets.dim() == 1 && targets.size(0) == hidden.size(0),
            "chunked_cross_entropy: hidden must be (N, C) and targets (N)");
   LT_CHECK(chunk > 0, "chunked_cross_entropy: chunk must be positive");
-  return ChunkedCE::apply(hidden, weight, targets.to(at::kLong), chunk, softcap);
+  LT_CHECK(
+      hidden.scalar_type() == weight.scalar_type() && weight.dim() == 2 && weight.size(1) == hidden.size(1),
+      "chunked_cross_entropy: hidden (N, C) and weight (V, C) must share C and dtype, got "
+          << hidden.sizes() << " " << hidden.scalar_type() << " and " << weight.sizes() << " "
+          << weight.scalar_type());
+  at::Tensor t = targets.to(at::kLong);
+  // Without a gradient to form (evaluation, frozen everything) only the loss is computed.
+  if (!at::GradMode::is_enabled() || !(hidden.requires_grad() || weight.requires_grad()))
+    return fused_cross_entropy(hidden, weight, t, chunk, softcap, nullptr);
+  return FusedCE::apply(hidden, weight, t, chunk, softcap);
 }
 
 }  // namespace luatune

@@ -88,7 +88,8 @@ void optim_update(at::Tensor& w, const at::Tensor& g_in, OptimState& s, const Op
     s.exp_avg_sq.mul_(h.beta2).addcmul_(gf, gf, 1.0 - h.beta2);
     const double t = static_cast<double>(h.step);
     const double bc1 = 1.0 - std::pow(h.beta1, t), bc2 = 1.0 - std::pow(h.beta2, t);
-    at::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(h.eps);
+    at::Tensor denom = s.exp_avg_sq.sqrt();  // the update's one float32 temporary
+    denom.div_(std::sqrt(bc2)).add_(h.eps);
     w.addcdiv_(s.exp_avg.to(w.scalar_type()), denom.to(w.scalar_type()), -lr / bc1);
     return;
   }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include <unistd.h>
@@ -184,6 +185,8 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
            "train: micro_batch_size "
                << micro << " would split a preference pair (chosen and rejected rows); use an even number");
   const bool lm_loss = !hooks_replace_lm_loss();
+  bool lm_grad = backward;
+  for (const auto& hook : hooks_) lm_grad = lm_grad && hook->uses_lm_loss_gradient();
   // ZeRO-2/3 communicate inside every micro-batch: a rank with fewer micro-batches (or rows
   // without targets) makes the same collectives with nothing to add.
   const bool zero_slots = zero_ && backward && zero_->stage() >= ShardStage::gradients;
@@ -217,9 +220,13 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
     at::Tensor h = h_all.reshape({-1, h_all.size(-1)}).index_select(0, keep);
     at::Tensor kept_targets = targets.index_select(0, keep);
     at::Tensor loss;
-    if (lm_loss)
+    if (lm_loss) {
+      // The fused loss forms its gradients in this forward; without a use for them, plain forward.
+      std::optional<at::NoGradGuard> no_grad;
+      if (!lm_grad) no_grad.emplace();
       loss = chunked_cross_entropy(h, model_->output_weight(), kept_targets, options_.loss_chunk,
                                    model_->config.final_logit_softcap);
+    }
     if (!hooks_.empty()) {
       MicroBatch mb{&batch, r0, h_all, ids, fo.positions, fo.segments, keep, kept_targets, h, training};
       for (auto& hook : hooks_)
@@ -248,21 +255,30 @@ int64_t Trainer::loss_units(const Batch& batch) const {
   return batch.target_tokens;
 }
 
+// torch.nn.utils.clip_grad_norm_'s arithmetic: one norm per gradient (float32, no squared copy;
+// float32 gradients in one _foreach_norm), the norm of those, and the gradients scaled in place
+// when it exceeds max_grad_norm.
 double Trainer::clip_gradients() {
-  at::Tensor sq = at::zeros({}, model_->embed.options().dtype(at::kFloat).requires_grad(false));
+  std::vector<at::Tensor> grads, f32_grads, norms;
+  const c10::Device dev = model_->embed.device();
   for (size_t i = first_local_; i < params_.size(); i++) {
-    at::Tensor* p = params_[i].second;
-    if (settings_[i].clip && p->grad().defined())
-      sq = sq + p->grad().to(at::kFloat).pow(2).sum().to(sq.device());
+    const at::Tensor& g = params_[i].second->grad();
+    if (!settings_[i].clip || !g.defined()) continue;
+    grads.push_back(g);
+    if (g.scalar_type() == at::kFloat && g.device() == dev)
+      f32_grads.push_back(g);
+    else
+      norms.push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kFloat).to(dev));
   }
+  if (!f32_grads.empty())
+    for (at::Tensor& n : at::_foreach_norm(f32_grads, 2)) norms.push_back(n);
+  const double local = norms.empty() ? 0.0 : at::linalg_vector_norm(at::stack(norms)).item<double>();
   // ZeRO: each rank has its slices' share of the norm; the replicated ones count once.
-  double norm = std::sqrt(sq.item<double>() + (zero_ ? dist_sum(zero_->grad_norm_sq()) : 0.0));
+  const double norm = std::sqrt(local * local + (zero_ ? dist_sum(zero_->grad_norm_sq()) : 0.0));
   if (options_.max_grad_norm > 0 && std::isfinite(norm) && norm > options_.max_grad_norm) {
-    double coef = options_.max_grad_norm / (norm + 1e-6);
+    const double coef = options_.max_grad_norm / (norm + 1e-6);
     if (zero_) zero_->scale_gradients(coef);
-    for (size_t i = first_local_; i < params_.size(); i++)
-      if (settings_[i].clip && params_[i].second->grad().defined())
-        params_[i].second->mutable_grad().mul_(coef);
+    if (!grads.empty()) at::_foreach_mul_(grads, coef);
   }
   return norm;
 }

@@ -1,7 +1,7 @@
 // The trainer: one optimizer step per call on a Batch (split into micro-batches whose loss is
 // normalised by the whole batch's target tokens, so accumulation equals the large batch), AdamW or
 // SGD, warmup + constant/linear/cosine schedules, gradient clipping, fp32 master weights for
-// bf16/f16 models, per-layer activation checkpointing, chunked cross-entropy, evaluation, and
+// bf16/f16 models, per-layer activation checkpointing, fused chunked cross-entropy, evaluation, and
 // atomic checkpoints that resume exactly (weights, optimizer, schedule position, RNG, step).
 #pragma once
 
@@ -71,6 +71,9 @@ class TrainerHook {
   // True when micro_loss computes the whole loss itself (preference and reward losses): the
   // trainer then skips the LM cross-entropy and passes an undefined ce_sum.
   virtual bool replaces_lm_loss() const { return false; }
+  // False when micro_loss never lets ce_sum's gradient reach the loss (distillation with alpha 1):
+  // the trainer then computes ce_sum without autograd, skipping the fused loss's gradient matmuls.
+  virtual bool uses_lm_loss_gradient() const { return true; }
   // What the step's summed micro losses are divided by, e.g. the batch's pairs for a loss per
   // preference pair; negative (the default) keeps the batch's target tokens. Summed over ranks.
   virtual int64_t loss_units(const Batch& batch) const { return -1; }

@@ -162,7 +162,7 @@ expect_out "method: full, dtype bf16 with fp32 master weights, adamw"; expect_ou
 check plan_quantize 0 "$runner" plan lora_finetune model_preset=llama3.1-8b quantize=nf4
 expect_out "method: qlora, dtype bf16, LoRA r=16"
 check plan_qlora_recipe 0 "$runner" plan qlora_finetune model_preset=llama3.1-8b max_length=2048 batch_size=1
-expect_out "method: qlora"; expect_out "  total                 10.87"
+expect_out "method: qlora"; expect_out "  total                  9.91"
 check plan_no_config 2 "$runner" plan lora_finetune base_model=/nonexistent
 expect_out "plan: base_model '/nonexistent' has no config.json to read the model's shape from"
 expect_out "HINT: point base_model= at a Hugging Face model directory, or pass model_preset=llama3.1-8b|mistral-7b|gemma2-9b"

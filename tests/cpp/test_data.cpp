@@ -320,6 +320,52 @@ TEST(DataLoad, BadRecordsFailWithFileAndLine) {
   o.skip_bad = false;
 }
 
+// The record sources behind from_records and from_jsonl (datasets and preference pairs alike).
+TEST(DataLoad, RecordReadersNameEachRecord) {
+  const std::vector<json> records = {{{"text", "a"}}, {{"text", "b"}}};
+  json r;
+  int64_t origin = 0;
+  std::string where, error = "stale";
+  DataRecordReader next = data_records_reader(records);
+  ASSERT_TRUE(next(r, origin, where, error));
+  EXPECT_EQ(r, records[0]);
+  EXPECT_EQ(origin, 1);
+  EXPECT_EQ(where, "records[1]");
+  EXPECT_EQ(error, "");
+  ASSERT_TRUE(next(r, origin, where, error));
+  EXPECT_EQ(origin, 2);
+  EXPECT_EQ(where, "records[2]");
+  EXPECT_FALSE(next(r, origin, where, error));
+
+  // A JSONL file: blank lines skipped, a bad line is a record with its error (and a null value).
+  const std::string path = write_temp("readers.jsonl", "{\"text\": \"a\"}\n\n[1]\nnot json\n");
+  std::vector<std::string> seen;
+  data_jsonl_read(path, "data", "tokens", [&](const DataRecordReader& in) {
+    while (in(r, origin, where, error))
+      seen.push_back(std::to_string(origin) + " " + where + " " + r.dump() + " " +
+                     error.substr(0, error.find(',')));
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"1 " + path + ":1 {\"text\":\"a\"} ",
+                                            "3 " + path + ":3 [1] ",  // JSON: the build decides
+                                            "4 " + path + ":4 null " + path + ":4: expected a JSON object"}));
+
+  EXPECT_EQ(
+      error_of([] { data_jsonl_read("no/such.jsonl", "data.preferences", "pairs", [](const auto&) {}); }),
+      "data.preferences: cannot open 'no/such.jsonl'");
+  // Out of memory while building names the line reached; other errors pass unchanged.
+  EXPECT_EQ(error_of([&] {
+              data_jsonl_read(path, "data", "tokens", [&](const DataRecordReader& in) {
+                in(r, origin, where, error);
+                in(r, origin, where, error);
+                throw std::bad_alloc();
+              });
+            }),
+            "data: " + path + ":3: holding the tokens read so far: out of memory (std::bad_alloc)");
+  EXPECT_EQ(
+      error_of([&] { data_jsonl_read(path, "data", "tokens", [](const auto&) { fail("data: mine"); }); }),
+      "data: mine");
+}
+
 TEST(DataLoad, MaxRecordsReadsTheFirstOnes) {
   DataOptions o = unpacked();
   o.max_records = 1;
@@ -422,6 +468,28 @@ TEST(DataOrder, EpochsCoverEveryRowOnceAndResumeMatchesAStraightRun) {
   // One pass without cycling ends with a short batch; without shuffle rows come in order.
   EXPECT_EQ(ds->step_rows(3, 4, false, false), v({8, 9}));
   EXPECT_TRUE(ds->step_rows(4, 4, false, false).empty());
+}
+
+// Data parallel: the slice each rank of a step takes (Dataset::shard_rows, PreferenceDataset::shard_pairs).
+TEST(DataOrder, ShardGivesEachRankAContiguousSlice) {
+  int64_t asked = 0;
+  auto draw = [&](int64_t n) {
+    asked = n;
+    std::vector<int64_t> items;
+    for (int64_t i = 0; i < n; i++) items.push_back(100 + i);
+    return items;
+  };
+  EXPECT_EQ(data_shard(2, true, 1, 3, draw), v({102, 103}));
+  EXPECT_EQ(asked, 6);  // size * world
+  // A short last step of 5 items over 3 ranks: slices of 2, 2 and 1; of 1 item: the others get none.
+  auto five = [](int64_t) { return v({10, 11, 12, 13, 14}); };
+  EXPECT_EQ(data_shard(2, false, 0, 3, five), v({10, 11}));
+  EXPECT_EQ(data_shard(2, false, 1, 3, five), v({12, 13}));
+  EXPECT_EQ(data_shard(2, false, 2, 3, five), v({14}));
+  EXPECT_EQ(data_shard(4, false, 2, 3, [](int64_t) { return v({7}); }), v({}));
+  asked = 0;
+  EXPECT_EQ(error_of([&] { data_shard(2, true, 3, 3, draw); }), "data: rank 3 outside [0, 3)");
+  EXPECT_EQ(asked, 0);  // checked before drawing
 }
 
 TEST(DataOrder, SplitIsSeededDisjointAndByRecord) {

@@ -214,6 +214,25 @@ TEST(HwReportMarkdown, NumberFormats) {
   EXPECT_EQ(hw_fmt_duration(7260), "2h01m");
 }
 
+// The line under the title, shared by both renderers: only what the document gives, in order.
+TEST(HwReportMarkdown, AboutLineHasOnlyTheGivenParts) {
+  const HwMarkup m{[](const std::string& s) { return s; }, [](const std::string& s) { return "*" + s + "*"; },
+                   [](const std::string& s) { return "`" + s + "`"; }};
+  HwReportDoc doc;
+  EXPECT_EQ(hw_report_about(doc, m), std::vector<std::string>());
+  doc.date = "2026-11-22";
+  EXPECT_EQ(hw_report_about(doc, m), (std::vector<std::string>{"2026-11-22"}));
+  doc.model_name = "tiny";
+  doc.recipe = "lora_finetune";
+  EXPECT_EQ(hw_report_about(doc, m),
+            (std::vector<std::string>{"Model *tiny*", "recipe `lora_finetune`", "2026-11-22"}));
+  doc.model_trainable = 4.2e7;
+  doc.model_method = "lora";
+  EXPECT_EQ(hw_report_about(doc, m)[0], "Model *tiny* (42M trainable, lora)");
+  doc.model_parameters = 8.03e9;
+  EXPECT_EQ(hw_report_about(doc, m)[0], "Model *tiny* (8.03B parameters, 42M trainable, lora)");
+}
+
 // ============================================================================================
 // HTML
 
@@ -225,6 +244,15 @@ TEST(HwReportHtml, SelfContained) {
     EXPECT_EQ(html.find(bad), std::string::npos) << bad;
   EXPECT_NE(html.find("<style>"), std::string::npos);
   EXPECT_NE(html.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
+}
+
+TEST(HwReportHtml, AboutLineUnderTheTitle) {
+  std::string html = hw_report_html(sample());
+  EXPECT_NE(
+      html.find("<h1>8B LoRA</h1>\n<p class=\"about\">Model <strong>Llama-3.1-8B</strong> (8.03B "
+                "parameters, 42M trainable, lora) · recipe <code>lora_finetune</code> · 2026-11-22</p>\n"),
+      std::string::npos)
+      << html;
 }
 
 TEST(HwReportHtml, OneSvgPerChartWithAxes) {

@@ -23,21 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A FILE* writing into memory, standing in for stdout or a terminal.
-struct Capture {
-  char* buf = nullptr;
-  size_t len = 0;
-  std::FILE* f = open_memstream(&buf, &len);
-  ~Capture() {
-    std::fclose(f);
-    std::free(buf);
-  }
-  std::string text() {
-    std::fflush(f);
-    return std::string(buf, len);
-  }
-};
-
 MetricValues vals(std::vector<std::pair<std::string, double>> numbers, std::string note = "") {
   MetricValues v;
   v.numbers = std::move(numbers);

@@ -27,14 +27,6 @@ namespace {
 
 constexpr int64_t kVocab = 61;
 
-std::shared_ptr<Model> tiny(uint64_t seed = 1) {
-  return model_init(
-      model_config_with("llama", R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})",
-                        "test"),
-      seed, at::kFloat, at::kCPU);
-}
-
 // `pairs` pairs of random sequences of length `len`: a shared 4-token prompt per pair, the
 // responses differ; targets only on the response (the last len - 4 positions' next tokens), the
 // rejected row shorter by `shorter` tokens of padding.
@@ -134,7 +126,7 @@ TEST(PreferenceLoss, TokenLogprobsMatchATenValueAndGradients) {
 }
 
 TEST(PreferenceLoss, TrainerStepEqualsPlainAutogradDpo) {
-  auto policy = tiny(1), reference = tiny(2);  // different weights: the loss is not log 2
+  auto policy = tiny_model61(1), reference = tiny_model61(2);  // different weights: the loss is not log 2
   Batch b = pair_batch(3, 10, 5);
   at::Tensor plain = plain_dpo(*policy, *reference, b, 0.1).mean();
   plain.backward();
@@ -145,10 +137,10 @@ TEST(PreferenceLoss, TrainerStepEqualsPlainAutogradDpo) {
   }
   for (int64_t micro : {0, 2}) {
     SCOPED_TRACE("micro_batch_size " + std::to_string(micro));
-    auto pol = tiny(1);
+    auto pol = tiny_model61(1);
     TrainOptions o;
     o.lr = 1e-3, o.schedule = "constant", o.micro_batch_size = micro, o.max_grad_norm = 0;
-    auto hook = std::make_shared<PreferenceLoss>(pol, tiny(2), PreferenceOptions{});
+    auto hook = std::make_shared<PreferenceLoss>(pol, tiny_model61(2), PreferenceOptions{});
     Trainer t(pol, o, {hook});
     // The gradient as the trainer forms it, before its update: evaluate the same loss with backward.
     auto [sum, count] = t.batch_loss(b, /*backward=*/true, /*normaliser=*/3);
@@ -157,10 +149,10 @@ TEST(PreferenceLoss, TrainerStepEqualsPlainAutogradDpo) {
     for (size_t i = 0; i < want.size(); i++) EXPECT_TRUE(at::allclose(got[i], want[i], 1e-4, 1e-6)) << i;
   }
   // At the first step a policy equal to its reference has z = 0: the loss is log 2 for every pair.
-  auto same = tiny(7);
+  auto same = tiny_model61(7);
   TrainOptions o;
   o.lr = 1e-3, o.schedule = "constant";
-  Trainer t(same, o, {std::make_shared<PreferenceLoss>(same, tiny(7), PreferenceOptions{})});
+  Trainer t(same, o, {std::make_shared<PreferenceLoss>(same, tiny_model61(7), PreferenceOptions{})});
   StepStats s = t.step(b);
   EXPECT_NEAR(s.loss, std::log(2.0), 1e-6);
   bool saw_accuracy = false;
@@ -175,7 +167,7 @@ TEST(PreferenceLoss, AdaptersOffEqualsASeparateFrozenCopy) {
   lc.r = 4, lc.alpha = 8, lc.dropout = 0;
   lc.targets = {"all-linear"};
   auto with_lora = [&](uint64_t seed) {
-    auto m = tiny(seed);
+    auto m = tiny_model61(seed);
     lora_apply(*m, lc, 3);
     at::NoGradGuard ng;
     at::Generator gen = at::detail::createCPUGenerator(11);
@@ -186,9 +178,9 @@ TEST(PreferenceLoss, AdaptersOffEqualsASeparateFrozenCopy) {
   TrainOptions o;
   o.lr = 1e-2, o.schedule = "constant", o.micro_batch_size = 2;
   auto a = with_lora(1), b = with_lora(1);
-  Trainer ta(
-      a, o,
-      {std::make_shared<PreferenceLoss>(a, tiny(1), PreferenceOptions{})});  // base weights, no adapters
+  Trainer ta(a, o,
+             {std::make_shared<PreferenceLoss>(a, tiny_model61(1),
+                                               PreferenceOptions{})});  // base weights, no adapters
   Trainer tb(b, o, {std::make_shared<PreferenceLoss>(b, b, PreferenceOptions{})});  // adapters off
   for (int i = 0; i < 3; i++) {
     Batch batch = pair_batch(2, 9, 20 + i);
@@ -203,7 +195,7 @@ TEST(PreferenceLoss, AdaptersOffEqualsASeparateFrozenCopy) {
 TEST(PreferenceLoss, CachedReferenceEqualsRecomputedAndSurvivesAFile) {
   std::vector<Batch> data;
   for (int i = 0; i < 3; i++) data.push_back(pair_batch(2, 9, 40 + i));
-  auto reference = tiny(2);
+  auto reference = tiny_model61(2);
   ReferenceCache cache;
   for (const Batch& b : data) {
     auto [sums, counts] = sequence_logprobs(*reference, b, 5);
@@ -223,7 +215,7 @@ TEST(PreferenceLoss, CachedReferenceEqualsRecomputedAndSurvivesAFile) {
   }
   TrainOptions o;
   o.lr = 1e-2, o.schedule = "constant";
-  auto a = tiny(1), b = tiny(1);
+  auto a = tiny_model61(1), b = tiny_model61(1);
   Trainer ta(a, o, {std::make_shared<PreferenceLoss>(a, reference, PreferenceOptions{})});
   auto cached = std::make_shared<PreferenceLoss>(b, nullptr, PreferenceOptions{});
   cached->set_reference_cache(back, dir + "/ref.safetensors");
@@ -241,20 +233,20 @@ TEST(PreferenceLoss, ResumeEqualsAStraightRunBitForBit) {
     SCOPED_TRACE(loss);
     PreferenceOptions po;
     po.loss = loss;
-    auto ref = [&]() -> std::shared_ptr<Model> { return po.loss == "orpo" ? nullptr : tiny(2); };
+    auto ref = [&]() -> std::shared_ptr<Model> { return po.loss == "orpo" ? nullptr : tiny_model61(2); };
     TrainOptions o;
     o.lr = 3e-3, o.warmup = 1, o.steps = 4, o.micro_batch_size = 2;
     std::vector<Batch> data;
     for (int i = 0; i < 4; i++) data.push_back(pair_batch(2, 8, 60 + i));
-    auto straight = tiny(1);
+    auto straight = tiny_model61(1);
     Trainer a(straight, o, {std::make_shared<PreferenceLoss>(straight, ref(), po)});
     for (const Batch& b : data) a.step(b);
     o.output_dir = temp_dir(std::string("resume_") + loss);
-    auto first = tiny(1);
+    auto first = tiny_model61(1);
     Trainer b1(first, o, {std::make_shared<PreferenceLoss>(first, ref(), po)});
     for (int i = 0; i < 2; i++) b1.step(data[i]);
     b1.save();
-    auto second = tiny(9);
+    auto second = tiny_model61(9);
     Trainer b2(second, o, {std::make_shared<PreferenceLoss>(second, ref(), po)});
     EXPECT_EQ(b2.resume(), 2);
     for (int i = 2; i < 4; i++) b2.step(data[i]);
@@ -264,16 +256,16 @@ TEST(PreferenceLoss, ResumeEqualsAStraightRunBitForBit) {
 }
 
 TEST(PreferenceLoss, ClearErrors) {
-  auto m = tiny(1);
+  auto m = tiny_model61(1);
   PreferenceOptions o;
   o.loss = "kto";
-  EXPECT_EQ(error_of([&] { PreferenceLoss(m, tiny(2), o); }),
+  EXPECT_EQ(error_of([&] { PreferenceLoss(m, tiny_model61(2), o); }),
             "train.preference: loss must be \"sigmoid\", \"ipo\", \"hinge\" or \"orpo\", got \"kto\"");
   EXPECT_NE(error_of([&] { PreferenceLoss(m, m, PreferenceOptions{}); }).find("needs a model with adapters"),
             std::string::npos);
   TrainOptions to;
   to.lr = 1e-3, to.schedule = "constant", to.micro_batch_size = 3;
-  Trainer t(m, to, {std::make_shared<PreferenceLoss>(m, tiny(2), PreferenceOptions{})});
+  Trainer t(m, to, {std::make_shared<PreferenceLoss>(m, tiny_model61(2), PreferenceOptions{})});
   EXPECT_NE(error_of([&] { t.step(pair_batch(2, 8, 1)); }).find("would split a preference pair"),
             std::string::npos);
   EXPECT_NE(error_of([&] { t.step(random_batch(kVocab, 2, 8, 1)); }).find("needs preference batches"),

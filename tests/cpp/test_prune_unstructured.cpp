@@ -15,21 +15,16 @@
 #include "host/model/config.h"
 #include "host/prune/unstructured.h"
 #include "tests/cpp/test_batch.h"
+#include "tests/cpp/test_tiny.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
 
 namespace {
 
+// The shared 61-token model; Gemma 2 with query_pre_attn_scalar 8.
 std::shared_ptr<Model> tiny(const std::string& arch = "llama", uint64_t seed = 1) {
-  std::string extra =
-      arch == "gemma2" ? R"(, "head_dim": 8, "sliding_window": 4, "query_pre_attn_scalar": 8)" : "";
-  return model_init(model_config_with(arch,
-                                      R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)" +
-                                          extra + "}",
-                                      "test"),
-                    seed, at::kFloat, at::kCPU);
+  return tiny_model61(seed, arch, arch == "gemma2" ? R"(, "query_pre_attn_scalar": 8)" : "");
 }
 
 std::vector<Batch> calibration(int64_t n = 3) {

@@ -15,20 +15,13 @@
 #include "host/train/reward.h"
 #include "host/train/trainer.h"
 #include "tests/cpp/test_batch.h"
+#include "tests/cpp/test_tiny.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::shared_ptr<Model> tiny(uint64_t seed = 1) {
-  return model_init(
-      model_config_with("llama", R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})",
-                        "test"),
-      seed, at::kFloat, at::kCPU);
-}
 
 // `pairs` pairs of random rows of length `len`; row r is lengths[r] tokens then padding (id 0);
 // targets on every real token after the first 3 (the reward ignores them; the trainer needs some).
@@ -58,7 +51,7 @@ std::string temp_dir(const std::string& name) {
 }  // namespace
 
 TEST(Reward, ScoreReadsEachRowsLastTokenOnly) {
-  auto model = tiny();
+  auto model = tiny_model61();
   RewardModel rm(model, 3);
   Batch b = pair_batch(2, 12, 5);
   at::Tensor s = rm.score(b);
@@ -80,7 +73,7 @@ TEST(Reward, ScoreReadsEachRowsLastTokenOnly) {
 }
 
 TEST(Reward, TrainerStepIsBradleyTerryByPlainAutograd) {
-  auto model = tiny(2), ref_model = tiny(2);
+  auto model = tiny_model61(2), ref_model = tiny_model61(2);
   auto rm = std::make_shared<RewardModel>(model, 4);
   RewardModel ref(ref_model, 4);
   Batch b = pair_batch(3, 10, 7);
@@ -121,7 +114,7 @@ TEST(Reward, TrainerStepIsBradleyTerryByPlainAutograd) {
 }
 
 TEST(Reward, SavesAsHfSequenceClassificationAndLoadsBack) {
-  auto model = tiny(3);
+  auto model = tiny_model61(3);
   RewardModel rm(model, 5);
   std::string dir = temp_dir("save");
   reward_save(rm, dir, 60);
@@ -150,7 +143,7 @@ TEST(Reward, SavesAsHfSequenceClassificationAndLoadsBack) {
 }
 
 TEST(Reward, ErrorsNameWhatIsWrong) {
-  auto model = tiny(4);
+  auto model = tiny_model61(4);
   RewardModel rm(model, 1);
   std::string dir = temp_dir("errors");
   // A causal LM directory has no score head.

@@ -18,18 +18,6 @@ using json = nlohmann::json;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/luatune_run_dir_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 // A checkpoint directory with a state file of `bytes` bytes and a manifest listing it.
 void make_checkpoint(const std::string& dir, int64_t step, const std::string& run_id, size_t bytes = 16) {
   fs::create_directories(dir);

@@ -1,4 +1,5 @@
-// String and file helpers: splitting, trimming, edit distance, hints, numbers, paths, atomic writes.
+// String and file helpers: splitting, trimming, edit distance, hints, numbers, Markdown tables,
+// paths, atomic writes.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -53,6 +54,18 @@ TEST(Strings, NumbersPrintShortestRoundTrip) {
     ASSERT_TRUE(str_to_number(str_from_number(v), &back));
     EXPECT_EQ(back, v) << str_from_number(v);
   }
+}
+
+TEST(Markdown, CellEscapesPipesAndFoldsNewlines) {
+  EXPECT_EQ(md_cell("a|b\nc\r\nd"), "a\\|b c  d");
+  EXPECT_EQ(md_cell("<b> & `x`"), "<b> & `x`");  // HTML and code are the caller's concern
+  EXPECT_EQ(md_cell(""), "");
+}
+
+TEST(Markdown, TableAlignsNumbersAndPadsShortRows) {
+  EXPECT_EQ(md_table({{"name"}, {"n", true}}, {{"a", "1"}, {"b"}, {"c", "3", "dropped"}}),
+            "| name | n |\n|---|---:|\n| a | 1 |\n| b |  |\n| c | 3 |\n");
+  EXPECT_EQ(md_table({{"x"}}, {}), "| x |\n|---|\n");
 }
 
 TEST(Files, PathParts) {

@@ -1,7 +1,7 @@
-// Tiny CPU models for the C++ units that build, adapt and compare them (test_lora, test_qlora,
-// test_adaption_prompt, test_prune_surgery, test_preference, test_train): one config shape, a fixed
-// input and its logits, random adapter weights, and a bit-exact state comparison. Only for test
-// files that already include ATen.
+// Tiny CPU models for the C++ units that build, adapt, train and compare them (test_lora, test_qlora,
+// test_adaption_prompt, test_prune_surgery, test_prune_unstructured, test_preference, test_reward,
+// test_train): two config shapes, a fixed input and its logits, random adapter weights, and a
+// bit-exact state comparison. Only for test files that already include ATen.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -27,6 +27,17 @@ inline std::shared_ptr<Model> tiny_model(const std::string& arch, int64_t hidden
                        R"(, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)" +
                        extra + "}";
   return model_init(model_config_with(arch, fields, "test"), seed, dtype, at::kCPU);
+}
+
+// The 61-token model the training units share: 2 layers, hidden 32, intermediate 40, 4 heads in 2
+// KV groups; Gemma 2 also gets head_dim 8 and a 4-token sliding window. `extra` adds config.json
+// fields (`, "key": value` text).
+inline std::shared_ptr<Model> tiny_model61(uint64_t seed = 1, const std::string& arch = "llama",
+                                           const std::string& extra = "") {
+  std::string fields = R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)";
+  if (arch == "gemma2") fields += R"(, "head_dim": 8, "sliding_window": 4)";
+  return model_init(model_config_with(arch, fields + extra + "}", "test"), seed, at::kFloat, at::kCPU);
 }
 
 // (2, 9) token ids below 97 from a fixed generator: the input the units compare logits on.

@@ -16,6 +16,7 @@
 #include "host/core/files.h"
 #include "host/text/tokenizer.h"
 #include "host/text/tokenizer_parts.h"
+#include "tests/cpp/test_util.h"
 
 using namespace luatune;
 using Ids = std::vector<int32_t>;
@@ -29,17 +30,6 @@ const std::string kMetaspace = "tests/fixtures/tokenizers/metaspace";
 std::shared_ptr<Tokenizer> load(const std::string& dir) {
   return Tokenizer::load(dir);
 }
-
-// A directory under /tmp, removed again with the object. Converts to its path.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/lt_tok_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  operator std::string() const { return path; }
-};
 
 // The fixture's tokenizer.json after `edit`, alone in a temporary directory.
 std::unique_ptr<TempDir> edited_copy(const std::string& fixture,
@@ -368,6 +358,32 @@ TEST(TokenizerParts, NormalizersKeepSourceRanges) {
   p = normalize({{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", "_"}}, "a  \tb");
   EXPECT_EQ(p.text, "a_b");
   EXPECT_EQ(p.source_range(1, 2), (luatune::Span{1, 4}));
+}
+
+// Every Sequence component (normalizers, pre-tokenizers, post-processors, decoders) builds its parts
+// this way: a null entry is no part, and errors name the entry's JSON path.
+TEST(TokenizerParts, SequencePartsInOrderNullIsNone) {
+  const nlohmann::json spec =
+      nlohmann::json::parse(R"({"normalizers": [{"type": "Lowercase"}, null, {"type": "Strip"}]})");
+  const luatune::JsonNode node(spec, "test.json", "normalizer");
+  auto parts = luatune::sequence_parts<luatune::Normalizer>(node, "normalizers");
+  ASSERT_EQ(parts.size(), 3u);
+  ASSERT_NE(parts[0], nullptr);
+  EXPECT_EQ(parts[1], nullptr);
+  ASSERT_NE(parts[2], nullptr);
+  luatune::Piece p = luatune::Piece::of_original(" AB ", 0);
+  parts[0]->normalize(p);
+  EXPECT_EQ(p.text, " ab ");
+  EXPECT_EQ(normalize({{"type", "Sequence"}, {"normalizers", spec["normalizers"]}}, " AB ").text, "ab");
+  EXPECT_EQ(error_of([&] { luatune::sequence_parts<luatune::Decoder>(node, "decoders"); }),
+            "test.json: normalizer has no \"decoders\" field");
+  const nlohmann::json bad = nlohmann::json::parse(R"({"decoders": [{"type": "Fuse"}, {"type": "CTC"}]})");
+  EXPECT_EQ(error_of([&] {
+              luatune::sequence_parts<luatune::Decoder>(luatune::JsonNode(bad, "test.json", "decoder"),
+                                                        "decoders");
+            }),
+            "test.json: decoder.decoders[1].type \"CTC\" is not supported (supported: ByteLevel, Metaspace, "
+            "Replace, ByteFallback, Fuse, Strip, Sequence)");
 }
 
 TEST(TokenizerParts, Utf8LossyMatchesMaximalSubparts) {

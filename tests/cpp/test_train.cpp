@@ -23,16 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::shared_ptr<Model> tiny(const std::string& arch = "llama", uint64_t seed = 1) {
-  std::string extra = arch == "gemma2" ? R"(, "head_dim": 8, "sliding_window": 4)" : "";
-  return model_init(model_config_with(arch,
-                                      R"({"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)" +
-                                          extra + "}",
-                                      "test"),
-                    seed, at::kFloat, at::kCPU);
-}
-
 // Rows of random documents over this file's 61-token vocabulary, every next token a target.
 Batch random_batch(int64_t rows, int64_t len, uint64_t seed) {
   return luatune::random_batch(61, rows, len, seed);
@@ -75,7 +65,7 @@ TEST(ChunkedCE, MatchesATenValueAndGradients) {
 }
 
 TEST(Trainer, MicroBatchesEqualTheLargeBatch) {
-  auto m = tiny();
+  auto m = tiny_model61();
   TrainOptions o;
   o.schedule = "constant";
   Trainer whole(m, o);
@@ -98,7 +88,7 @@ TEST(Trainer, MicroBatchesEqualTheLargeBatch) {
 
 TEST(Trainer, RecomputedLayersGiveTheSameGradients) {
   for (const char* arch : {"llama", "gemma2"}) {
-    auto m = tiny(arch);
+    auto m = tiny_model61(1, arch);
     TrainOptions o;
     o.schedule = "constant";
     Trainer plain(m, o);
@@ -116,7 +106,7 @@ TEST(Trainer, RecomputedLayersGiveTheSameGradients) {
 }
 
 TEST(Trainer, PaddingAndPackingLeaveADocumentsLossAlone) {
-  auto m = tiny();
+  auto m = tiny_model61();
   TrainOptions o;
   o.schedule = "constant";
   Trainer t(m, o);
@@ -140,7 +130,7 @@ TEST(Trainer, PaddingAndPackingLeaveADocumentsLossAlone) {
 }
 
 TEST(Trainer, SchedulesWarmUpThenDecay) {
-  auto m = tiny();
+  auto m = tiny_model61();
   TrainOptions o;
   o.lr = 1.0, o.warmup = 10, o.steps = 110, o.schedule = "cosine", o.min_lr_ratio = 0.1;
   Trainer t(m, o);
@@ -154,7 +144,7 @@ TEST(Trainer, SchedulesWarmUpThenDecay) {
 }
 
 TEST(Trainer, TrainingLowersTheLoss) {
-  auto m = tiny();
+  auto m = tiny_model61();
   TrainOptions o;
   o.lr = 1e-2, o.schedule = "constant";
   Trainer t(m, o);
@@ -165,6 +155,30 @@ TEST(Trainer, TrainingLowersTheLoss) {
   EXPECT_EQ(t.step_count(), 31);
 }
 
+TEST(Trainer, ClippingScalesGradientsToTheMaxNormAsTorchDoes) {
+  // SGD with lr 1 and no momentum: the update is the clipped gradient itself.
+  for (double max_norm : {0.05, 1e6}) {  // clipped, and left alone
+    SCOPED_TRACE("max_grad_norm " + std::to_string(max_norm));
+    TrainOptions o;
+    o.optimizer = "sgd", o.lr = 1, o.schedule = "constant", o.max_grad_norm = max_norm;
+    Batch b = random_batch(4, 9, 11);
+    Trainer ref(tiny_model61(), o);
+    ref.batch_loss(b, true, b.target_tokens);
+    std::vector<at::Tensor> g = grads(ref);
+    double sq = 0;
+    for (const at::Tensor& x : g) sq += x.to(at::kDouble).pow(2).sum().item<double>();
+    const double norm = std::sqrt(sq), coef = norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+    Trainer t(tiny_model61(), o);
+    std::vector<at::Tensor> before;
+    for (auto& [name, p] : t.parameters()) before.push_back(p->detach().clone());
+    StepStats s = t.step(b);
+    EXPECT_NEAR(s.grad_norm, norm, 1e-5 * norm);
+    for (size_t i = 0; i < before.size(); i++)
+      EXPECT_TRUE(at::allclose(*t.parameters()[i].second, before[i] - g[i] * coef, 1e-5, 1e-7))
+          << t.parameters()[i].first;
+  }
+}
+
 TEST(Trainer, ResumeEqualsAStraightRunBitForBit) {
   for (bool bf16 : {false, true}) {
     SCOPED_TRACE(bf16 ? "bf16 + fp32 master" : "fp32");
@@ -172,19 +186,19 @@ TEST(Trainer, ResumeEqualsAStraightRunBitForBit) {
     o.lr = 3e-3, o.warmup = 2, o.steps = 6, o.weight_decay = 0.01, o.micro_batch_size = 2;
     std::vector<Batch> data;
     for (int i = 0; i < 6; i++) data.push_back(random_batch(4, 8, 100 + i));
-    auto straight = tiny();
+    auto straight = tiny_model61();
     if (bf16) straight->to(at::kCPU, at::kBFloat16);
     Trainer a(straight, o);
     for (const Batch& b : data) a.step(b);
 
     o.output_dir = temp_dir(bf16 ? "bf16" : "f32");
     o.keep_last = 1;
-    auto first = tiny();
+    auto first = tiny_model61();
     if (bf16) first->to(at::kCPU, at::kBFloat16);
     Trainer b1(first, o);
     for (int i = 0; i < 3; i++) b1.step(data[i]);
     b1.save();
-    auto second = tiny(/*arch=*/"llama", /*seed=*/99);  // different weights: resume must overwrite them
+    auto second = tiny_model61(/*seed=*/99);  // different weights: resume must overwrite them
     if (bf16) second->to(at::kCPU, at::kBFloat16);
     Trainer b2(second, o);
     EXPECT_EQ(b2.resume(), 3);
@@ -195,7 +209,7 @@ TEST(Trainer, ResumeEqualsAStraightRunBitForBit) {
 }
 
 TEST(Trainer, KeepsTheLastCheckpointsAndIgnoresIncompleteOnes) {
-  auto m = tiny();
+  auto m = tiny_model61();
   TrainOptions o;
   o.schedule = "constant", o.output_dir = temp_dir("keep"), o.save_every = 1, o.keep_last = 2;
   Trainer t(m, o);
@@ -213,13 +227,13 @@ TEST(Trainer, KeepsTheLastCheckpointsAndIgnoresIncompleteOnes) {
   t.reach_safe_point();  // what the batches iterator's next call does
   EXPECT_EQ(names(), (std::vector<std::string>{"step-0000003", "step-0000004"}));
   fs::create_directories(o.output_dir + "/checkpoints/step-0000009");  // a crash mid-save: no trainer.json
-  Trainer again(tiny(), o);
+  Trainer again(tiny_model61(), o);
   EXPECT_EQ(again.resume(), 4);
   fs::remove_all(o.output_dir);
 }
 
 TEST(Trainer, NanLossStopsWithTheStepAndAHint) {
-  auto m = tiny();
+  auto m = tiny_model61();
   TrainOptions o;
   o.schedule = "constant";
   Trainer t(m, o);
@@ -248,7 +262,7 @@ TEST(Trainer, LoraResumeEqualsAStraightRunBitForBit) {
   std::vector<Batch> data;
   for (int i = 0; i < 6; i++) data.push_back(random_batch(2, 8, 200 + i));
   at::manual_seed(5);
-  auto straight = tiny();
+  auto straight = tiny_model61();
   lora_apply(*straight, lc, 1);
   Trainer a(straight, o);
   for (const Batch& b : data) a.step(b);
@@ -256,13 +270,13 @@ TEST(Trainer, LoraResumeEqualsAStraightRunBitForBit) {
 
   at::manual_seed(5);
   o.output_dir = temp_dir("lora");
-  auto first = tiny();
+  auto first = tiny_model61();
   lora_apply(*first, lc, 1);
   Trainer b1(first, o);
   for (int i = 0; i < 3; i++) b1.step(data[i]);
   b1.save();
   at::manual_seed(77);  // the process that resumes starts from another random state
-  auto second = tiny();
+  auto second = tiny_model61();
   lora_apply(*second, lc, 2);  // and other adapter weights
   Trainer b2(second, o);
   EXPECT_EQ(b2.resume(), 3);

@@ -1,12 +1,15 @@
-// Helpers shared by the C++ unit tests.
+// Helpers shared by the C++ unit tests: error messages, temporary directories and files, output
+// captured in memory, counting, environment variables.
 #pragma once
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <string>
 
 #include "host/core/error.h"
@@ -33,6 +36,42 @@ inline std::string test_temp_dir(const std::string& name, bool create = false) {
   if (create) std::filesystem::create_directories(p);
   return p.string();
 }
+
+// A fresh directory under the system temp directory (mkdtemp), removed with everything in it when
+// the object goes. Converts to its path.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string templ = (std::filesystem::temp_directory_path() / "luatune_test_XXXXXX").string();
+    if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot make a directory from " + templ);
+    path = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  operator std::string() const { return path; }
+};
+
+// A FILE* writing into memory, standing in for stdout, stderr or a terminal.
+struct Capture {
+  char* buf = nullptr;
+  size_t len = 0;
+  std::FILE* f = open_memstream(&buf, &len);
+  ~Capture() {
+    std::fclose(f);
+    std::free(buf);
+  }
+  Capture() = default;
+  Capture(const Capture&) = delete;
+  Capture& operator=(const Capture&) = delete;
+  std::string text() {  // what was written so far
+    std::fflush(f);
+    return std::string(buf, len);
+  }
+};
 
 // Writes `text` to `path` as it is (binary mode), replacing the file.
 inline void write_text(const std::string& path, const std::string& text) {

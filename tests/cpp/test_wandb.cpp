@@ -82,39 +82,6 @@ struct EnvScope {
   }
 };
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "luatune_wandb_XXXXXX").string();
-    path = ::mkdtemp(templ.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-// Notices land here (a memory stream in place of stderr).
-struct Capture {
-  char* buf = nullptr;
-  size_t len = 0;
-  std::FILE* f = open_memstream(&buf, &len);
-  ~Capture() {
-    std::fclose(f);
-    std::free(buf);
-  }
-  std::string text() {
-    std::fflush(f);
-    return std::string(buf, len);
-  }
-};
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
-  return n;
-}
-
 MetricValues vals(std::vector<std::pair<std::string, double>> numbers) {
   MetricValues v;
   v.numbers = std::move(numbers);
@@ -652,10 +619,10 @@ TEST(WandbSink, ServerDownAtStartAndMidRunLosesNoRow) {
   EXPECT_EQ(steps_of(run.history), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
   EXPECT_TRUE(run.complete);
   std::string text = notices.text();
-  EXPECT_EQ(count(text, "wandb: server unreachable ("), 3u) << text;
-  EXPECT_EQ(count(text, "), retrying; rows are kept in " + dir.path + "/run-outage01\n"), 3u) << text;
-  EXPECT_EQ(count(text, "wandb: server back, "), 3u) << text;
-  EXPECT_EQ(count(text, "HTTP 500 Internal Server Error"), 1u) << text;
+  EXPECT_EQ(count_of(text, "wandb: server unreachable ("), 3u) << text;
+  EXPECT_EQ(count_of(text, "), retrying; rows are kept in " + dir.path + "/run-outage01\n"), 3u) << text;
+  EXPECT_EQ(count_of(text, "wandb: server back, "), 3u) << text;
+  EXPECT_EQ(count_of(text, "HTTP 500 Internal Server Error"), 1u) << text;
 }
 
 TEST(WandbSink, RetryAfterSetsTheWaitBeforeTheNextAttempt) {
@@ -723,7 +690,7 @@ TEST(WandbSink, StoppedFromTheUiEndsTheLoop) {
   EXPECT_LT(step, 500);
   sink->write(++step, vals({{"loss", 1}}));  // the notice prints on the next call
   sink->close(0);
-  EXPECT_EQ(count(notices.text(), "wandb: run stopped from the W&B UI; the recipe ends after this step\n"),
+  EXPECT_EQ(count_of(notices.text(), "wandb: run stopped from the W&B UI; the recipe ends after this step\n"),
             1u);
   EXPECT_EQ(server.run("stopme01").history.size(), static_cast<size_t>(step));
   EXPECT_TRUE(server.run("stopme01").complete);
@@ -940,7 +907,7 @@ TEST(WandbSpool, RunJsonHasNoPasswordAndEveryFileIsTheOwners) {
   EXPECT_EQ(json::parse(file_read(rd + "/run.json"))["base_url"], server.base_url());
   EXPECT_EQ(all_files(dir.path).find("s3cretPW"), std::string::npos);
   EXPECT_EQ(notices.text().find("s3cretPW"), std::string::npos) << notices.text();
-  EXPECT_EQ(count(notices.text(), wandb_credentials_notice() + "\n"), 1u) << notices.text();
+  EXPECT_EQ(count_of(notices.text(), wandb_credentials_notice() + "\n"), 1u) << notices.text();
   std::map<std::string, unsigned> want;
   for (const char* name : {"history.jsonl", "output.log", "run.json", "state.json", "summary.json"})
     want[name] = 0600;
@@ -1039,7 +1006,7 @@ TEST(WandbSink, PlainHttpToANonLoopbackHostWarnsOnce) {
   EXPECT_EQ(warning,
             "wandb: warning: http://example.invalid:9 is plain http to a non-loopback host: the API key and "
             "the run's data cross the network unencrypted (use https://)\n");
-  EXPECT_EQ(count(notices.text(), warning), 1u) << notices.text();
+  EXPECT_EQ(count_of(notices.text(), warning), 1u) << notices.text();
   EXPECT_TRUE(str_starts_with(notices.text(), warning)) << notices.text();
 
   // Offline (nothing sent) and loopback runs say nothing of it.

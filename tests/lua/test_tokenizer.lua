@@ -14,6 +14,16 @@ local function exists(path)
   return f ~= nil
 end
 
+-- The npm Llama 3.1 tokenizer, or nil (saying the test is skipped) when scripts/setup.sh has not
+-- installed it.
+local function llama3_or_skip()
+  if not exists(LLAMA3 .. "/tokenizer.json") then
+    print("  (skipped: run scripts/setup.sh to install the reference tokenizers)")
+    return nil
+  end
+  return tokenizer.load(LLAMA3)
+end
+
 test("load gives a Tokenizer userdata", function()
   local tok = tokenizer.load(BYTELEVEL)
   eq(type(tok), "userdata")
@@ -74,11 +84,8 @@ test("errors name the problem", function()
 end)
 
 test("Llama 3.1 (npm reference package, when installed)", function()
-  if not exists(LLAMA3 .. "/tokenizer.json") then
-    print("  (skipped: run scripts/setup.sh to install the reference tokenizers)")
-    return
-  end
-  local tok = tokenizer.load(LLAMA3)
+  local tok = llama3_or_skip()
+  if not tok then return end
   -- Ids transformers.js gives for the same text (tests/reference/tokenize_ref.mjs checks a corpus).
   eq(tok:encode("Hello world's  don't 12345", { special = true }),
      { 128000, 9906, 1917, 596, 220, 1541, 956, 220, 4513, 1774 })
@@ -90,11 +97,8 @@ test("Llama 3.1 (npm reference package, when installed)", function()
 end)
 
 test("chat: render, detect, encode with the assistant mask", function()
-  if not exists(LLAMA3 .. "/tokenizer.json") then
-    print("  (skipped: run scripts/setup.sh to install the reference tokenizers)")
-    return
-  end
-  local tok = tokenizer.load(LLAMA3)
+  local tok = llama3_or_skip()
+  if not tok then return end
   eq(tok:chat_format(), "llama3")
   local msgs = { { role = "user", content = "Hi" }, { role = "assistant", content = " Hello! " } }
   local text, spans = tok:render_chat(msgs)

