@@ -11,11 +11,13 @@
 # median (and range) of the pairs' ratios, each side's median minor page faults a step (fresh pages
 # the kernel had to map and zero: what a caching malloc saves) and its peak RSS.
 # Both sides get the malloc the runner was built with (`runner --version`): PyTorch has the same
-# library preloaded, or the same glibc tuning through GLIBC_TUNABLES. RUNNER_OFF=path/to/runner (a
-# build with -DLUATUNE_ALLOCATOR=system) adds the same pairs with the allocator off on both sides.
+# library preloaded, or the same glibc tuning through GLIBC_TUNABLES. RUNNER_OFF=path/to/runner (the
+# same sources built with -DLUATUNE_ALLOCATOR=system: `cmake -B /tmp/b-off -DLUATUNE_ALLOCATOR=system
+# && cmake --build /tmp/b-off --target runner`) adds the same pairs with the allocator off on both.
 # Environment: PAIRS (5), WARMUP (1), CONFIGS ("full:32000 lora:32000 full:128256 lora:128256"),
 # PYTHON (/usr/bin/python3, Debian's), RUNNER_OFF, LOG (the steps, one line each).
-# Run: bench/step_vs_pytorch.sh build/runner   (about 5 minutes on 2 idle cores; twice with RUNNER_OFF)
+# Run: bench/step_vs_pytorch.sh build/runner   (about 3 minutes on 2 idle cores, 6 with RUNNER_OFF;
+# 12 with RUNNER_OFF at a load average of 4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runner=${1:-build/runner}
@@ -46,43 +48,7 @@ peer_env() {
   esac
 }
 
-# start SIDE COMMAND...: runs a paced side with its stdin and stdout on FIFOs (file descriptors
-# in[SIDE], out[SIDE] here) and waits for its READY: its warm-up is done.
-declare -A in out pid
-start() {
-  local side=$1 line fd
-  shift
-  mkfifo "$tmp/$side.in" "$tmp/$side.out"
-  "$@" <"$tmp/$side.in" >"$tmp/$side.out" &
-  pid[$side]=$!  # env(1) execs the program: this is the side's own process
-  exec {fd}>"$tmp/$side.in"
-  in[$side]=$fd
-  exec {fd}<"$tmp/$side.out"
-  out[$side]=$fd
-  while read -r -u "$fd" line; do [[ $line == READY* ]] && return; done
-  echo "step_vs_pytorch: $side ended before its warm-up was done: $*" >&2
-  exit 1
-}
-minflt() { awk '{print $10}' "/proc/${pid[$1]}/stat"; }  # field 10: minor page faults so far
-step() {  # step SIDE LABEL PAIR: one timed step; its STEP line, with its page faults, goes to the log
-  local line f0
-  f0=$(minflt "$1")
-  echo step >&"${in[$1]}"
-  while read -r -u "${out[$1]}" line; do
-    if [[ $line == STEP* ]]; then
-      echo "$line alloc=$2 pair=$3 minflt=$(($(minflt "$1") - f0))" | tee -a "$log"
-      return
-    fi
-  done
-  echo "step_vs_pytorch: $1 ended without a step" >&2
-  exit 1
-}
-stop() {  # stop SIDE LABEL: logs its peak RSS, closes its input, so it exits
-  echo "PEAK side=$1 method=$method vocab=$vocab alloc=$2" \
-       "rss_gb=$(awk '/^VmHWM/ {printf "%.2f", $2 / 1048576}' "/proc/${pid[$1]}/status")" | tee -a "$log"
-  eval "exec ${in[$1]}>&- ${out[$1]}<&-"
-  rm -f "$tmp/$1.in" "$tmp/$1.out"
-}
+source bench/paced.sh
 
 t0=$(date +%s)
 labels=on
@@ -94,15 +60,14 @@ for c in $configs; do
   for label in $labels; do
     run=$runner
     if [ "$label" = off ]; then run=$RUNNER_OFF; fi
-    start luatune "$run" bench/llama_step.lua method="$method" vocab_size="$vocab" warmup="$warmup" paced=true
+    paced_start luatune "$run" bench/llama_step.lua method="$method" vocab_size="$vocab" warmup="$warmup" paced=true
     # shellcheck disable=SC2046
-    start pytorch env $(peer_env "$run") "$py" bench/pytorch_llama_step.py "$method" "$vocab" 0 "$warmup" --paced
+    paced_start pytorch env $(peer_env "$run") "$py" bench/pytorch_llama_step.py "$method" "$vocab" 0 "$warmup" --paced
     for pair in $(seq 1 "$pairs"); do
-      step luatune "$label" "$pair"
-      step pytorch "$label" "$pair"
+      paced_step luatune "alloc=$label" "pair=$pair"
+      paced_step pytorch "alloc=$label" "pair=$pair"
     done
-    stop luatune "$label"
-    stop pytorch "$label"
+    for side in luatune pytorch; do paced_stop $side "side=$side method=$method vocab=$vocab alloc=$label"; done
     wait
   done
 done
