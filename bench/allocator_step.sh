@@ -6,7 +6,8 @@
 # this shared machine. Prints every step, then a Markdown table: median step time, the median of
 # the rounds' speed-ups over the first runner, minor page faults a step and peak RSS.
 # Environment: ROUNDS (5), WARMUP (1), CONFIGS ("full:32000 lora:32000 full:128256 lora:128256"), LOG.
-# The builds, then the run (about 8 minutes on 2 idle cores; 4 x 3 GB of memory at the 128k vocab):
+# The builds, then the run (about 4 minutes on 2 otherwise idle cores; 4 x 3 GB of memory at the
+# 128k vocabulary):
 #   for a in system glibc tcmalloc jemalloc; do
 #     cmake -B /tmp/b-$a -DLUATUNE_ALLOCATOR=$a -DLUATUNE_BUILD_TESTS=OFF -DLUATUNE_BUILD_BENCH=OFF &&
 #       cmake --build /tmp/b-$a --target runner; done

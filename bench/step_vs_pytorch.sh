@@ -16,8 +16,8 @@
 # && cmake --build /tmp/b-off --target runner`) adds the same pairs with the allocator off on both.
 # Environment: PAIRS (5), WARMUP (1), CONFIGS ("full:32000 lora:32000 full:128256 lora:128256"),
 # PYTHON (/usr/bin/python3, Debian's), RUNNER_OFF, LOG (the steps, one line each).
-# Run: bench/step_vs_pytorch.sh build/runner   (about 3 minutes on 2 idle cores, 6 with RUNNER_OFF;
-# 12 with RUNNER_OFF at a load average of 4)
+# Run: bench/step_vs_pytorch.sh build/runner   (about 2 minutes on 2 otherwise idle cores, 4 with
+# RUNNER_OFF; 8-12 with RUNNER_OFF at a load average of 4-6, and then the ratios are noise)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runner=${1:-build/runner}
