@@ -16,15 +16,7 @@
 
 #include "host/adapt/kernels/nf4_cuda.h"
 #include "host/adapt/nf4.h"
-
-#define CUDA_OK(call)                                                                                    \
-  do {                                                                                                   \
-    cudaError_t e_ = (call);                                                                             \
-    if (e_ != cudaSuccess) {                                                                             \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                      \
-    }                                                                                                    \
-  } while (0)
+#include "tests/cuda/cuda_ok.h"
 
 namespace {
 

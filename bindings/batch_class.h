@@ -6,9 +6,6 @@
 
 namespace luatune {
 
-template <>
-struct LuaClass<Batch> {
-  static constexpr const char* name = "Batch";
-};
+LT_CLASS(Batch, "Batch");
 
 }  // namespace luatune

@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "bindings/lua_util.h"
-#include "bindings/modules.h"
 #include "host/cli/config_checks.h"
 #include "host/cli/recipes.h"
 #include "host/core/error.h"
@@ -158,6 +157,7 @@ static int l_config_resolve(lua_State* L) {
   push_strict(L, cfg, "");
   return 1;
 }
+LT_REGISTER("config.__call", l_config_resolve);
 
 static int l_config_get(lua_State* L) {
   RunState& st = lt_run_state(L);
@@ -165,6 +165,7 @@ static int l_config_get(lua_State* L) {
   lt_push_config(L, st.resolved);
   return 1;
 }
+LT_REGISTER("config.get", l_config_get);
 
 static int l_config_json(lua_State* L) {
   RunState& st = lt_run_state(L);
@@ -172,24 +173,6 @@ static int l_config_json(lua_State* L) {
   lua_pushlstring(L, s.data(), s.size());
   return 1;
 }
-
-static const luaL_Reg config_funcs[] = {
-    {"get", l_config_get},
-    {"json", l_config_json},
-    {nullptr, nullptr},
-};
-
-static const luaL_Reg config_meta[] = {
-    {"__call", l_config_resolve},
-    {nullptr, nullptr},
-};
+LT_REGISTER("config.json", l_config_json);
 
 }  // namespace luatune
-
-extern "C" int luaopen_config(lua_State* L) {
-  luatune::lt_new_module(L, luatune::config_funcs);
-  lua_newtable(L);
-  luatune::lt_set_funcs(L, luatune::config_meta);
-  lua_setmetatable(L, -2);
-  return 1;
-}

@@ -9,7 +9,6 @@
 
 #include "bindings/batch_class.h"
 #include "bindings/dataset_class.h"
-#include "bindings/modules.h"
 #include "bindings/preference_class.h"
 #include "bindings/tensor_class.h"
 #include "bindings/tokenizer_class.h"
@@ -32,16 +31,19 @@ std::string dataset_describe(const DatasetPtr& ds) {
          ", max_length=" + std::to_string(ds->options().max_length) +
          (ds->options().pack ? ", packed)" : ")");
 }
+LT_REGISTER_CLASS("data", DatasetPtr, dataset_describe);
 
 std::string preference_describe(const PreferencePtr& ds) {
   return "PreferenceSet(pairs=" + std::to_string(ds->size()) +
          ", max_length=" + std::to_string(ds->options().max_length) + ")";
 }
+LT_REGISTER_CLASS("data", PreferencePtr, preference_describe);
 
 std::string batch_describe(const Batch& b) {
   return "Batch(" + std::to_string(b.ids.size(0)) + "x" + std::to_string(b.ids.size(1)) +
          ", tokens=" + std::to_string(b.tokens) + ", target_tokens=" + std::to_string(b.target_tokens) + ")";
 }
+LT_REGISTER_CLASS("data", Batch, batch_describe);
 
 // The options table (DataOpts) at idx, after the path or records, of data.jsonl, data.from_records
 // and data.preferences -> tokenizer and DataOptions (rules and templates: docs/data.md).
@@ -136,6 +138,7 @@ int l_data_jsonl(lua_State* L) {
   lt_push(L, Dataset::from_jsonl(path, *tok, o));
   return 1;
 }
+LT_REGISTER("data.jsonl", l_data_jsonl);
 
 int l_data_from_records(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -151,6 +154,7 @@ int l_data_from_records(lua_State* L) {
   lt_push(L, Dataset::from_records(records, *tok, o));
   return 1;
 }
+LT_REGISTER("data.from_records", l_data_from_records);
 
 int l_data_preferences(lua_State* L) {
   std::string path = luaL_checkstring(L, 1);
@@ -159,6 +163,7 @@ int l_data_preferences(lua_State* L) {
   lt_push(L, PreferenceDataset::from_jsonl(path, *tok, o));
   return 1;
 }
+LT_REGISTER("data.preferences", l_data_preferences);
 
 // ============================================================================================
 // Dataset methods
@@ -176,6 +181,9 @@ int l_data_split(lua_State* L) {
   lt_push(L, val);
   return 2;
 }
+LT_REGISTER("data.split", l_data_split);
+LT_REGISTER("Dataset:split", l_data_split);
+LT_REGISTER("PreferenceSet:split", l_data_split);
 
 int l_data_size(lua_State* L) {
   if (auto* pds = lt_test<PreferencePtr>(L, 1)) {
@@ -185,20 +193,23 @@ int l_data_size(lua_State* L) {
   lua_pushinteger(L, static_cast<lua_Integer>(lt_check<DatasetPtr>(L, 1)->size()));
   return 1;
 }
+LT_REGISTER("data.size", l_data_size);
+LT_REGISTER("Dataset:size", l_data_size);
+LT_REGISTER("PreferenceSet:size", l_data_size);
+LT_REGISTER("Dataset:__len", l_data_size);
+LT_REGISTER("PreferenceSet:__len", l_data_size);
 
 int l_data_preference_stats(lua_State* L) {
   PreferenceStats s = lt_check<PreferencePtr>(L, 1)->stats();
-  lua_createtable(L, 0, 6);
-  for (const auto& [key, v] : {std::pair<const char*, int64_t>{"pairs", s.pairs},
-                               {"skipped_bad", s.skipped_bad},
-                               {"dropped_empty", s.dropped_empty},
-                               {"truncated", s.truncated},
-                               {"tokens", s.tokens},
-                               {"target_tokens", s.target_tokens}}) {
-    lt_set_number(L, key, static_cast<double>(v));
-  }
+  lt_push_numbers(L, {{"pairs", s.pairs},
+                      {"skipped_bad", s.skipped_bad},
+                      {"dropped_empty", s.dropped_empty},
+                      {"truncated", s.truncated},
+                      {"tokens", s.tokens},
+                      {"target_tokens", s.target_tokens}});
   return 1;
 }
+LT_REGISTER("PreferenceSet:stats", l_data_preference_stats);
 
 // The 1-based number at idx of one of `n` items (rows, pairs), as a 0-based index.
 int64_t check_item(lua_State* L, int idx, int64_t n, const char* item) {
@@ -225,21 +236,21 @@ int l_data_preference_pair(lua_State* L) {
   }
   return 1;
 }
+LT_REGISTER("PreferenceSet:pair", l_data_preference_pair);
 
 int l_data_stats(lua_State* L) {
   DataStats s = lt_check<DatasetPtr>(L, 1)->stats();
-  lua_createtable(L, 0, 7);
-  for (const auto& [key, v] : {std::pair<const char*, int64_t>{"records", s.records},
-                               {"skipped_bad", s.skipped_bad},
-                               {"dropped_empty", s.dropped_empty},
-                               {"rows", s.rows},
-                               {"tokens", s.tokens},
-                               {"target_tokens", s.target_tokens},
-                               {"truncated", s.truncated}}) {
-    lt_set_number(L, key, static_cast<double>(v));
-  }
+  lt_push_numbers(L, {{"records", s.records},
+                      {"skipped_bad", s.skipped_bad},
+                      {"dropped_empty", s.dropped_empty},
+                      {"rows", s.rows},
+                      {"tokens", s.tokens},
+                      {"target_tokens", s.target_tokens},
+                      {"truncated", s.truncated}});
   return 1;
 }
+LT_REGISTER("data.stats", l_data_stats);
+LT_REGISTER("Dataset:stats", l_data_stats);
 
 int l_data_row(lua_State* L) {
   DatasetPtr& ds = lt_check<DatasetPtr>(L, 1);
@@ -251,6 +262,8 @@ int l_data_row(lua_State* L) {
   lt_set_list(L, "segments", r.segments);
   return 1;
 }
+LT_REGISTER("data.row", l_data_row);
+LT_REGISTER("Dataset:row", l_data_row);
 
 // The iterator ds:batches returns. Upvalues: dataset, size, last step, step done so far, shuffle,
 // cycle. It runs behind the exception bridge like every other binding.
@@ -314,74 +327,31 @@ int l_data_batches(lua_State* L) {
   lua_pushcclosure(L, batches_next_protected, 6);
   return 1;
 }
+LT_REGISTER("data.batches", l_data_batches);
+LT_REGISTER("Dataset:batches", l_data_batches);
+LT_REGISTER("PreferenceSet:batches", l_data_batches);
 
 // ============================================================================================
 // Batch methods: the tensors (CPU, int64, (B, T)) and the counts
 
-int l_data_batch_ids(lua_State* L) {
-  lt_push(L, lt_check<Batch>(L, 1).ids);
+template <at::Tensor Batch::*field>
+int l_data_batch_tensor(lua_State* L) {
+  lt_push(L, lt_check<Batch>(L, 1).*field);
   return 1;
 }
-int l_data_batch_targets(lua_State* L) {
-  lt_push(L, lt_check<Batch>(L, 1).targets);
-  return 1;
-}
-int l_data_batch_positions(lua_State* L) {
-  lt_push(L, lt_check<Batch>(L, 1).positions);
-  return 1;
-}
-int l_data_batch_segments(lua_State* L) {
-  lt_push(L, lt_check<Batch>(L, 1).segments);
-  return 1;
-}
-int l_data_batch_tokens(lua_State* L) {
-  lua_pushinteger(L, static_cast<lua_Integer>(lt_check<Batch>(L, 1).tokens));
-  return 1;
-}
-int l_data_batch_target_tokens(lua_State* L) {
-  lua_pushinteger(L, static_cast<lua_Integer>(lt_check<Batch>(L, 1).target_tokens));
-  return 1;
-}
+LT_REGISTER("Batch:ids", l_data_batch_tensor<&Batch::ids>);
+LT_REGISTER("Batch:targets", l_data_batch_tensor<&Batch::targets>);
+LT_REGISTER("Batch:positions", l_data_batch_tensor<&Batch::positions>);
+LT_REGISTER("Batch:segments", l_data_batch_tensor<&Batch::segments>);
 
-// The module's functions; the Dataset methods are the same functions (ds:split(0.98) is
-// data.split(ds, 0.98)).
-const luaL_Reg data_funcs[] = {
-    {"jsonl", l_data_jsonl}, {"from_records", l_data_from_records},
-    {"split", l_data_split}, {"batches", l_data_batches},
-    {"stats", l_data_stats}, {"size", l_data_size},
-    {"row", l_data_row},     {"preferences", l_data_preferences},
-    {nullptr, nullptr},
-};
-
-const luaL_Reg preference_methods[] = {
-    {"split", l_data_split}, {"batches", l_data_batches},      {"stats", l_data_preference_stats},
-    {"size", l_data_size},   {"pair", l_data_preference_pair}, {nullptr, nullptr},
-};
-
-const luaL_Reg dataset_metamethods[] = {
-    {"__len", l_data_size},
-    {nullptr, nullptr},
-};
-
-const luaL_Reg batch_methods[] = {
-    {"ids", l_data_batch_ids},
-    {"targets", l_data_batch_targets},
-    {"positions", l_data_batch_positions},
-    {"segments", l_data_batch_segments},
-    {"tokens", l_data_batch_tokens},
-    {"target_tokens", l_data_batch_target_tokens},
-    {nullptr, nullptr},
-};
+template <int64_t Batch::*field>
+int l_data_batch_count(lua_State* L) {
+  lua_pushinteger(L, static_cast<lua_Integer>(lt_check<Batch>(L, 1).*field));
+  return 1;
+}
+LT_REGISTER("Batch:tokens", l_data_batch_count<&Batch::tokens>);
+LT_REGISTER("Batch:target_tokens", l_data_batch_count<&Batch::target_tokens>);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_data(lua_State* L) {
-  using namespace luatune;
-  lt_register_class<DatasetPtr, dataset_describe>(L, data_funcs, dataset_metamethods);
-  lt_register_class<PreferencePtr, preference_describe>(L, preference_methods, dataset_metamethods);
-  lt_register_class<Batch, batch_describe>(L, batch_methods);
-  lt_new_module(L, data_funcs);
-  return 1;
-}

@@ -9,9 +9,6 @@
 
 namespace luatune {
 
-template <>
-struct LuaClass<std::shared_ptr<Dataset>> {
-  static constexpr const char* name = "Dataset";
-};
+LT_CLASS(std::shared_ptr<Dataset>, "Dataset");
 
 }  // namespace luatune

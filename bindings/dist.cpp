@@ -3,7 +3,6 @@
 // it; single-process runs see rank 0 of 1 and every call is a no-op. docs/distributed.md.
 #include "host/dist/dist.h"
 #include "bindings/lua_util.h"
-#include "bindings/modules.h"
 #include "bindings/tensor_class.h"
 #include "host/core/error.h"
 
@@ -11,23 +10,25 @@ namespace luatune {
 
 namespace {
 
-int l_dist_rank(lua_State* L) {
-  return lua_pushnumber(L, dist_rank()), 1;
+// The process's place in the job, as host/dist reports it.
+template <int (*get)()>
+int l_dist_number(lua_State* L) {
+  return lua_pushnumber(L, get()), 1;
 }
-int l_dist_world_size(lua_State* L) {
-  return lua_pushnumber(L, dist_world_size()), 1;
-}
-int l_dist_local_rank(lua_State* L) {
-  return lua_pushnumber(L, dist_local_rank()), 1;
-}
+LT_REGISTER("dist.rank", l_dist_number<dist_rank>);
+LT_REGISTER("dist.world_size", l_dist_number<dist_world_size>);
+LT_REGISTER("dist.local_rank", l_dist_number<dist_local_rank>);
+
 int l_dist_is_main(lua_State* L) {
   return lua_pushboolean(L, dist_is_main()), 1;
 }
+LT_REGISTER("dist.is_main", l_dist_is_main);
 
 int l_dist_barrier(lua_State* L) {
   dist_barrier();
   return 0;
 }
+LT_REGISTER("dist.barrier", l_dist_barrier);
 
 int l_dist_all_reduce(lua_State* L) {
   at::Tensor& t = lt_check<at::Tensor>(L, 1);
@@ -39,6 +40,7 @@ int l_dist_all_reduce(lua_State* L) {
   lua_pushvalue(L, 1);
   return 1;
 }
+LT_REGISTER("dist.all_reduce", l_dist_all_reduce);
 
 int l_dist_broadcast(lua_State* L) {
   at::Tensor& t = lt_check<at::Tensor>(L, 1);
@@ -49,6 +51,7 @@ int l_dist_broadcast(lua_State* L) {
   lua_pushvalue(L, 1);
   return 1;
 }
+LT_REGISTER("dist.broadcast", l_dist_broadcast);
 
 int l_dist_info(lua_State* L) {
   lua_newtable(L);
@@ -59,22 +62,8 @@ int l_dist_info(lua_State* L) {
   lt_set_number(L, "timeout", static_cast<double>(dist_timeout().count()) / 1000.0);
   return 1;
 }
-
-const luaL_Reg dist_funcs[] = {{"rank", l_dist_rank},
-                               {"world_size", l_dist_world_size},
-                               {"local_rank", l_dist_local_rank},
-                               {"is_main", l_dist_is_main},
-                               {"barrier", l_dist_barrier},
-                               {"all_reduce", l_dist_all_reduce},
-                               {"broadcast", l_dist_broadcast},
-                               {"info", l_dist_info},
-                               {nullptr, nullptr}};
+LT_REGISTER("dist.info", l_dist_info);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_dist(lua_State* L) {
-  luatune::lt_new_module(L, luatune::dist_funcs);
-  return 1;
-}

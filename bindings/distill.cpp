@@ -5,7 +5,6 @@
 #include "bindings/hook_class.h"
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
-#include "bindings/modules.h"
 #include "bindings/tensor_class.h"
 #include "host/core/error.h"
 #include "host/distill/distill.h"
@@ -14,10 +13,7 @@ namespace luatune {
 
 using DistillerPtr = std::shared_ptr<Distiller>;
 
-template <>
-struct LuaClass<DistillerPtr> {
-  static constexpr const char* name = "Distiller";
-};
+LT_CLASS(DistillerPtr, "Distiller");
 
 namespace {
 
@@ -28,6 +24,7 @@ std::string describe_distiller(const DistillerPtr& d) {
                 o.temperature, o.alpha, o.hidden_layers.size());
   return buf;
 }
+LT_REGISTER_HOOK_CLASS("distill", DistillerPtr, describe_distiller);
 
 // The loss options shared by distill.new and distill.divergence, from the table at idx.
 void read_loss_options(lua_State* L, int idx, DistillOptions& o) {
@@ -69,6 +66,7 @@ int l_distill_new(lua_State* L) {
   lt_push<DistillerPtr>(L, std::make_shared<Distiller>(teacher, student, o));
   return 1;
 }
+LT_REGISTER("distill.new", l_distill_new);
 
 // No T^2 factor (docs/distill.md).
 int l_distill_divergence(lua_State* L) {
@@ -81,23 +79,14 @@ int l_distill_divergence(lua_State* L) {
   lt_push<at::Tensor>(L, distill_divergence(s, t, o));
   return 1;
 }
+LT_REGISTER("distill.divergence", l_distill_divergence);
 
 int l_distill_teacher(lua_State* L) {
   lt_push<std::shared_ptr<Model>>(L, lt_check<DistillerPtr>(L, 1)->teacher());
   return 1;
 }
-
-const luaL_Reg distiller_methods[] = {{"teacher", l_distill_teacher}, {nullptr, nullptr}};
-const luaL_Reg distill_funcs[] = {
-    {"new", l_distill_new}, {"divergence", l_distill_divergence}, {nullptr, nullptr}};
+LT_REGISTER("Distiller:teacher", l_distill_teacher);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_distill(lua_State* L) {
-  using namespace luatune;
-  lt_register_hook_class<DistillerPtr, describe_distiller>(L, distiller_methods);
-  lt_new_module(L, distill_funcs);
-  return 1;
-}

@@ -7,7 +7,6 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
-#include "bindings/modules.h"
 #include "bindings/tokenizer_class.h"
 #include "host/core/error.h"
 
@@ -68,7 +67,7 @@ std::vector<McRecord> check_records(lua_State* L, int idx, const std::string& wh
 
 // Scored as lm-evaluation-harness scores it (docs/eval.md).
 int l_eval_multiple_choice(lua_State* L) {
-  Model& model = *lt_check<std::shared_ptr<Model>>(L, 1);
+  Model& model = lt_check_model(L, 1);
   const Tokenizer& tok = *lt_check<std::shared_ptr<Tokenizer>>(L, 2);
   std::vector<McRecord> records = check_records(L, 3, "eval.multiple_choice: the task");
   McOptions o;
@@ -94,6 +93,7 @@ int l_eval_multiple_choice(lua_State* L) {
   lt_set_number(L, "n", static_cast<double>(r.n));
   return 1;
 }
+LT_REGISTER("eval.multiple_choice", l_eval_multiple_choice);
 
 int l_eval_perplexity(lua_State* L) {
   lt_check<std::shared_ptr<Model>>(L, 1);
@@ -103,15 +103,8 @@ int l_eval_perplexity(lua_State* L) {
   lua_call(L, nargs, LUA_MULTRET);
   return lua_gettop(L);
 }
-
-const luaL_Reg eval_funcs[] = {
-    {"multiple_choice", l_eval_multiple_choice}, {"perplexity", l_eval_perplexity}, {nullptr, nullptr}};
+LT_REGISTER("eval.perplexity", l_eval_perplexity);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_eval(lua_State* L) {
-  luatune::lt_new_module(L, luatune::eval_funcs);
-  return 1;
-}

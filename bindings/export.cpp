@@ -4,7 +4,6 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
-#include "bindings/modules.h"
 #include "bindings/tokenizer_class.h"
 #include "host/adapt/lora.h"
 #include "host/core/error.h"
@@ -64,14 +63,8 @@ int l_export_gguf(lua_State* L) {
   lt_set_number(L, "tensors", static_cast<double>(r.tensors));
   return 1;
 }
-
-const luaL_Reg export_funcs[] = {{"gguf", l_export_gguf}, {nullptr, nullptr}};
+LT_REGISTER("export.gguf", l_export_gguf);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_export(lua_State* L) {
-  luatune::lt_new_module(L, luatune::export_funcs);
-  return 1;
-}

@@ -20,10 +20,11 @@ void lt_register_hook_getter(HookGetter getter);
 std::shared_ptr<TrainerHook> lt_test_hook(lua_State* L, int idx);
 
 // Registers a hook class: lt_register_class, and a getter that finds the hook in a userdata
-// holding a Ptr (a std::shared_ptr to a TrainerHook).
+// holding a Ptr (a std::shared_ptr to a TrainerHook). LT_REGISTER_HOOK_CLASS("distill",
+// DistillerPtr, describe_distiller) does it each time the module opens.
 template <class Ptr, std::string (*Describe)(const Ptr&)>
-void lt_register_hook_class(lua_State* L, const luaL_Reg* methods) {
-  lt_register_class<Ptr, Describe>(L, methods);
+void lt_register_hook_class(lua_State* L) {
+  lt_register_class<Ptr, Describe>(L);
   lt_register_hook_getter([](lua_State* L, int idx) -> std::shared_ptr<TrainerHook> {
     Ptr* p = lt_test<Ptr>(L, idx);
     return p ? *p : nullptr;
@@ -31,3 +32,6 @@ void lt_register_hook_class(lua_State* L, const luaL_Reg* methods) {
 }
 
 }  // namespace luatune
+
+#define LT_REGISTER_HOOK_CLASS(module, Ptr, Describe) \
+  LT_ON_OPEN(module, (::luatune::lt_register_hook_class<Ptr, Describe>))

@@ -13,7 +13,6 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
-#include "bindings/modules.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/json.h"
@@ -30,10 +29,7 @@ namespace luatune {
 
 using MonitorPtr = std::shared_ptr<HwMonitor>;
 
-template <>
-struct LuaClass<MonitorPtr> {
-  static constexpr const char* name = "HwMonitor";
-};
+LT_CLASS(MonitorPtr, "HwMonitor");
 
 namespace {
 
@@ -147,25 +143,6 @@ json gpu_json(const GpuSpec& g) {
           {"notes", g.notes}};
 }
 
-std::vector<std::string> string_list(lua_State* L, int idx, const char* key) {
-  std::vector<std::string> out;
-  lua_getfield(L, idx, key);
-  if (lua_type(L, -1) == LUA_TSTRING) {
-    out.push_back(lua_tostring(L, -1));
-  } else if (lua_istable(L, -1)) {
-    for (size_t i = 1; i <= lua_objlen(L, -1); i++) {
-      lua_rawgeti(L, -1, static_cast<int>(i));
-      LT_CHECK(lua_type(L, -1) == LUA_TSTRING, lt_fname(L) << ": " << key << " must be a list of strings");
-      out.push_back(lua_tostring(L, -1));
-      lua_pop(L, 1);
-    }
-  } else if (!lua_isnil(L, -1)) {
-    fail(std::string(lt_fname(L)) + ": " + key + " must be a list of strings");
-  }
-  lua_pop(L, 1);
-  return out;
-}
-
 // ============================================================================================
 // Functions
 
@@ -180,6 +157,7 @@ int l_hw_probe(lua_State* L) {
   lt_push_json(L, j);
   return 1;
 }
+LT_REGISTER("hw.probe", l_hw_probe);
 
 int l_hw_catalog(lua_State* L) {
   std::vector<GpuSpec> cat = catalog_arg(L, 1);
@@ -188,16 +166,19 @@ int l_hw_catalog(lua_State* L) {
   lt_push_json(L, a);
   return 1;
 }
+LT_REGISTER("hw.catalog", l_hw_catalog);
 
 int l_hw_params(lua_State* L) {
   lt_push_json(L, params_json(hw_param_counts(model_arg(L, 1, "hw.params"))));
   return 1;
 }
+LT_REGISTER("hw.params", l_hw_params);
 
 int l_hw_presets(lua_State* L) {
   lt_push_json(L, json_of(hw_model_presets()));
   return 1;
 }
+LT_REGISTER("hw.presets", l_hw_presets);
 
 json plan_json(const Plan& p) {
   json comp = json::object(), notes = json::object();
@@ -257,8 +238,7 @@ std::string shard_arg(lua_State* L, int idx) {
 // Either model= and the settings, or recipe_config= (a recipe's config, as `runner plan` reads it)
 // with recipe= and optional overrides.
 int l_hw_plan(lua_State* L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lt_check_options(L, 1, lt_api("hw.plan"));
+  lt_check_required_options(L, 1, lt_api("hw.plan"));
   LT_CHECK(!lt_has_field(L, 1, "gpus") || !lt_has_field(L, 1, "nproc"),
            "hw.plan: give gpus= or nproc= (the same setting), not both");
   const int64_t gpus = lt_opt_int(L, 1, "nproc", lt_opt_int(L, 1, "gpus", 1));
@@ -296,7 +276,7 @@ int l_hw_plan(lua_State* L) {
     o.loss_chunk = lt_opt_int(L, 1, "loss_chunk", 4096);
     o.lora_r = lt_opt_int(L, 1, "lora_r", 16);
     o.lora_dropout = lt_opt_number(L, 1, "lora_dropout", 0.05);
-    if (lt_has_field(L, 1, "lora_targets")) o.lora_targets = string_list(L, 1, "lora_targets");
+    lt_opt_strings(L, 1, "lora_targets", "hw.plan", &o.lora_targets);
     o.optimizer_offload = lt_opt_string(L, 1, "optimizer_offload", "none");
     const std::string shard = shard_arg(L, 1);
     o.shard = plan_shard_parse(shard.empty() ? "none" : shard);
@@ -310,6 +290,7 @@ int l_hw_plan(lua_State* L) {
   lt_push_json(L, plan_json(hw_plan(model, o, cat)));
   return 1;
 }
+LT_REGISTER("hw.plan", l_hw_plan);
 
 int l_hw_plan_text(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -317,6 +298,7 @@ int l_hw_plan_text(lua_State* L) {
   LT_CHECK(lua_type(L, -1) == LUA_TSTRING, "hw.plan_text: expected a table from hw.plan (it has no 'text')");
   return 1;
 }
+LT_REGISTER("hw.plan_text", l_hw_plan_text);
 
 // ---- profiles -------------------------------------------------------------------------------
 
@@ -395,6 +377,7 @@ int l_hw_profile(lua_State* L) {
   lt_push_json(L, profile_json(c, hw_profile(c, in)));
   return 1;
 }
+LT_REGISTER("hw.profile", l_hw_profile);
 
 int l_hw_project(lua_State* L) {
   lt_check_options(L, 2, lt_api("hw.project"));
@@ -467,17 +450,20 @@ int l_hw_project(lua_State* L) {
   lt_push_json(L, rows);
   return 1;
 }
+LT_REGISTER("hw.project", l_hw_project);
 
 int l_hw_projection_rule(lua_State* L) {
   lua_pushstring(L, hw_projection_rule().c_str());
   return 1;
 }
+LT_REGISTER("hw.projection_rule", l_hw_projection_rule);
 
 // ---- monitor, run files, report ------------------------------------------------------------
 
 std::string describe_monitor(const MonitorPtr& m) {
   return std::string("HwMonitor(") + (m && m->running() ? "sampling" : "stopped") + ")";
 }
+LT_REGISTER_CLASS("hw", MonitorPtr, describe_monitor);
 
 int l_hw_monitor(lua_State* L) {
   lt_check_options(L, 1, lt_api("hw.monitor"));
@@ -487,6 +473,7 @@ int l_hw_monitor(lua_State* L) {
   lt_push<MonitorPtr>(L, std::make_shared<HwMonitor>(interval, device));
   return 1;
 }
+LT_REGISTER("hw.monitor", l_hw_monitor);
 
 int l_hw_monitor_stop(lua_State* L) {
   MonitorPtr& m = lt_check<MonitorPtr>(L, 1);
@@ -503,6 +490,7 @@ int l_hw_monitor_stop(lua_State* L) {
   lt_push_json(L, j);
   return 1;
 }
+LT_REGISTER("HwMonitor:stop", l_hw_monitor_stop);
 
 int l_hw_run_summary(lua_State* L) {
   RunSummary s = hw_read_metrics(luaL_checkstring(L, 1));
@@ -520,6 +508,7 @@ int l_hw_run_summary(lua_State* L) {
   lt_push_json(L, j);
   return 1;
 }
+LT_REGISTER("hw.run_summary", l_hw_run_summary);
 
 int l_hw_read_json(lua_State* L) {
   std::string path = luaL_checkstring(L, 1);
@@ -527,6 +516,7 @@ int l_hw_read_json(lua_State* L) {
   lt_push_json(L, j);
   return 1;
 }
+LT_REGISTER("hw.read_json", l_hw_read_json);
 
 void write_file(const std::string& path, const std::string& text) {
   std::error_code ec;
@@ -537,8 +527,7 @@ void write_file(const std::string& path, const std::string& text) {
 
 int l_hw_report(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, lt_api("hw.report"));
+  lt_check_required_options(L, 2, lt_api("hw.report"));
   json doc = lua_to_json(L, 1, "hw.report: doc");
   std::string md = lt_opt_string(L, 2, "markdown", ""), html = lt_opt_string(L, 2, "html", "");
   LT_CHECK(!md.empty() || !html.empty(), "hw.report: give markdown= and/or html= paths to write");
@@ -552,6 +541,7 @@ int l_hw_report(lua_State* L) {
   if (!html.empty()) lt_set_string(L, "html", html);
   return 1;
 }
+LT_REGISTER("hw.report", l_hw_report);
 
 int l_hw_runner_path(lua_State* L) {
   char buf[PATH_MAX];
@@ -560,32 +550,8 @@ int l_hw_runner_path(lua_State* L) {
   lua_pushlstring(L, buf, static_cast<size_t>(n));
   return 1;
 }
-
-const luaL_Reg hw_monitor_methods[] = {{"stop", l_hw_monitor_stop}, {nullptr, nullptr}};
-
-const luaL_Reg hw_funcs[] = {{"probe", l_hw_probe},
-                             {"catalog", l_hw_catalog},
-                             {"params", l_hw_params},
-                             {"presets", l_hw_presets},
-                             {"plan", l_hw_plan},
-                             {"plan_text", l_hw_plan_text},
-                             {"profile", l_hw_profile},
-                             {"project", l_hw_project},
-                             {"projection_rule", l_hw_projection_rule},
-                             {"monitor", l_hw_monitor},
-                             {"run_summary", l_hw_run_summary},
-                             {"read_json", l_hw_read_json},
-                             {"report", l_hw_report},
-                             {"runner_path", l_hw_runner_path},
-                             {nullptr, nullptr}};
+LT_REGISTER("hw.runner_path", l_hw_runner_path);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_hw(lua_State* L) {
-  using namespace luatune;
-  lt_register_class<MonitorPtr, describe_monitor>(L, hw_monitor_methods);
-  lt_new_module(L, hw_funcs);
-  return 1;
-}

@@ -7,7 +7,6 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
-#include "bindings/modules.h"
 #include "bindings/tensor_class.h"
 #include "host/adapt/adaption_prompt.h"
 #include "host/adapt/peft.h"
@@ -18,34 +17,8 @@ namespace luatune {
 
 namespace {
 
-Model& check_model(lua_State* L, int idx) {
-  return *lt_check<std::shared_ptr<Model>>(L, idx);
-}
-
-// lora.apply's `key` option: a string or a list of strings (nil leaves `out` alone).
-void opt_string_list(lua_State* L, int idx, const char* key, std::vector<std::string>& out) {
-  lua_getfield(L, idx, key);
-  if (lua_type(L, -1) == LUA_TSTRING) {
-    out = {lua_tostring(L, -1)};
-  } else if (lua_istable(L, -1)) {
-    LT_CHECK(lt_is_list(L, -1), "lora.apply: " << key << " must be a string or a list of strings");
-    out.clear();
-    size_t n = lua_objlen(L, -1);
-    for (size_t i = 1; i <= n; i++) {
-      lua_rawgeti(L, -1, static_cast<int>(i));
-      LT_CHECK(lua_type(L, -1) == LUA_TSTRING,
-               "lora.apply: " << key << " must be a string or a list of strings");
-      out.push_back(lua_tostring(L, -1));
-      lua_pop(L, 1);
-    }
-  } else {
-    LT_CHECK(lua_isnil(L, -1), "lora.apply: " << key << " must be a string or a list of strings");
-  }
-  lua_pop(L, 1);
-}
-
 int l_lora_apply(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   LoraConfig c;
   uint64_t seed = 0;
   if (lt_check_options(L, 2, lt_api("lora.apply"))) {
@@ -58,7 +31,7 @@ int l_lora_apply(lua_State* L) {
     c.rslora = lt_opt_bool(L, 2, "rslora", c.rslora);
     c.dora = lt_opt_bool(L, 2, "dora", c.dora);
     seed = static_cast<uint64_t>(lt_opt_int(L, 2, "seed", 0, 0));
-    opt_string_list(L, 2, "targets", c.targets);
+    lt_opt_strings(L, 2, "targets", "lora.apply", &c.targets);
     lua_getfield(L, 2, "layers");
     if (!lua_isnil(L, -1)) {
       LT_CHECK(lua_istable(L, -1) && lt_is_list(L, -1), "lora.apply: layers must be a list of layer numbers");
@@ -74,9 +47,10 @@ int l_lora_apply(lua_State* L) {
   lua_pushnumber(L, static_cast<double>(lora_apply(m, c, seed)));
   return 1;
 }
+LT_REGISTER("lora.apply", l_lora_apply);
 
 int l_lora_adaption_prompt(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   AdaptionPromptConfig c;
   uint64_t seed = 0;
   if (lt_check_options(L, 2, lt_api("lora.adaption_prompt"))) {
@@ -94,10 +68,11 @@ int l_lora_adaption_prompt(lua_State* L) {
   lua_pushnumber(L, static_cast<double>(adaption_prompt_apply(m, c, seed)));
   return 1;
 }
+LT_REGISTER("lora.adaption_prompt", l_lora_adaption_prompt);
 
 // LoRA or adaption prompt, whichever the model has.
 int l_lora_save(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   std::string dir = luaL_checkstring(L, 2);
   const std::string hub_name = hub_model_name_of(m.source_dir);
   std::string base = hub_name.empty() ? m.source_dir : hub_name;
@@ -110,22 +85,18 @@ int l_lora_save(lua_State* L) {
     lora_save(m, dir, base);
   return 0;
 }
+LT_REGISTER("lora.save", l_lora_save);
 
 int l_lora_load(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   std::string dir = luaL_checkstring(L, 2);
   if (peft_adapter_type(dir) == "ADAPTION_PROMPT") {
     AdaptionPromptConfig a = adaption_prompt_load(m, dir);
-    lua_createtable(L, 0, 2);
-    lt_set_number(L, "adapter_len", static_cast<double>(a.adapter_len));
-    lt_set_number(L, "adapter_layers", static_cast<double>(a.adapter_layers));
+    lt_push_numbers(L, {{"adapter_len", a.adapter_len}, {"adapter_layers", a.adapter_layers}});
     return 1;
   }
   LoraConfig c = lora_load(m, dir);
-  lua_createtable(L, 0, 7);
-  lt_set_number(L, "r", static_cast<double>(c.r));
-  lt_set_number(L, "alpha", c.alpha);
-  lt_set_number(L, "dropout", c.dropout);
+  lt_push_numbers(L, {{"r", c.r}, {"alpha", c.alpha}, {"dropout", c.dropout}});
   lt_set_bool(L, "rslora", c.rslora);
   lt_set_bool(L, "dora", c.dora);
   if (!c.target_regex.empty()) {
@@ -137,33 +108,21 @@ int l_lora_load(lua_State* L) {
   lt_set_list(L, "layers", c.layers);
   return 1;
 }
+LT_REGISTER("lora.load", l_lora_load);
 
 int l_lora_merge(lua_State* L) {
-  lora_merge(check_model(L, 1));
+  lora_merge(lt_check_model(L, 1));
   return 0;
 }
+LT_REGISTER("lora.merge", l_lora_merge);
 
 // (adaption prompts: ["model.layers.1.self_attn.adaption_prompt"], [...adaption_gate])
 int l_lora_parameters(lua_State* L) {
-  Model& m = check_model(L, 1);
-  lua_newtable(L);
-  for (auto& [name, t] : m.adapter_parameters()) {
-    lt_push<at::Tensor>(L, *t);
-    lua_setfield(L, -2, name.c_str());
-  }
+  lt_push_named_tensors(L, lt_check_model(L, 1).adapter_parameters());
   return 1;
 }
-
-const luaL_Reg lora_funcs[] = {{"apply", l_lora_apply}, {"adaption_prompt", l_lora_adaption_prompt},
-                               {"save", l_lora_save},   {"load", l_lora_load},
-                               {"merge", l_lora_merge}, {"parameters", l_lora_parameters},
-                               {nullptr, nullptr}};
+LT_REGISTER("lora.parameters", l_lora_parameters);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_lora(lua_State* L) {
-  luatune::lt_new_module(L, luatune::lora_funcs);
-  return 1;
-}

@@ -22,16 +22,7 @@
 
 namespace luatune {
 
-namespace {
-
-struct Param {
-  std::string name;  // "model", "...", with "?" removed
-  std::string type;
-  bool optional = false;
-};
-
-// Splits at `sep` outside brackets and quotes.
-std::vector<std::string> split_top(const std::string& s, char sep) {
+std::vector<std::string> lt_split_top(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::string cur;
   int depth = 0;
@@ -51,6 +42,14 @@ std::vector<std::string> split_top(const std::string& s, char sep) {
   return out;
 }
 
+namespace {
+
+struct Param {
+  std::string name;  // "model", "...", with "?" removed
+  std::string type;
+  bool optional = false;
+};
+
 // `Opts` as a whole word in a type -> the function's option class.
 std::string resolve_type(const LtFunc& f, std::string type) {
   const std::string cls = lt_func_options_class(f);
@@ -69,7 +68,7 @@ std::string resolve_type(const LtFunc& f, std::string type) {
 
 std::vector<Param> parse_params(const LtFunc& f) {
   std::vector<Param> out;
-  for (const std::string& p : split_top(f.params, ',')) {
+  for (const std::string& p : lt_split_top(f.params, ',')) {
     Param q;
     size_t colon = p.find(':');
     q.name = str_trim(p.substr(0, colon));
@@ -133,7 +132,7 @@ void write_function(std::ostringstream& os, const LtFunc& f, const std::string& 
     os << "---@param " << p.name << (p.optional && p.name != "..." ? "? " : " ") << p.type << "\n";
     names.push_back(p.name);
   }
-  for (const std::string& r : split_top(f.returns, ';')) os << "---@return " << resolve_type(f, r) << "\n";
+  for (const std::string& r : lt_split_top(f.returns, ';')) os << "---@return " << resolve_type(f, r) << "\n";
   os << "function " << owner << (method ? ":" : ".") << f.name << "(" << str_join(names, ", ") << ") end\n\n";
 }
 
@@ -155,7 +154,7 @@ std::string lt_api_lua_types(const LtApi& api) {
       std::vector<std::string> ps;
       for (const Param& p : parse_params(f)) ps.push_back(p.name + (p.optional ? "?" : "") + ": " + p.type);
       std::vector<std::string> rs;
-      for (const std::string& r : split_top(f.returns, ';')) rs.push_back(split_top(r, ' ').front());
+      for (const std::string& r : lt_split_top(f.returns, ';')) rs.push_back(lt_split_top(r, ' ').front());
       os << "---@overload fun(" << str_join(ps, ", ") << "): " << str_join(rs, ", ") << "\n";
     }
     os << m.module << " = {}\n\n";
@@ -181,34 +180,15 @@ std::string lt_api_lua_types(const LtApi& api) {
 
 namespace {
 
-// Text in a table cell: '|' escaped; in prose (not `code`) '<' and '>' as entities, so a
-// "<think>" is not taken for an HTML tag.
-std::string md_cell(const std::string& s, bool code = false) {
-  std::string out;
-  for (char c : s) {
-    if (c == '|')
-      out += "\\|";
-    else if (c == '<' && !code)
-      out += "&lt;";
-    else if (c == '>' && !code)
-      out += "&gt;";
-    else
-      out += c == '\n' ? ' ' : c;
-  }
-  return out;
-}
-
-std::string md_table(const std::string& title, const std::vector<LtOpt>& keys) {
-  std::ostringstream os;
-  os << title << "\n\n| option | type | default | what it does |\n|---|---|---|---|\n";
+// An option table as Markdown: names, types and defaults as code spans, the docs as prose.
+std::string md_options(const std::string& title, const std::vector<LtOpt>& keys) {
+  std::vector<std::vector<std::string>> rows;
   for (const LtOpt& o : keys) {
-    std::string name = o.name == "[string]" ? "any other key" : "`" + o.name + "`";
-    std::string def = o.def;
-    if (!def.empty() && def != "required") def = "`" + def + "`";
-    os << "| " << name << " | `" << md_cell(o.type, true) << "` | " << md_cell(def, true) << " | "
-       << md_cell(o.doc) << " |\n";
+    const bool code_default = !o.def.empty() && o.def != "required";
+    rows.push_back({o.name == "[string]" ? "any other key" : "`" + o.name + "`", "`" + md_cell(o.type) + "`",
+                    code_default ? "`" + md_cell(o.def) + "`" : o.def, md_text(o.doc)});
   }
-  return os.str();
+  return title + "\n\n" + md_table({{"option"}, {"type"}, {"default"}, {"what it does"}}, rows);
 }
 
 // The functions whose option table has class `cls`, as "`lora.apply`, ...".
@@ -226,7 +206,7 @@ bool block_for(const LtApi& api, const std::string& name, std::string* text, std
   auto f = api.funcs.find(name);
   if (f != api.funcs.end() && !lt_func_options(*f->second).empty()) {
     *cls = lt_func_options_class(*f->second);
-    *text = md_table("Options of " + functions_of(api, *cls) + ":", lt_func_options(*f->second));
+    *text = md_options("Options of " + functions_of(api, *cls) + ":", lt_func_options(*f->second));
     return true;
   }
   auto tables = option_tables(api);
@@ -234,7 +214,7 @@ bool block_for(const LtApi& api, const std::string& name, std::string* text, std
   if (it == tables.end()) return false;
   *cls = name;
   std::string users = functions_of(api, name);
-  *text = md_table("Keys of `" + name + "`" + (users.empty() ? "" : " (" + users + ")") + ":", *it->second);
+  *text = md_options("Keys of `" + name + "`" + (users.empty() ? "" : " (" + users + ")") + ":", *it->second);
   return true;
 }
 
@@ -308,7 +288,7 @@ std::vector<std::string> declaration_problems(const LtApi& api) {
       bool uses_opts = false;
       for (const Param& p : parse_params(f)) {
         if (p.type.find(lt_func_options_class(f)) != std::string::npos) uses_opts = true;
-        for (const std::string& a : split_top(p.type, '|')) {
+        for (const std::string& a : lt_split_top(p.type, '|')) {
           std::string base = a.substr(0, a.find('['));
           if (str_ends_with(base, "Opts") && !tables.count(base))
             out.push_back(name + ": parameter " + p.name + " has the undeclared type " + base);
@@ -318,7 +298,7 @@ std::vector<std::string> declaration_problems(const LtApi& api) {
         out.push_back(name + (has_options ? ": has options but no parameter of type Opts"
                                           : ": a parameter of type Opts but no options"));
       for (const LtOpt& o : lt_func_options(f))
-        for (const std::string& a : split_top(o.type, '|')) {
+        for (const std::string& a : lt_split_top(o.type, '|')) {
           std::string base = a.substr(0, a.find('['));
           if (str_ends_with(base, "Opts") && !tables.count(base))
             out.push_back(name + ": option " + o.name + " has the undeclared type " + base);
@@ -339,24 +319,39 @@ std::vector<std::string> declaration_problems(const LtApi& api) {
   return out;
 }
 
-// The names of the functions in the table at idx.
-std::set<std::string> function_keys(lua_State* L, int idx) {
-  std::set<std::string> out;
-  if (idx < 0) idx = lua_gettop(L) + idx + 1;
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    if (lua_type(L, -2) == LUA_TSTRING && lua_isfunction(L, -1)) out.insert(lua_tostring(L, -2));
-    lua_pop(L, 1);
-  }
-  return out;
-}
-
 // What the modules register in a fresh Lua state: each module's functions (with "__call" for a
 // callable module: config { ... }) and each class's methods (release() aside: every class has it).
 struct Registered {
   std::vector<std::string> modules;  // in the order the runner opens them
   std::map<std::string, std::set<std::string>> functions, methods;
+  std::map<std::string, std::string> where;  // "lora.merge" -> "bindings/lora.cpp:160", its LT_REGISTER
 };
+
+std::string registration_place(const LtRegistration& r) {
+  return r.file + ":" + std::to_string(r.line);
+}
+
+// Records the function at the top of the stack as owner + sep + name ("lora.merge").
+void add_function(lua_State* L, Registered& r, std::set<std::string>& names, const std::string& owner,
+                  const char* sep, const std::string& name) {
+  names.insert(name);
+  if (const LtRegistration* reg = lt_registration_of(L, -1))
+    r.where[owner + sep + name] = registration_place(*reg);
+}
+
+// Every function in the table at idx (a module's, or a class's methods).
+std::set<std::string> function_keys(lua_State* L, int idx, Registered& r, const std::string& owner,
+                                    const char* sep) {
+  std::set<std::string> out;
+  if (idx < 0) idx = lua_gettop(L) + idx + 1;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    if (lua_type(L, -2) == LUA_TSTRING && lua_isfunction(L, -1))
+      add_function(L, r, out, owner, sep, lua_tostring(L, -2));
+    lua_pop(L, 1);
+  }
+  return out;
+}
 
 Registered registered_functions() {
   Registered r;
@@ -364,13 +359,13 @@ Registered registered_functions() {
   LT_CHECK(L, "runner api: cannot create a Lua state (out of memory)");
   luaL_openlibs(L);
   lt_open_modules(L);
-  for (const LtModule& m : lt_modules()) {
-    r.modules.push_back(m.name);
-    lua_getglobal(L, m.name);
-    r.functions[m.name] = function_keys(L, -1);
+  for (const std::string& m : lt_modules()) {
+    r.modules.push_back(m);
+    lua_getglobal(L, m.c_str());
+    std::set<std::string>& names = r.functions[m] = function_keys(L, -1, r, m, ".");
     if (lua_getmetatable(L, -1)) {
       lua_getfield(L, -1, "__call");
-      if (lua_isfunction(L, -1)) r.functions[m.name].insert("__call");
+      if (lua_isfunction(L, -1)) add_function(L, r, names, m, ".", "__call");
       lua_pop(L, 2);
     }
     lua_pop(L, 1);
@@ -383,7 +378,7 @@ Registered registered_functions() {
       const std::string cls = std::string(lua_tostring(L, -2)).substr(prefix.size());
       lua_getfield(L, -1, "methods");
       if (lua_istable(L, -1)) {
-        r.methods[cls] = function_keys(L, -1);
+        r.methods[cls] = function_keys(L, -1, r, cls, ":");
         r.methods[cls].erase("release");
       }
       lua_pop(L, 1);
@@ -394,11 +389,34 @@ Registered registered_functions() {
   return r;
 }
 
+// Each LT_REGISTER names a module that the runner opens ("lora.merge") or a class that a module
+// registers ("Model:generate"), and each LT_ON_OPEN such a module: anything else never runs.
+std::vector<std::string> registration_name_problems(const Registered& reg) {
+  std::vector<std::string> out;
+  for (const LtRegistration& r : lt_registrations()) {
+    const std::string module = r.owner + "." + r.name, method = r.owner + ":" + r.name;
+    const bool is_module = reg.functions.count(r.owner) > 0, is_class = reg.methods.count(r.owner) > 0;
+    if ((is_module && r.full_name == module) || (is_class && r.full_name == method)) continue;
+    std::string expected = is_module ? module : is_class ? method : "\"module.name\" or \"Class:name\"";
+    out.push_back(registration_place(r) + ": " + r.full_name +
+                  ": registered under a name no module or class opens (expected " + expected + ")");
+  }
+  for (const LtOpenStep& step : lt_open_steps())
+    if (!reg.functions.count(step.module))
+      out.push_back(step.file + ":" + std::to_string(step.line) + ": an open step of module " + step.module +
+                    ", which the runner does not open");
+  return out;
+}
+
 // The declarations against what the modules register: the same modules in the same order, the
 // same classes, and every function registered declared and every declared one registered.
 std::vector<std::string> registration_problems(const LtApi& api) {
-  std::vector<std::string> out;
   const Registered reg = registered_functions();
+  std::vector<std::string> out = registration_name_problems(reg);
+  auto place = [&](const std::string& full) {
+    auto it = reg.where.find(full);
+    return it == reg.where.end() ? std::string() : it->second + ": ";
+  };
   std::vector<std::string> declared_modules;
   std::map<std::string, std::string> class_module;  // declared class -> its module
   std::map<std::string, const LtFunc*> declared;    // "lora.apply", "Model:generate", "Tensor:exp"
@@ -429,18 +447,13 @@ std::vector<std::string> registration_problems(const LtApi& api) {
   for (const auto& [module, names] : reg.functions)
     for (const std::string& n : names)
       if (!declared.count(module + "." + n))
-        out.push_back(module + "." + n + ": the " + module + " module registers it, but " + api.path +
-                      " does not declare it");
+        out.push_back(place(module + "." + n) + module + "." + n + ": the " + module +
+                      " module registers it, but " + api.path + " does not declare it");
   for (const auto& [cls, names] : reg.methods) {
-    auto module = class_module.find(cls);
-    // A class whose methods are its module's functions (ds:f(...) is data.f(ds, ...)): a function
-    // declared as the module's only (data.jsonl) is a method only by that sharing.
-    const bool mirrors = module != class_module.end() && reg.functions.count(module->second) &&
-                         reg.functions.at(module->second) == names;
     for (const std::string& n : names)
-      if (!declared.count(cls + ":" + n) && !(mirrors && declared.count(module->second + "." + n)))
-        out.push_back(cls + ":" + n + ": a method registered for class " + cls + ", but " + api.path +
-                      " does not declare it");
+      if (!declared.count(cls + ":" + n))
+        out.push_back(place(cls + ":" + n) + cls + ":" + n + ": a method registered for class " + cls +
+                      ", but " + api.path + " does not declare it");
   }
   for (const auto& [full, f] : declared) {
     const size_t sep = full.find_first_of(".:");

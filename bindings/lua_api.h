@@ -81,6 +81,9 @@ const std::vector<LtOpt>& lt_func_options(const LtFunc& f);
 std::string lt_func_options_class(const LtFunc& f);
 // "lora.apply", "Model:generate"
 std::string lt_func_full_name(const LtFunc& f);
+// `s` split at each `sep` outside brackets ((), {}, <>, []) and double quotes, each piece trimmed:
+// "string|fun(a: integer|nil)" at '|' -> "string", "fun(a: integer|nil)"; no trailing empty piece.
+std::vector<std::string> lt_split_top(const std::string& s, char sep);
 
 // ============================================================================================
 // The registry: bindings/lua_api.yaml as embedded at build time

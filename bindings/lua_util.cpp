@@ -53,45 +53,103 @@ int lt_call_protected(lua_State* L, lua_CFunction fn) {
   return luaL_error(L, "%s", msg.c_str());  // prefixed with the calling recipe's file:line
 }
 
-static int lt_trampoline(lua_State* L) {
-  auto fn = reinterpret_cast<lua_CFunction>(lua_touserdata(L, lua_upvalueindex(1)));
-  return lt_call_protected(L, fn);
+// ============================================================================================
+// Registration
+
+static std::deque<LtRegistration>& registrations() {
+  static std::deque<LtRegistration> all;
+  return all;
 }
 
-void lt_set_funcs(lua_State* L, const luaL_Reg* funcs) {
-  for (; funcs->name; funcs++) {
-    lua_pushlightuserdata(L, reinterpret_cast<void*>(funcs->func));
+static std::deque<LtOpenStep>& open_steps() {
+  static std::deque<LtOpenStep> all;
+  return all;
+}
+
+const std::deque<LtRegistration>& lt_registrations() {
+  return registrations();
+}
+
+const std::deque<LtOpenStep>& lt_open_steps() {
+  return open_steps();
+}
+
+// The compiler's path of a source file, absolute under CMake, from bindings/ on.
+static std::string source_path(const char* file) {
+  std::string path = file;
+  const size_t at = path.rfind("bindings/");
+  return at == std::string::npos ? path : path.substr(at);
+}
+
+LtRegistrar::LtRegistrar(const char* full_name, lua_CFunction fn, const char* file, int line) {
+  // "lora.merge" -> lora, merge; a name with neither separator registers for no owner, and
+  // `runner api --check` names it.
+  const std::string full = full_name;
+  const size_t sep = full.find_first_of(".:");
+  registrations().push_back({full, sep == std::string::npos ? "" : full.substr(0, sep),
+                             sep == std::string::npos ? full : full.substr(sep + 1), fn, source_path(file),
+                             line});
+}
+
+LtRegistrar::LtRegistrar(const char* module, void (*open_step)(lua_State* L), const char* file, int line) {
+  open_steps().push_back({module, open_step, source_path(file), line});
+}
+
+// A registered function behind the bridge: the closure's upvalue is its registration.
+static int lt_trampoline(lua_State* L) {
+  auto* r = static_cast<const LtRegistration*>(lua_touserdata(L, lua_upvalueindex(1)));
+  return lt_call_protected(L, r->fn);
+}
+
+const LtRegistration* lt_registration_of(lua_State* L, int idx) {
+  if (lua_tocfunction(L, idx) != lt_trampoline || !lua_getupvalue(L, idx, 1)) return nullptr;
+  auto* r = static_cast<const LtRegistration*>(lua_touserdata(L, -1));
+  lua_pop(L, 1);
+  return r;
+}
+
+void lt_set_registered(lua_State* L, const std::string& owner, bool metamethods) {
+  for (const LtRegistration& r : registrations()) {
+    if (r.owner != owner || str_starts_with(r.name, "__") != metamethods) continue;
+    lua_pushlightuserdata(L, const_cast<LtRegistration*>(&r));
     lua_pushcclosure(L, lt_trampoline, 1);
-    lua_setfield(L, -2, funcs->name);
+    lua_setfield(L, -2, r.name.c_str());
   }
 }
 
-void lt_new_module(lua_State* L, const luaL_Reg* funcs) {
+int lt_open_module(lua_State* L, const char* module) {
   lua_newtable(L);
-  lt_set_funcs(L, funcs);
+  lt_set_registered(L, module, false);
+  lua_newtable(L);  // the metatable, kept only when the module has metamethods (config { ... })
+  lt_set_registered(L, module, true);
+  lua_pushnil(L);
+  if (lua_next(L, -2)) {
+    lua_pop(L, 2);
+    lua_setmetatable(L, -2);
+  } else {
+    lua_pop(L, 1);
+  }
+  for (const LtOpenStep& step : open_steps())
+    if (step.module == module) step.fn(L);
+  return 1;
 }
 
-const std::vector<LtModule>& lt_modules() {
-  static const std::vector<LtModule> modules = {
-      {"config", luaopen_config},       {"torch", luaopen_torch},   {"train", luaopen_train},
-      {"tokenizer", luaopen_tokenizer}, {"models", luaopen_models}, {"data", luaopen_data},
-      {"metrics", luaopen_metrics},     {"eval", luaopen_eval},     {"lora", luaopen_lora},
-      {"qlora", luaopen_qlora},         {"prune", luaopen_prune},   {"dist", luaopen_dist},
-      {"distill", luaopen_distill},     {"sweep", luaopen_sweep},   {"hw", luaopen_hw},
-      {"export", luaopen_export},
+const std::vector<std::string>& lt_modules() {
+  static const std::vector<std::string> modules = {
+      "config", "torch", "train", "tokenizer", "models",  "data",  "metrics", "eval",
+      "lora",   "qlora", "prune", "dist",      "distill", "sweep", "hw",      "export",
   };
   return modules;
 }
 
 void lt_open_modules(lua_State* L) {
-  for (const LtModule& m : lt_modules()) {
+  for (const std::string& name : lt_modules()) {
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "loaded");
-    lua_pushcfunction(L, m.open);
-    lua_call(L, 0, 1);
+    lt_open_module(L, name.c_str());
     lua_pushvalue(L, -1);
-    lua_setfield(L, -3, m.name);  // package.loaded[name], so require(name) works too
-    lua_setglobal(L, m.name);
+    lua_setfield(L, -3, name.c_str());  // package.loaded[name], so require(name) works too
+    lua_setglobal(L, name.c_str());
     lua_pop(L, 2);
   }
 }
@@ -181,25 +239,20 @@ bool lt_check_options(lua_State* L, int idx, const LtTable& t) {
   return check_options(L, idx, t.keys, true);
 }
 
+void lt_check_required_options(lua_State* L, int idx, const LtFunc& f) {
+  luaL_checktype(L, idx, LUA_TTABLE);
+  check_options(L, idx, lt_func_options(f), true);
+}
+
 void lt_check_option_names(lua_State* L, int idx, const LtFunc& f) {
   check_options(L, idx, lt_func_options(f), false);
 }
 
 // A type's alternatives: "string|string[]" -> {"string", "string[]"} (a '|' inside brackets or
-// quotes stays: "fun(a: integer|nil)" is one).
+// quotes stays: "fun(a: integer|nil)" is one); "" is one alternative, which accepts anything.
 static std::vector<std::string> type_alternatives(const std::string& type) {
-  std::vector<std::string> out(1);
-  int depth = 0;
-  bool quoted = false;
-  for (char c : type) {
-    if (c == '"') quoted = !quoted;
-    if (!quoted && (c == '(' || c == '{' || c == '<' || c == '[')) depth++;
-    if (!quoted && (c == ')' || c == '}' || c == '>' || c == ']')) depth--;
-    if (c == '|' && depth == 0 && !quoted)
-      out.emplace_back();
-    else if (c != ' ' || quoted)
-      out.back() += c;
-  }
+  std::vector<std::string> out = lt_split_top(type, '|');
+  if (out.empty()) out.emplace_back();
   return out;
 }
 
@@ -268,17 +321,23 @@ bool lt_has_field(lua_State* L, int idx, const char* key) {
   return has;
 }
 
-static void opt_type_error(lua_State* L, int idx, const char* key, const char* expected) {
-  std::string msg = std::string("option '") + key + "' expects " + expected + ", got " + luaL_typename(L, -1);
-  lua_pop(L, 1);
-  luaL_argerror(L, idx, msg.c_str());
+// Pushes option `key` of the table at idx when it is there (true), failing when it is not of Lua
+// type `type`; false, with nothing pushed, when idx holds no table or the key is nil.
+static bool push_option(lua_State* L, int idx, const char* key, int type, const char* expected) {
+  if (!lua_istable(L, idx)) return false;
+  lua_getfield(L, idx, key);
+  if (lua_isnil(L, -1)) return lua_pop(L, 1), false;
+  if (lua_type(L, -1) != type) {
+    std::string msg =
+        std::string("option '") + key + "' expects " + expected + ", got " + luaL_typename(L, -1);
+    lua_pop(L, 1);
+    luaL_argerror(L, idx, msg.c_str());
+  }
+  return true;
 }
 
 double lt_opt_number(lua_State* L, int idx, const char* key, double def) {
-  if (!lua_istable(L, idx)) return def;
-  lua_getfield(L, idx, key);
-  if (lua_isnil(L, -1)) return lua_pop(L, 1), def;
-  if (lua_type(L, -1) != LUA_TNUMBER) opt_type_error(L, idx, key, "a number");
+  if (!push_option(L, idx, key, LUA_TNUMBER, "a number")) return def;
   double v = lua_tonumber(L, -1);
   lua_pop(L, 1);
   return v;
@@ -295,23 +354,38 @@ int64_t lt_opt_int(lua_State* L, int idx, const char* key, int64_t def, int64_t 
 }
 
 bool lt_opt_bool(lua_State* L, int idx, const char* key, bool def) {
-  if (!lua_istable(L, idx)) return def;
-  lua_getfield(L, idx, key);
-  if (lua_isnil(L, -1)) return lua_pop(L, 1), def;
-  if (lua_type(L, -1) != LUA_TBOOLEAN) opt_type_error(L, idx, key, "a boolean");
+  if (!push_option(L, idx, key, LUA_TBOOLEAN, "a boolean")) return def;
   bool v = lua_toboolean(L, -1);
   lua_pop(L, 1);
   return v;
 }
 
 std::string lt_opt_string(lua_State* L, int idx, const char* key, const std::string& def) {
-  if (!lua_istable(L, idx)) return def;
-  lua_getfield(L, idx, key);
-  if (lua_isnil(L, -1)) return lua_pop(L, 1), def;
-  if (lua_type(L, -1) != LUA_TSTRING) opt_type_error(L, idx, key, "a string");
+  if (!push_option(L, idx, key, LUA_TSTRING, "a string")) return def;
   std::string v = lua_tostring(L, -1);
   lua_pop(L, 1);
   return v;
+}
+
+bool lt_opt_strings(lua_State* L, int idx, const char* key, const std::string& what,
+                    std::vector<std::string>* out) {
+  const std::string bad = what + ": " + key + " must be a string or a list of strings";
+  lua_getfield(L, idx, key);
+  if (lua_isnil(L, -1)) return lua_pop(L, 1), false;
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    *out = {lua_tostring(L, -1)};
+  } else {
+    LT_CHECK(lua_istable(L, -1) && lt_is_list(L, -1), bad);
+    out->clear();
+    for (size_t i = 1; i <= lua_objlen(L, -1); i++) {
+      lua_rawgeti(L, -1, static_cast<int>(i));
+      LT_CHECK(lua_type(L, -1) == LUA_TSTRING, bad);
+      out->push_back(lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  return true;
 }
 
 int64_t lt_check_int(lua_State* L, int idx) {
@@ -479,6 +553,11 @@ void lt_set_bool(lua_State* L, const char* key, bool v) {
 void lt_set_string(lua_State* L, const char* key, const std::string& v) {
   lua_pushlstring(L, v.data(), v.size());
   lua_setfield(L, -2, key);
+}
+
+void lt_push_numbers(lua_State* L, std::initializer_list<std::pair<const char*, double>> fields) {
+  lua_createtable(L, 0, static_cast<int>(fields.size()));
+  for (const auto& [key, v] : fields) lt_set_number(L, key, v);
 }
 
 void lt_push_json(lua_State* L, const nlohmann::json& j) {

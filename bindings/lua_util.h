@@ -1,12 +1,31 @@
-// The one place bindings meet Lua: the exception bridge every binding function runs behind, the
-// userdata helper every Lua-visible type is registered with, option-table readers that reject
-// unknown keys, and the per-run state the runner shares with the `config` module.
+// The one place bindings meet Lua: how a binding function registers itself under its Lua name, the
+// exception bridge every one runs behind, the userdata helper every Lua-visible type is registered
+// with, option-table readers that reject unknown keys, and the per-run state the runner shares with
+// the `config` module.
+//
+// Adding a Lua function: declare it in bindings/lua_api.yaml ("lora.merge", "Model:generate"),
+// write it in bindings/<module>.cpp as l_<module>_<verb>, and register it on the line after its
+// closing brace under the same name:
+//
+//   int l_lora_merge(lua_State* L) {
+//     lora_merge(lt_check_model(L, 1));
+//     return 0;
+//   }
+//   LT_REGISTER("lora.merge", l_lora_merge);
+//
+// That is all: opening the module builds its table from what was registered for it (lt_open_module),
+// and `runner api --check` fails, naming the file and line, on a name registered and not declared,
+// or declared and not registered. A class registers the same way, beside its describe function:
+// LT_REGISTER_CLASS("models", ModelPtr, describe_model); anything else a module does when it opens
+// is an LT_ON_OPEN step (torch's operators, metrics' global print).
 #pragma once
 
 #include <lua.hpp>
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <deque>
+#include <initializer_list>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -19,24 +38,83 @@
 namespace luatune {
 
 // ============================================================================================
-// Exception bridge. Functions registered through lt_set_funcs run inside lt_call_protected:
-// a C++ exception (luatune::Error, LibTorch's c10::Error, std::exception) is caught, its message
-// copied, the catch block left, and only then raised as a Lua error. A UsageError also marks the
-// run as a usage error (exit status 2). Lua errors raised inside pass through untouched.
+// Registration. LT_REGISTER("owner.name" or "Owner:name", fn) at namespace scope: "lora.merge" is a
+// function of the module lora, "Model:generate" a method of the class Model, and a name that starts
+// with "__" a metamethod ("Tensor:__eq"; "config.__call" makes the module table callable). One
+// function may stand under several names (l_data_split is data.split and Dataset:split).
+//
+// Each LT_REGISTER (LT_ON_OPEN, LT_REGISTER_CLASS) is a static object whose constructor appends to
+// one list, a function-local static, so the order files initialise in does not matter; the lists
+// are read only once main runs. No code names a module's functions, so the bindings are linked as
+// an object library (CMakeLists.txt): a static library would drop every module file.
 
-int lt_call_protected(lua_State* L, lua_CFunction fn);
-// Sets each function of `funcs` into the table at the top of the stack, wrapped by the bridge.
-void lt_set_funcs(lua_State* L, const luaL_Reg* funcs);
-// A new module table holding `funcs`, left on the stack.
-void lt_new_module(lua_State* L, const luaL_Reg* funcs);
+struct LtRegistration {
+  std::string full_name;  // as registered: "lora.merge", "Model:generate"
+  std::string owner;      // "lora", "Model"
+  std::string name;       // "merge", "generate"
+  lua_CFunction fn;
+  std::string file;  // where the LT_REGISTER stands: "bindings/lora.cpp"
+  int line;
+};
+
+// A step of opening a module, after its functions are set (the module's table at the top of the
+// stack): registering a class, setting a global.
+struct LtOpenStep {
+  std::string module;
+  void (*fn)(lua_State* L);
+  std::string file;
+  int line;
+};
+
+// Every LT_REGISTER and every open step in the program (deques: the entries never move).
+const std::deque<LtRegistration>& lt_registrations();
+const std::deque<LtOpenStep>& lt_open_steps();
+// The registration behind the function at idx when lt_open_module or lt_register_class set it
+// (under that name or another), else nullptr.
+const LtRegistration* lt_registration_of(lua_State* L, int idx);
+
+struct LtRegistrar {
+  LtRegistrar(const char* full_name, lua_CFunction fn, const char* file, int line);
+  LtRegistrar(const char* module, void (*open_step)(lua_State* L), const char* file, int line);
+};
+#define LT_REGISTER_JOIN2(a, b) a##b
+#define LT_REGISTER_JOIN(a, b) LT_REGISTER_JOIN2(a, b)
+#define LT_REGISTER(full_name, fn) \
+  const ::luatune::LtRegistrar LT_REGISTER_JOIN(lt_registrar_, __LINE__)(full_name, fn, __FILE__, __LINE__)
+// Runs fn(L) each time `module` opens, in the order of the file.
+#define LT_ON_OPEN(module, fn) LT_REGISTER(module, fn)
+// Registers the userdata class Type (lt_register_class) each time `module` opens.
+#define LT_REGISTER_CLASS(module, Type, Describe) \
+  LT_ON_OPEN(module, (::luatune::lt_register_class<Type, Describe>))
+
+// Sets the functions registered for `owner` into the table at the top of the stack, each behind the
+// exception bridge: its "__" names when `metamethods`, else the others.
+void lt_set_registered(lua_State* L, const std::string& owner, bool metamethods);
+// The table of module `module`, left on the stack: the functions registered for it, a metatable
+// holding its "__" ones when it has any, then its open steps. Returns 1.
+int lt_open_module(lua_State* L, const char* module);
 
 // ============================================================================================
-// Userdata. Each Lua-visible C++ type T declares its Lua name once:
-//   template <> struct LuaClass<at::Tensor> { static constexpr const char* name = "Tensor"; };
+// Exception bridge. Registered functions run inside lt_call_protected: a C++ exception
+// (luatune::Error, LibTorch's c10::Error, std::exception) is caught, its message copied, the catch
+// block left, and only then raised as a Lua error. A UsageError also marks the run as a usage error
+// (exit status 2). Lua errors raised inside pass through untouched.
+
+int lt_call_protected(lua_State* L, lua_CFunction fn);
+
+// ============================================================================================
+// Userdata. Each Lua-visible C++ type T declares its Lua name once, LT_CLASS(at::Tensor, "Tensor");
 // lt_register_class<T> makes its metatable (__gc, __tostring, __name, methods, release()).
 
 template <class T>
 struct LuaClass;
+
+// In namespace luatune: the specialisation LuaClass<Type> naming it `lua_name` in Lua.
+#define LT_CLASS(Type, lua_name)                  \
+  template <>                                     \
+  struct LuaClass<Type> {                         \
+    static constexpr const char* name = lua_name; \
+  }
 
 template <class T>
 struct LtBox {
@@ -112,11 +190,11 @@ int lt_tostring(lua_State* L) {
   return 1;
 }
 
-// Creates T's metatable in the registry: methods (plus release) in a table that is both __index
-// and the metatable's `methods`, __gc, __tostring through Describe, and any extra metamethods
-// (which may replace __index). Leaves the stack as it was.
+// Creates T's metatable in the registry: the methods registered for T (plus release) in a table that
+// is both __index and the metatable's `methods`, __gc, __tostring through Describe, and the
+// metamethods registered for T (which may replace __index). Leaves the stack as it was.
 template <class T, std::string (*Describe)(const T&)>
-void lt_register_class(lua_State* L, const luaL_Reg* methods, const luaL_Reg* metamethods = nullptr) {
+void lt_register_class(lua_State* L) {
   luaL_newmetatable(L, lt_metatable_name(LuaClass<T>::name).c_str());
   lua_pushstring(L, LuaClass<T>::name);
   lua_setfield(L, -2, "__name");
@@ -125,19 +203,16 @@ void lt_register_class(lua_State* L, const luaL_Reg* methods, const luaL_Reg* me
   lua_pushcfunction(L, (lt_tostring<T, Describe>));
   lua_setfield(L, -2, "__tostring");
   lua_newtable(L);  // methods
-  lt_set_funcs(L, methods);
+  lt_set_registered(L, LuaClass<T>::name, false);
   lua_pushcfunction(L, lt_release<T>);
   lua_setfield(L, -2, "release");
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__index");
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "methods");
-  if (metamethods) {
-    lua_pushvalue(L, -2);
-    lt_set_funcs(L, metamethods);
-    lua_pop(L, 1);
-  }
-  lua_pop(L, 2);  // the metatable stays in the registry
+  lua_pushvalue(L, -2);
+  lt_set_registered(L, LuaClass<T>::name, true);
+  lua_pop(L, 3);  // the metatable stays in the registry
 }
 
 // ============================================================================================
@@ -151,6 +226,8 @@ const char* lt_fname(lua_State* L);  // the name of the running Lua-called funct
 // or nil at idx passes and returns false, anything else but a table fails.
 bool lt_check_options(lua_State* L, int idx, const LtFunc& f);
 bool lt_check_options(lua_State* L, int idx, const LtTable& t);
+// The same for an option table the function requires: none or nil at idx fails as well.
+void lt_check_required_options(lua_State* L, int idx, const LtFunc& f);
 // The keys only, for a function whose host code checks the values with messages of its own.
 void lt_check_option_names(lua_State* L, int idx, const LtFunc& f);
 // Whether the value at idx is of the lua-language-server type `type` ("integer", "string|string[]",
@@ -171,12 +248,19 @@ int64_t lt_opt_int(lua_State* L, int idx, const char* key, int64_t def, int64_t 
                    int64_t hi = kLuaMaxExactInt);
 bool lt_opt_bool(lua_State* L, int idx, const char* key, bool def);
 std::string lt_opt_string(lua_State* L, int idx, const char* key, const std::string& def);
+// Option `key` of the table at idx as strings (a string is a list of one): false when the key is
+// nil, leaving *out alone. Anything else fails "<what>: <key> must be a string or a list of strings".
+bool lt_opt_strings(lua_State* L, int idx, const char* key, const std::string& what,
+                    std::vector<std::string>* out);
 int64_t lt_check_int(lua_State* L, int idx);  // a number that is a whole integer
 bool lt_is_list(lua_State* L, int idx);       // a table whose keys are exactly 1..n (n may be 0)
 // t[key] = v for the table at the top of the stack (the result tables bindings return).
 void lt_set_number(lua_State* L, const char* key, double v);
 void lt_set_bool(lua_State* L, const char* key, bool v);
 void lt_set_string(lua_State* L, const char* key, const std::string& v);
+// A new table of named numbers, left on the stack: the counts and sizes bindings return
+// (lt_push_numbers(L, {{"rows", s.rows}, {"tokens", s.tokens}})).
+void lt_push_numbers(lua_State* L, std::initializer_list<std::pair<const char*, double>> fields);
 // Pushes a Lua list (1-based) of v's numbers or strings: the token ids, sizes and names bindings return.
 template <class T>
 void lt_push_list(lua_State* L, const std::vector<T>& v) {

@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "bindings/lua_util.h"
-#include "bindings/modules.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 
@@ -17,10 +16,7 @@ namespace luatune {
 
 using MetricsPtr = std::shared_ptr<Metrics>;
 
-template <>
-struct LuaClass<MetricsPtr> {
-  static constexpr const char* name = "Metrics";
-};
+LT_CLASS(MetricsPtr, "Metrics");
 
 namespace {
 
@@ -28,6 +24,7 @@ std::string describe_metrics(const MetricsPtr& m) {
   if (m->closed()) return "Metrics(closed)";
   return "Metrics(" + std::to_string(m->sink_count()) + " sink" + (m->sink_count() == 1 ? "" : "s") + ")";
 }
+LT_REGISTER_CLASS("metrics", MetricsPtr, describe_metrics);
 
 // The order a table's producer gave its keys: the strings of its metatable's __order list
 // (trainer:step and trainer:evaluate set one, as may a recipe), else none.
@@ -176,6 +173,7 @@ int l_metrics_open(lua_State* L) {
   lt_push<MetricsPtr>(L, MetricsPtr(metrics_open(o)));
   return 1;
 }
+LT_REGISTER("metrics.open", l_metrics_open);
 
 int l_metrics_print(lua_State* L) {
   int n = lua_gettop(L);
@@ -195,6 +193,7 @@ int l_metrics_print(lua_State* L) {
   metrics_console_println(line, stdout);
   return 0;
 }
+LT_REGISTER("metrics.print", l_metrics_print);
 
 // ============================================================================================
 // Metrics methods
@@ -205,29 +204,27 @@ int l_metrics_write(lua_State* L) {
   m.write(step, check_values(L, 3, "log:write"));
   return 0;
 }
+LT_REGISTER("Metrics:write", l_metrics_write);
 
 int l_metrics_summary(lua_State* L) {
   Metrics& m = check_metrics(L, 1);
   m.summary(check_values(L, 2, "log:summary"));
   return 0;
 }
+LT_REGISTER("Metrics:summary", l_metrics_summary);
 
 int l_metrics_close(lua_State* L) {
   Metrics& m = check_metrics(L, 1);
   m.close(lua_isnoneornil(L, 2) ? 0 : static_cast<int>(lt_check_int(L, 2)));
   return 0;
 }
+LT_REGISTER("Metrics:close", l_metrics_close);
 
 int l_metrics_stopped(lua_State* L) {
   lua_pushboolean(L, check_metrics(L, 1).stopped());
   return 1;
 }
-
-const luaL_Reg metrics_methods[] = {{"write", l_metrics_write},
-                                    {"stopped", l_metrics_stopped},
-                                    {"summary", l_metrics_summary},
-                                    {"close", l_metrics_close},
-                                    {nullptr, nullptr}};
+LT_REGISTER("Metrics:stopped", l_metrics_stopped);
 
 // Written to a temporary name and renamed, so a crash never leaves half a results file.
 int l_metrics_write_json(lua_State* L) {
@@ -240,28 +237,22 @@ int l_metrics_write_json(lua_State* L) {
   file_write_atomic(path, config_to_json(v) + "\n");
   return 0;
 }
+LT_REGISTER("metrics.write_json", l_metrics_write_json);
+
+// While the module is loaded, the global print is metrics.print (see the top of the file).
+void open_print(lua_State* L) {
+  lua_getfield(L, -1, "print");
+  lua_setglobal(L, "print");
+}
+LT_ON_OPEN("metrics", open_print);
 
 int l_metrics_clock(lua_State* L) {
   lua_pushnumber(L,
                  std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
   return 1;
 }
-
-const luaL_Reg metrics_funcs[] = {{"open", l_metrics_open},
-                                  {"clock", l_metrics_clock},
-                                  {"print", l_metrics_print},
-                                  {"write_json", l_metrics_write_json},
-                                  {nullptr, nullptr}};
+LT_REGISTER("metrics.clock", l_metrics_clock);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_metrics(lua_State* L) {
-  using namespace luatune;
-  lt_register_class<MetricsPtr, describe_metrics>(L, metrics_methods);
-  lt_new_module(L, metrics_funcs);
-  lua_getfield(L, -1, "print");
-  lua_setglobal(L, "print");
-  return 1;
-}

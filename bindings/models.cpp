@@ -8,7 +8,6 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
-#include "bindings/modules.h"
 #include "bindings/qlora_options.h"
 #include "bindings/tensor_class.h"
 #include "bindings/tokenizer_class.h"
@@ -53,10 +52,7 @@ std::string describe_model(const ModelPtr& m) {
   os << dtype_name(m->dtype()) << ", " << device_name(m->device()) << ")";
   return os.str();
 }
-
-Model& check_model(lua_State* L, int idx) {
-  return *lt_check<ModelPtr>(L, idx);
-}
+LT_REGISTER_CLASS("models", ModelPtr, describe_model);
 
 // Token ids from a Tensor (T) or (B, T), a list of numbers, or a list of equal-length lists -> (B, T) int64.
 at::Tensor check_ids(lua_State* L, int idx) {
@@ -122,10 +118,10 @@ int l_models_load(lua_State* L) {
   lt_push<ModelPtr>(L, model_load(dir, o));
   return 1;
 }
+LT_REGISTER("models.load", l_models_load);
 
 int l_models_init(lua_State* L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lt_check_options(L, 1, lt_api("models.init"));
+  lt_check_required_options(L, 1, lt_api("models.init"));
   std::string arch = lt_opt_string(L, 1, "arch", "");
   LT_CHECK(!arch.empty(), "models.init: arch is required (llama, mistral, qwen2, qwen3 or gemma2)");
   uint64_t seed = static_cast<uint64_t>(lt_opt_int(L, 1, "seed", 0, 0));
@@ -163,20 +159,22 @@ int l_models_init(lua_State* L) {
   lt_push<ModelPtr>(L, model_init(c, seed, dtype, device));
   return 1;
 }
+LT_REGISTER("models.init", l_models_init);
 
 // ============================================================================================
 // Model methods
 
 int l_models_forward(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   at::Tensor ids = check_ids(L, 2);
   at::NoGradGuard no_grad;
   lt_push<at::Tensor>(L, m.forward(ids));
   return 1;
 }
+LT_REGISTER("Model:forward", l_models_forward);
 
 int l_models_generate(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   auto& tok = lt_check<std::shared_ptr<Tokenizer>>(L, 2);
   std::string prompt = luaL_checkstring(L, 3);
   GenerateOptions o;
@@ -187,22 +185,7 @@ int l_models_generate(lua_State* L) {
     o.top_p = lt_opt_number(L, 4, "top_p", 1.0);
     o.seed = static_cast<uint64_t>(lt_opt_int(L, 4, "seed", 0, 0));
     o.use_cache = lt_opt_bool(L, 4, "use_cache", true);
-    lua_getfield(L, 4, "stop");
-    if (lua_isstring(L, -1)) {
-      o.stop.push_back(lua_tostring(L, -1));
-    } else if (lua_istable(L, -1)) {
-      size_t n = lua_objlen(L, -1);
-      for (size_t i = 1; i <= n; i++) {
-        lua_rawgeti(L, -1, static_cast<int>(i));
-        LT_CHECK(lua_type(L, -1) == LUA_TSTRING,
-                 "model:generate: stop must be a string or a list of strings");
-        o.stop.push_back(lua_tostring(L, -1));
-        lua_pop(L, 1);
-      }
-    } else {
-      LT_CHECK(lua_isnil(L, -1), "model:generate: stop must be a string or a list of strings");
-    }
-    lua_pop(L, 1);
+    lt_opt_strings(L, 4, "stop", "model:generate", &o.stop);
   }
   GenerateResult r = model_generate(m, *tok, prompt, o);
   lua_pushlstring(L, r.text.data(), r.text.size());
@@ -215,9 +198,10 @@ int l_models_generate(lua_State* L) {
   lt_set_number(L, "seconds", r.seconds);
   return 2;
 }
+LT_REGISTER("Model:generate", l_models_generate);
 
 int l_models_perplexity(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   int64_t max_length = 2048;
   std::shared_ptr<Tokenizer> tok;
   if (lt_check_options(L, 3, lt_api("Model:perplexity"))) {
@@ -265,9 +249,10 @@ int l_models_perplexity(lua_State* L) {
   lt_set_number(L, "tokens", static_cast<double>(r.tokens));
   return 2;
 }
+LT_REGISTER("Model:perplexity", l_models_perplexity);
 
 int l_models_save(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   std::string dir = luaL_checkstring(L, 2);
   SaveOptions o;
   if (lt_check_options(L, 3, lt_api("Model:save"))) {
@@ -282,47 +267,46 @@ int l_models_save(lua_State* L) {
   model_save(m, dir, o);
   return 0;
 }
+LT_REGISTER("Model:save", l_models_save);
 
 int l_models_num_params(lua_State* L) {
-  ParamCounts n = check_model(L, 1).count_parameters();
-  lua_createtable(L, 0, 8);
-  const std::pair<const char*, int64_t> fields[] = {
-      {"total", n.total}, {"trainable", n.trainable}, {"embedding", n.embedding}, {"attention", n.attention},
-      {"mlp", n.mlp},     {"norm", n.norm},           {"lm_head", n.lm_head},     {"adapter", n.adapter}};
-  for (const auto& [k, v] : fields) {
-    lt_set_number(L, k, static_cast<double>(v));
-  }
+  ParamCounts n = lt_check_model(L, 1).count_parameters();
+  lt_push_numbers(L, {{"total", n.total},
+                      {"trainable", n.trainable},
+                      {"embedding", n.embedding},
+                      {"attention", n.attention},
+                      {"mlp", n.mlp},
+                      {"norm", n.norm},
+                      {"lm_head", n.lm_head},
+                      {"adapter", n.adapter}});
   return 1;
 }
+LT_REGISTER("Model:num_params", l_models_num_params);
 
 int l_models_config(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   ModelConfig c = m.config;
   c.torch_dtype = dtype_name(m.dtype());
   lt_push_json(L, json::parse(model_config_to_json(c)));
   return 1;
 }
+LT_REGISTER("Model:config", l_models_config);
 
 int l_models_parameters(lua_State* L) {
-  Model& m = check_model(L, 1);
-  lua_newtable(L);
-  for (auto& [name, t] : m.named_parameters()) {
-    lt_push<at::Tensor>(L, *t);
-    lua_setfield(L, -2, name.c_str());
-  }
+  lt_push_named_tensors(L, lt_check_model(L, 1).named_parameters());
   return 1;
 }
+LT_REGISTER("Model:parameters", l_models_parameters);
 
 int l_models_to(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   at::ScalarType dtype = m.dtype();
   c10::Device device = m.device();
   if (lua_type(L, 2) == LUA_TSTRING) {
     std::string s = lua_tostring(L, 2);
     if (!dtype_try_parse(s, &dtype)) device = device_parse(s);
   } else {
-    luaL_checktype(L, 2, LUA_TTABLE);
-    lt_check_options(L, 2, lt_api("Model:to"));
+    lt_check_required_options(L, 2, lt_api("Model:to"));
     if (lt_has_field(L, 2, "dtype")) dtype = dtype_parse(lt_opt_string(L, 2, "dtype", ""));
     if (lt_has_field(L, 2, "device")) device = device_parse(lt_opt_string(L, 2, "device", ""));
   }
@@ -330,38 +314,20 @@ int l_models_to(lua_State* L) {
   lua_settop(L, 1);
   return 1;
 }
+LT_REGISTER("Model:to", l_models_to);
 
 int l_models_dtype(lua_State* L) {
-  lua_pushstring(L, dtype_name(check_model(L, 1).dtype()).c_str());
+  lua_pushstring(L, dtype_name(lt_check_model(L, 1).dtype()).c_str());
   return 1;
 }
+LT_REGISTER("Model:dtype", l_models_dtype);
 
 int l_models_device(lua_State* L) {
-  lua_pushstring(L, device_name(check_model(L, 1).device()).c_str());
+  lua_pushstring(L, device_name(lt_check_model(L, 1).device()).c_str());
   return 1;
 }
-
-const luaL_Reg model_methods[] = {{"forward", l_models_forward},
-                                  {"generate", l_models_generate},
-                                  {"perplexity", l_models_perplexity},
-                                  {"save", l_models_save},
-                                  {"num_params", l_models_num_params},
-                                  {"config", l_models_config},
-                                  {"parameters", l_models_parameters},
-                                  {"to", l_models_to},
-                                  {"dtype", l_models_dtype},
-                                  {"device", l_models_device},
-                                  {nullptr, nullptr}};
-
-const luaL_Reg models_funcs[] = {{"load", l_models_load}, {"init", l_models_init}, {nullptr, nullptr}};
+LT_REGISTER("Model:device", l_models_device);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_models(lua_State* L) {
-  using namespace luatune;
-  lt_register_class<ModelPtr, describe_model>(L, model_methods);
-  lt_new_module(L, models_funcs);
-  return 1;
-}

@@ -9,9 +9,6 @@
 
 namespace luatune {
 
-template <>
-struct LuaClass<std::shared_ptr<PreferenceDataset>> {
-  static constexpr const char* name = "PreferenceSet";
-};
+LT_CLASS(std::shared_ptr<PreferenceDataset>, "PreferenceSet");
 
 }  // namespace luatune

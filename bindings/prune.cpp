@@ -8,7 +8,6 @@
 #include "bindings/hook_class.h"
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
-#include "bindings/modules.h"
 #include "bindings/tensor_class.h"
 #include "host/core/error.h"
 #include "host/prune/importance.h"
@@ -22,18 +21,13 @@ namespace {
 
 // ==== surgery and targets ====================================================================
 
-Model& check_model(lua_State* L, int idx) {
-  return *lt_check<std::shared_ptr<Model>>(L, idx);
-}
-
 void push_shape(lua_State* L, const ModelShape& s) {
-  lua_createtable(L, 0, 6);
-  lt_set_number(L, "layers", static_cast<double>(s.layers));
-  lt_set_number(L, "heads", static_cast<double>(s.heads));
-  lt_set_number(L, "kv_heads", static_cast<double>(s.kv_heads));
-  lt_set_number(L, "head_dim", static_cast<double>(s.head_dim));
-  lt_set_number(L, "hidden", static_cast<double>(s.hidden));
-  lt_set_number(L, "intermediate", static_cast<double>(s.intermediate));
+  lt_push_numbers(L, {{"layers", s.layers},
+                      {"heads", s.heads},
+                      {"kv_heads", s.kv_heads},
+                      {"head_dim", s.head_dim},
+                      {"hidden", s.hidden},
+                      {"intermediate", s.intermediate}});
 }
 
 void push_target(lua_State* L, const TargetShape& t) {
@@ -85,23 +79,23 @@ TargetSparsity read_sparsity(lua_State* L, int idx) {
 }
 
 int l_prune_shape(lua_State* L) {
-  push_shape(L, model_shape(check_model(L, 1).config));
+  push_shape(L, model_shape(lt_check_model(L, 1).config));
   return 1;
 }
+LT_REGISTER("prune.shape", l_prune_shape);
 
 // Rounding and the GQA rule: docs/pruning.md.
 int l_prune_targets(lua_State* L) {
-  Model& m = check_model(L, 1);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, lt_api("prune.targets"));
+  Model& m = lt_check_model(L, 1);
+  lt_check_required_options(L, 2, lt_api("prune.targets"));
   push_target(L, prune_targets(m.config, read_sparsity(L, 2)));
   return 1;
 }
+LT_REGISTER("prune.targets", l_prune_targets);
 
 int l_prune_apply(lua_State* L) {
-  Model& m = check_model(L, 1);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, lt_api("prune.apply"));
+  Model& m = lt_check_model(L, 1);
+  lt_check_required_options(L, 2, lt_api("prune.apply"));
   PruneSpec spec;
   const int64_t layers = m.config.num_layers;
   lua_getfield(L, 2, "layers");
@@ -119,6 +113,7 @@ int l_prune_apply(lua_State* L) {
   push_shape(L, prune_apply(m, spec));
   return 1;
 }
+LT_REGISTER("prune.apply", l_prune_apply);
 
 // ==== end surgery and targets ================================================================
 
@@ -128,10 +123,7 @@ using ShearedPtr = std::shared_ptr<ShearedPruner>;
 
 }  // namespace
 
-template <>
-struct LuaClass<ShearedPtr> {
-  static constexpr const char* name = "ShearedPruner";
-};
+LT_CLASS(ShearedPtr, "ShearedPruner");
 
 namespace {
 
@@ -139,13 +131,13 @@ std::string describe_sheared(const ShearedPtr& p) {
   return "ShearedPruner(target " + shape_string(p->target().shape) + ", step " + std::to_string(p->steps()) +
          ")";
 }
+LT_REGISTER_HOOK_CLASS("prune", ShearedPtr, describe_sheared);
 
 // push_shape and push_target (the surgery section above) give shapes to Lua.
 
 int l_prune_sheared(lua_State* L) {
   auto& model = lt_check<std::shared_ptr<Model>>(L, 1);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, lt_api("prune.sheared"));
+  lt_check_required_options(L, 2, lt_api("prune.sheared"));
   ShearedOptions o;
   o.target.layers = lt_opt_number(L, 2, "layers", 0);
   o.target.heads = lt_opt_number(L, 2, "heads", 0);
@@ -169,11 +161,13 @@ int l_prune_sheared(lua_State* L) {
   lt_push<ShearedPtr>(L, std::make_shared<ShearedPruner>(model, o));
   return 1;
 }
+LT_REGISTER("prune.sheared", l_prune_sheared);
 
 int l_sheared_target(lua_State* L) {
   push_target(L, lt_check<ShearedPtr>(L, 1)->target());
   return 1;
 }
+LT_REGISTER("ShearedPruner:target", l_sheared_target);
 
 int l_sheared_expected_sparsity(lua_State* L) {
   ShearedPruner& p = *lt_check<ShearedPtr>(L, 1);
@@ -182,6 +176,7 @@ int l_sheared_expected_sparsity(lua_State* L) {
     lt_set_number(L, kind, p.expected_sparsity(kind));
   return 1;
 }
+LT_REGISTER("ShearedPruner:expected_sparsity", l_sheared_expected_sparsity);
 
 int l_sheared_masks(lua_State* L) {
   StructureMasks m = lt_check<ShearedPtr>(L, 1)->deterministic_masks();
@@ -195,6 +190,7 @@ int l_sheared_masks(lua_State* L) {
   }
   return 1;
 }
+LT_REGISTER("ShearedPruner:masks", l_sheared_masks);
 
 int l_sheared_finalize(lua_State* L) {
   ShearedPruner& p = *lt_check<ShearedPtr>(L, 1);
@@ -203,19 +199,14 @@ int l_sheared_finalize(lua_State* L) {
   push_target(L, shape);
   return 1;
 }
-
-const luaL_Reg sheared_methods[] = {{"target", l_sheared_target},
-                                    {"expected_sparsity", l_sheared_expected_sparsity},
-                                    {"masks", l_sheared_masks},
-                                    {"finalize", l_sheared_finalize},
-                                    {nullptr, nullptr}};
+LT_REGISTER("ShearedPruner:finalize", l_sheared_finalize);
 
 // ==== end sheared ============================================================================
 
 // ==== importance =============================================================================
 // prune.importance scores structures; prune.minitron, prune.taylor and prune.depth score, select
 // (prune_select) and cut (prune_apply) in one call. Calibration: a Lua list of Batch. Uses
-// check_model, push_shape and read_sparsity from the surgery section.
+// lt_check_model, push_shape and read_sparsity from the surgery section.
 
 std::vector<Batch> importance_calibration(lua_State* L, int idx) {
   std::string what = std::string("prune.") + lt_fname(L) + ": calibration";
@@ -301,7 +292,7 @@ int importance_cut(lua_State* L, Model& m, const StructureScores& scores, const 
 }
 
 int l_prune_importance(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
   lt_check_options(L, 3, lt_api("prune.importance"));
   std::string method = lt_opt_string(L, 3, "method", "activation");
@@ -323,14 +314,14 @@ int l_prune_importance(lua_State* L) {
   importance_push_scores(L, s);
   return 1;
 }
+LT_REGISTER("prune.importance", l_prune_importance);
 
 // Width by activation importance, depth by block influence (or layer-removal loss), all scored on
 // the unpruned model, cut together.
 int l_prune_minitron(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
-  luaL_checktype(L, 3, LUA_TTABLE);
-  lt_check_options(L, 3, lt_api("prune.minitron"));
+  lt_check_required_options(L, 3, lt_api("prune.minitron"));
   std::string metric = importance_depth_metric(L, 3, "depth_metric");
   TargetShape target = importance_targets(L, 3, m.config, true);
   StructureScores s = activation_importance(m, calib);
@@ -338,22 +329,22 @@ int l_prune_minitron(lua_State* L) {
     s.layer = layer_removal_loss(m, calib);
   return importance_cut(L, m, s, target);
 }
+LT_REGISTER("prune.minitron", l_prune_minitron);
 
 int l_prune_taylor(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
-  luaL_checktype(L, 3, LUA_TTABLE);
-  lt_check_options(L, 3, lt_api("prune.taylor"));
+  lt_check_required_options(L, 3, lt_api("prune.taylor"));
   std::string variant = lt_opt_string(L, 3, "variant", "param_first");
   TargetShape target = importance_targets(L, 3, m.config, false);
   return importance_cut(L, m, taylor_importance(m, calib, variant), target);
 }
+LT_REGISTER("prune.taylor", l_prune_taylor);
 
 int l_prune_depth(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   std::vector<Batch> calib = importance_calibration(L, 2);
-  luaL_checktype(L, 3, LUA_TTABLE);
-  lt_check_options(L, 3, lt_api("prune.depth"));
+  lt_check_required_options(L, 3, lt_api("prune.depth"));
   if (!lt_has_field(L, 3, "layers"))
     luaL_argerror(L, 3, "option 'layers' (how many layers to remove, or a fraction) is required");
   std::string metric = importance_depth_metric(L, 3, "metric");
@@ -394,6 +385,7 @@ int l_prune_depth(lua_State* L) {
   lua_setfield(L, -2, "after");
   return 1;
 }
+LT_REGISTER("prune.depth", l_prune_depth);
 
 // ==== end importance =========================================================================
 
@@ -434,7 +426,7 @@ void parse_pattern(const std::string& s, SparsityOptions& o) {
 }
 
 int l_prune_unstructured(lua_State* L) {
-  Model& m = *lt_check<std::shared_ptr<Model>>(L, 1);
+  Model& m = lt_check_model(L, 1);
   std::vector<Batch> calibration;
   if (!lua_isnoneornil(L, 2)) {
     LT_CHECK(lua_istable(L, 2) && lt_is_list(L, 2),
@@ -458,60 +450,21 @@ int l_prune_unstructured(lua_State* L) {
              "prune.unstructured: blocksize must be a positive integer, got " << bs);
     o.blocksize = static_cast<int64_t>(bs);
     o.dampening = lt_opt_number(L, 3, "dampening", o.dampening);
-    lua_getfield(L, 3, "targets");
-    if (!lua_isnil(L, -1)) {
-      LT_CHECK(lua_istable(L, -1) && lt_is_list(L, -1),
-               "prune.unstructured: targets must be a list of linear names");
-      size_t n = lua_objlen(L, -1);
-      for (size_t i = 1; i <= n; i++) {
-        lua_rawgeti(L, -1, static_cast<int>(i));
-        LT_CHECK(lua_type(L, -1) == LUA_TSTRING,
-                 "prune.unstructured: targets must be a list of linear names");
-        o.targets.push_back(lua_tostring(L, -1));
-        lua_pop(L, 1);
-      }
-    }
-    lua_pop(L, 1);
+    lt_opt_strings(L, 3, "targets", "prune.unstructured", &o.targets);
   }
   push_sparsity_report(L, prune_unstructured(m, calibration, o));
   return 1;
 }
+LT_REGISTER("prune.unstructured", l_prune_unstructured);
 
 int l_prune_sparsity(lua_State* L) {
-  push_sparsity_report(L, measure_sparsity(*lt_check<std::shared_ptr<Model>>(L, 1)));
+  push_sparsity_report(L, measure_sparsity(lt_check_model(L, 1)));
   return 1;
 }
+LT_REGISTER("prune.sparsity", l_prune_sparsity);
 
 // ==== end unstructured =======================================================================
-
-const luaL_Reg prune_funcs[] = {
-    // surgery and targets entries
-    {"shape", l_prune_shape},
-    {"targets", l_prune_targets},
-    {"apply", l_prune_apply},
-
-    // sheared entries
-    {"sheared", l_prune_sheared},
-
-    // importance entries
-    {"importance", l_prune_importance},
-    {"minitron", l_prune_minitron},
-    {"taylor", l_prune_taylor},
-    {"depth", l_prune_depth},
-
-    // unstructured entries
-    {"unstructured", l_prune_unstructured},
-    {"sparsity", l_prune_sparsity},
-
-    {nullptr, nullptr}};
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_prune(lua_State* L) {
-  using namespace luatune;
-  lt_register_hook_class<ShearedPtr, describe_sheared>(L, sheared_methods);
-  lt_new_module(L, prune_funcs);
-  return 1;
-}

@@ -5,7 +5,6 @@
 
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
-#include "bindings/modules.h"
 #include "bindings/tensor_class.h"
 #include "host/adapt/qlora.h"
 #include "host/core/device.h"
@@ -60,12 +59,8 @@ bool lt_quant_options(lua_State* L, int idx, const std::string& where, QuantConf
 
 namespace {
 
-Model& check_model(lua_State* L, int idx) {
-  return *lt_check<std::shared_ptr<Model>>(L, idx);
-}
-
 int l_qlora_quantize(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   QuantConfig c;
   std::vector<std::string> skip;
   if (!lua_isnoneornil(L, 2) && !lt_quant_options(L, 2, "qlora.quantize", &c, &skip)) {
@@ -75,14 +70,16 @@ int l_qlora_quantize(lua_State* L) {
   lua_pushnumber(L, static_cast<double>(qlora_quantize(m, c, skip)));
   return 1;
 }
+LT_REGISTER("qlora.quantize", l_qlora_quantize);
 
 int l_qlora_dequantize(lua_State* L) {
-  lua_pushnumber(L, static_cast<double>(qlora_dequantize(check_model(L, 1))));
+  lua_pushnumber(L, static_cast<double>(qlora_dequantize(lt_check_model(L, 1))));
   return 1;
 }
+LT_REGISTER("qlora.dequantize", l_qlora_dequantize);
 
 int l_qlora_info(lua_State* L) {
-  Model& m = check_model(L, 1);
+  Model& m = lt_check_model(L, 1);
   QuantConfig c;
   if (!qlora_config_of(m, &c)) {
     lua_pushnil(L);
@@ -104,6 +101,7 @@ int l_qlora_info(lua_State* L) {
   lt_set_number(L, "dense_bytes", static_cast<double>(dense));
   return 1;
 }
+LT_REGISTER("qlora.info", l_qlora_info);
 
 int l_qlora_quantize_tensor(lua_State* L) {
   at::Tensor t = lt_check<at::Tensor>(L, 1);
@@ -135,6 +133,7 @@ int l_qlora_quantize_tensor(lua_State* L) {
   lt_set_string(L, "dtype", dtype_name(s.dtype));
   return 1;
 }
+LT_REGISTER("qlora.quantize_tensor", l_qlora_quantize_tensor);
 
 int l_qlora_dequantize_tensor(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -180,19 +179,8 @@ int l_qlora_dequantize_tensor(lua_State* L) {
   lt_push<at::Tensor>(L, dequantize_4bit(packed, s, dtype));
   return 1;
 }
-
-const luaL_Reg qlora_funcs[] = {{"quantize", l_qlora_quantize},
-                                {"dequantize", l_qlora_dequantize},
-                                {"info", l_qlora_info},
-                                {"quantize_tensor", l_qlora_quantize_tensor},
-                                {"dequantize_tensor", l_qlora_dequantize_tensor},
-                                {nullptr, nullptr}};
+LT_REGISTER("qlora.dequantize_tensor", l_qlora_dequantize_tensor);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_qlora(lua_State* L) {
-  luatune::lt_new_module(L, luatune::qlora_funcs);
-  return 1;
-}

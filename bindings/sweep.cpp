@@ -5,7 +5,6 @@
 #include <csignal>
 
 #include "bindings/lua_util.h"
-#include "bindings/modules.h"
 #include "host/core/error.h"
 #include "host/sweep/sweep.h"
 #include "host/train/stop.h"
@@ -63,6 +62,7 @@ int l_sweep_run(lua_State* L) {
   }
   return 1;
 }
+LT_REGISTER("sweep.run", l_sweep_run);
 
 // A trial table's value named `key`: the trial's own field (seconds, index, ...), else its
 // config's, else its metrics'. Leaves it on the stack (nil when none has it).
@@ -106,8 +106,7 @@ SweepGoal goal_option(lua_State* L, int idx, const char* key) {
 // A trial missing either value is never on the front.
 int l_sweep_pareto(lua_State* L) {
   int n = check_trials(L, 1);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  lt_check_options(L, 2, lt_api("sweep.pareto"));
+  lt_check_required_options(L, 2, lt_api("sweep.pareto"));
   std::string x = lt_opt_string(L, 2, "x", ""), y = lt_opt_string(L, 2, "y", "");
   if (x.empty() || y.empty()) fail_usage("sweep.pareto: options x and y (metric names) are required");
   std::vector<SweepGoal> goals = {goal_option(L, 2, "x_goal"), goal_option(L, 2, "y_goal")};
@@ -137,6 +136,7 @@ int l_sweep_pareto(lua_State* L) {
   }
   return 1;
 }
+LT_REGISTER("sweep.pareto", l_sweep_pareto);
 
 int l_sweep_table(lua_State* L) {
   int n = check_trials(L, 1);
@@ -195,20 +195,8 @@ int l_sweep_table(lua_State* L) {
   lua_pushlstring(L, md.data(), md.size());
   return 1;
 }
-
-const luaL_Reg sweep_funcs[] = {
-    {"run", l_sweep_run},
-    {"pareto", l_sweep_pareto},
-    {"table", l_sweep_table},
-    {nullptr, nullptr},
-};
+LT_REGISTER("sweep.table", l_sweep_table);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_sweep(lua_State* L) {
-  using namespace luatune;
-  lt_new_module(L, sweep_funcs);
-  return 1;
-}

@@ -1,7 +1,6 @@
 // Lua module `tokenizer`: tokenizer.load(dir) gives a Tokenizer (host/text/tokenizer.h) with
 // encode/decode, vocabulary look-ups, the special token ids and the chat template. Token ids are
 // 0-based values exactly as in Hugging Face (they are ids, not Lua indices).
-#include "bindings/modules.h"
 #include "bindings/tokenizer_class.h"
 #include "host/core/error.h"
 #include "host/text/chat.h"
@@ -15,6 +14,7 @@ using TokenizerPtr = std::shared_ptr<Tokenizer>;
 std::string tokenizer_describe(const TokenizerPtr& t) {
   return "Tokenizer(vocab_size=" + std::to_string(t->vocab_size()) + ", dir=" + t->source_dir() + ")";
 }
+LT_REGISTER_CLASS("tokenizer", TokenizerPtr, tokenizer_describe);
 
 Tokenizer& check_tokenizer(lua_State* L) {
   return *lt_check<TokenizerPtr>(L, 1);
@@ -27,11 +27,21 @@ void push_id_or_nil(lua_State* L, int32_t id) {
     lua_pushinteger(L, id);
 }
 
+// A text, or nil when it is empty (no such token, no chat template).
+int push_text_or_nil(lua_State* L, const std::string& s) {
+  if (s.empty())
+    lua_pushnil(L);
+  else
+    lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
 // Hub ids are found in the Hugging Face cache (host/io/hub_cache.h).
 int l_tokenizer_load(lua_State* L) {
   lt_push(L, Tokenizer::load(luaL_checkstring(L, 1)));
   return 1;
 }
+LT_REGISTER("tokenizer.load", l_tokenizer_load);
 
 int l_tokenizer_encode(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
@@ -41,6 +51,8 @@ int l_tokenizer_encode(lua_State* L) {
   lt_push_list(L, tok.encode(std::string_view(text, len), lt_opt_bool(L, 3, "special", false)));
   return 1;
 }
+LT_REGISTER("tokenizer.encode", l_tokenizer_encode);
+LT_REGISTER("Tokenizer:encode", l_tokenizer_encode);
 
 int l_tokenizer_decode(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
@@ -62,6 +74,8 @@ int l_tokenizer_decode(lua_State* L) {
   lua_pushlstring(L, text.data(), text.size());
   return 1;
 }
+LT_REGISTER("tokenizer.decode", l_tokenizer_decode);
+LT_REGISTER("Tokenizer:decode", l_tokenizer_decode);
 
 int l_tokenizer_token_to_id(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
@@ -70,22 +84,24 @@ int l_tokenizer_token_to_id(lua_State* L) {
   push_id_or_nil(L, tok.token_to_id(std::string_view(s, len)));
   return 1;
 }
+LT_REGISTER("tokenizer.token_to_id", l_tokenizer_token_to_id);
+LT_REGISTER("Tokenizer:token_to_id", l_tokenizer_token_to_id);
 
 int l_tokenizer_id_to_token(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   int64_t id = lt_check_int(L, 2);
-  std::string s = id >= 0 && id < tok.vocab_size() ? tok.id_to_token(static_cast<int32_t>(id)) : "";
-  if (s.empty())
-    lua_pushnil(L);
-  else
-    lua_pushlstring(L, s.data(), s.size());
-  return 1;
+  return push_text_or_nil(L,
+                          id >= 0 && id < tok.vocab_size() ? tok.id_to_token(static_cast<int32_t>(id)) : "");
 }
+LT_REGISTER("tokenizer.id_to_token", l_tokenizer_id_to_token);
+LT_REGISTER("Tokenizer:id_to_token", l_tokenizer_id_to_token);
 
 int l_tokenizer_vocab_size(lua_State* L) {
   lua_pushinteger(L, check_tokenizer(L).vocab_size());
   return 1;
 }
+LT_REGISTER("tokenizer.vocab_size", l_tokenizer_vocab_size);
+LT_REGISTER("Tokenizer:vocab_size", l_tokenizer_vocab_size);
 
 int l_tokenizer_special(lua_State* L) {
   const SpecialTokens& s = check_tokenizer(L).special();
@@ -100,21 +116,19 @@ int l_tokenizer_special(lua_State* L) {
   for (const auto& [key, text] : {std::pair<const char*, const std::string*>{"bos_text", &s.bos_text},
                                   {"eos_text", &s.eos_text},
                                   {"pad_text", &s.pad_text}}) {
-    if (text->empty()) continue;
-    lua_pushlstring(L, text->data(), text->size());
+    push_text_or_nil(L, *text);
     lua_setfield(L, -2, key);
   }
   return 1;
 }
+LT_REGISTER("tokenizer.special", l_tokenizer_special);
+LT_REGISTER("Tokenizer:special", l_tokenizer_special);
 
 int l_tokenizer_chat_template(lua_State* L) {
-  const std::string& t = check_tokenizer(L).chat_template();
-  if (t.empty())
-    lua_pushnil(L);
-  else
-    lua_pushlstring(L, t.data(), t.size());
-  return 1;
+  return push_text_or_nil(L, check_tokenizer(L).chat_template());
 }
+LT_REGISTER("tokenizer.chat_template", l_tokenizer_chat_template);
+LT_REGISTER("Tokenizer:chat_template", l_tokenizer_chat_template);
 
 // ============================================================================================
 // Chat formats (host/text/chat.h); sources and choices: docs/chat_formats.md.
@@ -154,6 +168,20 @@ ChatFormat chat_options(lua_State* L, int idx, const Tokenizer& tok, ChatOptions
   return chat_format_detect(tok.chat_template());
 }
 
+// The arguments of render_chat and encode_chat: (tok, messages [, opts]).
+struct ChatCall {
+  Tokenizer* tok;
+  std::vector<ChatMessage> messages;
+  ChatOptions options;
+  ChatFormat format;
+};
+
+ChatCall check_chat_call(lua_State* L) {
+  ChatCall c{&check_tokenizer(L), check_messages(L, 2), ChatOptions(), ChatFormat()};
+  c.format = chat_options(L, 3, *c.tok, &c.options);
+  return c;
+}
+
 int l_tokenizer_chat_format(lua_State* L) {
   Tokenizer& tok = check_tokenizer(L);
   try {
@@ -165,16 +193,15 @@ int l_tokenizer_chat_format(lua_State* L) {
     return 2;
   }
 }
+LT_REGISTER("tokenizer.chat_format", l_tokenizer_chat_format);
+LT_REGISTER("Tokenizer:chat_format", l_tokenizer_chat_format);
 
 int l_tokenizer_render_chat(lua_State* L) {
-  Tokenizer& tok = check_tokenizer(L);
-  std::vector<ChatMessage> messages = check_messages(L, 2);
-  ChatOptions o;
-  ChatFormat f = chat_options(L, 3, tok, &o);
-  const SpecialTokens& sp = tok.special();
-  if (!sp.bos_text.empty()) o.bos_text = sp.bos_text;
-  if (!sp.eos_text.empty()) o.eos_text = sp.eos_text;
-  ChatRendered r = chat_render(f, messages, o);
+  ChatCall c = check_chat_call(L);
+  const SpecialTokens& sp = c.tok->special();
+  if (!sp.bos_text.empty()) c.options.bos_text = sp.bos_text;
+  if (!sp.eos_text.empty()) c.options.eos_text = sp.eos_text;
+  ChatRendered r = chat_render(c.format, c.messages, c.options);
   lua_pushlstring(L, r.text.data(), r.text.size());
   lua_createtable(L, static_cast<int>(r.assistant_spans.size()), 0);
   for (size_t i = 0; i < r.assistant_spans.size(); i++) {
@@ -187,42 +214,19 @@ int l_tokenizer_render_chat(lua_State* L) {
   }
   return 2;
 }
+LT_REGISTER("tokenizer.render_chat", l_tokenizer_render_chat);
+LT_REGISTER("Tokenizer:render_chat", l_tokenizer_render_chat);
 
 int l_tokenizer_encode_chat(lua_State* L) {
-  Tokenizer& tok = check_tokenizer(L);
-  std::vector<ChatMessage> messages = check_messages(L, 2);
-  ChatOptions o;
-  ChatFormat f = chat_options(L, 3, tok, &o);
-  ChatEncoding e = chat_encode(tok, f, messages, o);
+  ChatCall c = check_chat_call(L);
+  ChatEncoding e = chat_encode(*c.tok, c.format, c.messages, c.options);
   lt_push_list(L, e.ids);
   lt_push_list(L, e.mask);
   return 2;
 }
-
-// The module's functions; the methods are the same functions (tok:encode(...) is
-// tokenizer.encode(tok, ...)).
-const luaL_Reg tokenizer_funcs[] = {
-    {"load", l_tokenizer_load},
-    {"encode", l_tokenizer_encode},
-    {"decode", l_tokenizer_decode},
-    {"token_to_id", l_tokenizer_token_to_id},
-    {"id_to_token", l_tokenizer_id_to_token},
-    {"vocab_size", l_tokenizer_vocab_size},
-    {"special", l_tokenizer_special},
-    {"chat_template", l_tokenizer_chat_template},
-    {"chat_format", l_tokenizer_chat_format},
-    {"render_chat", l_tokenizer_render_chat},
-    {"encode_chat", l_tokenizer_encode_chat},
-    {nullptr, nullptr},
-};
+LT_REGISTER("tokenizer.encode_chat", l_tokenizer_encode_chat);
+LT_REGISTER("Tokenizer:encode_chat", l_tokenizer_encode_chat);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_tokenizer(lua_State* L) {
-  using namespace luatune;
-  lt_register_class<std::shared_ptr<Tokenizer>, tokenizer_describe>(L, tokenizer_funcs);
-  lt_new_module(L, tokenizer_funcs);
-  return 1;
-}

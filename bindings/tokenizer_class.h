@@ -9,9 +9,6 @@
 
 namespace luatune {
 
-template <>
-struct LuaClass<std::shared_ptr<Tokenizer>> {
-  static constexpr const char* name = "Tokenizer";
-};
+LT_CLASS(std::shared_ptr<Tokenizer>, "Tokenizer");
 
 }  // namespace luatune

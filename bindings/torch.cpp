@@ -5,7 +5,9 @@
 // tables we return (shape, tolist) are ordinary 1-based lists. Numbers from Lua make float32
 // tensors unless a dtype is given (Lua has one number type). Operators: + - * / % ^ and unary -
 // are elementwise; == is torch.equal; < and <= compare one-element tensors; use :lt() etc. for
-// elementwise comparisons and :matmul() for matrix products.
+// elementwise comparisons and :matmul() for matrix products. Each function registers under its
+// method name ("Tensor:exp", copied into the module when it opens) or, when it is a module function
+// only, under "torch.tensor"; the op families (unary, binary, sizes) are tables of their own.
 #include <ATen/ATen.h>
 #include <ATen/core/Reduction.h>
 #include <ATen/core/grad_mode.h>
@@ -17,7 +19,6 @@
 #include <type_traits>
 
 #include "bindings/lua_util.h"
-#include "bindings/modules.h"
 #include "bindings/tensor_class.h"
 #include "host/core/device.h"
 #include "host/core/error.h"
@@ -202,6 +203,7 @@ int l_torch_tensor(lua_State* L) {
   at::TensorOptions o = creation_options(L, 2, any_bool ? at::kBool : at::kFloat);
   return push_created(L, tensor_from_values(values, shape, o.dtype().toScalarType()).to(o.device()), 2);
 }
+LT_REGISTER("torch.tensor", l_torch_tensor);
 
 // zeros/ones/rand/randn(sizes..., {opts})
 int fill_creation(lua_State* L, at::Tensor (*make)(at::IntArrayRef, at::TensorOptions)) {
@@ -212,15 +214,19 @@ int fill_creation(lua_State* L, at::Tensor (*make)(at::IntArrayRef, at::TensorOp
 int l_torch_zeros(lua_State* L) {
   return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::zeros(s, o); });
 }
+LT_REGISTER("torch.zeros", l_torch_zeros);
 int l_torch_ones(lua_State* L) {
   return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::ones(s, o); });
 }
+LT_REGISTER("torch.ones", l_torch_ones);
 int l_torch_rand(lua_State* L) {
   return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::rand(s, o); });
 }
+LT_REGISTER("torch.rand", l_torch_rand);
 int l_torch_randn(lua_State* L) {
   return fill_creation(L, [](at::IntArrayRef s, at::TensorOptions o) { return at::randn(s, o); });
 }
+LT_REGISTER("torch.randn", l_torch_randn);
 
 // full(sizes, value, {opts})
 int l_torch_full(lua_State* L) {
@@ -230,6 +236,7 @@ int l_torch_full(lua_State* L) {
   c10::ScalarType def = lua_type(L, next) == LUA_TBOOLEAN ? at::kBool : at::kFloat;
   return push_created(L, at::full(sizes, v, creation_options(L, next + 1, def)), next + 1);
 }
+LT_REGISTER("torch.full", l_torch_full);
 
 // randint(low, high, sizes, {opts}): integers in [low, high)
 int l_torch_randint(lua_State* L) {
@@ -238,6 +245,7 @@ int l_torch_randint(lua_State* L) {
   std::vector<int64_t> sizes = int_list_args(L, 3, &next);
   return push_created(L, at::randint(low, high, sizes, creation_options(L, next, at::kLong)), next);
 }
+LT_REGISTER("torch.randint", l_torch_randint);
 
 // arange(stop) / arange(start, stop [, step]) [, {opts}]: int64 when every bound is whole.
 int l_torch_arange(lua_State* L) {
@@ -251,6 +259,7 @@ int l_torch_arange(lua_State* L) {
   at::TensorOptions o = creation_options(L, n + 1, whole ? at::kLong : at::kFloat);
   return push_created(L, at::arange(at::Scalar(start), at::Scalar(stop), at::Scalar(step), o), n + 1);
 }
+LT_REGISTER("torch.arange", l_torch_arange);
 
 // linspace(start, stop, steps, {opts})
 int l_torch_linspace(lua_State* L) {
@@ -258,6 +267,7 @@ int l_torch_linspace(lua_State* L) {
   int64_t steps = lt_check_int(L, 3);
   return push_created(L, at::linspace(start, stop, steps, creation_options(L, 4, at::kFloat)), 4);
 }
+LT_REGISTER("torch.linspace", l_torch_linspace);
 
 // eye(n [, m], {opts})
 int l_torch_eye(lua_State* L) {
@@ -266,6 +276,7 @@ int l_torch_eye(lua_State* L) {
   at::TensorOptions o = creation_options(L, has_m ? 3 : 2, at::kFloat);
   return push_created(L, has_m ? at::eye(n, lt_check_int(L, 2), o) : at::eye(n, o), has_m ? 3 : 2);
 }
+LT_REGISTER("torch.eye", l_torch_eye);
 
 // zeros_like/ones_like(t, {opts}) and full_like(t, value, {opts}): dtype/device default to t's.
 at::TensorOptions like_options(lua_State* L, int idx, const at::Tensor& t) {
@@ -277,14 +288,17 @@ int l_torch_zeros_like(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_created(L, at::zeros(t.sizes(), like_options(L, 2, t)), 2);
 }
+LT_REGISTER("torch.zeros_like", l_torch_zeros_like);
 int l_torch_ones_like(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_created(L, at::ones(t.sizes(), like_options(L, 2, t)), 2);
 }
+LT_REGISTER("torch.ones_like", l_torch_ones_like);
 int l_torch_full_like(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_created(L, at::full(t.sizes(), check_scalar(L, 2), like_options(L, 3, t)), 3);
 }
+LT_REGISTER("torch.full_like", l_torch_full_like);
 
 // ============================================================================================
 // Elementwise: one table of unary ops, one of binary ops; each entry is one line.
@@ -385,14 +399,17 @@ int l_torch_sum(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.sum() : t.sum(dims_arg(L, 2), opt_keepdim(L, 3)));
 }
+LT_REGISTER("Tensor:sum", l_torch_sum);
 int l_torch_mean(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.mean() : t.mean(dims_arg(L, 2), opt_keepdim(L, 3)));
 }
+LT_REGISTER("Tensor:mean", l_torch_mean);
 int l_torch_prod(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.prod() : t.prod(lt_check_int(L, 2), opt_keepdim(L, 3)));
 }
+LT_REGISTER("Tensor:prod", l_torch_prod);
 // std/var are unbiased (divide by n - 1), as in PyTorch.
 int l_torch_std(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
@@ -400,18 +417,21 @@ int l_torch_std(lua_State* L) {
                             ? t.std()
                             : at::std(t, at::IntArrayRef(dims_arg(L, 2)), true, opt_keepdim(L, 3)));
 }
+LT_REGISTER("Tensor:std", l_torch_std);
 int l_torch_var(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2)
                             ? t.var()
                             : at::var(t, at::IntArrayRef(dims_arg(L, 2)), true, opt_keepdim(L, 3)));
 }
+LT_REGISTER("Tensor:var", l_torch_var);
 int l_torch_logsumexp(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   std::vector<int64_t> dims = lua_isnoneornil(L, 2) ? std::vector<int64_t>{} : dims_arg(L, 2);
   if (dims.empty()) return push_tensor(L, t.flatten().logsumexp(0));  // over every element, like sum()
   return push_tensor(L, t.logsumexp(dims, opt_keepdim(L, 3)));
 }
+LT_REGISTER("Tensor:logsumexp", l_torch_logsumexp);
 // norm(t [, p [, dim [, keepdim]]]): p defaults to 2 over all elements.
 int l_torch_norm(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
@@ -420,6 +440,7 @@ int l_torch_norm(lua_State* L) {
   return push_tensor(
       L, at::norm(t, c10::optional<at::Scalar>(p), at::IntArrayRef(dims_arg(L, 3)), opt_keepdim(L, 4)));
 }
+LT_REGISTER("Tensor:norm", l_torch_norm);
 // max/min(t) -> 0-dim tensor; max/min(t, dim [, keepdim]) -> values, indices
 int max_min(lua_State* L, bool is_max) {
   at::Tensor& t = check_tensor(L, 1);
@@ -433,38 +454,48 @@ int max_min(lua_State* L, bool is_max) {
 int l_torch_max(lua_State* L) {
   return max_min(L, true);
 }
+LT_REGISTER("Tensor:max", l_torch_max);
 int l_torch_min(lua_State* L) {
   return max_min(L, false);
 }
+LT_REGISTER("Tensor:min", l_torch_min);
+// argmax/argmin(t [, dim [, keepdim]]): the index in the flattened tensor when no dim is given.
+int arg_max_min(lua_State* L, bool is_max) {
+  at::Tensor& t = check_tensor(L, 1);
+  c10::optional<int64_t> dim;
+  if (!lua_isnoneornil(L, 2)) dim = lt_check_int(L, 2);
+  return push_tensor(L, is_max ? t.argmax(dim, opt_keepdim(L, 3)) : t.argmin(dim, opt_keepdim(L, 3)));
+}
 int l_torch_argmax(lua_State* L) {
-  at::Tensor& t = check_tensor(L, 1);
-  c10::optional<int64_t> dim;
-  if (!lua_isnoneornil(L, 2)) dim = lt_check_int(L, 2);
-  return push_tensor(L, t.argmax(dim, opt_keepdim(L, 3)));
+  return arg_max_min(L, true);
 }
+LT_REGISTER("Tensor:argmax", l_torch_argmax);
 int l_torch_argmin(lua_State* L) {
-  at::Tensor& t = check_tensor(L, 1);
-  c10::optional<int64_t> dim;
-  if (!lua_isnoneornil(L, 2)) dim = lt_check_int(L, 2);
-  return push_tensor(L, t.argmin(dim, opt_keepdim(L, 3)));
+  return arg_max_min(L, false);
 }
+LT_REGISTER("Tensor:argmin", l_torch_argmin);
 int l_torch_all(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.all() : t.all(lt_check_int(L, 2), opt_keepdim(L, 3)));
 }
+LT_REGISTER("Tensor:all", l_torch_all);
 int l_torch_any(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.any() : t.any(lt_check_int(L, 2), opt_keepdim(L, 3)));
 }
+LT_REGISTER("Tensor:any", l_torch_any);
 int l_torch_cumsum(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).cumsum(lt_check_int(L, 2)));
 }
+LT_REGISTER("Tensor:cumsum", l_torch_cumsum);
 int l_torch_softmax(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).softmax(lt_check_int(L, 2)));
 }
+LT_REGISTER("Tensor:softmax", l_torch_softmax);
 int l_torch_log_softmax(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).log_softmax(lt_check_int(L, 2)));
 }
+LT_REGISTER("Tensor:log_softmax", l_torch_log_softmax);
 
 // clamp(t, min, max): either bound may be nil.
 int l_torch_clamp(lua_State* L) {
@@ -475,22 +506,28 @@ int l_torch_clamp(lua_State* L) {
   luaL_argcheck(L, lo || hi, 2, "clamp needs a min, a max or both");
   return push_tensor(L, t.clamp(lo, hi));
 }
+LT_REGISTER("Tensor:clamp", l_torch_clamp);
 int l_torch_where(lua_State* L) {
   at::Tensor& cond = check_tensor(L, 1);
   return push_tensor(L, at::where(cond, operand(L, 2), operand(L, 3)));
 }
+LT_REGISTER("torch.where", l_torch_where);
 int l_torch_masked_fill(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).masked_fill(check_tensor(L, 2), check_scalar(L, 3)));
 }
+LT_REGISTER("Tensor:masked_fill", l_torch_masked_fill);
 int l_torch_tril(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).tril(luaL_optinteger(L, 2, 0)));
 }
+LT_REGISTER("Tensor:tril", l_torch_tril);
 int l_torch_triu(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).triu(luaL_optinteger(L, 2, 0)));
 }
+LT_REGISTER("Tensor:triu", l_torch_triu);
 int l_torch_gather(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).gather(lt_check_int(L, 2), check_tensor(L, 3)));
 }
+LT_REGISTER("Tensor:gather", l_torch_gather);
 
 // ============================================================================================
 // Shapes
@@ -519,30 +556,38 @@ int l_sizes_protected(lua_State* L) {
 int l_torch_transpose(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).transpose(lt_check_int(L, 2), lt_check_int(L, 3)));
 }
+LT_REGISTER("Tensor:transpose", l_torch_transpose);
 int l_torch_flatten(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, t.flatten(luaL_optinteger(L, 2, 0), luaL_optinteger(L, 3, -1)));
 }
+LT_REGISTER("Tensor:flatten", l_torch_flatten);
 int l_torch_squeeze(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   return push_tensor(L, lua_isnoneornil(L, 2) ? t.squeeze() : t.squeeze(lt_check_int(L, 2)));
 }
+LT_REGISTER("Tensor:squeeze", l_torch_squeeze);
 int l_torch_unsqueeze(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).unsqueeze(lt_check_int(L, 2)));
 }
+LT_REGISTER("Tensor:unsqueeze", l_torch_unsqueeze);
 int l_torch_narrow(lua_State* L) {
   return push_tensor(L,
                      check_tensor(L, 1).narrow(lt_check_int(L, 2), lt_check_int(L, 3), lt_check_int(L, 4)));
 }
+LT_REGISTER("Tensor:narrow", l_torch_narrow);
 int l_torch_select(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).select(lt_check_int(L, 2), lt_check_int(L, 3)));
 }
+LT_REGISTER("Tensor:select", l_torch_select);
 int l_torch_chunk(lua_State* L) {
   return push_tensor_list(L, check_tensor(L, 1).chunk(lt_check_int(L, 2), luaL_optinteger(L, 3, 0)));
 }
+LT_REGISTER("Tensor:chunk", l_torch_chunk);
 int l_torch_split(lua_State* L) {
   return push_tensor_list(L, check_tensor(L, 1).split(lt_check_int(L, 2), luaL_optinteger(L, 3, 0)));
 }
+LT_REGISTER("Tensor:split", l_torch_split);
 std::vector<at::Tensor> tensor_list_arg(lua_State* L, int idx) {
   luaL_argcheck(L, lt_is_list(L, idx) && lua_objlen(L, idx) > 0, idx, "non-empty list of tensors expected");
   std::vector<at::Tensor> out;
@@ -560,14 +605,17 @@ std::vector<at::Tensor> tensor_list_arg(lua_State* L, int idx) {
 int l_torch_cat(lua_State* L) {
   return push_tensor(L, at::cat(tensor_list_arg(L, 1), luaL_optinteger(L, 2, 0)));
 }
+LT_REGISTER("torch.cat", l_torch_cat);
 int l_torch_stack(lua_State* L) {
   return push_tensor(L, at::stack(tensor_list_arg(L, 1), luaL_optinteger(L, 2, 0)));
 }
+LT_REGISTER("torch.stack", l_torch_stack);
 
 // t:index(spec) and t:index_set(spec, value): see the index rule at the top of the file.
 int l_torch_index(lua_State* L) {
   return push_tensor(L, tensor_index(check_tensor(L, 1), index_spec(L, 2)));
 }
+LT_REGISTER("Tensor:index", l_torch_index);
 int l_torch_index_set(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   auto items = index_spec(L, 2);
@@ -577,6 +625,7 @@ int l_torch_index_set(lua_State* L) {
   lua_settop(L, 1);
   return 1;
 }
+LT_REGISTER("Tensor:index_set", l_torch_index_set);
 
 // ============================================================================================
 // Information and conversion
@@ -585,30 +634,37 @@ int l_torch_shape(lua_State* L) {
   lt_push_list(L, check_tensor(L, 1).sizes().vec());
   return 1;
 }
+LT_REGISTER("Tensor:shape", l_torch_shape);
 int l_torch_size(lua_State* L) {
   return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).size(lt_check_int(L, 2)))), 1;
 }
+LT_REGISTER("Tensor:size", l_torch_size);
 int l_torch_dim(lua_State* L) {
   return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).dim())), 1;
 }
+LT_REGISTER("Tensor:dim", l_torch_dim);
 int l_torch_numel(lua_State* L) {
   return lua_pushnumber(L, static_cast<double>(check_tensor(L, 1).numel())), 1;
 }
+LT_REGISTER("Tensor:numel", l_torch_numel);
 int l_torch_dtype(lua_State* L) {
   return lua_pushstring(L, dtype_name(check_tensor(L, 1).scalar_type()).c_str()), 1;
 }
+LT_REGISTER("Tensor:dtype", l_torch_dtype);
 int l_torch_device(lua_State* L) {
   // torch.device("auto") resolves a device name; t:device() names a tensor's device.
   if (lua_type(L, 1) == LUA_TSTRING)
     return lua_pushstring(L, device_name(device_parse(lua_tostring(L, 1))).c_str()), 1;
   return lua_pushstring(L, device_name(check_tensor(L, 1).device()).c_str()), 1;
 }
+LT_REGISTER("Tensor:device", l_torch_device);
 int l_torch_item(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   LT_CHECK(t.numel() == 1, "item: expected a tensor with one element, got shape " << shape_str(t.sizes()));
   if (t.scalar_type() == at::kBool) return lua_pushboolean(L, t.item<bool>()), 1;
   return lua_pushnumber(L, t.item<double>()), 1;
 }
+LT_REGISTER("Tensor:item", l_torch_item);
 int l_torch_tolist(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   bool as_bool = t.scalar_type() == at::kBool;
@@ -619,14 +675,17 @@ int l_torch_tolist(lua_State* L) {
     push_values(L, host.data_ptr<double>(), host.sizes());
   return 1;
 }
+LT_REGISTER("Tensor:tolist", l_torch_tolist);
 int l_torch_str(lua_State* L) {
   std::ostringstream os;
   os << check_tensor(L, 1);
   return lua_pushstring(L, os.str().c_str()), 1;
 }
+LT_REGISTER("Tensor:str", l_torch_str);
 int l_torch_is_tensor(lua_State* L) {
   return lua_pushboolean(L, lt_test<at::Tensor>(L, 1) != nullptr), 1;
 }
+LT_REGISTER("torch.is_tensor", l_torch_is_tensor);
 
 // t:to("bf16" | "cuda" | "auto" | other_tensor | {dtype=, device=})
 int l_torch_to(lua_State* L) {
@@ -647,9 +706,11 @@ int l_torch_to(lua_State* L) {
       lt_has_field(L, 2, "device") ? device_parse(lt_opt_string(L, 2, "device", "")) : t.device();
   return push_tensor(L, t.to(dev, st));
 }
+LT_REGISTER("Tensor:to", l_torch_to);
 int l_torch_cuda_available(lua_State* L) {
   return lua_pushboolean(L, cuda_available()), 1;
 }
+LT_REGISTER("torch.cuda_available", l_torch_cuda_available);
 
 int l_torch_equal(lua_State* L) {
   at::Tensor& a = check_tensor(L, 1);
@@ -657,6 +718,7 @@ int l_torch_equal(lua_State* L) {
   return lua_pushboolean(L, a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a, b)),
          1;
 }
+LT_REGISTER("Tensor:equal", l_torch_equal);
 // allclose(a, b, {rtol=1e-5, atol=1e-8})
 int l_torch_allclose(lua_State* L) {
   at::Tensor& a = check_tensor(L, 1);
@@ -666,6 +728,7 @@ int l_torch_allclose(lua_State* L) {
                          a.allclose(b, lt_opt_number(L, 3, "rtol", 1e-5), lt_opt_number(L, 3, "atol", 1e-8))),
          1;
 }
+LT_REGISTER("Tensor:allclose", l_torch_allclose);
 
 // ============================================================================================
 // Autograd, randomness, files, losses
@@ -673,11 +736,13 @@ int l_torch_allclose(lua_State* L) {
 int l_torch_requires_grad(lua_State* L) {
   return lua_pushboolean(L, check_tensor(L, 1).requires_grad()), 1;
 }
+LT_REGISTER("Tensor:requires_grad", l_torch_requires_grad);
 int l_torch_requires_grad_(lua_State* L) {
   check_tensor(L, 1).requires_grad_(lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2));
   lua_settop(L, 1);
   return 1;
 }
+LT_REGISTER("Tensor:requires_grad_", l_torch_requires_grad_);
 int l_torch_backward(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   LT_CHECK(t.requires_grad(),
@@ -688,15 +753,18 @@ int l_torch_backward(lua_State* L) {
     t.backward(check_tensor(L, 2));
   return 0;
 }
+LT_REGISTER("Tensor:backward", l_torch_backward);
 int l_torch_grad(lua_State* L) {
   const at::Tensor& g = check_tensor(L, 1).grad();
   if (!g.defined()) return lua_pushnil(L), 1;
   return push_tensor(L, g);
 }
+LT_REGISTER("Tensor:grad", l_torch_grad);
 int l_torch_zero_grad(lua_State* L) {
   check_tensor(L, 1).mutable_grad() = at::Tensor();
   return 0;
 }
+LT_REGISTER("Tensor:zero_grad", l_torch_zero_grad);
 // no_grad(fn, ...) -> fn(...) run with gradient tracking off; returns fn's results.
 int l_torch_no_grad(lua_State* L) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
@@ -704,10 +772,12 @@ int l_torch_no_grad(lua_State* L) {
   lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
   return lua_gettop(L);
 }
+LT_REGISTER("torch.no_grad", l_torch_no_grad);
 int l_torch_manual_seed(lua_State* L) {
   at::manual_seed(static_cast<uint64_t>(lt_check_int(L, 1)));
   return 0;
 }
+LT_REGISTER("torch.manual_seed", l_torch_manual_seed);
 
 // save(tensor | {name = tensor, ...}, path): PyTorch's format (torch.load reads it).
 int l_torch_save(lua_State* L) {
@@ -729,6 +799,7 @@ int l_torch_save(lua_State* L) {
   tensor_file_save(path, dict);
   return 0;
 }
+LT_REGISTER("torch.save", l_torch_save);
 int l_torch_load(lua_State* L) {
   TensorFile f = tensor_file_load(luaL_checkstring(L, 1));
   if (!f.is_dict) return push_tensor(L, f.tensor);
@@ -739,6 +810,7 @@ int l_torch_load(lua_State* L) {
   }
   return 1;
 }
+LT_REGISTER("torch.load", l_torch_load);
 
 int64_t reduction_arg(lua_State* L, int idx) {
   std::string r = lt_opt_string(L, idx, "reduction", "mean");
@@ -756,10 +828,12 @@ int l_torch_cross_entropy(lua_State* L) {
                                                lt_opt_int(L, 3, "ignore_index", -100),
                                                lt_opt_number(L, 3, "label_smoothing", 0.0)));
 }
+LT_REGISTER("torch.cross_entropy", l_torch_cross_entropy);
 int l_torch_mse_loss(lua_State* L) {
   lt_check_options(L, 3, lt_api("torch.mse_loss"));
   return push_tensor(L, at::mse_loss(check_tensor(L, 1), check_tensor(L, 2), reduction_arg(L, 3)));
 }
+LT_REGISTER("torch.mse_loss", l_torch_mse_loss);
 
 // ============================================================================================
 // Metamethods
@@ -784,6 +858,7 @@ int l_tensor_meta_index(lua_State* L) {
   }
   return push_tensor(L, tensor_index(check_tensor(L, 1), index_spec(L, 2)));  // t[0], t[{0, "1:3"}]
 }
+LT_REGISTER("Tensor:__index", l_tensor_meta_index);
 int l_tensor_meta_newindex(lua_State* L) {
   LT_CHECK(!is_identifier(L, 2),
            "cannot set field '"
@@ -792,9 +867,11 @@ int l_tensor_meta_newindex(lua_State* L) {
   l_torch_index_set(L);
   return 0;
 }
+LT_REGISTER("Tensor:__newindex", l_tensor_meta_newindex);
 int l_tensor_meta_eq(lua_State* L) {
   return l_torch_equal(L);
 }
+LT_REGISTER("Tensor:__eq", l_tensor_meta_eq);
 int compare_one(lua_State* L, bool strict) {
   at::Tensor a = operand(L, 1), b = operand(L, 2);
   LT_CHECK(a.numel() == 1 && b.numel() == 1,
@@ -807,62 +884,21 @@ int compare_one(lua_State* L, bool strict) {
 int l_tensor_meta_lt(lua_State* L) {
   return compare_one(L, true);
 }
+LT_REGISTER("Tensor:__lt", l_tensor_meta_lt);
 int l_tensor_meta_le(lua_State* L) {
   return compare_one(L, false);
 }
+LT_REGISTER("Tensor:__le", l_tensor_meta_le);
 int l_tensor_meta_len(lua_State* L) {
   at::Tensor& t = check_tensor(L, 1);
   LT_CHECK(t.dim() > 0, "# of a 0-dim tensor: it has no first dimension");
   return lua_pushnumber(L, static_cast<double>(t.size(0))), 1;
 }
+LT_REGISTER("Tensor:__len", l_tensor_meta_len);
 int l_tensor_meta_unm(lua_State* L) {
   return push_tensor(L, check_tensor(L, 1).neg());
 }
-
-// clang-format off
-const luaL_Reg torch_funcs[] = {
-    {"tensor", l_torch_tensor}, {"zeros", l_torch_zeros}, {"ones", l_torch_ones}, {"full", l_torch_full},
-    {"rand", l_torch_rand}, {"randn", l_torch_randn}, {"randint", l_torch_randint}, {"arange", l_torch_arange},
-    {"linspace", l_torch_linspace}, {"eye", l_torch_eye}, {"zeros_like", l_torch_zeros_like},
-    {"ones_like", l_torch_ones_like}, {"full_like", l_torch_full_like}, {"cat", l_torch_cat},
-    {"stack", l_torch_stack}, {"where", l_torch_where}, {"no_grad", l_torch_no_grad},
-    {"manual_seed", l_torch_manual_seed}, {"save", l_torch_save}, {"load", l_torch_load},
-    {"cuda_available", l_torch_cuda_available}, {"is_tensor", l_torch_is_tensor},
-    {"cross_entropy", l_torch_cross_entropy}, {"mse_loss", l_torch_mse_loss},
-    {nullptr, nullptr},
-};
-// clang-format on
-
-// Functions that are both torch.f(t, ...) and t:f(...).
-// clang-format off
-const luaL_Reg tensor_methods[] = {
-    {"sum", l_torch_sum}, {"mean", l_torch_mean}, {"prod", l_torch_prod}, {"std", l_torch_std},
-    {"var", l_torch_var}, {"logsumexp", l_torch_logsumexp}, {"norm", l_torch_norm}, {"max", l_torch_max},
-    {"min", l_torch_min}, {"argmax", l_torch_argmax}, {"argmin", l_torch_argmin}, {"all", l_torch_all},
-    {"any", l_torch_any}, {"cumsum", l_torch_cumsum}, {"softmax", l_torch_softmax},
-    {"log_softmax", l_torch_log_softmax}, {"clamp", l_torch_clamp}, {"masked_fill", l_torch_masked_fill},
-    {"tril", l_torch_tril}, {"triu", l_torch_triu}, {"gather", l_torch_gather},
-    {"transpose", l_torch_transpose}, {"flatten", l_torch_flatten}, {"squeeze", l_torch_squeeze},
-    {"unsqueeze", l_torch_unsqueeze}, {"narrow", l_torch_narrow}, {"select", l_torch_select},
-    {"chunk", l_torch_chunk}, {"split", l_torch_split}, {"index", l_torch_index},
-    {"index_set", l_torch_index_set}, {"shape", l_torch_shape}, {"size", l_torch_size}, {"dim", l_torch_dim},
-    {"numel", l_torch_numel}, {"dtype", l_torch_dtype}, {"device", l_torch_device}, {"item", l_torch_item},
-    {"tolist", l_torch_tolist}, {"str", l_torch_str}, {"to", l_torch_to}, {"equal", l_torch_equal},
-    {"allclose", l_torch_allclose}, {"requires_grad", l_torch_requires_grad},
-    {"requires_grad_", l_torch_requires_grad_}, {"backward", l_torch_backward}, {"grad", l_torch_grad},
-    {"zero_grad", l_torch_zero_grad},
-    {nullptr, nullptr},
-};
-// clang-format on
-
-// clang-format off
-const luaL_Reg tensor_meta[] = {
-    {"__index", l_tensor_meta_index}, {"__newindex", l_tensor_meta_newindex},
-    {"__eq", l_tensor_meta_eq},       {"__lt", l_tensor_meta_lt},
-    {"__le", l_tensor_meta_le},       {"__len", l_tensor_meta_len},
-    {"__unm", l_tensor_meta_unm},     {nullptr, nullptr},
-};
-// clang-format on
+LT_REGISTER("Tensor:__unm", l_tensor_meta_unm);
 
 // Operators bound to binary ops by name: __add -> add, ...
 const std::pair<const char*, const char*> operator_ops[] = {
@@ -881,13 +917,11 @@ void set_ops(lua_State* L, const Op (&ops)[N], lua_CFunction fn) {
   }
 }
 
-}  // namespace
+LT_REGISTER_CLASS("torch", at::Tensor, tensor_describe);
 
-}  // namespace luatune
-
-extern "C" int luaopen_torch(lua_State* L) {
-  using namespace luatune;
-  lt_register_class<at::Tensor, tensor_describe>(L, tensor_methods, tensor_meta);
+// Opening torch, after the Tensor class: the op families and operators, then every Tensor method
+// copied into the module (torch.exp(t) is t:exp(); torch.release(t) too).
+void open_tensor_ops(lua_State* L) {
   luaL_getmetatable(L, lt_metatable_name("Tensor").c_str());
   lua_getfield(L, -1, "methods");
   set_ops(L, unary_ops, l_unary_protected);
@@ -898,15 +932,16 @@ extern "C" int luaopen_torch(lua_State* L) {
     lua_getfield(L, -1, op);
     lua_setfield(L, -3, meta);
   }
-  lua_remove(L, -2);  // metatable; the methods stay
-
-  lt_new_module(L, torch_funcs);  // module table; copy every method in too (release: torch.release(t))
   lua_pushnil(L);
-  while (lua_next(L, -3)) {
+  while (lua_next(L, -2)) {  // stack: module, metatable, methods, name, method
     lua_pushvalue(L, -2);
     lua_insert(L, -2);
-    lua_settable(L, -4);
+    lua_settable(L, -6);
   }
-  lua_remove(L, -2);  // methods
-  return 1;
+  lua_pop(L, 2);  // methods, metatable
 }
+LT_ON_OPEN("torch", open_tensor_ops);
+
+}  // namespace
+
+}  // namespace luatune

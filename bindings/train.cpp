@@ -8,7 +8,6 @@
 #include "bindings/hook_class.h"
 #include "bindings/lua_util.h"
 #include "bindings/model_class.h"
-#include "bindings/modules.h"
 #include "bindings/preference_class.h"
 #include "bindings/tensor_class.h"
 #include "bindings/tokenizer_class.h"
@@ -26,18 +25,9 @@ using TrainerPtr = std::shared_ptr<Trainer>;
 using PreferenceLossPtr = std::shared_ptr<PreferenceLoss>;
 using RewardModelPtr = std::shared_ptr<RewardModel>;
 
-template <>
-struct LuaClass<TrainerPtr> {
-  static constexpr const char* name = "Trainer";
-};
-template <>
-struct LuaClass<PreferenceLossPtr> {
-  static constexpr const char* name = "PreferenceLoss";
-};
-template <>
-struct LuaClass<RewardModelPtr> {
-  static constexpr const char* name = "RewardModel";
-};
+LT_CLASS(TrainerPtr, "Trainer");
+LT_CLASS(PreferenceLossPtr, "PreferenceLoss");
+LT_CLASS(RewardModelPtr, "RewardModel");
 
 namespace {
 std::vector<HookGetter>& hook_getters() {
@@ -78,6 +68,7 @@ std::string describe_trainer(const TrainerPtr& t) {
          std::to_string(t->step_count()) + ", " + std::to_string(t->parameters().size()) +
          " trainable tensors)";
 }
+LT_REGISTER_CLASS("train", TrainerPtr, describe_trainer);
 
 // The resolved config goes into checkpoints (trainer:resume diffs it).
 int l_train_new(lua_State* L) {
@@ -144,10 +135,10 @@ int l_train_new(lua_State* L) {
   lt_push<TrainerPtr>(L, std::make_shared<Trainer>(model, o, hooks));
   return 1;
 }
+LT_REGISTER("train.new", l_train_new);
 
 int l_train_batch(lua_State* L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lt_check_options(L, 1, lt_api("train.batch"));
+  lt_check_required_options(L, 1, lt_api("train.batch"));
   auto field = [&](const char* key) -> at::Tensor {
     lua_getfield(L, 1, key);
     at::Tensor t;
@@ -175,6 +166,7 @@ int l_train_batch(lua_State* L) {
   lt_push<Batch>(L, b);
   return 1;
 }
+LT_REGISTER("train.batch", l_train_batch);
 
 int l_train_step(lua_State* L) {
   Trainer& t = *lt_check<TrainerPtr>(L, 1);
@@ -193,6 +185,7 @@ int l_train_step(lua_State* L) {
   push_numbers(L, v);
   return 1;
 }
+LT_REGISTER("Trainer:step", l_train_step);
 
 void push_eval(lua_State* L, const EvalStats& e) {
   std::vector<std::pair<std::string, double>> v = {{"loss", e.loss}};
@@ -227,6 +220,7 @@ int l_train_evaluate(lua_State* L) {
   push_eval(L, t.evaluate(batches));
   return 1;
 }
+LT_REGISTER("Trainer:evaluate", l_train_evaluate);
 
 // ============================================================================================
 // Preference optimisation (host/train/preference.h)
@@ -238,6 +232,7 @@ std::string describe_preference(const PreferenceLossPtr& p) {
                 o.label_smoothing);
   return buf;
 }
+LT_REGISTER_HOOK_CLASS("train", PreferenceLossPtr, describe_preference);
 
 int l_train_preference(lua_State* L) {
   auto model = lt_check<std::shared_ptr<Model>>(L, 1);
@@ -275,6 +270,7 @@ int l_train_preference(lua_State* L) {
   lt_push<PreferenceLossPtr>(L, hook);
   return 1;
 }
+LT_REGISTER("train.preference", l_train_preference);
 
 // One file for a train and a held-out set; keyed by each pair's content.
 int l_train_reference_logprobs(lua_State* L) {
@@ -292,8 +288,7 @@ int l_train_reference_logprobs(lua_State* L) {
       lua_pop(L, 1);
     }
   }
-  luaL_checktype(L, 3, LUA_TTABLE);
-  lt_check_options(L, 3, lt_api("train.reference_logprobs"));
+  lt_check_required_options(L, 3, lt_api("train.reference_logprobs"));
   std::string path = lt_opt_string(L, 3, "path", "");
   LT_CHECK(!path.empty(), "train.reference_logprobs: option 'path' (the cache file to write) is required");
   ReferenceCache cache;
@@ -305,6 +300,7 @@ int l_train_reference_logprobs(lua_State* L) {
   lua_pushinteger(L, static_cast<lua_Integer>(cache.size()));
   return 1;
 }
+LT_REGISTER("train.reference_logprobs", l_train_reference_logprobs);
 
 // ============================================================================================
 // Reward models (host/train/reward.h) and rejection sampling (host/train/rejection.h)
@@ -313,6 +309,7 @@ std::string describe_reward(const RewardModelPtr& r) {
   return "RewardModel(" + r->model()->config.arch_name() + ", hidden " + std::to_string(r->head().size(1)) +
          ")";
 }
+LT_REGISTER_HOOK_CLASS("train", RewardModelPtr, describe_reward);
 
 int l_train_reward_model(lua_State* L) {
   auto model = lt_check<std::shared_ptr<Model>>(L, 1);
@@ -327,6 +324,7 @@ int l_train_reward_model(lua_State* L) {
   lt_push<RewardModelPtr>(L, reward);
   return 1;
 }
+LT_REGISTER("train.reward_model", l_train_reward_model);
 
 int l_train_reward_score(lua_State* L) {
   RewardModel& r = *lt_check<RewardModelPtr>(L, 1);
@@ -341,6 +339,7 @@ int l_train_reward_score(lua_State* L) {
   lt_push<at::Tensor>(L, r.score(lt_check<Batch>(L, 2)));
   return 1;
 }
+LT_REGISTER("RewardModel:score", l_train_reward_score);
 
 // HF reads each row's reward before its first pad token.
 int l_train_reward_save(lua_State* L) {
@@ -363,18 +362,19 @@ int l_train_reward_save(lua_State* L) {
   reward_save(r, dir, pad, files);
   return 0;
 }
+LT_REGISTER("RewardModel:save", l_train_reward_save);
 
 int l_train_reward_model_of(lua_State* L) {
   lt_push<std::shared_ptr<Model>>(L, lt_check<RewardModelPtr>(L, 1)->model());
   return 1;
 }
+LT_REGISTER("RewardModel:model", l_train_reward_model_of);
 
 // Under runner --nproc N the prompts are split over the ranks; the file is the one a single process writes.
 int l_train_rejection_sample(lua_State* L) {
   auto policy = lt_check<std::shared_ptr<Model>>(L, 1);
   RewardModel& reward = *lt_check<RewardModelPtr>(L, 2);
-  luaL_checktype(L, 3, LUA_TTABLE);
-  lt_check_options(L, 3, lt_api("train.rejection_sample"));
+  lt_check_required_options(L, 3, lt_api("train.rejection_sample"));
   lua_getfield(L, 3, "tokenizer");
   auto* tok = lt_test<std::shared_ptr<Tokenizer>>(L, -1);
   LT_CHECK(tok != nullptr,
@@ -400,21 +400,22 @@ int l_train_rejection_sample(lua_State* L) {
   o.data.chat_format = lt_opt_string(L, 3, "chat_format", "");
   RejectionStats st =
       rejection_sample(*policy, reward, *tokenizer, prompts, lt_opt_string(L, 3, "out", ""), o);
-  lua_createtable(L, 0, 6);
-  lt_set_number(L, "prompts", static_cast<double>(st.prompts));
-  lt_set_number(L, "candidates", static_cast<double>(st.candidates));
-  lt_set_number(L, "mean_best", st.mean_best);
-  lt_set_number(L, "mean_reward", st.mean_reward);
-  lt_set_number(L, "mean_new_tokens", st.mean_new_tokens);
-  lt_set_number(L, "seconds", st.seconds);
+  lt_push_numbers(L, {{"prompts", st.prompts},
+                      {"candidates", st.candidates},
+                      {"mean_best", st.mean_best},
+                      {"mean_reward", st.mean_reward},
+                      {"mean_new_tokens", st.mean_new_tokens},
+                      {"seconds", st.seconds}});
   return 1;
 }
+LT_REGISTER("train.rejection_sample", l_train_rejection_sample);
 
 int l_train_save(lua_State* L) {
   std::string path = lt_check<TrainerPtr>(L, 1)->save();
   lua_pushstring(L, path.c_str());
   return 1;
 }
+LT_REGISTER("Trainer:save", l_train_save);
 
 int l_train_resume(lua_State* L) {
   Trainer& t = *lt_check<TrainerPtr>(L, 1);
@@ -422,11 +423,13 @@ int l_train_resume(lua_State* L) {
   lua_pushnumber(L, static_cast<double>(t.resume(dir)));
   return 1;
 }
+LT_REGISTER("Trainer:resume", l_train_resume);
 
 int l_train_step_count(lua_State* L) {
   lua_pushnumber(L, static_cast<double>(lt_check<TrainerPtr>(L, 1)->step_count()));
   return 1;
 }
+LT_REGISTER("Trainer:step_count", l_train_step_count);
 
 int l_train_lr(lua_State* L) {
   Trainer& t = *lt_check<TrainerPtr>(L, 1);
@@ -434,52 +437,23 @@ int l_train_lr(lua_State* L) {
   lua_pushnumber(L, t.lr_at(step));
   return 1;
 }
+LT_REGISTER("Trainer:lr", l_train_lr);
 
 int l_train_memory(lua_State* L) {
   TrainMemory m = lt_check<TrainerPtr>(L, 1)->memory();
-  lua_createtable(L, 0, 9);
-  lt_set_number(L, "weights", static_cast<double>(m.weights));
-  lt_set_number(L, "masters", static_cast<double>(m.masters));
-  lt_set_number(L, "gradients", static_cast<double>(m.gradients));
-  lt_set_number(L, "optimizer", static_cast<double>(m.optimizer));
-  lt_set_number(L, "full_weights", static_cast<double>(m.full_weights));
-  lt_set_number(L, "full_masters", static_cast<double>(m.full_masters));
-  lt_set_number(L, "full_gradients", static_cast<double>(m.full_gradients));
-  lt_set_number(L, "full_optimizer", static_cast<double>(m.full_optimizer));
-  lt_set_number(L, "host", static_cast<double>(m.host));
+  lt_push_numbers(L, {{"weights", m.weights},
+                      {"masters", m.masters},
+                      {"gradients", m.gradients},
+                      {"optimizer", m.optimizer},
+                      {"full_weights", m.full_weights},
+                      {"full_masters", m.full_masters},
+                      {"full_gradients", m.full_gradients},
+                      {"full_optimizer", m.full_optimizer},
+                      {"host", m.host}});
   return 1;
 }
-
-const luaL_Reg trainer_methods[] = {{"step", l_train_step},
-                                    {"evaluate", l_train_evaluate},
-                                    {"save", l_train_save},
-                                    {"resume", l_train_resume},
-                                    {"step_count", l_train_step_count},
-                                    {"lr", l_train_lr},
-                                    {"memory", l_train_memory},
-                                    {nullptr, nullptr}};
-const luaL_Reg train_funcs[] = {{"new", l_train_new},
-                                {"batch", l_train_batch},
-                                {"preference", l_train_preference},
-                                {"reference_logprobs", l_train_reference_logprobs},
-                                {"reward_model", l_train_reward_model},
-                                {"rejection_sample", l_train_rejection_sample},
-                                {nullptr, nullptr}};
-const luaL_Reg preference_methods[] = {{nullptr, nullptr}};
-const luaL_Reg reward_methods[] = {{"score", l_train_reward_score},
-                                   {"save", l_train_reward_save},
-                                   {"model", l_train_reward_model_of},
-                                   {nullptr, nullptr}};
+LT_REGISTER("Trainer:memory", l_train_memory);
 
 }  // namespace
 
 }  // namespace luatune
-
-extern "C" int luaopen_train(lua_State* L) {
-  using namespace luatune;
-  lt_register_class<TrainerPtr, describe_trainer>(L, trainer_methods);
-  lt_register_hook_class<PreferenceLossPtr, describe_preference>(L, preference_methods);
-  lt_register_hook_class<RewardModelPtr, describe_reward>(L, reward_methods);
-  lt_new_module(L, train_funcs);
-  return 1;
-}

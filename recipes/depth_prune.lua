@@ -4,13 +4,12 @@
 -- Scores (docs/pruning.md): block influence, mean over tokens of 1 - cos(layer input, layer output),
 -- or the calibration loss increase when the layer is skipped. Writes output_dir/model (Hugging Face
 -- format, tokenizer included) and output_dir/summary.json.
-local cfg = config {
+local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
+local cfg = config(keys.compute {  -- + dtype, device, shard, optimizer, seed, ...
   base_model = "models/Llama-3.2-1B",  -- model to prune: a local Hugging Face directory or a hub name (org/name)
   data = "data/corpus.jsonl",          -- plain text JSONL, {"text": ...} per line
   output_dir = "out/depth_prune",      -- model/, summary.json and metrics.jsonl go here
   gguf = "",                           -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
-  dtype = "bf16",                      -- weight dtype: bf16, fp16, fp32 or "auto" (the checkpoint's torch_dtype)
-  device = "auto",                     -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
   layers = 0.25,                       -- layers to remove: a count (1, 2, ...) or a fraction in (0, 1)
   depth_metric = "block_influence",    -- how layers are scored: "block_influence" or "layer_removal"
   calibration_rows = 128,              -- rows the layer scores are computed on
@@ -22,14 +21,7 @@ local cfg = config {
   learning_rate = 2e-5,                -- recovery's peak learning rate; cosine decay to 0 after warm-up
   warmup_steps = 10,                   -- steps of linear warm-up from 0 to learning_rate
   gradient_accumulation_steps = 4,     -- micro-batches per optimizer step: batch_size x this rows a step on each rank
-  gradient_checkpointing = true,       -- recompute each layer in backward: less activation memory, more compute
-  shard = "none",                      -- ZeRO over data-parallel ranks: none | optimizer | gradients | full (docs/zero.md)
-  optimizer = "adamw",                 -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
-  optimizer_offload = "none",          -- none | cpu (fp32 masters and optimizer states in host memory)
-  seed = 0,                            -- seeds the data order: which rows calibrate and which are held out
-  deterministic = false,               -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
-  wandb_project = "",                  -- W&B project to log to; "" = none (docs/wandb.md)
-}
+})
 local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
 local P = require("pruning")

@@ -3,14 +3,12 @@
 -- precompute_reference=true computes the reference log-probs once, caches them
 -- (output_dir/reference_logps.safetensors) and frees the reference.
 -- runner dpo base_model=/models/Llama-3.1-8B-Instruct data=data/prefs.jsonl [beta=0.1 loss=ipo ...]
-local cfg = config {
+local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
+local cfg = config(keys.preference {  -- + eval_data, batch_size (pairs), eval_steps, resume, seed, ...
   base_model = "models/Llama-3.1-8B-Instruct",  -- usually the SFT model: a local directory or a hub name (org/name)
   data = "data/preferences.jsonl",  -- preference pairs JSONL: {prompt, chosen, rejected} or chat-style (docs/alignment.md)
-  eval_data = "",                   -- held-out pairs JSONL; "" = eval_fraction of data
   output_dir = "out/dpo",           -- adapter/ (or model/), checkpoints/ and metrics.jsonl go here
   gguf = "",                        -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
-  dtype = "bf16",                   -- weight dtype: bf16, fp16, fp32 or "auto" (the checkpoint's torch_dtype)
-  device = "auto",                  -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
   quantize = "",                    -- "nf4": QLoRA, the base in 4 bits under the adapters; "" = none
   use_lora = true,                  -- true: train LoRA adapters; false: every weight, against a frozen copy
   lora = {                          -- the adapters when use_lora=true (docs/lora.md)
@@ -24,24 +22,8 @@ local cfg = config {
   label_smoothing = 0,              -- the share of preference labels assumed flipped (conservative DPO); 0 = none
   precompute_reference = false,     -- true: reference log-probs computed once, cached, the reference freed
   learning_rate = 5e-6,             -- peak learning rate; cosine decay to 0 after warm-up
-  warmup_steps = 10,                -- steps of linear warm-up from 0 to learning_rate
   max_steps = 500,                  -- optimizer steps in all
-  batch_size = 2,                   -- pairs per forward/backward on each rank (2 x this rows: chosen, rejected)
-  gradient_accumulation_steps = 8,  -- micro-batches per optimizer step: batch_size x this pairs a step on each rank
-  max_length = 1024,                -- tokens per prompt + response; a pair whose response it cuts away is dropped
-  gradient_checkpointing = true,    -- recompute each layer in backward: less activation memory, more compute
-  shard = "none",                   -- ZeRO over data-parallel ranks: none | optimizer | gradients | full (docs/zero.md)
-  optimizer = "adamw",              -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
-  optimizer_offload = "none",       -- none | cpu (fp32 masters and optimizer states in host memory)
-  eval_fraction = 0.05,             -- share of the pairs held out when eval_data is ""
-  eval_steps = 50,                  -- evaluate every N steps, before the first and after the last
-  save_steps = 100,                 -- resumable checkpoint every N steps (output_dir/checkpoints); 0 = only the final one
-  resume = false,                   -- true: continue from the newest checkpoint in output_dir (docs/checkpoints.md)
-  overwrite = false,                -- true: a fresh run moves an earlier run in output_dir to output_dir/previous-<time>/
-  seed = 0,                         -- seeds the data order, the adapters' init and dropout
-  deterministic = false,            -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
-  wandb_project = "",               -- W&B project to log to; "" = none (docs/wandb.md)
-}
+})
 require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua: a bad outtype fails before training
 local run = require("run")  -- scripts/lua/run.lua
 
@@ -71,16 +53,11 @@ end
 local dpo = train.preference(model, { loss = cfg.loss, beta = cfg.beta, label_smoothing = cfg.label_smoothing,
                                       reference = reference })
 
-local trainer = run.trainer(model, cfg, { schedule = "cosine", hooks = { dpo },
-                                          micro_batch_size = 2 * cfg.batch_size })  -- a pair: 2 rows
-local start, log = run.start(cfg, trainer)
-
-if start == 0 then pref.evaluate(log, 0, trainer, eval_set, cfg) end
-for step, batch in train_set:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps, steps = cfg.max_steps,
-                                       start = start } do
+-- run.start for pairs (2 rows each); a fresh run is evaluated once before its first step, as step 0.
+local trainer, start, log = pref.start(model, cfg, eval_set, { schedule = "cosine", hooks = { dpo } })
+for step, batch in run.batches(train_set, cfg, start, log) do  -- to max_steps, or until stopped from the W&B UI
   log:write(step, trainer:step(batch))
   if step % cfg.eval_steps == 0 or step == cfg.max_steps then pref.evaluate(log, step, trainer, eval_set, cfg) end
-  if log:stopped() then break end
 end
 
 trainer:save()

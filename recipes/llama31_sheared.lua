@@ -6,7 +6,8 @@
 -- pruned model with distillation from the unpruned teacher (docs/pruning.md).
 -- The 8B seed job fits 2 x A100 80GB with shard=full (ZeRO-3, docs/zero.md; `runner plan`: 78.5 GiB per GPU,
 -- 133 replicated): build/runner --nproc 2 llama31_sheared base_model=... data=... shard=full (or torchrun).
-local cfg = config {
+local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
+local cfg = config(keys.compute {  -- + dtype, device, shard, optimizer, seed, ...
   base_model = "meta-llama/Llama-3.1-8B-Instruct",  -- model to prune, and the teacher: a hub name (org/name) or a local directory
   data = "data/pruning.jsonl",         -- JSONL of text, chat or instruction records (docs/data.md)
   format = "",                         -- "" = detect from the records; "text" for plain pretraining text
@@ -31,26 +32,18 @@ local cfg = config {
   batch_size = 4,                      -- rows per forward/backward on each rank (the micro-batch)
   gradient_accumulation_steps = 8,     -- micro-batches per optimizer step: batch_size x this rows a step on each rank
   max_length = 128,                    -- tokens per row; records are packed into rows of at most this
-  gradient_checkpointing = true,       -- recompute each layer in backward: less activation memory, more compute
-  shard = "none",                      -- ZeRO over data-parallel ranks: none | optimizer | gradients | full (docs/zero.md)
-  optimizer = "adamw",                 -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
-  optimizer_offload = "none",          -- none | cpu (fp32 masters and optimizer states in host memory)
   distill = true,                      -- distil from the unpruned model after pruning (false: LM loss only)
   distill_loss = "forward_kl",         -- forward_kl KL(teacher||student), reverse_kl or jsd
   distill_temperature = 1.0,           -- both models' logits are divided by this
   distill_alpha = 0.5,                 -- (1 - alpha) x LM loss + alpha x KD loss
   teacher_dtype = "",                  -- "" = dtype; e.g. "bf16" for a lower-precision teacher
   teacher_device = "",                 -- "" = device
-  dtype = "bf16",                      -- weight dtype: bf16, fp16, fp32 or "auto" (the checkpoint's torch_dtype)
-  device = "auto",                     -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
   eval_fraction = 0.02,                -- share of the rows held out for perplexity
   eval_steps = 100,                    -- evaluate every N steps of each phase and after its last
   eval_batches = 0,                    -- held-out batches each evaluation reads; 0 = all of them
-  seed = 0,                            -- seeds the data order and the masks' sampling
-  deterministic = false,               -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "llama31_sheared",   -- W&B project to log to; "" = none (docs/wandb.md)
   check = false,                       -- assert the result's shape and that it reloads and generates (tests)
-}
+})
 local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
 local t_start = metrics.clock()

@@ -5,13 +5,12 @@
 -- outputs (hidden), the o_proj input per head and the down_proj input (MLP); depth by block
 -- influence or layer-removal loss. Distillation: forward KL at temperature 1 with alpha = 1 (logits
 -- only, as Minitron). Writes output_dir/model (Hugging Face format) and output_dir/summary.json.
-local cfg = config {
+local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
+local cfg = config(keys.compute {  -- + dtype, device, shard, optimizer, seed, ...
   base_model = "models/Llama-3.1-8B",  -- model to prune, and the teacher: a local directory or a hub name (org/name)
   data = "data/corpus.jsonl",          -- plain text JSONL, {"text": ...} per line
   output_dir = "out/minitron",         -- model/, summary.json and metrics.jsonl go here
   gguf = "",                           -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
-  dtype = "bf16",                      -- weight dtype: bf16, fp16, fp32 or "auto" (the checkpoint's torch_dtype)
-  device = "auto",                     -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
   shape = {                            -- kept counts after pruning; 0 leaves that kind alone
     hidden = 0,                        -- hidden size to keep (Llama-3.1-Minitron 4B width: 3072)
     intermediate = 0,                  -- MLP channels to keep (Minitron 4B width: 9216)
@@ -41,14 +40,7 @@ local cfg = config {
     temperature = 1.0,                 -- both models' logits are divided by this
     alpha = 1.0,                       -- (1 - alpha) x LM loss + alpha x KD loss; 1 = logits only
   },
-  gradient_checkpointing = true,       -- recompute each layer in backward: less activation memory, more compute
-  shard = "none",                      -- ZeRO over data-parallel ranks: none | optimizer | gradients | full (docs/zero.md)
-  optimizer = "adamw",                 -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
-  optimizer_offload = "none",          -- none | cpu (fp32 masters and optimizer states in host memory)
-  seed = 0,                            -- seeds the data order: which rows calibrate and which are held out
-  deterministic = false,               -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
-  wandb_project = "",                  -- W&B project to log to; "" = none (docs/wandb.md)
-}
+})
 local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 
 -- Targets: kept counts or shares to remove (0 leaves that kind alone), checked before any work.

@@ -1,13 +1,13 @@
 -- QLoRA: LoRA adapters trained on a 4-bit NF4 base (double-quantized scales, bf16 compute), so an 8B model
 -- fine-tunes on a 16 GB GPU. Writes a PEFT adapter and, with merge=true, a bf16 Hugging Face model.
 -- runner qlora_finetune base_model=/models/Llama-3.1-8B-Instruct data=data/train.jsonl [max_steps=2000 merge=true ...]
-local cfg = config {
+local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
+local cfg = config(keys.training {  -- + batch_size, eval_steps, save_steps, resume, seed, device, ...
   base_model = "models/Llama-3.1-8B-Instruct",  -- model to fine-tune (bf16, or already 4-bit): a local directory or org/name
   data = "data/train.jsonl",        -- training JSONL: chat, prompt/response, Alpaca or Guanaco records (docs/data.md)
   output_dir = "out/qlora",         -- adapter/, merged/, checkpoints/ and metrics.jsonl go here
   gguf = "",                        -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   dtype = "bf16",                   -- compute dtype of the dequantized weights and the adapters: bf16, fp16 or fp32
-  device = "auto",                  -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
   quantize = "nf4",                 -- 4-bit data type of the base's Linears: nf4 (QLoRA) or fp4
   double_quant = true,              -- true: quantize the per-block scales too (about 0.37 bits a weight saved)
   blocksize = 64,                   -- weights per quantization block (one scale each)
@@ -19,25 +19,10 @@ local cfg = config {
                 "gate_proj", "up_proj", "down_proj" },  -- modules that get adapters: names, or "all-linear"
   },
   learning_rate = 2e-4,             -- peak learning rate; cosine decay to 0 after warm-up
-  warmup_steps = 20,                -- steps of linear warm-up from 0 to learning_rate
   max_steps = 1000,                 -- optimizer steps in all
-  batch_size = 4,                   -- rows per forward/backward on each rank (the micro-batch)
   gradient_accumulation_steps = 4,  -- micro-batches per optimizer step: batch_size x this rows a step on each rank
-  max_length = 2048,                -- tokens per row; records are packed into rows of at most this
-  gradient_checkpointing = true,    -- recompute each layer in backward: less activation memory, more compute
-  shard = "none",                   -- ZeRO over data-parallel ranks: none | optimizer | gradients | full (docs/zero.md)
-  optimizer = "adamw",              -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
-  optimizer_offload = "none",       -- none | cpu (fp32 masters and optimizer states in host memory)
-  eval_fraction = 0.02,             -- share of the rows held out for eval_loss and eval_perplexity
-  eval_steps = 100,                 -- evaluate every N steps and after the last
-  save_steps = 200,                 -- resumable checkpoint every N steps (output_dir/checkpoints); 0 = only the final one
-  resume = false,                   -- true: continue from the newest checkpoint in output_dir (docs/checkpoints.md)
-  overwrite = false,                -- true: a fresh run moves an earlier run in output_dir to output_dir/previous-<time>/
   merge = false,                    -- true: also write output_dir/merged: adapters folded into the dequantized base, bf16
-  seed = 0,                         -- seeds the data order, the adapters' init and dropout
-  deterministic = false,            -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
-  wandb_project = "",               -- W&B project to log to; "" = none (docs/wandb.md)
-}
+})
 local gguf_out = require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua
 local run = require("run")  -- scripts/lua/run.lua
 
@@ -52,17 +37,13 @@ local q = qlora.info(model)
 print(string.format("%s\n4-bit base: %d Linears %s, %.1f MB (%.1f MB in %s)", tostring(model), q.linears, q.quant_type,
                     q.bytes / 1e6, q.dense_bytes / 1e6, cfg.dtype))
 
-local all = data.jsonl(cfg.data, { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed })
-local train_set, eval_set = all:split(1 - cfg.eval_fraction)
+local train_set, eval_set = run.sets(cfg, tok)  -- packed rows of data; eval_fraction of them held out
 
-local trainer = run.trainer(model, cfg, { schedule = "cosine" })
-local start, log = run.start(cfg, trainer)
+local trainer, start, log = run.start(model, cfg, { schedule = "cosine" })
 
-for step, batch in train_set:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps, steps = cfg.max_steps,
-                                       start = start } do
+for step, batch in run.batches(train_set, cfg, start, log) do  -- to max_steps, or until stopped from the W&B UI
   log:write(step, trainer:step(batch))
   if step % cfg.eval_steps == 0 or step == cfg.max_steps then run.evaluate(log, step, trainer, eval_set, cfg) end
-  if log:stopped() then break end  -- stopped from the W&B UI: end here and save what there is
 end
 
 trainer:save()

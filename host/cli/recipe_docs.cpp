@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "host/cli/config.h"
+#include "host/cli/recipes.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
 
@@ -142,16 +143,55 @@ class ConfigParser {
  public:
   ConfigParser(const std::vector<Token>& toks, RecipeDocs& out) : t_(toks), out_(out) {}
 
-  // Index of the config table's '{', or npos.
-  size_t find_config() const {
+  // Index of the config table's '{', or npos: `config {`, `config({`, or a set's call inside the
+  // parentheses, `config(keys.training {` / `config(keys.training({`, which sets *set_local ("keys")
+  // and *set ("training").
+  size_t find_config(std::string* set_local, std::string* set) const {
     for (size_t k = 0; k + 1 < t_.size(); k++) {
       if (t_[k].kind != Token::name || t_[k].text != "config") continue;
       if (k > 0 && (is(t_[k - 1], ".") || is(t_[k - 1], ":"))) continue;
       size_t j = next_code(k + 1);
       if (j < t_.size() && is(t_[j], "{")) return j;
-      if (j < t_.size() && is(t_[j], "(")) {
-        size_t m = next_code(j + 1);
-        if (m < t_.size() && is(t_[m], "{")) return m;
+      if (j >= t_.size() || !is(t_[j], "(")) continue;
+      size_t m = next_code(j + 1);
+      if (m < t_.size() && is(t_[m], "{")) return m;
+      size_t dot = next_code(m + 1), name = next_code(dot + 1), open = next_code(name + 1);
+      if (open < t_.size() && is(t_[open], "(")) open = next_code(open + 1);
+      if (open < t_.size() && t_[m].kind == Token::name && is(t_[dot], ".") && t_[name].kind == Token::name &&
+          is(t_[open], "{")) {
+        *set_local = t_[m].text;
+        *set = t_[name].text;
+        return open;
+      }
+    }
+    return std::string::npos;
+  }
+
+  // The module `local NAME = require("MOD")` (or `require "MOD"`) loads, or "".
+  std::string required_module(const std::string& local) const {
+    for (size_t k = 0; k + 4 < t_.size(); k++) {
+      if (t_[k].kind != Token::name || t_[k].text != local || !is(t_[next_code(k + 1)], "=")) continue;
+      size_t r = next_code(next_code(k + 1) + 1);
+      if (r >= t_.size() || t_[r].kind != Token::name || t_[r].text != "require") continue;
+      size_t s = next_code(r + 1);
+      if (s < t_.size() && is(t_[s], "(")) s = next_code(s + 1);
+      if (s < t_.size() && t_[s].kind == Token::string) return t_[s].text;
+    }
+    return "";
+  }
+
+  // In a set module: the '{' of `M.NAME = set(M.INCLUDED, {` (any table and function names), or npos;
+  // *included is the set named before the table ("" for nil).
+  size_t find_set(const std::string& name, std::string* included) const {
+    for (size_t k = 0; k + 3 < t_.size(); k++) {
+      if (t_[k].kind != Token::name || t_[k].text != name || k == 0 || !is(t_[k - 1], ".")) continue;
+      size_t j = next_code(k + 1);
+      if (j >= t_.size() || !is(t_[j], "=")) continue;
+      included->clear();
+      for (j = next_code(j + 1); j < t_.size() && t_[j].kind != Token::eof; j = next_code(j + 1)) {
+        if (is(t_[j], "{")) return j;
+        if (included->empty() && is(t_[j], ".") && j + 1 < t_.size() && t_[j + 1].kind == Token::name)
+          *included = t_[j + 1].text;
       }
     }
     return std::string::npos;
@@ -308,21 +348,75 @@ RecipeDocs recipe_docs_parse(const std::string& source, const std::string& path)
 
   std::vector<Token> toks = Lexer(source).all();
   ConfigParser parser(toks, d);
-  size_t open = parser.find_config();
+  std::string set_local;
+  size_t open = parser.find_config(&set_local, &d.include_set);
   if (open != std::string::npos) {
     d.has_config = true;
     d.config_line = toks[open].line;
     parser.table(open, "");
   }
+  if (!set_local.empty()) {
+    d.include_module = parser.required_module(set_local);
+    if (d.include_module.empty())
+      d.problems.push_back(std::to_string(d.config_line) + ": config(" + set_local + "." + d.include_set +
+                           " {...}): no `local " + set_local + " = require(\"...\")` names the set's module");
+  }
   return d;
 }
 
+namespace {
+
+// The keys of `set` in a set module's tokens, the included set's first (a key both give keeps the
+// included set's place and takes this set's doc and line).
+void set_keys(const std::vector<Token>& toks, const std::string& set, int depth, RecipeDocs& out) {
+  RecipeDocs own;
+  ConfigParser parser(toks, own);
+  std::string included;
+  size_t open = parser.find_set(set, &included);
+  if (open == std::string::npos || depth > 8) {
+    out.problems.push_back("no set '" + set + "' (`M." + set + " = set(..., { ... })`) in " + out.path);
+    return;
+  }
+  if (!included.empty()) set_keys(toks, included, depth + 1, out);
+  parser.table(open, "");
+  for (auto& k : own.keys) {
+    bool replaced = false;
+    for (auto& s : out.shared)
+      if (s.key == k.key) s = k, replaced = true;
+    if (!replaced) out.shared.push_back(k);
+  }
+  for (auto& p : own.problems) out.problems.push_back(p);
+}
+
+}  // namespace
+
+void recipe_docs_include(RecipeDocs& docs, const std::string& module_source, const std::string& module_path) {
+  RecipeDocs module;
+  module.path = module_path;
+  set_keys(Lexer(module_source).all(), docs.include_set, 0, module);
+  docs.shared = module.shared;
+  for (auto& p : module.problems) docs.problems.push_back(module_path + ":" + p);
+}
+
 RecipeDocs recipe_docs_read(const std::string& path) {
-  return recipe_docs_parse(file_read(path), path);
+  RecipeDocs d = recipe_docs_parse(file_read(path), path);
+  if (d.include_module.empty()) return d;
+  const std::string file = "scripts/lua/" + d.include_module + ".lua";
+  for (const std::string& dir : {luatune_home(), path_dirname(path) + "/.."}) {
+    if (!dir.empty() && file_exists(dir + "/" + file)) {
+      recipe_docs_include(d, file_read(dir + "/" + file), dir + "/" + file);
+      return d;
+    }
+  }
+  d.problems.push_back(path + ": the set '" + d.include_set + "' is in " + file +
+                       ", found under neither LUATUNE_HOME nor the recipe's directory's parent");
+  return d;
 }
 
 std::string recipe_key_doc(const RecipeDocs& docs, const std::string& key) {
   for (const auto& k : docs.keys)
+    if (k.key == key && !k.doc.empty()) return k.doc;
+  for (const auto& k : docs.shared)
     if (k.key == key) return k.doc;
   return "";
 }
@@ -359,23 +453,39 @@ std::string recipe_help_text(const std::string& name, const RecipeDocs& docs, co
   if (!resolved) return out + "\n(no config{} table: this script takes no key=value overrides)\n";
   std::vector<std::pair<std::string, const ConfigValue*>> leaves;
   collect_leaves(*resolved, "", &leaves);
-  // Source order (the recipe's own grouping) where the docs know the key; the rest after, by name.
-  std::vector<std::pair<std::string, const ConfigValue*>> ordered;
+  // Source order (the recipe's own grouping) where the docs know the key; the rest after, by name;
+  // then the shared set's keys the recipe does not give, in the set's order.
+  std::vector<std::pair<std::string, const ConfigValue*>> own, shared;
+  auto taken = [&](const std::string& key) {
+    for (const auto& o : own)
+      if (o.first == key) return true;
+    for (const auto& o : shared)
+      if (o.first == key) return true;
+    return false;
+  };
   for (const auto& k : docs.keys)
     for (const auto& l : leaves)
-      if (l.first == k.key) ordered.push_back(l);
-  for (const auto& l : leaves) {
-    bool seen = false;
-    for (const auto& o : ordered) seen = seen || o.first == l.first;
-    if (!seen) ordered.push_back(l);
-  }
+      if (l.first == k.key) own.push_back(l);
+  for (const auto& k : docs.shared)
+    for (const auto& l : leaves)
+      if (l.first == k.key && !taken(l.first)) shared.push_back(l);
+  for (const auto& l : leaves)
+    if (!taken(l.first)) own.push_back(l);
+  auto list = [&](const std::vector<std::pair<std::string, const ConfigValue*>>& keys) {
+    for (const auto& [key, v] : keys) {
+      std::string doc = recipe_key_doc(docs, key);
+      std::string value = config_value_str(*v);
+      if (value.size() > 60) value = value.substr(0, 57) + "...";
+      out += "  " + key + "  (" + kind_label(*v) + ") = " + value + "\n";
+      out += "      " + text_wrap(doc.empty() ? "(no doc)" : doc, width, 6) + "\n";
+    }
+  };
   out += "\nkeys (override with key=value or --config FILE; docs/recipes.md has the shared vocabulary):\n";
-  for (const auto& [key, v] : ordered) {
-    std::string doc = recipe_key_doc(docs, key);
-    std::string value = config_value_str(*v);
-    if (value.size() > 60) value = value.substr(0, 57) + "...";
-    out += "  " + key + "  (" + kind_label(*v) + ") = " + value + "\n";
-    out += "      " + text_wrap(doc.empty() ? "(no doc)" : doc, width, 6) + "\n";
+  list(own);
+  if (!shared.empty()) {
+    out += "\nshared keys (set '" + docs.include_set + "' of scripts/lua/" + docs.include_module +
+           ".lua; key=value overrides these too):\n";
+    list(shared);
   }
   return out;
 }

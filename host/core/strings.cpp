@@ -2,6 +2,7 @@
 #include "host/core/strings.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -111,6 +112,30 @@ std::string md_cell(const std::string& s) {
       out += ' ';
     else
       out += c;
+  }
+  return out;
+}
+
+// Whether the '&' at s[at] starts a character reference ("&lt;", "&#60;"), which a viewer would
+// turn into another character.
+static bool starts_reference(const std::string& s, size_t at) {
+  size_t name = at + 1 < s.size() && s[at + 1] == '#' ? at + 2 : at + 1, end = name;
+  while (end < s.size() && std::isalnum(static_cast<unsigned char>(s[end]))) end++;
+  return end > name && end < s.size() && s[end] == ';';
+}
+
+std::string md_text(const std::string& s) {
+  const std::string cell = md_cell(s);
+  std::string out;
+  for (size_t i = 0; i < cell.size(); i++) {
+    if (cell[i] == '<')
+      out += "&lt;";
+    else if (cell[i] == '>')
+      out += "&gt;";
+    else if (cell[i] == '&' && starts_reference(cell, i))
+      out += "&amp;";
+    else
+      out += cell[i];
   }
   return out;
 }

@@ -349,30 +349,38 @@ std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> Dataset::split(dou
           std::shared_ptr<Dataset>(new Dataset(store_, std::move(val), options_, resolved_))};
 }
 
-int64_t Dataset::epoch_row(int64_t epoch, int64_t index) const {
-  std::lock_guard<std::mutex> lock(order_mutex_);
-  if (order_epoch_ != epoch) {
-    order_ = data_permutation(size(), options_.seed + static_cast<uint64_t>(epoch));
-    order_epoch_ = epoch;
+std::vector<int64_t> DataOrder::step(int64_t step, int64_t size, int64_t n, uint64_t seed, bool shuffle,
+                                     bool cycle, const char* unit,
+                                     const std::function<std::string()>& why_empty) const {
+  LT_CHECK(size >= 1, "data: batch size must be at least 1, got " << size);
+  LT_CHECK(step >= 1, "data: steps are numbered from 1, got " << step);
+  LT_CHECK(step <= INT64_MAX / size, "data: step " << step << " of " << size << " " << unit
+                                                   << "s is past the last " << unit
+                                                   << " a 64-bit count reaches");
+  if (n <= 0) fail(why_empty());
+  std::vector<int64_t> out;
+  for (int64_t p = (step - 1) * size; p < step * size; p++) {
+    if (!cycle && p >= n) break;
+    const int64_t epoch = p / n, index = p % n;
+    if (!shuffle) {
+      out.push_back(index);
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (epoch_ != epoch) {
+      order_ = data_permutation(n, seed + static_cast<uint64_t>(epoch));
+      epoch_ = epoch;
+    }
+    out.push_back(order_[index]);
   }
-  return order_[index];
+  return out;
 }
 
 std::vector<int64_t> Dataset::step_rows(int64_t step, int64_t size, bool shuffle, bool cycle) const {
-  LT_CHECK(size >= 1, "data: batch size must be at least 1, got " << size);
-  LT_CHECK(step >= 1, "data: steps are numbered from 1, got " << step);
-  LT_CHECK(step <= INT64_MAX / size,
-           "data: step " << step << " of " << size << " rows is past the last row a 64-bit count reaches");
-  int64_t rows = this->size();
-  LT_CHECK(rows > 0, "data: the dataset has no rows (" << stats_.skipped_bad << " bad records skipped, "
-                                                       << stats_.dropped_empty << " with no target dropped)");
-  std::vector<int64_t> out;
-  for (int64_t p = (step - 1) * size; p < step * size; p++) {
-    if (!cycle && p >= rows) break;
-    int64_t epoch = p / rows, index = p % rows;
-    out.push_back(shuffle ? epoch_row(epoch, index) : index);
-  }
-  return out;
+  return order_.step(step, size, this->size(), options_.seed, shuffle, cycle, "row", [&] {
+    return "data: the dataset has no rows (" + std::to_string(stats_.skipped_bad) + " bad records skipped, " +
+           std::to_string(stats_.dropped_empty) + " with no target dropped)";
+  });
 }
 
 std::vector<int64_t> Dataset::shard_rows(int64_t step, int64_t size, bool shuffle, bool cycle, int rank,

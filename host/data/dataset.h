@@ -86,6 +86,23 @@ void data_jsonl_read(const std::string& path, const std::string& what, const std
 std::vector<int64_t> data_shard(int64_t size, bool cycle, int rank, int world,
                                 const std::function<std::vector<int64_t>(int64_t)>& draw);
 
+// The item indices of 1-based step `step` with `size` items a step, for Dataset::step_rows and
+// PreferenceDataset::step_pairs: positions (step-1)*size onward in the endless sequence of epochs
+// over n items, epoch e in the order of a permutation seeded with seed + e (identity without
+// shuffle); with cycle=false the sequence ends after the first epoch (a short last step). Bad
+// arguments fail naming `unit` ("row", "pair"); n = 0 fails with why_empty(). Keeps the permutation
+// of the last epoch asked for.
+class DataOrder {
+ public:
+  std::vector<int64_t> step(int64_t step, int64_t size, int64_t n, uint64_t seed, bool shuffle, bool cycle,
+                            const char* unit, const std::function<std::string()>& why_empty) const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable int64_t epoch_ = -1;
+  mutable std::vector<int64_t> order_;
+};
+
 class Dataset {
  public:
   // Reads a JSONL file line by line; errors are "PATH:LINE: expected ...".
@@ -146,7 +163,6 @@ class Dataset {
   Dataset(std::shared_ptr<const TokenStore> store, std::vector<int64_t> docs, const DataOptions& options,
           const Resolved& resolved);
   void plan_rows();
-  int64_t epoch_row(int64_t epoch, int64_t index) const;  // row at `index` of epoch's permutation
   // Writes row r into T columns starting at the given pointers; returns its non-padding tokens.
   int64_t write_row(int64_t r, int64_t T, int64_t* ids, int64_t* targets, int64_t* positions,
                     int64_t* segments) const;
@@ -159,9 +175,7 @@ class Dataset {
   Resolved resolved_;
   DataStats stats_;
 
-  mutable std::mutex order_mutex_;  // the cached permutation of the last epoch asked for
-  mutable int64_t order_epoch_ = -1;
-  mutable std::vector<int64_t> order_;
+  DataOrder order_;
 };
 
 // Whether records of `format` are rendered through a chat format (options.chat, chat_format, or the

@@ -251,30 +251,10 @@ std::pair<std::shared_ptr<PreferenceDataset>, std::shared_ptr<PreferenceDataset>
 
 std::vector<int64_t> PreferenceDataset::step_pairs(int64_t step, int64_t size, bool shuffle,
                                                    bool cycle) const {
-  LT_CHECK(size >= 1, "data: batch size must be at least 1, got " << size);
-  LT_CHECK(step >= 1, "data: steps are numbered from 1, got " << step);
-  LT_CHECK(step <= INT64_MAX / size,
-           "data: step " << step << " of " << size << " pairs is past the last pair a 64-bit count reaches");
-  const int64_t n = this->size();
-  LT_CHECK(n > 0, "data: the preference set has no pairs (" << stats_.skipped_bad << " bad records skipped, "
-                                                            << stats_.dropped_empty
-                                                            << " cut away by max_length)");
-  std::vector<int64_t> out;
-  for (int64_t p = (step - 1) * size; p < step * size; p++) {
-    if (!cycle && p >= n) break;
-    const int64_t epoch = p / n, index = p % n;
-    if (!shuffle) {
-      out.push_back(index);
-      continue;
-    }
-    std::lock_guard<std::mutex> lock(order_mutex_);
-    if (order_epoch_ != epoch) {
-      order_ = data_permutation(n, options_.seed + static_cast<uint64_t>(epoch));
-      order_epoch_ = epoch;
-    }
-    out.push_back(order_[index]);
-  }
-  return out;
+  return order_.step(step, size, this->size(), options_.seed, shuffle, cycle, "pair", [&] {
+    return "data: the preference set has no pairs (" + std::to_string(stats_.skipped_bad) +
+           " bad records skipped, " + std::to_string(stats_.dropped_empty) + " cut away by max_length)";
+  });
 }
 
 std::vector<int64_t> PreferenceDataset::shard_pairs(int64_t step, int64_t size, bool shuffle, bool cycle,

@@ -77,9 +77,7 @@ class PreferenceDataset {
   std::shared_ptr<const std::vector<int64_t>> keys_;  // per pair of docs_: its pair_key
   DataOptions options_;
   PreferenceStats stats_;
-  mutable std::mutex order_mutex_;
-  mutable int64_t order_epoch_ = -1;
-  mutable std::vector<int64_t> order_;
+  DataOrder order_;
 };
 
 // A pair's content key: FNV-1a (64-bit) over both sides' token ids and loss masks, as int64. Two

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "host/core/enum_names.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/io/hub_cache.h"
@@ -34,19 +35,16 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 // llama.cpp's name for the architecture: Mistral is its "llama" (the converter registers
 // MistralForCausalLM on LlamaModel).
+const EnumName<ModelArch> kGgufArchs[] = {{ModelArch::llama, "llama"},
+                                          {ModelArch::mistral, "llama"},
+                                          {ModelArch::qwen2, "qwen2"},
+                                          {ModelArch::qwen3, "qwen3"},
+                                          {ModelArch::gemma2, "gemma2"}};
+
 std::string gguf_arch_name(ModelArch a) {
-  switch (a) {
-    case ModelArch::llama:
-    case ModelArch::mistral:
-      return "llama";
-    case ModelArch::qwen2:
-      return "qwen2";
-    case ModelArch::qwen3:
-      return "qwen3";
-    case ModelArch::gemma2:
-      return "gemma2";
-  }
-  fail("export.gguf: unknown architecture");
+  const char* name = enum_name(kGgufArchs, a, nullptr);
+  if (!name) fail("export.gguf: unknown architecture");
+  return name;
 }
 
 bool permutes_qk(ModelArch a) {

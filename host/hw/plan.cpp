@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "host/core/enum_names.h"
 #include "host/core/error.h"
 #include "host/core/strings.h"
 #include "host/dist/shard_stage.h"
@@ -73,23 +74,17 @@ int64_t hw_lora_params(const ModelConfig& c, int64_t r, const std::vector<std::s
   return per_layer * c.num_layers;
 }
 
+const EnumName<PlanMethod> kPlanMethods[] = {{PlanMethod::method_full, "full"},
+                                             {PlanMethod::method_lora, "lora"},
+                                             {PlanMethod::method_qlora, "qlora"}};
+
 PlanMethod plan_method_parse(const std::string& name) {
-  if (name == "full") return PlanMethod::method_full;
-  if (name == "lora") return PlanMethod::method_lora;
-  if (name == "qlora") return PlanMethod::method_qlora;
-  fail("hw.plan: unknown method '" + name + "'", "expected \"full\", \"lora\" or \"qlora\"");
+  if (const auto* row = enum_row(kPlanMethods, name)) return row->value;
+  fail("hw.plan: unknown method '" + name + "'", "expected " + enum_names_list(kPlanMethods, "\""));
 }
 
 std::string plan_method_name(PlanMethod m) {
-  switch (m) {
-    case PlanMethod::method_full:
-      return "full";
-    case PlanMethod::method_lora:
-      return "lora";
-    case PlanMethod::method_qlora:
-      return "qlora";
-  }
-  return "?";
+  return enum_name(kPlanMethods, m);
 }
 
 // The stage names are the trainer's (host/dist/shard_stage.h); PlanShard lists them in the same order.

@@ -17,23 +17,6 @@ namespace {
 
 const char* const kDash = "-";
 
-// One line of text that cannot break a table or inject HTML: md_cell's escapes, then "<", ">" and
-// "&" as entities (viewers show them as the characters).
-std::string md_text(const std::string& s) {
-  std::string out;
-  for (char c : md_cell(s)) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else
-      out += c;
-  }
-  return out;
-}
-
 std::string md_strong(const std::string& s) {
   return "**" + md_text(s) + "**";
 }

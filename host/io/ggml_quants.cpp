@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "host/core/enum_names.h"
 #include "host/core/error.h"
 #include "host/io/gguf.h"
 
@@ -15,71 +16,55 @@ namespace luatune {
 // ---------------------------------------------------------------------------------------------
 // Types
 
+namespace {
+
+// Every type luatune writes: its name, elements per block and bytes per block.
+struct GgmlTypeRow {
+  GgmlType value;
+  const char* name;
+  int64_t block, bytes;
+};
+const GgmlTypeRow kGgmlTypes[] = {
+    {GgmlType::F32, "f32", 1, 4},
+    {GgmlType::F16, "f16", 1, 2},
+    {GgmlType::BF16, "bf16", 1, 2},
+    {GgmlType::Q8_0, "q8_0", 32, 2 + 32},              // d, qs[32]
+    {GgmlType::Q4_0, "q4_0", 32, 2 + 16},              // d, qs[16]
+    {GgmlType::Q4_K, "q4_K", 256, 2 + 2 + 12 + 128},   // d, dmin, scales[12], qs[128]
+    {GgmlType::Q6_K, "q6_K", 256, 128 + 64 + 16 + 2},  // ql[128], qh[64], scales[16], d
+};
+
+const GgmlTypeRow& ggml_type_row(GgmlType t) {
+  for (const GgmlTypeRow& row : kGgmlTypes)
+    if (row.value == t) return row;
+  fail_internal(__FILE__, __LINE__, "unknown GgmlType " + std::to_string(uint32_t(t)));
+}
+
+std::string ascii_lower(std::string s) {
+  for (char& c : s) c = (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c;
+  return s;
+}
+
+}  // namespace
+
 const char* ggml_type_name(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-      return "f32";
-    case GgmlType::F16:
-      return "f16";
-    case GgmlType::Q4_0:
-      return "q4_0";
-    case GgmlType::Q8_0:
-      return "q8_0";
-    case GgmlType::Q4_K:
-      return "q4_K";
-    case GgmlType::Q6_K:
-      return "q6_K";
-    case GgmlType::BF16:
-      return "bf16";
-  }
-  return "?";
+  return enum_name(kGgmlTypes, t);
 }
 
 GgmlType ggml_type_parse(const std::string& name) {
-  std::string n;
-  for (char c : name) n += (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c;
-  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                     GgmlType::Q4_K, GgmlType::Q6_K}) {
-    std::string tn = ggml_type_name(t);
-    for (char& c : tn) c = (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c;
-    if (n == tn) return t;
-  }
-  fail_usage("unknown GGUF tensor type '" + name + "' (expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k)");
+  const std::string lower = ascii_lower(name);  // "Q4_K" and "q4_k" name q4_K
+  for (const GgmlTypeRow& row : kGgmlTypes)
+    if (lower == ascii_lower(row.name)) return row.value;
+  fail_usage("unknown GGUF tensor type '" + name + "' (expected " + ascii_lower(enum_names_list(kGgmlTypes)) +
+             ")");
 }
 
 int64_t ggml_block_size(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-      return 1;
-    case GgmlType::Q4_0:
-    case GgmlType::Q8_0:
-      return 32;
-    case GgmlType::Q4_K:
-    case GgmlType::Q6_K:
-      return 256;
-  }
-  fail_internal(__FILE__, __LINE__, "unknown GgmlType " + std::to_string(uint32_t(t)));
+  return ggml_type_row(t).block;
 }
 
 int64_t ggml_type_bytes(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-      return 4;
-    case GgmlType::F16:
-    case GgmlType::BF16:
-      return 2;
-    case GgmlType::Q4_0:
-      return 2 + 16;  // d, qs[16]
-    case GgmlType::Q8_0:
-      return 2 + 32;  // d, qs[32]
-    case GgmlType::Q4_K:
-      return 2 + 2 + 12 + 128;  // d, dmin, scales[12], qs[128]
-    case GgmlType::Q6_K:
-      return 128 + 64 + 16 + 2;  // ql[128], qh[64], scales[16], d
-  }
-  fail_internal(__FILE__, __LINE__, "unknown GgmlType " + std::to_string(uint32_t(t)));
+  return ggml_type_row(t).bytes;
 }
 
 int64_t ggml_row_bytes(GgmlType t, int64_t n) {

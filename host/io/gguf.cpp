@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <type_traits>
 
 #include "host/core/error.h"
 
@@ -68,47 +69,60 @@ void put_string(std::string& out, const std::string& s) {
   out += s;
 }
 
+// The numeric value types (all but bool, string and array): each one's size in the file, its name
+// in read errors, and how it moves between those bytes and the GgufValue field that holds it (u
+// for unsigned, i for signed, f for floating point).
+template <class T, class V>
+auto& number_field(V& v) {
+  if constexpr (std::is_floating_point<T>::value)
+    return v.f;
+  else if constexpr (std::is_signed<T>::value)
+    return v.i;
+  else
+    return v.u;
+}
+template <class T>
+void put_number(std::string& out, const GgufValue& v) {
+  put<T>(out, T(number_field<T>(v)));
+}
+template <class T>
+void get_number(const char* bytes, GgufValue& v) {
+  T x;
+  std::memcpy(&x, bytes, sizeof(T));
+  number_field<T>(v) = x;
+}
+
+struct NumberType {
+  VT type;
+  const char* what;
+  size_t bytes;
+  void (*put)(std::string& out, const GgufValue& v);
+  void (*get)(const char* bytes, GgufValue& v);
+};
+template <class T>
+constexpr NumberType number_type(VT t, const char* what) {
+  return {t, what, sizeof(T), put_number<T>, get_number<T>};
+}
+const NumberType kNumberTypes[] = {
+    number_type<uint8_t>(VT::u8, "a u8"),    number_type<int8_t>(VT::i8, "an i8"),
+    number_type<uint16_t>(VT::u16, "a u16"), number_type<int16_t>(VT::i16, "an i16"),
+    number_type<uint32_t>(VT::u32, "a u32"), number_type<int32_t>(VT::i32, "an i32"),
+    number_type<uint64_t>(VT::u64, "a u64"), number_type<int64_t>(VT::i64, "an i64"),
+    number_type<float>(VT::f32, "an f32"),   number_type<double>(VT::f64, "an f64"),
+};
+
+const NumberType* number_type_of(VT t) {
+  for (const NumberType& n : kNumberTypes)
+    if (n.type == t) return &n;
+  return nullptr;
+}
+
 void put_scalar(std::string& out, VT t, const GgufValue& v) {
-  switch (t) {
-    case VT::u8:
-      put<uint8_t>(out, uint8_t(v.u));
-      break;
-    case VT::i8:
-      put<int8_t>(out, int8_t(v.i));
-      break;
-    case VT::u16:
-      put<uint16_t>(out, uint16_t(v.u));
-      break;
-    case VT::i16:
-      put<int16_t>(out, int16_t(v.i));
-      break;
-    case VT::u32:
-      put<uint32_t>(out, uint32_t(v.u));
-      break;
-    case VT::i32:
-      put<int32_t>(out, int32_t(v.i));
-      break;
-    case VT::f32:
-      put<float>(out, float(v.f));
-      break;
-    case VT::boolean:
-      put<uint8_t>(out, v.u ? 1 : 0);
-      break;
-    case VT::string:
-      put_string(out, v.s);
-      break;
-    case VT::u64:
-      put<uint64_t>(out, v.u);
-      break;
-    case VT::i64:
-      put<int64_t>(out, v.i);
-      break;
-    case VT::f64:
-      put<double>(out, v.f);
-      break;
-    case VT::array:
-      fail_internal(__FILE__, __LINE__, "put_scalar on an array");
-  }
+  if (t == VT::string) return put_string(out, v.s);
+  if (t == VT::boolean) return put<uint8_t>(out, v.u ? 1 : 0);
+  const NumberType* n = number_type_of(t);
+  if (!n) fail_internal(__FILE__, __LINE__, "put_scalar on an array");
+  n->put(out, v);
 }
 
 void put_value(std::string& out, const GgufValue& v) {
@@ -406,48 +420,18 @@ class Reader {
 GgufValue read_scalar(Reader& r, VT t) {
   GgufValue v;
   v.type = t;
-  switch (t) {
-    case VT::u8:
-      v.u = r.get<uint8_t>("a u8");
-      break;
-    case VT::i8:
-      v.i = r.get<int8_t>("an i8");
-      break;
-    case VT::u16:
-      v.u = r.get<uint16_t>("a u16");
-      break;
-    case VT::i16:
-      v.i = r.get<int16_t>("an i16");
-      break;
-    case VT::u32:
-      v.u = r.get<uint32_t>("a u32");
-      break;
-    case VT::i32:
-      v.i = r.get<int32_t>("an i32");
-      break;
-    case VT::f32:
-      v.f = r.get<float>("an f32");
-      break;
-    case VT::boolean: {
-      uint8_t b = r.get<uint8_t>("a bool");
-      if (b > 1) r.bad("a bool holds " + std::to_string(b));
-      v.u = b;
-      break;
-    }
-    case VT::string:
-      v.s = r.str("a string");
-      break;
-    case VT::u64:
-      v.u = r.get<uint64_t>("a u64");
-      break;
-    case VT::i64:
-      v.i = r.get<int64_t>("an i64");
-      break;
-    case VT::f64:
-      v.f = r.get<double>("an f64");
-      break;
-    case VT::array:
-      r.bad("an array of arrays");
+  if (t == VT::string) {
+    v.s = r.str("a string");
+  } else if (t == VT::boolean) {
+    uint8_t b = r.get<uint8_t>("a bool");
+    if (b > 1) r.bad("a bool holds " + std::to_string(b));
+    v.u = b;
+  } else if (const NumberType* n = number_type_of(t)) {
+    char bytes[8];
+    r.raw(bytes, n->bytes, n->what);
+    n->get(bytes, v);
+  } else {
+    r.bad("an array of arrays");
   }
   return v;
 }

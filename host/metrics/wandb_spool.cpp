@@ -103,16 +103,17 @@ void wandb_state_reconcile(WandbState& st, int64_t spool_lines, int64_t server_l
     st.history_base = server_lines - st.history_acked;
 }
 
+// run.json's text fields, in the order they are written; "host" follows "tags", as it always has.
+const std::pair<const char*, std::string WandbRunInfo::*> kRunTextFields[] = {
+    {"entity", &WandbRunInfo::entity}, {"project", &WandbRunInfo::project},
+    {"run_id", &WandbRunInfo::run_id}, {"name", &WandbRunInfo::name},
+    {"group", &WandbRunInfo::group},   {"job_type", &WandbRunInfo::job_type},
+    {"notes", &WandbRunInfo::notes}};
+
 void wandb_run_json_write(const std::string& run_dir, const WandbRunInfo& run, const std::string& base_url) {
   ojson j = ojson::object();
   j["base_url"] = wandb_url_redacted(base_url);  // never a user:password@
-  j["entity"] = run.entity;
-  j["project"] = run.project;
-  j["run_id"] = run.run_id;
-  j["name"] = run.name;
-  j["group"] = run.group;
-  j["job_type"] = run.job_type;
-  j["notes"] = run.notes;
+  for (const auto& [key, field] : kRunTextFields) j[key] = run.*field;
   j["tags"] = run.tags;
   j["host"] = run.host;
   j["config"] = wandb_json_parse(run.config_json.empty() ? "{}" : run.config_json);
@@ -129,13 +130,7 @@ WandbRunInfo wandb_run_json_read(const std::string& run_dir, std::string* base_u
   }
   LT_CHECK(j.is_object() && j.value("run_id", "") != "", "wandb: '" << path << "' has no run_id");
   WandbRunInfo run;
-  run.run_id = j.value("run_id", "");
-  run.entity = j.value("entity", "");
-  run.project = j.value("project", "");
-  run.name = j.value("name", "");
-  run.group = j.value("group", "");
-  run.job_type = j.value("job_type", "");
-  run.notes = j.value("notes", "");
+  for (const auto& [key, field] : kRunTextFields) run.*field = j.value(key, "");
   run.host = j.value("host", "");
   if (j.contains("tags") && j["tags"].is_array())
     for (const auto& t : j["tags"])

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <set>
 
+#include "host/core/enum_names.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/json.h"
@@ -130,24 +131,19 @@ class Reader {
   const std::string& source_;
 };
 
+// Each activation's name as written back, then the other names transformers gives it.
+const EnumName<Activation> kActivations[] = {
+    {Activation::act_silu, "silu"},          {Activation::act_gelu_tanh, "gelu_pytorch_tanh"},
+    {Activation::act_gelu, "gelu"},          {Activation::act_silu, "swish"},
+    {Activation::act_gelu_tanh, "gelu_new"}, {Activation::act_gelu_tanh, "gelu_fast"}};
+
 Activation parse_act(const std::string& name, const std::string& source) {
-  if (name == "silu" || name == "swish") return Activation::act_silu;
-  if (name == "gelu_pytorch_tanh" || name == "gelu_new" || name == "gelu_fast")
-    return Activation::act_gelu_tanh;
-  if (name == "gelu") return Activation::act_gelu;
+  if (const auto* row = enum_row(kActivations, name)) return row->value;
   fail(source + ": hidden_act \"" + name + "\" is not supported (supported: silu, gelu, gelu_pytorch_tanh)");
 }
 
 const char* act_name(Activation a) {
-  switch (a) {
-    case Activation::act_silu:
-      return "silu";
-    case Activation::act_gelu_tanh:
-      return "gelu_pytorch_tanh";
-    case Activation::act_gelu:
-      return "gelu";
-  }
-  return "silu";
+  return enum_name(kActivations, a, "silu");
 }
 
 // rope_scaling (transformers v4) or rope_parameters (v5, which also holds rope_theta).
@@ -204,30 +200,24 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& source) {
   }
 }
 
+// Every scaled type writes its factor; json sorts the keys, so the order they are set in is free.
 json rope_to_json(const RopeConfig& r) {
-  json o;
-  switch (r.type) {
-    case RopeType::rope_default:
-      return json();
-    case RopeType::rope_linear:
-      o = {{"rope_type", "linear"}, {"factor", r.factor}};
-      break;
-    case RopeType::rope_llama3:
-      o = {{"rope_type", "llama3"},
-           {"factor", r.factor},
-           {"low_freq_factor", r.low_freq_factor},
-           {"high_freq_factor", r.high_freq_factor},
-           {"original_max_position_embeddings", r.original_max_position}};
-      break;
-    case RopeType::rope_yarn:
-      o = {{"rope_type", "yarn"},
-           {"factor", r.factor},
-           {"attention_factor", r.attention_factor},
-           {"beta_fast", r.beta_fast},
-           {"beta_slow", r.beta_slow}};
-      if (!r.truncate) o["truncate"] = false;
-      if (r.original_max_position > 0) o["original_max_position_embeddings"] = r.original_max_position;
-      break;
+  if (r.type == RopeType::rope_default) return json();
+  json o = {{"factor", r.factor}};
+  if (r.type == RopeType::rope_linear) o["rope_type"] = "linear";
+  if (r.type == RopeType::rope_llama3) {
+    o["rope_type"] = "llama3";
+    o["low_freq_factor"] = r.low_freq_factor;
+    o["high_freq_factor"] = r.high_freq_factor;
+    o["original_max_position_embeddings"] = r.original_max_position;
+  }
+  if (r.type == RopeType::rope_yarn) {
+    o["rope_type"] = "yarn";
+    o["attention_factor"] = r.attention_factor;
+    o["beta_fast"] = r.beta_fast;
+    o["beta_slow"] = r.beta_slow;
+    if (!r.truncate) o["truncate"] = false;
+    if (r.original_max_position > 0) o["original_max_position_embeddings"] = r.original_max_position;
   }
   return o;
 }

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <type_traits>
 
 #include "host/adapt/lora.h"
 #include "host/core/error.h"
@@ -247,28 +248,21 @@ PruneSpec ShearedPruner::final_spec() const {
     at::Tensor nz = row.ne(0).nonzero().squeeze(1).to(at::kCPU).contiguous();
     return std::vector<int64_t>(nz.data_ptr<int64_t>(), nz.data_ptr<int64_t>() + nz.numel());
   };
-  auto per_layer = [&](const at::Tensor& m) {
-    std::vector<std::vector<int64_t>> out;
-    for (int64_t l = 0; l < m.size(0); l++) out.push_back(kept_list(m[l]));
-    return out;
+  // A learned mask gives its kept units (per layer for the (L, n) masks) and is itself the scale.
+  auto take = [&](const at::Tensor& mask, auto& kept, at::Tensor& scale) {
+    if (!mask.defined()) return;
+    if constexpr (std::is_same<std::decay_t<decltype(kept)>, std::vector<int64_t>>::value) {
+      kept = kept_list(mask);
+    } else {
+      for (int64_t l = 0; l < mask.size(0); l++) kept.push_back(kept_list(mask[l]));
+    }
+    scale = mask;
   };
   PruneSpec spec;
-  if (d.layer.defined()) {
-    spec.layers = kept_list(d.layer);
-    spec.layer_scale = d.layer;
-  }
-  if (d.head.defined()) {
-    spec.heads = per_layer(d.head);
-    spec.head_scale = d.head;
-  }
-  if (d.intermediate.defined()) {
-    spec.intermediate = per_layer(d.intermediate);
-    spec.intermediate_scale = d.intermediate;
-  }
-  if (d.hidden.defined()) {
-    spec.hidden = kept_list(d.hidden);
-    spec.hidden_scale = d.hidden;
-  }
+  take(d.layer, spec.layers, spec.layer_scale);
+  take(d.head, spec.heads, spec.head_scale);
+  take(d.intermediate, spec.intermediate, spec.intermediate_scale);
+  take(d.hidden, spec.hidden, spec.hidden_scale);
   return spec;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "host/core/enum_names.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/json.h"
@@ -105,29 +106,17 @@ bool sweep_log_oom(const std::string& log_text) {
   return false;
 }
 
+const EnumName<SweepStatus> kSweepStatuses[] = {
+    {SweepStatus::ok, "ok"},           {SweepStatus::failed, "failed"},       {SweepStatus::oom, "oom"},
+    {SweepStatus::timeout, "timeout"}, {SweepStatus::no_metric, "no_metric"}, {SweepStatus::nan, "nan"}};
+
 const char* sweep_status_name(SweepStatus s) {
-  switch (s) {
-    case SweepStatus::ok:
-      return "ok";
-    case SweepStatus::failed:
-      return "failed";
-    case SweepStatus::oom:
-      return "oom";
-    case SweepStatus::timeout:
-      return "timeout";
-    case SweepStatus::no_metric:
-      return "no_metric";
-    case SweepStatus::nan:
-      return "nan";
-  }
-  return "?";
+  return enum_name(kSweepStatuses, s);
 }
 
 SweepStatus sweep_status_parse(const std::string& name) {
-  for (SweepStatus s : {SweepStatus::ok, SweepStatus::failed, SweepStatus::oom, SweepStatus::timeout,
-                        SweepStatus::no_metric, SweepStatus::nan})
-    if (name == sweep_status_name(s)) return s;
-  fail("sweep: unknown trial status '" + name + "' (expected ok, failed, oom, timeout, no_metric or nan)");
+  if (const auto* row = enum_row(kSweepStatuses, name)) return row->value;
+  fail("sweep: unknown trial status '" + name + "' (expected " + enum_names_list(kSweepStatuses) + ")");
 }
 
 void sweep_classify(SweepTrial& t, const std::string& metric, int exit_code, bool timed_out,

@@ -212,7 +212,8 @@ size_t check_alternation(ChatFormat f, const std::vector<ChatMessage>& msgs) {
 
 // Llama 3.0: bos, then per message a role header, the trimmed content and <|eot_id|>.
 // Llama 3.1 first writes a system block that is always there (dates, then the system text).
-void render_llama3(Builder& b, const std::vector<ChatMessage>& msgs, const ChatOptions& o, bool v31) {
+void render_llama3(Builder& b, ChatFormat f, const std::vector<ChatMessage>& msgs, const ChatOptions& o) {
+  const bool v31 = f == ChatFormat::llama31;
   b.add(o.bos_text.value_or("<|begin_of_text|>"));
   size_t start = 0;
   if (v31) {
@@ -238,8 +239,8 @@ void render_llama3(Builder& b, const std::vector<ChatMessage>& msgs, const ChatO
 // Mistral v3: "[INST] user[/INST] answer</s>". The system text goes in front of the last user
 // message, as mistral-common does. (The v0.3 Jinja template does the same when the conversation
 // ends with that user message and drops the system text otherwise; we keep it.)
-void render_mistral(Builder& b, const std::vector<ChatMessage>& msgs, const ChatOptions& o) {
-  size_t start = check_alternation(ChatFormat::mistral, msgs);
+void render_mistral(Builder& b, ChatFormat f, const std::vector<ChatMessage>& msgs, const ChatOptions& o) {
+  size_t start = check_alternation(f, msgs);
   size_t last_user = start;
   for (size_t i = start; i < msgs.size(); i++)
     if (msgs[i].role == "user") last_user = i;
@@ -259,7 +260,8 @@ void render_mistral(Builder& b, const std::vector<ChatMessage>& msgs, const Chat
 
 // ChatML: <|im_start|>role\ncontent<|im_end|>\n, content untouched. Qwen2.5 adds its default
 // system message when the conversation has none.
-void render_chatml(Builder& b, const std::vector<ChatMessage>& msgs, const ChatOptions& o, bool qwen25) {
+void render_chatml(Builder& b, ChatFormat f, const std::vector<ChatMessage>& msgs, const ChatOptions& o) {
+  const bool qwen25 = f == ChatFormat::qwen25;
   if (qwen25 && msgs[0].role != "system") {
     b.add(
         "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
@@ -278,7 +280,7 @@ void render_chatml(Builder& b, const std::vector<ChatMessage>& msgs, const ChatO
 
 // Qwen3: ChatML, where assistant messages after the last real user query carry a <think> block
 // (the final one always, even when empty) and earlier ones lose theirs.
-void render_qwen3(Builder& b, const std::vector<ChatMessage>& msgs, const ChatOptions& o) {
+void render_qwen3(Builder& b, ChatFormat, const std::vector<ChatMessage>& msgs, const ChatOptions& o) {
   const size_t n = msgs.size();
   // The last user message that is not a tool response wrapped as a user turn.
   size_t last_query = n - 1;
@@ -325,8 +327,8 @@ void render_qwen3(Builder& b, const std::vector<ChatMessage>& msgs, const ChatOp
 
 // Gemma 2/3: bos, <start_of_turn>user|model\n trimmed content <end_of_turn>\n; the system text
 // and a blank line open the first user turn.
-void render_gemma(Builder& b, const std::vector<ChatMessage>& msgs, const ChatOptions& o) {
-  size_t start = check_alternation(ChatFormat::gemma, msgs);
+void render_gemma(Builder& b, ChatFormat f, const std::vector<ChatMessage>& msgs, const ChatOptions& o) {
+  size_t start = check_alternation(f, msgs);
   b.add(o.bos_text.value_or("<bos>"));
   for (size_t i = start; i < msgs.size(); i++) {
     bool model = msgs[i].role == "assistant";
@@ -340,35 +342,27 @@ void render_gemma(Builder& b, const std::vector<ChatMessage>& msgs, const ChatOp
   if (o.add_generation_prompt) b.add("<start_of_turn>model\n");
 }
 
+// Each format's renderer: llama3.1 and qwen2.5 are variants of llama3 and chatml.
+using Renderer = void (*)(Builder& b, ChatFormat f, const std::vector<ChatMessage>& msgs,
+                          const ChatOptions& o);
+const struct {
+  ChatFormat format;
+  Renderer render;
+} kRenderers[] = {
+    {ChatFormat::llama3, render_llama3},   {ChatFormat::llama31, render_llama3},
+    {ChatFormat::mistral, render_mistral}, {ChatFormat::chatml, render_chatml},
+    {ChatFormat::qwen25, render_chatml},   {ChatFormat::qwen3, render_qwen3},
+    {ChatFormat::gemma, render_gemma},
+};
+
 }  // namespace
 
 ChatRendered chat_render(ChatFormat format, const std::vector<ChatMessage>& messages,
                          const ChatOptions& options) {
   check_roles(format, messages);
   Builder b;
-  switch (format) {
-    case ChatFormat::llama3:
-      render_llama3(b, messages, options, false);
-      break;
-    case ChatFormat::llama31:
-      render_llama3(b, messages, options, true);
-      break;
-    case ChatFormat::mistral:
-      render_mistral(b, messages, options);
-      break;
-    case ChatFormat::chatml:
-      render_chatml(b, messages, options, false);
-      break;
-    case ChatFormat::qwen25:
-      render_chatml(b, messages, options, true);
-      break;
-    case ChatFormat::qwen3:
-      render_qwen3(b, messages, options);
-      break;
-    case ChatFormat::gemma:
-      render_gemma(b, messages, options);
-      break;
-  }
+  for (const auto& r : kRenderers)
+    if (r.format == format) r.render(b, format, messages, options);
   return std::move(b.out);
 }
 

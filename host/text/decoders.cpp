@@ -166,31 +166,25 @@ class StripDecoder : public Decoder {
   int64_t start_, stop_;
 };
 
-class SequenceDecoder : public Decoder {
+class SequenceDecoder : public Sequence<Decoder> {
  public:
-  explicit SequenceDecoder(const JsonNode& n) : parts_(sequence_parts<Decoder>(n, "decoders")) {}
+  explicit SequenceDecoder(const JsonNode& n) : Sequence(n, "decoders") {}
   void decode_chain(std::vector<std::string>& tokens) const override {
-    for (const auto& part : parts_)
-      if (part) part->decode_chain(tokens);
+    each([&](const Decoder& part) { part.decode_chain(tokens); });
   }
-
- private:
-  std::vector<std::unique_ptr<Decoder>> parts_;
 };
 
 }  // namespace
 
 std::unique_ptr<Decoder> Decoder::create(const JsonNode& n) {
-  if (n.json().is_null()) return nullptr;
-  std::string type = n.type();
-  if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
-  if (type == "Metaspace") return std::make_unique<MetaspaceDecoder>(n);
-  if (type == "Replace") return std::make_unique<ReplaceDecoder>(n);
-  if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
-  if (type == "Fuse") return std::make_unique<FuseDecoder>();
-  if (type == "Strip") return std::make_unique<StripDecoder>(n);
-  if (type == "Sequence") return std::make_unique<SequenceDecoder>(n);
-  n.unsupported({"ByteLevel", "Metaspace", "Replace", "ByteFallback", "Fuse", "Strip", "Sequence"});
+  static const PartMaker<Decoder> kDecoders[] = {{"ByteLevel", make_part<Decoder, ByteLevelDecoder>},
+                                                 {"Metaspace", make_part<Decoder, MetaspaceDecoder>},
+                                                 {"Replace", make_part<Decoder, ReplaceDecoder>},
+                                                 {"ByteFallback", make_part<Decoder, ByteFallbackDecoder>},
+                                                 {"Fuse", make_part<Decoder, FuseDecoder>},
+                                                 {"Strip", make_part<Decoder, StripDecoder>},
+                                                 {"Sequence", make_part<Decoder, SequenceDecoder>}};
+  return create_part(n, kDecoders);
 }
 
 }  // namespace luatune

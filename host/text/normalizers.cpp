@@ -17,16 +17,12 @@ std::unique_ptr<Regex> pattern_regex(const JsonNode& n) {
   pat.fail("should hold \"String\" or \"Regex\"");
 }
 
-class SequenceNormalizer : public Normalizer {
+class SequenceNormalizer : public Sequence<Normalizer> {
  public:
-  explicit SequenceNormalizer(const JsonNode& n) : parts_(sequence_parts<Normalizer>(n, "normalizers")) {}
+  explicit SequenceNormalizer(const JsonNode& n) : Sequence(n, "normalizers") {}
   void normalize(Piece& p) const override {
-    for (const auto& part : parts_)
-      if (part) part->normalize(p);
+    each([&](const Normalizer& part) { part.normalize(p); });
   }
-
- private:
-  std::vector<std::unique_ptr<Normalizer>> parts_;
 };
 
 class PrependNormalizer : public Normalizer {
@@ -100,6 +96,11 @@ class UnicodeNormalizer : public Normalizer {
   UnicodeForm form_;
 };
 
+template <UnicodeForm form>
+std::unique_ptr<Normalizer> unicode_normalizer(const JsonNode&) {
+  return std::make_unique<UnicodeNormalizer>(form);
+}
+
 class LowercaseNormalizer : public Normalizer {
  public:
   void normalize(Piece& p) const override {
@@ -155,18 +156,17 @@ class StripNormalizer : public Normalizer {
 }  // namespace
 
 std::unique_ptr<Normalizer> Normalizer::create(const JsonNode& n) {
-  if (n.json().is_null()) return nullptr;
-  std::string type = n.type();
-  if (type == "Sequence") return std::make_unique<SequenceNormalizer>(n);
-  if (type == "Prepend") return std::make_unique<PrependNormalizer>(n);
-  if (type == "Replace") return std::make_unique<ReplaceNormalizer>(n);
-  if (type == "NFC") return std::make_unique<UnicodeNormalizer>(UnicodeForm::nfc);
-  if (type == "NFD") return std::make_unique<UnicodeNormalizer>(UnicodeForm::nfd);
-  if (type == "NFKC") return std::make_unique<UnicodeNormalizer>(UnicodeForm::nfkc);
-  if (type == "NFKD") return std::make_unique<UnicodeNormalizer>(UnicodeForm::nfkd);
-  if (type == "Lowercase") return std::make_unique<LowercaseNormalizer>();
-  if (type == "Strip") return std::make_unique<StripNormalizer>(n);
-  n.unsupported({"Sequence", "Prepend", "Replace", "NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Strip"});
+  static const PartMaker<Normalizer> kNormalizers[] = {
+      {"Sequence", make_part<Normalizer, SequenceNormalizer>},
+      {"Prepend", make_part<Normalizer, PrependNormalizer>},
+      {"Replace", make_part<Normalizer, ReplaceNormalizer>},
+      {"NFC", unicode_normalizer<UnicodeForm::nfc>},
+      {"NFD", unicode_normalizer<UnicodeForm::nfd>},
+      {"NFKC", unicode_normalizer<UnicodeForm::nfkc>},
+      {"NFKD", unicode_normalizer<UnicodeForm::nfkd>},
+      {"Lowercase", make_part<Normalizer, LowercaseNormalizer>},
+      {"Strip", make_part<Normalizer, StripNormalizer>}};
+  return create_part(n, kNormalizers);
 }
 
 }  // namespace luatune

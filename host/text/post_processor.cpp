@@ -110,27 +110,22 @@ class ByteLevelProcessor : public PostProcessor {
   bool trim_offsets_, add_prefix_space_;
 };
 
-class SequenceProcessor : public PostProcessor {
+class SequenceProcessor : public Sequence<PostProcessor> {
  public:
-  explicit SequenceProcessor(const JsonNode& n) : parts_(sequence_parts<PostProcessor>(n, "processors")) {}
+  explicit SequenceProcessor(const JsonNode& n) : Sequence(n, "processors") {}
   void process(Encoding& e, bool add_special, const TokenText& text) const override {
-    for (const auto& part : parts_)
-      if (part) part->process(e, add_special, text);
+    each([&](const PostProcessor& part) { part.process(e, add_special, text); });
   }
-
- private:
-  std::vector<std::unique_ptr<PostProcessor>> parts_;
 };
 
 }  // namespace
 
 std::unique_ptr<PostProcessor> PostProcessor::create(const JsonNode& n) {
-  if (n.json().is_null()) return nullptr;
-  std::string type = n.type();
-  if (type == "TemplateProcessing") return std::make_unique<TemplateProcessor>(n);
-  if (type == "ByteLevel") return std::make_unique<ByteLevelProcessor>(n);
-  if (type == "Sequence") return std::make_unique<SequenceProcessor>(n);
-  n.unsupported({"TemplateProcessing", "ByteLevel", "Sequence"});
+  static const PartMaker<PostProcessor> kProcessors[] = {
+      {"TemplateProcessing", make_part<PostProcessor, TemplateProcessor>},
+      {"ByteLevel", make_part<PostProcessor, ByteLevelProcessor>},
+      {"Sequence", make_part<PostProcessor, SequenceProcessor>}};
+  return create_part(n, kProcessors);
 }
 
 }  // namespace luatune

@@ -123,6 +123,23 @@ std::unique_ptr<PreTokenizer> create_split(const JsonNode& n) {
   return std::make_unique<RegexSplit>(pattern, pat.where(), parse_behavior(n), n.boolean_or("invert", false));
 }
 
+// The pre-tokenizers that are one fixed regex: Digits, Punctuation, Whitespace and WhitespaceSplit.
+std::unique_ptr<PreTokenizer> create_digits(const JsonNode& n) {
+  SplitBehavior b =
+      n.boolean_or("individual_digits", false) ? SplitBehavior::isolated : SplitBehavior::contiguous;
+  return std::make_unique<RegexSplit>(R"(\p{N})", n.where(), b, false);
+}
+std::unique_ptr<PreTokenizer> create_punctuation(const JsonNode& n) {
+  SplitBehavior b = n.has("behavior") ? parse_behavior(n) : SplitBehavior::isolated;
+  return std::make_unique<RegexSplit>(R"([\p{P}!-/:-@\[-`{-~])", n.where(), b, false);
+}
+std::unique_ptr<PreTokenizer> create_whitespace(const JsonNode& n) {
+  return std::make_unique<RegexSplit>(R"(\w+|[^\w\s]+)", n.where(), SplitBehavior::removed, true);
+}
+std::unique_ptr<PreTokenizer> create_whitespace_split(const JsonNode& n) {
+  return std::make_unique<RegexSplit>(R"(\s+)", n.where(), SplitBehavior::removed, false);
+}
+
 class ByteLevelPreTokenizer : public PreTokenizer {
  public:
   explicit ByteLevelPreTokenizer(const JsonNode& n)
@@ -206,43 +223,27 @@ class MetaspacePreTokenizer : public PreTokenizer {
   Prepend prepend_ = Prepend::always;
 };
 
-class SequencePreTokenizer : public PreTokenizer {
+class SequencePreTokenizer : public Sequence<PreTokenizer> {
  public:
-  explicit SequencePreTokenizer(const JsonNode& n)
-      : parts_(sequence_parts<PreTokenizer>(n, "pretokenizers")) {}
+  explicit SequencePreTokenizer(const JsonNode& n) : Sequence(n, "pretokenizers") {}
   void pre_tokenize(std::vector<Piece>& pieces) const override {
-    for (const auto& part : parts_)
-      if (part) part->pre_tokenize(pieces);
+    each([&](const PreTokenizer& part) { part.pre_tokenize(pieces); });
   }
-
- private:
-  std::vector<std::unique_ptr<PreTokenizer>> parts_;
 };
 
 }  // namespace
 
 std::unique_ptr<PreTokenizer> PreTokenizer::create(const JsonNode& n) {
-  if (n.json().is_null()) return nullptr;
-  std::string type = n.type();
-  if (type == "ByteLevel") return std::make_unique<ByteLevelPreTokenizer>(n);
-  if (type == "Split") return create_split(n);
-  if (type == "Metaspace") return std::make_unique<MetaspacePreTokenizer>(n);
-  if (type == "Sequence") return std::make_unique<SequencePreTokenizer>(n);
-  if (type == "Digits")
-    return std::make_unique<RegexSplit>(
-        R"(\p{N})", n.where(),
-        n.boolean_or("individual_digits", false) ? SplitBehavior::isolated : SplitBehavior::contiguous,
-        false);
-  if (type == "Punctuation") {
-    SplitBehavior b = n.has("behavior") ? parse_behavior(n) : SplitBehavior::isolated;
-    return std::make_unique<RegexSplit>(R"([\p{P}!-/:-@\[-`{-~])", n.where(), b, false);
-  }
-  if (type == "Whitespace")
-    return std::make_unique<RegexSplit>(R"(\w+|[^\w\s]+)", n.where(), SplitBehavior::removed, true);
-  if (type == "WhitespaceSplit")
-    return std::make_unique<RegexSplit>(R"(\s+)", n.where(), SplitBehavior::removed, false);
-  n.unsupported({"ByteLevel", "Split", "Metaspace", "Sequence", "Digits", "Punctuation", "Whitespace",
-                 "WhitespaceSplit"});
+  static const PartMaker<PreTokenizer> kPreTokenizers[] = {
+      {"ByteLevel", make_part<PreTokenizer, ByteLevelPreTokenizer>},
+      {"Split", create_split},
+      {"Metaspace", make_part<PreTokenizer, MetaspacePreTokenizer>},
+      {"Sequence", make_part<PreTokenizer, SequencePreTokenizer>},
+      {"Digits", create_digits},
+      {"Punctuation", create_punctuation},
+      {"Whitespace", create_whitespace},
+      {"WhitespaceSplit", create_whitespace_split}};
+  return create_part(n, kPreTokenizers);
 }
 
 }  // namespace luatune

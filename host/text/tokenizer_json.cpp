@@ -47,12 +47,7 @@ class StreamingReader : public nlohmann::json_sax<Json> {
   }
   bool start_object(std::size_t) override {
     if (mode_ != Mode::dom) return false;
-    if (at_model_field("vocab")) {
-      mode_ = Mode::vocab;
-      bpe_.streamed_vocab = true;
-      return true;
-    }
-    return open(Json::object());
+    return stream_model_field("vocab", Mode::vocab, bpe_.streamed_vocab) || open(Json::object());
   }
   bool end_object() override {
     if (mode_ == Mode::vocab) return mode_ = Mode::dom, true;
@@ -65,12 +60,7 @@ class StreamingReader : public nlohmann::json_sax<Json> {
       return true;
     }
     if (mode_ != Mode::dom) return false;
-    if (at_model_field("merges")) {
-      mode_ = Mode::merges;
-      bpe_.streamed_merges = true;
-      return true;
-    }
-    return open(Json::array());
+    return stream_model_field("merges", Mode::merges, bpe_.streamed_merges) || open(Json::array());
   }
   bool end_array() override {
     if (mode_ == Mode::merge_pair) {
@@ -94,6 +84,13 @@ class StreamingReader : public nlohmann::json_sax<Json> {
   // True when the container about to open is model.<field> of the top-level object.
   bool at_model_field(const char* field) const {
     return stack_.size() == 2 && keys_[1] == "model" && stack_[1]->is_object() && key_ == field;
+  }
+  // At model.<field>, switches to `mode` (which streams it into bpe_, noted in `streamed`): true.
+  bool stream_model_field(const char* field, Mode mode, bool& streamed) {
+    if (!at_model_field(field)) return false;
+    mode_ = mode;
+    streamed = true;
+    return true;
   }
   // Adds a value at the current position (under key_ in an object, appended in an array).
   Json* place(Json v) {

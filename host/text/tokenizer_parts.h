@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -249,6 +250,54 @@ std::vector<std::unique_ptr<T>> sequence_parts(const JsonNode& n, const char* ke
   std::vector<std::unique_ptr<T>> parts;
   for (size_t i = 0; i < list.size(); i++) parts.push_back(T::create(list.at(i)));
   return parts;
+}
+
+// The base of each kind's Sequence, which overrides T's one method to call it on every part
+// through each().
+template <class T>
+class Sequence : public T {
+ public:
+  Sequence(const JsonNode& n, const char* key) : parts_(sequence_parts<T>(n, key)) {}
+
+ protected:
+  template <class F>
+  void each(F f) const {
+    for (const std::unique_ptr<T>& part : parts_)
+      if (part) f(*part);
+  }
+
+ private:
+  std::vector<std::unique_ptr<T>> parts_;
+};
+
+// One row of a component's `create`: the "type" it reads and how that type is built from its node.
+template <class T>
+struct PartMaker {
+  const char* type;
+  std::unique_ptr<T> (*make)(const JsonNode& n);
+};
+
+// Builds a Part from its node, or from nothing when its constructor takes no arguments.
+template <class T, class Part>
+std::unique_ptr<T> make_part(const JsonNode& n) {
+  if constexpr (std::is_constructible<Part, const JsonNode&>::value)
+    return std::make_unique<Part>(n);
+  else
+    return std::make_unique<Part>();
+}
+
+// The component that node `n` describes (nullptr for a null node), built by the row of `makers`
+// its "type" names; any other type fails naming the supported ones in the rows' order.
+template <class T, size_t N>
+std::unique_ptr<T> create_part(const JsonNode& n, const PartMaker<T> (&makers)[N]) {
+  if (n.json().is_null()) return nullptr;
+  const std::string type = n.type();
+  std::vector<std::string> supported;
+  for (const PartMaker<T>& m : makers) {
+    if (type == m.type) return m.make(n);
+    supported.push_back(m.type);
+  }
+  n.unsupported(supported);
 }
 
 // ============================================================================================

@@ -161,7 +161,10 @@ ReferenceCache reference_cache_load(const std::string& path) {
 
 PreferenceLoss::PreferenceLoss(std::shared_ptr<Model> policy, std::shared_ptr<Model> reference,
                                PreferenceOptions options)
-    : policy_(std::move(policy)), reference_(std::move(reference)), options_(std::move(options)) {
+    : PairLossHook("the preference loss (" + options.loss + ")"),
+      policy_(std::move(policy)),
+      reference_(std::move(reference)),
+      options_(std::move(options)) {
   check_options(options_);
   LT_CHECK(policy_ != nullptr, "train.preference: model is nil");
   if (options_.loss == "orpo") {
@@ -189,18 +192,6 @@ void PreferenceLoss::set_reference_cache(ReferenceCache cache, std::string sourc
   cache_source_ = std::move(source);
   use_cache_ = true;
   reference_.reset();
-}
-
-int64_t PreferenceLoss::loss_units(const Batch& batch) const {
-  LT_CHECK(batch.pair_ids.defined(), "train: the preference loss ("
-                                         << options_.loss
-                                         << ") needs preference batches (data.preferences), got a batch of "
-                                         << batch.ids.size(0) << " rows without pairs");
-  return batch.pairs;
-}
-
-void PreferenceLoss::begin(bool training) {
-  stats_.clear();
 }
 
 std::pair<at::Tensor, at::Tensor> PreferenceLoss::reference_rows(const MicroBatch& mb) {
@@ -279,7 +270,7 @@ std::vector<std::pair<std::string, double>> PreferenceLoss::stats(bool training)
 }
 
 // ============================================================================================
-// PairStats
+// PairStats and PairLossHook
 
 void PairStats::clear() {
   sums_ = at::Tensor();
@@ -312,6 +303,13 @@ std::vector<std::pair<std::string, double>> PairStats::means(const std::vector<c
   std::vector<std::pair<std::string, double>> out;
   for (size_t i = 0; i < names.size(); i++) out.emplace_back(names[i], pairs > 0 ? v[i] / pairs : 0.0);
   return out;
+}
+
+int64_t PairLossHook::loss_units(const Batch& batch) const {
+  LT_CHECK(batch.pair_ids.defined(),
+           "train: " << loss_name_ << " needs preference batches (data.preferences), got a batch of "
+                     << batch.ids.size(0) << " rows without pairs");
+  return batch.pairs;
 }
 
 }  // namespace luatune

@@ -64,7 +64,24 @@ class PairStats {
   int64_t pairs_ = 0;
 };
 
-class PreferenceLoss : public TrainerHook {
+// The TrainerHook part that PreferenceLoss and RewardModel share: their loss replaces the LM loss,
+// a step's units are its preference pairs (a batch without pairs fails naming `loss_name`), and
+// the pair statistics restart at begin().
+class PairLossHook : public TrainerHook {
+ public:
+  explicit PairLossHook(std::string loss_name) : loss_name_(std::move(loss_name)) {}
+  void begin(bool training) override { stats_.clear(); }
+  bool replaces_lm_loss() const override { return true; }
+  int64_t loss_units(const Batch& batch) const override;
+
+ protected:
+  PairStats stats_;  // see each hook's stats()
+
+ private:
+  std::string loss_name_;  // "the reward model's loss"
+};
+
+class PreferenceLoss : public PairLossHook {
  public:
   // reference: nullptr for ORPO; the policy itself (with adapters) for "adapters off"; another
   // model (frozen here) otherwise. Or give a cache (set_reference_cache) instead of a model.
@@ -78,10 +95,7 @@ class PreferenceLoss : public TrainerHook {
   // pairs whose chosen response the policy itself gives the higher summed log-prob, which unlike
   // the implicit rewards is meaningful before the first step); ORPO adds nll_loss, log_odds_ratio,
   // log_odds_chosen.
-  void begin(bool training) override;
   at::Tensor micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum) override;
-  bool replaces_lm_loss() const override { return true; }
-  int64_t loss_units(const Batch& batch) const override;
   std::vector<std::pair<std::string, double>> stats(bool training) override;
 
  private:
@@ -93,7 +107,6 @@ class PreferenceLoss : public TrainerHook {
   ReferenceCache cache_;
   std::string cache_source_;
   bool use_cache_ = false;
-  PairStats stats_;  // see stats()
 };
 
 // The per-pair loss and the rewards from summed log-probs (float64 or float32 tensors (P)):

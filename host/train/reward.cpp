@@ -32,7 +32,8 @@ void check_lengths(const Batch& batch, const char* what) {
 
 }  // namespace
 
-RewardModel::RewardModel(std::shared_ptr<Model> model, uint64_t seed) : model_(std::move(model)) {
+RewardModel::RewardModel(std::shared_ptr<Model> model, uint64_t seed)
+    : PairLossHook("the reward model's loss"), model_(std::move(model)) {
   LT_CHECK(model_ != nullptr, "train.reward_model: model is nil");
   const int64_t C = model_->config.hidden_size;
   at::Generator gen = at::detail::createCPUGenerator(seed);
@@ -68,18 +69,6 @@ std::vector<ParamGroup> RewardModel::parameter_groups() {
   g.params = {{"score.weight", &head_}};
   g.clip = true;
   return {g};
-}
-
-void RewardModel::begin(bool training) {
-  stats_.clear();
-}
-
-int64_t RewardModel::loss_units(const Batch& batch) const {
-  LT_CHECK(batch.pair_ids.defined(),
-           "train: the reward model's loss needs preference batches (data.preferences), "
-           "got a batch of "
-               << batch.ids.size(0) << " rows without pairs");
-  return batch.pairs;
 }
 
 at::Tensor RewardModel::micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum) {

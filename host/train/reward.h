@@ -19,7 +19,7 @@
 
 namespace luatune {
 
-class RewardModel : public TrainerHook {
+class RewardModel : public PairLossHook {
  public:
   // A new head: float32 (1, C), normal(0, 1/sqrt(C)) from `seed` (HF initialises it with
   // initializer_range; the scale only sets the starting spread of rewards).
@@ -39,16 +39,12 @@ class RewardModel : public TrainerHook {
   // pairs. stats (means per pair since begin()): rewards_chosen, rewards_rejected, reward_margin,
   // preference_accuracy.
   std::vector<ParamGroup> parameter_groups() override;
-  void begin(bool training) override;
   at::Tensor micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum) override;
-  bool replaces_lm_loss() const override { return true; }
-  int64_t loss_units(const Batch& batch) const override;
   std::vector<std::pair<std::string, double>> stats(bool training) override;
 
  private:
   std::shared_ptr<Model> model_;
   at::Tensor head_;  // (1, C) float32
-  PairStats stats_;
 };
 
 // Writes `dir` as HF loads a sequence-classification model: config.json (architectures

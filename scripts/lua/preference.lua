@@ -2,6 +2,7 @@
 -- training and held-out pair sets, and evaluation statistics logged under an eval_ prefix.
 --   local pref = require("preference")
 --   local train_set, eval_set = pref.sets(cfg, tok)   -- cfg.data, cfg.eval_data, cfg.eval_fraction, ...
+--   local trainer, start, log = pref.start(model, cfg, eval_set, { schedule = "cosine", hooks = { dpo } })
 --   pref.evaluate(log, step, trainer, eval_set, cfg)   -- every eval_ statistic, batches of cfg.batch_size
 local M = {}
 
@@ -13,6 +14,16 @@ function M.sets(cfg, tok)
   else train_set, eval_set = train_set:split(1 - cfg.eval_fraction) end
   print(string.format("preference pairs: %d train, %d held out", #train_set, #eval_set))
   return train_set, eval_set
+end
+
+-- run.start for pairs (scripts/lua/run.lua): a micro-batch of cfg.batch_size pairs is 2 x that many rows
+-- (chosen, rejected). A fresh run is evaluated on eval_set before its first step, as step 0.
+function M.start(model, cfg, eval_set, extra)
+  local opts = { micro_batch_size = 2 * cfg.batch_size }
+  for k, v in pairs(extra or {}) do opts[k] = v end
+  local trainer, start, log = require("run").start(model, cfg, opts)
+  if start == 0 then M.evaluate(log, 0, trainer, eval_set, cfg) end
+  return trainer, start, log
 end
 
 -- trainer:evaluate's table -> {eval_loss = ..., eval_preference_accuracy = ..., ...}

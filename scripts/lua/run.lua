@@ -1,15 +1,16 @@
 -- scripts/lua/run.lua: what the fine-tuning and alignment recipes do around their training loop: the
--- trainer built from the config's Hugging Face names, resume and the metrics log, one evaluation logged,
--- and the end of the run (weights saved, log closed, GGUF). The loop itself stays in each recipe.
+-- training and held-out rows, the trainer built from the config's Hugging Face names with resume and the
+-- metrics log, the loop's batches, one evaluation logged, and the end of the run (weights saved, log
+-- closed, GGUF). The loop itself stays in each recipe.
 --   local run = require("run")  -- scripts/lua/run.lua
---   local trainer = run.trainer(model, cfg, { schedule = "cosine" })
---   local start, log = run.start(cfg, trainer)
---   for step, batch in train_set:batches { size = ..., steps = cfg.max_steps, start = start } do
+--   local train_set, eval_set = run.sets(cfg, tok)
+--   local trainer, start, log = run.start(model, cfg, { schedule = "cosine" })
+--   for step, batch in run.batches(train_set, cfg, start, log) do
 --     log:write(step, trainer:step(batch))
 --     if step % cfg.eval_steps == 0 or step == cfg.max_steps then run.evaluate(log, step, trainer, eval_set, cfg) end
---     if log:stopped() then break end
 --   end
 --   run.save(cfg, model, tok, log, "adapter")  -- or "model"
+-- The config keys these read are the sets of scripts/lua/run_keys.lua.
 local M = {}
 
 -- train.new's options from the keys every training recipe's config has: learning_rate, warmup_steps,
@@ -24,14 +25,35 @@ function M.trainer(model, cfg, extra)
   return train.new(model, opts)
 end
 
--- Resumes from output_dir's newest checkpoint when cfg.resume, and opens the metrics log: console,
--- output_dir/metrics.jsonl, and W&B when cfg.wandb_project is set. Returns the step the run resumes
--- after (0 for a fresh run) and the log.
-function M.start(cfg, trainer)
+-- Packed rows of cfg.data (records of up to cfg.max_length tokens, shuffled by cfg.seed), split into
+-- the training set and cfg.eval_fraction held out. `opts` adds data.jsonl options (format = "text").
+function M.sets(cfg, tok, opts)
+  local o = { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return data.jsonl(cfg.data, o):split(1 - cfg.eval_fraction)
+end
+
+-- The trainer (M.trainer), resumed from output_dir's newest checkpoint when cfg.resume, and the metrics
+-- log: console, output_dir/metrics.jsonl, and W&B when cfg.wandb_project is set. Returns the trainer,
+-- the step the run resumes after (0 for a fresh run) and the log.
+function M.start(model, cfg, extra)
+  local trainer = M.trainer(model, cfg, extra)
   local start = cfg.resume and trainer:resume() or 0
   local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.max_steps,
                              config = cfg, resume = start, wandb = cfg.wandb_project }
-  return start, log
+  return trainer, start, log
+end
+
+-- The loop's batches, (step, batch) from step start + 1 to cfg.max_steps: each batch_size x
+-- gradient_accumulation_steps rows (pairs in a preference set), one optimizer step on this rank. Ends
+-- early once log:stopped() (the run was stopped from the W&B UI), so the recipe saves what there is.
+function M.batches(set, cfg, start, log)
+  local next_batch = set:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps, steps = cfg.max_steps,
+                                   start = start }
+  return function()
+    if log:stopped() then return nil end
+    return next_batch()
+  end
 end
 
 -- Evaluates on eval_set in batches of cfg.batch_size and logs, at `step`, eval_loss and eval_perplexity

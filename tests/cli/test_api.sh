@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tests/cli/test_api.sh RUNNER TMPDIR: the checks on bindings/lua_api.yaml, the Lua API's declarations
 # (bindings/lua_api.h). `runner api --check --spec FILE` checks FILE instead of the embedded copy: a
-# function a module registers and FILE does not declare, or one FILE declares and no module
-# registers, is reported; a malformed FILE fails on one line naming the file, line and column and
-# what was expected. And every declaration a binding looks up by name is in the file.
+# function a module registers and FILE does not declare is reported at its LT_REGISTER line
+# (bindings/lua_util.h), one FILE declares and no module registers at FILE's line; a malformed FILE
+# fails on one line naming the file, line and column and what was expected. And every declaration a
+# binding looks up by name is in the file.
 set -u
 runner=${1:?usage: test_api.sh path/to/runner TMPDIR}
 tmp=${2:?usage: test_api.sh path/to/runner TMPDIR}
@@ -21,13 +22,15 @@ refute_out "runner api:"
 
 # --- a function registered but not declared: lora.merge's entry (up to the blank line) removed
 sed '/^    lora\.merge:$/,/^$/d' $spec >"$tmp/missing.yaml"
+line=$(grep -n '^LT_REGISTER("lora\.merge", ' bindings/lora.cpp | cut -d: -f1)
 check undeclared_function 1 "$runner" api --check --spec "$tmp/missing.yaml"
-expect_out "runner api: lora.merge: the lora module registers it, but $tmp/missing.yaml does not declare it"
+expect_out "runner api: bindings/lora.cpp:$line: lora.merge: the lora module registers it, but $tmp/missing.yaml does not declare it"
 
 # --- a method registered but not declared
 sed '/^    Model:dtype:/d' $spec >"$tmp/method.yaml"
+line=$(grep -n '^LT_REGISTER("Model:dtype", ' bindings/models.cpp | cut -d: -f1)
 check undeclared_method 1 "$runner" api --check --spec "$tmp/method.yaml"
-expect_out "runner api: Model:dtype: a method registered for class Model, but $tmp/method.yaml does not declare it"
+expect_out "runner api: bindings/models.cpp:$line: Model:dtype: a method registered for class Model, but $tmp/method.yaml does not declare it"
 
 # --- a function declared that no module registers (the file ends inside export's functions)
 cp $spec "$tmp/extra.yaml"

@@ -36,6 +36,15 @@ std::string error_of(const Vars& vars) {
   return "";
 }
 
+// Every field of a DistEnv on one line, so a test pins them all at once and a failure shows them
+// side by side: "torchrun rank 3/8, local 1/2, master node7:29400, agent store no, restart 0".
+std::string summary_of(const DistEnv& e) {
+  return e.launcher + " rank " + std::to_string(e.rank) + "/" + std::to_string(e.world_size) + ", local " +
+         std::to_string(e.local_rank) + "/" + std::to_string(e.local_world_size) + ", master " +
+         e.master_addr + ":" + std::to_string(e.master_port) + ", agent store " +
+         (e.agent_store ? "yes" : "no") + ", restart " + std::to_string(e.restart_count);
+}
+
 std::string host_error_of(const std::string& list) {
   try {
     slurm_first_host(list);
@@ -77,28 +86,13 @@ Vars without(Vars base, const std::string& name) {
 // torchrun
 
 TEST(DistEnv, NoneIsOneProcess) {
-  DistEnv e = env_of({{"PATH", "/bin"}, {"MASTER_PORT", "1234"}});
-  EXPECT_EQ(e.launcher, "none");
-  EXPECT_EQ(e.rank, 0);
-  EXPECT_EQ(e.world_size, 1);
-  EXPECT_EQ(e.local_rank, 0);
-  EXPECT_EQ(e.local_world_size, 1);
-  EXPECT_EQ(e.master_addr, "127.0.0.1");
-  EXPECT_EQ(e.master_port, 29500);
-  EXPECT_FALSE(e.agent_store);
+  EXPECT_EQ(summary_of(env_of({{"PATH", "/bin"}, {"MASTER_PORT", "1234"}})),
+            "none rank 0/1, local 0/1, master 127.0.0.1:29500, agent store no, restart 0");
 }
 
 TEST(DistEnv, Torchrun) {
-  DistEnv e = env_of(kTorchrun);
-  EXPECT_EQ(e.launcher, "torchrun");
-  EXPECT_EQ(e.rank, 3);
-  EXPECT_EQ(e.world_size, 8);
-  EXPECT_EQ(e.local_rank, 1);
-  EXPECT_EQ(e.local_world_size, 2);
-  EXPECT_EQ(e.master_addr, "node7");
-  EXPECT_EQ(e.master_port, 29400);
-  EXPECT_FALSE(e.agent_store);
-  EXPECT_EQ(e.restart_count, 0);
+  EXPECT_EQ(summary_of(env_of(kTorchrun)),
+            "torchrun rank 3/8, local 1/2, master node7:29400, agent store no, restart 0");
 }
 
 TEST(DistEnv, TorchrunAgentStoreAndRestartCount) {
@@ -110,14 +104,8 @@ TEST(DistEnv, TorchrunAgentStoreAndRestartCount) {
 
 TEST(DistEnv, TorchrunDefaults) {
   // A hand-written job: RANK and WORLD_SIZE only means one node at 127.0.0.1:29500.
-  DistEnv e = env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}});
-  EXPECT_EQ(e.launcher, "torchrun");
-  EXPECT_EQ(e.local_rank, 1);
-  EXPECT_EQ(e.local_world_size, 2);
-  EXPECT_EQ(e.master_addr, "127.0.0.1");
-  EXPECT_EQ(e.master_port, 29500);
-  EXPECT_FALSE(e.agent_store);
-  EXPECT_EQ(e.restart_count, 0);
+  EXPECT_EQ(summary_of(env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}})),
+            "torchrun rank 1/2, local 1/2, master 127.0.0.1:29500, agent store no, restart 0");
 }
 
 TEST(DistEnv, TorchrunWinsOverSlurm) {
@@ -129,52 +117,48 @@ TEST(DistEnv, TorchrunWinsOverSlurm) {
 }
 
 TEST(DistEnv, TorchrunErrors) {
-  EXPECT_EQ(error_of(with(kTorchrun, {{"RANK", "x"}})), "dist: RANK=\"x\" is not an integer");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"RANK", ""}})), "dist: RANK=\"\" is not an integer");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"RANK", " 1"}})), "dist: RANK=\" 1\" is not an integer");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"RANK", "99999999999"}})),
-            "dist: RANK=\"99999999999\" is not an integer");
+  // A value that is not a whole number, in each variable that holds one.
+  const std::pair<std::string, std::string> not_integers[] = {
+      {"RANK", "x"},           {"RANK", ""},
+      {"RANK", " 1"},          {"RANK", "99999999999"},
+      {"WORLD_SIZE", "2.0"},   {"LOCAL_RANK", "a"},
+      {"MASTER_PORT", "http"}, {"TORCHELASTIC_RESTART_COUNT", "one"}};
+  for (const auto& [name, value] : not_integers)
+    EXPECT_EQ(error_of(with(kTorchrun, {{name, value}})),
+              "dist: " + name + "=\"" + value + "\" is not an integer");
+  // A number out of its range, and the other values a variable cannot have.
+  const struct {
+    const char* name;
+    const char* value;
+    const char* error;
+  } bad_values[] = {
+      {"LOCAL_RANK", "2", "dist: LOCAL_RANK=2 is outside [0, LOCAL_WORLD_SIZE=2)"},
+      {"LOCAL_WORLD_SIZE", "9", "dist: LOCAL_WORLD_SIZE=9 is outside [1, WORLD_SIZE=8]"},
+      {"LOCAL_WORLD_SIZE", "0", "dist: LOCAL_WORLD_SIZE=0 is outside [1, WORLD_SIZE=8]"},
+      {"MASTER_PORT", "70000", "dist: MASTER_PORT=70000 is outside 1..65535"},
+      {"MASTER_PORT", "0", "dist: MASTER_PORT=0 is outside 1..65535"},
+      {"MASTER_ADDR", "", "dist: MASTER_ADDR is set but empty"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "true",
+       "dist: TORCHELASTIC_USE_AGENT_STORE=\"true\" is not True or False"},
+      {"TORCHELASTIC_RESTART_COUNT", "-1", "dist: TORCHELASTIC_RESTART_COUNT=-1 must be at least 0"},
+  };
+  for (const auto& b : bad_values)
+    EXPECT_EQ(error_of(with(kTorchrun, {{b.name, b.value}})), b.error) << b.name << "=" << b.value;
+  // Hand-written jobs: RANK and WORLD_SIZE alone, out of range or one without the other.
   EXPECT_EQ(error_of({{"RANK", "3"}, {"WORLD_SIZE", "2"}}), "dist: RANK=3 is outside [0, WORLD_SIZE=2)");
   EXPECT_EQ(error_of({{"RANK", "-1"}, {"WORLD_SIZE", "2"}}), "dist: RANK=-1 is outside [0, WORLD_SIZE=2)");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"WORLD_SIZE", "2.0"}})), "dist: WORLD_SIZE=\"2.0\" is not an integer");
   EXPECT_EQ(error_of({{"RANK", "0"}, {"WORLD_SIZE", "0"}}), "dist: WORLD_SIZE=0 must be at least 1");
   EXPECT_EQ(error_of({{"RANK", "0"}}), "dist: RANK is set but WORLD_SIZE is not (torchrun sets both)");
   EXPECT_EQ(error_of({{"WORLD_SIZE", "2"}}), "dist: WORLD_SIZE is set but RANK is not (torchrun sets both)");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"LOCAL_RANK", "2"}})),
-            "dist: LOCAL_RANK=2 is outside [0, LOCAL_WORLD_SIZE=2)");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"LOCAL_RANK", "a"}})), "dist: LOCAL_RANK=\"a\" is not an integer");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"LOCAL_WORLD_SIZE", "9"}})),
-            "dist: LOCAL_WORLD_SIZE=9 is outside [1, WORLD_SIZE=8]");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"LOCAL_WORLD_SIZE", "0"}})),
-            "dist: LOCAL_WORLD_SIZE=0 is outside [1, WORLD_SIZE=8]");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"MASTER_PORT", "70000"}})),
-            "dist: MASTER_PORT=70000 is outside 1..65535");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"MASTER_PORT", "0"}})), "dist: MASTER_PORT=0 is outside 1..65535");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"MASTER_PORT", "http"}})),
-            "dist: MASTER_PORT=\"http\" is not an integer");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"MASTER_ADDR", ""}})), "dist: MASTER_ADDR is set but empty");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"TORCHELASTIC_USE_AGENT_STORE", "true"}})),
-            "dist: TORCHELASTIC_USE_AGENT_STORE=\"true\" is not True or False");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"TORCHELASTIC_RESTART_COUNT", "-1"}})),
-            "dist: TORCHELASTIC_RESTART_COUNT=-1 must be at least 0");
-  EXPECT_EQ(error_of(with(kTorchrun, {{"TORCHELASTIC_RESTART_COUNT", "one"}})),
-            "dist: TORCHELASTIC_RESTART_COUNT=\"one\" is not an integer");
 }
 
 // ============================================================================================
 // Slurm
 
 TEST(DistEnv, Slurm) {
-  DistEnv e = env_of(kSlurm);
-  EXPECT_EQ(e.launcher, "slurm");
-  EXPECT_EQ(e.rank, 5);
-  EXPECT_EQ(e.world_size, 8);
-  EXPECT_EQ(e.local_rank, 1);
-  EXPECT_EQ(e.local_world_size, 4);
-  EXPECT_EQ(e.master_addr, "gpu07");  // SLURM_NODELIST before SLURM_JOB_NODELIST, padding kept
-  EXPECT_EQ(e.master_port, 29500);
-  EXPECT_FALSE(e.agent_store);
-  EXPECT_EQ(e.restart_count, 0);
+  // The master is SLURM_NODELIST's first host (before SLURM_JOB_NODELIST), its padding kept.
+  EXPECT_EQ(summary_of(env_of(kSlurm)),
+            "slurm rank 5/8, local 1/4, master gpu07:29500, agent store no, restart 0");
 }
 
 TEST(DistEnv, SlurmMasterOverrides) {
@@ -251,27 +235,25 @@ TEST(DistEnv, SlurmFirstHost) {
 }
 
 TEST(DistEnv, SlurmFirstHostErrors) {
-  EXPECT_EQ(host_error_of(""), "dist: Slurm node list \"\" is an empty node list");
-  EXPECT_EQ(host_error_of("a,,b"), "dist: Slurm node list \"a,,b\" has an empty entry");
-  EXPECT_EQ(host_error_of("a,"), "dist: Slurm node list \"a,\" has an empty entry");
-  EXPECT_EQ(host_error_of(",a"), "dist: Slurm node list \",a\" has an empty entry");
-  EXPECT_EQ(host_error_of("node[1-2"), "dist: Slurm node list \"node[1-2\" has '[' without ']'");
-  EXPECT_EQ(host_error_of("node1-2]"), "dist: Slurm node list \"node1-2]\" has ']' without '['");
-  EXPECT_EQ(host_error_of("n[1[2]]"), "dist: Slurm node list \"n[1[2]]\" has '[' inside '[...]'");
-  EXPECT_EQ(host_error_of("node[]"),
-            "dist: Slurm node list \"node[]\" has a bad range \"\" (expected N or N-M with N <= M)");
-  EXPECT_EQ(host_error_of("node[4-2]"),
-            "dist: Slurm node list \"node[4-2]\" has a bad range \"4-2\" (expected N or N-M with N <= M)");
-  EXPECT_EQ(host_error_of("node[a-b]"),
-            "dist: Slurm node list \"node[a-b]\" has a bad range \"a-b\" (expected N or N-M with N <= M)");
-  EXPECT_EQ(host_error_of("node[1,,2]"),
-            "dist: Slurm node list \"node[1,,2]\" has a bad range \"\" (expected N or N-M with N <= M)");
-  EXPECT_EQ(
-      host_error_of("node[1-2-3]"),
-      "dist: Slurm node list \"node[1-2-3]\" has a bad range \"1-2-3\" (expected N or N-M with N <= M)");
-  // Every entry is checked, not only the first.
-  EXPECT_EQ(host_error_of("ok,bad[2-1]"),
-            "dist: Slurm node list \"ok,bad[2-1]\" has a bad range \"2-1\" (expected N or N-M with N <= M)");
+  // Each bad list and what its message says after 'dist: Slurm node list "LIST" '.
+  const std::string range = " (expected N or N-M with N <= M)";
+  const std::pair<std::string, std::string> bad_lists[] = {
+      {"", "is an empty node list"},
+      {"a,,b", "has an empty entry"},
+      {"a,", "has an empty entry"},
+      {",a", "has an empty entry"},
+      {"node[1-2", "has '[' without ']'"},
+      {"node1-2]", "has ']' without '['"},
+      {"n[1[2]]", "has '[' inside '[...]'"},
+      {"node[]", "has a bad range \"\"" + range},
+      {"node[4-2]", "has a bad range \"4-2\"" + range},
+      {"node[a-b]", "has a bad range \"a-b\"" + range},
+      {"node[1,,2]", "has a bad range \"\"" + range},
+      {"node[1-2-3]", "has a bad range \"1-2-3\"" + range},
+      {"ok,bad[2-1]", "has a bad range \"2-1\"" + range},  // every entry is checked, not only the first
+  };
+  for (const auto& [list, problem] : bad_lists)
+    EXPECT_EQ(host_error_of(list), "dist: Slurm node list \"" + list + "\" " + problem);
 }
 
 // ============================================================================================

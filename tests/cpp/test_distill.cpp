@@ -47,6 +47,14 @@ DistillOptions with_loss(const std::string& loss, double temperature = 1, double
   return o;
 }
 
+// Trainer options with a constant learning rate: every step trains at `lr`, so steps compare.
+TrainOptions constant_lr(double lr = TrainOptions().lr) {
+  TrainOptions to;
+  to.lr = lr;
+  to.schedule = "constant";
+  return to;
+}
+
 double stat(const std::vector<std::pair<std::string, double>>& extra, const std::string& key) {
   for (const auto& [k, v] : extra)
     if (k == key) return v;
@@ -195,9 +203,7 @@ TEST(DistillLogitLoss, FrozenHeadAndBf16Teacher) {
 
 TEST(Distiller, AlphaZeroIsThePlainLMStep) {
   auto plain = tiny(1), student = tiny(1), teacher = tiny(2);
-  TrainOptions to;
-  to.lr = 1e-2;
-  to.schedule = "constant";
+  TrainOptions to = constant_lr(1e-2);
   DistillOptions o;
   o.alpha = 0;
   auto kd = std::make_shared<Distiller>(teacher, student, o);
@@ -219,8 +225,7 @@ TEST(Distiller, CopyOfTheStudentAsTeacherGivesZeroKD) {
   o.alpha = 1;
   o.loss = "jsd";
   auto kd = std::make_shared<Distiller>(teacher, student, o);
-  TrainOptions to;
-  to.schedule = "constant";
+  TrainOptions to = constant_lr();
   Trainer t(student, to, {kd});
   Batch batch = random_batch(2, 8, 4);
   StepStats s = t.step(batch);
@@ -237,9 +242,7 @@ TEST(Distiller, TrainingApproachesTheTeacherAndEvaluationKeepsTheLMLoss) {
   o.temperature = 2;
   o.chunk = 5;
   auto kd = std::make_shared<Distiller>(teacher, student, o);
-  TrainOptions to;
-  to.lr = 1e-2;
-  to.schedule = "constant";
+  TrainOptions to = constant_lr(1e-2);
   to.micro_batch_size = 2;
   Trainer t(student, to, {kd});
   Batch batch = random_batch(4, 9, 6);
@@ -265,9 +268,8 @@ TEST(Distiller, MicroBatchesEqualTheWholeBatch) {
   for (int64_t micro : {0, 1}) {
     auto student = tiny(8);
     auto kd = std::make_shared<Distiller>(teacher, student, o);
-    TrainOptions to;
+    TrainOptions to = constant_lr();
     to.micro_batch_size = micro;
-    to.schedule = "constant";
     Trainer t(student, to, {kd});
     Batch batch = random_batch(3, 7, 9);
     auto [sum, n] = t.batch_loss(batch, true, batch.target_tokens);
@@ -287,8 +289,7 @@ TEST(Distiller, Bf16TeacherWithFloat32Student) {
   o.hidden_layers = {{0, 1}};
   o.hidden_loss = "mse";
   auto kd = std::make_shared<Distiller>(teacher, student, o);
-  TrainOptions to;
-  to.schedule = "constant";
+  TrainOptions to = constant_lr();
   Trainer t(student, to, {kd});
   StepStats s = t.step(random_batch(2, 8, 11));
   EXPECT_TRUE(std::isfinite(s.loss));
@@ -305,9 +306,7 @@ TEST(Distiller, HiddenStateProjectionAcrossWidthsTrains) {
   o.hidden_weight = 2;
   o.seed = 3;
   auto kd = std::make_shared<Distiller>(teacher, student, o);
-  TrainOptions to;
-  to.lr = 1e-2;
-  to.schedule = "constant";
+  TrainOptions to = constant_lr(1e-2);
   to.checkpoint_layers = true;  // layer outputs stay differentiable under recomputation
   Trainer t(student, to, {kd});
   const auto& params = t.parameters();

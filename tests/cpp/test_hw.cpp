@@ -45,6 +45,15 @@ std::vector<GpuSpec> catalog() {
   return hw_catalog_load(std::string(LUATUNE_SOURCE_DIR) + "/data/gpu_catalog.json");
 }
 
+// A measurement for hw_profile: `tokens` trained in `seconds` at sequence length `seq_len`.
+ProfileInput measured(double tokens, double seconds, int64_t seq_len) {
+  ProfileInput in;
+  in.tokens = tokens;
+  in.seconds = seconds;
+  in.seq_len = seq_len;
+  return in;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Parameter counts
 
@@ -477,10 +486,7 @@ TEST(HwProfile, MfuMatchesHardwareMdCheck) {
   // 6 * 7,504,924,672 + 12 * 32 * 32 * 128 * 8192 = 45,029,548,032 + 12,884,901,888 = 57.9 GFLOP/token
   FlopsPerToken f = hw_flops_per_token(llama31_8b(), PlanMethod::method_full, 0, 8192, false);
   EXPECT_DOUBLE_EQ(f.model, 57914449920.0);
-  ProfileInput in;
-  in.tokens = 5762;
-  in.seconds = 1;
-  in.seq_len = 8192;
+  ProfileInput in = measured(5762, 1, 8192);
   in.peak_tflops = 989;
   Profile p = hw_profile(llama31_8b(), in);
   EXPECT_NEAR(p.mfu, 0.337, 0.0005);  // torchtitan's 5,762 TPS on H100 -> 33.7 %
@@ -502,11 +508,8 @@ TEST(HwProfile, LoraConvention) {
 }
 
 TEST(HwProfile, CostAndDollarsPerMillionTokens) {
-  ProfileInput in;
-  in.tokens = 1e6;
-  in.seconds = 3600;
+  ProfileInput in = measured(1e6, 3600, 2048);
   in.steps = 100;
-  in.seq_len = 2048;
   in.gpus = 2;
   in.price_per_hour = 2.0;
   Profile p = hw_profile(llama31_8b(), in);
@@ -520,14 +523,11 @@ TEST(HwProfile, CostAndDollarsPerMillionTokens) {
 
 TEST(HwProfile, ProjectionScalesByPeakAndMarksKinds) {
   auto cat = catalog();
-  ProfileInput in;
-  in.seq_len = 2048;
-  in.seconds = 100;
+  // 40 % MFU on the A100 for 100 s: tokens/s = 0.4 * 312e12 / 48.25e9 = 2,586.5
+  ProfileInput in = measured(0.4 * 312e12 / 48250773504.0 * 100, 100, 2048);
   in.gpu = "A100 80GB";
   in.device = "NVIDIA A100-SXM4-80GB";
   in.peak_tflops = 312;
-  // 40 % MFU on the A100: tokens/s = 0.4 * 312e12 / 48.25e9 = 2,586.5
-  in.tokens = 0.4 * 312e12 / 48250773504.0 * 100;
   Profile p = hw_profile(llama31_8b(), in);
   EXPECT_NEAR(p.mfu, 0.4, 1e-12);
   ProjectOptions po;

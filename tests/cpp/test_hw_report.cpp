@@ -136,18 +136,13 @@ TEST(HwReportMarkdown, SortedFitsFirstThenCostAscending) {
 }
 
 TEST(HwReportMarkdown, SummaryNamesCheapestFastestAndMeasuredDevice) {
-  std::string md = hw_report_markdown(sample());
-  EXPECT_NE(md.find("**Best value:** **H100 SXM** fits and costs $36.01 (13.4 h, measured). "
-                    "**Fastest:** **H200 SXM** at 11.1 h ($41.95, projected). "
-                    "**Measured on:** NVIDIA H100 80GB HBM3 (H100 SXM) at 4,150 tokens/s. "
-                    "4 of 5 GPUs fit; 1 does not."),
-            std::string::npos)
-      << md;
-  EXPECT_NE(
-      md.find("Model **Llama-3.1-8B** (8.03B parameters, 42M trainable, lora) · recipe `lora_finetune` · "
-              "2026-11-22"),
-      std::string::npos)
-      << md;
+  EXPECT_TRUE(contains_all(hw_report_markdown(sample()),
+                           {"**Best value:** **H100 SXM** fits and costs $36.01 (13.4 h, measured). "
+                            "**Fastest:** **H200 SXM** at 11.1 h ($41.95, projected). "
+                            "**Measured on:** NVIDIA H100 80GB HBM3 (H100 SXM) at 4,150 tokens/s. "
+                            "4 of 5 GPUs fit; 1 does not.",
+                            "Model **Llama-3.1-8B** (8.03B parameters, 42M trainable, lora) · recipe "
+                            "`lora_finetune` · 2026-11-22"}));
 }
 
 TEST(HwReportMarkdown, SectionsMeasuredAdviceFormulasNotes) {
@@ -259,12 +254,10 @@ TEST(HwReportHtml, OneSvgPerChartWithAxes) {
   std::string html = hw_report_html(sample());
   EXPECT_EQ(count_of(html, "<svg"), 3u);
   EXPECT_EQ(count_of(html, "</svg>"), 3u);
-  EXPECT_NE(html.find("aria-label=\"Time per GPU\""), std::string::npos);
-  EXPECT_NE(html.find("aria-label=\"Predicted peak memory vs GPU memory\""), std::string::npos);
-  EXPECT_NE(html.find("aria-label=\"Cost per GPU\""), std::string::npos);
-  EXPECT_NE(html.find(">time (hours, wall clock)</text>"), std::string::npos);
-  EXPECT_NE(html.find(">cost (US dollars)</text>"), std::string::npos);
-  EXPECT_NE(html.find(">memory (GB): predicted peak vs the GPU&#39;s capacity</text>"), std::string::npos);
+  EXPECT_TRUE(contains_all(
+      html, {"aria-label=\"Time per GPU\"", "aria-label=\"Predicted peak memory vs GPU memory\"",
+             "aria-label=\"Cost per GPU\"", ">time (hours, wall clock)</text>", ">cost (US dollars)</text>",
+             ">memory (GB): predicted peak vs the GPU&#39;s capacity</text>"}));
 }
 
 TEST(HwReportHtml, ProjectedBarsHatchedMeasuredSolid) {
@@ -272,19 +265,12 @@ TEST(HwReportHtml, ProjectedBarsHatchedMeasuredSolid) {
   // Time and cost: one measured bar each (solid), two projected (the hatch pattern).
   EXPECT_EQ(count_of(html, "<rect class=\"bar measured\""), 2u);
   EXPECT_EQ(count_of(html, "<rect class=\"bar projected\""), 4u);
-  EXPECT_NE(
-      html.find(
-          "class=\"bar measured\" x=\"200.0\" y=\"53.0\" width=\"4.8\" height=\"18.0\" fill=\"#2b6cb0\""),
-      std::string::npos)
-      << html;
-  EXPECT_NE(html.find("fill=\"url(#hatch-time)\""), std::string::npos);
-  EXPECT_NE(html.find("fill=\"url(#hatch-cost)\""), std::string::npos);
-  EXPECT_NE(html.find("<pattern id=\"hatch-time\""), std::string::npos);
-  EXPECT_NE(html.find(">13.4 h · measured</text>"), std::string::npos);
-  EXPECT_NE(html.find(">11.1 h · projected</text>"), std::string::npos);
+  EXPECT_TRUE(contains_all(
+      html, {"class=\"bar measured\" x=\"200.0\" y=\"53.0\" width=\"4.8\" height=\"18.0\" fill=\"#2b6cb0\"",
+             "fill=\"url(#hatch-time)\"", "fill=\"url(#hatch-cost)\"", "<pattern id=\"hatch-time\"",
+             ">13.4 h · measured</text>", ">11.1 h · projected</text>"}));
   // Rows with no time show a dash and why, not a bar.
-  EXPECT_NE(html.find(">— planned: memory only</text>"), std::string::npos);
-  EXPECT_NE(html.find(">— does not fit</text>"), std::string::npos);
+  EXPECT_TRUE(contains_all(html, {">— planned: memory only</text>", ">— does not fit</text>"}));
 }
 
 TEST(HwReportHtml, FitsMarkers) {
@@ -295,8 +281,8 @@ TEST(HwReportHtml, FitsMarkers) {
   EXPECT_EQ(count_of(html, "<rect class=\"capacity\""), 5u);
   EXPECT_EQ(count_of(html, "<rect class=\"marker\""), 5u);
   EXPECT_EQ(count_of(html, "fill=\"#e53e3e\"/>"), 2u);  // the red bar and its legend swatch
-  EXPECT_NE(html.find(">31.2 of 24 GB · does not fit</text>"), std::string::npos);
-  EXPECT_NE(html.find("<tr class=\"nofit\"><td>RTX 4090</td>"), std::string::npos);
+  EXPECT_TRUE(
+      contains_all(html, {">31.2 of 24 GB · does not fit</text>", "<tr class=\"nofit\"><td>RTX 4090</td>"}));
 }
 
 TEST(HwReportHtml, MissingFieldsDashAndOneOrManyRows) {

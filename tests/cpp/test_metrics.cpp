@@ -43,6 +43,33 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   return out;
 }
 
+// A console sink's options for a test: lines go to memory (`cap`) and the clock reads `now`, which
+// the test moves. tty 0 gives plain lines, 1 the live line; progress_seconds -1 and width 0 are
+// ConsoleOptions' defaults.
+struct FakeConsole {
+  Capture cap;
+  double now = 0;
+  ConsoleOptions o;
+  FakeConsole(int tty, int64_t total_steps, double progress_seconds, int width = 0) {
+    o.out = cap.f;
+    o.tty = tty;
+    o.total_steps = total_steps;
+    o.progress_seconds = progress_seconds;
+    o.width = width;
+    o.clock = [this] { return now; };
+  }
+  FakeConsole(const FakeConsole&) = delete;
+  FakeConsole& operator=(const FakeConsole&) = delete;
+
+  // Writes loss 1 at steps first..last, one second a step: the clock reads the step number.
+  void write_loss_each_second(MetricSink& sink, int first, int last) {
+    for (int step = first; step <= last; step++) {
+      now = step;
+      sink.write(step, vals({{"loss", 1}}));
+    }
+  }
+};
+
 }  // namespace
 
 TEST(Metrics, FormatsNumbersByName) {
@@ -116,23 +143,16 @@ TEST(Metrics, StepTimerSmoothsSecondsPerStepForTheEta) {
 }
 
 TEST(Metrics, ConsoleWritesPlainLinesEveryNSecondsWhenNotATerminal) {
-  Capture cap;
-  double now = 0;
-  ConsoleOptions o;
-  o.out = cap.f;
-  o.tty = 0;
-  o.total_steps = 8;
-  o.progress_seconds = 10;
-  o.clock = [&] { return now; };
-  auto sink = console_sink_new(o);  // opened at 0: elapsed counts from here
+  FakeConsole con(/*tty=*/0, /*total_steps=*/8, /*progress_seconds=*/10);
+  auto sink = console_sink_new(con.o);  // opened at 0: elapsed counts from here
   for (int step = 1; step <= 8; step++) {
-    now = 4.0 * step;  // four seconds a step: lines at the first step, 12 s later, 12 s later, the last
+    con.now = 4.0 * step;  // four seconds a step: lines at the first step, 12 s later, 12 s later, the last
     sink->write(step, vals({{"loss", 10.0 - step}, {"lr", 1e-4}}, step == 4 ? "warmup done" : ""));
     if (step == 6) sink->write(step, vals({{"eval_loss", 1.5}, {"eval_acc", 0.25}}));
   }
   sink->summary(vals({{"loss", 2}, {"eval_loss", 1.5}}));
   sink->close(0);
-  EXPECT_EQ(cap.text(),
+  EXPECT_EQ(con.cap.text(),
             "step 1/8 | loss 9.0000 | lr 1.0e-04 | elapsed 4s\n"
             "step 4/8 | loss 6.0000 | lr 1.0e-04 | elapsed 16s | eta 16s | warmup done\n"
             "eval step 6/8 | eval_loss 1.5000 | eval_acc 0.25 | elapsed 24s\n"
@@ -144,21 +164,11 @@ TEST(Metrics, ConsoleWritesPlainLinesEveryNSecondsWhenNotATerminal) {
 }
 
 TEST(Metrics, ConsolePlainLinesComeEveryNSecondsNotEveryStep) {
-  Capture cap;
-  double now = 0;
-  ConsoleOptions o;
-  o.out = cap.f;
-  o.tty = 0;
-  o.total_steps = 1000;
-  o.progress_seconds = 30;
-  o.clock = [&] { return now; };
-  auto sink = console_sink_new(o);
-  for (int step = 1; step <= 1000; step++) {
-    now = step;  // a second a step
-    sink->write(step, vals({{"loss", 1}}));
-  }
+  FakeConsole con(/*tty=*/0, /*total_steps=*/1000, /*progress_seconds=*/30);
+  auto sink = console_sink_new(con.o);
+  con.write_loss_each_second(*sink, 1, 1000);
   std::vector<std::string> lines;
-  for (const std::string& l : str_split(cap.text(), '\n'))
+  for (const std::string& l : str_split(con.cap.text(), '\n'))
     if (!l.empty()) lines.push_back(l);
   // The first step, then one each time 30 s have passed since the last line (steps 31, 61, ...,
   // 991), then the last step: 35 lines for 1000 steps.
@@ -169,53 +179,35 @@ TEST(Metrics, ConsolePlainLinesComeEveryNSecondsNotEveryStep) {
   EXPECT_EQ(lines[34], "step 1000/1000 | loss 1.0000 | elapsed 16m40s");
 
   // 0 seconds: every step.
-  Capture every;
-  o.out = every.f;
-  o.progress_seconds = 0;
-  o.total_steps = 3;
-  auto each = console_sink_new(o);
-  for (int step = 1; step <= 3; step++) each->write(step, vals({{"loss", 1}}));
-  EXPECT_EQ(str_split(every.text(), '\n').size(), 4u);  // three lines and the empty rest
+  FakeConsole every(/*tty=*/0, /*total_steps=*/3, /*progress_seconds=*/0);
+  auto each = console_sink_new(every.o);
+  every.write_loss_each_second(*each, 1, 3);
+  EXPECT_EQ(str_split(every.cap.text(), '\n').size(), 4u);  // three lines and the empty rest
 }
 
 TEST(Metrics, ConsoleShowsTheLastStepOfARunThatEndsEarlyUnlessItFailed) {
   for (int code : {0, 1}) {
-    Capture cap;
-    double now = 0;
-    ConsoleOptions o;
-    o.out = cap.f;
-    o.tty = 0;
-    o.total_steps = 100;
-    o.progress_seconds = 30;
-    o.clock = [&] { return now; };
-    auto sink = console_sink_new(o);
-    for (int step = 1; step <= 7; step++) {
-      now = step;
-      sink->write(step, vals({{"loss", 1}}));
-    }
+    FakeConsole con(/*tty=*/0, /*total_steps=*/100, /*progress_seconds=*/30);
+    auto sink = console_sink_new(con.o);
+    con.write_loss_each_second(*sink, 1, 7);
     sink->close(code);  // stopped from W&B at step 7 (0), or failed there (1)
     std::string first = "step 1/100 | loss 1.0000 | elapsed 1s\n";
-    EXPECT_EQ(cap.text(), code == 0 ? first + "step 7/100 | loss 1.0000 | elapsed 7s | eta 1m33s\n" : first);
+    EXPECT_EQ(con.cap.text(),
+              code == 0 ? first + "step 7/100 | loss 1.0000 | elapsed 7s | eta 1m33s\n" : first);
   }
 }
 
 TEST(Metrics, ConsoleShowsTokensPerSecondFromATokenCount) {
-  Capture cap;
-  double now = 0;
-  ConsoleOptions o;
-  o.out = cap.f;
-  o.tty = 0;
-  o.progress_seconds = 0;
-  o.clock = [&] { return now; };
-  auto sink = console_sink_new(o);
+  FakeConsole con(/*tty=*/0, /*total_steps=*/0, /*progress_seconds=*/0);
+  auto sink = console_sink_new(con.o);
   // 1000 tokens every 2 s: the rate is known from the second step (the first step's start is not).
   for (int step = 1; step <= 3; step++) {
-    now = 2.0 * step;
+    con.now = 2.0 * step;
     sink->write(step, vals({{"loss", 1}, {"tokens", 1000}}));
   }
   // A write that carries its own rate (trainer:step's tokens_per_s) shows that one.
   sink->write(4, vals({{"loss", 1}, {"tokens_per_s", 123}, {"tokens", 1000}}));
-  EXPECT_EQ(cap.text(),
+  EXPECT_EQ(con.cap.text(),
             "step 1 | loss 1.0000 | tokens 1000 | elapsed 2s\n"
             "step 2 | loss 1.0000 | tokens_per_s 500 | tokens 1000 | elapsed 4s\n"
             "step 3 | loss 1.0000 | tokens_per_s 500 | tokens 1000 | elapsed 6s\n"
@@ -249,16 +241,11 @@ TEST(Metrics, ProgressSecondsComeFromTheOptionThenTheEnvironmentThenThirty) {
 }
 
 TEST(Metrics, ConsoleEvalValuesInATrainingWriteGetTheirOwnLine) {
-  Capture cap;
-  ConsoleOptions o;
-  o.out = cap.f;
-  o.tty = 0;
-  o.progress_seconds = 30;
-  o.clock = [] { return 0.0; };
-  auto sink = console_sink_new(o);
+  FakeConsole con(/*tty=*/0, /*total_steps=*/0, /*progress_seconds=*/30);
+  auto sink = console_sink_new(con.o);
   sink->write(3, vals({{"loss", 2}, {"eval_loss", 2.5}}));
   sink->write(4, vals({{"loss", 2}, {"eval_loss", 2.25}}));  // no step line due; the eval still shows
-  EXPECT_EQ(cap.text(),
+  EXPECT_EQ(con.cap.text(),
             "eval step 3 | eval_loss 2.5000 | elapsed 0s\n"
             "step 3 | loss 2.0000 | elapsed 0s\n"
             "eval step 4 | eval_loss 2.2500 | elapsed 0s\n");
@@ -283,8 +270,8 @@ TEST(Metrics, NoColorMeansNoColourCodes) {
   EXPECT_FALSE(term_no_color());  // no-color.org: set and non-empty
   ::setenv("NO_COLOR", "1", 1);
   EXPECT_TRUE(term_no_color());
-  Capture cap;
-  EXPECT_FALSE(term_color(cap.f));  // not a terminal: never colour
+  FakeConsole con(/*tty=*/1, /*total_steps=*/2, /*progress_seconds=*/-1, /*width=*/80);
+  EXPECT_FALSE(term_color(con.cap.f));  // not a terminal: never colour
   std::FILE* tty = std::fopen("/dev/tty", "w");
   if (tty) {  // a terminal (not in CI): colour only without NO_COLOR
     EXPECT_FALSE(term_color(tty));
@@ -293,18 +280,12 @@ TEST(Metrics, NoColorMeansNoColourCodes) {
     std::fclose(tty);
   }
   // The live line redraws with '\r' and erase-to-end-of-line only: no colour (SGR, ESC[...m) at all.
-  ConsoleOptions o;
-  o.out = cap.f;
-  o.tty = 1;
-  o.width = 80;
-  o.total_steps = 2;
-  o.clock = [] { return 0.0; };
-  auto sink = console_sink_new(o);
+  auto sink = console_sink_new(con.o);
   sink->write(1, vals({{"loss", 1}}));
   sink->write(1, vals({{"eval_loss", 1}}));
   sink->write(2, vals({{"loss", 1}}));
   sink->close(0);
-  std::string text = cap.text();
+  std::string text = con.cap.text();
   for (size_t at = text.find("\033["); at != std::string::npos; at = text.find("\033[", at + 1))
     EXPECT_EQ(text.substr(at, 3), "\033[K") << "an escape other than erase-line at " << at;
   if (saved)
@@ -333,15 +314,10 @@ TEST(Metrics, ProgressLineFitsTheTerminalWidth) {
 }
 
 TEST(Metrics, ConsoleOnATerminalRedrawsInPlaceAndKeepsOtherOutputApart) {
-  Capture cap;
-  double now = 0;
-  ConsoleOptions o;
-  o.out = cap.f;
-  o.tty = 1;
-  o.width = 60;
-  o.total_steps = 4;
-  o.clock = [&] { return now; };
-  auto sink = console_sink_new(o);
+  FakeConsole con(/*tty=*/1, /*total_steps=*/4, /*progress_seconds=*/-1, /*width=*/60);
+  Capture& cap = con.cap;
+  double& now = con.now;
+  auto sink = console_sink_new(con.o);
   auto line = [&](int step, double loss, double eta, double elapsed) {
     return "\r" + metrics_progress_line(step, 4, vals({{"loss", loss}}), eta, 60, elapsed) + "\033[K";
   };
@@ -385,18 +361,13 @@ TEST(Metrics, ConsoleOnATerminalRedrawsInPlaceAndKeepsOtherOutputApart) {
 }
 
 TEST(Metrics, ClearLiveWipesTheLineBeforeAnErrorMessage) {
-  Capture cap;
-  ConsoleOptions o;
-  o.out = cap.f;
-  o.tty = 1;
-  o.width = 50;
-  o.clock = [] { return 0.0; };
-  auto sink = console_sink_new(o);
+  FakeConsole con(/*tty=*/1, /*total_steps=*/0, /*progress_seconds=*/-1, /*width=*/50);
+  auto sink = console_sink_new(con.o);
   sink->write(1, vals({{"loss", 1}}));
   metrics_console_clear_live();
-  EXPECT_EQ(cap.text(), "\rstep 1 | loss 1.0000 | elapsed 0s\033[K\r\033[K");
+  EXPECT_EQ(con.cap.text(), "\rstep 1 | loss 1.0000 | elapsed 0s\033[K\r\033[K");
   sink->close(0);  // nothing showing: no newline
-  EXPECT_EQ(cap.text(), "\rstep 1 | loss 1.0000 | elapsed 0s\033[K\r\033[K");
+  EXPECT_EQ(con.cap.text(), "\rstep 1 | loss 1.0000 | elapsed 0s\033[K\r\033[K");
 }
 
 TEST(Metrics, JsonlWritesConfigThenOneObjectPerWriteFlushedAtOnce) {
@@ -429,18 +400,17 @@ TEST(Metrics, JsonlWritesConfigThenOneObjectPerWriteFlushedAtOnce) {
   EXPECT_EQ(lines[3], nlohmann::json::parse(R"({"summary": {"eval_loss": 1.25}})"));
 
   // Resuming appends (no second config line); a fresh run truncates.
-  o.resume = true;
-  auto resumed = jsonl_sink_new(o);
-  resumed->write(3, vals({{"loss", 1.0}}));
-  resumed->close(0);
-  lines = read_jsonl(path);
+  auto run_once = [&](bool resume, int64_t step, double loss) {  // one line written, the file read back
+    o.resume = resume;
+    auto s = jsonl_sink_new(o);
+    s->write(step, vals({{"loss", loss}}));
+    s->close(0);
+    return read_jsonl(path);
+  };
+  lines = run_once(/*resume=*/true, 3, 1.0);
   ASSERT_EQ(lines.size(), 5u);
   EXPECT_EQ(lines[4]["step"], 3);
-  o.resume = false;
-  auto fresh = jsonl_sink_new(o);
-  fresh->write(1, vals({{"loss", 9.0}}));
-  fresh->close(0);
-  lines = read_jsonl(path);
+  lines = run_once(/*resume=*/false, 1, 9.0);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_TRUE(lines[0].contains("config"));
   EXPECT_EQ(lines[1]["loss"], 9.0);
@@ -557,21 +527,14 @@ TEST(Metrics, ConsoleTapsSeePrintedLinesUntilRemoved) {
   std::vector<std::string> seen;
   int owner = 0;
   metrics_console_add_tap(&owner, [&](const std::string& l) { seen.push_back(l); });
-  std::FILE* null = std::fopen("/dev/null", "w");
-  metrics_console_println("hello", null);
-  double now = 0;
-  ConsoleOptions co;
-  co.out = null;
-  co.tty = 0;
-  co.progress_seconds = 30;
-  co.clock = [&] { return now; };
-  auto c = console_sink_new(co);
+  FakeConsole con(/*tty=*/0, /*total_steps=*/0, /*progress_seconds=*/30);
+  metrics_console_println("hello", con.cap.f);
+  auto c = console_sink_new(con.o);
   c->write(1, {{{"loss", 1.0}}, ""});
-  now = 10;
+  con.now = 10;
   c->write(2, {{{"loss", 0.5}}, ""});  // 10 s after the first line: not due
   metrics_console_remove_tap(&owner);
-  metrics_console_println("after", null);
-  std::fclose(null);
+  metrics_console_println("after", con.cap.f);
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[0], "hello");
   EXPECT_EQ(seen[1], "step 1 | loss 1.0000 | elapsed 0s");
@@ -583,21 +546,11 @@ TEST(Metrics, ConsoleTapOnATerminalFollowsTheSecondsRule) {
   std::vector<std::string> seen;
   int owner = 0;
   metrics_console_add_tap(&owner, [&](const std::string& l) { seen.push_back(l); });
-  Capture cap;
-  double now = 0;
-  ConsoleOptions co;
-  co.out = cap.f;
-  co.tty = 1;
-  co.width = 100;
-  co.total_steps = 100;
-  co.progress_seconds = 30;
-  co.clock = [&] { return now; };
-  auto c = console_sink_new(co);
-  for (int step = 1; step <= 100; step++) {
-    now = step;
-    c->write(step, vals({{"loss", 1}}));
-    if (step == 50) c->write(step, vals({{"eval_loss", 2}}));
-  }
+  FakeConsole con(/*tty=*/1, /*total_steps=*/100, /*progress_seconds=*/30, /*width=*/100);
+  auto c = console_sink_new(con.o);
+  con.write_loss_each_second(*c, 1, 50);
+  c->write(50, vals({{"eval_loss", 2}}));
+  con.write_loss_each_second(*c, 51, 100);
   c->close(0);
   metrics_console_remove_tap(&owner);
   std::vector<std::string> steps;
@@ -606,5 +559,5 @@ TEST(Metrics, ConsoleTapOnATerminalFollowsTheSecondsRule) {
                                              "step 91/100", "step 100/100"}));
   EXPECT_EQ(seen.back(), "step 100/100 | loss 1.0000 | elapsed 1m40s");
   for (const std::string& l : seen) EXPECT_EQ(l.find('\r'), std::string::npos) << l;
-  EXPECT_NE(cap.text().find("| elapsed 1m40s"), std::string::npos);  // the live bar shows it too
+  EXPECT_NE(con.cap.text().find("| elapsed 1m40s"), std::string::npos);  // the live bar shows it too
 }

@@ -100,6 +100,67 @@ TEST(RecipeDocs, HelpListsEveryResolvedLeafWithTypeDefaultAndDoc) {
   EXPECT_LT(text.find("base_model  ("), text.find("lora.r  ("));  // source order
 }
 
+// A recipe that takes a shared set: config(keys.training { ... }) names the set; the module's
+// `M.NAME = set(M.INCLUDED, { ... })` tables give the set's keys and docs, the included set's first.
+TEST(RecipeDocs, SharedSetKeysComeFromTheModuleTheRecipeRequires) {
+  const char* recipe = R"(-- recipes/demo.lua: a demo. More.
+local keys = require("run_keys")  -- the shared keys
+local cfg = config(keys.training {  -- + the shared keys
+  base_model = "models/x",  -- model to tune
+  batch_size = 8,           -- pairs a step here
+  seed = 1,
+})
+)";
+  const char* module = R"(local M = {}
+M.compute = set(nil, {
+  seed = 0,          -- seeds the data order
+  shard = "none",    -- ZeRO stage
+})
+M.training = set(M.compute, {
+  batch_size = 4,    -- rows a step
+  shard = "none",    -- ZeRO stage, as training runs it
+})
+return M
+)";
+  RecipeDocs d = recipe_docs_parse(recipe, "demo.lua");
+  EXPECT_TRUE(d.has_config);
+  EXPECT_EQ(d.config_line, 3);
+  EXPECT_EQ(d.include_module, "run_keys");
+  EXPECT_EQ(d.include_set, "training");
+  recipe_docs_include(d, module, "scripts/lua/run_keys.lua");
+  EXPECT_TRUE(d.problems.empty()) << str_join(d.problems, "; ");
+  std::vector<std::string> own, shared;
+  for (const auto& k : d.keys) own.push_back(k.key);
+  for (const auto& k : d.shared) shared.push_back(k.key + "=" + k.doc);
+  EXPECT_EQ(str_join(own, ","), "base_model,batch_size,seed");
+  EXPECT_EQ(str_join(shared, ","),
+            "seed=seeds the data order,shard=ZeRO stage, as training runs it,batch_size=rows a step");
+  EXPECT_EQ(recipe_key_doc(d, "batch_size"), "pairs a step here");  // the recipe's own doc wins
+  EXPECT_EQ(recipe_key_doc(d, "seed"), "seeds the data order");     // an undocumented override: the set's
+
+  ConfigValue cfg;
+  cfg.fields["base_model"] = ConfigValue::of_string("models/x");
+  cfg.fields["batch_size"] = ConfigValue::of_number(8);
+  cfg.fields["seed"] = ConfigValue::of_number(1);
+  cfg.fields["shard"] = ConfigValue::of_string("none");
+  std::string text = recipe_help_text("demo", d, &cfg, 100);
+  size_t heading = text.find("\nshared keys (set 'training' of scripts/lua/run_keys.lua");
+  ASSERT_NE(heading, std::string::npos) << text;
+  EXPECT_LT(text.find("batch_size  (number) = 8\n      pairs a step here"), heading) << text;
+  EXPECT_LT(text.find("seed  (number) = 1\n      seeds the data order"), heading) << text;
+  EXPECT_GT(text.find("shard  (string) = \"none\"\n      ZeRO stage, as training runs it"), heading) << text;
+
+  RecipeDocs missing = recipe_docs_parse(recipe, "demo.lua");
+  missing.include_set = "nope";
+  recipe_docs_include(missing, module, "scripts/lua/run_keys.lua");
+  ASSERT_EQ(missing.problems.size(), 1u);
+  EXPECT_NE(missing.problems[0].find("no set 'nope'"), std::string::npos) << missing.problems[0];
+  RecipeDocs no_require = recipe_docs_parse("local cfg = config(keys.training { a = 1 })\n", "x.lua");
+  ASSERT_EQ(no_require.problems.size(), 1u);
+  EXPECT_NE(no_require.problems[0].find("no `local keys = require"), std::string::npos)
+      << no_require.problems[0];
+}
+
 // ---------------------------------------------------------------------------------------------
 // Config checks
 
@@ -187,5 +248,8 @@ TEST(RecipeDocs, ShippedRecipesDocumentEveryKey) {
     for (const auto& k : d.keys)
       if (!k.table)
         EXPECT_FALSE(k.doc.empty()) << r.path << ":" << k.line << ": key '" << k.key << "' has no -- doc";
+    for (const auto& k : d.shared)  // a set of scripts/lua/run_keys.lua: documented there
+      EXPECT_FALSE(k.doc.empty()) << r.path << ": shared key '" << k.key << "' has no -- doc";
+    if (!d.include_set.empty()) EXPECT_FALSE(d.shared.empty()) << r.path << ": set '" << d.include_set << "'";
   }
 }

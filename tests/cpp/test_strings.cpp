@@ -62,6 +62,10 @@ TEST(Markdown, CellEscapesPipesAndFoldsNewlines) {
   EXPECT_EQ(md_cell(""), "");
 }
 
+TEST(Markdown, TextAlsoEscapesHtml) {
+  EXPECT_EQ(md_text("<think> a|b & W&B &lt; &#60;\n"), "&lt;think&gt; a\\|b & W&B &amp;lt; &amp;#60; ");
+}
+
 TEST(Markdown, TableAlignsNumbersAndPadsShortRows) {
   EXPECT_EQ(md_table({{"name"}, {"n", true}}, {{"a", "1"}, {"b"}, {"c", "3", "dropped"}}),
             "| name | n |\n|---|---:|\n| a | 1 |\n| b |  |\n| c | 3 |\n");

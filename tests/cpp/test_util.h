@@ -1,7 +1,8 @@
 // Helpers shared by the C++ unit tests: error messages, temporary directories and files, output
-// captured in memory, counting, environment variables.
+// captured in memory, counting and finding text, environment variables.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -83,6 +85,17 @@ inline size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) n++;
   return n;
+}
+
+// Passes when each of `parts` occurs in `text`: EXPECT_TRUE(contains_all(html, {"<svg", "</svg>"})).
+// A failure names every part that is missing, then shows the text.
+inline ::testing::AssertionResult contains_all(const std::string& text,
+                                               std::initializer_list<std::string> parts) {
+  std::string missing;
+  for (const std::string& part : parts)
+    if (text.find(part) == std::string::npos) missing += "missing: " + part + "\n";
+  if (missing.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << missing << "in:\n" << text;
 }
 
 // Sets (or, with nullptr, unsets) an environment variable for one test, then puts it back.

@@ -146,6 +146,14 @@ struct UmaskScope {
   ~UmaskScope() { ::umask(saved); }
 };
 
+// Prints `line` the way a recipe's print does, to /dev/null: the console taps (the W&B sink's
+// output.log) see it, the test's terminal does not.
+void recipe_print(const std::string& line) {
+  std::FILE* null = std::fopen("/dev/null", "w");
+  metrics_console_println(line, null);
+  std::fclose(null);
+}
+
 // The key may appear in an Authorization header and nowhere else in what the server received.
 void expect_key_only_in_authorization(const FakeWandb& server) {
   for (const auto& r : server.requests()) {
@@ -156,6 +164,21 @@ void expect_key_only_in_authorization(const FakeWandb& server) {
       }
   }
 }
+
+// What every run against the loopback server starts from: the W&B variables cleared, the server
+// knowing kKey, a spool directory and the sink's notices in memory.
+class WandbRun : public ::testing::Test {
+ protected:
+  EnvScope env;
+  FakeWandb server{kKey};
+  TempDir dir;
+  Capture notices;
+  // options() for run `id` against this test's server, spool directory and notices.
+  WandbOptions run_options(const std::string& id) { return options(server, dir, notices.f, id); }
+};
+class WandbSink : public WandbRun {};
+class WandbSync : public WandbRun {};
+class WandbSpoolFiles : public WandbRun {};  // (WandbSpool names luatune's spool class)
 
 }  // namespace
 
@@ -490,25 +513,19 @@ TEST(WandbHttp, KeyGoesAsBasicAuthForUserApi) {
   EXPECT_TRUE(server.errors().empty());
 }
 
-TEST(WandbSink, NormalRunSendsConfigRowsSummaryConsoleAndComplete) {
-  EnvScope env;
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
-  WandbOptions o = options(server, dir, notices.f, "run00001");
+TEST_F(WandbSink, NormalRunSendsConfigRowsSummaryConsoleAndComplete) {
+  WandbOptions o = run_options("run00001");
   o.name = "my run";
   o.tags = {"t1"};
   o.config_json = R"({"lr":0.0002,"lora":{"r":16},"data":"x.jsonl"})";
   auto sink = wandb_sink_new(o);
   ASSERT_NE(sink, nullptr);
-  std::FILE* null = std::fopen("/dev/null", "w");
-  metrics_console_println("hello from the recipe", null);
+  recipe_print("hello from the recipe");
   for (int step = 1; step <= 5; step++) sink->write(step, vals({{"loss", 2.0 / step}, {"lr", 1e-4}}));
   sink->summary(vals({{"eval_loss", 1.5}}));
   sink->close(0);
   sink.reset();
-  metrics_console_println("not for this run", null);
-  std::fclose(null);
+  recipe_print("not for this run");
 
   EXPECT_EQ(server.errors(), std::vector<std::string>());
   FakeWandbRun run = server.run("run00001");
@@ -574,12 +591,8 @@ TEST(WandbSink, NormalRunSendsConfigRowsSummaryConsoleAndComplete) {
   EXPECT_EQ(notices.text().find(kKey), std::string::npos);
 }
 
-TEST(WandbSink, CloseWithAFailureSendsItsExitCodeAndIdleRunsHeartbeat) {
-  EnvScope env;
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
-  WandbOptions o = options(server, dir, notices.f, "failed01");
+TEST_F(WandbSink, CloseWithAFailureSendsItsExitCodeAndIdleRunsHeartbeat) {
+  WandbOptions o = run_options("failed01");
   o.heartbeat_interval = 0.05;
   auto sink = wandb_sink_new(o);
   sink->write(1, vals({{"loss", 1}}));
@@ -592,13 +605,9 @@ TEST(WandbSink, CloseWithAFailureSendsItsExitCodeAndIdleRunsHeartbeat) {
   EXPECT_EQ(server.errors(), std::vector<std::string>());
 }
 
-TEST(WandbSink, ServerDownAtStartAndMidRunLosesNoRow) {
-  EnvScope env;
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
+TEST_F(WandbSink, ServerDownAtStartAndMidRunLosesNoRow) {
   server.go_down();
-  auto sink = wandb_sink_new(options(server, dir, notices.f, "outage01"));
+  auto sink = wandb_sink_new(run_options("outage01"));
   int step = 0;
   for (int i = 0; i < 3; i++) sink->write(++step, vals({{"loss", 1.0 * step}}));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -625,13 +634,9 @@ TEST(WandbSink, ServerDownAtStartAndMidRunLosesNoRow) {
   EXPECT_EQ(count_of(text, "HTTP 500 Internal Server Error"), 1u) << text;
 }
 
-TEST(WandbSink, RetryAfterSetsTheWaitBeforeTheNextAttempt) {
-  EnvScope env;
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
+TEST_F(WandbSink, RetryAfterSetsTheWaitBeforeTheNextAttempt) {
   server.fail_next(1, 429, "1", "/files/");
-  auto sink = wandb_sink_new(options(server, dir, notices.f, "limited1"));
+  auto sink = wandb_sink_new(run_options("limited1"));
   sink->write(1, vals({{"loss", 1}}));
   sink->close(0);
   std::vector<FakeWandbRequest> reqs = server.requests();
@@ -644,12 +649,9 @@ TEST(WandbSink, RetryAfterSetsTheWaitBeforeTheNextAttempt) {
   EXPECT_NE(notices.text().find("wandb: server unreachable (HTTP 429 Too Many Requests)"), std::string::npos);
 }
 
-TEST(WandbSink, RefusedKeyPrintsOneNoticeAndTheRunGoesOnLocally) {
-  EnvScope env;
-  FakeWandb server("someoneelseskey0123456789abcdefghijklmno");
-  TempDir dir;
-  Capture notices;
-  auto sink = wandb_sink_new(options(server, dir, notices.f, "denied01"));
+TEST_F(WandbSink, RefusedKeyPrintsOneNoticeAndTheRunGoesOnLocally) {
+  FakeWandb other("someoneelseskey0123456789abcdefghijklmno");  // knows another key, not kKey
+  auto sink = wandb_sink_new(options(other, dir, notices.f, "denied01"));
   for (int step = 1; step <= 3; step++) {
     sink->write(step, vals({{"loss", 1}}));
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -658,29 +660,25 @@ TEST(WandbSink, RefusedKeyPrintsOneNoticeAndTheRunGoesOnLocally) {
   std::string rd = dir.path + "/run-denied01";
   EXPECT_EQ(
       notices.text(),
-      "wandb: 401 Unauthorized from " + server.base_url() +
+      "wandb: 401 Unauthorized from " + other.base_url() +
           "/graphql: the API key was refused (check WANDB_API_KEY or ~/.netrc); this run goes on logging "
           "locally to " +
           rd + ", upload it later with runner wandb-sync " + rd +
           "\n"
           "wandb: 3 rows not uploaded; run: runner wandb-sync " +
           rd + "\n");
-  EXPECT_EQ(server.requests().size(), 1u);  // a final status: no retries
+  EXPECT_EQ(other.requests().size(), 1u);  // a final status: no retries
   EXPECT_EQ(wandb_spool_lines(rd + "/history.jsonl").size(), 3u);
   WandbState st = wandb_state_read(rd);
   EXPECT_FALSE(st.complete);
   EXPECT_TRUE(st.closed);
   EXPECT_EQ(all_files(dir.path).find(kKey), std::string::npos);
-  expect_key_only_in_authorization(server);
+  expect_key_only_in_authorization(other);
 }
 
-TEST(WandbSink, StoppedFromTheUiEndsTheLoop) {
-  EnvScope env;
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
+TEST_F(WandbSink, StoppedFromTheUiEndsTheLoop) {
   server.stop_after_rows(3);
-  auto sink = wandb_sink_new(options(server, dir, notices.f, "stopme01"));
+  auto sink = wandb_sink_new(run_options("stopme01"));
   int step = 0;
   while (!sink->stopped() && step < 500) {
     sink->write(++step, vals({{"loss", 1}}));
@@ -696,14 +694,10 @@ TEST(WandbSink, StoppedFromTheUiEndsTheLoop) {
   EXPECT_TRUE(server.run("stopme01").complete);
 }
 
-TEST(WandbSink, ResumeContinuesAfterTheServersLastLine) {
-  EnvScope env;
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
+TEST_F(WandbSink, ResumeContinuesAfterTheServersLastLine) {
   // A run the server knows from elsewhere: 7 lines, none in this spool.
   server.preload("fake-entity", "proj", "known001", 7);
-  WandbOptions o = options(server, dir, notices.f, "known001");
+  WandbOptions o = run_options("known001");
   o.resume = true;
   auto sink = wandb_sink_new(o);
   for (int step = 8; step <= 10; step++) sink->write(step, vals({{"loss", 1}}));
@@ -711,7 +705,7 @@ TEST(WandbSink, ResumeContinuesAfterTheServersLastLine) {
   EXPECT_EQ(server.run("known001").history.size(), 10u);
 
   // A run of ours, resumed from its own spool (the newest run there) in a second process.
-  o = options(server, dir, notices.f, "ours0001");
+  o = run_options("ours0001");
   sink = wandb_sink_new(o);
   sink->write(1, vals({{"loss", 3}, {"acc", 0.5}}));
   sink->write(2, vals({{"loss", 2}, {"acc", 0.6}}));
@@ -731,12 +725,8 @@ TEST(WandbSink, ResumeContinuesAfterTheServersLastLine) {
   EXPECT_EQ(wandb_spool_lines(dir.path + "/run-ours0001/history.jsonl").size(), 3u);
 }
 
-TEST(WandbSink, NanAndInfinityTravelAsExtendedJson) {
-  EnvScope env;
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
-  auto sink = wandb_sink_new(options(server, dir, notices.f, "nanrun01"));
+TEST_F(WandbSink, NanAndInfinityTravelAsExtendedJson) {
+  auto sink = wandb_sink_new(run_options("nanrun01"));
   sink->write(1, vals({{"loss", std::nan("")}, {"grad_norm", HUGE_VAL}, {"x", -HUGE_VAL}}));
   sink->close(0);
   FakeWandbRun run = server.run("nanrun01");
@@ -748,12 +738,8 @@ TEST(WandbSink, NanAndInfinityTravelAsExtendedJson) {
   EXPECT_TRUE(std::isnan(summary["loss"].get<double>()));
 }
 
-TEST(WandbSink, CountsTravelAsJsonIntegers) {
-  EnvScope env;
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
-  auto sink = wandb_sink_new(options(server, dir, notices.f, "intrun01"));
+TEST_F(WandbSink, CountsTravelAsJsonIntegers) {
+  auto sink = wandb_sink_new(run_options("intrun01"));
   sink->write(3, vals({{"loss", 2.5}, {"tokens", 480}, {"lr", 0}}));
   sink->summary(vals({{"tokens", 960}}));
   sink->close(0);
@@ -764,12 +750,8 @@ TEST(WandbSink, CountsTravelAsJsonIntegers) {
   EXPECT_EQ(run.summary.find("960.0"), std::string::npos) << run.summary;
 }
 
-TEST(WandbSink, NoKeyMeansOneNoticeAndAnOfflineRun) {
-  EnvScope env;
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
-  WandbOptions o = options(server, dir, notices.f, "nokey001");
+TEST_F(WandbSink, NoKeyMeansOneNoticeAndAnOfflineRun) {
+  WandbOptions o = run_options("nokey001");
   o.api_key = "";
   auto sink = wandb_sink_new(o);
   sink->write(1, vals({{"loss", 1}}));
@@ -785,18 +767,12 @@ TEST(WandbSink, NoKeyMeansOneNoticeAndAnOfflineRun) {
   EXPECT_TRUE(server.requests().empty());
 }
 
-TEST(WandbSync, OfflineRunUploadsOnceAndASecondSyncSendsNothing) {
-  EnvScope env;
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
-  WandbOptions o = options(server, dir, notices.f, "offline1");
+TEST_F(WandbSync, OfflineRunUploadsOnceAndASecondSyncSendsNothing) {
+  WandbOptions o = run_options("offline1");
   o.mode = "offline";
   o.api_key = "";
   auto sink = wandb_sink_new(o);
-  std::FILE* null = std::fopen("/dev/null", "w");
-  metrics_console_println("printed offline", null);
-  std::fclose(null);
+  recipe_print("printed offline");
   for (int step = 1; step <= 4; step++) sink->write(step, vals({{"loss", 1.0 / step}}));
   sink->summary(vals({{"eval_loss", 0.5}}));
   sink->close(0);
@@ -829,13 +805,11 @@ TEST(WandbSync, OfflineRunUploadsOnceAndASecondSyncSendsNothing) {
                               "runner wandb-sync: '" + dir.path + "/nothing' holds no spooled W&B run"));
 }
 
-TEST(WandbSync, KilledRunIsCompletedWithExitCode1) {
-  EnvScope env(std::map<std::string, std::string>{{"WANDB_API_KEY", kKey}});
-  FakeWandb server(kKey);
+TEST_F(WandbSync, KilledRunIsCompletedWithExitCode1) {
+  ::setenv("WANDB_API_KEY", kKey.c_str(), 1);
   ::setenv("WANDB_BASE_URL", server.base_url().c_str(), 1);
-  TempDir dir, copy;
-  Capture notices;
-  WandbOptions o = options(server, dir, notices.f, "killed01");
+  TempDir copy;
+  WandbOptions o = run_options("killed01");
   o.mode = "offline";
   auto sink = wandb_sink_new(o);
   for (int step = 1; step <= 3; step++) sink->write(step, vals({{"loss", 1}}));
@@ -857,13 +831,10 @@ TEST(WandbSync, KilledRunIsCompletedWithExitCode1) {
   EXPECT_EQ(server.errors(), std::vector<std::string>());
 }
 
-TEST(WandbSync, ServerGoneAtCloseLeavesTheRestForSync) {
-  EnvScope env(std::map<std::string, std::string>{{"WANDB_API_KEY", kKey}});
-  FakeWandb server(kKey);
+TEST_F(WandbSync, ServerGoneAtCloseLeavesTheRestForSync) {
+  ::setenv("WANDB_API_KEY", kKey.c_str(), 1);
   ::setenv("WANDB_BASE_URL", server.base_url().c_str(), 1);
-  TempDir dir;
-  Capture notices;
-  WandbOptions o = options(server, dir, notices.f, "gone0001");
+  WandbOptions o = run_options("gone0001");
   o.finish_timeout = 0.3;
   auto sink = wandb_sink_new(o);
   for (int step = 1; step <= 3; step++) sink->write(step, vals({{"loss", 1}}));
@@ -886,18 +857,12 @@ TEST(WandbSync, ServerGoneAtCloseLeavesTheRestForSync) {
   EXPECT_TRUE(run.complete);
 }
 
-TEST(WandbSpool, RunJsonHasNoPasswordAndEveryFileIsTheOwners) {
-  EnvScope env;
+TEST_F(WandbSpoolFiles, RunJsonHasNoPasswordAndEveryFileIsTheOwners) {
   UmaskScope umask(022);  // the usual umask, under which fopen made the files 0644
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
-  WandbOptions o = options(server, dir, notices.f, "secret01");
+  WandbOptions o = run_options("secret01");
   o.base_url = "http://user:s3cretPW@127.0.0.1:" + std::to_string(server.port()) + "/";
   auto sink = wandb_sink_new(o);
-  std::FILE* null = std::fopen("/dev/null", "w");
-  metrics_console_println("a console line", null);
-  std::fclose(null);
+  recipe_print("a console line");
   for (int step = 1; step <= 3; step++) sink->write(step, vals({{"loss", 1.0 / step}}));
   sink->summary(vals({{"eval_loss", 0.5}}));
   sink->close(0);
@@ -946,14 +911,11 @@ TEST(WandbSpool, RunJsonHasNoPasswordAndEveryFileIsTheOwners) {
   EXPECT_EQ(all_files(old).find("s3cretPW"), std::string::npos);
 }
 
-TEST(WandbSync, RefusesASpoolNamingAnotherHostUnlessTrusted) {
-  EnvScope env(std::map<std::string, std::string>{{"WANDB_API_KEY", kKey}});
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
+TEST_F(WandbSync, RefusesASpoolNamingAnotherHostUnlessTrusted) {
+  ::setenv("WANDB_API_KEY", kKey.c_str(), 1);
   // A spool made against the loopback server, synced with WANDB_BASE_URL unset (so the configured
   // host is api.wandb.ai): it names another host, as a spool copied from elsewhere could.
-  WandbOptions o = options(server, dir, notices.f, "copied01");
+  WandbOptions o = run_options("copied01");
   o.mode = "offline";
   auto sink = wandb_sink_new(o);
   for (int step = 1; step <= 3; step++) sink->write(step, vals({{"loss", 1}}));
@@ -988,13 +950,9 @@ TEST(WandbSync, RefusesASpoolNamingAnotherHostUnlessTrusted) {
   expect_key_only_in_authorization(server);
 }
 
-TEST(WandbSink, PlainHttpToANonLoopbackHostWarnsOnce) {
-  EnvScope env;
-  FakeWandb server(kKey);
-  TempDir dir;
+TEST_F(WandbSink, PlainHttpToANonLoopbackHostWarnsOnce) {
   // Online to a host that is not this machine (and does not exist: nothing is ever delivered).
-  Capture notices;
-  WandbOptions o = options(server, dir, notices.f, "plain001");
+  WandbOptions o = run_options("plain001");
   o.base_url = "http://example.invalid:9";
   o.http_timeout = 0.5;
   o.finish_timeout = 0.3;
@@ -1037,14 +995,10 @@ TEST(WandbSink, PlainHttpToANonLoopbackHostWarnsOnce) {
 }
 
 // Not a benchmark, a guard: a step never waits on the network, up or down. The averages are printed.
-TEST(WandbSink, WriteNeverWaitsOnTheNetwork) {
+TEST_F(WandbSink, WriteNeverWaitsOnTheNetwork) {
   // The server holds the first request (the UpsertBucket) until the test releases it. All 2000
   // writes must return while the sender thread is stuck inside that request, and every row must
   // arrive once the server answers. (How long a write takes: bench/bench_wandb_write.)
-  EnvScope env;
-  FakeWandb server(kKey);
-  TempDir dir;
-  Capture notices;
   std::mutex mu;
   std::condition_variable cv;
   bool held = false, released = false;
@@ -1060,7 +1014,7 @@ TEST(WandbSink, WriteNeverWaitsOnTheNetwork) {
     released = true;
     cv.notify_all();
   };
-  WandbOptions o = options(server, dir, notices.f, "nowait01");
+  WandbOptions o = run_options("nowait01");
   o.http_timeout = 120;
   auto sink = wandb_sink_new(o);
   {

@@ -23,6 +23,7 @@
 #include "host/adapt/nf4.h"
 #include "host/adapt/nf4_tables.h"
 #include "host/adapt/quant.h"
+#include "tests/cuda/cuda_ok.h"
 
 namespace {
 
@@ -35,15 +36,6 @@ cudaStream_t g_stream = nullptr;
 
 // ---------------------------------------------------------------------------------------------
 // Plumbing: device buffers, CUDA error checks, result lines.
-
-#define CUDA_OK(call)                                                                                    \
-  do {                                                                                                   \
-    cudaError_t e_ = (call);                                                                             \
-    if (e_ != cudaSuccess) {                                                                             \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                      \
-    }                                                                                                    \
-  } while (0)
 
 // A kernel wrapper's return code, then the stream (errors raised while the kernel ran).
 void kernel_ok(int rc, const char* what) {

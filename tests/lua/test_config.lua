@@ -3,13 +3,9 @@
 local h = require "harness"
 
 local before = config.get()
-local cfg = config {
-  lr = 2e-4,
-  steps = 10,
-  name = "run",
-  pack = true,
-  lora = { r = 16, targets = { "q_proj", "v_proj" } },
-}
+-- The fixture the CLI tests run: config { lr = 2e-4, steps = 10, name = "run", pack = true,
+-- lora = { r = 16, targets = { "q_proj", "v_proj" } } }, resolved with no overrides.
+local cfg = dofile("tests/fixtures/recipes/typed.lua")
 
 h.test("config.get is nil before config{} resolves", function()
   h.eq(before, nil)

@@ -1,5 +1,6 @@
 -- tests/lua/test_recipe_helpers.lua: the helpers recipes share from scripts/lua: run.lua (trainer from
--- the config's names, resume and log, evaluation, the end of a run), preference.evaluate, and
+-- the config's names, resume and log, the loop's batches, evaluation, the end of a run), run_keys.lua
+-- (the shared config keys), preference.evaluate, and
 -- pruning.sheared_steps / sheared_summary. The recipes themselves run in tests/recipes.
 -- Run: build/runner tests/lua/test_recipe_helpers.lua
 local h = require "harness"
@@ -50,8 +51,7 @@ test("run.start, run.evaluate, run.save: metrics.jsonl with eval lines, then the
   local dir = TMP .. "/model_run"
   local cfg = training_cfg(dir)
   local model = T.model()
-  local trainer = run.trainer(model, cfg, { schedule = "constant" })
-  local start, log = run.start(cfg, trainer)
+  local trainer, start, log = run.start(model, cfg, { schedule = "constant" })
   eq(start, 0)
   local e = run.evaluate(log, 3, trainer, { T.batch(1, 50, 2, 8) }, cfg)
   ok(e.loss > 0 and e.perplexity > 1, "evaluate's table is returned")
@@ -73,12 +73,50 @@ test("run.save \"adapter\": a PEFT adapter that names base_model; gguf = \"\" wr
   local cfg = training_cfg(dir, { gguf = "" })
   local model = T.model()
   lora.apply(model, { r = 2, targets = { "q_proj" } })
-  local _, log = run.start(cfg, run.trainer(model, cfg, { schedule = "constant" }))
+  local _, _, log = run.start(model, cfg, { schedule = "constant" })
   eq(run.save(cfg, model, nil, log, "adapter"), dir .. "/adapter")
   local text = h.read_file(dir .. "/adapter/adapter_config.json")
   ok(text:find('"base_model_name_or_path": "org/tiny"', 1, true), text)
   ok(not io.open(dir .. "/model.gguf"), "no GGUF for gguf = \"\"")
   raises(function() run.save(cfg, model, nil, log, "weights") end, 'run.save: what must be "adapter" or "model"')
+end)
+
+test("run.batches: batch_size x gradient_accumulation_steps rows a step, to max_steps; ends once the log is stopped", function()
+  local asked
+  local set = { batches = function(_, opts)
+    asked = opts
+    local step = opts.start
+    return function() step = step + 1; if step <= opts.steps then return step, "batch" .. step end end
+  end }
+  local stopped = false
+  local log = { stopped = function() return stopped end }
+  local steps = {}
+  for step, batch in run.batches(set, { batch_size = 2, gradient_accumulation_steps = 3, max_steps = 9 }, 4, log) do
+    steps[#steps + 1] = batch
+    if step == 6 then stopped = true end
+  end
+  eq(asked, { size = 6, steps = 9, start = 4 })
+  eq(steps, { "batch5", "batch6" })
+end)
+
+-- ---------------------------------------------------------------------------------------------
+-- run_keys.lua: the keys training recipes share
+
+test("run_keys: a set adds its keys and its included set's; the recipe's own keys win", function()
+  local keys = require "run_keys"
+  local cfg = keys.training { learning_rate = 1e-3, batch_size = 8, lora = { r = 4 } }
+  eq(cfg.learning_rate, 1e-3)
+  eq(cfg.batch_size, 8)                  -- the recipe's default over the set's 4
+  eq(cfg.lora, { r = 4 })
+  eq(cfg.gradient_accumulation_steps, 8) -- from training
+  eq(cfg.shard, "none")                  -- from compute, which training includes
+  eq(cfg.resume, false)
+  local p = keys.preference {}
+  eq({ p.batch_size, p.eval_steps, p.eval_data, p.optimizer }, { 2, 50, "", "adamw" })
+  local c = keys.compute {}
+  eq({ c.resume, c.batch_size, c.seed }, { nil, nil, 0 })  -- compute has no checkpoint or batch keys
+  c.seed = 5
+  eq(keys.compute {}.seed, 0)  -- each call is a fresh table
 end)
 
 test("preference.evaluate logs every number but tokens under eval_", function()

@@ -348,6 +348,32 @@ void dispatch_quantize(const void* in, int64_t n, int64_t blocksize, int quant_t
     launch_quantize<InT, 1>(in, n, blocksize, group, packed, absmax, vec, grid, stream);
 }
 
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls launch(TypeTag<T>(), stream) with the element type T of `dtype`, then returns the launch's
+// error: cudaErrorInvalidValue for a dtype the kernels do not take.
+template <typename F>
+int launch_typed(Dtype dtype, void* stream, F launch) {
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case Dtype::f32:
+      launch(TypeTag<float>(), st);
+      break;
+    case Dtype::bf16:
+      launch(TypeTag<__nv_bfloat16>(), st);
+      break;
+    case Dtype::f16:
+      launch(TypeTag<__half>(), st);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
 }  // namespace
 
 int dequantize_4bit(const uint8_t* packed, int64_t n, int64_t blocksize, int quant_type,
@@ -368,21 +394,10 @@ int dequantize_4bit(const uint8_t* packed, int64_t n, int64_t blocksize, int qua
   const bool vec = aligned(packed, 4) && aligned(out, 16);
   const ScaleArgs s{scale.absmax,        scale.absmax_q,         scale.nested_code,
                     scale.nested_absmax, scale.nested_blocksize, scale.offset};
-  cudaStream_t st = static_cast<cudaStream_t>(stream);
-  switch (out_dtype) {
-    case Dtype::f32:
-      dispatch_dequantize<float>(packed, n, blocksize, quant_type, nested, s, out, vec, grid, st);
-      break;
-    case Dtype::bf16:
-      dispatch_dequantize<__nv_bfloat16>(packed, n, blocksize, quant_type, nested, s, out, vec, grid, st);
-      break;
-    case Dtype::f16:
-      dispatch_dequantize<__half>(packed, n, blocksize, quant_type, nested, s, out, vec, grid, st);
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return static_cast<int>(cudaGetLastError());
+  return launch_typed(out_dtype, stream, [&](auto tag, cudaStream_t st) {
+    using OutT = typename decltype(tag)::type;
+    dispatch_dequantize<OutT>(packed, n, blocksize, quant_type, nested, s, out, vec, grid, st);
+  });
 }
 
 int quantize_4bit(const void* in, Dtype in_dtype, int64_t n, int64_t blocksize, int quant_type,
@@ -398,21 +413,10 @@ int quantize_4bit(const void* in, Dtype in_dtype, int64_t n, int64_t blocksize, 
   const int grid = grid_size((tiles + kThreads / 32 - 1) / (kThreads / 32), &err);
   if (err != 0) return err;
   const bool vec = aligned(in, 16) && aligned(packed, 4);
-  cudaStream_t st = static_cast<cudaStream_t>(stream);
-  switch (in_dtype) {
-    case Dtype::f32:
-      dispatch_quantize<float>(in, n, blocksize, quant_type, group, packed, absmax, vec, grid, st);
-      break;
-    case Dtype::bf16:
-      dispatch_quantize<__nv_bfloat16>(in, n, blocksize, quant_type, group, packed, absmax, vec, grid, st);
-      break;
-    case Dtype::f16:
-      dispatch_quantize<__half>(in, n, blocksize, quant_type, group, packed, absmax, vec, grid, st);
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return static_cast<int>(cudaGetLastError());
+  return launch_typed(in_dtype, stream, [&](auto tag, cudaStream_t st) {
+    using InT = typename decltype(tag)::type;
+    dispatch_quantize<InT>(in, n, blocksize, quant_type, group, packed, absmax, vec, grid, st);
+  });
 }
 
 const char* error_string(int code) {
