@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# bench/allocator_step.sh RUNNER...: luatune's CPU training step under each malloc, one runner per
-# build (-DLUATUNE_ALLOCATOR=system|glibc|tcmalloc|jemalloc, docs/building.md#the-allocator), on the
-# model of bench/step_vs_pytorch.sh (bench/llama_step.lua). For each (method, vocab) every runner
+# bench/allocator_step.sh [VAR=VALUE,...:]RUNNER...: luatune's CPU training step under each malloc,
+# one runner per build (-DLUATUNE_ALLOCATOR=system|glibc|tcmalloc|jemalloc,
+# docs/building.md#the-allocator), or under other process settings: a runner written
+# VAR=VALUE,...:RUNNER runs with those variables set (GOMP_SPINCOUNT=300000:build/runner is
+# libgomp's default wait instead of luatune's PASSIVE, docs/cpu_threads.md). On the model of
+# bench/step_vs_pytorch.sh (bench/llama_step.lua). For each (method, vocab) every runner
 # starts and warms up, then they step in turn, ROUNDS rounds, so each round saw the same load on
 # this shared machine. Prints every step, then a Markdown table: median step time, the median of
 # the rounds' speed-ups over the first runner, minor page faults a step and peak RSS.
@@ -14,7 +17,7 @@
 #   bench/allocator_step.sh /tmp/b-{system,glibc,tcmalloc,jemalloc}/runner
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -gt 0 ] || { echo "usage: bench/allocator_step.sh RUNNER..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bench/allocator_step.sh [VAR=VALUE,...:]RUNNER..." >&2; exit 2; }
 rounds=${ROUNDS:-5} warmup=${WARMUP:-1}
 configs=${CONFIGS:-"full:32000 lora:32000 full:128256 lora:128256"}
 log=${LOG:-$(mktemp /tmp/allocator_step.XXXXXX)}
@@ -23,19 +26,24 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 source bench/paced.sh
 
-runners=("$@")
-labels=()
-for r in "${runners[@]}"; do
-  m=$("$r" --version | sed -n 's/^malloc //p')
+runners=() envs=() labels=()
+for a in "$@"; do
+  e=""
+  if [[ $a == *=*:* ]]; then e=${a%:*} a=${a##*:}; fi
+  runners+=("$a") envs+=("${e//,/ }")
+  # shellcheck disable=SC2086
+  v=$(env $e "$a" --version)
+  m=$(sed -n 's/^malloc //p' <<<"$v")
   case $m in "glibc (tuned"*) m=glibc-tuned ;; esac
-  labels+=("$m")
-  echo "allocator_step: $r: malloc $("$r" --version | sed -n 's/^malloc //p')"
+  labels+=("$m${e:++$e}")
+  echo "allocator_step: $e $a: malloc $(sed -n 's/^malloc //p' <<<"$v"), OpenMP wait $(sed -n 's/^OpenMP wait //p' <<<"$v")"
 done
 t0=$(date +%s)
 for c in $configs; do
   method=${c%%:*} vocab=${c##*:}
   for i in "${!runners[@]}"; do
-    paced_start "s$i" "${runners[$i]}" bench/llama_step.lua method="$method" vocab_size="$vocab" warmup="$warmup" \
+    # shellcheck disable=SC2086
+    paced_start "s$i" env ${envs[$i]} "${runners[$i]}" bench/llama_step.lua method="$method" vocab_size="$vocab" warmup="$warmup" \
       paced=true
   done
   for round in $(seq 1 "$rounds"); do

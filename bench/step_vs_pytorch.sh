@@ -10,12 +10,16 @@
 # this shared machine. Prints every step, then a Markdown table of the median step times, the
 # median (and range) of the pairs' ratios, each side's median minor page faults a step (fresh pages
 # the kernel had to map and zero: what a caching malloc saves) and its peak RSS.
-# Both sides get the malloc the runner was built with (`runner --version`): PyTorch has the same
-# library preloaded, or the same glibc tuning through GLIBC_TUNABLES. RUNNER_OFF=path/to/runner (the
-# same sources built with -DLUATUNE_ALLOCATOR=system: `cmake -B /tmp/b-off -DLUATUNE_ALLOCATOR=system
-# && cmake --build /tmp/b-off --target runner`) adds the same pairs with the allocator off on both.
+# Both sides get the runner's process settings (`runner --version`): PyTorch has the same malloc
+# (the library preloaded, or the same glibc tuning through GLIBC_TUNABLES) and the same OpenMP wait
+# policy (luatune's default OMP_WAIT_POLICY=PASSIVE, host/core/device.h), so the ratio compares the
+# two implementations. RUNNER_OFF=path/to/runner (the same sources built with
+# -DLUATUNE_ALLOCATOR=system: `cmake -B /tmp/b-off -DLUATUNE_ALLOCATOR=system && cmake --build
+# /tmp/b-off --target runner`) adds the same pairs with the allocator off on both. PEER_AS_IS=1 adds
+# pairs of the runner against PyTorch with none of these settings (its defaults: what a user who
+# runs plain PyTorch gets). The table's first column names the setting: on, off, as-is.
 # Environment: PAIRS (5), WARMUP (1), CONFIGS ("full:32000 lora:32000 full:128256 lora:128256"),
-# PYTHON (/usr/bin/python3, Debian's), RUNNER_OFF, LOG (the steps, one line each).
+# PYTHON (/usr/bin/python3, Debian's), RUNNER_OFF, PEER_AS_IS, LOG (the steps, one line each).
 # Run: bench/step_vs_pytorch.sh build/runner   (about 2 minutes on 2 otherwise idle cores, 4 with
 # RUNNER_OFF; 8-12 with RUNNER_OFF at a load average of 4-6, and then the ratios are noise)
 set -euo pipefail
@@ -38,7 +42,9 @@ if ! "$py" -c 'import torch' 2>/dev/null; then
 fi
 
 malloc_of() { "$1" --version | sed -n 's/^malloc //p'; }
-# The environment that gives PyTorch the malloc RUNNER has: VAR=value words for env(1), or nothing.
+# The environment that gives PyTorch RUNNER's process settings, as VAR=value words for env(1): the
+# malloc it was built with (the same library preloaded, or the same glibc tuning) and its OpenMP
+# wait policy (luatune's default PASSIVE, host/core/device.h).
 peer_env() {
   local malloc
   malloc=$(malloc_of "$1")
@@ -46,23 +52,28 @@ peer_env() {
     tcmalloc | jemalloc) echo "LD_PRELOAD=$(ldd "$1" | awk -v m="$malloc" '$1 ~ m {print $3; exit}')" ;;
     "glibc (tuned"*) echo "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647" ;;
   esac
+  if "$1" --version | grep -q "^OpenMP wait PASSIVE (luatune's default)"; then echo "OMP_WAIT_POLICY=PASSIVE"; fi
 }
 
 source bench/paced.sh
 
 t0=$(date +%s)
 labels=on
-if [ -n "${RUNNER_OFF:-}" ]; then labels="on off"; fi
-echo "step_vs_pytorch: on: $runner (malloc $(malloc_of "$runner")), PyTorch with $(peer_env "$runner")"
-[ -z "${RUNNER_OFF:-}" ] || echo "step_vs_pytorch: off: $RUNNER_OFF (malloc $(malloc_of "$RUNNER_OFF")), PyTorch as is"
+if [ -n "${RUNNER_OFF:-}" ]; then labels="$labels off"; fi
+if [ -n "${PEER_AS_IS:-}" ]; then labels="$labels as-is"; fi
+echo "step_vs_pytorch: on: $runner (malloc $(malloc_of "$runner")), PyTorch with" $(peer_env "$runner")
+[ -z "${RUNNER_OFF:-}" ] || echo "step_vs_pytorch: off: $RUNNER_OFF (malloc $(malloc_of "$RUNNER_OFF")), PyTorch with" $(peer_env "$RUNNER_OFF")
+[ -z "${PEER_AS_IS:-}" ] || echo "step_vs_pytorch: as-is: $runner, PyTorch with no settings (its defaults)"
 for c in $configs; do
   method=${c%%:*} vocab=${c##*:}
   for label in $labels; do
     run=$runner
     if [ "$label" = off ]; then run=$RUNNER_OFF; fi
+    peer=$(peer_env "$run")
+    if [ "$label" = as-is ]; then peer=""; fi
     paced_start luatune "$run" bench/llama_step.lua method="$method" vocab_size="$vocab" warmup="$warmup" paced=true
-    # shellcheck disable=SC2046
-    paced_start pytorch env $(peer_env "$run") "$py" bench/pytorch_llama_step.py "$method" "$vocab" 0 "$warmup" --paced
+    # shellcheck disable=SC2086
+    paced_start pytorch env $peer "$py" bench/pytorch_llama_step.py "$method" "$vocab" 0 "$warmup" --paced
     for pair in $(seq 1 "$pairs"); do
       paced_step luatune "alloc=$label" "pair=$pair"
       paced_step pytorch "alloc=$label" "pair=$pair"
@@ -87,7 +98,7 @@ for line in open(sys.argv[1]):
         peaks.setdefault(key, {})[kv["side"]] = float(kv["rss_gb"])
     else:
         steps.setdefault(key, {}).setdefault(kv["pair"], {})[kv["side"]] = (float(kv["step_s"]), int(kv["minflt"]))
-print("\n| allocator | method | vocab | step s luatune / PyTorch | step time luatune/PyTorch (range) | "
+print("\n| settings | method | vocab | step s luatune / PyTorch | step time luatune/PyTorch (range) | "
       "tokens/s luatune/PyTorch | page faults a step luatune / PyTorch | peak RSS GB luatune / PyTorch | pairs |")
 print("|---|---|---|---|---|---|---|---|---|")
 for key, pairs in steps.items():

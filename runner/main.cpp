@@ -4,6 +4,7 @@
 #include <luajit.h>
 #include <nlohmann/json.hpp>
 
+#include <alloca.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -193,6 +194,39 @@ static int run_command(const Command& cmd) {
   }
   return kExitFailed;
 }
+
+// OpenMP's wait policy (host/core/device.h): libgomp reads OMP_WAIT_POLICY in its initialiser, and
+// glibc runs an executable's .preinit_array after loading every library but before any library's
+// initialiser, libc's included. So this runs then, on the kernel's argv and envp (libc's getenv and
+// setenv do not work yet), and when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set it executes
+// this same binary again with OMP_WAIT_POLICY=PASSIVE added. That costs one more load of the
+// libraries (about 20 ms; no initialiser has run); if the exec fails, the run goes on with
+// libgomp's default.
+namespace {
+bool env_has(char** envp, const char* name) {
+  for (char** e = envp; *e; e++) {
+    const char* a = *e;
+    const char* b = name;
+    while (*b && *a == *b) a++, b++;
+    if (!*b && *a == '=') return true;
+  }
+  return false;
+}
+
+void runner_preinit(int, char** argv, char** envp) {
+  if (!envp || env_has(envp, "OMP_WAIT_POLICY") || env_has(envp, "GOMP_SPINCOUNT")) return;
+  size_t n = 0;
+  while (envp[n]) n++;
+  char** env = static_cast<char**>(alloca((n + 3) * sizeof(char*)));
+  for (size_t i = 0; i < n; i++) env[i] = envp[i];
+  env[n] = const_cast<char*>("OMP_WAIT_POLICY=PASSIVE");
+  env[n + 1] = const_cast<char*>(kOpenmpWaitDefaultMark);
+  env[n + 2] = nullptr;
+  execve("/proc/self/exe", argv, env);  // returns only when it failed
+}
+__attribute__((section(".preinit_array"), used)) void (*const kRunnerPreinit)(int, char**,
+                                                                              char**) = runner_preinit;
+}  // namespace
 
 int main(int argc, char** argv) {
   allocator_init();  // before LibTorch's first large buffer (host/core/allocator.h)

@@ -52,7 +52,7 @@ at::Tensor LoraAdapter::forward(const Linear& base, const at::Tensor& x) const {
   const bool drop = training && dropout > 0;
   if (drop) xa = at::dropout(xa, dropout, true);
   at::Tensor update = at::linear(at::linear(xa, lora_A), lora_B);  // (..., out)
-  if (!dora) return (result + update * scale).to(out_dtype);
+  if (!dora) return at::add(result, update, scale).to(out_dtype);  // one pass: result + scale * update
 
   // DoRA: base(x) + (m/||W+sBA|| - 1) * x W^T + (m/||W+sBA||) * s * B A x. Without dropout x W^T is
   // the base result less its bias (PEFT reuses it); with dropout it is recomputed on the dropped x.

@@ -71,6 +71,21 @@ void cpu_threads_init() {
   if (n > at::get_num_threads()) at::set_num_threads(n);
 }
 
+std::string openmp_wait_policy() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  if (policy) {
+    // luatune's default only when the value is the one it sets: a mark inherited beside a policy
+    // the user set later is the user's.
+    const std::string mark = kOpenmpWaitDefaultMark, name = mark.substr(0, mark.find('='));
+    const char* defaulted = std::getenv(name.c_str());
+    const bool ours =
+        defaulted && mark.substr(name.size() + 1) == defaulted && std::string(policy) == "PASSIVE";
+    return std::string(policy) + (ours ? " (luatune's default)" : " (OMP_WAIT_POLICY)");
+  }
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  return spin ? std::string("libgomp's default (GOMP_SPINCOUNT=") + spin + ")" : "libgomp's default";
+}
+
 bool cuda_available() {
   return at::hasCUDA() && at::detail::getCUDAHooks().getNumGPUs() > 0;
 }

@@ -28,6 +28,16 @@ std::string device_name(const c10::Device& d);
 // Uses every CPU this process may run on for intra-op parallelism, unless OMP_NUM_THREADS says
 // otherwise (Debian's LibTorch starts with one thread on some machines).
 void cpu_threads_init();
+// OpenMP's idle threads. LibTorch's CPU ops run on libgomp's thread pool and its matmuls on
+// OpenBLAS's own threads; by default a libgomp thread that finishes its share spins for 300,000
+// rounds before it sleeps, on the cores OpenBLAS needs next (docs/cpu_threads.md has the numbers).
+// libgomp reads OMP_WAIT_POLICY once, while it is loaded, so runner sets PASSIVE before that
+// (runner/main.cpp, runner_preinit) unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, and
+// marks it with kOpenmpWaitDefaultMark. openmp_wait_policy() says which policy this process has and
+// where it came from, for `runner --version`: "PASSIVE (luatune's default)", "ACTIVE
+// (OMP_WAIT_POLICY)", "libgomp's default (GOMP_SPINCOUNT=...)".
+constexpr const char* kOpenmpWaitDefaultMark = "LUATUNE_OPENMP_WAIT=default";
+std::string openmp_wait_policy();
 
 bool cuda_available();
 int cuda_device_count();

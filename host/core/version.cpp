@@ -65,6 +65,7 @@ std::string version_report(const std::string& lua_version) {
 #endif
   os << lua_version << "\n";
   os << "malloc " << allocator_name() << "\n";
+  os << "OpenMP wait " << openmp_wait_policy() << "\n";
   os << "devices:\n";
   os << "  cpu (" << at::get_num_threads() << " threads)\n";
 #ifdef LUATUNE_HAS_CUDA

@@ -82,14 +82,30 @@ at::Tensor fused_cross_entropy(const at::Tensor& hidden, const at::Tensor& weigh
     at::Tensor picked = z.gather(1, tc.unsqueeze(1)).squeeze(1).to(at::kFloat);  // (n) target logits
     if (softcap > 0) picked = at::tanh(picked / softcap) * softcap;
     if (!low_precision && softcap <= 0) {
-      // float32 logits without a softcap: everything in place on them, no working blocks.
+      // float32 logits without a softcap: z becomes E = exp(z - max) in place and is never
+      // normalised. The gradient (softmax - onehot) * valid is E scaled per row by valid / sum(E),
+      // less the valid target rows, so the scaling moves onto the (n, C) operands and results of the
+      // matmuls and the onehot part becomes a gather/index_add of C-wide rows: two passes over the
+      // (n, V) logits fewer than dividing and masking them.
       at::Tensor m = at::amax(z, {1});
-      at::Tensor s = z.sub_(m.unsqueeze(1)).exp_().sum(1);  // z holds exp(z - max)
+      at::Tensor s = z.sub_(m.unsqueeze(1)).exp_().sum(1);  // z holds E
       total.add_(((s.log().add_(m) - picked) * valid).sum());
       if (!grads) continue;
-      z.div_(s.unsqueeze(1));  // softmax
-      z.scatter_add_(1, tc.unsqueeze(1), valid.neg().unsqueeze(1));
-      if (!all_valid) z.mul_(valid.unsqueeze(1));
+      at::Tensor row_scale = (valid / s).unsqueeze(1);  // (n, 1)
+      at::Tensor valid_col = valid.unsqueeze(1);
+      if (want_h) {
+        at::Tensor gh = grads->hidden.narrow(0, r0, n);  // rows of a contiguous (N, C): contiguous
+        at::mm_out(gh, z, weight);
+        gh.mul_(row_scale).sub_(weight.index_select(0, tc).mul_(valid_col));
+      }
+      if (want_w) {
+        if (first)
+          at::mm_out(grads->weight, z.t(), h * row_scale);
+        else
+          grads->weight.addmm_(z.t(), h * row_scale);
+        grads->weight.index_add_(0, tc, h * valid_col.neg());
+      }
+      continue;
     } else {
       // The log-sum-exp over the vocabulary block by block (running maximum and rescaled sum),
       // each block in float32.
