@@ -199,9 +199,9 @@ static int run_command(const Command& cmd) {
 // glibc runs an executable's .preinit_array after loading every library but before any library's
 // initialiser, libc's included. So this runs then, on the kernel's argv and envp (libc's getenv and
 // setenv do not work yet), and when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set it executes
-// this same binary again with OMP_WAIT_POLICY=PASSIVE added. That costs one more load of the
-// libraries (about 20 ms; no initialiser has run); if the exec fails, the run goes on with
-// libgomp's default.
+// this same binary again with OMP_WAIT_POLICY=PASSIVE added. That loads the libraries a second time
+// (about 0.13 s here), so the verbs that run no LibTorch kernels (help, ls, validate, plan, ...)
+// skip it; if the exec fails, the run goes on with libgomp's default.
 namespace {
 bool env_has(char** envp, const char* name) {
   for (char** e = envp; *e; e++) {
@@ -213,8 +213,24 @@ bool env_has(char** envp, const char* name) {
   return false;
 }
 
-void runner_preinit(int, char** argv, char** envp) {
-  if (!envp || env_has(envp, "OMP_WAIT_POLICY") || env_has(envp, "GOMP_SPINCOUNT")) return;
+bool same(const char* a, const char* b) {
+  while (*a && *a == *b) a++, b++;
+  return *a == *b;
+}
+
+// The first argument of a command that computes nothing with LibTorch (host/cli/cli.cpp's verbs).
+bool light_verb(const char* arg) {
+  static const char* const kLight[] = {"help", "--help",   "-h",   "--version", "-V",     "version",  "ls",
+                                       "cp",   "validate", "plan", "api",       "report", "tokenize", "data"};
+  for (const char* verb : kLight)
+    if (same(arg, verb)) return true;
+  return false;
+}
+
+void runner_preinit(int argc, char** argv, char** envp) {
+  if (!envp || (argc > 1 && light_verb(argv[1])) || env_has(envp, "OMP_WAIT_POLICY") ||
+      env_has(envp, "GOMP_SPINCOUNT"))
+    return;
   size_t n = 0;
   while (envp[n]) n++;
   char** env = static_cast<char**>(alloca((n + 3) * sizeof(char*)));

@@ -83,7 +83,9 @@ std::string openmp_wait_policy() {
     return std::string(policy) + (ours ? " (luatune's default)" : " (OMP_WAIT_POLICY)");
   }
   const char* spin = std::getenv("GOMP_SPINCOUNT");
-  return spin ? std::string("libgomp's default (GOMP_SPINCOUNT=") + spin + ")" : "libgomp's default";
+  if (spin) return std::string("libgomp's default (GOMP_SPINCOUNT=") + spin + ")";
+  // Neither set: a verb that runs no kernels (--version among them) skips the restart that sets it.
+  return "PASSIVE (luatune's default, set as a recipe starts)";
 }
 
 bool cuda_available() {

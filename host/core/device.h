@@ -33,9 +33,10 @@ void cpu_threads_init();
 // rounds before it sleeps, on the cores OpenBLAS needs next (docs/cpu_threads.md has the numbers).
 // libgomp reads OMP_WAIT_POLICY once, while it is loaded, so runner sets PASSIVE before that
 // (runner/main.cpp, runner_preinit) unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, and
-// marks it with kOpenmpWaitDefaultMark. openmp_wait_policy() says which policy this process has and
-// where it came from, for `runner --version`: "PASSIVE (luatune's default)", "ACTIVE
-// (OMP_WAIT_POLICY)", "libgomp's default (GOMP_SPINCOUNT=...)".
+// marks it with kOpenmpWaitDefaultMark; commands that run no kernels skip that. openmp_wait_policy()
+// says which policy a recipe run gets and where it came from, for `runner --version`: "PASSIVE
+// (luatune's default)", "PASSIVE (luatune's default, set as a recipe starts)" (a command that
+// skipped it), "ACTIVE (OMP_WAIT_POLICY)", "libgomp's default (GOMP_SPINCOUNT=...)".
 constexpr const char* kOpenmpWaitDefaultMark = "LUATUNE_OPENMP_WAIT=default";
 std::string openmp_wait_policy();
 
