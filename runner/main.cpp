@@ -227,9 +227,22 @@ bool light_verb(const char* arg) {
   return false;
 }
 
+// Whether this process was started through the dynamic linker (`ld-linux-x86-64.so.2 runner ...`):
+// /proc/self/exe is then the linker, which would take the first argument for the program.
+bool started_by_dynamic_linker() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) return true;  // no /proc: the exec would fail anyway
+  path[n] = '\0';
+  const char* base = path;
+  for (const char* p = path; *p; p++)
+    if (*p == '/') base = p + 1;
+  return base[0] == 'l' && base[1] == 'd' && (base[2] == '-' || base[2] == '.');
+}
+
 void runner_preinit(int argc, char** argv, char** envp) {
   if (!envp || (argc > 1 && light_verb(argv[1])) || env_has(envp, "OMP_WAIT_POLICY") ||
-      env_has(envp, "GOMP_SPINCOUNT"))
+      env_has(envp, "GOMP_SPINCOUNT") || started_by_dynamic_linker())
     return;
   size_t n = 0;
   while (envp[n]) n++;

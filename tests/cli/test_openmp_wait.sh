@@ -36,6 +36,13 @@ expect_out "OpenMP wait libgomp's default (GOMP_SPINCOUNT=1000)"
 check user_spincount_recipe 0 "${clean[@]}" GOMP_SPINCOUNT=1000 "$runner" "$probe"
 expect_out "policy=nil spin=1000"
 
+# Started through the dynamic linker, /proc/self/exe is the linker: no restart, the recipe still runs.
+ldso=$(ldd "$runner" | awk '$1 ~ /\/ld-linux/ {print $1; exit}')
+if [ -x "$ldso" ]; then
+  check through_ld_so 0 "${clean[@]}" "$ldso" "$runner" "$probe"
+  expect_out "policy=nil spin=nil"
+fi
+
 # An inherited mark without luatune's value is the user's setting, not luatune's default.
 check inherited_mark 0 "${clean[@]}" OMP_WAIT_POLICY=ACTIVE LUATUNE_OPENMP_WAIT=default "$runner" --version
 expect_out "OpenMP wait ACTIVE (OMP_WAIT_POLICY)"
