@@ -9,49 +9,40 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include <utility>
 #include <vector>
 
+#include "host/core/enum_names.h"
 #include "host/core/error.h"
 #include "host/core/strings.h"
 
 namespace luatune {
 
 namespace {
-struct DtypeName {
-  const char* name;
-  c10::ScalarType type;
+// The first name of each type is its canonical (PyTorch) name; the others are aliases.
+constexpr EnumName<c10::ScalarType> kDtypeNames[] = {
+    {c10::kFloat, "float32"},     {c10::kFloat, "f32"},     {c10::kFloat, "fp32"},     {c10::kFloat, "float"},
+    {c10::kBFloat16, "bfloat16"}, {c10::kBFloat16, "bf16"}, {c10::kHalf, "float16"},   {c10::kHalf, "f16"},
+    {c10::kHalf, "fp16"},         {c10::kHalf, "half"},     {c10::kDouble, "float64"}, {c10::kDouble, "f64"},
+    {c10::kDouble, "double"},     {c10::kLong, "int64"},    {c10::kLong, "i64"},       {c10::kLong, "long"},
+    {c10::kInt, "int32"},         {c10::kInt, "i32"},       {c10::kInt, "int"},        {c10::kShort, "int16"},
+    {c10::kShort, "i16"},         {c10::kChar, "int8"},     {c10::kChar, "i8"},        {c10::kByte, "uint8"},
+    {c10::kByte, "u8"},           {c10::kBool, "bool"},
 };
-// The first name of each type is its canonical (PyTorch) name.
-const std::vector<DtypeName>& dtype_names() {
-  static const std::vector<DtypeName> names = {
-      {"float32", c10::kFloat}, {"f32", c10::kFloat},         {"fp32", c10::kFloat},
-      {"float", c10::kFloat},   {"bfloat16", c10::kBFloat16}, {"bf16", c10::kBFloat16},
-      {"float16", c10::kHalf},  {"f16", c10::kHalf},          {"fp16", c10::kHalf},
-      {"half", c10::kHalf},     {"float64", c10::kDouble},    {"f64", c10::kDouble},
-      {"double", c10::kDouble}, {"int64", c10::kLong},        {"i64", c10::kLong},
-      {"long", c10::kLong},     {"int32", c10::kInt},         {"i32", c10::kInt},
-      {"int", c10::kInt},       {"int16", c10::kShort},       {"i16", c10::kShort},
-      {"int8", c10::kChar},     {"i8", c10::kChar},           {"uint8", c10::kByte},
-      {"u8", c10::kByte},       {"bool", c10::kBool},
-  };
-  return names;
-}
 }  // namespace
 
 bool dtype_try_parse(const std::string& name, c10::ScalarType* out) {
-  for (const auto& d : dtype_names())
-    if (name == d.name) return *out = d.type, true;
-  return false;
+  const auto* row = enum_row(kDtypeNames, name);
+  if (row) *out = row->value;
+  return row != nullptr;
 }
 
 c10::ScalarType dtype_parse(const std::string& name) {
+  if (const auto* row = enum_row(kDtypeNames, name)) return row->value;
   std::vector<std::string> known;
-  for (const auto& d : dtype_names()) {
-    if (name == d.name) return d.type;
-    known.push_back(d.name);
-  }
+  for (const auto& d : kDtypeNames) known.push_back(d.name);
   std::string near = str_nearest(name, known);
   fail("unknown dtype '" + name + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)"),
        "expected one of float32, bfloat16, float16, float64, int64, int32, int16, int8, uint8, bool "
@@ -59,9 +50,8 @@ c10::ScalarType dtype_parse(const std::string& name) {
 }
 
 std::string dtype_name(c10::ScalarType t) {
-  for (const auto& d : dtype_names())
-    if (d.type == t) return d.name;
-  return c10::toString(t);
+  const char* name = enum_name(kDtypeNames, t, nullptr);
+  return name ? name : c10::toString(t);
 }
 
 void cpu_threads_init() {
@@ -76,10 +66,9 @@ std::string openmp_wait_policy() {
   if (policy) {
     // luatune's default only when the value is the one it sets: a mark inherited beside a policy
     // the user set later is the user's.
-    const std::string mark = kOpenmpWaitDefaultMark, name = mark.substr(0, mark.find('='));
-    const char* defaulted = std::getenv(name.c_str());
-    const bool ours =
-        defaulted && mark.substr(name.size() + 1) == defaulted && std::string(policy) == "PASSIVE";
+    bool marked = false;
+    for (char** e = environ; *e && !marked; e++) marked = std::strcmp(*e, kOpenmpWaitDefaultMark) == 0;
+    const bool ours = marked && std::strcmp(policy, "PASSIVE") == 0;
     return std::string(policy) + (ours ? " (luatune's default)" : " (OMP_WAIT_POLICY)");
   }
   const char* spin = std::getenv("GOMP_SPINCOUNT");

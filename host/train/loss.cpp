@@ -68,8 +68,6 @@ at::Tensor fused_cross_entropy(const at::Tensor& hidden, const at::Tensor& weigh
   // An fp16 head's gradient is summed in float32 (its chunk sums could pass fp16's 65504); bf16 and
   // float32 heads accumulate in their own dtype, as PyTorch's autograd does.
   const bool w_float_acc = want_w && grads->weight.scalar_type() != weight.scalar_type();
-  // Rows without a target (the trainer passes none; other callers may) are zeroed per block.
-  const bool all_valid = N == 0 || targets.ne(kIgnoreTarget).all().item<bool>();
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t n = std::min(chunk, N - r0);
     const bool first = r0 == 0;
@@ -106,60 +104,64 @@ at::Tensor fused_cross_entropy(const at::Tensor& hidden, const at::Tensor& weigh
         grads->weight.index_add_(0, tc, h * valid_col.neg());
       }
       continue;
-    } else {
-      // The log-sum-exp over the vocabulary block by block (running maximum and rescaled sum),
-      // each block in float32.
-      at::Tensor m, s;  // (n) running maximum and sum of exp(x - m)
-      for (int64_t j0 = 0; j0 < V; j0 += block) {
-        at::Tensor a = z.narrow(1, j0, std::min(block, V - j0)).to(at::kFloat, false, /*copy=*/true);
-        if (softcap > 0) a.div_(softcap).tanh_().mul_(softcap);
-        at::Tensor bm = at::amax(a, {1});
-        if (!m.defined()) {
-          m = bm;
-          s = a.sub_(m.unsqueeze(1)).exp_().sum(1);
-        } else {
-          at::Tensor m2 = at::maximum(m, bm);
-          s = s.mul_((m - m2).exp_()).add_(a.sub_(m2.unsqueeze(1)).exp_().sum(1));
-          m = m2;
-        }
-      }
-      at::Tensor lse = s.log_().add_(m);  // (n)
-      total.add_(((lse - picked) * valid).sum());
-      if (!grads) continue;
+    }
 
-      // d loss / d logits = (softmax - onehot(target)) * valid, times 1 - tanh^2 under the softcap,
-      // formed in float32 per block and written over the logits (the model dtype) for the matmuls.
-      at::Tensor lse_col = lse.unsqueeze(1);
-      at::Tensor h_acc = w_float_acc ? h.to(at::kFloat) : h;
-      for (int64_t j0 = 0; j0 < V; j0 += block) {
-        const int64_t w = std::min(block, V - j0);
-        at::Tensor zb = z.narrow(1, j0, w);
-        at::Tensor a = low_precision ? zb.to(at::kFloat) : zb;  // float32: in place on the logits
-        at::Tensor p = softcap > 0 ? a.div_(softcap).tanh_().mul(softcap) : a;  // a holds the tanh
-        p.sub_(lse_col).exp_();
-        at::Tensor in_block = tc.ge(j0).logical_and_(tc.lt(j0 + w)).to(at::kFloat).mul_(valid);
-        p.scatter_add_(1, (tc - j0).clamp_(0, w - 1).unsqueeze(1), in_block.neg_().unsqueeze(1));
-        if (!all_valid) p.mul_(valid.unsqueeze(1));
-        if (softcap > 0) p.mul_(a.mul_(a).neg_().add_(1));
-        if (!p.is_same(zb)) zb.copy_(p);
-        if (w_float_acc) {
-          at::Tensor gw = grads->weight.narrow(0, j0, w);
-          if (first)
-            at::mm_out(gw, p.t(), h_acc);
-          else
-            gw.addmm_(p.t(), h_acc);
-        }
+    // The log-sum-exp over the vocabulary block by block (running maximum and rescaled sum),
+    // each block in float32.
+    at::Tensor m, s;  // (n) running maximum and sum of exp(x - m)
+    for (int64_t j0 = 0; j0 < V; j0 += block) {
+      at::Tensor a = z.narrow(1, j0, std::min(block, V - j0)).to(at::kFloat, false, /*copy=*/true);
+      if (softcap > 0) a.div_(softcap).tanh_().mul_(softcap);
+      at::Tensor bm = at::amax(a, {1});
+      if (!m.defined()) {
+        m = bm;
+        s = a.sub_(m.unsqueeze(1)).exp_().sum(1);
+      } else {
+        at::Tensor m2 = at::maximum(m, bm);
+        s = s.mul_((m - m2).exp_()).add_(a.sub_(m2.unsqueeze(1)).exp_().sum(1));
+        m = m2;
+      }
+    }
+    at::Tensor lse = s.log_().add_(m);  // (n)
+    total.add_(((lse - picked) * valid).sum());
+    if (!grads) continue;
+
+    // d loss / d logits = softmax - onehot(target), times 1 - tanh^2 under the softcap, formed in
+    // float32 per block and written over the logits (the model dtype) for the matmuls. Rows without
+    // a target (the trainer passes none; other callers may) are zeroed on the (n, C) side: in the
+    // hidden rows the weight gradient multiplies and in the hidden gradient's rows.
+    at::Tensor lse_col = lse.unsqueeze(1);
+    at::Tensor valid_col = valid.unsqueeze(1);
+    at::Tensor h_acc = w_float_acc ? h.to(at::kFloat) : h;
+    h_acc = h_acc * valid_col.to(h_acc.scalar_type());
+    for (int64_t j0 = 0; j0 < V; j0 += block) {
+      const int64_t w = std::min(block, V - j0);
+      at::Tensor zb = z.narrow(1, j0, w);
+      at::Tensor a = low_precision ? zb.to(at::kFloat) : zb;  // float32: in place on the logits
+      at::Tensor p = softcap > 0 ? a.div_(softcap).tanh_().mul(softcap) : a;  // a holds the tanh
+      p.sub_(lse_col).exp_();
+      at::Tensor in_block = tc.ge(j0).logical_and_(tc.lt(j0 + w)).to(at::kFloat).mul_(valid);
+      p.scatter_add_(1, (tc - j0).clamp_(0, w - 1).unsqueeze(1), in_block.neg_().unsqueeze(1));
+      if (softcap > 0) p.mul_(a.mul_(a).neg_().add_(1));
+      if (!p.is_same(zb)) zb.copy_(p);
+      if (w_float_acc) {
+        at::Tensor gw = grads->weight.narrow(0, j0, w);
+        if (first)
+          at::mm_out(gw, p.t(), h_acc);
+        else
+          gw.addmm_(p.t(), h_acc);
       }
     }
     if (want_h) {
       at::Tensor gh = grads->hidden.narrow(0, r0, n);  // rows of a contiguous (N, C): contiguous
       at::mm_out(gh, z, weight);
+      gh.mul_(valid_col.to(gh.scalar_type()));
     }
     if (want_w && !w_float_acc) {
       if (first)
-        at::mm_out(grads->weight, z.t(), h);
+        at::mm_out(grads->weight, z.t(), h_acc);
       else
-        grads->weight.addmm_(z.t(), h);
+        grads->weight.addmm_(z.t(), h_acc);
     }
   }
   if (want_w && N == 0) grads->weight.zero_();
