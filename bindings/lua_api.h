@@ -1,11 +1,11 @@
-// The Lua API declared once, as data: bindings/lua_api.yaml declares every module, class, function
-// and option table the bindings register with Lua. The build embeds that file in the runner; it is
-// parsed once, on first use, into the structs below. A binding looks its declaration up by full name
-// (lt_check_options(L, 2, lt_api("lora.apply"))), and `runner api` writes types/luatune.d.lua
-// (lua-language-server annotations) and the option tables of docs/lua_api.md from the same data, so
-// code, editor types and docs cannot drift apart. `runner api --check` also opens every module and
-// fails when one registers a function the file does not declare, or the file declares one that no
-// module registers.
+// The Lua API declared once, as data: bindings/api/*.yaml (one file per module, and modules.yaml
+// listing them in order) declare every module, class, function and option table the bindings
+// register with Lua. The build embeds those files in the runner; they are parsed once, on first use, into the
+// structs below. A binding looks its declaration up by full name (lt_check_options(L, 2,
+// lt_api("lora.apply"))), and `runner api` writes types/luatune.d.lua (lua-language-server annotations) and
+// the option tables of docs/lua_api.md from the same data, so code, editor types and docs cannot drift apart.
+// `runner api --check` also opens every module and fails when one registers a function the files do not
+// declare, or they declare one that no module registers.
 #pragma once
 
 #include <map>
@@ -15,7 +15,7 @@
 namespace luatune {
 
 // ============================================================================================
-// Declarations (the fields are those of bindings/lua_api.yaml)
+// Declarations (the fields are those of bindings/api/modules.yaml)
 
 // One key of an option table. `type` is a lua-language-server type: "integer", "number",
 // "boolean", "string", "table", "string|string[]", "\"nf4\"|\"fp4\"", a class ("Model", "Tensor",
@@ -45,7 +45,8 @@ struct LtFunc {
   std::vector<LtOpt> options;       // the option table's keys (none: no option table)
   const LtTable* shared = nullptr;  // or a table declared apart, in some module's `tables`
   std::string self_class;           // also a method of this class: torch.exp(t) is t:exp()
-  int line = 0;                     // where the data file declares it
+  std::string file;                 // where a data file declares it: "bindings/api/lora.yaml"
+  int line = 0;
 };
 
 // A Lua-visible userdata class (its methods are LtFuncs whose module is the class name).
@@ -64,9 +65,15 @@ struct LtModuleApi {
   std::vector<LtTable> tables;
 };
 
-// A parsed data file. Not copyable: LtFunc::shared and the indexes point into `modules`.
+// A data file: its path, as errors name it ("bindings/api/lora.yaml"), and its text.
+struct LtApiFile {
+  std::string path;
+  std::string text;
+};
+
+// The parsed data files. Not copyable: LtFunc::shared and the indexes point into `modules`.
 struct LtApi {
-  std::string path;                              // the file, as errors name it: "bindings/lua_api.yaml"
+  std::string path;                              // the files, as messages name them: "bindings/api"
   std::vector<LtModuleApi> modules;              // in the order the runner opens them
   std::map<std::string, const LtFunc*> funcs;    // by full name
   std::map<std::string, const LtTable*> tables;  // by class
@@ -86,17 +93,20 @@ std::string lt_func_full_name(const LtFunc& f);
 std::vector<std::string> lt_split_top(const std::string& s, char sep);
 
 // ============================================================================================
-// The registry: bindings/lua_api.yaml as embedded at build time
+// The registry: bindings/api/*.yaml as embedded at build time
 
-// Parsed on the first call (the build has parsed the same text: `runner api --parse`, so a malformed
+// Parsed on the first call (the build has parsed the same texts: `runner api --parse`, so a malformed
 // file fails the build, on one line naming the file, the line and what was expected).
 const LtApi& lt_api_registry();
 // The declaration of "lora.apply" or "Model:generate"; fails naming it when the file has none.
 const LtFunc& lt_api(const std::string& full_name);
 // The table declared apart as `cls` ("CreationOpts"); fails naming it when the file has none.
 const LtTable& lt_api_table(const std::string& cls);
-// Parses a data file's text; `path` names it in errors.
-LtApi lt_api_parse(const std::string& text, const std::string& path);
+// Parses the data files, each named in errors by its own path; `path` names them all ("bindings/api").
+// One file's root is the list of modules in order (modules.yaml), the others' MODULE: {...}.
+LtApi lt_api_parse(const std::vector<LtApiFile>& files, const std::string& path);
+// Every DIR/*.yaml, read, in name order.
+std::vector<LtApiFile> lt_api_read_dir(const std::string& dir);
 
 // Inconsistencies, one line each (empty when sound): within the declarations (duplicate names,
 // unknown classes, a shared table of sweep.run that differs from host/sweep's list, ...), and
@@ -110,9 +120,9 @@ std::string lt_api_lua_types(const LtApi& api);
 std::string lt_api_refresh_markdown(const LtApi& api, const std::string& doc,
                                     std::vector<std::string>* problems);
 
-// `runner api --check|--write [ROOT] | --lua-types | --markdown | --parse [--spec FILE]` (a
-// developer tool, not in --help): args are those after "api"; --spec reads FILE instead of the
-// embedded data file; --parse only parses it (the build runs it: a malformed file fails the build).
+// `runner api --check|--write [ROOT] | --lua-types | --markdown | --parse [--spec DIR]` (a
+// developer tool, not in --help): args are those after "api"; --spec reads DIR/*.yaml instead of
+// the embedded data files; --parse only parses them (the build runs it: a malformed file fails the build).
 // Returns the exit status.
 int lt_api_main(const std::vector<std::string>& args);
 

@@ -1,14 +1,18 @@
-// Reads bindings/lua_api.yaml (the Lua API's declarations, see lua_api.h) into an LtApi, and the
-// registry: the copy the build embedded in the runner, parsed once and looked up by full name.
+// Reads bindings/api/*.yaml (the Lua API's declarations, see lua_api.h) into an LtApi, and the
+// registry: the copies the build embedded in the runner, parsed once and looked up by full name.
 // Plus the names a declaration implies (full name, option class).
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "bindings/lua_api.h"
 #include "host/core/error.h"
+#include "host/core/files.h"
 #include "host/core/strings.h"
 
 namespace luatune {
@@ -47,8 +51,9 @@ std::string lt_func_full_name(const LtFunc& f) {
   return f.module + (is_class_name(f.module) ? ":" : ".") + f.name;
 }
 
-// The text of bindings/lua_api.yaml, written into the build directory by cmake/embed_text.cmake.
-extern const char lt_api_yaml_text[];
+// Every bindings/api/*.yaml, written into the build directory by cmake/embed_text.cmake: its path
+// (from the checkout's root) and its text, alternating, then nullptr.
+extern const char* const lt_api_yaml_files[];
 
 namespace {
 
@@ -115,26 +120,69 @@ bool is_identifier(const std::string& s) {
 
 }  // namespace
 
-LtApi lt_api_parse(const std::string& text, const std::string& path) {
-  Reader r{path};
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    fail(path +
-         (e.mark.is_null()
-              ? ""
-              : ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1)) +
-         ": not valid YAML: " + e.msg);
-  }
+LtApi lt_api_parse(const std::vector<LtApiFile>& files, const std::string& path) {
   LtApi api;
   api.path = path;
-  const auto modules = r.entries(root, "the file (MODULE: {doc, classes, tables, functions})");
+  // Each file's root: the list of modules (a sequence) or MODULE: {...} entries (a map).
+  struct Declared {
+    Reader r;
+    YAML::Node key, value;
+  };
+  std::map<std::string, Declared> declared;
+  std::optional<Reader> order_reader;
+  YAML::Node order;
+  for (const LtApiFile& file : files) {
+    Reader r{file.path};
+    YAML::Node root;
+    try {
+      root = YAML::Load(file.text);
+    } catch (const YAML::Exception& e) {
+      fail(file.path +
+           (e.mark.is_null()
+                ? ""
+                : ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1)) +
+           ": not valid YAML: " + e.msg);
+    }
+    if (root.IsSequence()) {
+      if (order_reader)
+        r.error(root,
+                "a second list of modules (" + order_reader->path + " lists them); expected MODULE: {...}");
+      order_reader = r;
+      order = root;
+      continue;
+    }
+    for (const auto& [k, v] : r.entries(root, "the file (MODULE: {doc, classes, tables, functions})")) {
+      auto [it, fresh] = declared.emplace(k.Scalar(), Declared{r, k, v});
+      if (!fresh)
+        r.error(k, "module " + k.Scalar() + " is declared twice (also at " +
+                       it->second.r.where(it->second.key) + ")");
+    }
+  }
+  if (!order_reader)
+    fail(path + ": no file lists the modules in the order the runner opens them (a YAML list: modules.yaml)");
+
+  // The modules in the listed order, each with the file that declares it.
+  std::vector<const Declared*> modules;
+  std::set<std::string> listed;
+  for (const YAML::Node& item : order) {
+    const std::string name = order_reader->text(item, "the list of modules: an entry");
+    if (!listed.insert(name).second) order_reader->error(item, "module " + name + " is listed twice");
+    auto it = declared.find(name);
+    if (it == declared.end())
+      order_reader->error(item, "module " + name + " is listed, but no file of " + path + " declares it");
+    modules.push_back(&it->second);
+  }
+  for (const auto& [name, d] : declared)
+    if (!listed.count(name))
+      d.r.error(d.key, "module " + name + " is declared, but " + order_reader->path + " does not list it");
   api.modules.reserve(modules.size());  // no reallocation: tables and functions are pointed at
 
   // Modules, classes and tables first: any function may name any module's table.
-  std::vector<YAML::Node> functions;
-  for (const auto& [k, v] : modules) {
+  std::vector<std::pair<const Reader*, YAML::Node>> functions;
+  for (const Declared* d : modules) {
+    const Reader& r = d->r;
+    const YAML::Node& k = d->key;
+    const YAML::Node& v = d->value;
     LtModuleApi m;
     m.module = k.Scalar();
     if (!is_identifier(m.module)) r.error(k, "'" + m.module + "': expected a module name (an identifier)");
@@ -156,7 +204,7 @@ LtApi lt_api_parse(const std::string& text, const std::string& path) {
     if (m.doc.empty()) r.error(v, m.module + ": expected a doc (one line)");
     if (!v["functions"])
       r.error(v, m.module + ": expected functions (FULL_NAME: {params, returns, doc, ...})");
-    functions.push_back(v["functions"]);
+    functions.emplace_back(&r, v["functions"]);
     api.modules.push_back(std::move(m));
   }
   for (const LtModuleApi& m : api.modules)
@@ -165,10 +213,12 @@ LtApi lt_api_parse(const std::string& text, const std::string& path) {
   // Functions.
   for (size_t i = 0; i < api.modules.size(); i++) {
     LtModuleApi& m = api.modules[i];
-    for (const auto& [k, v] : r.entries(functions[i], m.module + ": functions")) {
+    const Reader& r = *functions[i].first;
+    for (const auto& [k, v] : r.entries(functions[i].second, m.module + ": functions")) {
       const std::string full = k.Scalar();
       const size_t sep = full.find_first_of(".:");
       LtFunc f;
+      f.file = r.path;
       f.line = k.Mark().line + 1;
       f.module = sep == std::string::npos ? "" : full.substr(0, sep);
       f.name = sep == std::string::npos ? "" : full.substr(sep + 1);
@@ -208,8 +258,24 @@ LtApi lt_api_parse(const std::string& text, const std::string& path) {
 // The registry
 
 const LtApi& lt_api_registry() {
-  static const LtApi api = lt_api_parse(lt_api_yaml_text, "bindings/lua_api.yaml");
+  static const LtApi api = [] {
+    std::vector<LtApiFile> files;
+    for (const char* const* p = lt_api_yaml_files; *p; p += 2) files.push_back({p[0], p[1]});
+    return lt_api_parse(files, "bindings/api");
+  }();
   return api;
+}
+
+std::vector<LtApiFile> lt_api_read_dir(const std::string& dir) {
+  std::vector<std::string> paths;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().extension() == ".yaml") paths.push_back(e.path().string());
+  if (ec) fail(dir + ": cannot list the directory: " + ec.message());
+  std::sort(paths.begin(), paths.end());
+  std::vector<LtApiFile> files;
+  for (const std::string& p : paths) files.push_back({p, file_read(p)});
+  return files;
 }
 
 const LtFunc& lt_api(const std::string& full_name) {

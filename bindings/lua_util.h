@@ -3,7 +3,7 @@
 // with, option-table readers that reject unknown keys, and the per-run state the runner shares with
 // the `config` module.
 //
-// Adding a Lua function: declare it in bindings/lua_api.yaml ("lora.merge", "Model:generate"),
+// Adding a Lua function: declare it in bindings/api/<module>.yaml ("lora.merge", "Model:generate"),
 // write it in bindings/<module>.cpp as l_<module>_<verb>, and register it on the line after its
 // closing brace under the same name:
 //
@@ -219,7 +219,7 @@ void lt_register_class(lua_State* L) {
 // Arguments and option tables
 
 const char* lt_fname(lua_State* L);  // the name of the running Lua-called function, for messages
-// The option table at idx against its declaration in bindings/lua_api.yaml (lt_api("lora.apply"),
+// The option table at idx against its declaration in bindings/api/*.yaml (lt_api("lora.apply"),
 // lt_api_table("DataOpts")): fails naming the bad key and the valid ones when it has a key not
 // declared, and naming the key, the type expected and the type got when a present value is not of
 // its declared type (lt_type_is_scalar types only). Returns whether there is a table to read: none

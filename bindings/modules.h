@@ -1,5 +1,5 @@
 // The Lua modules luatune provides; the runner opens each as a global of the same name. What each
-// exposes is declared in bindings/lua_api.yaml (bindings/lua_api.h); bindings/<module>.cpp registers
+// exposes is declared in bindings/api/<module>.yaml (bindings/lua_api.h); bindings/<module>.cpp registers
 // it (LT_REGISTER, bindings/lua_util.h).
 #pragma once
 
@@ -10,7 +10,7 @@
 
 namespace luatune {
 
-// Every module, in the order the runner opens them (and bindings/lua_api.yaml declares them).
+// Every module, in the order the runner opens them (and bindings/api/modules.yaml lists them).
 const std::vector<std::string>& lt_modules();
 // Opens every module into L as a global of its name, and as package.loaded[name] for require.
 void lt_open_modules(lua_State* L);

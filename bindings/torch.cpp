@@ -303,7 +303,7 @@ LT_REGISTER("torch.full_like", l_torch_full_like);
 // ============================================================================================
 // Elementwise: one table of unary ops, one of binary ops; each entry is one line.
 
-// Each entry is torch.name(t) and t:name() -> Tensor (declared in bindings/lua_api.yaml).
+// Each entry is torch.name(t) and t:name() -> Tensor (declared in bindings/api/torch.yaml).
 struct UnaryOp {
   const char* name;
   at::Tensor (*fn)(const at::Tensor&);

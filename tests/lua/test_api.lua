@@ -1,5 +1,5 @@
 -- tests/lua/test_api.lua: every function the Lua modules and classes expose at run time is declared
--- in types/luatune.d.lua (generated from bindings/lua_api.yaml by `runner api --write`, which
+-- in types/luatune.d.lua (generated from bindings/api/*.yaml by `runner api --write`, which
 -- `runner api --check` keeps current), and every function declared there exists; plus the option
 -- type checks the declarations drive (bindings/lua_api.h).
 local h = require "harness"
