@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs every system package luatune needs to build and test, by Debian 12 package name, then
 # the npm packages of the reference tests (tests/reference/node and tests/reference/llama, each
-# pinned by its lock file).
+# pinned by its lock file), then the Python environment with LibTorch, nvcc and the Hugging Face
+# libraries (third_party/python/requirements.lock).
 # Idempotent and non-interactive: what is already present is skipped, so a second run is a no-op.
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   clang-format                      # scripts/format.sh and CTest's format_check (version 14)
-  libtorch-dev libgloo-dev          # LibTorch 1.13 (CPU) and its c10d Gloo backend
+  libgloo-dev                       # gloo's headers for c10d's ProcessGroupGloo.hpp (docs/building.md)
   libopenblas0-pthread              # an optimised BLAS: LibTorch links libblas.so.3, which is the
                                     # reference BLAS unless this is installed (matmuls ~13x slower)
   libluajit-5.1-dev luajit          # the embedded Lua
@@ -20,6 +21,7 @@ packages=(
   libutf8proc-dev                   # tokenizer Unicode normalization (NFC, ...)
   libyaml-cpp-dev                   # --config FILE.yaml
   nodejs npm                        # transformers.js, the tokenizer and chat tests' reference
+  python3-venv                      # the Python environment below (venv, pip)
   python3-jinja2                    # Jinja2, the chat-template reference transformers.js cannot parse
   libgtest-dev libgmock-dev         # C++ unit tests
   libcpp-httplib-dev                # loopback HTTP server in tests
@@ -64,4 +66,31 @@ for name in node llama; do
     echo "setup: tests/reference/$name/node_modules up to date"
   fi
 done
+# The Python environment (.venv, or $LUATUNE_VENV): PyTorch 2.11 (whose LibTorch CMake builds
+# against), NVIDIA's CUDA 13.0 wheels (nvcc, headers, runtime libraries) and the Hugging Face
+# libraries the tests compare with, every file checked against the hashes in
+# third_party/python/requirements.lock. Installed again only when the lock changed since the last
+# install (a copy of it is kept in the venv); nothing here runs at build or test time.
+venv=${LUATUNE_VENV:-$root/.venv}
+lock=$root/third_party/python/requirements.lock
+if [ -f "$venv/.luatune-lock" ] && cmp -s "$lock" "$venv/.luatune-lock"; then
+  echo "setup: Python environment $venv up to date"
+else
+  echo "setup: Python environment $venv from third_party/python/requirements.lock"
+  [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
+  "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check --no-input --require-hashes \
+    --no-deps --only-binary=:all: -r "$lock"
+  # The CUDA wheels are laid out as one toolkit (nvidia/cu13: bin/nvcc, include, lib, nvvm) but
+  # ship only versioned libraries (libcudart.so.13) and no lib64: nvcc links from lib64, and CMake's
+  # FindCUDAToolkit looks for the unversioned names. The links are made inside the venv.
+  for cuda in "$venv"/lib/python3*/site-packages/nvidia/cu[0-9]*; do
+    [ -d "$cuda/lib" ] || continue
+    ln -sfn lib "$cuda/lib64"
+    for f in "$cuda"/lib/lib*.so.[0-9]*; do
+      b=${f%%.so.*}.so
+      [ -e "$b" ] || ln -s "$(basename "$f")" "$b"
+    done
+  done
+  cp "$lock" "$venv/.luatune-lock"
+fi
 echo "setup: done"

@@ -16,7 +16,83 @@ if(LUATUNE_DEPS_PREFIX)
 endif()
 
 # ---------------------------------------------------------------------------------------------
-# LibTorch: Debian's libtorch-dev 1.13 (CPU) or a CUDA LibTorch 2.x through CMAKE_PREFIX_PATH.
+# LibTorch and the CUDA toolkit: from the Python environment scripts/setup.sh makes (.venv in the
+# checkout, or $LUATUNE_VENV), pinned by third_party/python/requirements.lock: PyPI's torch wheel
+# (LibTorch 2.11, CUDA 13.0) and NVIDIA's CUDA wheels beside it (nvcc, headers, cudart, cuDNN, NCCL).
+# A LibTorch given through CMAKE_PREFIX_PATH (or Torch_DIR) still wins: the environment is appended.
+set(LUATUNE_VENV "" CACHE PATH "The Python environment with torch and the CUDA wheels (default: .venv, or $LUATUNE_VENV)")
+set(LUATUNE_VENV_USED "${LUATUNE_VENV}")
+if(NOT LUATUNE_VENV_USED)
+  if(DEFINED ENV{LUATUNE_VENV} AND NOT "$ENV{LUATUNE_VENV}" STREQUAL "")
+    set(LUATUNE_VENV_USED "$ENV{LUATUNE_VENV}")
+  else()
+    set(LUATUNE_VENV_USED "${PROJECT_SOURCE_DIR}/.venv")
+  endif()
+endif()
+# The directories the runner and the tests load LibTorch's shared libraries from at run time: the
+# wheels' libraries carry no RUNPATH to each other (Python preloads them; an executable cannot), so
+# every executable gets them all on its RPATH (luatune_link_torch_rpath, CMakeLists.txt).
+set(LUATUNE_TORCH_RPATH "")
+file(GLOB LUATUNE_VENV_SITE "${LUATUNE_VENV_USED}/lib/python3*/site-packages")
+if(LUATUNE_VENV_SITE)
+  list(GET LUATUNE_VENV_SITE 0 LUATUNE_VENV_SITE)
+  if(EXISTS "${LUATUNE_VENV_SITE}/torch/share/cmake/Torch/TorchConfig.cmake")
+    list(APPEND CMAKE_PREFIX_PATH "${LUATUNE_VENV_SITE}/torch/share/cmake")
+    list(APPEND LUATUNE_TORCH_RPATH "${LUATUNE_VENV_SITE}/torch/lib")
+  endif()
+  file(GLOB LUATUNE_VENV_NVIDIA_LIBS LIST_DIRECTORIES true "${LUATUNE_VENV_SITE}/nvidia/*/lib")
+  list(SORT LUATUNE_VENV_NVIDIA_LIBS)
+  list(APPEND LUATUNE_TORCH_RPATH ${LUATUNE_VENV_NVIDIA_LIBS})
+  # NVIDIA's CUDA 13 wheels share one toolkit-shaped root: bin/nvcc, include/, lib/, nvvm/.
+  file(GLOB LUATUNE_VENV_CUDA_ROOT LIST_DIRECTORIES true "${LUATUNE_VENV_SITE}/nvidia/cu[0-9]*")
+  if(LUATUNE_VENV_CUDA_ROOT)
+    list(GET LUATUNE_VENV_CUDA_ROOT 0 LUATUNE_VENV_CUDA_ROOT)
+    if(EXISTS "${LUATUNE_VENV_CUDA_ROOT}/bin/nvcc" AND NOT DEFINED CUDAToolkit_ROOT AND NOT DEFINED ENV{CUDAToolkit_ROOT})
+      set(CUDAToolkit_ROOT "${LUATUNE_VENV_CUDA_ROOT}")
+      set(CUDA_TOOLKIT_ROOT_DIR "${LUATUNE_VENV_CUDA_ROOT}" CACHE PATH "CUDA toolkit (FindCUDA, LibTorch's CMake)")
+      if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
+        set(CMAKE_CUDA_COMPILER "${LUATUNE_VENV_CUDA_ROOT}/bin/nvcc" CACHE FILEPATH "nvcc")
+      endif()
+    endif()
+  endif()
+  message(STATUS "luatune: Python environment ${LUATUNE_VENV_USED}")
+endif()
+# The environment's Python: what the tests run their Hugging Face references with (transformers,
+# peft, tokenizers, torch for PyTorch eager), so each compares with the versions the lock pins.
+if(EXISTS "${LUATUNE_VENV_USED}/bin/python3")
+  set(LUATUNE_PYTHON "${LUATUNE_VENV_USED}/bin/python3")
+else()
+  message(STATUS "luatune: no Python environment at ${LUATUNE_VENV_USED} (scripts/setup.sh makes it); "
+                 "LibTorch must come through CMAKE_PREFIX_PATH")
+endif()
+# The linker follows the wheels' libraries' own dependencies (libtorch_cpu.so needs libcudart.so.13).
+foreach(dir IN LISTS LUATUNE_TORCH_RPATH)
+  add_link_options("LINKER:-rpath-link,${dir}")
+endforeach()
+
+# LibTorch's CMake enables CUDA itself and then turns CMAKE_CUDA_ARCHITECTURES OFF (it wants
+# TORCH_CUDA_ARCH_LIST): the architectures for luatune's own kernels are kept aside first. sm_80
+# (A100) and sm_90 (H100/H200) as SASS unless -DCMAKE_CUDA_ARCHITECTURES says otherwise; CUDA 13
+# accepts nothing below sm_75 (nvcc --list-gpu-arch).
+if(NOT DEFINED LUATUNE_CUDA_ARCHS)
+  if(DEFINED CMAKE_CUDA_ARCHITECTURES AND CMAKE_CUDA_ARCHITECTURES)
+    set(LUATUNE_CUDA_ARCHS "${CMAKE_CUDA_ARCHITECTURES}")
+  elseif(DEFINED ENV{CUDAARCHS} AND NOT "$ENV{CUDAARCHS}" STREQUAL "")
+    set(LUATUNE_CUDA_ARCHS "$ENV{CUDAARCHS}")
+  else()
+    set(LUATUNE_CUDA_ARCHS 80 90)
+  endif()
+endif()
+set(LUATUNE_CUDA_ARCHS "${LUATUNE_CUDA_ARCHS}" CACHE STRING "CUDA architectures of luatune's kernels (e.g. 80;90)")
+if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  # The same list in LibTorch's spelling, so its CMake neither probes for a GPU nor lists eleven.
+  set(_archs "")
+  foreach(a IN LISTS LUATUNE_CUDA_ARCHS)
+    string(REGEX REPLACE "^([0-9]+)([0-9])(.*)$" "\\1.\\2\\3" a "${a}")
+    list(APPEND _archs "${a}")
+  endforeach()
+  set(TORCH_CUDA_ARCH_LIST "${_archs}")
+endif()
 find_package(Torch REQUIRED)
 set(LUATUNE_TORCH_HAS_CUDA OFF)
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES OR CAFFE2_USE_CUDA)
@@ -115,8 +191,10 @@ if(LUATUNE_TORCH_HAS_CUDA AND LUATUNE_WITH_CUDA)
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND)
     set(LUATUNE_CUDA ON)
-    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
-    find_library(NCCL_LIBRARY NAMES nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+    # NCCL: the toolkit's, or the nvidia-nccl wheel's (which has only libnccl.so.2).
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} "${LUATUNE_VENV_SITE}/nvidia/nccl/include")
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+                 HINTS ${CUDAToolkit_LIBRARY_DIR} "${LUATUNE_VENV_SITE}/nvidia/nccl/lib")
     if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
       set(LUATUNE_NCCL ON)
       add_library(luatune_nccl UNKNOWN IMPORTED)
