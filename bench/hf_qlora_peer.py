@@ -5,20 +5,26 @@ HF transformers + peft (+ bitsandbytes for QLoRA: NF4, double quantization, bf16
 same random model directory, LoRA r 16 / alpha 32 on all linear layers, gradient checkpointing,
 AdamW, batch 1 x LENGTH, 2 warm-up steps then 6 timed ones. Prints one JSON line like
 bench/qlora_step.lua: base weight GB, peak allocated GB (torch.cuda.max_memory_allocated), median
-tokens/s. Needs a CUDA GPU.
+tokens/s. Needs a CUDA GPU. On the GPU machine bitsandbytes comes from the wheels
+scripts/device-wheels.sh downloads (docs/gpu.md); the GPU harness's own HF QLoRA side is
+bench/gpu/hf_train_bench.py.
 """
 import json
 import sys
 import time
 
 import torch
+import transformers
+from packaging.version import Version
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 
 def main():
     model_dir, method, length = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    kwargs = {"torch_dtype": torch.bfloat16, "device_map": {"": 0}}
+    # transformers 4.56 renamed torch_dtype to dtype (the old name warns)
+    dtype_kw = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+    kwargs = {dtype_kw: torch.bfloat16, "device_map": {"": 0}}
     if method == "qlora":
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,

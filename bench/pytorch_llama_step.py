@@ -2,11 +2,11 @@
 """bench/pytorch_llama_step.py METHOD VOCAB [STEPS WARMUP] [--paced]: the PyTorch eager peer of
 bench/llama_step.lua.
 
-Plain PyTorch (Debian's python3-torch 1.13.1: the LibTorch and OpenBLAS luatune links) on the same
-random fp32 Llama: hidden 512, 4 layers, GQA 8 query / 2 KV heads (head_dim 64), intermediate 1408,
-untied LM head, batch 4 x 256 tokens. The maths follow host/model/transformer.cpp: RMSNorm in fp32,
-rotate-half RoPE, KV heads repeated, explicit attention (scores, causal mask, fp32 softmax; LibTorch
-1.13 has no SDPA, luatune takes host/model/attention.h's explicit path there too), SwiGLU MLP.
+Plain PyTorch (the environment's torch 2.11: the LibTorch luatune links) on the same random fp32
+Llama: hidden 512, 4 layers, GQA 8 query / 2 KV heads (head_dim 64), intermediate 1408, untied LM
+head, batch 4 x 256 tokens. The maths follow host/model/transformer.cpp: RMSNorm in fp32,
+rotate-half RoPE, KV heads repeated, causal scaled_dot_product_attention (what
+host/model/attention.h calls without a softcap), SwiGLU MLP.
 Loss: F.cross_entropy on the full (B*T, V) logits, next-token targets, last position ignored.
 Step: backward, clip_grad_norm_(1.0), torch.optim.AdamW (weight decay 0, as luatune's default),
 zero_grad(set_to_none=True). METHOD full trains every weight; lora freezes them and adds LoRA r 16,
@@ -67,7 +67,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(HIDDEN, KV_HEADS * self.head_dim, bias=False)
         self.o_proj = nn.Linear(HEADS * self.head_dim, HIDDEN, bias=False)
 
-    def forward(self, x, cos, sin, mask):
+    def forward(self, x, cos, sin):
         B, T, _ = x.shape
         D = self.head_dim
         q = self.q_proj(x).view(B, T, HEADS, D).transpose(1, 2)     # (B, H, T, D)
@@ -77,9 +77,7 @@ class Attention(nn.Module):
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(HEADS // KV_HEADS, dim=1)  # (B, H, T, D)
         v = v.repeat_interleave(HEADS // KV_HEADS, dim=1)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-        scores = scores.float().masked_fill(~mask, float("-inf"))
-        a = torch.softmax(scores, dim=-1).to(q.dtype) @ v  # (B, H, T, D)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(D))  # (B, H, T, D)
         return self.o_proj(a.transpose(1, 2).reshape(B, T, HEADS * D))
 
 
@@ -102,8 +100,8 @@ class Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(HIDDEN)
         self.mlp = MLP()
 
-    def forward(self, h, cos, sin, mask):
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, mask)
+    def forward(self, h, cos, sin):
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -126,11 +124,10 @@ class Llama(nn.Module):
 
     def forward(self, ids):
         T = ids.shape[1]
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
         cos, sin = self.cos[:T], self.sin[:T]
         h = self.embed_tokens(ids)
         for layer in self.layers:
-            h = layer(h, cos, sin, mask)
+            h = layer(h, cos, sin)
         return self.lm_head(self.norm(h))  # (B, T, V)
 
 

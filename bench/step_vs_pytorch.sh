@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/step_vs_pytorch.sh [RUNNER]: luatune's CPU training step against plain PyTorch eager on the
 # same model, batch and threads. luatune: bench/llama_step.lua; PyTorch: bench/pytorch_llama_step.py
-# (Debian's python3-torch 1.13.1, the LibTorch and OpenBLAS luatune links; installed here when
-# missing, never by setup.sh or the tests). Random fp32 Llama, hidden 512, 4 layers, GQA 8/2 heads,
+# run by the Python environment scripts/setup.sh makes (.venv, or $LUATUNE_VENV): PyTorch 2.11, the
+# very LibTorch (and MKL, and OpenMP runtime) luatune links. Random fp32 Llama, hidden 512, 4 layers, GQA 8/2 heads,
 # intermediate 1408, batch 4 x 256 tokens, 2 threads, AdamW, clipping 1.0; full fine-tuning and LoRA
 # r16 on all linear layers; vocabularies 32000 and 128256.
 # For each (method, vocab) both sides start (one after the other), take their WARMUP steps, then
@@ -19,7 +19,7 @@
 # pairs of the runner against PyTorch with none of these settings (its defaults: what a user who
 # runs plain PyTorch gets). The table's first column names the setting: on, off, as-is.
 # Environment: PAIRS (5), WARMUP (1), CONFIGS ("full:32000 lora:32000 full:128256 lora:128256"),
-# PYTHON (/usr/bin/python3, Debian's), RUNNER_OFF, PEER_AS_IS, LOG (the steps, one line each).
+# PYTHON (the environment's python3), RUNNER_OFF, PEER_AS_IS, LOG (the steps, one line each).
 # Run: bench/step_vs_pytorch.sh build/runner   (about 2 minutes on 2 otherwise idle cores, 4 with
 # RUNNER_OFF; 8-12 with RUNNER_OFF at a load average of 4-6, and then the ratios are noise)
 set -euo pipefail
@@ -27,18 +27,19 @@ cd "$(dirname "$0")/.."
 runner=${1:-build/runner}
 pairs=${PAIRS:-5} warmup=${WARMUP:-1}
 configs=${CONFIGS:-"full:32000 lora:32000 full:128256 lora:128256"}
-py=${PYTHON:-/usr/bin/python3}
+py=${PYTHON:-${LUATUNE_VENV:-.venv}/bin/python3}
 log=${LOG:-$(mktemp /tmp/step_vs_pytorch.XXXXXX)}
 : >"$log"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# Set-up: the peer, Debian's PyTorch (same LibTorch 1.13 and OpenBLAS as luatune).
-if ! "$py" -c 'import torch' 2>/dev/null; then
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-  echo "step_vs_pytorch: installing python3-torch (the PyTorch peer)"
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-torch
+# The peer: the environment's PyTorch, checked to be the LibTorch the runner reports.
+peer_version=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])') ||
+  { echo "step_vs_pytorch: $py has no torch (run scripts/setup.sh, or set PYTHON)" >&2; exit 2; }
+runner_version=$("$runner" --version | sed -n 's/^LibTorch //p')
+if [ "$peer_version" != "$runner_version" ]; then
+  echo "step_vs_pytorch: PyTorch $peer_version ($py) is not the runner's LibTorch $runner_version" >&2
+  exit 2
 fi
 
 malloc_of() { "$1" --version | sed -n 's/^malloc //p'; }

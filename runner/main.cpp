@@ -200,7 +200,7 @@ static int run_command(const Command& cmd) {
 // initialiser, libc's included. So this runs then, on the kernel's argv and envp (libc's getenv and
 // setenv do not work yet), and when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set it executes
 // this same binary again with OMP_WAIT_POLICY=PASSIVE added. That loads the libraries a second time
-// (about 0.13 s here), so the verbs that run no LibTorch kernels (help, ls, validate, plan, ...)
+// (about 0.5 s here), so the verbs that run no LibTorch kernels (help, ls, validate, plan, ...)
 // skip it; if the exec fails, the run goes on with libgomp's default.
 namespace {
 bool env_has(char** envp, const char* name) {

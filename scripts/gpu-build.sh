@@ -26,8 +26,11 @@ export PATH=$PATH:/usr/local/cuda/bin
 echo "gpu-build: LibTorch $(python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)')"
 generator=()
 if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+# LUATUNE_VENV: the host's Python environment, whose nvidia/* wheels (cuDNN, NCCL, cudart) CMake puts
+# on the executables' RPATH, and whose nvcc it uses when the environment has one (else the toolkit's).
+venv=$(python3 -c 'import sys; print(sys.prefix)')
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" \
-  -DLUATUNE_DEPS_PREFIX="$prefix" -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}"
+  -DLUATUNE_VENV="$venv" -DLUATUNE_DEPS_PREFIX="$prefix" -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}"
 # Keep going past a failed file: device time is short, so one build shows every error at once.
 keep_going=(-- -k)
 if grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja' "$build/CMakeCache.txt"; then keep_going=(-- -k 0); fi

@@ -4,7 +4,7 @@
 Runs luatune's GPU checks as steps, each in its own process with its own time cap; a step that fails,
 skips or runs out of time is recorded and the rest go on. After every step it rewrites
 OUT_DIR/gpu-report.json (raw) and OUT_DIR/gpu-report.md (dated, with the GPU and versions), and
-OUT_DIR/logs.tar.gz (every step's log); the HF fixtures it makes come back as hf-fixtures.tar.gz.
+OUT_DIR/logs.tar.gz (every step's log).
 Python 3 standard library only: it runs on the CPU machine (--dry-run, the CTest
 gpu_validate_dry_run) and on the GPU machine (torch, transformers and peft there). Its parsers and
 the report's Markdown are in scripts/gpu_validate_report.py. docs/gpu.md.
@@ -14,8 +14,10 @@ with too little left is skipped, so the report always comes back):
   build+tests  build (scripts/gpu-build.sh), the gpu-labelled tests, NF4 kernels and their GB/s,
                torchrun world size 1, the sharded trainer on one GPU, HF fixtures + parity, the HF
                round trip, then the whole suite with whatever time is left
-  bench        luatune vs HF transformers training speed and memory, Llama 3.2 1B and 3.1 8B shapes,
-               seq 2048, bf16, each run its own process; `runner plan` predicted vs measured peak
+  bench        the peers' wheels installed offline (scripts/device-wheels.sh's folder, carried), then
+               luatune vs HF transformers (+ peft, + bitsandbytes for QLoRA), HF with Liger's kernels
+               and Unsloth: training speed and memory, Llama 3.2 1B and 3.1 8B shapes, seq 2048, bf16,
+               each run its own process; `runner plan` predicted vs measured peak
   long         Llama 3.1 8B full fine-tuning (does not fit 80 GB: the OOM is the result)
 """
 import argparse
@@ -30,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 import time
@@ -38,7 +41,8 @@ import traceback
 sys.dont_write_bytecode = True  # no scripts/__pycache__ in the checkout
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_validate_report import (catalog_bandwidth, comparisons, num, pair_step_name, parse_ctest,  # noqa: E402
-                                 parse_gtest_json, parse_nf4_bench, parse_plan, render_markdown)
+                                 parse_gtest_json, parse_nf4_bench, parse_plan, peer_comparisons,
+                                 render_markdown)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PARTS = ("build+tests", "bench", "long")
@@ -55,6 +59,7 @@ RECIPES = {"full": "full_finetune", "lora": "lora_finetune", "qlora": "qlora_fin
 LUATUNE_BENCH = "bench/gpu/train_bench.lua"
 HF_BENCH = "bench/gpu/hf_train_bench.py"
 HF_ROUNDTRIP = "scripts/gpu/hf_roundtrip.py"
+PEER_REQUIREMENTS = "bench/gpu/peer-requirements.txt"  # the peers' pins, each with its [bundle]
 TINY_TOKENIZER = "tests/fixtures/tokenizers/bytelevel"  # in the tree: the GPU machine has no npm packages
 TINY_DATA = "tests/fixtures/data/text_small.jsonl"
 OOM = re.compile(r"out of memory|OutOfMemoryError|CUDA error: out of memory|std::bad_alloc", re.I)
@@ -67,6 +72,12 @@ GPU_PAIRS = {
     "long": [("llama-3.1-8b", "full", 2048, 1, 3, 180, True)],
 }
 CPU_PAIRS = [("tiny", m, 64, 2, 3, 120, False) for m in ("full", "lora", "qlora")]
+# The other side of each pair in the bench part: hf_train_bench.py --peer NAME, each for the methods it
+# runs (docs/gpu_bench.md "Peers"); the long part runs luatune and hf only.
+PEERS = {"hf": ("full", "lora", "qlora"), "liger": ("full", "lora", "qlora"), "unsloth": ("lora", "qlora")}
+# What the peers bring (their versions go into the report) and what the install must leave as it is.
+PEER_PACKAGES = ("bitsandbytes", "peft", "liger-kernel", "unsloth", "unsloth-zoo", "trl", "xformers", "torchao")
+KEEP_INSTALLED = re.compile(r"^(torch|torchvision|torchaudio|triton|transformers|nvidia-.*|cuda-.*)$")
 
 
 # ============================================================================================
@@ -115,6 +126,8 @@ class Context:
         build = args.build_dir or ("build" if args.dry_run else "build-gpu")
         self.build_dir = build if os.path.isabs(build) else os.path.join(ROOT, build)
         self.runner = os.path.join(self.build_dir, "runner")
+        wheels = getattr(args, "wheels", None) or ".wheels"
+        self.wheels = wheels if os.path.isabs(wheels) else os.path.join(ROOT, wheels)
         self.env = dict(os.environ, PYTHONUNBUFFERED="1", LUATUNE_HOME=ROOT)
         self.env.pop("LUATUNE_SEED", None)
         self.info = {}
@@ -375,21 +388,22 @@ def step_whole_suite(ctx, step):
     return ctest_step(ctx, step, ["-j", jobs, "--timeout", "300", "-E", "^gpu_validate"], "tests")
 
 
+def hf_fixtures_dir(ctx):
+    """Where the hf_fixtures step writes transformers' fixtures and hf_parity reads them (as CTest's
+    hf_fixtures test does for HFParity.*, through LUATUNE_HF_FIXTURES): this run's work directory."""
+    return os.path.join(ctx.work, "hf_fixtures")
+
+
 def step_hf_fixtures(ctx, step):
     ctx.need_transformers()
-    dest = os.path.join(ROOT, "tests", "fixtures", "hf")
+    dest = hf_fixtures_dir(ctx)
     p = ctx.run(step, [sys.executable, "scripts/make_hf_fixtures.py", dest])
     if p.rc == EXIT_SKIP:
         raise Skip(p.last_err_line())
     if p.rc != 0:
         raise Fail("make_hf_fixtures.py exited %d: %s" % (p.rc, p.last_err_line()))
     archs = sorted(d for d in os.listdir(dest) if os.path.isfile(os.path.join(dest, d, "expected.safetensors")))
-    archive = os.path.join(ctx.out_dir, "hf-fixtures.tar.gz")
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(dest, arcname="tests/fixtures/hf")
-    step.result = {"architectures": archs, "archive": os.path.basename(archive),
-                   "archive_bytes": os.path.getsize(archive),
-                   "unpack": "tar xzf hf-fixtures.tar.gz (from the checkout's root), then commit tests/fixtures/hf"}
+    step.result = {"architectures": archs}
     return "ok", "%d architectures" % len(archs)
 
 
@@ -400,8 +414,13 @@ def step_hf_parity(ctx, step):
         raise Fail("no %s" % os.path.relpath(exe, ROOT))
     # The gtest binary ctest runs for HFParity.*, called directly: a ctest nested in the dry-run CTest
     # test would share (and clobber) the outer run's Testing/Temporary logs.
+    fixtures = hf_fixtures_dir(ctx)
+    if not os.path.isdir(fixtures):
+        raise Skip("no fixtures in %s (the hf_fixtures step makes them where transformers is importable)"
+                   % os.path.relpath(fixtures, ROOT))
     js = os.path.join(ctx.work, "hf_parity.json")
-    p = ctx.run(step, [exe, "--gtest_filter=HFParity.*", "--gtest_output=json:" + js], cap=120)
+    env = dict(ctx.env, LUATUNE_HF_FIXTURES=fixtures)
+    p = ctx.run(step, [exe, "--gtest_filter=HFParity.*", "--gtest_output=json:" + js], cap=120, env=env)
     rows = parse_gtest_json(js) if os.path.exists(js) else []
     step.result = {"tests": rows}
     if not rows:
@@ -409,8 +428,6 @@ def step_hf_parity(ctx, step):
     failed = [r["test"] for r in rows if r["status"] == "failed"]
     if failed or p.rc != 0:
         raise Fail("%d of %d parity tests failed: %s" % (len(failed), len(rows), ", ".join(failed)))
-    if all(r["status"] == "skipped" for r in rows):
-        raise Skip("no fixtures in tests/fixtures/hf (made by the hf_fixtures step where transformers is importable)")
     return "ok", "%d architectures, float32 and bfloat16" % len(rows)
 
 
@@ -462,10 +479,10 @@ def bench_step(ctx, step):
         cmd = [ctx.runner, LUATUNE_BENCH, "shape=" + shape, "method=" + method, "seq=%d" % kw["seq"],
                "batch=%d" % kw["batch"], "steps=%d" % kw["steps"], "device=" + device, "dtype=bf16", "out=" + out]
     else:
-        ctx.need_script(HF_BENCH)  # it exits 3 itself without torch, transformers, peft or bitsandbytes
+        ctx.need_script(HF_BENCH)  # it exits 3 itself when the peer, torch, transformers, peft or bnb is missing
         cmd = [sys.executable, HF_BENCH, "--shape", shape, "--method", method, "--seq", str(kw["seq"]),
                "--batch", str(kw["batch"]), "--steps", str(kw["steps"]), "--device", device, "--dtype", "bf16",
-               "--out", out]
+               "--out", out] + (["--peer", side] if side != "hf" else [])
     if device == "cuda":
         ctx.need_cuda()
     step.result = {"shape": shape, "method": method, "side": side, "seq": kw["seq"], "batch": kw["batch"],
@@ -493,6 +510,90 @@ def bench_step(ctx, step):
     if missing:
         raise Fail("its JSON lacks " + ", ".join(missing))
     return "ok", "fit (an OOM was expected on 80 GB)" if kw["expect_oom"] else ""
+
+
+def norm_name(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_peer_requirements():
+    """{bundle: ["name==version", ...]} from bench/gpu/peer-requirements.txt, in its order."""
+    bundles = {}
+    with open(os.path.join(ROOT, PEER_REQUIREMENTS), encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"^([A-Za-z0-9_.-]+==\S+)\s+#\s*\[([\w-]+)\]", line)
+            if m:
+                bundles.setdefault(m.group(2), []).append(m.group(1))
+    return bundles
+
+
+def installed_versions():
+    """{normalized name: version} of this Python's distributions: the benchmarks run under it too."""
+    import importlib.metadata
+    out = {}
+    for d in importlib.metadata.distributions():
+        if d.metadata["Name"]:
+            out.setdefault(norm_name(d.metadata["Name"]), d.version)
+    return out
+
+
+def step_peer_wheels(ctx, step):
+    """Installs the peers (bench/gpu/peer-requirements.txt) offline from the carried bundle folders of
+    scripts/device-wheels.sh (DIR/<bundle>), one pip call per bundle, into this Python's environment (or
+    a prefix on PYTHONPATH where that is not writable). Constraints pin torch, triton, transformers and
+    the CUDA wheels to the installed versions, so pip changes none of them."""
+    bundles = read_peer_requirements()
+    rel = os.path.relpath(ctx.wheels, ROOT) if ctx.wheels.startswith(ROOT + os.sep) else ctx.wheels
+    folders = {b: os.path.join(ctx.wheels, b) for b in bundles}
+    carried = [b for b in bundles if os.path.isdir(folders[b])]
+    rows = [{"bundle": b, "packages": " ".join(pins), "carried": b in carried,
+             "wheels": len(glob.glob(os.path.join(folders[b], "*.whl")))} for b, pins in bundles.items()]
+    step.result = {"wheels_dir": rel, "python": sys.executable, "bundles": rows}
+    if not carried:
+        raise Skip("no %s/{%s}: run scripts/device-wheels.sh %s on a networked machine and carry its folders "
+                   "(docs/gpu.md)" % (rel, ",".join(bundles), rel))
+    if ctx.dry_run:
+        raise Skip("dry run: would install %s offline from %s" % (
+            "; ".join("%s (%s)" % (b, " ".join(bundles[b])) for b in carried), rel))
+    before = installed_versions()
+    constraints = os.path.join(ctx.work, "peer-constraints.txt")
+    with open(constraints, "w", encoding="utf-8") as f:
+        f.writelines("%s==%s\n" % (n, v) for n, v in sorted(before.items()) if KEEP_INSTALLED.match(n))
+    where = []
+    if not os.access(sysconfig.get_paths()["purelib"], os.W_OK):
+        prefix = os.path.join(ctx.work, "peer-prefix")
+        where = ["--prefix", prefix]
+        site = sysconfig.get_path("purelib", vars={"base": prefix, "platbase": prefix})
+        ctx.env["PYTHONPATH"] = os.pathsep.join([site] + [p for p in [ctx.env.get("PYTHONPATH")] if p])
+        step.result["prefix"] = prefix
+    links = [x for b in carried for x in ("--find-links", folders[b])]  # later bundles need earlier ones
+    failures = []
+    for row in rows:
+        pins = bundles[row["bundle"]]
+        if not row["carried"]:
+            row["status"] = "not carried"
+            continue
+        if all(before.get(norm_name(p.split("==")[0])) == p.split("==")[1] for p in pins):
+            row["status"] = "already installed"
+            continue
+        cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--only-binary=:all:", "--no-input",
+               "--disable-pip-version-check", "--progress-bar", "off", "-c", constraints] + links + where + pins
+        p = ctx.run(step, cmd)
+        done = re.search(r"^Successfully installed (.+)$", p.out, re.M)
+        row.update(status="installed" if p.rc == 0 else "failed", seconds=round(p.seconds, 1),
+                   installed=done.group(1) if done else "")
+        if p.rc != 0:
+            errors = [l.strip() for l in p.err.splitlines() if l.startswith("ERROR:")]
+            failures.append("%s: pip exited %d: %s" % (row["bundle"], p.rc, errors[0] if errors else p.last_err_line()))
+    after = installed_versions()
+    ctx.info.setdefault("python", {})["peers"] = {n: after.get(n) for n in PEER_PACKAGES}
+    changed = ["%s %s -> %s" % (n, v, after.get(n)) for n, v in before.items() if KEEP_INSTALLED.match(n)
+               and after.get(n) != v]
+    if changed:
+        raise Fail("the install changed what it must not: " + ", ".join(changed))
+    if failures:
+        raise Fail("; ".join(failures))
+    return "ok", "; ".join("%s: %s" % (r["bundle"], r["status"]) for r in rows)
 
 
 def plan_args(ctx, shape):
@@ -579,9 +680,12 @@ def make_steps(ctx):
         pairs = list(GPU_PAIRS[part])
         if ctx.dry_run and part == "bench":
             pairs = CPU_PAIRS + pairs
+        if part == "bench":
+            steps.append(Step("peer_wheels", part, 180, step_peer_wheels))
         for pr in pairs:
             shape, method, seq, batch, nsteps, cap, expect_oom = pr
-            for side in ("luatune", "hf"):
+            peers = [p for p, methods in PEERS.items() if method in methods and (part == "bench" or p == "hf")]
+            for side in ["luatune"] + peers:
                 steps.append(Step(pair_step_name(shape, method, side), part, cap, bench_step, side=side,
                                   shape=shape, method=method, seq=seq, batch=batch, steps=nsteps,
                                   expect_oom=expect_oom, reserve=20))
@@ -592,11 +696,14 @@ def make_steps(ctx):
     for s in steps:
         if s.part not in parts or (s.name == "build" and "build" in seen):
             continue  # one build per invocation
-        if ctx.args.only and not re.search(ctx.args.only, s.name) and s.name != "build":
+        if ctx.args.only and not re.search(ctx.args.only, s.name) and s.name not in ("build", "peer_wheels"):
             continue
         seen.add(s.name)
         out.append(s)
-    return out
+    # peer_wheels only where a step needs what it installs (bitsandbytes, Liger, Unsloth)
+    needs_wheels = any(s.kw.get("side") in ("liger", "unsloth") or
+                       (s.kw.get("side") == "hf" and s.kw.get("method") == "qlora") for s in out)
+    return [s for s in out if s.name != "peer_wheels" or needs_wheels]
 
 
 def run_step(ctx, step):
@@ -658,6 +765,13 @@ for mod in ("torch", "transformers", "peft", "bitsandbytes", "safetensors"):
         out[mod] = getattr(m, "__version__", "?")
     except Exception as e:
         out[mod] = None
+from importlib import metadata
+out["peers"] = {}
+for dist in ("bitsandbytes", "peft", "liger-kernel", "unsloth", "unsloth-zoo", "trl", "xformers", "torchao"):
+    try:
+        out["peers"][dist] = metadata.version(dist)  # not imported: unsloth needs a GPU to import
+    except Exception:
+        out["peers"][dist] = None
 if out["torch"]:
     import torch
     out["cuda"] = torch.version.cuda
@@ -701,7 +815,7 @@ print(json.dumps(out))
 
 def write_report(ctx, steps):
     report = {"format": "luatune-gpu-report/1", "dry_run": ctx.dry_run, "machine": ctx.info, "steps": steps,
-              "comparisons": comparisons(steps)}
+              "comparisons": comparisons(steps), "peer_comparisons": peer_comparisons(steps)}
     for name, text in (("gpu-report.json", json.dumps(report, indent=1, sort_keys=False) + "\n"),
                        ("gpu-report.md", render_markdown(report))):
         tmp = os.path.join(ctx.out_dir, name + ".tmp")
@@ -740,6 +854,8 @@ def parse_args(argv):
     ap.add_argument("--budget", type=int, default=570, help="seconds per part (default 570: one 10-minute call)")
     ap.add_argument("--build-dir", help="default build-gpu (dry run: build)")
     ap.add_argument("--deps", default=".deps", help="scripts/offline-deps.sh's folder (default .deps)")
+    ap.add_argument("--wheels", default=".wheels", help="scripts/device-wheels.sh's folder (default .wheels): "
+                                                        "the peers' bundles, installed offline by peer_wheels")
     ap.add_argument("--work", help="logs and scratch (default: a new temporary folder; keep it out of OUT_DIR "
                                    "on the device machine, which returns at most 8 files)")
     ap.add_argument("--only", help="run only the steps whose names match this regular expression (and build)")

@@ -125,6 +125,29 @@ def comparisons(steps):
     return rows
 
 
+def peer_comparisons(steps):
+    """luatune / peer ratios for the sides other than hf (HF with Liger's kernels, Unsloth): one row per
+    pair and peer that has a step, its status and skip reason included."""
+    by = {s["name"]: s for s in steps}
+    rows = []
+    for s in steps:
+        m = re.match(r"bench:([^:]+):([^:]+):(\w[\w-]*)$", s["name"])
+        if not m or m.group(3) in ("luatune", "hf"):
+            continue
+        lt = by.get(pair_step_name(m.group(1), m.group(2), "luatune"), {})
+        a, b = lt.get("result", {}), s.get("result", {})
+        row = {"shape": m.group(1), "method": m.group(2), "peer": m.group(3), "luatune": lt.get("status", "-"),
+               "peer_status": s["status"]}
+        for key in ("tokens_per_s", "peak_memory_gb", "mfu"):
+            va, vb = num(a.get(key)), num(b.get(key))
+            row["luatune_" + key] = "OOM" if a.get("oom") else va
+            row["peer_" + key] = "OOM" if b.get("oom") else vb
+            row[key + "_ratio"] = round(va / vb, 3) if va is not None and vb else None
+        row["peer_reason"] = s.get("reason", "") if s["status"] != "ok" else ""
+        rows.append(row)
+    return rows
+
+
 def num(v):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -192,6 +215,8 @@ def render_markdown(report):
               "- transformers: %s; peft: %s; bitsandbytes: %s" % (py.get("transformers") or "not importable",
                                                                   py.get("peft") or "not importable",
                                                                   py.get("bitsandbytes") or "not importable"),
+              "- peer packages (installed versions, after peer_wheels where it ran): %s" % (
+                  ", ".join("%s %s" % (k, v or "absent") for k, v in (py.get("peers") or {}).items()) or "-"),
               "- runner: %s" % "; ".join(l.strip() for l in (info.get("runner_version") or "-").splitlines()
                                          if l.strip()).replace(":; ", ": "),
               "- checkout: %s; host %s" % (info.get("git", "?"), info.get("host", "?")), ""]
@@ -210,6 +235,15 @@ def render_markdown(report):
                                   "tokens_per_s_ratio", "luatune_peak_memory_gb", "hf_peak_memory_gb",
                                   "peak_memory_gb_ratio", "luatune_step_time_s", "hf_step_time_s",
                                   "luatune_mfu", "hf_mfu", "mfu_ratio"])]
+    peers = report.get("peer_comparisons") or []
+    if peers:
+        lines += ["## Speed and memory: luatune / HF with Liger's kernels, Unsloth", "",
+                  "The same shapes and settings as the HF pairs (docs/gpu_bench.md \"Peers\"); ratios are luatune "
+                  "over the peer. A skipped peer says why (its import error, when it does not import).", "",
+                  md_table(peers, ["shape", "method", "peer", "luatune", "peer_status", "luatune_tokens_per_s",
+                                   "peer_tokens_per_s", "tokens_per_s_ratio", "luatune_peak_memory_gb",
+                                   "peer_peak_memory_gb", "peak_memory_gb_ratio", "luatune_mfu", "peer_mfu",
+                                   "mfu_ratio", "peer_reason"])]
     lines += ["## Results per step", ""]
     for s in steps:
         if s.get("result"):

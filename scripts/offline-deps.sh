@@ -26,6 +26,7 @@ packages=(
   libgtest-dev libgmock-dev
   libcpp-httplib-dev
   libbenchmark-dev libbenchmark1debian
+  libgloo-dev           # headers only: ProcessGroupGloo.hpp includes them (the wheel has Gloo built in)
 )
 # Base packages the host provides itself (and must: mixing C libraries breaks programs).
 base='^(libc6|libc6-dev|libc-dev-bin|linux-libc-dev|libgcc-s1|libstdc\+\+6|gcc-12-base|libcrypt1|libcrypt-dev|libnsl2|libnsl-dev|libtirpc3|libtirpc-dev|libtirpc-common|rpcsvc-proto|zlib1g|libzstd1|libffi8|libgmp10|libdb5.3)$'

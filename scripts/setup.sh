@@ -10,8 +10,6 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   clang-format                      # scripts/format.sh and CTest's format_check (version 14)
   libgloo-dev                       # gloo's headers for c10d's ProcessGroupGloo.hpp (docs/building.md)
-  libopenblas0-pthread              # an optimised BLAS: LibTorch links libblas.so.3, which is the
-                                    # reference BLAS unless this is installed (matmuls ~13x slower)
   libluajit-5.1-dev luajit          # the embedded Lua
   libgoogle-perftools-dev           # tcmalloc_minimal, the runner's malloc (LUATUNE_ALLOCATOR): glibc
                                     # unmaps LibTorch's large buffers every step (docs/building.md)

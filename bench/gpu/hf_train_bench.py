@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/gpu/hf_train_bench.py: HF transformers' side of the training benchmark pair.
+"""bench/gpu/hf_train_bench.py: the HF transformers side of the training benchmark pair, and its peers.
 
 The peer of bench/gpu/train_bench.lua (scripts/gpu_validate.py runs both, each in its own process):
 a random model of a real shape from bench/gpu/shapes.json (AutoConfig from the same config.json
@@ -8,19 +8,27 @@ full fine-tuning, LoRA r 16 / alpha 32 on the seven projections (peft), or QLoRA
 double quantization, bf16 compute: from_config cannot quantize, so the random model is saved to a
 temporary directory and loaded back 4-bit), torch.optim.AdamW, W warm-up then S timed steps on random
 tokens. Writes one JSON object with the fields train_bench.lua writes (docs/gpu_bench.md).
+--peer picks what runs the model, on the same shapes, data, optimizer and timing:
+  hf       transformers + peft (+ bitsandbytes for QLoRA), as above (the default)
+  liger    the same with Liger's Triton kernels patched into the Llama classes before the model is
+           built (apply_liger_kernel_to_llama: RoPE, RMSNorm, SwiGLU, fused linear cross-entropy)
+  unsloth  the random model saved and loaded back through Unsloth's FastLanguageModel (bf16, or 4-bit
+           for QLoRA), its get_peft_model adapters and gradient checkpointing; LoRA and QLoRA only
 
   python3 bench/gpu/hf_train_bench.py --shape llama-3.2-1b --method lora --seq 2048 --batch 1 \\
-      --steps 10 --warmup 2 --device cuda --dtype bf16 --out /tmp/hf-1b-lora.json
+      --steps 10 --warmup 2 --device cuda --dtype bf16 --out /tmp/hf-1b-lora.json [--peer liger]
 
-Exit status 3, with one line on stderr, when torch, transformers, peft (LoRA/QLoRA) or bitsandbytes
-(QLoRA) cannot be imported, or CUDA is missing where it is needed: the driver reports "skipped".
-Out of GPU memory writes {"status": "oom", "error": ...} and exits 0.
+Exit status 3, with one line on stderr, when the peer's package (liger_kernel, unsloth: imported first,
+before transformers), torch, transformers, peft (LoRA/QLoRA) or bitsandbytes (QLoRA) cannot be imported,
+or CUDA is missing where it is needed: the driver reports "skipped" with that line. Out of GPU memory
+writes {"status": "oom", "error": ...} and exits 0.
 """
 import argparse
 import gc
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -31,6 +39,10 @@ SKIPPED = 3
 # What luatune's targets = "all-linear" adapts in a Llama (host/hw/plan.cpp layer_projections); the
 # explicit list is peft's "all-linear" on this architecture and means the same in every peft version.
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# --peer -> the result's "library"
+PEERS = {"hf": "hf", "liger": "hf+liger", "unsloth": "unsloth"}
+# Unsloth loads a tokenizer with the model: the in-tree byte-level one (the GPU machine has no network)
+TOKENIZER = os.path.join(ROOT, "tests", "fixtures", "tokenizers", "bytelevel")
 
 
 # ---- shapes, counts, FLOPs: plain Python, importable without torch (tests/recipes/test_gpu_bench.sh) ----
@@ -110,6 +122,49 @@ def skip(reason):
     sys.exit(SKIPPED)
 
 
+def one_line(e):
+    """An exception as one short line: a skip reason is the last line of stderr."""
+    return re.sub(r"\s+", " ", f"{type(e).__name__}: {e}").strip()[:400]
+
+
+def dist_version(name):
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def import_peer(peer):
+    """Imports the peer's own package first (Unsloth patches transformers while it is imported, so it
+    must come before it) and returns the versions to record; exit 3 with the import error otherwise."""
+    if peer == "liger":
+        try:
+            import liger_kernel.transformers  # noqa: F401
+        except Exception as e:  # not only ImportError: a broken install raises anything
+            skip(f"liger_kernel is not importable ({one_line(e)})")
+        return {"liger_kernel": dist_version("liger-kernel"), "triton": dist_version("triton")}
+    if peer == "unsloth":
+        os.environ.setdefault("UNSLOTH_DISABLE_STATISTICS", "1")  # it would fetch a file from the Hub
+        try:
+            import unsloth  # noqa: F401
+        except Exception as e:  # without a GPU it raises NotImplementedError, not ImportError
+            skip(f"unsloth is not importable ({one_line(e)})")
+        return {d: dist_version(d) for d in ("unsloth", "unsloth_zoo", "trl", "xformers", "bitsandbytes")}
+    return {}
+
+
+def save_tokenizer(path):
+    """TOKENIZER into path, with a pad token distinct from eos: without one Unsloth adds a token and
+    resizes the embeddings, which would change the shape."""
+    shutil.copy(os.path.join(TOKENIZER, "tokenizer.json"), path)
+    with open(os.path.join(TOKENIZER, "tokenizer_config.json")) as f:
+        cfg = json.load(f)
+    cfg["pad_token"] = cfg["bos_token"]
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump(cfg, f)
+
+
 # ---- the run ----
 
 def build_model(args, shape, torch, transformers, dtype):
@@ -130,12 +185,34 @@ def build_model(args, shape, torch, transformers, dtype):
     # HF's Trainer runs for bf16=True on an fp32 model. LoRA/QLoRA: a bf16 base, adapters fp32 (peft's default).
     mixed = args.method == "full" and dtype == torch.bfloat16
     device = torch.device(args.device)
+    if args.peer == "liger":
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+        # Before the model exists, so from_config and from_pretrained (QLoRA) both build the patched classes.
+        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, fused_linear_cross_entropy=True)
     with torch.device(device):  # parameters created and initialised on the device
         model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa",
                                                  **{dtype_kw: torch.float32 if mixed else dtype})
     params = sum(p.numel() for p in model.parameters())  # tied embeddings count once
     if params != param_count(shape["config"]):
         raise SystemExit(f"hf_train_bench: the model has {params} parameters, the shape {param_count(shape['config'])}")
+    if args.peer == "unsloth":
+        from unsloth import FastLanguageModel
+        with tempfile.TemporaryDirectory(prefix="hf_train_bench_") as tmp:
+            model.save_pretrained(tmp)
+            save_tokenizer(tmp)
+            del model
+            gc.collect()
+            torch.cuda.empty_cache()
+            model, _ = FastLanguageModel.from_pretrained(model_name=tmp, max_seq_length=args.seq, dtype=dtype,
+                                                         load_in_4bit=args.method == "qlora")
+        model.config.use_cache = False
+        # Unsloth's own defaults beyond the shared settings: its gradient checkpointing ("unsloth": each
+        # layer recomputed, its input kept in CPU memory) and its kernels.
+        model = FastLanguageModel.get_peft_model(model, r=args.r, lora_alpha=args.alpha, lora_dropout=0.0,
+                                                 target_modules=LORA_TARGETS, bias="none",
+                                                 use_gradient_checkpointing="unsloth", random_state=args.seed)
+        FastLanguageModel.for_training(model)
+        return model, params, False
     if args.method == "qlora":
         from transformers import BitsAndBytesConfig
         bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
@@ -227,9 +304,16 @@ def main():
     ap.add_argument("--alpha", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--peer", choices=sorted(PEERS), default="hf", help="what runs the model (see above)")
     args = ap.parse_args()
     shape = load_shape(args.shape)
+    if args.peer == "unsloth" and args.method == "full":
+        raise SystemExit("hf_train_bench: --peer unsloth runs lora and qlora only")
+    if args.peer != "hf" and shape["arch"] != "llama":
+        raise SystemExit(f"hf_train_bench: --peer {args.peer} is wired for Llama shapes only")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is random and local: never ask the Hub
 
+    peer_versions = import_peer(args.peer)
     try:
         import torch
     except ImportError as e:
@@ -238,7 +322,7 @@ def main():
         import transformers
     except ImportError as e:
         skip(f"transformers is not importable ({e})")
-    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    versions = dict({"torch": torch.__version__, "transformers": transformers.__version__}, **peer_versions)
     if args.method != "full":
         try:
             import peft
@@ -255,10 +339,12 @@ def main():
         versions["bitsandbytes"] = bitsandbytes.__version__
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         skip("CUDA is not available to torch")
+    if args.peer != "hf" and not args.device.startswith("cuda"):
+        skip(f"--peer {args.peer} needs CUDA (Triton kernels)")
 
-    result = {"library": "hf", "shape": args.shape, "method": args.method, "seq": args.seq, "batch": args.batch,
-              "steps": args.steps, "warmup": args.warmup, "device": args.device, "dtype": args.dtype,
-              "versions": versions}
+    result = {"library": PEERS[args.peer], "shape": args.shape, "method": args.method, "seq": args.seq,
+              "batch": args.batch, "steps": args.steps, "warmup": args.warmup, "device": args.device,
+              "dtype": args.dtype, "versions": versions}
     try:
         run(args, shape, result, torch, transformers)
     except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
@@ -268,7 +354,7 @@ def main():
         result["status"] = "oom"
         result["error"] = msg.splitlines()[0][:400] if msg else type(e).__name__
     write_json_atomic(args.out, result)
-    print(f"hf_train_bench {args.shape} {args.method}: {result['status']}, "
+    print(f"hf_train_bench {PEERS[args.peer]} {args.shape} {args.method}: {result['status']}, "
           f"{result.get('tokens_per_s', 0):.1f} tokens/s, peak {result.get('peak_memory_gb', 0):.3f} GB -> {args.out}")
 
 

@@ -26,11 +26,11 @@ c10::Device device_parse(const std::string& name);
 std::string device_name(const c10::Device& d);
 
 // Uses every CPU this process may run on for intra-op parallelism, unless OMP_NUM_THREADS says
-// otherwise (Debian's LibTorch starts with one thread on some machines).
+// otherwise (LibTorch's own default counts physical cores only).
 void cpu_threads_init();
-// OpenMP's idle threads. LibTorch's CPU ops run on libgomp's thread pool and its matmuls on
-// OpenBLAS's own threads; by default a libgomp thread that finishes its share spins for 300,000
-// rounds before it sleeps, on the cores OpenBLAS needs next (docs/cpu_threads.md has the numbers).
+// OpenMP's idle threads. LibTorch's CPU ops and MKL's matmuls run on libgomp's thread pool; by
+// default a libgomp thread that finishes its share spins for 300,000 rounds before it sleeps, on
+// cores other work needs (docs/cpu_threads.md has the numbers).
 // libgomp reads OMP_WAIT_POLICY once, while it is loaded, so runner sets PASSIVE before that
 // (runner/main.cpp, runner_preinit) unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, and
 // marks it with kOpenmpWaitDefaultMark; commands that run no kernels skip that. openmp_wait_policy()

@@ -1,12 +1,14 @@
-// The process group (dist.h): a TCPStore rendezvous as torchrun's, then ProcessGroupGloo (CPU) or
-// ProcessGroupNCCL (CUDA, in CUDA builds), behind a small type-erased interface so the same code
-// builds against LibTorch 1.13 (ProcessGroup) and 2.x (Backend).
+// The process group (dist.h): a TCPStore rendezvous as torchrun's, then c10d's ProcessGroupGloo
+// (CPU) or ProcessGroupNCCL (CUDA builds), used through their common base, c10d::Backend.
 #include "host/dist/dist.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-// PyTorch's pip wheels define USE_C10D_GLOO but ship no gloo headers: there, only NCCL is built in.
+// PyTorch's wheel has Gloo built in but ships no gloo headers; ProcessGroupGloo.hpp needs them only
+// to declare the gloo classes it holds by pointer. Debian's libgloo-dev provides them (docs/building.md
+// says why that is safe); without them the build has NCCL only.
 #if __has_include(<gloo/algorithm.h>)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #define LUATUNE_HAS_GLOO 1
@@ -41,56 +43,12 @@ constexpr bool kGlooBuilt = true;
 constexpr bool kGlooBuilt = false;
 #endif
 
-// What the rest of this file needs of a process group, whatever its class in this LibTorch.
-class Group {
- public:
-  virtual ~Group() = default;
-  virtual c10::intrusive_ptr<c10d::Work> all_reduce_sum(std::vector<at::Tensor>& t) = 0;
-  virtual c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& t, int root) = 0;
-  virtual c10::intrusive_ptr<c10d::Work> barrier() = 0;
-  virtual c10::intrusive_ptr<c10d::Work> all_gather(std::vector<std::vector<at::Tensor>>& out,
-                                                    std::vector<at::Tensor>& in) = 0;
-  // Only where the backend has it (NCCL); Gloo in LibTorch 1.13 throws "does not support reduce_scatter".
-  virtual c10::intrusive_ptr<c10d::Work> reduce_scatter_sum(std::vector<at::Tensor>& out,
-                                                            std::vector<std::vector<at::Tensor>>& in) = 0;
-};
-
-template <class PG>
-class GroupOf : public Group {
- public:
-  explicit GroupOf(c10::intrusive_ptr<PG> pg) : pg_(std::move(pg)) {}
-  c10::intrusive_ptr<c10d::Work> all_reduce_sum(std::vector<at::Tensor>& t) override {
-    c10d::AllreduceOptions o;
-    o.reduceOp = c10d::ReduceOp::SUM;
-    return pg_->allreduce(t, o);
-  }
-  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& t, int root) override {
-    c10d::BroadcastOptions o;
-    o.rootRank = root;
-    return pg_->broadcast(t, o);
-  }
-  c10::intrusive_ptr<c10d::Work> barrier() override { return pg_->barrier(); }
-  c10::intrusive_ptr<c10d::Work> all_gather(std::vector<std::vector<at::Tensor>>& out,
-                                            std::vector<at::Tensor>& in) override {
-    return pg_->allgather(out, in, c10d::AllgatherOptions());
-  }
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_sum(std::vector<at::Tensor>& out,
-                                                    std::vector<std::vector<at::Tensor>>& in) override {
-    c10d::ReduceScatterOptions o;
-    o.reduceOp = c10d::ReduceOp::SUM;
-    return pg_->reduce_scatter(out, in, o);
-  }
-
- private:
-  c10::intrusive_ptr<PG> pg_;
-};
-
 struct State {
   DistEnv env;
   DistOptions options;
   std::string backend = "none";
   c10::intrusive_ptr<c10d::Store> store;
-  std::unique_ptr<Group> group;
+  c10::intrusive_ptr<c10d::Backend> group;
 };
 
 State& state() {
@@ -119,17 +77,7 @@ std::string first_line(const std::string& s) {
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
-// Gloo in LibTorch 1.13 has no bfloat16 ("Invalid scalar type"): such tensors travel as float32
-// (exact for bf16 values; sums are rounded back once). Other dtypes go as they are.
-bool needs_float_staging(const at::Tensor& t) {
-  return state().backend == "gloo" && t.scalar_type() == at::kBFloat16;
-}
-
 }  // namespace
-
-bool dist_wire_dtype_float(const at::Tensor& t) {
-  return needs_float_staging(t);
-}
 
 [[noreturn]] void dist_fail(const std::string& what, const std::string& detail) {
   const State& s = state();
@@ -204,16 +152,14 @@ void dist_init(const DistEnv& env, const DistOptions& options) {
         o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       else
         o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      s.group = std::make_unique<GroupOf<c10d::ProcessGroupGloo>>(
-          c10::make_intrusive<c10d::ProcessGroupGloo>(s.store, env.rank, env.world_size, o));
+      s.group = c10::make_intrusive<c10d::ProcessGroupGloo>(s.store, env.rank, env.world_size, o);
 #endif
     } else {
 #ifdef LUATUNE_HAS_NCCL
       c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
       auto o = c10d::ProcessGroupNCCL::Options::create();
       o->timeout = options.timeout;
-      s.group = std::make_unique<GroupOf<c10d::ProcessGroupNCCL>>(
-          c10::make_intrusive<c10d::ProcessGroupNCCL>(s.store, env.rank, env.world_size, o));
+      s.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(s.store, env.rank, env.world_size, o);
 #endif
     }
   } catch (const Error&) {
@@ -235,7 +181,7 @@ void dist_shutdown() {
 }
 
 bool dist_active() {
-  return state().group != nullptr;
+  return static_cast<bool>(state().group);
 }
 int dist_rank() {
   return state().env.rank;
@@ -256,36 +202,37 @@ std::chrono::milliseconds dist_timeout() {
   return state().options.timeout;
 }
 
+namespace {
+
+c10::intrusive_ptr<c10d::Work> all_reduce_sum(std::vector<at::Tensor>& v) {
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  return state().group->allreduce(v, o);
+}
+
+}  // namespace
+
 void dist_all_reduce_sum_(at::Tensor& t) {
   if (!dist_active()) return;
-  if (needs_float_staging(t)) {
-    at::Tensor f = t.to(at::kFloat);
-    dist_all_reduce_sum_(f);
-    t.copy_(f);
-    return;
-  }
   std::vector<at::Tensor> v{t};
-  wait_or_fail(state().group->all_reduce_sum(v), "all-reduce");
+  wait_or_fail(all_reduce_sum(v), "all-reduce");
 }
 
 void dist_broadcast_(at::Tensor& t, int root) {
   if (!dist_active()) return;
-  if (needs_float_staging(t)) {
-    at::Tensor f = t.to(at::kFloat);
-    dist_broadcast_(f, root);
-    t.copy_(f);
-    return;
-  }
   std::vector<at::Tensor> v{t};
-  wait_or_fail(state().group->broadcast(v, root), "broadcast");
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  wait_or_fail(state().group->broadcast(v, o), "broadcast");
 }
 
 void dist_barrier() {
   if (!dist_active()) return;
-  // A barrier is an all-reduce of one number: Gloo's own barrier has no per-call timeout in 1.13.
+  // An all-reduce of one number on the collectives' device: the same on both backends, where
+  // NCCL's own barrier has to guess which GPU the rank uses.
   at::Tensor one = at::ones({1}, at::TensorOptions(at::kFloat).device(comm_device()));
   std::vector<at::Tensor> v{one};
-  wait_or_fail(state().group->all_reduce_sum(v), "barrier");
+  wait_or_fail(all_reduce_sum(v), "barrier");
 }
 
 double dist_sum(double v) {
@@ -321,16 +268,11 @@ void dist_reduce_scatter_sum(at::Tensor& flat, at::Tensor& shard) {
     shard.copy_(flat);
     return;
   }
-  if (state().backend == "nccl") {
-    std::vector<at::Tensor> out{shard};
-    std::vector<std::vector<at::Tensor>> in{std::vector<at::Tensor>(flat.chunk(n))};
-    wait_or_fail(state().group->reduce_scatter_sum(out, in), "reduce-scatter");
-    return;
-  }
-  // Gloo (1.13 has no reduce_scatter): the whole sum, in place, of which this rank keeps its slice.
-  // The same numbers as a reduce-scatter; twice its traffic.
-  dist_all_reduce_sum_(flat);
-  shard.copy_(flat.narrow(0, static_cast<int64_t>(dist_rank()) * shard.numel(), shard.numel()));
+  std::vector<at::Tensor> out{shard};
+  std::vector<std::vector<at::Tensor>> in{std::vector<at::Tensor>(flat.chunk(n))};
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  wait_or_fail(state().group->reduce_scatter(out, in, o), "reduce-scatter");
 }
 
 void dist_all_gather(const at::Tensor& shard, at::Tensor& flat) {
@@ -367,21 +309,19 @@ class DoneWork : public DistWork {
   void wait() override {}
 };
 
-// An all-gather in flight; for bfloat16 on Gloo it gathers a float32 copy and converts on wait().
+// An all-gather in flight; it keeps its buffers alive until waited for.
 class GatherWork : public DistWork {
  public:
-  GatherWork(c10::intrusive_ptr<c10d::Work> w, at::Tensor staged, at::Tensor flat)
-      : w_(std::move(w)), staged_(std::move(staged)), flat_(std::move(flat)) {}
+  GatherWork(c10::intrusive_ptr<c10d::Work> w, at::Tensor flat) : w_(std::move(w)), flat_(std::move(flat)) {}
   void wait() override {
     if (!w_) return;
     wait_or_fail(w_, "all-gather");
     w_.reset();
-    if (staged_.defined()) flat_.copy_(staged_);
   }
 
  private:
   c10::intrusive_ptr<c10d::Work> w_;
-  at::Tensor staged_, flat_;
+  at::Tensor flat_;
 };
 
 }  // namespace
@@ -395,13 +335,10 @@ std::unique_ptr<DistWork> dist_all_gather_async(const at::Tensor& shard, at::Ten
     flat.copy_(shard);
     return std::make_unique<DoneWork>();
   }
-  const bool staged = needs_float_staging(flat);
-  at::Tensor target = staged ? at::empty({flat.numel()}, flat.options().dtype(at::kFloat)) : flat;
-  std::vector<at::Tensor> in{(staged ? shard.to(at::kFloat) : shard).contiguous()};
-  std::vector<std::vector<at::Tensor>> out{std::vector<at::Tensor>(target.chunk(n))};
+  std::vector<at::Tensor> in{shard.contiguous()};
+  std::vector<std::vector<at::Tensor>> out{std::vector<at::Tensor>(flat.chunk(n))};
   try {
-    return std::make_unique<GatherWork>(state().group->all_gather(out, in), staged ? target : at::Tensor(),
-                                        flat);
+    return std::make_unique<GatherWork>(state().group->allgather(out, in, c10d::AllgatherOptions()), flat);
   } catch (const std::exception& e) {
     dist_fail("all-gather", e.what());
   }
@@ -411,7 +348,7 @@ std::unique_ptr<DistWork> dist_all_reduce_sum_async(at::Tensor& t) {
   if (!dist_active()) return std::make_unique<DoneWork>();
   std::vector<at::Tensor> v{t};
   try {
-    return std::make_unique<C10dWork>(state().group->all_reduce_sum(v));
+    return std::make_unique<C10dWork>(all_reduce_sum(v));
   } catch (const std::exception& e) {
     dist_fail("gradient all-reduce", e.what());
   }

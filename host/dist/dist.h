@@ -54,9 +54,6 @@ int64_t dist_max(int64_t v);                          // the largest of every ra
 // process: copies.
 void dist_reduce_scatter_sum(at::Tensor& flat, at::Tensor& shard);
 void dist_all_gather(const at::Tensor& shard, at::Tensor& flat);
-// True when `t`'s dtype cannot cross this backend as it is (bfloat16 on Gloo): the blocking calls
-// above then send it as float32; async callers convert themselves.
-bool dist_wire_dtype_float(const at::Tensor& t);
 
 // For writers that only rank 0 runs (model and adapter saves): true on rank 0; a barrier when it
 // goes out of scope, so no rank reads the files before they exist. Single process: true, no barrier.

@@ -106,7 +106,6 @@ void GradSync::start(size_t bi) {
   {
     at::NoGradGuard no_grad;
     b.flat = at::cat(parts);
-    if (dist_wire_dtype_float(b.flat)) b.flat = b.flat.to(at::kFloat);
   }
   b.work = dist_all_reduce_sum_async(b.flat);
   b.started = true;

@@ -18,13 +18,11 @@
 #include <optional>
 #include <set>
 #include <sstream>
-#include <type_traits>
 
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/json.h"
 #include "host/core/strings.h"
-#include "host/core/version.h"
 
 // The data buffer is little-endian and we view it in place, so a big-endian host would need a
 // byte-swapping copy that nobody has asked for yet.
@@ -44,62 +42,36 @@ constexpr uint64_t kMaxHeaderBytes = 100000000;  // the Rust library's MAX_HEADE
 // ---------------------------------------------------------------------------------------------
 // dtypes
 
-// Newer LibTorch grows dtypes (Float8 in 2.1, UInt16/32/64 in 2.3) that 1.13 lacks. Each probe
-// finds an enumerator by name, so one source compiles against both: value() is nullopt without it.
-#define LT_PROBE_SCALAR_TYPE(Name)                           \
-  template <class E, class = void>                           \
-  struct probe_##Name {                                      \
-    static std::optional<E> value() { return std::nullopt; } \
-  };                                                         \
-  template <class E>                                         \
-  struct probe_##Name<E, std::void_t<decltype(E::Name)>> {   \
-    static std::optional<E> value() { return E::Name; }      \
-  };
-LT_PROBE_SCALAR_TYPE(Float8_e4m3fn)
-LT_PROBE_SCALAR_TYPE(Float8_e5m2)
-LT_PROBE_SCALAR_TYPE(Float8_e4m3fnuz)
-LT_PROBE_SCALAR_TYPE(Float8_e5m2fnuz)
-LT_PROBE_SCALAR_TYPE(Float8_e8m0fnu)
-LT_PROBE_SCALAR_TYPE(UInt16)
-LT_PROBE_SCALAR_TYPE(UInt32)
-LT_PROBE_SCALAR_TYPE(UInt64)
-#undef LT_PROBE_SCALAR_TYPE
-
 struct Dtype {
   const char* name;                    // safetensors spelling
-  int bits;                            // per element
-  std::optional<at::ScalarType> type;  // nullopt: the linked LibTorch (or luatune) has none
-  const char* missing;                 // why not, when type is nullopt
+  std::optional<at::ScalarType> type;  // nullopt: a sub-byte dtype, which luatune does not read
 };
 
 // Every dtype the format defines, in its enum order.
 const std::vector<Dtype>& dtypes() {
-  using E = at::ScalarType;
   static const std::vector<Dtype> table = {
-      {"BOOL", 8, at::kBool, ""},
-      {"F4", 4, std::nullopt, "luatune reads no sub-byte dtypes"},
-      {"F6_E2M3", 6, std::nullopt, "luatune reads no sub-byte dtypes"},
-      {"F6_E3M2", 6, std::nullopt, "luatune reads no sub-byte dtypes"},
-      {"U8", 8, at::kByte, ""},
-      {"I8", 8, at::kChar, ""},
-      {"F8_E5M2", 8, probe_Float8_e5m2<E>::value(),
-       "it has no Float8_e5m2; that needs LibTorch 2.1 or newer"},
-      {"F8_E4M3", 8, probe_Float8_e4m3fn<E>::value(),
-       "it has no Float8_e4m3fn; that needs LibTorch 2.1 or newer"},
-      {"F8_E8M0", 8, probe_Float8_e8m0fnu<E>::value(), "it has no Float8_e8m0fnu"},
-      {"F8_E4M3FNUZ", 8, probe_Float8_e4m3fnuz<E>::value(), "it has no Float8_e4m3fnuz"},
-      {"F8_E5M2FNUZ", 8, probe_Float8_e5m2fnuz<E>::value(), "it has no Float8_e5m2fnuz"},
-      {"I16", 16, at::kShort, ""},
-      {"U16", 16, probe_UInt16<E>::value(), "it has no UInt16; that needs LibTorch 2.3 or newer"},
-      {"F16", 16, at::kHalf, ""},
-      {"BF16", 16, at::kBFloat16, ""},
-      {"I32", 32, at::kInt, ""},
-      {"U32", 32, probe_UInt32<E>::value(), "it has no UInt32; that needs LibTorch 2.3 or newer"},
-      {"F32", 32, at::kFloat, ""},
-      {"C64", 64, at::kComplexFloat, ""},
-      {"F64", 64, at::kDouble, ""},
-      {"I64", 64, at::kLong, ""},
-      {"U64", 64, probe_UInt64<E>::value(), "it has no UInt64; that needs LibTorch 2.3 or newer"},
+      {"BOOL", at::kBool},
+      {"F4", std::nullopt},
+      {"F6_E2M3", std::nullopt},
+      {"F6_E3M2", std::nullopt},
+      {"U8", at::kByte},
+      {"I8", at::kChar},
+      {"F8_E5M2", at::kFloat8_e5m2},
+      {"F8_E4M3", at::kFloat8_e4m3fn},
+      {"F8_E8M0", at::kFloat8_e8m0fnu},
+      {"F8_E4M3FNUZ", at::kFloat8_e4m3fnuz},
+      {"F8_E5M2FNUZ", at::kFloat8_e5m2fnuz},
+      {"I16", at::kShort},
+      {"U16", at::kUInt16},
+      {"F16", at::kHalf},
+      {"BF16", at::kBFloat16},
+      {"I32", at::kInt},
+      {"U32", at::kUInt32},
+      {"F32", at::kFloat},
+      {"C64", at::kComplexFloat},
+      {"F64", at::kDouble},
+      {"I64", at::kLong},
+      {"U64", at::kUInt64},
   };
   return table;
 }
@@ -110,9 +82,7 @@ std::optional<at::ScalarType> dtype_lookup(const std::string& name, std::string*
   for (const Dtype& d : dtypes()) {
     if (name == d.name) {
       if (d.type) return d.type;
-      *why = d.bits < 8 ? "dtype '" + name + "' is not supported: " + d.missing
-                        : "dtype '" + name + "' is not supported by the linked LibTorch " + version_torch() +
-                              " (" + d.missing + ")";
+      *why = "dtype '" + name + "' is not supported: luatune reads no sub-byte dtypes";
       return std::nullopt;
     }
     known.push_back(d.name);

@@ -90,7 +90,7 @@ std::vector<std::string> safetensors_save_dir(const std::string& dir,
                                               const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                                               const SafetensorsWriteOptions& options = {});
 
-// "BF16" -> at::kBFloat16 etc.; throws naming the dtype when LibTorch has no such type.
+// "BF16" -> at::kBFloat16 etc.; throws naming the dtype when it is unknown or sub-byte (F4, F6_*).
 at::ScalarType safetensors_dtype_parse(const std::string& name);
 std::string safetensors_dtype_name(at::ScalarType t);
 

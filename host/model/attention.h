@@ -1,16 +1,12 @@
-// The one compat header for attention: LibTorch 2.x's fused scaled_dot_product_attention (flash /
-// memory-efficient kernels on CUDA) where it exists and the maths allows it, else an explicit
-// fp32-softmax path (LibTorch 1.13 has no public SDPA; Gemma 2's logit softcapping needs the
-// explicit path everywhere, as HF's own eager attention does).
+// Attention for every model: LibTorch's fused scaled_dot_product_attention (flash /
+// memory-efficient kernels on CUDA) wherever the maths allows it, else an explicit fp32-softmax
+// path. SDPA has no logit softcapping, so Gemma 2 takes the explicit path, as HF's own eager
+// attention does.
 #pragma once
 
 #include <ATen/ATen.h>
 
-#if __has_include(<ATen/ops/scaled_dot_product_attention.h>)
-#define LUATUNE_HAS_SDPA 1
-#else
-#define LUATUNE_HAS_SDPA 0
-#endif
+#include <limits>
 
 namespace luatune {
 
@@ -37,13 +33,9 @@ inline at::Tensor attention_explicit(const at::Tensor& q, const at::Tensor& k, c
 // Returns (B, H, T, D) in q's dtype.
 inline at::Tensor attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const at::Tensor& allowed, double scale, double softcap) {
-#if LUATUNE_HAS_SDPA
-  if (softcap <= 0) {
-    if (!allowed.defined()) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, scale);
-    return at::scaled_dot_product_attention(q, k, v, allowed, 0.0, false, scale);
-  }
-#endif
-  return attention_explicit(q, k, v, allowed, scale, softcap);
+  if (softcap > 0) return attention_explicit(q, k, v, allowed, scale, softcap);
+  if (!allowed.defined()) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, scale);
+  return at::scaled_dot_product_attention(q, k, v, allowed, 0.0, false, scale);
 }
 
 }  // namespace luatune

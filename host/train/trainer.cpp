@@ -356,9 +356,8 @@ StepStats Trainer::step(const Batch& batch) {
 #ifdef LUATUNE_HAS_CUDA
   if (model_->device().is_cuda()) {
     auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(model_->device().index());
-    s.peak_memory_gb =
-        // Entry 0 is StatType::AGGREGATE, whose namespace moved between LibTorch 1.13 and 2.x.
-        static_cast<double>(stats.allocated_bytes[0].peak) / 1e9;
+    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);  // every pool
+    s.peak_memory_gb = static_cast<double>(stats.allocated_bytes[all].peak) / 1e9;
   }
 #endif
   // The checkpoint waits for the safe point (stop.h), which comes after the recipe has logged

@@ -2,7 +2,7 @@
 """luatune's files in Hugging Face transformers and peft, and peft's files in luatune (issue 19, step 2).
 
     python3 scripts/gpu/hf_roundtrip.py --runner build/runner --work DIR --out FILE.json [--device cuda|cpu]
-                                        [--luatune-only]
+                                        [--luatune-only | --strict]
 
 The luatune half is scripts/gpu/roundtrip_export.lua, run by the runner: tiny random models of every
 architecture, a pruned Llama, merged LoRA and DoRA Llamas, LoRA and DoRA adapters in PEFT's format,
@@ -25,6 +25,9 @@ Exit status: 0 when the HF checks ran (failed checks included: the statuses say)
 writes is checked to exist and be non-empty, luatune's own adapters go through the load phase (bit-exact
 against their saved logits), the HF checks are reported "skipped" and stderr has one line saying why;
 1 when, in that mode, the luatune side itself failed. peft missing alone skips checks 4 and 5 only (exit 0).
+--strict (the CTest test hf_roundtrip, on the CPU with the pinned environment's transformers and peft):
+exit 1 unless every check ran and is ok: a failed or skipped check, or transformers or peft not
+importable, fails the run, and the last line names the checks that did not pass.
 """
 import argparse
 import json
@@ -186,6 +189,7 @@ class HF:
         self.dtype_kw = "dtype" if version >= (4, 56) else "torch_dtype"
         # Full float32 matmuls (no TF32), as LibTorch's default on luatune's side.
         torch.set_float32_matmul_precision("highest")
+        transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bar per model in the log
 
     def path(self, rel):
         return os.path.join(self.work, rel)
@@ -328,7 +332,11 @@ def main():
     ap.add_argument("--out", required=True, help="the JSON report")
     ap.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when torch sees one, else cpu")
     ap.add_argument("--luatune-only", action="store_true", help="run the luatune side only; exit 3")
+    ap.add_argument("--strict", action="store_true",
+                    help="exit 1 unless every check is ok (failed or skipped checks, a missing transformers or peft)")
     args = ap.parse_args()
+    if args.strict and args.luatune_only:
+        ap.error("--strict and --luatune-only exclude each other")
     args.runner = os.path.abspath(args.runner)
     args.work = os.path.abspath(args.work)
     os.makedirs(args.work, exist_ok=True)
@@ -354,6 +362,10 @@ def main():
                                      "device": args.device})
         if manifest is None or not loaded:
             print("hf_roundtrip: the luatune side failed (see luatune_export / luatune_load in the report)",
+                  file=sys.stderr)
+            return 1
+        if args.strict:
+            print(f"hf_roundtrip: --strict: the HF checks cannot run: {why} (with {sys.executable})",
                   file=sys.stderr)
             return 1
         print(f"hf_roundtrip: HF checks skipped: {why}; luatune side ok", file=sys.stderr)
@@ -390,6 +402,12 @@ def main():
     counts = {s: sum(c["status"] == s for c in report.checks) for s in ("ok", "failed", "skipped")}
     print(f"hf_roundtrip: {counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped"
           + (f" ({', '.join(failed)})" if failed else ""), flush=True)
+    if args.strict:
+        missing = [n for n in hf_check_names() if n not in {c["name"] for c in report.checks}]
+        not_ok = [c["name"] for c in report.checks if c["status"] != "ok"] + [n + " (never ran)" for n in missing]
+        if not_ok:
+            print(f"hf_roundtrip: --strict: not ok: {', '.join(not_ok)}", file=sys.stderr)
+            return 1
     return 0
 
 

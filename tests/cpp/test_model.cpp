@@ -383,8 +383,8 @@ TEST(Checkpoint, BadCheckpointsFailWithOneLine) {
 }
 
 TEST(Attention, FusedPathMatchesExplicit) {
-  // On LibTorch 2.x attention_forward is SDPA (flash / memory-efficient on CUDA); on 1.13 it is the
-  // explicit path itself. Either way it must agree with the explicit maths, masks and T != S included.
+  // Without a softcap attention_forward is SDPA (flash / memory-efficient on CUDA): it must agree
+  // with the explicit maths, masks and T != S included.
   at::Generator gen = at::detail::createCPUGenerator(4);
   std::vector<c10::Device> devices = {at::kCPU};
   if (at::hasCUDA()) devices.push_back(c10::Device(at::kCUDA, 0));

@@ -15,7 +15,6 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
-#include "host/core/version.h"
 #include "host/io/safetensors.h"
 #include "tests/cpp/test_util.h"
 
@@ -136,8 +135,10 @@ TEST_F(Safetensors, CopiesTensorsAtMisalignedAddresses) {
 
 TEST_F(Safetensors, RoundTripsEveryDtypeBitExact) {
   Named tensors;
-  for (at::ScalarType t : {at::kBool, at::kByte, at::kChar, at::kShort, at::kInt, at::kLong, at::kHalf,
-                           at::kBFloat16, at::kFloat, at::kDouble, at::kComplexFloat})
+  for (at::ScalarType t :
+       {at::kBool, at::kByte, at::kChar, at::kShort, at::kInt, at::kLong, at::kHalf, at::kBFloat16,
+        at::kFloat, at::kDouble, at::kComplexFloat, at::kFloat8_e5m2, at::kFloat8_e4m3fn, at::kFloat8_e8m0fnu,
+        at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz, at::kUInt16, at::kUInt32, at::kUInt64})
     tensors.emplace_back(std::string("t_") + c10::toString(t), random_tensor({3, 5}, t));
   tensors.emplace_back("scalar", random_tensor({}, at::kFloat));
   tensors.emplace_back("empty", random_tensor({0, 4}, at::kBFloat16));
@@ -451,23 +452,18 @@ TEST_F(Safetensors, RejectsMalformedFilesWithOneLineEach) {
   }
 }
 
-TEST_F(Safetensors, Float8NeedsANewerLibTorch) {
+TEST_F(Safetensors, Float8ReadsLikeAnyOtherDtype) {
   const std::string p =
       raw("f8.safetensors", R"({"w":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", 4);
-  std::string parse_error = error_of([] { safetensors_dtype_parse("F8_E4M3"); });
-  if (parse_error.empty()) {  // LibTorch 2.1 or newer: it reads like any other dtype
-    EXPECT_EQ(SafetensorsFile::open(p)->tensor("w").numel(), 4);
-    return;
-  }
-  const std::string why = "dtype 'F8_E4M3' is not supported by the linked LibTorch " + version_torch() +
-                          " (it has no Float8_e4m3fn; that needs LibTorch 2.1 or newer)";
-  EXPECT_EQ(parse_error, why);
-  EXPECT_EQ(error_of([&] { SafetensorsFile::open(p); }),
-            "cannot read safetensors '" + p + "': tensor 'w': " + why);
+  at::Tensor w = SafetensorsFile::open(p)->tensor("w");
+  EXPECT_EQ(w.scalar_type(), at::kFloat8_e4m3fn);
+  EXPECT_EQ(w.numel(), 4);
+  EXPECT_EQ(w.to(at::kFloat).sum().item<float>(), 0.0f);
 }
 
 TEST(SafetensorsDtype, NamesAndTypesAgree) {
-  for (const char* name : {"BOOL", "U8", "I8", "I16", "F16", "BF16", "I32", "F32", "C64", "F64", "I64"})
+  for (const char* name : {"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ",
+                           "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "C64", "F64", "I64", "U64"})
     EXPECT_EQ(safetensors_dtype_name(safetensors_dtype_parse(name)), name);
   EXPECT_EQ(safetensors_dtype_parse("BF16"), at::kBFloat16);
   EXPECT_EQ(error_of([] { safetensors_dtype_parse("bf16"); }).substr(0, 32),

@@ -38,13 +38,15 @@ check "dead rank: well within the timeout ($took s < 60 s)" test "$took" -lt 60
 
 # A rank that hangs: the other fails once the timeout passes (then the test stops the hung one).
 start=$(date +%s)
-( sleep 90; pkill -f "die_rank=1 die_step=2 hang=true" ) &
+# The hung rank defers SIGTERM to a safe point it never reaches (host/train/stop.cpp: ranks stop after
+# the same step), so it is ended with SIGKILL: it stands for a wedged process.
+( sleep 90; pkill -KILL -f "die_rank=1 die_step=2 hang=true" ) &
 killer=$!
 LUATUNE_DIST_TIMEOUT=8 two_ranks "$work/hang" method=lora size=2 steps=4 die_rank=1 die_step=2 hang=true &
 job=$!
 for _ in $(seq 1 80); do grep -q "dist: " "$work/hang.rank0.log" 2>/dev/null && break; sleep 1; done
 took=$(( $(date +%s) - start ))
-pkill -f "die_rank=1 die_step=2 hang=true"
+pkill -KILL -f "die_rank=1 die_step=2 hang=true"
 wait "$job"
 kill "$killer" 2>/dev/null
 check "hung rank: rank 0 fails naming the timeout" grep -q "LUATUNE_DIST_TIMEOUT" "$work/hang.rank0.log"

@@ -34,7 +34,9 @@ test("forward returns logits for ids given as lists or tensors", function()
   eq(a:shape(), { 1, 3, 64 })
   local b = m:forward(torch.tensor({ { 1, 2, 3 }, { 4, 5, 6 } }, { dtype = "int64" }))
   eq(b:shape(), { 2, 3, 64 })
-  ok(torch.allclose(a[0], b[0]), "row 0 must not depend on row 1")
+  -- Up to float32 rounding: MKL blocks a matrix product by its shape, so a batch of 2 rounds row 0
+  -- differently from a batch of 1 (9e-8 on logits of 0.3 here); a leak between rows is far larger.
+  ok(torch.allclose(a[0], b[0], { atol = 1e-6 }), "row 0 must not depend on row 1")
   raises(function() m:forward { 1, 99 } end, "token id 99 outside the vocabulary [0, 64)")
   raises(function() m:forward { { 1, 2 }, { 3 } } end, "every row of ids must have the same length")
 end)

@@ -64,9 +64,10 @@ check "train_bench oom: status oom with the error" test "$(json "$work/lt-oom.js
 check "train_bench unknown shape: fails naming the shapes" \
   grep -q "unknown shape 'nope' (shapes.json has" "$work/lt-bad.log"
 
-# The HF side: a full run where the packages import, else exit 3 with one line on stderr.
+# The HF side, with the environment's PyTorch and transformers (LUATUNE_PYTHON): a full run where the
+# packages import, else exit 3 with one line on stderr.
 for m in full lora; do
-  python3 bench/gpu/hf_train_bench.py --shape tiny --method $m --seq 64 --batch 2 --steps 3 --warmup 1 \
+  "${LUATUNE_PYTHON:-python3}" bench/gpu/hf_train_bench.py --shape tiny --method $m --seq 64 --batch 2 --steps 3 --warmup 1 \
     --device cpu --dtype bf16 --out "$work/hf-$m.json" >"$work/hf-$m.log" 2>"$work/hf-$m.err"
   rc=$?
   if [ $rc -eq 3 ]; then

@@ -14,11 +14,12 @@ if command -v node >/dev/null 2>&1 && [ -d tests/reference/node/node_modules/@le
 else
   echo "skipping transformers.js: node or tests/reference/node/node_modules missing (tests/reference/node/setup.sh)"
 fi
-if command -v python3 >/dev/null 2>&1 && python3 -c 'import jinja2' 2>/dev/null; then
-  python3 tests/reference/chat_ref.py >"$tmp/jinja2.json" || exit 1
+python=${LUATUNE_PYTHON:-python3}  # the environment's python (CTest sets it), with the Jinja2 the lock pins
+if command -v "$python" >/dev/null 2>&1 && "$python" -c 'import jinja2' 2>/dev/null; then
+  "$python" tests/reference/chat_ref.py >"$tmp/jinja2.json" || exit 1
   outs+=("$tmp/jinja2.json")
 else
-  echo "skipping Jinja2: python3 with jinja2 missing"
+  echo "skipping Jinja2: $python with jinja2 missing"
 fi
 [ ${#outs[@]} -gt 0 ] || exit 77
 "$check" "${outs[@]}"

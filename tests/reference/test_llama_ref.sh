@@ -13,4 +13,4 @@ if [ ! -d "$dir/node_modules/node-llama-cpp" ]; then
   exit 1
 fi
 export NODE_LLAMA_CPP_SKIP_DOWNLOAD=true LLAMA_THREADS=${LLAMA_THREADS:-1}
-exec python3 "$dir/test_harness.py" "$@"
+exec "${LUATUNE_PYTHON:-python3}" "$dir/test_harness.py" "$@"  # the environment's python (CTest sets it)
