@@ -226,24 +226,26 @@ def render_markdown(report):
               md_table([{"step": s["name"], "part": s["part"], "status": s["status"], "seconds": s["seconds"],
                          "reason": s.get("reason", ""), "log": s.get("log", "")} for s in steps],
                        ["step", "part", "status", "seconds", "reason", "log"])]
-    comp = report.get("comparisons") or []
-    if comp:
-        lines += ["## Speed and memory: luatune / HF transformers", "",
-                  "Each side its own process, same shape, batch, steps; ratios are luatune over HF "
-                  "(tokens/s and MFU: higher is better for luatune; memory and step time: lower).", "",
-                  md_table(comp, ["shape", "method", "luatune", "hf", "luatune_tokens_per_s", "hf_tokens_per_s",
-                                  "tokens_per_s_ratio", "luatune_peak_memory_gb", "hf_peak_memory_gb",
-                                  "peak_memory_gb_ratio", "luatune_step_time_s", "hf_step_time_s",
-                                  "luatune_mfu", "hf_mfu", "mfu_ratio"])]
-    peers = report.get("peer_comparisons") or []
-    if peers:
-        lines += ["## Speed and memory: luatune / HF with Liger's kernels, Unsloth", "",
-                  "The same shapes and settings as the HF pairs (docs/gpu_bench.md \"Peers\"); ratios are luatune "
-                  "over the peer. A skipped peer says why (its import error, when it does not import).", "",
-                  md_table(peers, ["shape", "method", "peer", "luatune", "peer_status", "luatune_tokens_per_s",
-                                   "peer_tokens_per_s", "tokens_per_s_ratio", "luatune_peak_memory_gb",
-                                   "peer_peak_memory_gb", "peak_memory_gb_ratio", "luatune_mfu", "peer_mfu",
-                                   "mfu_ratio", "peer_reason"])]
+    # (title, intro, the report's key, columns) of each comparison table; a table without rows is left out.
+    sections = [
+        ("Speed and memory: luatune / HF transformers",
+         "Each side its own process, same shape, batch, steps; ratios are luatune over HF "
+         "(tokens/s and MFU: higher is better for luatune; memory and step time: lower).",
+         "comparisons",
+         ["shape", "method", "luatune", "hf", "luatune_tokens_per_s", "hf_tokens_per_s", "tokens_per_s_ratio",
+          "luatune_peak_memory_gb", "hf_peak_memory_gb", "peak_memory_gb_ratio", "luatune_step_time_s",
+          "hf_step_time_s", "luatune_mfu", "hf_mfu", "mfu_ratio"]),
+        ("Speed and memory: luatune / HF with Liger's kernels, Unsloth",
+         "The same shapes and settings as the HF pairs (docs/gpu_bench.md \"Peers\"); ratios are luatune "
+         "over the peer. A skipped peer says why (its import error, when it does not import).",
+         "peer_comparisons",
+         ["shape", "method", "peer", "luatune", "peer_status", "luatune_tokens_per_s", "peer_tokens_per_s",
+          "tokens_per_s_ratio", "luatune_peak_memory_gb", "peer_peak_memory_gb", "peak_memory_gb_ratio",
+          "luatune_mfu", "peer_mfu", "mfu_ratio", "peer_reason"]),
+    ]
+    for title, intro, key, cols in sections:
+        if report.get(key):
+            lines += ["## " + title, "", intro, "", md_table(report[key], cols)]
     lines += ["## Results per step", ""]
     for s in steps:
         if s.get("result"):
