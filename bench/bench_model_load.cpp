@@ -4,6 +4,7 @@
 //   bf16 -> bf16 on CPU (zero-copy views of the mapped file), bf16 -> float32 (converted per tensor).
 // Usage: bench_model_load [--gb 1.0] [--dir /tmp/luatune_bench_model]
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,6 +41,9 @@ std::pair<double, double> load_in_child(const std::string& dir, const std::strin
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
+    // One thread: the parent's OpenMP pool (libgomp, which PyTorch's wheel ships) did not come
+    // through the fork, and a parallel region here would wait for its threads forever.
+    at::set_num_threads(1);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double base = static_cast<double>(ru.ru_maxrss) * 1024.0;  // LibTorch itself, before loading
