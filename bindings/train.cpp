@@ -15,6 +15,7 @@
 #include "host/core/error.h"
 #include "host/core/tensor_ops.h"
 #include "host/train/preference.h"
+#include "host/train/profiler.h"
 #include "host/train/rejection.h"
 #include "host/train/reward.h"
 #include "host/train/trainer.h"
@@ -103,6 +104,9 @@ int l_train_new(lua_State* L) {
     o.shard = lt_opt_string(L, 2, "shard", o.shard);
     o.optimizer_offload = lt_opt_string(L, 2, "optimizer_offload", o.optimizer_offload);
     o.overwrite = lt_opt_bool(L, 2, "overwrite", o.overwrite);
+    o.profile = lt_opt_string(L, 2, "profile", "");
+    o.profile_steps = profile_count("profile_steps", lt_opt_number(L, 2, "profile_steps", 2), 1);
+    o.profile_skip = profile_count("profile_skip", lt_opt_number(L, 2, "profile_skip", 1), 0);
     lua_getfield(L, 2, "betas");
     if (!lua_isnil(L, -1)) {
       LT_CHECK(lua_istable(L, -1) && lua_objlen(L, -1) == 2,

@@ -1259,6 +1259,9 @@ train = {}
 ---@field shard? string ZeRO over data-parallel ranks: "optimizer", "gradients" or "full" (FSDP's names accepted; docs/zero.md) (default: "none")
 ---@field optimizer_offload? string "cpu": masters and optimizer states in host memory, updated there (default: "none")
 ---@field overwrite? boolean a fresh run into an output_dir with another run's checkpoints moves them to previous-<time>/ (default: the config's overwrite, else it fails)
+---@field profile? string a directory: trace.json (Kineto, Chrome/Perfetto) of profile_steps steps with ranges per step, layer and phase, and summary.md / summary.json beside it (docs/profiling.md); "" = off (default: "")
+---@field profile_steps? integer steps traced when profile is set (default: 2)
+---@field profile_skip? integer steps this process runs untraced first (warm-up) (default: 1)
 
 ---a Trainer over the model's trainable weights (all, or only the adapters); optimizer state is allocated at the first step
 ---@param model Model

@@ -129,6 +129,9 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options,
     for (size_t i = first_local_; i < params_.size(); i++) ptrs.push_back(params_[i].second);
     sync_ = std::make_shared<GradSync>(ptrs);
   }
+  if (!o.profile.empty() && dist_is_main())
+    profiler_ = std::make_unique<StepProfiler>(ProfileOptions{o.profile, o.profile_steps, o.profile_skip},
+                                               model_->device().is_cuda());
   // The recipe's config{} may have claimed the output directory already (before it wrote there).
   if (!options_.output_dir.empty()) claimed_ = output_dir_owner(options_.output_dir, &run_id_);
   stop_register(this);
@@ -216,6 +219,20 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
       continue;
     }
     for (auto& hook : hooks_) hook->forward_options(fo, training);
+    // A range per decoder layer ("layer L"), also around its recomputation in backward. Not when an
+    // observer needs the in-layer sites, which a set run_layer would hide.
+    if (profile_ranges_on() && (fo.run_layer || !fo.observe)) {
+      auto inner = fo.run_layer;
+      fo.run_layer = [inner](int64_t l, const LayerFn& fn, const at::Tensor& x) {
+        LayerFn named = [l, fn](const at::Tensor& y) {
+          ProfileRange range("layer " + std::to_string(l));
+          return fn(y);
+        };
+        return inner ? inner(l, named, x) : named(x);
+      };
+    }
+    std::optional<ProfileRange> forward_range;
+    if (profile_ranges_on()) forward_range.emplace("forward");
     at::Tensor h_all = model_->hidden(ids, fo);
     at::Tensor h = h_all.reshape({-1, h_all.size(-1)}).index_select(0, keep);
     at::Tensor kept_targets = targets.index_select(0, keep);
@@ -233,8 +250,12 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
         if (at::Tensor replaced = hook->micro_loss(mb, loss); replaced.defined()) loss = replaced;
     }
     LT_ASSERT(loss.defined(), "a hook replaced the LM loss but returned none");
+    forward_range.reset();
     if (backward && sync_ && r0 + micro >= rows) sync_->arm();  // the step's last backward: sum as grads land
-    if (backward) (loss / static_cast<double>(normaliser)).backward();
+    if (backward) {
+      ProfileRange range(profile_ranges_on() ? "backward" : "");
+      (loss / static_cast<double>(normaliser)).backward();
+    }
     if (zero_slots) zero_->end_micro_batch();
     total += loss.detach();
     count += keep.numel();
@@ -303,7 +324,20 @@ void Trainer::optimizer_update(double scheduled_lr) {
   }
 }
 
+// One range "step N" around the step; the profiler starts before the first profiled one and writes
+// its files after the last.
 StepStats Trainer::step(const Batch& batch) {
+  if (profiler_) profiler_->begin_step(step_ + 1);
+  StepStats s;
+  {
+    ProfileRange range(profile_ranges_on() ? "step " + std::to_string(step_ + 1) : "");
+    s = run_step(batch);
+  }
+  if (profiler_) profiler_->end_step(step_, s.step_time);
+  return s;
+}
+
+StepStats Trainer::run_step(const Batch& batch) {
   // The previous step's safe point when the recipe's loop has none (no batches iterator): its
   // deferred checkpoint, or the stop a signal asked for, before this step begins.
   if (mid_step_) stop_safe_point();
@@ -341,10 +375,13 @@ StepStats Trainer::step(const Batch& batch) {
          "lower the learning rate, raise warmup, check the data for empty or huge records, or use "
          "fp32 master weights (master_weights=true) with bf16");
   step_++;
-  s.grad_norm = clip_gradients();
-  s.lr = lr_at(step_);
-  optimizer_update(s.lr);
-  for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
+  {
+    ProfileRange range(profile_ranges_on() ? "optimizer" : "");
+    s.grad_norm = clip_gradients();
+    s.lr = lr_at(step_);
+    optimizer_update(s.lr);
+    for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
+  }
   for (auto& hook : hooks_) {
     hook->after_step(step_);
     for (auto& kv : hook->stats(true)) s.extra.push_back(kv);

@@ -19,6 +19,7 @@
 #include "host/dist/zero.h"
 #include "host/model/transformer.h"
 #include "host/train/optim.h"
+#include "host/train/profiler.h"
 
 namespace luatune {
 
@@ -112,6 +113,11 @@ struct TrainOptions {
   // another run's checkpoints fails unless overwrite, which moves that run aside first.
   bool overwrite = false;
   std::string config_json;  // the recipe's resolved config (JSON), kept in checkpoints for resume's diff
+  // A Kineto trace of profile_steps steps after profile_skip warm-up ones, written to this directory
+  // with a summary (host/train/profiler.h, docs/profiling.md); "" = off. Rank 0 only.
+  std::string profile;
+  int64_t profile_steps = 2;
+  int64_t profile_skip = 1;
 };
 
 // Bytes of training state this rank holds, and what an unsharded replica holds (trainer:memory()):
@@ -177,6 +183,7 @@ class Trainer {
   int64_t loss_units(const Batch& batch) const;
 
  private:
+  StepStats run_step(const Batch& batch);  // step()'s work, inside its profiler range
   void optimizer_update(double scheduled_lr);
   void ensure_state();
   EvalStats with_hook_stats(EvalStats e);
@@ -228,6 +235,7 @@ class Trainer {
   bool mid_step_ = false;
   // Data parallel (host/dist): the gradient all-reduce, set when the process is one of several.
   std::shared_ptr<GradSync> sync_;
+  std::unique_ptr<StepProfiler> profiler_;  // set when options_.profile names a directory (rank 0)
 };
 
 }  // namespace luatune

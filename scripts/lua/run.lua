@@ -15,12 +15,14 @@ local M = {}
 
 -- train.new's options from the keys every training recipe's config has: learning_rate, warmup_steps,
 -- max_steps, batch_size (the micro-batch), gradient_checkpointing, output_dir, save_steps, shard,
--- optimizer, optimizer_offload. `extra` adds to them or replaces them (schedule, hooks, weight_decay, ...).
+-- optimizer, optimizer_offload, profile, profile_steps, profile_skip. `extra` adds to them or replaces them
+-- (schedule, hooks, weight_decay, ...).
 function M.trainer(model, cfg, extra)
   local opts = { lr = cfg.learning_rate, warmup = cfg.warmup_steps, steps = cfg.max_steps,
                  micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.gradient_checkpointing,
                  output_dir = cfg.output_dir, save_every = cfg.save_steps, shard = cfg.shard,
-                 optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload }
+                 optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
+                 profile = cfg.profile, profile_steps = cfg.profile_steps, profile_skip = cfg.profile_skip }
   for k, v in pairs(extra or {}) do opts[k] = v end
   return train.new(model, opts)
 end

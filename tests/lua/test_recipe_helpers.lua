@@ -28,7 +28,8 @@ end
 local function training_cfg(dir, extra)
   local cfg = { learning_rate = 0.1, warmup_steps = 2, max_steps = 10, batch_size = 2, gradient_checkpointing = false,
                 output_dir = dir, save_steps = 0, shard = "none", optimizer = "sgd", optimizer_offload = "none",
-                resume = false, wandb_project = "", base_model = "org/tiny" }
+                resume = false, wandb_project = "", base_model = "org/tiny", profile = "",
+                profile_steps = 2, profile_skip = 1 }
   for k, v in pairs(extra or {}) do cfg[k] = v end
   return strict(cfg)
 end
