@@ -104,9 +104,10 @@ int l_train_new(lua_State* L) {
     o.shard = lt_opt_string(L, 2, "shard", o.shard);
     o.optimizer_offload = lt_opt_string(L, 2, "optimizer_offload", o.optimizer_offload);
     o.overwrite = lt_opt_bool(L, 2, "overwrite", o.overwrite);
-    o.profile = lt_opt_string(L, 2, "profile", "");
-    o.profile_steps = profile_count("profile_steps", lt_opt_number(L, 2, "profile_steps", 2), 1);
-    o.profile_skip = profile_count("profile_skip", lt_opt_number(L, 2, "profile_skip", 1), 0);
+    o.profile.dir = lt_opt_string(L, 2, "profile", o.profile.dir);
+    o.profile.steps =
+        profile_count("profile_steps", lt_opt_number(L, 2, "profile_steps", o.profile.steps), 1);
+    o.profile.skip = profile_count("profile_skip", lt_opt_number(L, 2, "profile_skip", o.profile.skip), 0);
     lua_getfield(L, 2, "betas");
     if (!lua_isnil(L, -1)) {
       LT_CHECK(lua_istable(L, -1) && lua_objlen(L, -1) == 2,

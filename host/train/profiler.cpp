@@ -398,8 +398,6 @@ json StepProfiler::Impl::summarise(const std::vector<Event>& events) const {
 StepProfiler::StepProfiler(ProfileOptions options, bool cuda) : impl_(std::make_unique<Impl>()) {
   impl_->o = std::move(options);
   impl_->cuda = cuda;
-  profile_count("profile_steps", static_cast<double>(impl_->o.steps), 1);
-  profile_count("profile_skip", static_cast<double>(impl_->o.skip), 0);
 }
 
 StepProfiler::~StepProfiler() {

@@ -129,9 +129,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options,
     for (size_t i = first_local_; i < params_.size(); i++) ptrs.push_back(params_[i].second);
     sync_ = std::make_shared<GradSync>(ptrs);
   }
-  if (!o.profile.empty() && dist_is_main())
-    profiler_ = std::make_unique<StepProfiler>(ProfileOptions{o.profile, o.profile_steps, o.profile_skip},
-                                               model_->device().is_cuda());
+  if (!o.profile.dir.empty() && dist_is_main())
+    profiler_ = std::make_unique<StepProfiler>(o.profile, model_->device().is_cuda());
   // The recipe's config{} may have claimed the output directory already (before it wrote there).
   if (!options_.output_dir.empty()) claimed_ = output_dir_owner(options_.output_dir, &run_id_);
   stop_register(this);
@@ -253,7 +252,7 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
     forward_range.reset();
     if (backward && sync_ && r0 + micro >= rows) sync_->arm();  // the step's last backward: sum as grads land
     if (backward) {
-      ProfileRange range(profile_ranges_on() ? "backward" : "");
+      ProfileRange range("backward");
       (loss / static_cast<double>(normaliser)).backward();
     }
     if (zero_slots) zero_->end_micro_batch();
@@ -376,7 +375,7 @@ StepStats Trainer::run_step(const Batch& batch) {
          "fp32 master weights (master_weights=true) with bf16");
   step_++;
   {
-    ProfileRange range(profile_ranges_on() ? "optimizer" : "");
+    ProfileRange range("optimizer");
     s.grad_norm = clip_gradients();
     s.lr = lr_at(step_);
     optimizer_update(s.lr);

@@ -113,11 +113,9 @@ struct TrainOptions {
   // another run's checkpoints fails unless overwrite, which moves that run aside first.
   bool overwrite = false;
   std::string config_json;  // the recipe's resolved config (JSON), kept in checkpoints for resume's diff
-  // A Kineto trace of profile_steps steps after profile_skip warm-up ones, written to this directory
-  // with a summary (host/train/profiler.h, docs/profiling.md); "" = off. Rank 0 only.
-  std::string profile;
-  int64_t profile_steps = 2;
-  int64_t profile_skip = 1;
+  // A Kineto trace of profile.steps steps after profile.skip warm-up ones, written to profile.dir
+  // with a summary (host/train/profiler.h, docs/profiling.md); dir "" = off. Rank 0 only.
+  ProfileOptions profile;
 };
 
 // Bytes of training state this rank holds, and what an unsharded replica holds (trainer:memory()):
@@ -235,7 +233,7 @@ class Trainer {
   bool mid_step_ = false;
   // Data parallel (host/dist): the gradient all-reduce, set when the process is one of several.
   std::shared_ptr<GradSync> sync_;
-  std::unique_ptr<StepProfiler> profiler_;  // set when options_.profile names a directory (rank 0)
+  std::unique_ptr<StepProfiler> profiler_;  // set when options_.profile.dir is set (rank 0)
 };
 
 }  // namespace luatune
