@@ -1,17 +1,21 @@
-// LoRA / DoRA: the adapter's forward, applying adapters to a model, PEFT's adapter directory in
-// and out, and merging. What PEFT does and where we read it: docs/lora.md.
+// LoRA / DoRA: the adapter's forward (LoRA in the compute dtype with a hand-written backward, alone
+// or grouped over Linears that share their input), applying adapters to a model, PEFT's adapter
+// directory in and out, and merging. What PEFT does and where we read it: docs/lora.md.
 #include "host/adapt/lora.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "host/adapt/peft.h"
+#include "host/adapt/quant.h"
 #include "host/core/error.h"
 #include "host/text/tokenizer_parts.h"
 
@@ -24,6 +28,262 @@ const char* const kLoraTargetNames[7] = {"q_proj",    "k_proj",  "v_proj",   "o_
 
 double LoraConfig::scale() const {
   return rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+}
+
+// ============================================================================================
+// LoRA in the compute dtype
+//
+// y = x W^T (+ b) + s * (dropout(x) A^T) B^T with the products in x's dtype (bf16 on a GPU) and A,
+// B kept float32 as masters: they are cast down for the products and their gradients come back up
+// to float32 for the optimizer. The adapter's product is added into the base output in place
+// (addmm), so a step makes no float32 copy of x and no float32 (..., out) sum. PEFT under autocast
+// computes the same products in bf16; without autocast it upcasts x, as DoRA here still does. The
+// backward is written by hand:
+//   dx = dy W + s * mask((dy B) A),  dA = s * (dy B)^T dropout(x),  dB = s * dy^T (dropout(x) A^T)
+// It keeps x (which the caller keeps anyway), the (N, r) down-projection and the dropout mask; W
+// gets no gradient (it is frozen; a 4-bit W is dequantized again, as linear_4bit's backward does).
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The base Linear as the backward needs it. Copies share the tensors, so the backward still works
+// if the Linear is merged or released after the forward.
+struct LoraBase : torch::CustomClassHolder {
+  at::Tensor weight;  // (out, in) dense, or the 4-bit codes
+  at::Tensor bias;    // (out) or undefined
+  std::shared_ptr<QuantState> quant;
+  double scale = 1, dropout = 0;  // dropout 0 when not training
+
+  at::Tensor dense(at::ScalarType dtype) const {  // W (out, in) in the compute dtype
+    return quant ? dequantize_4bit(weight, *quant, dtype) : weight.to(dtype);
+  }
+};
+
+struct LoraOut {
+  at::Tensor y;     // (N, out)
+  at::Tensor xa;    // (N, r): dropout(x) A^T
+  at::Tensor mask;  // (N, in) bool, or undefined without dropout
+};
+
+// The forward on x2 (N, in), shared by the autograd function and the no-grad path so that a
+// recomputed forward is the same computation as the first.
+LoraOut lora_forward_2d(const at::Tensor& x2, const at::Tensor& lora_A, const at::Tensor& lora_B,
+                        const LoraBase& base) {
+  const at::ScalarType dt = x2.scalar_type();
+  at::Tensor w = base.dense(dt);
+  LoraOut o;
+  o.y = base.bias.defined() ? at::addmm(base.bias.to(dt), x2, w.t()) : at::mm(x2, w.t());
+  w = at::Tensor();  // a dequantized 4-bit weight is freed before the adapter's products
+  at::Tensor xd = x2;
+  if (base.dropout > 0) std::tie(xd, o.mask) = at::native_dropout(x2, base.dropout, true);
+  o.xa = at::mm(xd, lora_A.to(dt).t());
+  o.y.addmm_(o.xa, lora_B.to(dt).t(), 1, base.scale);
+  return o;
+}
+
+struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& lora_A,
+                            const at::Tensor& lora_B, c10::intrusive_ptr<LoraBase> base) {
+    LoraOut o = lora_forward_2d(x.reshape({-1, x.size(-1)}), lora_A, lora_B, *base);
+    ctx->save_for_backward({x, lora_A, lora_B, o.xa, o.mask});
+    ctx->saved_data["base"] =
+        c10::IValue::make_capsule(c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(base));
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = o.y.size(1);
+    return at::_unsafe_view(o.y, shape);  // not a view: the caller may modify it in place
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    auto base = c10::static_intrusive_pointer_cast<LoraBase>(ctx->saved_data["base"].toCapsule());
+    variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &lora_A = saved[1], &lora_B = saved[2], &xa = saved[3], &mask = saved[4];
+    const at::ScalarType dt = x.scalar_type();
+    const double keep_scale = base->dropout > 0 ? 1.0 / (1.0 - base->dropout) : 1.0;
+    const at::Tensor dy = grad_out[0].reshape({-1, grad_out[0].size(-1)}).to(dt);  // (N, out)
+    const at::Tensor dyb = at::mm(dy, lora_B.to(dt));                              // (N, r)
+    at::Tensor dx, da, db;
+    if (ctx->needs_input_grad(0)) {
+      const at::Tensor a_c = lora_A.to(dt);
+      dx = at::mm(dy, base->dense(dt));  // (N, in)
+      if (mask.defined())
+        dx.add_(at::native_dropout_backward(at::mm(dyb, a_c), mask, keep_scale), base->scale);
+      else
+        dx.addmm_(dyb, a_c, 1, base->scale);
+      dx = dx.view(x.sizes());
+    }
+    if (ctx->needs_input_grad(1)) {
+      at::Tensor x2 = x.reshape({-1, x.size(-1)});
+      if (mask.defined()) x2 = at::native_dropout_backward(x2, mask, keep_scale);  // dropout(x) again
+      da = at::mm(dyb.t(), x2).to(lora_A.scalar_type()).mul_(base->scale);         // (r, in)
+    }
+    if (ctx->needs_input_grad(2))
+      db = at::mm(dy.t(), xa).to(lora_B.scalar_type()).mul_(base->scale);  // (out, r)
+    return {dx, da, db, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor lora_linear(const Linear& linear, const at::Tensor& x, const at::Tensor& lora_A,
+                       const at::Tensor& lora_B, double scale, double dropout) {
+  auto base = c10::make_intrusive<LoraBase>();
+  base->weight = linear.weight;
+  base->bias = linear.bias;
+  base->quant = linear.quant;
+  base->scale = scale;
+  base->dropout = dropout;
+  const bool grad = at::GradMode::is_enabled();
+  if (grad && (linear.weight.requires_grad() || (linear.bias.defined() && linear.bias.requires_grad()))) {
+    // A trainable base (not what lora.apply leaves) needs dW: the same sum composed from autograd ops.
+    const at::ScalarType dt = x.scalar_type();
+    at::Tensor xd = dropout > 0 ? at::dropout(x, dropout, true) : x;
+    at::Tensor update = at::linear(at::linear(xd, lora_A.to(dt)), lora_B.to(dt));
+    return at::add(linear.base_forward(x), update, scale);
+  }
+  if (grad && (x.requires_grad() || lora_A.requires_grad() || lora_B.requires_grad()))
+    return LoraLinearFn::apply(x, lora_A, lora_B, base);
+  LoraOut o = lora_forward_2d(x.reshape({-1, x.size(-1)}), lora_A, lora_B, *base);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = o.y.size(1);
+  return at::_unsafe_view(o.y, shape);
+}
+
+// ============================================================================================
+// LoRA on Linears that share their input (q/k/v, gate/up)
+//
+// Each adapter's down-projection reads all of x (N, in) to make (N, r); for n Linears on the same x
+// the n A's are stacked into one (n*r, in) product, so x is read once instead of n times, in the
+// forward (x A^T) and in the backward (dA = (dy B)^T x, and the (dy B) A term of dx). The bases
+// and the up-projections stay per Linear. Dropout draws a mask per adapter (PEFT's separate
+// nn.Dropout modules), which the stacked product cannot share, so only adapters with no dropout
+// active are grouped.
+
+namespace {
+
+struct LoraGroup : torch::CustomClassHolder {
+  std::vector<LoraBase> bases;  // per Linear; dropout 0
+  std::vector<int64_t> ranks;   // r of each adapter: its rows of the stacked A
+};
+
+// The forward, shared by the autograd function and the no-grad path; *xa_out = x [A_1; ...; A_n]^T.
+variable_list lora_group_forward(const at::Tensor& x, at::TensorList lora_As, at::TensorList lora_Bs,
+                                 const LoraGroup& group, at::Tensor* xa_out) {
+  const at::ScalarType dt = x.scalar_type();
+  const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+  const at::Tensor xa = at::mm(x2, at::cat(lora_As).to(dt).t());  // (N, sum r): x read once
+  variable_list ys;
+  int64_t row = 0;
+  for (size_t i = 0; i < lora_Bs.size(); i++) {
+    const LoraBase& base = group.bases[i];
+    at::Tensor w = base.dense(dt);
+    at::Tensor y = base.bias.defined() ? at::addmm(base.bias.to(dt), x2, w.t()) : at::mm(x2, w.t());
+    y.addmm_(xa.narrow(1, row, group.ranks[i]), lora_Bs[i].to(dt).t(), 1, base.scale);
+    row += group.ranks[i];
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = y.size(1);
+    ys.push_back(at::_unsafe_view(y, shape));
+  }
+  *xa_out = xa;
+  return ys;
+}
+
+struct LoraGroupFn : public torch::autograd::Function<LoraGroupFn> {
+  // x (..., in); lora_As[i] (r_i, in), lora_Bs[i] (out_i, r_i) -> y_i (..., out_i).
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList lora_As,
+                               at::TensorList lora_Bs, c10::intrusive_ptr<LoraGroup> group) {
+    at::Tensor xa;
+    variable_list ys = lora_group_forward(x, lora_As, lora_Bs, *group, &xa);
+    variable_list saved = {x, xa};
+    saved.insert(saved.end(), lora_As.begin(), lora_As.end());
+    saved.insert(saved.end(), lora_Bs.begin(), lora_Bs.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["group"] =
+        c10::IValue::make_capsule(c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(group));
+    return ys;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    auto group = c10::static_intrusive_pointer_cast<LoraGroup>(ctx->saved_data["group"].toCapsule());
+    variable_list saved = ctx->get_saved_variables();
+    const size_t n = group->ranks.size();
+    const at::Tensor &x = saved[0], &xa = saved[1];
+    const at::ScalarType dt = x.scalar_type();
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+    std::vector<at::Tensor> dys, dybs;  // (N, out_i), s_i * dy_i B_i (N, r_i)
+    for (size_t i = 0; i < n; i++) {
+      dys.push_back(grad_out[i].reshape({-1, grad_out[i].size(-1)}).to(dt));
+      dybs.push_back(at::mm(dys[i], saved[2 + n + i].to(dt)).mul_(group->bases[i].scale));
+    }
+    const at::Tensor dyb = at::cat(dybs, 1);  // (N, sum r)
+    variable_list grads(2 + 2 * n);
+    if (ctx->needs_input_grad(0)) {
+      at::Tensor dx = at::mm(dyb, at::cat(at::TensorList(saved).slice(2, n)).to(dt));  // (N, in)
+      for (size_t i = 0; i < n; i++) dx.addmm_(dys[i], group->bases[i].dense(dt));
+      grads[0] = dx.view(x.sizes());
+    }
+    bool any_a = false;
+    for (size_t i = 0; i < n; i++) any_a = any_a || ctx->needs_input_grad(1 + i);
+    const at::Tensor da = any_a ? at::mm(dyb.t(), x2) : at::Tensor();  // (sum r, in): x read once
+    int64_t row = 0;
+    for (size_t i = 0; i < n; i++) {
+      const at::Tensor &lora_A = saved[2 + i], &lora_B = saved[2 + n + i];
+      if (ctx->needs_input_grad(1 + i))
+        grads[1 + i] = da.narrow(0, row, group->ranks[i]).to(lora_A.scalar_type());
+      if (ctx->needs_input_grad(1 + n + i))
+        grads[1 + n + i] = at::mm(dys[i].t(), xa.narrow(1, row, group->ranks[i]))
+                               .to(lora_B.scalar_type())
+                               .mul_(group->bases[i].scale);
+      row += group->ranks[i];
+    }
+    return grads;
+  }
+};
+
+}  // namespace
+
+std::vector<at::Tensor> lora_linear_group(const std::vector<const Linear*>& linears, const at::Tensor& x) {
+  // The adapters that can share the stacked product: plain LoRA, on, no dropout drawn, frozen base.
+  std::vector<size_t> grouped;
+  for (size_t i = 0; i < linears.size(); i++) {
+    const Linear& lin = *linears[i];
+    const auto* a = dynamic_cast<const LoraAdapter*>(lin.adapter.get());
+    const bool frozen = !lin.weight.requires_grad() && !(lin.bias.defined() && lin.bias.requires_grad());
+    if (a && a->enabled && !a->dora && !(a->training && a->dropout > 0) && frozen) grouped.push_back(i);
+  }
+  std::vector<at::Tensor> out(linears.size());
+  if (grouped.size() < 2) {
+    for (size_t i = 0; i < linears.size(); i++) out[i] = linears[i]->forward(x);
+    return out;
+  }
+  auto group = c10::make_intrusive<LoraGroup>();
+  std::vector<at::Tensor> as, bs;
+  for (size_t i : grouped) {
+    const Linear& lin = *linears[i];
+    const auto& a = dynamic_cast<const LoraAdapter&>(*lin.adapter);
+    LoraBase base;
+    base.weight = lin.weight;
+    base.bias = lin.bias;
+    base.quant = lin.quant;
+    base.scale = a.scale;
+    group->bases.push_back(base);
+    group->ranks.push_back(a.r);
+    as.push_back(a.lora_A);
+    bs.push_back(a.lora_B);
+  }
+  // Without autograd the same forward runs directly (no graph, nothing saved).
+  variable_list ys;
+  if (at::GradMode::is_enabled()) {
+    ys = LoraGroupFn::apply(x, at::TensorList(as), at::TensorList(bs), group);
+  } else {
+    at::Tensor xa;
+    ys = lora_group_forward(x, as, bs, *group, &xa);
+  }
+  for (size_t j = 0; j < grouped.size(); j++) out[grouped[j]] = ys[j];
+  for (size_t i = 0; i < linears.size(); i++)
+    if (!out[i].defined()) out[i] = linears[i]->forward(x);
+  return out;
 }
 
 // ============================================================================================
@@ -45,17 +305,18 @@ at::Tensor LoraAdapter::dora_weight_norm(const at::Tensor& weight) const {
 }
 
 at::Tensor LoraAdapter::forward(const Linear& base, const at::Tensor& x) const {
+  const bool drop = training && dropout > 0;
+  if (!dora) return lora_linear(base, x, lora_A, lora_B, scale, drop ? dropout : 0.0);
+
+  // DoRA stays on the float32 path (PEFT's without autocast): the input is cast to the adapter's
+  // dtype, the sum is formed there and cast back.
   at::Tensor result = base.base_forward(x);  // (..., out) in the base dtype (4-bit W dequantized)
   const at::ScalarType out_dtype = result.scalar_type();
-  // As PEFT: the input is cast to the adapter's dtype; the sum is formed there and cast back.
   at::Tensor xa = x.to(lora_A.scalar_type());
-  const bool drop = training && dropout > 0;
   if (drop) xa = at::dropout(xa, dropout, true);
   at::Tensor update = at::linear(at::linear(xa, lora_A), lora_B);  // (..., out)
-  if (!dora) return at::add(result, update, scale).to(out_dtype);  // one pass: result + scale * update
-
-  // DoRA: base(x) + (m/||W+sBA|| - 1) * x W^T + (m/||W+sBA||) * s * B A x. Without dropout x W^T is
-  // the base result less its bias (PEFT reuses it); with dropout it is recomputed on the dropped x.
+  // base(x) + (m/||W+sBA|| - 1) * x W^T + (m/||W+sBA||) * s * B A x. Without dropout x W^T is the
+  // base result less its bias (PEFT reuses it); with dropout it is recomputed on the dropped x.
   at::Tensor w = base.dense_weight().to(lora_A.scalar_type());
   at::Tensor mag_scale = magnitude / dora_weight_norm(w);  // (out), broadcast over the last dim
   at::Tensor xw;

@@ -36,8 +36,9 @@ struct LoraConfig {
 };
 
 // One adapted Linear: output = base(x) + B(A(dropout(x))) * scale, or DoRA's variant. Weights are
-// float32 whatever the base dtype (PEFT's default autocast_adapter_dtype upcasts bf16/fp16
-// adapters): x is cast to float32 for the adapter path and the sum cast back to the base dtype.
+// float32 masters whatever the base dtype (PEFT's default autocast_adapter_dtype upcasts bf16/fp16
+// adapters). LoRA computes in x's dtype through lora_linear; DoRA casts x to float32 for the
+// adapter path and the sum back to the base dtype, as PEFT does without autocast.
 class LoraAdapter : public LinearAdapter {
  public:
   LoraAdapter(int64_t r, double alpha, double dropout, bool rslora, bool dora);
@@ -60,6 +61,21 @@ class LoraAdapter : public LinearAdapter {
   at::Tensor lora_B;     // (out, r) float32
   at::Tensor magnitude;  // (out) float32, DoRA only: PEFT's lora_magnitude_vector
 };
+
+// LoRA's forward in x's dtype (the compute dtype, bf16 on a GPU): x W^T (+ b) + scale *
+// (dropout(x) A^T) B^T with A (r, in) and B (out, r) cast to x's dtype for the products and their
+// gradients returned in their own dtype (float32 masters). One custom autograd function with a
+// hand-written backward (dx, dA, dB; no dW for the frozen, possibly 4-bit, base); a base weight
+// or bias that requires grad takes the same sum composed from autograd ops instead. dropout > 0
+// drops x for the adapter path only (pass 0 when not training). x (..., in) -> (..., out).
+at::Tensor lora_linear(const Linear& linear, const at::Tensor& x, const at::Tensor& lora_A,
+                       const at::Tensor& lora_B, double scale, double dropout);
+
+// The forwards of Linears that read the same x (q/k/v, gate/up): linears[i]->forward(x) each, but
+// the down-projections of the plain LoRA adapters among them (enabled, no dropout being drawn,
+// frozen base) are one product over their stacked A's, forward and backward, so x is read once
+// for all of them. Others (DoRA, dropout while training, no adapter) take their own forward.
+std::vector<at::Tensor> lora_linear_group(const std::vector<const Linear*>& linears, const at::Tensor& x);
 
 // Wraps every Linear that `config` targets in a LoraAdapter: A ~ kaiming_uniform(a=sqrt(5)) =
 // U(-1/sqrt(in), 1/sqrt(in)) drawn in float32 on CPU from `seed` in checkpoint order, B = 0 (so

@@ -5,6 +5,10 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
 
 namespace luatune {
 
@@ -64,6 +68,24 @@ at::Tensor rope_inv_freq(const ModelConfig& c) {
   return inv_freq;
 }
 
+at::Tensor rope_inv_freq_on(const ModelConfig& c, c10::Device device) {
+  // Keyed by every field rope_inv_freq reads, doubles in hex so equal means bit-equal.
+  const RopeConfig& r = c.rope;
+  char key[512];
+  std::snprintf(key, sizeof key, "%s|%d|%lld|%a|%a|%a|%a|%lld|%lld|%a|%a|%d", device.str().c_str(),
+                static_cast<int>(r.type), static_cast<long long>(c.head_dim), r.theta, r.factor,
+                r.low_freq_factor, r.high_freq_factor, static_cast<long long>(r.original_max_position),
+                static_cast<long long>(c.max_position_embeddings), r.beta_fast, r.beta_slow,
+                r.truncate ? 1 : 0);
+  // Never freed: a static map of device tensors would be destroyed after the CUDA runtime at exit.
+  static std::mutex* mu = new std::mutex;
+  static auto* cache = new std::map<std::string, at::Tensor>;
+  std::lock_guard<std::mutex> lock(*mu);
+  at::Tensor& t = (*cache)[key];
+  if (!t.defined()) t = rope_inv_freq(c).to(device);
+  return t;
+}
+
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, const at::Tensor& positions,
                                                double attention_scaling, at::ScalarType dtype) {
   // (B, T, 1) * (D/2) -> (B, T, D/2), float32 throughout as HF keeps autocast off here.
@@ -71,7 +93,7 @@ std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, const
   at::Tensor emb = at::cat({freqs, freqs}, -1);
   at::Tensor cos = emb.cos(), sin = emb.sin();
   if (attention_scaling != 1.0) cos = cos * attention_scaling, sin = sin * attention_scaling;
-  return {cos.to(dtype).unsqueeze(1), sin.to(dtype).unsqueeze(1)};
+  return {cos.to(dtype), sin.to(dtype)};
 }
 
 at::Tensor rope_apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {

@@ -12,6 +12,7 @@
 #include "host/adapt/quant.h"
 #include "host/core/error.h"
 #include "host/model/attention.h"
+#include "host/model/fused.h"
 #include "host/model/rope.h"
 
 namespace luatune {
@@ -38,34 +39,6 @@ int64_t Linear::in_features() const {
 
 namespace {
 
-// RMSNorm in float32, cast back before the weight (Llama/Qwen) or multiplied by (1 + w) in float32
-// then cast (Gemma 2), as each family's HF module does.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, bool gemma) {
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps);
-  if (gemma) return (normed * (1.0 + w.to(at::kFloat))).to(x.scalar_type());
-  return w * normed.to(x.scalar_type());
-}
-
-at::Tensor activation(const at::Tensor& x, Activation a) {
-  switch (a) {
-    case Activation::act_silu:
-      return at::silu(x);
-    case Activation::act_gelu_tanh:
-      return at::gelu(x, "tanh");
-    case Activation::act_gelu:
-      return at::gelu(x);
-  }
-  return x;
-}
-
-// (B, KV, S, D) -> (B, H, S, D): each KV head serves H/KV consecutive query heads.
-at::Tensor repeat_kv(const at::Tensor& x, int64_t groups) {
-  if (groups == 1) return x;
-  auto s = x.sizes();
-  return x.unsqueeze(2).expand({s[0], s[1], groups, s[2], s[3]}).reshape({s[0], s[1] * groups, s[2], s[3]});
-}
-
 // Which keys each query may see: causal by token order (position ids only feed RoPE, as in HF),
 // inside the sliding window when `window` > 0, and inside the same document when segments are
 // given. q_idx (T) and k_idx (S) are token indices in the whole sequence (cache included).
@@ -85,10 +58,11 @@ at::Tensor attention_mask(const at::Tensor& q_idx, const at::Tensor& k_idx, int6
 namespace {
 
 // RMSNorm under a hidden-channel mask: statistics over the channels where `hz` != 0 only (the
-// channels a pruned model would still have), output multiplied by hz.
+// channels a pruned model would still have), output multiplied by hz. Without a mask, the fused
+// RMSNorm; with one (pruning's mask training, where hz itself takes gradients), the composition.
 at::Tensor masked_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, bool gemma,
                            const at::Tensor& hz) {
-  if (!hz.defined()) return rms_norm(x, w, eps, gemma);
+  if (!hz.defined()) return rms_norm_fused(x, w, eps, gemma);
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor live = hz.ne(0).to(at::kFloat);
   at::Tensor var = (xf.pow(2) * live).sum(-1, true) / live.sum().clamp_min(1.0);
@@ -168,7 +142,8 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
            "model:forward: positions must have the shape of ids");
 
   const at::ScalarType dtype = h.scalar_type();
-  auto cos_sin = rope_cos_sin(rope_inv_freq(c), positions,
+  // (B, T, D) each, shared by every layer.
+  auto cos_sin = rope_cos_sin(rope_inv_freq_on(c, h.device()), positions,
                               c.rope.type == RopeType::rope_yarn ? c.rope.attention_factor : 1.0, dtype);
   at::Tensor cos = cos_sin.first, sin = cos_sin.second;
 
@@ -212,19 +187,21 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
       at::Tensor k = L.k.forward(x).view({B, T, KV, D});
       at::Tensor v = L.v.forward(x).view({B, T, KV, D}).transpose(1, 2);
       if (c.qk_norm) {
-        q = rms_norm(q, L.q_norm, c.rms_norm_eps, false);
-        k = rms_norm(k, L.k_norm, c.rms_norm_eps, false);
+        q = rms_norm_fused(q, L.q_norm, c.rms_norm_eps, false);
+        k = rms_norm_fused(k, L.k_norm, c.rms_norm_eps, false);
       }
-      q = rope_apply(q.transpose(1, 2), cos, sin);  // (B, H, T, D)
-      k = rope_apply(k.transpose(1, 2), cos, sin);  // (B, KV, T, D)
+      // RoPE on the projections' own layout; the transposes are views (SDPA's flash kernels want
+      // (B, T, heads, D) memory anyway).
+      q = rope_fused(q, cos, sin).transpose(1, 2);  // (B, H, T, D)
+      k = rope_fused(k, cos, sin).transpose(1, 2);  // (B, KV, T, D)
       if (cache) {
         cache->k[l].narrow(2, past, T).copy_(k);
         cache->v[l].narrow(2, past, T).copy_(v);
         k = cache->k[l].narrow(2, 0, past + T);
         v = cache->v[l].narrow(2, 0, past + T);
       }
-      at::Tensor a = attention_forward(q, repeat_kv(k, H / KV), repeat_kv(v, H / KV), mask, c.softmax_scale(),
-                                       c.attn_logit_softcap);  // (B, H, T, D)
+      at::Tensor a =
+          attention_forward(q, k, v, mask, c.softmax_scale(), c.attn_logit_softcap);  // (B, H, T, D)
       if (headz.defined()) a = a * headz.to(a.scalar_type()).view({1, H, 1, 1});
       a = a.transpose(1, 2).reshape({B, T, H * D});
       if (watch) observe(l, Site::attn_ctx, a);
@@ -242,7 +219,7 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
       if (watch) observe(l, Site::mlp_in, x);
       at::Tensor up = L.up.forward(x);
       if (iz.defined()) up = up * iz.to(up.scalar_type());
-      at::Tensor act = activation(L.gate.forward(x), c.act) * up;
+      at::Tensor act = glu_fused(L.gate.forward(x), up, c.act);
       if (watch) observe(l, Site::mlp_act, act);
       at::Tensor m = L.down.forward(act);
       if (c.gemma_norms)

@@ -3,6 +3,8 @@
 //     gradient with respect to the logits are formed once, in the forward pass, and turned at once
 //     into the chunk's share of the gradients of hidden and weight; backward only scales those by
 //     its incoming gradient. One LM-head matmul forward and two for the gradients, none recomputed.
+//     On CUDA the chunk's softmax and gradient are one kernel (cross_entropy_rows_), three touches
+//     of each logit instead of the nine of the float32 blocks the CPU path runs.
 //   chunked_token_logprobs: per-row log-probabilities whose gradient differs per row, so the logits
 //     are recomputed chunk by chunk in backward.
 // Why and how, with the sources of the idea: docs/hardware.md, "The fused cross-entropy".
@@ -13,9 +15,17 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "host/core/error.h"
 #include "host/data/batch.h"
+
+#ifdef LUATUNE_HAS_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "host/train/kernels/cross_entropy_cuda.h"
+#endif
 
 namespace luatune {
 
@@ -48,6 +58,69 @@ int64_t vocab_block(int64_t V) {
   return std::min(V, std::max<int64_t>(4096, (V + 15) / 16));
 }
 
+// ============================================================================================
+// The one-pass rows (cross_entropy_rows_): the CUDA kernel, and its CPU reference
+
+// True where cross_entropy_rows_ runs the CUDA kernel on z.
+bool rows_kernel_takes(const at::Tensor& z) {
+#ifdef LUATUNE_HAS_KERNELS
+  const at::ScalarType t = z.scalar_type();
+  return z.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
+#else
+  (void)z;
+  return false;
+#endif
+}
+
+// The kernel's arithmetic on whole tensors, a float32 (float64 for a float64 z) vocabulary block at
+// a time: pass 1 the running maximum and rescaled sum over the blocks (the kernel's online softmax
+// with blocks for its per-thread runs), pass 2 the gradient written over each block.
+at::Tensor rows_reference(const at::Tensor& z, const at::Tensor& t, double softcap, bool write_grad) {
+  const int64_t n = z.size(0), V = z.size(1), block = vocab_block(V);
+  const at::ScalarType work = z.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor ignored = t.eq(kIgnoreTarget);
+  const at::Tensor bad = t.lt(0).logical_or_(t.ge(V)).logical_and_(ignored.logical_not());
+  const at::Tensor hit = ignored.logical_or(bad).logical_not_();  // rows with a onehot term
+  const at::Tensor tc = t.clamp(0, std::max<int64_t>(V - 1, 0));
+  // The target's logit, read before pass 2 overwrites it.
+  at::Tensor picked = z.gather(1, tc.unsqueeze(1)).squeeze(1).to(work);  // (n)
+  if (softcap > 0) picked = at::tanh(picked / softcap) * softcap;
+
+  at::Tensor m, s;  // (n) running maximum and sum of exp(x - m)
+  for (int64_t j0 = 0; j0 < V; j0 += block) {
+    at::Tensor a = z.narrow(1, j0, std::min(block, V - j0)).to(work, false, /*copy=*/true);
+    if (softcap > 0) a.div_(softcap).tanh_().mul_(softcap);
+    at::Tensor bm = at::amax(a, {1});
+    if (!m.defined()) {
+      m = bm;
+      s = a.sub_(m.unsqueeze(1)).exp_().sum(1);
+    } else {
+      at::Tensor m2 = at::maximum(m, bm);
+      s = s.mul_((m - m2).exp_()).add_(a.sub_(m2.unsqueeze(1)).exp_().sum(1));
+      m = m2;
+    }
+  }
+  const at::Tensor lse = s.log_().add_(m);  // (n)
+  at::Tensor loss = (lse - picked).masked_fill_(ignored, 0.0).masked_fill_(bad, NAN);
+  if (!write_grad || n == 0) return loss;
+
+  const at::Tensor lse_col = lse.unsqueeze(1), ignored_col = ignored.unsqueeze(1);
+  const at::Tensor hit_f = hit.to(work);
+  for (int64_t j0 = 0; j0 < V; j0 += block) {
+    const int64_t w = std::min(block, V - j0);
+    at::Tensor zb = z.narrow(1, j0, w);
+    at::Tensor a = zb.scalar_type() == work ? zb : zb.to(work);  // in place on z when it is the work dtype
+    at::Tensor p = softcap > 0 ? a.div_(softcap).tanh_().mul(softcap) : a;  // a holds the tanh
+    p.sub_(lse_col).exp_();
+    at::Tensor in_block = tc.ge(j0).logical_and_(tc.lt(j0 + w)).to(work).mul_(hit_f);
+    p.scatter_add_(1, (tc - j0).clamp_(0, w - 1).unsqueeze(1), in_block.neg_().unsqueeze(1));
+    if (softcap > 0) p.mul_(a.mul_(a).neg_().add_(1));
+    p.masked_fill_(ignored_col, 0.0);
+    if (!p.is_same(zb)) zb.copy_(p);
+  }
+  return loss;
+}
+
 // What the fused forward hands to backward: the gradients of the summed loss (grad_output 1).
 struct FusedGrads {
   at::Tensor hidden;  // (N, C) hidden's dtype; undefined when hidden needs none
@@ -57,7 +130,7 @@ struct FusedGrads {
 // Sum over rows with a target of lse(row) - logit(row, target), in float32; fills `grads` when
 // given (their fields that are wanted are defined on entry).
 at::Tensor fused_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                               int64_t chunk, double softcap, FusedGrads* grads) {
+                               int64_t chunk, double softcap, CrossEntropyPath path, FusedGrads* grads) {
   at::NoGradGuard no_grad;
   const int64_t N = hidden.size(0), V = weight.size(0);
   const int64_t block = vocab_block(V);
@@ -68,15 +141,46 @@ at::Tensor fused_cross_entropy(const at::Tensor& hidden, const at::Tensor& weigh
   // An fp16 head's gradient is summed in float32 (its chunk sums could pass fp16's 65504); bf16 and
   // float32 heads accumulate in their own dtype, as PyTorch's autograd does.
   const bool w_float_acc = want_w && grads->weight.scalar_type() != weight.scalar_type();
+  const bool one_pass = path == CrossEntropyPath::ce_path_one_pass ||
+                        (path == CrossEntropyPath::ce_path_auto && rows_kernel_takes(weight));
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t n = std::min(chunk, N - r0);
     const bool first = r0 == 0;
     at::Tensor h = hidden.narrow(0, r0, n);
     at::Tensor t = targets.narrow(0, r0, n);
-    at::Tensor tc = t.clamp_min(0);
-    at::Tensor valid = t.ne(kIgnoreTarget).to(at::kFloat);  // (n)
-    at::Tensor z = at::mm(h, weight.t());                   // (n, V) in the model dtype: the chunk's logits
+    at::Tensor z = at::mm(h, weight.t());  // (n, V) in the model dtype: the chunk's logits
 
+    if (one_pass) {
+      // z becomes (softmax - onehot) * dtanh, zero on ignored rows, so the matmuls need no masking.
+      total.add_(cross_entropy_rows_(z, t, softcap, grads != nullptr).sum());
+      if (!grads) continue;
+      if (want_h) {
+        at::Tensor gh = grads->hidden.narrow(0, r0, n);  // rows of a contiguous (N, C): contiguous
+        at::mm_out(gh, z, weight);
+      }
+      if (want_w && w_float_acc) {
+        // An fp16 head: its gradient is summed in float32, a vocabulary block of float32 at a time.
+        at::Tensor hf = h.to(at::kFloat);
+        for (int64_t j0 = 0; j0 < V; j0 += block) {
+          const int64_t w = std::min(block, V - j0);
+          at::Tensor gw = grads->weight.narrow(0, j0, w);
+          at::Tensor zt = z.narrow(1, j0, w).t().to(at::kFloat);
+          if (first)
+            at::mm_out(gw, zt, hf);
+          else
+            gw.addmm_(zt, hf);
+        }
+      } else if (want_w) {
+        if (first)
+          at::mm_out(grads->weight, z.t(), h);
+        else
+          grads->weight.addmm_(z.t(), h);
+      }
+      continue;
+    }
+
+    at::Tensor tc = t.clamp_min(0);
+    at::Tensor valid = t.ne(kIgnoreTarget).to(at::kFloat);                       // (n)
     at::Tensor picked = z.gather(1, tc.unsqueeze(1)).squeeze(1).to(at::kFloat);  // (n) target logits
     if (softcap > 0) picked = at::tanh(picked / softcap) * softcap;
     if (!low_precision && softcap <= 0) {
@@ -170,14 +274,15 @@ at::Tensor fused_cross_entropy(const at::Tensor& hidden, const at::Tensor& weigh
 
 struct FusedCE : public torch::autograd::Function<FusedCE> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& targets, int64_t chunk, double softcap) {
+                            const at::Tensor& targets, int64_t chunk, double softcap, int64_t path) {
     FusedGrads g;
     if (hidden.requires_grad()) g.hidden = at::empty(hidden.sizes(), hidden.options());
     if (weight.requires_grad())  // frozen LM head (LoRA): no weight-gradient matmul at all
       g.weight = at::empty(
           weight.sizes(),
           weight.options().dtype(weight.scalar_type() == at::kHalf ? at::kFloat : weight.scalar_type()));
-    at::Tensor loss = fused_cross_entropy(hidden, weight, targets, chunk, softcap, &g);
+    at::Tensor loss =
+        fused_cross_entropy(hidden, weight, targets, chunk, softcap, static_cast<CrossEntropyPath>(path), &g);
     if (g.hidden.defined()) ctx->saved_data["grad_hidden"] = g.hidden;
     if (g.weight.defined()) ctx->saved_data["grad_weight"] = g.weight;
     ctx->saved_data["half_head"] = weight.scalar_type() == at::kHalf;
@@ -205,7 +310,7 @@ struct FusedCE : public torch::autograd::Function<FusedCE> {
       gw.mul_(g);
       if (ctx->saved_data["half_head"].toBool()) gw = gw.to(at::kHalf);  // summed in float32
     }
-    return {gh, gw, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {gh, gw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -279,7 +384,8 @@ at::Tensor chunked_token_logprobs(const at::Tensor& hidden, const at::Tensor& we
 }
 
 at::Tensor chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
-                                 const at::Tensor& targets, int64_t chunk, double softcap) {
+                                 const at::Tensor& targets, int64_t chunk, double softcap,
+                                 CrossEntropyPath path) {
   LT_CHECK(hidden.dim() == 2 && targets.dim() == 1 && targets.size(0) == hidden.size(0),
            "chunked_cross_entropy: hidden must be (N, C) and targets (N)");
   LT_CHECK(chunk > 0, "chunked_cross_entropy: chunk must be positive");
@@ -291,8 +397,33 @@ at::Tensor chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& wei
   at::Tensor t = targets.to(at::kLong);
   // Without a gradient to form (evaluation, frozen everything) only the loss is computed.
   if (!at::GradMode::is_enabled() || !(hidden.requires_grad() || weight.requires_grad()))
-    return fused_cross_entropy(hidden, weight, t, chunk, softcap, nullptr);
-  return FusedCE::apply(hidden, weight, t, chunk, softcap);
+    return fused_cross_entropy(hidden, weight, t, chunk, softcap, path, nullptr);
+  return FusedCE::apply(hidden, weight, t, chunk, softcap, static_cast<int64_t>(path));
+}
+
+at::Tensor cross_entropy_rows_(const at::Tensor& z, const at::Tensor& targets, double softcap,
+                               bool write_grad) {
+  LT_CHECK(z.dim() == 2 && targets.dim() == 1 && targets.size(0) == z.size(0),
+           "cross_entropy_rows_: z must be (n, V) and targets (n), got " << z.sizes() << " and "
+                                                                         << targets.sizes());
+  at::NoGradGuard no_grad;
+  const at::Tensor t = targets.to(z.device(), at::kLong).contiguous();
+#ifdef LUATUNE_HAS_KERNELS
+  if (rows_kernel_takes(z) && z.is_contiguous()) {
+    c10::cuda::CUDAGuard guard(z.device());
+    at::Tensor loss = at::empty({z.size(0)}, z.options().dtype(at::kFloat));
+    const cuda::Dtype dt = z.scalar_type() == at::kBFloat16 ? cuda::Dtype::bf16
+                           : z.scalar_type() == at::kHalf   ? cuda::Dtype::f16
+                                                            : cuda::Dtype::f32;
+    const int rc =
+        cuda::cross_entropy_rows(z.data_ptr(), dt, z.size(0), z.size(1), t.data_ptr<int64_t>(), kIgnoreTarget,
+                                 static_cast<float>(softcap), write_grad, loss.data_ptr<float>(),
+                                 c10::cuda::getCurrentCUDAStream(z.device().index()).stream());
+    LT_CHECK(rc == 0, "cross_entropy_rows_: CUDA kernel failed: " << cuda::error_string(rc));
+    return loss;
+  }
+#endif
+  return rows_reference(z, t, softcap, write_grad);
 }
 
 }  // namespace luatune

@@ -12,8 +12,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -28,6 +30,7 @@
 #include "host/dist/grad_sync.h"
 #include "host/dist/zero.h"
 #include "host/io/safetensors.h"
+#include "host/train/fused_adamw.h"
 #include "host/train/loss.h"
 #include "host/train/recompute.h"
 #include "host/train/run_dir.h"
@@ -46,6 +49,30 @@ namespace {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A batch tensor on the model's device. From the host to a GPU through pinned memory and an
+// asynchronous copy: a copy from pageable memory makes the host wait for the GPU (docs/profiling.md,
+// "A step without host synchronisation"); the caching host allocator keeps the pinned buffer until
+// the copy has run.
+at::Tensor to_device(const at::Tensor& t, const c10::Device& dev) {
+  if (t.device() == dev) return t;
+  if (dev.is_cuda() && t.device().is_cpu())
+    return t.pin_memory().to(at::TensorOptions().device(dev), /*non_blocking=*/true);
+  return t.to(dev);
+}
+
+// The positions of targets other than kIgnoreTarget, as int64 on the host: nonzero() of a host tensor,
+// read directly (an aten::nonzero would count as a GPU wait in bench/step_ops.sh's CPU proxy).
+at::Tensor target_positions(const at::Tensor& targets) {
+  if (!targets.device().is_cpu()) return targets.ne(kIgnoreTarget).nonzero().squeeze(1);  // costs a wait
+  const at::Tensor t = targets.to(at::kLong).contiguous();
+  const int64_t* p = t.data_ptr<int64_t>();
+  std::vector<int64_t> keep;
+  keep.reserve(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); i++)
+    if (p[i] != kIgnoreTarget) keep.push_back(i);
+  return at::tensor(keep, at::TensorOptions(at::kLong));
 }
 
 bool is_low_precision(const at::Tensor& t) {
@@ -174,6 +201,12 @@ double Trainer::lr_at(int64_t step) const {
 }
 
 std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward, int64_t normaliser) {
+  auto [sum, count] = batch_loss_device(batch, backward, normaliser);
+  return {sum.item<double>(), count};
+}
+
+std::pair<at::Tensor, int64_t> Trainer::batch_loss_device(const Batch& batch, bool backward,
+                                                          int64_t normaliser) {
   LT_CHECK(batch.ids.defined() && batch.ids.dim() == 2, "train: a batch needs ids of shape (rows, length)");
   const int64_t rows = batch.ids.size(0);
   const int64_t micro = options_.micro_batch_size > 0 ? options_.micro_batch_size : rows;
@@ -198,8 +231,9 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
   const int64_t all_slots = zero_slots ? dist_max(my_slots) : my_slots;
   for (int64_t r0 = 0; r0 < rows; r0 += micro) {
     int64_t n = std::min(micro, rows - r0);
-    at::Tensor ids = batch.ids.narrow(0, r0, n).to(dev);
-    at::Tensor targets = batch.targets.narrow(0, r0, n).to(dev).reshape({-1});
+    at::Tensor ids = to_device(batch.ids.narrow(0, r0, n), dev);
+    at::Tensor host_targets = batch.targets.narrow(0, r0, n).reshape({-1});
+    at::Tensor targets = to_device(host_targets, dev);
     ForwardOptions fo;  // fresh per micro-batch: hooks set their fields on a clean one
     if (zero_layers) {
       ZeroShards* z = zero_.get();
@@ -210,9 +244,12 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
     } else if (options_.checkpoint_layers && backward) {
       fo.run_layer = [](int64_t, const LayerFn& fn, const at::Tensor& x) { return recompute_forward(fn, x); };
     }
-    fo.positions = batch.positions.defined() ? batch.positions.narrow(0, r0, n).to(dev) : at::Tensor();
-    fo.segments = batch.segments.defined() ? batch.segments.narrow(0, r0, n).to(dev) : at::Tensor();
-    at::Tensor keep = targets.ne(kIgnoreTarget).nonzero().squeeze(1);
+    fo.positions =
+        batch.positions.defined() ? to_device(batch.positions.narrow(0, r0, n), dev) : at::Tensor();
+    fo.segments = batch.segments.defined() ? to_device(batch.segments.narrow(0, r0, n), dev) : at::Tensor();
+    // The positions with a target, found where the targets are: a batch from the data is on the
+    // host, where nonzero() costs no wait for the GPU (on the GPU it would: its size is data).
+    at::Tensor keep = to_device(target_positions(host_targets), dev);
     if (keep.numel() == 0) {  // nothing to learn in these rows
       if (zero_slots) zero_->empty_micro_batch();
       continue;
@@ -260,7 +297,7 @@ std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward
     count += keep.numel();
   }
   for (int64_t i = my_slots; i < all_slots; i++) zero_->empty_micro_batch();
-  return {total.item<double>(), count};
+  return {total, count};
 }
 
 bool Trainer::hooks_replace_lm_loss() const {
@@ -275,10 +312,12 @@ int64_t Trainer::loss_units(const Batch& batch) const {
   return batch.target_tokens;
 }
 
-// torch.nn.utils.clip_grad_norm_'s arithmetic: one norm per gradient (float32, no squared copy;
-// float32 gradients in one _foreach_norm), the norm of those, and the gradients scaled in place
-// when it exceeds max_grad_norm.
-double Trainer::clip_gradients() {
+// torch.nn.utils.clip_grad_norm_'s arithmetic, on the device: one norm per gradient (float32, no
+// squared copy; float32 gradients in one _foreach_norm), the norm of those, and every gradient
+// multiplied by min(1, max_grad_norm / (norm + 1e-6)), which is 1 when it needs no clipping: the
+// host never reads the norm to decide. Returns the norm (a float32 scalar on the device).
+// ZeRO: each rank has its slices' share of the norm, summed across ranks (a host read there).
+at::Tensor Trainer::clip_gradients() {
   std::vector<at::Tensor> grads, f32_grads, norms;
   const c10::Device dev = model_->embed.device();
   for (size_t i = first_local_; i < params_.size(); i++) {
@@ -292,28 +331,67 @@ double Trainer::clip_gradients() {
   }
   if (!f32_grads.empty())
     for (at::Tensor& n : at::_foreach_norm(f32_grads, 2)) norms.push_back(n);
-  const double local = norms.empty() ? 0.0 : at::linalg_vector_norm(at::stack(norms)).item<double>();
-  // ZeRO: each rank has its slices' share of the norm; the replicated ones count once.
-  const double norm = std::sqrt(local * local + (zero_ ? dist_sum(zero_->grad_norm_sq()) : 0.0));
-  if (options_.max_grad_norm > 0 && std::isfinite(norm) && norm > options_.max_grad_norm) {
-    const double coef = options_.max_grad_norm / (norm + 1e-6);
-    if (zero_) zero_->scale_gradients(coef);
+  const auto f32 = at::TensorOptions(at::kFloat).device(dev);
+  at::Tensor norm = norms.empty() ? at::zeros({}, f32) : at::linalg_vector_norm(at::stack(norms));
+  if (zero_) {
+    const double local = norm.item<double>();
+    norm = at::full({}, std::sqrt(local * local + dist_sum(zero_->grad_norm_sq())), f32);
+  }
+  if (options_.max_grad_norm > 0) {
+    at::Tensor coef = (options_.max_grad_norm / (norm.to(at::kDouble) + 1e-6)).clamp_max(1.0).to(at::kFloat);
+    if (zero_) zero_->scale_gradients(coef.item<double>());
     if (!grads.empty()) at::_foreach_mul_(grads, coef);
   }
   return norm;
 }
 
-void Trainer::optimizer_update(double scheduled_lr) {
+// AdamW on the device's own tensors goes through adamw_master_step (host/train/fused_adamw.h): one
+// call per group of tensors sharing dtype, device, master copies, lr and decay, a single kernel
+// launch per group on a GPU instead of about ten per tensor. `skip` (a device flag) leaves every
+// state untouched. The rest (8-bit states, SGD, offloaded states, bf16 weights without masters,
+// ZeRO's shards) runs per tensor, after reading the flag on the host.
+void Trainer::optimizer_update(double scheduled_lr, const at::Tensor& skip) {
   at::NoGradGuard no_grad;
   ensure_state();
   const TrainOptions& o = options_;
   OptimHyper h = hyper_;
   h.step = step_;
-  // The model's weights all follow the trainer's own lr and decay (settings_ of their group).
-  if (zero_) zero_->update(scheduled_lr, o.weight_decay, step_);
+  struct Group {
+    std::vector<at::Tensor> weights, masters, grads, exp_avg, exp_avg_sq;
+    double lr = 0, weight_decay = 0;
+  };
+  std::map<std::tuple<std::string, int, bool, double, double>, Group> groups;
+  std::vector<size_t> rest;
   for (size_t i = first_local_; i < params_.size(); i++) {
     at::Tensor& p = *params_[i].second;
     if (!p.grad().defined()) continue;
+    const Setting& set = settings_[i];
+    const double lr = set.follow_schedule ? set.lr * (scheduled_lr / o.lr) : set.lr;
+    const bool master = master_[i].defined();
+    const bool fused = o.optimizer == "adamw" && o.optimizer_offload == "none" &&
+                       (master || p.scalar_type() == at::kFloat) && p.grad().device() == p.device();
+    if (!fused) {
+      rest.push_back(i);
+      continue;
+    }
+    Group& g = groups[{p.device().str(), static_cast<int>(p.scalar_type()), master, lr, set.weight_decay}];
+    g.lr = lr;
+    g.weight_decay = set.weight_decay;
+    g.weights.push_back(p);
+    if (master) g.masters.push_back(master_[i]);
+    g.grads.push_back(p.grad());
+    g.exp_avg.push_back(opt_[i].exp_avg);
+    g.exp_avg_sq.push_back(opt_[i].exp_avg_sq);
+  }
+  for (auto& [key, g] : groups)
+    adamw_master_step(g.weights, g.masters, g.grads, g.exp_avg, g.exp_avg_sq, g.lr, h.beta1, h.beta2, h.eps,
+                      g.weight_decay, h.step, at::Tensor(), skip);
+  if (rest.empty() && !zero_) return;
+  if (skip.defined() && skip.item<bool>()) return;
+  // The model's weights all follow the trainer's own lr and decay (settings_ of their group).
+  if (zero_) zero_->update(scheduled_lr, o.weight_decay, step_);
+  for (size_t i : rest) {
+    at::Tensor& p = *params_[i].second;
     const Setting& set = settings_[i];
     h.lr = set.follow_schedule ? set.lr * (scheduled_lr / o.lr) : set.lr;
     h.weight_decay = set.weight_decay;
@@ -337,6 +415,14 @@ StepStats Trainer::step(const Batch& batch) {
 }
 
 StepStats Trainer::run_step(const Batch& batch) {
+  PendingStep pending = launch_step(batch);
+  return finish_step(pending);
+}
+
+// Everything a step computes, queued without the host waiting for the device (one GPU, no ZeRO
+// and no hook that reads a value: tests/cuda/test_trainer_cuda.cpp runs it under CUDA's sync
+// debug mode set to error).
+Trainer::PendingStep Trainer::launch_step(const Batch& batch) {
   // The previous step's safe point when the recipe's loop has none (no batches iterator): its
   // deferred checkpoint, or the stop a signal asked for, before this step begins.
   if (mid_step_) stop_safe_point();
@@ -356,38 +442,58 @@ StepStats Trainer::run_step(const Batch& batch) {
   if (zero_) zero_->begin_step();
   for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
   for (auto& hook : hooks_) hook->begin(true);
-  auto [loss_sum, count] = batch_loss(batch, true, global_units);
+  auto [loss_sum, count] = batch_loss_device(batch, true, global_units);
   if (sync_) sync_->finish();
   if (zero_) zero_->finish_gradients();
   if (dist_active()) {
-    loss_sum = dist_sum(loss_sum);
+    loss_sum = at::full({}, dist_sum(loss_sum.item<double>()), loss_sum.options());
     count = dist_sum(count);
   }
   if (units != batch.target_tokens) count = global_units;  // a loss per pair (or other unit), not per token
   model_->set_training(false);
   for (auto& hook : hooks_) hook->after_backward();
-  StepStats s;
-  s.loss = loss_sum / static_cast<double>(std::max<int64_t>(count, 1));
-  if (!std::isfinite(s.loss))
+  // A non-finite loss skips the update on the device (the optimizer reads this flag) and fails
+  // the run once the step's numbers are read below: weights never take a nan step.
+  const at::Tensor nonfinite = loss_sum.isfinite().logical_not();
+  PendingStep pending;
+  pending.t0 = t0;
+  pending.loss_sum = loss_sum;
+  pending.count = count;
+  pending.global_targets = global_targets;
+  pending.tokens = batch.tokens;
+  step_++;
+  {
+    ProfileRange range("optimizer");
+    pending.grad_norm = clip_gradients();
+    pending.stats.lr = lr_at(step_);
+    optimizer_update(pending.stats.lr, nonfinite);
+    for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
+  }
+  return pending;
+}
+
+// The step's one host read, after all of its work is queued (loss and gradient norm together), then
+// the hooks and the numbers of the step.
+StepStats Trainer::finish_step(const PendingStep& pending) {
+  StepStats s = pending.stats;
+  const at::Tensor read =
+      at::stack({pending.loss_sum.to(at::kDouble), pending.grad_norm.to(at::kDouble)}).cpu().contiguous();
+  s.loss = read.data_ptr<double>()[0] / static_cast<double>(std::max<int64_t>(pending.count, 1));
+  s.grad_norm = read.data_ptr<double>()[1];
+  if (!std::isfinite(s.loss)) {
+    step_--;  // the update was skipped
     fail("train: loss is " + std::string(std::isnan(s.loss) ? "nan" : "inf") + " at step " +
              std::to_string(step_ + 1) + "; stopping before the weights are updated",
          "lower the learning rate, raise warmup, check the data for empty or huge records, or use "
          "fp32 master weights (master_weights=true) with bf16");
-  step_++;
-  {
-    ProfileRange range("optimizer");
-    s.grad_norm = clip_gradients();
-    s.lr = lr_at(step_);
-    optimizer_update(s.lr);
-    for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
   }
   for (auto& hook : hooks_) {
     hook->after_step(step_);
     for (auto& kv : hook->stats(true)) s.extra.push_back(kv);
   }
-  s.tokens = dist_sum(batch.tokens);
-  s.target_tokens = global_targets;
-  s.step_time = now_seconds() - t0;
+  s.tokens = dist_sum(pending.tokens);
+  s.target_tokens = pending.global_targets;
+  s.step_time = now_seconds() - pending.t0;
   s.tokens_per_s = s.step_time > 0 ? static_cast<double>(s.tokens) / s.step_time : 0;
 #ifdef LUATUNE_HAS_CUDA
   if (model_->device().is_cuda()) {

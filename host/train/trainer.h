@@ -147,6 +147,17 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
   StepStats step(const Batch& batch);
+  // step() in two halves: launch_step queues the step's work on the device (forward, backward,
+  // clipping, update) without the host waiting for it; finish_step reads the loss and norm back
+  // (the step's one wait) and does the rest. For tests that check the first half never waits.
+  struct PendingStep {
+    StepStats stats;                 // lr set; the rest filled by finish_step
+    at::Tensor loss_sum, grad_norm;  // device scalars
+    int64_t count = 0, global_targets = 0, tokens = 0;
+    double t0 = 0;
+  };
+  PendingStep launch_step(const Batch& batch);
+  StepStats finish_step(const PendingStep& pending);
   EvalStats evaluate(const std::vector<Batch>& batches);
   // Mean loss over a dataset's rows in order, `batch_size` rows at a time (at most max_batches
   // batches when > 0), one batch in memory at a time.
@@ -182,7 +193,7 @@ class Trainer {
 
  private:
   StepStats run_step(const Batch& batch);  // step()'s work, inside its profiler range
-  void optimizer_update(double scheduled_lr);
+  void optimizer_update(double scheduled_lr, const at::Tensor& skip);
   void ensure_state();
   EvalStats with_hook_stats(EvalStats e);
   // Evaluation over `n` items (rows or pairs) in order, `batch_size` at a time, data-parallel ranks
@@ -190,7 +201,9 @@ class Trainer {
   EvalStats evaluate_items(int64_t n, int64_t batch_size, int64_t max_batches,
                            const std::function<Batch(const std::vector<int64_t>&)>& make);
   bool hooks_replace_lm_loss() const;
-  double clip_gradients();
+  at::Tensor clip_gradients();
+  // batch_loss's work, the sum left on the device (read once per step, after the update is queued).
+  std::pair<at::Tensor, int64_t> batch_loss_device(const Batch& batch, bool backward, int64_t normaliser);
 
   std::shared_ptr<Model> model_;
   TrainOptions options_;

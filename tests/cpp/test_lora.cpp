@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -15,12 +16,15 @@
 #include <functional>
 
 #include "host/adapt/lora.h"
+#include "host/adapt/quant.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/io/safetensors.h"
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
 #include "host/model/transformer.h"
+#include "host/train/trainer.h"
+#include "tests/cpp/test_batch.h"
 #include "tests/cpp/test_tiny.h"
 #include "tests/cpp/test_util.h"
 
@@ -472,4 +476,229 @@ TEST(Lora, BadConfigsAndAdapterDirsFailWithOneLine) {
   lora_load(*fresh, dir);
   EXPECT_TRUE(at::equal(tiny_logits(*fresh), tiny_logits(*m)));
   fs::remove_all(dir);
+}
+
+// ============================================================================================
+// LoRA in the compute dtype (lora_linear) against the composition autograd differentiates, and
+// against the float32 path it replaced (PEFT's without autocast, kept here as the reference)
+
+namespace {
+
+at::Tensor randn64(std::vector<int64_t> shape, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  return at::normal(0.0, 1.0, shape, gen).to(at::kDouble);
+}
+
+// The adapter as it computed before lora_linear: x cast to float32, float32 products, the sum
+// formed in float32 and cast back to the base dtype. Plain LoRA only (DoRA still computes so).
+class ReferenceLora : public LinearAdapter {
+ public:
+  explicit ReferenceLora(std::shared_ptr<LoraAdapter> a) : inner(std::move(a)) {}
+  at::Tensor forward(const Linear& base, const at::Tensor& x) const override {
+    at::Tensor result = base.base_forward(x);
+    at::Tensor xa = x.to(inner->lora_A.scalar_type());
+    if (training && inner->dropout > 0) xa = at::dropout(xa, inner->dropout, true);
+    at::Tensor update = at::linear(at::linear(xa, inner->lora_A), inner->lora_B);
+    return at::add(result, update, inner->scale).to(result.scalar_type());
+  }
+  std::vector<std::pair<std::string, at::Tensor*>> parameters() override { return inner->parameters(); }
+  std::shared_ptr<LoraAdapter> inner;
+};
+
+// Puts the reference in front of every LoRA adapter of `m` (same weight tensors).
+void use_reference_lora(Model& m) {
+  for (Linear* lin : {&m.layers[0].q, &m.layers[0].k, &m.layers[0].v, &m.layers[0].o, &m.layers[0].gate,
+                      &m.layers[0].up, &m.layers[0].down, &m.layers[1].q, &m.layers[1].k, &m.layers[1].v,
+                      &m.layers[1].o, &m.layers[1].gate, &m.layers[1].up, &m.layers[1].down}) {
+    auto a = std::dynamic_pointer_cast<LoraAdapter>(lin->adapter);
+    if (a) lin->adapter = std::make_shared<ReferenceLora>(a);
+  }
+}
+
+}  // namespace
+
+TEST(LoraLinear, Float64OutputAndGradientsEqualAutogradOnTheComposition) {
+  const double s = 1.75, p = 0.4;
+  for (bool quantized : {false, true}) {
+    for (double dropout : {0.0, p}) {
+      for (bool x_grad : {true, false}) {  // layer 0's input needs no gradient
+        Linear lin;
+        lin.weight = randn64({12, 16}, 1) * 0.2;
+        lin.bias = randn64({12}, 2);
+        at::Tensor w = lin.weight;
+        if (quantized) {  // QLoRA: the product is on the dequantized weight, in x's dtype
+          auto [packed, state] = quantize_4bit(lin.weight.to(at::kFloat), QuantConfig{});
+          lin.weight = packed;
+          lin.quant = std::make_shared<QuantState>(state);
+          w = dequantize_4bit(packed, state, at::kDouble);
+        }
+        at::Tensor a = randn64({3, 16}, 3).requires_grad_(true), b = randn64({12, 3}, 4).requires_grad_(true);
+        at::Tensor x = randn64({2, 5, 16}, 5).requires_grad_(x_grad), g = randn64({2, 5, 12}, 6);
+        at::manual_seed(9);
+        at::Tensor y = lora_linear(lin, x, a, b, s, dropout);
+        ASSERT_TRUE(y.grad_fn());
+        EXPECT_NE(y.grad_fn()->name().find("LoraLinearFn"), std::string::npos) << y.grad_fn()->name();
+        (y * g).sum().backward();
+
+        // The same draws give the mask the reference drops x with.
+        at::Tensor keep = at::ones_like(x);
+        if (dropout > 0) {
+          at::manual_seed(9);
+          keep = std::get<1>(at::native_dropout(x.detach(), dropout, true)).to(at::kDouble) / (1 - dropout);
+          EXPECT_GT((keep == 0).sum().item<int64_t>(), 0);
+        }
+        at::Tensor xr = x.detach().clone().requires_grad_(x_grad);
+        at::Tensor ar = a.detach().clone().requires_grad_(true), br = b.detach().clone().requires_grad_(true);
+        at::Tensor yr = at::linear(xr, w, lin.bias) + at::linear(at::linear(xr * keep, ar), br) * s;
+        (yr * g).sum().backward();
+        const std::string what = std::string(quantized ? "4-bit" : "dense") + " dropout " +
+                                 std::to_string(dropout) + (x_grad ? "" : " no dx");
+        EXPECT_TRUE(at::allclose(y, yr, 1e-12, 1e-12)) << what;
+        if (x_grad) {
+          EXPECT_TRUE(at::allclose(x.grad(), xr.grad(), 1e-12, 1e-12)) << what;
+        } else {
+          EXPECT_FALSE(x.grad().defined()) << what;
+        }
+        EXPECT_TRUE(at::allclose(a.grad(), ar.grad(), 1e-12, 1e-12)) << what;
+        EXPECT_TRUE(at::allclose(b.grad(), br.grad(), 1e-12, 1e-12)) << what;
+      }
+    }
+  }
+}
+
+TEST(LoraLinear, Bf16BaseWithFloat32AdaptersIsWithinBf16OfTheFloat32Path) {
+  auto m = tiny("qwen2", at::kBFloat16);  // q/k/v biases
+  lora_apply(*m, cfg(4, 8, {"all-linear"}), 1);
+  perturb(*m);
+  const Linear& q = m->layers[0].q;
+  auto* a = dynamic_cast<LoraAdapter*>(q.adapter.get());
+  at::Generator gen = at::detail::createCPUGenerator(3);
+  at::Tensor x = at::normal(0.0, 1.0, {2, 5, 32}, gen).to(at::kBFloat16).requires_grad_(true);
+  at::Tensor g = at::normal(0.0, 1.0, {2, 5, 32}, gen);
+  at::Tensor y = q.forward(x);
+  EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+  (y.to(at::kFloat) * g).sum().backward();
+  EXPECT_EQ(x.grad().scalar_type(), at::kBFloat16);
+  at::Tensor ga = a->lora_A.grad(), gb = a->lora_B.grad();
+  ASSERT_TRUE(ga.defined() && gb.defined());
+  EXPECT_EQ(ga.scalar_type(), at::kFloat);  // the optimizer's masters get float32 gradients
+  EXPECT_EQ(gb.scalar_type(), at::kFloat);
+
+  // The float32 reference: the same bf16 weights and input, every product in float32.
+  at::Tensor xf = x.detach().to(at::kFloat).requires_grad_(true);
+  at::Tensor af = a->lora_A.detach().clone().requires_grad_(true);
+  at::Tensor bf = a->lora_B.detach().clone().requires_grad_(true);
+  at::Tensor yf = at::linear(xf, q.weight.to(at::kFloat), q.bias.to(at::kFloat)) +
+                  at::linear(at::linear(xf, af), bf) * a->scale;
+  (yf * g).sum().backward();
+  auto close = [](const at::Tensor& t, const at::Tensor& ref) {  // bf16: 8 bits of mantissa
+    return at::allclose(t.to(at::kFloat), ref, 2e-2, 2e-2 * ref.abs().max().item<double>());
+  };
+  EXPECT_TRUE(close(y, yf));
+  EXPECT_TRUE(close(x.grad(), xf.grad()));
+  EXPECT_TRUE(close(ga, af.grad()));
+  EXPECT_TRUE(close(gb, bf.grad()));
+
+  // Whole model: logits within bf16 of the float32 adapter path on the same bf16 base.
+  at::Tensor logits = tiny_logits(*m).to(at::kFloat);
+  use_reference_lora(*m);
+  at::Tensor ref = tiny_logits(*m).to(at::kFloat);
+  EXPECT_TRUE(at::allclose(logits, ref, 3e-2, 3e-2 * ref.abs().max().item<double>()));
+}
+
+TEST(LoraLinear, TrainingStepsGiveTheLossesOfTheFloat32Path) {
+  // float32: the same products in another order (addmm), so the losses agree to rounding, with
+  // dropout too (on the CPU native_dropout draws what dropout drew) and with recompute; bf16: the
+  // compute dtype's rounding, against the float32-adapter path on the same bf16 base.
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (bool recompute : {false, true}) {
+      std::vector<double> losses[2];
+      for (int ref = 0; ref < 2; ref++) {
+        auto m = tiny("llama", dtype);
+        LoraConfig c = cfg(4, 8, {"all-linear"});
+        c.dropout = 0.1;
+        lora_apply(*m, c, 3);
+        if (ref) use_reference_lora(*m);
+        TrainOptions o;
+        o.lr = 5e-3;
+        o.steps = 6;
+        o.warmup = 0;
+        o.schedule = "constant";
+        o.checkpoint_layers = recompute;
+        Trainer t(m, o);
+        Batch b = random_batch(97, 4, 12, 1);
+        at::manual_seed(21);
+        for (int i = 0; i < 6; i++) losses[ref].push_back(t.step(b).loss);
+      }
+      const double tol = dtype == at::kFloat ? 1e-5 : 2e-2;
+      for (size_t i = 0; i < losses[0].size(); i++)
+        EXPECT_NEAR(losses[0][i], losses[1][i], tol * losses[1][i])
+            << "step " << i << " dtype " << dtype << " recompute " << recompute;
+      EXPECT_LT(losses[0].back(), losses[0].front());
+    }
+  }
+}
+
+TEST(LoraLinear, GroupOnASharedInputEqualsEachLinearAlone) {
+  // q (bias, r 3), k (4-bit base, r 2), v (r 3) and one Linear with no adapter, all on the same x;
+  // float64 so that the stacked products agree with the separate ones to rounding.
+  Linear q, k, v, plain;
+  q.weight = randn64({12, 16}, 1) * 0.2;
+  q.bias = randn64({12}, 2);
+  auto [packed, state] = quantize_4bit(randn64({6, 16}, 3).to(at::kFloat) * 0.2, QuantConfig{});
+  k.weight = packed;
+  k.quant = std::make_shared<QuantState>(state);
+  v.weight = randn64({6, 16}, 4) * 0.2;
+  plain.weight = randn64({8, 16}, 5) * 0.2;
+  uint64_t seed = 10;
+  for (auto [lin, r] : {std::pair<Linear*, int64_t>{&q, 3}, {&k, 2}, {&v, 3}}) {
+    auto a = std::make_shared<LoraAdapter>(r, 2.0 * r + 1, 0.1, false, false);
+    a->lora_A = randn64({r, 16}, seed++).requires_grad_(true);
+    a->lora_B = randn64({lin->out_features(), r}, seed++).requires_grad_(true);
+    lin->adapter = a;
+  }
+  const std::vector<const Linear*> linears = {&q, &k, &plain, &v};
+  at::Tensor x = randn64({2, 5, 16}, 20).requires_grad_(true);
+  std::vector<at::Tensor> gs;
+  for (const Linear* lin : linears) gs.push_back(randn64({2, 5, lin->out_features()}, seed++));
+
+  // The outputs, and the gradients of x and of every adapter weight, for one way of computing.
+  auto run = [&](bool grouped) {
+    std::vector<at::Tensor> ys;
+    if (grouped) {
+      ys = lora_linear_group(linears, x);
+    } else {
+      for (const Linear* lin : linears) ys.push_back(lin->forward(x));
+    }
+    at::Tensor loss = at::zeros({}, at::kDouble);
+    for (size_t i = 0; i < ys.size(); i++) loss = loss + (ys[i] * gs[i]).sum();
+    loss.backward();
+    std::vector<at::Tensor> out = ys;
+    out.push_back(x.grad().clone());
+    x.mutable_grad() = at::Tensor();
+    for (Linear* lin : {&q, &k, &v})
+      for (auto& [name, t] : lin->adapter->parameters()) {
+        out.push_back(t->grad().clone());
+        t->mutable_grad() = at::Tensor();
+      }
+    return std::make_pair(out, ys);
+  };
+  auto [separate, ys_separate] = run(false);
+  auto [grouped, ys_grouped] = run(true);
+  ASSERT_TRUE(ys_grouped[0].grad_fn());
+  EXPECT_NE(ys_grouped[0].grad_fn()->name().find("LoraGroupFn"), std::string::npos);
+  ASSERT_EQ(separate.size(), grouped.size());
+  for (size_t i = 0; i < separate.size(); i++)
+    EXPECT_TRUE(at::allclose(grouped[i], separate[i], 1e-12, 1e-12)) << "output/gradient " << i;
+
+  // Without autograd: the same outputs. While training with dropout, each adapter draws its own
+  // mask, so the group falls back to the separate functions.
+  {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> ys = lora_linear_group(linears, x);
+    for (size_t i = 0; i < ys.size(); i++) EXPECT_TRUE(at::allclose(ys[i], ys_separate[i], 1e-12, 1e-12));
+  }
+  for (Linear* lin : {&q, &k, &v}) lin->adapter->training = true;
+  std::vector<at::Tensor> ys = lora_linear_group(linears, x);
+  EXPECT_NE(ys[0].grad_fn()->name().find("LoraLinearFn"), std::string::npos) << ys[0].grad_fn()->name();
 }

@@ -2,11 +2,14 @@
 // logits, log_softmax and nll_loss through ATen's autograd. Values and the gradients of hidden and
 // weight, with and without Gemma 2's final softcap, ignored targets, chunks that do not divide
 // the rows, vocabularies split into several float32 blocks, a frozen head, a batch with nothing to
-// learn, scaled and repeated use of the loss, and bf16 / fp16 heads.
+// learn, scaled and repeated use of the loss, and bf16 / fp16 heads. The one-pass path (the CUDA
+// kernel's arithmetic, here its CPU reference) against the same composition in float64, its per-row
+// contract, and the float32-block path in low precision.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -166,4 +169,114 @@ TEST(FusedCrossEntropy, LowPrecisionHeadsKeepTheirDtype) {
       expect_close(mine.gh, ref.gh, 3e-2, 2e-3, what + ": grad hidden");
       expect_close(mine.gw, ref.gw, 3e-2, 2e-3, what + ": grad weight");
     }
+}
+
+// ============================================================================================
+// The one-pass path (cross_entropy_rows_: the CUDA kernel's arithmetic; on the CPU its reference)
+
+namespace {
+
+// The unfused composition in float64: full logits, softcap, log_softmax, nll_loss.
+at::Tensor reference_loss64(const at::Tensor& h, const at::Tensor& w, const at::Tensor& t, double softcap) {
+  at::Tensor z = at::matmul(h, w.t());
+  if (softcap > 0) z = at::tanh(z / softcap) * softcap;
+  return at::nll_loss(at::log_softmax(z, -1), t, {}, at::Reduction::Sum, kIgnoreTarget);
+}
+
+Result run_one_pass(Head& p, int64_t chunk, double softcap, CrossEntropyPath path) {
+  p.h.mutable_grad() = at::Tensor();
+  p.w.mutable_grad() = at::Tensor();
+  at::Tensor loss = chunked_cross_entropy(p.h, p.w, p.t, chunk, softcap, path);
+  loss.backward();
+  auto grab = [](const at::Tensor& x) {
+    return x.grad().defined() ? x.grad().to(at::kDouble) : at::Tensor();
+  };
+  return {loss.item<double>(), grab(p.h), grab(p.w)};
+}
+
+}  // namespace
+
+TEST(CrossEntropyOnePass, MatchesAutogradInFloat64) {
+  // The whole one-pass path in float64 (its gradient block in z's dtype), so only the float32 sum
+  // of the loss is rounded: value, grad hidden and grad weight against log_softmax + nll_loss.
+  for (int64_t V : {11, 9000})
+    for (double softcap : {0.0, 5.0})
+      for (int64_t chunk : {4, 13}) {
+        Head p = make_head(13, 8, V, 11 + V, 3, at::kDouble);
+        const std::string what = "V " + std::to_string(V) + " softcap " + std::to_string(softcap) +
+                                 " chunk " + std::to_string(chunk);
+        Result mine = run_one_pass(p, chunk, softcap, CrossEntropyPath::ce_path_one_pass);
+        p.h.mutable_grad() = at::Tensor();
+        p.w.mutable_grad() = at::Tensor();
+        at::Tensor ref_loss = reference_loss64(p.h, p.w, p.t, softcap);
+        ref_loss.backward();
+        EXPECT_NEAR(mine.loss, ref_loss.item<double>(), 1e-6 * std::abs(ref_loss.item<double>())) << what;
+        expect_close(mine.gh, p.h.grad(), 1e-10, 1e-12, what + ": grad hidden");
+        expect_close(mine.gw, p.w.grad(), 1e-10, 1e-12, what + ": grad weight");
+      }
+}
+
+TEST(CrossEntropyOnePass, RowsContract) {
+  // Row 0 plain, row 1 ignored, row 2 a target outside the vocabulary, row 3 the last entry.
+  at::Generator gen = at::detail::createCPUGenerator(21);
+  const int64_t V = 37;
+  for (double softcap : {0.0, 3.0}) {
+    at::Tensor z0 = at::randn({4, V}, gen, at::TensorOptions(at::kDouble)) * 4;
+    at::Tensor t = at::tensor(std::vector<int64_t>{5, kIgnoreTarget, V, V - 1});
+    at::Tensor x = softcap > 0 ? at::tanh(z0 / softcap) * softcap : z0;
+    at::Tensor logp = at::log_softmax(x, 1);
+
+    at::Tensor z = z0.clone();
+    at::Tensor only_loss = cross_entropy_rows_(z, t, softcap, false);
+    EXPECT_TRUE(at::equal(z, z0)) << "without write_grad z is only read";
+    at::Tensor loss = cross_entropy_rows_(z, t, softcap, true);
+    EXPECT_TRUE(at::equal(loss.isnan(), only_loss.isnan()));
+    EXPECT_EQ(loss.scalar_type(), at::kDouble);
+    EXPECT_NEAR(loss[0].item<double>(), -logp[0][5].item<double>(), 1e-12);
+    EXPECT_EQ(loss[1].item<double>(), 0.0);
+    EXPECT_TRUE(std::isnan(loss[2].item<double>()));
+    EXPECT_NEAR(loss[3].item<double>(), -logp[3][V - 1].item<double>(), 1e-12);
+
+    at::Tensor dtanh = softcap > 0 ? 1 - at::tanh(z0 / softcap).pow(2) : at::ones_like(z0);
+    at::Tensor expect = logp.exp();
+    expect[0][5] -= 1;
+    expect[3][V - 1] -= 1;
+    expect = expect * dtanh;
+    expect_close(z[0], expect[0], 1e-12, 1e-14, "row 0 gradient");
+    EXPECT_EQ(z[1].abs().sum().item<double>(), 0.0) << "an ignored row's gradient is zero";
+    expect_close(z[2], expect[2], 1e-12, 1e-14, "a bad target's row: the softmax, no onehot");
+    expect_close(z[3], expect[3], 1e-12, 1e-14, "row 3 gradient");
+  }
+}
+
+TEST(CrossEntropyOnePass, LowPrecisionAgreesWithTheBlocks) {
+  // bf16 / fp16 heads: the one-pass path (gradient block rounded to the model dtype) against the
+  // float32-block path on the same inputs; the fp16 head's gradient still summed in float32.
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf, at::kFloat})
+    for (double softcap : {0.0, 5.0}) {
+      Head p = make_head(21, 16, 5000, 9, 5, dtype);
+      const std::string what = std::string(c10::toString(dtype)) + " softcap " + std::to_string(softcap);
+      Result one = run_one_pass(p, 8, softcap, CrossEntropyPath::ce_path_one_pass);
+      EXPECT_EQ(p.w.grad().scalar_type(), dtype) << what;
+      EXPECT_EQ(p.h.grad().scalar_type(), dtype) << what;
+      Result blocks = run_one_pass(p, 8, softcap, CrossEntropyPath::ce_path_blocks);
+      const bool f32 = dtype == at::kFloat;
+      EXPECT_NEAR(one.loss, blocks.loss, (f32 ? 1e-5 : 1e-3) * std::abs(blocks.loss)) << what;
+      expect_close(one.gh, blocks.gh, f32 ? 1e-4 : 3e-2, f32 ? 1e-6 : 2e-3, what + ": grad hidden");
+      expect_close(one.gw, blocks.gw, f32 ? 1e-4 : 3e-2, f32 ? 1e-6 : 2e-3, what + ": grad weight");
+    }
+}
+
+TEST(CrossEntropyOnePass, FrozenHeadAndNoGradPaths) {
+  Head p = make_head(10, 8, 23, 12, 4, at::kDouble);
+  at::Tensor ref = reference_loss64(p.h, p.w, p.t, 5.0);
+  ref.backward();
+  at::Tensor ref_gh = p.h.grad().clone();
+  p.w.requires_grad_(false);
+  Result mine = run_one_pass(p, 3, 5.0, CrossEntropyPath::ce_path_one_pass);
+  EXPECT_FALSE(mine.gw.defined());
+  expect_close(mine.gh, ref_gh, 1e-10, 1e-12, "grad hidden with a frozen head");
+  at::NoGradGuard no_grad;
+  at::Tensor loss = chunked_cross_entropy(p.h, p.w, p.t, 3, 5.0, CrossEntropyPath::ce_path_one_pass);
+  EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-6 * std::abs(ref.item<double>()));
 }

@@ -11,7 +11,7 @@ runner=$1 base=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 source tests/recipes/lib.sh
 source tests/dist/ranks.sh  # two_ranks, and `one`: the 1-process reference
-same() { "$runner" tests/dist/compare.lua a="$1" b="$2" rtol=1e-6 atol=1e-6; }
+same() { "$runner" tests/dist/compare.lua a="$1" b="$2" rtol=1e-6 atol=3e-6; }  # why 3e-6: compare.lua
 
 for method in full lora; do
   for extra in "" "micro=1 checkpoint_layers=true"; do
