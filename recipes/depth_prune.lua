@@ -47,7 +47,9 @@ if cfg.recovery_steps > 0 then
   local trainer = train.new(model, { lr = cfg.learning_rate, warmup = cfg.warmup_steps, schedule = "cosine",
                                      steps = cfg.recovery_steps, micro_batch_size = cfg.batch_size,
                                      checkpoint_layers = cfg.gradient_checkpointing, shard = cfg.shard,
-                                     optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload })
+                                     optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
+                                     profile = cfg.profile, profile_steps = cfg.profile_steps,
+                                     profile_skip = cfg.profile_skip })
   local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl",
                              total_steps = cfg.recovery_steps, config = cfg, wandb = cfg.wandb_project }
   for step, batch in train_set:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps,

@@ -84,7 +84,7 @@ local function update_domains(trainer, step, log_step)  -- during pruning and re
 end
 
 -- Phase 1: masks and weights together. Each phase's trainer has its own warm-up and cosine schedule.
-local trainer = P.sheared_trainer(model, cfg, steps.pruning, { pruner })
+local trainer = P.sheared_trainer(model, cfg, steps.pruning, { pruner }, "pruning")
 local t_prune = metrics.clock()
 for step, batch in P.batches(dyn or train_set, steps.rows_per_step, steps.pruning) do
   local s = trainer:step(batch)
@@ -117,7 +117,7 @@ local hooks = teacher and { distill.new(teacher, model, { loss = cfg.distill_los
                                                           temperature = cfg.distill_temperature }) } or {}
 local t_recover = metrics.clock()
 if steps.recovery > 0 and not log:stopped() then
-  local recover = P.sheared_trainer(model, cfg, steps.recovery, hooks)
+  local recover = P.sheared_trainer(model, cfg, steps.recovery, hooks, "recovery")
   for step, batch in P.batches(dyn or train_set, steps.rows_per_step, steps.recovery) do
     local s = recover:step(batch)
     stats.tokens.recovery = stats.tokens.recovery + s.tokens

@@ -80,7 +80,8 @@ if d.max_steps > 0 then
                                        steps = d.max_steps, min_lr_ratio = d.min_lr_ratio, hooks = { kd },
                                        micro_batch_size = cfg.batch_size, shard = cfg.shard,
                                        checkpoint_layers = cfg.gradient_checkpointing, optimizer = cfg.optimizer,
-                                       optimizer_offload = cfg.optimizer_offload })
+                                       optimizer_offload = cfg.optimizer_offload, profile = cfg.profile,
+                                       profile_steps = cfg.profile_steps, profile_skip = cfg.profile_skip })
   local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = d.max_steps,
                              config = cfg, wandb = cfg.wandb_project }
   for step, batch in train_set:batches { size = cfg.batch_size * d.gradient_accumulation_steps,

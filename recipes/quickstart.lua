@@ -38,6 +38,9 @@ local cfg = config {
   optimizer_offload = "none",     -- none | cpu (fp32 masters and optimizer states in host memory)
   check = false,                  -- fail unless the LoRA clearly taught the task (the test suite sets it)
   wandb_project = "",             -- W&B project: each stage is a run, grouped as "quickstart"; "" = none
+  profile = "",                   -- trace profile_steps steps of each stage into DIR/pretrain, DIR/lora (docs/profiling.md)
+  profile_steps = 2,              -- optimizer steps traced per stage when profile is set
+  profile_skip = 1,               -- steps run untraced before each stage's trace starts (warm-up)
 }
 
 -- The task, generated: every (a, b) pair of digits, a deterministic 80/20 split, 3 distractors each.
@@ -86,7 +89,9 @@ end
 local function run_stage(name, ds, t)
   local trainer = train.new(model, { lr = t.learning_rate, schedule = "cosine", warmup = 10, steps = t.max_steps,
                                      weight_decay = 0.0, shard = cfg.shard, optimizer = cfg.optimizer,
-                                     optimizer_offload = cfg.optimizer_offload })
+                                     optimizer_offload = cfg.optimizer_offload,
+                                     profile = cfg.profile ~= "" and cfg.profile .. "/" .. name or "",
+                                     profile_steps = cfg.profile_steps, profile_skip = cfg.profile_skip })
   local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/" .. name .. ".jsonl",
                              total_steps = t.max_steps, config = cfg,
                              wandb = { project = cfg.wandb_project, group = "quickstart", job_type = name } }

@@ -40,6 +40,8 @@ import traceback
 
 sys.dont_write_bytecode = True  # no scripts/__pycache__ in the checkout
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
+import trace_summary  # noqa: E402  (scripts/gpu/trace_summary.py)
 from gpu_validate_report import (catalog_bandwidth, comparisons, num, pair_step_name, parse_ctest,  # noqa: E402
                                  parse_gtest_json, parse_nf4_bench, parse_plan, peer_comparisons,
                                  render_markdown)
@@ -72,6 +74,9 @@ GPU_PAIRS = {
     "long": [("llama-3.1-8b", "full", 2048, 1, 3, 180, True)],
 }
 CPU_PAIRS = [("tiny", m, 64, 2, 3, 120, False) for m in ("full", "lora", "qlora")]
+# The pair traced in the bench part, two steps each side (profile=DIR, hf_train_bench.py --profile):
+# the shape where luatune was furthest behind HF (docs/gpu-report-2026-11-26.md).
+TRACE_PAIR = ("llama-3.2-1b", "full", 2048, 4)
 # The other side of each pair in the bench part: hf_train_bench.py --peer NAME, each for the methods it
 # runs (docs/gpu_bench.md "Peers"); the long part runs luatune and hf only.
 PEERS = {"hf": ("full", "lora", "qlora"), "liger": ("full", "lora", "qlora"), "unsloth": ("lora", "qlora")}
@@ -473,16 +478,20 @@ def bench_step(ctx, step):
     out = os.path.join(ctx.work, step.name.replace(":", "_") + ".json")
     if os.path.exists(out):
         os.remove(out)
+    prof = os.path.join(ctx.work, step.name.replace(":", "_") + ".trace") if kw.get("trace") else ""
+    if prof:
+        shutil.rmtree(prof, ignore_errors=True)
     if side == "luatune":
         ctx.need_script(LUATUNE_BENCH)
         ctx.need_runner()
         cmd = [ctx.runner, LUATUNE_BENCH, "shape=" + shape, "method=" + method, "seq=%d" % kw["seq"],
                "batch=%d" % kw["batch"], "steps=%d" % kw["steps"], "device=" + device, "dtype=bf16", "out=" + out]
+        cmd += ["profile=" + prof] if prof else []
     else:
         ctx.need_script(HF_BENCH)  # it exits 3 itself when the peer, torch, transformers, peft or bnb is missing
         cmd = [sys.executable, HF_BENCH, "--shape", shape, "--method", method, "--seq", str(kw["seq"]),
                "--batch", str(kw["batch"]), "--steps", str(kw["steps"]), "--device", device, "--dtype", "bf16",
-               "--out", out] + (["--peer", side] if side != "hf" else [])
+               "--out", out] + (["--peer", side] if side != "hf" else []) + (["--profile", prof] if prof else [])
     if device == "cuda":
         ctx.need_cuda()
     step.result = {"shape": shape, "method": method, "side": side, "seq": kw["seq"], "batch": kw["batch"],
@@ -509,6 +518,17 @@ def bench_step(ctx, step):
     missing = [k for k in ("tokens_per_s", "peak_memory_gb", "step_time_s") if k not in doc]
     if missing:
         raise Fail("its JSON lacks " + ", ".join(missing))
+    if prof:
+        # Traced steps: the summary is the result (scripts/gpu/trace_summary.py, the same count for
+        # both sides); the trace itself stays in the work directory.
+        try:
+            summary = trace_summary.summarise(prof, top_n=15)
+        except (OSError, ValueError, SystemExit) as e:
+            raise Fail("no usable trace in %s: %s" % (prof, e))
+        step.result = {"shape": shape, "method": method, "side": side, "seq": kw["seq"], "batch": kw["batch"],
+                       "device": device, "tokens_per_s": doc.get("tokens_per_s"), "trace": summary["trace"],
+                       "per_step": {k: v for k, v in summary["per_step"].items() if k != "sync_ops"},
+                       "host_waiting_ops": summary["per_step"]["sync_ops"], "top": summary["top"]}
     return "ok", "fit (an OOM was expected on 80 GB)" if kw["expect_oom"] else ""
 
 
@@ -691,6 +711,12 @@ def make_steps(ctx):
                                   expect_oom=expect_oom, reserve=20))
         steps.append(Step("planner" if part == "bench" else "planner:" + part, part, 120, step_planner, pairs=pairs,
                           min_s=10))
+        if part == "bench":  # two traced steps of each side, after the untraced measurements
+            shape, method, seq, batch = TRACE_PAIR if not ctx.dry_run else ("tiny", "full", 64, 2)
+            for side in ("luatune", "hf"):
+                steps.append(Step("trace:%s:%s:%s" % (shape, method, side), part, 90, bench_step, side=side,
+                                  shape=shape, method=method, seq=seq, batch=batch, steps=2, expect_oom=False,
+                                  trace=True, reserve=0))
     parts = PARTS if ctx.args.part == "all" else (ctx.args.part,)
     out, seen = [], set()
     for s in steps:

@@ -121,6 +121,9 @@ def comparisons(steps):
             row["luatune_" + key] = "OOM" if a.get("oom") else va
             row["hf_" + key] = "OOM" if b.get("oom") else vb
             row[key + "_ratio"] = round(va / vb, 3) if va is not None and vb else None
+        # The pure-GPU roofline: the step's FLOPs at the GPU's datasheet peak (tokens/s at MFU 1).
+        peak, fpt = num(a.get("peak_tflops")), num(a.get("flops_per_token"))
+        row["roofline_tokens_per_s"] = round(peak * 1e12 / fpt) if peak and fpt else None
         rows.append(row)
     return rows
 
@@ -234,7 +237,7 @@ def render_markdown(report):
          "comparisons",
          ["shape", "method", "luatune", "hf", "luatune_tokens_per_s", "hf_tokens_per_s", "tokens_per_s_ratio",
           "luatune_peak_memory_gb", "hf_peak_memory_gb", "peak_memory_gb_ratio", "luatune_step_time_s",
-          "hf_step_time_s", "luatune_mfu", "hf_mfu", "mfu_ratio"]),
+          "hf_step_time_s", "luatune_mfu", "hf_mfu", "mfu_ratio", "roofline_tokens_per_s"]),
         ("Speed and memory: luatune / HF with Liger's kernels, Unsloth",
          "The same shapes and settings as the HF pairs (docs/gpu_bench.md \"Peers\"); ratios are luatune "
          "over the peer. A skipped peer says why (its import error, when it does not import).",
@@ -246,6 +249,19 @@ def render_markdown(report):
     for title, intro, key, cols in sections:
         if report.get(key):
             lines += ["## " + title, "", intro, "", md_table(report[key], cols)]
+    traces = [x for x in steps if x["name"].startswith("trace:") and x["status"] == "ok" and x.get("result")]
+    if traces:
+        lines += ["## Where a step's time goes: two traced steps of each side", "",
+                  "Counted from each side's Kineto trace by scripts/gpu/trace_summary.py (docs/profiling.md). "
+                  "aten ops: top-level calls, each one or more kernel launches on a GPU; host syncs: the "
+                  "runtime's synchronising calls (on the CPU: item() and nonzero()).", ""]
+        cols = ["wall_ms", "aten_ops", "forward", "backward", "optimizer", "host_syncs", "kernel_launches",
+                "kernel_ms", "gpu_busy_pct"]
+        lines += [md_table([dict({"side": x["result"]["side"]}, **x["result"]["per_step"]) for x in traces],
+                           ["side"] + cols)]
+        for x in traces:
+            lines += ["Top by time, %s (per step):" % x["result"]["side"], "",
+                      md_table(x["result"]["top"][:10], ["name", "calls", "ms", "share_pct"])]
     lines += ["## Results per step", ""]
     for s in steps:
         if s.get("result"):

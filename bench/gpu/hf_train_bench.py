@@ -252,19 +252,37 @@ def run(args, shape, result, torch, transformers):
     result["setup_s"] = time.perf_counter() - t0
 
     times = []
+    # --profile: the timed steps traced by torch.profiler with the same ranges as luatune's
+    # profile=DIR ("step N", "forward", "backward", "optimizer"), so scripts/gpu/trace_summary.py
+    # counts both sides alike.
+    prof = None
+    rf = torch.profiler.record_function
     for i in range(args.warmup + args.steps):
+        if args.profile and i == args.warmup:
+            acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_cuda else [])
+            prof = torch.profiler.profile(activities=acts)
+            prof.__enter__()
         t = time.perf_counter()
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=mixed):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        result["loss"] = loss.item() if torch.isfinite(loss) else None
-        if on_cuda:
-            torch.cuda.synchronize()
+        with rf("step %d" % (i + 1)):
+            with rf("forward"), torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=mixed):
+                loss = model(input_ids=ids, labels=ids).loss
+            with rf("backward"):
+                loss.backward()
+            with rf("optimizer"):
+                torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            result["loss"] = loss.item() if torch.isfinite(loss) else None
+            if on_cuda:
+                torch.cuda.synchronize()
         if i >= args.warmup:
             times.append(time.perf_counter() - t)
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        os.makedirs(args.profile, exist_ok=True)
+        tmp = os.path.join(args.profile, "trace.json.tmp")
+        prof.export_chrome_trace(tmp)
+        os.replace(tmp, os.path.join(args.profile, "trace.json"))
     result["step_time_s"] = median(times)
     result["tokens_per_s"] = args.batch * args.seq / result["step_time_s"]
     if on_cuda:
@@ -305,6 +323,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--peer", choices=sorted(PEERS), default="hf", help="what runs the model (see above)")
+    ap.add_argument("--profile", default="", help="trace the timed steps into DIR/trace.json (torch.profiler)")
     args = ap.parse_args()
     shape = load_shape(args.shape)
     if args.peer == "unsloth" and args.method == "full":

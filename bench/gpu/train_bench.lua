@@ -14,6 +14,7 @@ local cfg = config {
   master_weights = true, -- full: fp32 masters beside the bf16 weights (the pairing in docs/gpu_bench.md)
   r = 16, alpha = 32, lr = 1e-5, seed = 0,
   shapes = "",           -- the shapes file; "" = shapes.json beside this script
+  profile = "",          -- trace the timed steps into this directory (docs/profiling.md); "" = off
 }
 assert(cfg.out ~= "", "train_bench: out=FILE.json is required")
 assert(cfg.method == "full" or cfg.method == "lora" or cfg.method == "qlora",
@@ -60,7 +61,8 @@ local function run()
   end
   result.trainable_params = model:num_params().trainable
   local trainer = train.new(model, { lr = cfg.lr, schedule = "constant", weight_decay = 0, max_grad_norm = 1,
-                                     checkpoint_layers = true, master_weights = cfg.master_weights })
+                                     checkpoint_layers = true, master_weights = cfg.master_weights,
+                                     profile = cfg.profile, profile_skip = cfg.warmup, profile_steps = cfg.steps })
   local ids = torch.randint(0, shape.config.vocab_size, { cfg.batch, cfg.seq }, { dtype = "int64" })
   local batch = train.batch { ids = ids }
   -- The step returns with the optimizer's kernels still queued on the GPU; reading one value back

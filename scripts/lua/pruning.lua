@@ -80,12 +80,14 @@ end
 
 -- A phase's trainer (pruning or recovery) over `steps` steps: its own warm-up (warmup_ratio of them)
 -- and cosine decay to 0.1 x learning_rate, AdamW betas (0.9, 0.95) as in Sheared-LLaMA.
-function M.sheared_trainer(model, cfg, steps, hooks)
-  return train.new(model, { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine", steps = steps,
-                            warmup = math.floor(cfg.warmup_ratio * steps), min_lr_ratio = 0.1,
-                            micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.gradient_checkpointing,
-                            shard = cfg.shard, optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
-                            hooks = hooks })
+function M.sheared_trainer(model, cfg, steps, hooks, phase)
+  local opts = { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine", steps = steps,
+                 warmup = math.floor(cfg.warmup_ratio * steps), min_lr_ratio = 0.1,
+                 micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.gradient_checkpointing,
+                 shard = cfg.shard, optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
+                 hooks = hooks }
+  for k, v in pairs(require("run").profile(cfg, phase)) do opts[k] = v end
+  return train.new(model, opts)
 end
 
 -- The training rows (nil with domains) and the held-out rows of a Sheared-LLaMA run: cfg.data split by

@@ -13,6 +13,14 @@
 -- The config keys these read are the sets of scripts/lua/run_keys.lua.
 local M = {}
 
+-- train.new's profile options from the config (run_keys.compute's profile keys); `phase` names the
+-- subdirectory of a recipe with several trainers (pruning, recovery, ...), so each phase keeps its trace.
+function M.profile(cfg, phase)
+  local dir = cfg.profile or ""
+  if dir ~= "" and phase then dir = dir .. "/" .. phase end
+  return { profile = dir, profile_steps = cfg.profile_steps, profile_skip = cfg.profile_skip }
+end
+
 -- train.new's options from the keys every training recipe's config has: learning_rate, warmup_steps,
 -- max_steps, batch_size (the micro-batch), gradient_checkpointing, output_dir, save_steps, shard,
 -- optimizer, optimizer_offload, profile, profile_steps, profile_skip. `extra` adds to them or replaces them
@@ -21,8 +29,8 @@ function M.trainer(model, cfg, extra)
   local opts = { lr = cfg.learning_rate, warmup = cfg.warmup_steps, steps = cfg.max_steps,
                  micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.gradient_checkpointing,
                  output_dir = cfg.output_dir, save_every = cfg.save_steps, shard = cfg.shard,
-                 optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
-                 profile = cfg.profile, profile_steps = cfg.profile_steps, profile_skip = cfg.profile_skip }
+                 optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload }
+  for k, v in pairs(M.profile(cfg)) do opts[k] = v end
   for k, v in pairs(extra or {}) do opts[k] = v end
   return train.new(model, opts)
 end

@@ -37,6 +37,10 @@ M.compute = set(nil, {
   seed = 0,                         -- seeds the data order and held-out rows, new weights' init, dropout and mask sampling
   deterministic = false,            -- true: LibTorch's deterministic kernels (docs/reproducibility.md)
   wandb_project = "",               -- W&B project to log to; "" = none (docs/wandb.md)
+  profile = "",                     -- trace profile_steps steps into this dir + a summary (docs/profiling.md); "" = off
+                                    -- (a recipe with several training phases traces each into DIR/PHASE)
+  profile_steps = 2,                -- optimizer steps traced when profile is set (a positive integer)
+  profile_skip = 1,                 -- steps run untraced before the trace starts (warm-up)
 })
 
 -- A fine-tuning run on packed JSONL rows: its batches, held-out evaluation and resumable checkpoints.
@@ -50,9 +54,6 @@ M.training = set(M.compute, {
   save_steps = 200,                 -- resumable checkpoint every N steps (output_dir/checkpoints); 0 = only the final one
   resume = false,                   -- true: continue from the newest checkpoint in output_dir (docs/checkpoints.md)
   overwrite = false,                -- true: a fresh run moves an earlier run in output_dir to output_dir/previous-<time>/
-  profile = "",                     -- trace profile_steps steps into this dir + a summary (docs/profiling.md); "" = off
-  profile_steps = 2,                -- optimizer steps traced when profile is set (a positive integer)
-  profile_skip = 1,                 -- steps run untraced before the trace starts (warm-up)
 })
 
 -- The same on preference pairs (dpo, orpo, reward_model; scripts/lua/preference.lua): a batch counts pairs.

@@ -50,9 +50,20 @@ for m in ("full", "lora", "qlora"):
     check(s.get("status") == "ok" and s.get("result", {}).get("tokens_per_s", 0) > 0,
           "bench:tiny:%s:luatune measured nothing" % m)
     hf = steps.get("bench:tiny:%s:hf" % m, {})
-    check(hf.get("status") == "ok" or "not importable" in hf.get("reason", ""), "bench:tiny:%s:hf: %s" % (m, hf))
+    check(hf.get("status") == "ok" or "not importable" in hf.get("reason", "") or "needs CUDA" in hf.get("reason", ""),
+          "bench:tiny:%s:hf: %s" % (m, hf))
     check(steps.get("bench:llama-3.2-1b:%s:luatune" % m, {}).get("reason") in ("no CUDA", "dry run (CPU only)"),
           "llama-3.2-1b %s not skipped for CUDA" % m)
+# Two traced steps of each side, counted by the same scripts/gpu/trace_summary.py (docs/profiling.md).
+for side in ("luatune", "hf"):
+    t = steps.get("trace:tiny:full:%s" % side, {})
+    per = t.get("result", {}).get("per_step", {})
+    check(t.get("status") == "ok" or (side == "hf" and "not importable" in t.get("reason", "")),
+          "trace:tiny:full:%s: %s" % (side, t.get("reason")))
+    if t.get("status") == "ok":
+        check(per.get("aten_ops", 0) > 0 and per.get("forward", 0) > 0 and per.get("backward", 0) > 0
+              and per.get("optimizer", 0) > 0, "trace:tiny:full:%s: no ops counted per phase: %s" % (side, per))
+        check(len(t["result"].get("top", [])) > 0, "trace:tiny:full:%s: no top ops" % side)
 rows = steps.get("planner", {}).get("result", {}).get("rows", [])
 check(len(rows) == 8 and all(r.get("predicted_total_gib", 0) > 0 for r in rows), "planner rows: %s" % rows)
 rt = steps.get("hf_roundtrip", {})
@@ -61,6 +72,7 @@ check(rt.get("status") == "ok" or any(c.get("status") == "ok" for c in rt.get("r
 with open(os.path.join(out, "gpu-report.md")) as f:
     md = f.read()
 check("**Dry run on the CPU: nothing here ran on a GPU.**" in md, "the report's dry-run banner")
+check("## Where a step's time goes" in md, "the report lacks the traced steps' section")
 for name in steps:
     check("| %s | " % name in md, "%s has no row in gpu-report.md" % name)
 with tarfile.open(os.path.join(out, "logs.tar.gz")) as t:

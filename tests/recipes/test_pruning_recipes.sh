@@ -22,8 +22,14 @@ common=(base_model="$base" data="$work/text.jsonl" format=text dtype=fp32 device
 # integers at these widths): 4 -> 3 layers, 2 heads per group -> round(1.4) = 1 (2 heads, 2 KV),
 # hidden round(57.6) = 58, intermediate round(115.2) = 115.
 out=$work/sheared
-"$runner" llama31_sheared "${common[@]}" output_dir="$out" max_steps=6 gguf=q8_0 >"$work/sheared.log" 2>&1
+"$runner" llama31_sheared "${common[@]}" output_dir="$out" max_steps=6 gguf=q8_0 profile="$work/sheared_prof" \
+  profile_steps=1 profile_skip=1 >"$work/sheared.log" 2>&1
 check "sheared: exits 0 (check=true: shape, reload, generate)" test $? -eq 0
+# profile=DIR in a recipe with two trainers: each phase traced into its own subdirectory.
+for phase in pruning recovery; do
+  check "sheared: profile of the $phase phase" test -s "$work/sheared_prof/$phase/trace.json" -a \
+    -s "$work/sheared_prof/$phase/summary.json"
+done
 check "sheared: HF model written" test -f "$out/model/config.json" -a -f "$out/model/model.safetensors"
 check "sheared: layers 3" test "$(json "$out/summary.json" 'j["shape_after"]["layers"]')" = 3
 check "sheared: heads 2 in 2 KV groups" test "$(json "$out/summary.json" 'j["shape_after"]["heads"]')/$(json "$out/summary.json" 'j["shape_after"]["kv_heads"]')" = 2/2
