@@ -304,6 +304,11 @@ at::Tensor LoraAdapter::dora_weight_norm(const at::Tensor& weight) const {
   return at::linalg_vector_norm(w, 2, at::IntArrayRef{1}, false, c10::nullopt);
 }
 
+std::vector<at::Tensor> LoraAdapter::forward_group(const std::vector<const Linear*>& group,
+                                                   const at::Tensor& x) const {
+  return lora_linear_group(group, x);
+}
+
 at::Tensor LoraAdapter::forward(const Linear& base, const at::Tensor& x) const {
   const bool drop = training && dropout > 0;
   if (!dora) return lora_linear(base, x, lora_A, lora_B, scale, drop ? dropout : 0.0);

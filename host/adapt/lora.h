@@ -44,6 +44,8 @@ class LoraAdapter : public LinearAdapter {
   LoraAdapter(int64_t r, double alpha, double dropout, bool rslora, bool dora);
 
   at::Tensor forward(const Linear& base, const at::Tensor& x) const override;
+  std::vector<at::Tensor> forward_group(const std::vector<const Linear*>& group,
+                                        const at::Tensor& x) const override;
   std::vector<std::pair<std::string, at::Tensor*>> parameters() override;
 
   // The base weight with this adapter folded in, in float32 (out, in): W + scale * B @ A, for

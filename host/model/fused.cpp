@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <utility>
@@ -108,6 +109,9 @@ std::pair<at::Tensor, at::Tensor> rms_norm_run(const at::Tensor& x, const at::Te
     return {y, rstd};
   }
 #endif
+  // The ATen path in one named range: what the CUDA path launches as one kernel shows as one op in
+  // a trace (scripts/gpu/trace_summary.py counts a luatune:: range as one op, not its insides).
+  RECORD_FUNCTION("luatune::rms_norm", std::vector<c10::IValue>());
   return rms_norm_compose(x, w, eps, gemma);
 }
 
@@ -138,6 +142,7 @@ std::pair<at::Tensor, at::Tensor> rms_norm_grads(const at::Tensor& dy, const at:
     return {dx, dw};
   }
 #endif
+  RECORD_FUNCTION("luatune::rms_norm_backward", std::vector<c10::IValue>());
   const at::ScalarType ct = rstd.scalar_type();
   at::Tensor n = x.to(ct) * rstd, g = dy.to(ct);
   if (want_dx) {
@@ -184,6 +189,7 @@ at::Tensor rope_run(const at::Tensor& x, const at::Tensor& cos, const at::Tensor
     return y;
   }
 #endif
+  RECORD_FUNCTION("luatune::rope", std::vector<c10::IValue>());
   const int64_t half = x.size(-1) / 2;
   at::Tensor c = cos.unsqueeze(2), s = sin.unsqueeze(2);  // (B, T, 1, D): shared by the heads
   if (!backward) {  // HF's expression in x's dtype: each product rounded, then the sum
@@ -263,6 +269,7 @@ std::pair<at::Tensor, at::Tensor> glu_run(const at::Tensor& gate, const at::Tens
     return {y, at::Tensor()};
   }
 #endif
+  RECORD_FUNCTION("luatune::glu", std::vector<c10::IValue>());
   at::Tensor a = activation(gate, act);
   return {a * up, a};  // HF's: act rounded to the dtype, then the product
 }
@@ -287,6 +294,7 @@ std::pair<at::Tensor, at::Tensor> glu_grads(const at::Tensor& dy, const at::Tens
     return {dgate, dup};
   }
 #endif
+  RECORD_FUNCTION("luatune::glu_backward", std::vector<c10::IValue>());
   const at::ScalarType ct = compute_type(gate.scalar_type());
   at::Tensor g = dy.to(ct), gf = gate.to(ct);
   if (want_dgate) dgate = activation_backward(g * up.to(ct), gf, act).to(gate.scalar_type());

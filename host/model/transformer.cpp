@@ -4,6 +4,8 @@
 // C hidden, H query heads, KV key/value heads, D head_dim, I intermediate, V vocab.
 #include "host/model/transformer.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -20,6 +22,16 @@ namespace luatune {
 at::Tensor Linear::forward(const at::Tensor& x) const {
   if (adapter && adapter->enabled) return adapter->forward(*this, x);
   return base_forward(x);
+}
+
+// Linears on one input: together when the first one's adapter serves the group, else one by one.
+std::vector<at::Tensor> linear_group(const std::vector<const Linear*>& group, const at::Tensor& x) {
+  const Linear& first = *group.front();
+  if (first.adapter && first.adapter->enabled)
+    if (std::vector<at::Tensor> out = first.adapter->forward_group(group, x); !out.empty()) return out;
+  std::vector<at::Tensor> out;
+  for (const Linear* l : group) out.push_back(l->forward(x));
+  return out;
 }
 
 at::Tensor Linear::base_forward(const at::Tensor& x) const {
@@ -85,7 +97,15 @@ at::Tensor Model::embed_input(const at::Tensor& ids_in, const ForwardOptions& op
   at::Tensor ids = ids_in.to(embed.device(), at::kLong);
   LT_CHECK(ids.size(1) > 0, "model:forward: ids has no positions");
   if (ids_in.device().is_cpu()) {  // (on a GPU this check would cost a sync per step)
-    int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+    // Read directly, not through item(): bench/step_ops.sh counts item() as a GPU wait.
+    const at::Tensor host = ids_in.to(at::kLong).contiguous();
+    const int64_t* p = host.data_ptr<int64_t>();
+    int64_t lo = 0, hi = 0;
+    if (host.numel() > 0) lo = hi = p[0];
+    for (int64_t i = 1; i < host.numel(); i++) {
+      lo = std::min(lo, p[i]);
+      hi = std::max(hi, p[i]);
+    }
     LT_CHECK(lo >= 0 && hi < c.vocab_size, "model:forward: token id " << (lo < 0 ? lo : hi)
                                                                       << " outside the vocabulary [0, "
                                                                       << c.vocab_size << ")");
@@ -183,9 +203,10 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
       const LayerWeights& L = layers[l];
       at::Tensor x = masked_rms_norm(h_in, L.input_norm, c.rms_norm_eps, c.gemma_norms, hz);
       if (watch) observe(l, Site::attn_in, x);
-      at::Tensor q = L.q.forward(x).view({B, T, H, D});
-      at::Tensor k = L.k.forward(x).view({B, T, KV, D});
-      at::Tensor v = L.v.forward(x).view({B, T, KV, D}).transpose(1, 2);
+      const std::vector<at::Tensor> qkv = linear_group({&L.q, &L.k, &L.v}, x);
+      at::Tensor q = qkv[0].view({B, T, H, D});
+      at::Tensor k = qkv[1].view({B, T, KV, D});
+      at::Tensor v = qkv[2].view({B, T, KV, D}).transpose(1, 2);
       if (c.qk_norm) {
         q = rms_norm_fused(q, L.q_norm, c.rms_norm_eps, false);
         k = rms_norm_fused(k, L.k_norm, c.rms_norm_eps, false);
@@ -217,9 +238,11 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
       x = masked_rms_norm(h1, c.gemma_norms ? L.pre_ff_norm : L.post_attn_norm, c.rms_norm_eps, c.gemma_norms,
                           hz);
       if (watch) observe(l, Site::mlp_in, x);
-      at::Tensor up = L.up.forward(x);
+      // up before gate: the order their adapters draw dropout in when each computes alone.
+      const std::vector<at::Tensor> ug = linear_group({&L.up, &L.gate}, x);
+      at::Tensor up = ug[0];
       if (iz.defined()) up = up * iz.to(up.scalar_type());
-      at::Tensor act = glu_fused(L.gate.forward(x), up, c.act);
+      at::Tensor act = glu_fused(ug[1], up, c.act);
       if (watch) observe(l, Site::mlp_act, act);
       at::Tensor m = L.down.forward(act);
       if (c.gemma_norms)

@@ -28,6 +28,13 @@ class LinearAdapter {
   // The adapter's own weights, named relative to the Linear ("lora_A.weight", ...): trained,
   // checkpointed and synchronised like any parameter.
   virtual std::vector<std::pair<std::string, at::Tensor*>> parameters() = 0;
+  // Several Linears reading the same x (q/k/v, gate/up), this adapter on the first: their outputs
+  // in order, computed together where the adapter can (LoRA reads x once for all down-projections),
+  // or {} to have each Linear compute alone. The model knows no adapter by name; this is the hook.
+  virtual std::vector<at::Tensor> forward_group(const std::vector<const Linear*>& group,
+                                                const at::Tensor& x) const {
+    return {};
+  }
   bool training = false;  // dropout and the like apply only while training (Model::set_training)
   bool enabled = true;    // false: the Linear computes its base output (Model::set_adapters_enabled)
 };

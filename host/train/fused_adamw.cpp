@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 
 #include <cmath>
 #include <cstring>
@@ -190,6 +191,8 @@ void adamw_master_step(const std::vector<at::Tensor>& weights, const std::vector
   if (flag.defined() && host_value(flag) != 0.0) return;  // NaN skips, as on the device
   const at::Tensor scale = scalar_on(lr_scale, dev, "lr_scale");
   const double lr_eff = scale.defined() ? lr * host_value(scale) : lr;
+  RECORD_FUNCTION("luatune::adamw",
+                  std::vector<c10::IValue>());  // one op in a trace, as the kernel is one launch
   step_aten(weights, masters, grads, exp_avg, exp_avg_sq, lr_eff, beta1, beta2, eps, weight_decay, step);
 }
 

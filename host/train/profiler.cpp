@@ -136,11 +136,17 @@ bool is_scalar_read(const Event& e) {
   return is_type(e, ActivityType::CPU_OP) && e.name == "aten::_local_scalar_dense";
 }
 
+// The CPU proxy for a GPU wait: a value read on the host (item()), or nonzero(), whose output size
+// is data (scripts/gpu/trace_summary.py counts the same).
+bool is_host_wait_op(const Event& e) {
+  return is_scalar_read(e) || (is_type(e, ActivityType::CPU_OP) && e.name == "aten::nonzero");
+}
+
 struct StepRow {
   int64_t step = 0;
   double wall_s = 0;
   uint64_t begin = 0, end = 0;  // the "step N" range, ns (0, 0 when it is missing)
-  int64_t launches = 0, syncs = 0, scalar_reads = 0;
+  int64_t launches = 0, syncs = 0, scalar_reads = 0, wait_ops = 0;
   double kernel_s = 0;
 };
 
@@ -328,6 +334,7 @@ json StepProfiler::Impl::summarise(const std::vector<Event>& events) const {
       if (is_launch(e)) r.launches++;
       if (is_cuda_sync(e)) r.syncs++;
       if (is_scalar_read(e)) r.scalar_reads++;
+      if (is_host_wait_op(e)) r.wait_ops++;
       if (is_type(e, ActivityType::CONCURRENT_KERNEL))
         r.kernel_s += static_cast<double>(e.end - e.start) * 1e-9;
     }
@@ -340,12 +347,12 @@ json StepProfiler::Impl::summarise(const std::vector<Event>& events) const {
   j["host_syncs_counted"] =
       cuda ? "cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize and "
              "cudaMemcpy runtime calls"
-           : "aten::_local_scalar_dense calls (item(): a host read of a tensor value; the "
-             "CPU proxy for a GPU synchronisation)";
+           : "aten::_local_scalar_dense (item(): a host read of a tensor value) and aten::nonzero "
+             "calls: the CPU proxy for a GPU synchronisation";
   json per = json::array();
   double wall = 0, kernel = 0, launches = 0, syncs = 0;
   for (StepRow& r : rows) {
-    if (!cuda) r.syncs = r.scalar_reads;
+    if (!cuda) r.syncs = r.wait_ops;
     json s = {{"step", r.step},
               {"wall_ms", r.wall_s * 1e3},
               {"host_syncs", r.syncs},

@@ -313,24 +313,26 @@ int64_t Trainer::loss_units(const Batch& batch) const {
 }
 
 // torch.nn.utils.clip_grad_norm_'s arithmetic, on the device: one norm per gradient (float32, no
-// squared copy; float32 gradients in one _foreach_norm), the norm of those, and every gradient
+// squared copy; the gradients on the model's device in one _foreach_norm per dtype, accumulated in
+// float32), the norm of those, and every gradient
 // multiplied by min(1, max_grad_norm / (norm + 1e-6)), which is 1 when it needs no clipping: the
 // host never reads the norm to decide. Returns the norm (a float32 scalar on the device).
 // ZeRO: each rank has its slices' share of the norm, summed across ranks (a host read there).
 at::Tensor Trainer::clip_gradients() {
-  std::vector<at::Tensor> grads, f32_grads, norms;
+  std::vector<at::Tensor> grads, norms;
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;  // the gradients on dev
   const c10::Device dev = model_->embed.device();
   for (size_t i = first_local_; i < params_.size(); i++) {
     const at::Tensor& g = params_[i].second->grad();
     if (!settings_[i].clip || !g.defined()) continue;
     grads.push_back(g);
-    if (g.scalar_type() == at::kFloat && g.device() == dev)
-      f32_grads.push_back(g);
+    if (g.device() == dev)
+      by_dtype[g.scalar_type()].push_back(g);
     else
       norms.push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kFloat).to(dev));
   }
-  if (!f32_grads.empty())
-    for (at::Tensor& n : at::_foreach_norm(f32_grads, 2)) norms.push_back(n);
+  for (auto& [dtype, list] : by_dtype)
+    for (at::Tensor& n : at::_foreach_norm(list, 2, at::kFloat)) norms.push_back(n);
   const auto f32 = at::TensorOptions(at::kFloat).device(dev);
   at::Tensor norm = norms.empty() ? at::zeros({}, f32) : at::linalg_vector_norm(at::stack(norms));
   if (zero_) {

@@ -4,7 +4,8 @@ docs/profiling.md, or torch.profiler's export_chrome_trace in bench/gpu/hf_train
 the same numbers for both sides of a benchmark pair, counted by the same code.
 
 Per traced step ("step N" ranges): wall time; aten ops called at the top level (not from inside
-another aten op; on a GPU each launches one or more kernels), in total and per phase ("forward",
+another aten op; on a GPU each launches one or more kernels; a luatune:: range, a fused op's ATen
+path, counts as one), in total and per phase ("forward",
 "backward", "optimizer" ranges, where the trace has them); ops that make a GPU's host wait
 (aten::_local_scalar_dense, item()'s read, and aten::nonzero); on a GPU also kernel launches, the
 runtime's synchronising calls, kernel time and GPU busy share (kernel time / wall); and the 20
@@ -52,7 +53,10 @@ def summarise(path, top_n=20):
     steps = sorted((e for e in ranges if e["name"].startswith("step ")), key=lambda e: e["ts"])
     phases = [e for e in ranges if e["name"] in PHASES]
     ops = [e for e in x if e.get("cat") == "cpu_op" and e["name"].startswith("aten::")]
-    top = top_level(ops)
+    # luatune's fused ops name their ATen path luatune::NAME (host/model/fused.cpp, fused_adamw.cpp):
+    # on a GPU each is one kernel, so the range counts as one op and the aten ops inside it not at all.
+    fused = [e for e in x if e.get("cat") in ("cpu_op", "user_annotation") and e["name"].startswith("luatune::")]
+    top = top_level(ops + fused)
     kernels = [e for e in x if e.get("cat") == "kernel"]
     runtime = [e for e in x if e.get("cat") in ("cuda_runtime", "cuda_driver")]
     gpu = bool(kernels)

@@ -326,7 +326,9 @@ TEST(Lora, LayersAndRegexTargetsRoundTrip) {
   EXPECT_EQ(read.target_regex, R"(.*\.0\.self_attn\.(v|q)_proj)");
   EXPECT_TRUE(re->layers[0].q.adapter && re->layers[0].v.adapter);
   EXPECT_FALSE(re->layers[1].q.adapter || re->layers[0].k.adapter);
-  EXPECT_TRUE(at::equal(tiny_logits(*re), tiny_logits(*m)));  // q's adapter is zero
+  // q's adapter is zero; q and v now share one stacked down-projection (lora_linear_group), whose
+  // sums may round v's term differently from v alone: equal to float rounding, not bit for bit.
+  EXPECT_TRUE(at::allclose(tiny_logits(*re), tiny_logits(*m), 1e-5, 1e-6));
   fs::remove_all(dir);
 }
 

@@ -63,9 +63,10 @@ check "summary: device, steps and what was skipped" test "$(json "$s" \
   '(j["device"], j["profiled_steps"], j["skipped_steps"], [r["step"] for r in j["steps"]], j["trace"])')" \
   = "('cpu', 2, 1, [2, 3], 'trace.json')"
 check "summary: wall time per step" test "$(json "$s" 'all(r["wall_ms"] > 0 for r in j["steps"]) and j["per_step"]["wall_ms"] > 0')" = True
-# Each step reads its loss and its gradient norm on the host at least once (item()).
-check "summary: host syncs per step (the item() proxy on CPU)" test "$(json "$s" \
-  'all(r["host_syncs"] >= 2 and r["host_syncs"] == r["scalar_reads"] for r in j["steps"])')" = True
+# A training step reads nothing mid-step: its loss and norm come back in one copy after the update
+# is queued, not through item() or nonzero() (the CPU proxy for a GPU wait; docs/profiling.md).
+check "summary: no host syncs in a step (the item()/nonzero() proxy on CPU)" test "$(json "$s" \
+  'all(r["host_syncs"] == 0 and r["scalar_reads"] == 0 for r in j["steps"])')" = True
 check "summary: no GPU figures on CPU" test "$(json "$s" \
   '(j["per_step"]["gpu_busy_pct"], j["per_step"]["kernel_launches"], j["steps"][0]["gpu_busy_pct"], j["steps"][0]["kernel_launches"])')" \
   = "(None, None, None, None)"
