@@ -80,6 +80,10 @@ TRACE_PAIR = ("llama-3.2-1b", "full", 2048, 4)
 # The other side of each pair in the bench part: hf_train_bench.py --peer NAME, each for the methods it
 # runs (docs/gpu_bench.md "Peers"); the long part runs luatune and hf only.
 PEERS = {"hf": ("full", "lora", "qlora"), "liger": ("full", "lora", "qlora"), "unsloth": ("lora", "qlora")}
+# luatune itself with LUATUNE_STEP_KERNELS=0 (every op on its ATen path), for these shapes' full and LoRA
+# pairs: the peer table's luatune / luatune-aten ratio is what the step's own kernels give, and a
+# kernel that fails still leaves luatune measured.
+ATEN_SHAPES = ("llama-3.2-1b", "tiny")
 # What the peers bring (their versions go into the report) and what the install must leave as it is.
 PEER_PACKAGES = ("bitsandbytes", "peft", "liger-kernel", "unsloth", "unsloth-zoo", "trl", "xformers", "torchao")
 KEEP_INSTALLED = re.compile(r"^(torch|torchvision|torchaudio|triton|transformers|nvidia-.*|cuda-.*)$")
@@ -481,7 +485,10 @@ def bench_step(ctx, step):
     prof = os.path.join(ctx.work, step.name.replace(":", "_") + ".trace") if kw.get("trace") else ""
     if prof:
         shutil.rmtree(prof, ignore_errors=True)
-    if side == "luatune":
+    env = None
+    if side in ("luatune", "luatune-aten"):
+        if side == "luatune-aten":  # the same step with its own CUDA kernels set aside (docs/kernels.md)
+            env = dict(ctx.env, LUATUNE_STEP_KERNELS="0")
         ctx.need_script(LUATUNE_BENCH)
         ctx.need_runner()
         cmd = [ctx.runner, LUATUNE_BENCH, "shape=" + shape, "method=" + method, "seq=%d" % kw["seq"],
@@ -496,11 +503,11 @@ def bench_step(ctx, step):
         ctx.need_cuda()
     step.result = {"shape": shape, "method": method, "side": side, "seq": kw["seq"], "batch": kw["batch"],
                    "steps": kw["steps"], "device": device}
-    p = ctx.run(step, cmd)
+    p = ctx.run(step, cmd, env=env)
     if p.rc == EXIT_SKIP:
         raise Skip(p.last_err_line())
     doc = read_json(out)
-    script = os.path.basename(LUATUNE_BENCH if side == "luatune" else HF_BENCH)
+    script = os.path.basename(LUATUNE_BENCH if side.startswith("luatune") else HF_BENCH)
     # Out of memory: the scripts write {"status": "oom", "error"} and exit 0; a crash may say it on stderr.
     oom = (isinstance(doc, dict) and doc.get("status") == "oom") or \
         (p.rc != 0 and (OOM.search(p.err) or OOM.search(p.out)))
@@ -702,21 +709,24 @@ def make_steps(ctx):
             pairs = CPU_PAIRS + pairs
         if part == "bench":
             steps.append(Step("peer_wheels", part, 180, step_peer_wheels))
+            # Two traced steps of each side first (what guides the step work), then the untraced pairs.
+            shape, method, seq, batch = TRACE_PAIR if not ctx.dry_run else ("tiny", "full", 64, 2)
+            for side in ("luatune", "hf"):
+                steps.append(Step("trace:%s:%s:%s" % (shape, method, side), part, 90, bench_step, side=side,
+                                  shape=shape, method=method, seq=seq, batch=batch, steps=2, expect_oom=False,
+                                  trace=True, reserve=20))
         for pr in pairs:
             shape, method, seq, batch, nsteps, cap, expect_oom = pr
             peers = [p for p, methods in PEERS.items() if method in methods and (part == "bench" or p == "hf")]
+            if part == "bench" and shape in ATEN_SHAPES and method in ("full", "lora"):
+                peers.append("luatune-aten")
             for side in ["luatune"] + peers:
                 steps.append(Step(pair_step_name(shape, method, side), part, cap, bench_step, side=side,
                                   shape=shape, method=method, seq=seq, batch=batch, steps=nsteps,
                                   expect_oom=expect_oom, reserve=20))
         steps.append(Step("planner" if part == "bench" else "planner:" + part, part, 120, step_planner, pairs=pairs,
                           min_s=10))
-        if part == "bench":  # two traced steps of each side, after the untraced measurements
-            shape, method, seq, batch = TRACE_PAIR if not ctx.dry_run else ("tiny", "full", 64, 2)
-            for side in ("luatune", "hf"):
-                steps.append(Step("trace:%s:%s:%s" % (shape, method, side), part, 90, bench_step, side=side,
-                                  shape=shape, method=method, seq=seq, batch=batch, steps=2, expect_oom=False,
-                                  trace=True, reserve=0))
+
     parts = PARTS if ctx.args.part == "all" else (ctx.args.part,)
     out, seen = [], set()
     for s in steps:

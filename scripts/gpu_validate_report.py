@@ -238,9 +238,10 @@ def render_markdown(report):
          ["shape", "method", "luatune", "hf", "luatune_tokens_per_s", "hf_tokens_per_s", "tokens_per_s_ratio",
           "luatune_peak_memory_gb", "hf_peak_memory_gb", "peak_memory_gb_ratio", "luatune_step_time_s",
           "hf_step_time_s", "luatune_mfu", "hf_mfu", "mfu_ratio", "roofline_tokens_per_s"]),
-        ("Speed and memory: luatune / HF with Liger's kernels, Unsloth",
+        ("Speed and memory: luatune / HF with Liger's kernels, Unsloth, luatune without its kernels",
          "The same shapes and settings as the HF pairs (docs/gpu_bench.md \"Peers\"); ratios are luatune "
-         "over the peer. A skipped peer says why (its import error, when it does not import).",
+         "over the peer. A skipped peer says why (its import error, when it does not import). luatune-aten is "
+         "luatune with LUATUNE_STEP_KERNELS=0: its ratio is what the step's own CUDA kernels give.",
          "peer_comparisons",
          ["shape", "method", "peer", "luatune", "peer_status", "luatune_tokens_per_s", "peer_tokens_per_s",
           "tokens_per_s_ratio", "luatune_peak_memory_gb", "peer_peak_memory_gb", "peak_memory_gb_ratio",

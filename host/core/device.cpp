@@ -20,6 +20,14 @@
 
 namespace luatune {
 
+bool step_kernels_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("LUATUNE_STEP_KERNELS");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 namespace {
 // The first name of each type is its canonical (PyTorch) name; the others are aliases.
 constexpr EnumName<c10::ScalarType> kDtypeNames[] = {

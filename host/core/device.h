@@ -25,6 +25,12 @@ void device_set_default_cuda_index(int index);
 c10::Device device_parse(const std::string& name);
 std::string device_name(const c10::Device& d);
 
+// Whether the training step's own CUDA kernels (fused norms, RoPE, gated activation, one-pass
+// cross-entropy, multi-tensor AdamW; docs/kernels.md) are used where they apply: yes unless the
+// environment sets LUATUNE_STEP_KERNELS=0, which sends every op to its ATen path (the CPU's, which
+// runs on CUDA too), e.g. to compare a step with and without them or to set a suspect kernel aside.
+bool step_kernels_enabled();
+
 // Uses every CPU this process may run on for intra-op parallelism, unless OMP_NUM_THREADS says
 // otherwise (LibTorch's own default counts physical cores only).
 void cpu_threads_init();

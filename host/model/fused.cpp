@@ -13,6 +13,7 @@
 
 #include <utility>
 
+#include "host/core/device.h"
 #include "host/core/error.h"
 
 #ifdef LUATUNE_HAS_KERNELS
@@ -48,7 +49,7 @@ bool wants_graph(std::initializer_list<const at::Tensor*> inputs) {
 #ifdef LUATUNE_HAS_KERNELS
 bool use_kernel(const at::Tensor& t) {
   const at::ScalarType s = t.scalar_type();
-  return t.is_cuda() && (s == at::kFloat || s == at::kBFloat16 || s == at::kHalf);
+  return t.is_cuda() && (s == at::kFloat || s == at::kBFloat16 || s == at::kHalf) && step_kernels_enabled();
 }
 
 cuda::Dtype kernel_dtype(const at::Tensor& t) {

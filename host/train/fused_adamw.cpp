@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "host/core/device.h"
 #include "host/core/error.h"
 
 #ifdef LUATUNE_HAS_KERNELS
@@ -176,8 +177,9 @@ void adamw_master_step(const std::vector<at::Tensor>& weights, const std::vector
   if (weights.empty()) return;
   at::NoGradGuard no_grad;  // the weights are leaves that require grad
 #ifdef LUATUNE_HAS_KERNELS
-  if (weights[0].is_cuda() && step_cuda(weights, masters, grads, exp_avg, exp_avg_sq, lr, beta1, beta2, eps,
-                                        weight_decay, step, lr_scale, skip))
+  if (weights[0].is_cuda() && step_kernels_enabled() &&
+      step_cuda(weights, masters, grads, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, step,
+                lr_scale, skip))
     return;
 #endif
   // Off the kernel the flags are read on the host: a sync on a GPU without the kernels, nothing on the

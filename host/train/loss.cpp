@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/data/batch.h"
 
@@ -65,7 +66,7 @@ int64_t vocab_block(int64_t V) {
 bool rows_kernel_takes(const at::Tensor& z) {
 #ifdef LUATUNE_HAS_KERNELS
   const at::ScalarType t = z.scalar_type();
-  return z.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
+  return z.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) && step_kernels_enabled();
 #else
   (void)z;
   return false;

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "host/adapt/kernels/cuda_types.cuh"
 #include "host/adapt/nf4_tables.h"
 
 namespace luatune {
@@ -59,30 +60,7 @@ __device__ __forceinline__ uint32_t code_of(float x) {
   return kQuantType == 0 ? nf4_code_of(x) : fp4_code_of(x);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Element conversions. bf16 / f16 -> float32 is exact; float32 -> bf16 / f16 rounds to nearest even.
-
-template <typename T>
-struct Elem;
-template <>
-struct Elem<float> {
-  static __device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; }
-  static __device__ __forceinline__ void store(float* p, int64_t i, float v) { p[i] = v; }
-};
-template <>
-struct Elem<__nv_bfloat16> {
-  static __device__ __forceinline__ float load(const __nv_bfloat16* p, int64_t i) {
-    return __bfloat162float(p[i]);
-  }
-  static __device__ __forceinline__ void store(__nv_bfloat16* p, int64_t i, float v) {
-    p[i] = __float2bfloat16_rn(v);
-  }
-};
-template <>
-struct Elem<__half> {
-  static __device__ __forceinline__ float load(const __half* p, int64_t i) { return __half2float(p[i]); }
-  static __device__ __forceinline__ void store(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
-};
+// Element conversions (Elem<T>) and launch_typed: host/adapt/kernels/cuda_types.cuh.
 
 // Two 16-bit values -> one 32-bit word, the first at the lower address (little endian).
 __device__ __forceinline__ uint32_t pack2(__nv_bfloat16 a, __nv_bfloat16 b) {
@@ -346,32 +324,6 @@ void dispatch_quantize(const void* in, int64_t n, int64_t blocksize, int quant_t
     launch_quantize<InT, 0>(in, n, blocksize, group, packed, absmax, vec, grid, stream);
   else
     launch_quantize<InT, 1>(in, n, blocksize, group, packed, absmax, vec, grid, stream);
-}
-
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
-// Calls launch(TypeTag<T>(), stream) with the element type T of `dtype`, then returns the launch's
-// error: cudaErrorInvalidValue for a dtype the kernels do not take.
-template <typename F>
-int launch_typed(Dtype dtype, void* stream, F launch) {
-  cudaStream_t st = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case Dtype::f32:
-      launch(TypeTag<float>(), st);
-      break;
-    case Dtype::bf16:
-      launch(TypeTag<__nv_bfloat16>(), st);
-      break;
-    case Dtype::f16:
-      launch(TypeTag<__half>(), st);
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace

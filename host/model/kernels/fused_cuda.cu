@@ -9,38 +9,14 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "host/adapt/kernels/cuda_types.cuh"
+
 namespace luatune {
 namespace cuda {
 
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Element conversions: bf16 / f16 -> float32 is exact; float32 -> bf16 / f16 rounds to nearest even.
-
-template <typename T>
-struct Elem;
-template <>
-struct Elem<float> {
-  static __device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; }
-  static __device__ __forceinline__ void store(float* p, int64_t i, float v) { p[i] = v; }
-  static __device__ __forceinline__ float round(float v) { return v; }
-};
-template <>
-struct Elem<__nv_bfloat16> {
-  static __device__ __forceinline__ float load(const __nv_bfloat16* p, int64_t i) {
-    return __bfloat162float(p[i]);
-  }
-  static __device__ __forceinline__ void store(__nv_bfloat16* p, int64_t i, float v) {
-    p[i] = __float2bfloat16_rn(v);
-  }
-  static __device__ __forceinline__ float round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-};
-template <>
-struct Elem<__half> {
-  static __device__ __forceinline__ float load(const __half* p, int64_t i) { return __half2float(p[i]); }
-  static __device__ __forceinline__ void store(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
-  static __device__ __forceinline__ float round(float v) { return __half2float(__float2half_rn(v)); }
-};
+// Element conversions (Elem<T>) and launch_typed: host/adapt/kernels/cuda_types.cuh.
 
 constexpr int kThreads = 256;
 
@@ -226,32 +202,6 @@ int grid_size(int64_t needed, int per_sm, int* err) {
 int row_threads(int64_t cols) {
   const int64_t t = (cols + 31) / 32 * 32;
   return static_cast<int>(t < kThreads ? (t < 32 ? 32 : t) : kThreads);
-}
-
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
-// Calls launch(TypeTag<T>(), stream) with the element type T of `dtype`, then returns the launch's
-// error: cudaErrorInvalidValue for a dtype the kernels do not take.
-template <typename F>
-int launch_typed(Dtype dtype, void* stream, F launch) {
-  cudaStream_t st = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case Dtype::f32:
-      launch(TypeTag<float>(), st);
-      break;
-    case Dtype::bf16:
-      launch(TypeTag<__nv_bfloat16>(), st);
-      break;
-    case Dtype::f16:
-      launch(TypeTag<__half>(), st);
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return static_cast<int>(cudaGetLastError());
 }
 
 bool act_ok(GluAct act) {

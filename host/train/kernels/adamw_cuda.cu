@@ -10,34 +10,14 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "host/adapt/kernels/cuda_types.cuh"
+
 namespace luatune {
 namespace cuda {
 
 namespace {
 
 constexpr int kThreads = 512;  // 32 elements of a chunk per thread
-
-template <typename T>
-struct Elem;
-template <>
-struct Elem<float> {
-  static __device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; }
-  static __device__ __forceinline__ void store(float* p, int64_t i, float v) { p[i] = v; }
-};
-template <>
-struct Elem<__nv_bfloat16> {
-  static __device__ __forceinline__ float load(const __nv_bfloat16* p, int64_t i) {
-    return __bfloat162float(p[i]);
-  }
-  static __device__ __forceinline__ void store(__nv_bfloat16* p, int64_t i, float v) {
-    p[i] = __float2bfloat16_rn(v);
-  }
-};
-template <>
-struct Elem<__half> {
-  static __device__ __forceinline__ float load(const __half* p, int64_t i) { return __half2float(p[i]); }
-  static __device__ __forceinline__ void store(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
-};
 
 // The float32 scalars of optim_update: ATen rounds each double Scalar to float32 before using it
 // on float32 tensors, so these roundings are the CPU path's too.
