@@ -62,6 +62,29 @@ int64_t vocab_block(int64_t V) {
 // ============================================================================================
 // The one-pass rows (cross_entropy_rows_): the CUDA kernel, and its CPU reference
 
+// Per row of z (n, V), over the vocabulary `block` columns at a time, each block copied to `work`
+// (and softcapped): the running maximum m and the sum s of exp(x - m), rescaled as m grows; the
+// log-sum-exp is log(s) + m. Both cross-entropy paths on the CPU share it.
+std::pair<at::Tensor, at::Tensor> running_max_sum(const at::Tensor& z, int64_t block, double softcap,
+                                                  at::ScalarType work) {
+  const int64_t V = z.size(1);
+  at::Tensor m, s;
+  for (int64_t j0 = 0; j0 < V; j0 += block) {
+    at::Tensor a = z.narrow(1, j0, std::min(block, V - j0)).to(work, false, /*copy=*/true);
+    if (softcap > 0) a.div_(softcap).tanh_().mul_(softcap);
+    at::Tensor bm = at::amax(a, {1});
+    if (!m.defined()) {
+      m = bm;
+      s = a.sub_(m.unsqueeze(1)).exp_().sum(1);
+    } else {
+      at::Tensor m2 = at::maximum(m, bm);
+      s = s.mul_((m - m2).exp_()).add_(a.sub_(m2.unsqueeze(1)).exp_().sum(1));
+      m = m2;
+    }
+  }
+  return {m, s};
+}
+
 // True where cross_entropy_rows_ runs the CUDA kernel on z.
 bool rows_kernel_takes(const at::Tensor& z) {
 #ifdef LUATUNE_HAS_KERNELS
@@ -87,21 +110,8 @@ at::Tensor rows_reference(const at::Tensor& z, const at::Tensor& t, double softc
   at::Tensor picked = z.gather(1, tc.unsqueeze(1)).squeeze(1).to(work);  // (n)
   if (softcap > 0) picked = at::tanh(picked / softcap) * softcap;
 
-  at::Tensor m, s;  // (n) running maximum and sum of exp(x - m)
-  for (int64_t j0 = 0; j0 < V; j0 += block) {
-    at::Tensor a = z.narrow(1, j0, std::min(block, V - j0)).to(work, false, /*copy=*/true);
-    if (softcap > 0) a.div_(softcap).tanh_().mul_(softcap);
-    at::Tensor bm = at::amax(a, {1});
-    if (!m.defined()) {
-      m = bm;
-      s = a.sub_(m.unsqueeze(1)).exp_().sum(1);
-    } else {
-      at::Tensor m2 = at::maximum(m, bm);
-      s = s.mul_((m - m2).exp_()).add_(a.sub_(m2.unsqueeze(1)).exp_().sum(1));
-      m = m2;
-    }
-  }
-  const at::Tensor lse = s.log_().add_(m);  // (n)
+  auto [m, s] = running_max_sum(z, block, softcap, work);  // (n) each
+  const at::Tensor lse = s.log_().add_(m);                 // (n)
   at::Tensor loss = (lse - picked).masked_fill_(ignored, 0.0).masked_fill_(bad, NAN);
   if (!write_grad || n == 0) return loss;
 
@@ -211,23 +221,9 @@ at::Tensor fused_cross_entropy(const at::Tensor& hidden, const at::Tensor& weigh
       continue;
     }
 
-    // The log-sum-exp over the vocabulary block by block (running maximum and rescaled sum),
-    // each block in float32.
-    at::Tensor m, s;  // (n) running maximum and sum of exp(x - m)
-    for (int64_t j0 = 0; j0 < V; j0 += block) {
-      at::Tensor a = z.narrow(1, j0, std::min(block, V - j0)).to(at::kFloat, false, /*copy=*/true);
-      if (softcap > 0) a.div_(softcap).tanh_().mul_(softcap);
-      at::Tensor bm = at::amax(a, {1});
-      if (!m.defined()) {
-        m = bm;
-        s = a.sub_(m.unsqueeze(1)).exp_().sum(1);
-      } else {
-        at::Tensor m2 = at::maximum(m, bm);
-        s = s.mul_((m - m2).exp_()).add_(a.sub_(m2.unsqueeze(1)).exp_().sum(1));
-        m = m2;
-      }
-    }
-    at::Tensor lse = s.log_().add_(m);  // (n)
+    // The log-sum-exp over the vocabulary block by block, each block in float32.
+    auto [m, s] = running_max_sum(z, block, softcap, at::kFloat);  // (n) each
+    at::Tensor lse = s.log_().add_(m);                             // (n)
     total.add_(((lse - picked) * valid).sum());
     if (!grads) continue;
 
