@@ -202,6 +202,9 @@ json plan_json(const Plan& p) {
                     {"fits", f.fits},
                     {"headroom_gb", f.headroom_gb},
                     {"max_micro_batch", f.max_micro_batch},
+                    {"step_s", f.step_s >= 0 ? json(f.step_s) : json(nullptr)},
+                    {"run_hours", f.run_hours >= 0 ? json(f.run_hours) : json(nullptr)},
+                    {"cost_usd", f.cost_usd >= 0 ? json(f.cost_usd) : json(nullptr)},
                     {"advice", json_of(f.advice)}});
   const PlanOptions& o = p.options;
   return {{"components", comp},
@@ -220,6 +223,11 @@ json plan_json(const Plan& p) {
           {"optimizer", o.optimizer},
           {"optimizer_offload", o.optimizer_offload},
           {"shard", plan_shard_name(o.shard)},
+          {"flops_per_token", p.flops_per_token},
+          {"mfu_assumed", p.efficiency.mfu},
+          {"mfu_source", p.efficiency.source},
+          {"step_tokens", p.step_tokens},
+          {"run_tokens", p.run_tokens},
           {"gpus", gpus},
           {"n_gpus", o.gpus},
           {"memory_formula", hw_plan_formula(o)},

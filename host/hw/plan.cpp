@@ -14,6 +14,7 @@
 #include "host/core/error.h"
 #include "host/core/strings.h"
 #include "host/dist/shard_stage.h"
+#include "host/hw/profile.h"
 
 namespace luatune {
 
@@ -594,6 +595,16 @@ Plan hw_plan(const ModelConfig& c, const PlanOptions& o, const std::vector<GpuSp
                << str_join(o.lora_targets, ", ") << "; expected q_proj ... down_proj or all-linear)");
   plan.components = hw_plan_memory(c, o);
   const double peak = plan.components.total;
+  // Time: the run's tokens x FLOPs per token at the assumed MFU of each GPU's dense peak.
+  const FlopsPerToken fpt = hw_flops_per_token(
+      c, o.method, o.method == PlanMethod::method_full ? 0 : plan.trainable, o.seq_len, o.checkpointing);
+  plan.flops_per_token = fpt.model;
+  plan.flops_convention = fpt.convention;
+  plan.efficiency = hw_plan_efficiency(o.method, plan.params.total);
+  plan.step_tokens = static_cast<double>(o.micro_batch * std::max<int64_t>(o.grad_accum, 1) * o.seq_len);
+  plan.run_tokens = o.steps > 0
+                        ? static_cast<double>(o.steps) * plan.step_tokens * static_cast<double>(o.gpus)
+                        : o.run_tokens;
   for (const GpuSpec& g : catalog) {
     GpuFit f;
     f.gpu = g.name;
@@ -602,6 +613,14 @@ Plan hw_plan(const ModelConfig& c, const PlanOptions& o, const std::vector<GpuSp
     f.headroom_gb = g.memory_gb - peak / kGiB;
     f.max_micro_batch = hw_max_micro_batch(c, o, g.memory_gb);
     f.no_bf16 = !g.bf16 && o.dtype == "bf16";
+    const double flops_s = g.peak_tflops(o.dtype) * 1e12 * plan.efficiency.mfu;  // per GPU
+    if (f.fits && flops_s > 0 && plan.flops_per_token > 0) {  // a GPU it does not fit: its advice first
+      f.step_s = plan.step_tokens * plan.flops_per_token / flops_s;
+      if (plan.run_tokens > 0) {
+        f.run_hours = plan.run_tokens / static_cast<double>(o.gpus) * plan.flops_per_token / flops_s / 3600;
+        if (g.price_per_hour > 0) f.cost_usd = f.run_hours * static_cast<double>(o.gpus) * g.price_per_hour;
+      }
+    }
     if (!f.fits) f.advice = advise(c, o, g, peak);
     if (f.no_bf16)
       f.advice.push_back(
@@ -609,6 +628,28 @@ Plan hw_plan(const ModelConfig& c, const PlanOptions& o, const std::vector<GpuSp
     plan.gpus.push_back(std::move(f));
   }
   return plan;
+}
+
+// luatune's MFU as measured on the latest GPU run (docs/gpu-report-2026-11-26.md, one H200, bf16,
+// seq 2048, batch 4, layers recomputed), by method and size: Llama 3.2 1B full 0.204 and LoRA 0.137,
+// Llama 3.1 8B LoRA 0.207 and QLoRA 0.206. A kind not measured takes the nearest measured one
+// (full at 8B: 1B's 0.204; QLoRA at 1B: LoRA's 0.137). Replace these when a GPU run measures again.
+PlanEfficiency hw_plan_efficiency(PlanMethod method, int64_t params) {
+  const bool large = params >= 3'000'000'000;  // between the measured 1.2 B and 8.0 B shapes
+  const std::string run = " measured 2026-11-26 (H200, docs/gpu-report-2026-11-26.md)";
+  switch (method) {
+    case PlanMethod::method_full:
+      return {0.204, "MFU 0.204: luatune's Llama 3.2 1B full fine-tuning" + run +
+                         (large ? "; no larger full run measured yet" : "")};
+    case PlanMethod::method_lora:
+      return large ? PlanEfficiency{0.207, "MFU 0.207: luatune's Llama 3.1 8B LoRA" + run}
+                   : PlanEfficiency{0.137, "MFU 0.137: luatune's Llama 3.2 1B LoRA" + run};
+    case PlanMethod::method_qlora:
+      return large ? PlanEfficiency{0.206, "MFU 0.206: luatune's Llama 3.1 8B QLoRA" + run}
+                   : PlanEfficiency{0.137, "MFU 0.137: luatune's Llama 3.2 1B LoRA" + run +
+                                               " (QLoRA at this size not measured yet)"};
+  }
+  return {};
 }
 
 // ============================================================================================
@@ -667,12 +708,45 @@ std::string hw_plan_text(const Plan& p) {
   } else {
     s << "host RAM: no optimizer state offloaded (optimizer_offload=none)\n\n";
   }
-  std::snprintf(buf, sizeof buf, "%-10s %8s %5s %9s %10s\n", "gpu", "memory", "fits", "headroom",
-                "max_micro");
+  // Time and cost: what they assume, then one row per GPU.
+  std::snprintf(
+      buf, sizeof buf,
+      "time: %.3g tokens a step per GPU (micro_batch %lld x %lld micro-batches x seq_len %lld) x %.3g "
+      "GFLOP a token (%s)\n",
+      p.step_tokens, static_cast<long long>(o.micro_batch),
+      static_cast<long long>(std::max<int64_t>(o.grad_accum, 1)), static_cast<long long>(o.seq_len),
+      p.flops_per_token / 1e9, p.flops_convention.c_str());
   s << buf;
+  s << "      at each GPU's dense " << (o.dtype == "fp16" ? "fp16" : "bf16") << " peak x "
+    << p.efficiency.source << "\n";
+  if (p.run_tokens > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "      the run: %.4g tokens (%s); cost = hours x %lld GPU%s x price_per_hour\n",
+                  p.run_tokens,
+                  o.steps > 0 ? (std::to_string(o.steps) + " steps x " + std::to_string(o.gpus) + " GPU" +
+                                 (o.gpus == 1 ? "" : "s"))
+                                    .c_str()
+                              : o.run_tokens_source.c_str(),
+                  static_cast<long long>(o.gpus), o.gpus == 1 ? "" : "s");
+    s << buf;
+  } else {
+    s << "      the run's length is unknown (no max_steps, and no data to count): step time only\n";
+  }
+  s << "      data-parallel communication and data loading are not counted\n\n";
+  std::snprintf(buf, sizeof buf, "%-10s %8s %5s %9s %10s %9s %9s %10s\n", "gpu", "memory", "fits", "headroom",
+                "max_micro", "step_s", "run_h", "cost_usd");
+  s << buf;
+  auto cell = [](double v, const char* fmt) {
+    char b[32];
+    if (v < 0) return std::string("-");
+    std::snprintf(b, sizeof b, fmt, v);
+    return std::string(b);
+  };
   for (const GpuFit& f : p.gpus) {
-    std::snprintf(buf, sizeof buf, "%-10s %8.0f %5s %9.1f %10lld\n", f.gpu.c_str(), f.memory_gb,
-                  f.fits ? "yes" : "no", f.headroom_gb, static_cast<long long>(f.max_micro_batch));
+    std::snprintf(buf, sizeof buf, "%-10s %8.0f %5s %9.1f %10lld %9s %9s %10s\n", f.gpu.c_str(), f.memory_gb,
+                  f.fits ? "yes" : "no", f.headroom_gb, static_cast<long long>(f.max_micro_batch),
+                  cell(f.step_s, "%.3g").c_str(), cell(f.run_hours, "%.3g").c_str(),
+                  cell(f.cost_usd, "%.2f").c_str());
     s << buf;
     for (const auto& a : f.advice) s << "             - " << a << "\n";
   }

@@ -62,7 +62,21 @@ struct PlanOptions {
   int64_t gpus = 1;           // data-parallel ranks (runner --nproc N); replicas unless shard= says otherwise
   int64_t gpus_per_node = 0;  // ranks sharing one host's RAM (offload); 0 = min(gpus, 8)
   bool sdpa = true;  // fused attention (no T x T scores) unless the model softcaps its attention logits
+  // The run's length, for its time and cost: optimizer steps, micro-batches per step
+  // (gradient_accumulation_steps), or, without steps, its tokens (all ranks); both 0: no time.
+  int64_t steps = 0;
+  int64_t grad_accum = 1;
+  double run_tokens = 0;
+  std::string run_tokens_source;  // how run_tokens was found, printed beside the time
 };
+
+// The MFU `runner plan` assumes for its times: luatune's own measured MFU for this kind of run
+// (method, model size) on the latest GPU run, with where it comes from (docs/hardware.md).
+struct PlanEfficiency {
+  double mfu = 0;
+  std::string source;
+};
+PlanEfficiency hw_plan_efficiency(PlanMethod method, int64_t params);
 
 // Bytes, per GPU (and, offloaded, per rank in host RAM). "Sharded" = this rank's padded 1/N slice.
 struct PlanComponents {
@@ -104,6 +118,10 @@ struct GpuFit {
   int64_t max_micro_batch = 0;  // largest micro-batch that fits at this seq_len; 0 when 1 does not
   std::vector<std::string> advice;
   bool no_bf16 = false;  // the GPU has no bf16 (T4): bf16 runs fall back to fp16 or fp32
+  // Time and cost at the assumed MFU on this GPU's dense peak (< 0 when unknown, or when the run
+  // does not fit): one optimizer step, the whole run (hours, every GPU at once) and its price
+  // (GPU-hours x price_per_hour).
+  double step_s = -1, run_hours = -1, cost_usd = -1;
 };
 
 struct Plan {
@@ -113,6 +131,11 @@ struct Plan {
   int64_t trainable = 0;
   PlanComponents components;
   std::vector<GpuFit> gpus;
+  double flops_per_token = 0;  // MFU's convention (host/hw/profile.h)
+  std::string flops_convention;
+  PlanEfficiency efficiency;
+  double step_tokens = 0;  // tokens one rank processes per optimizer step
+  double run_tokens = 0;   // all ranks, the whole run (0: unknown)
 };
 
 // Constants (docs/hardware.md "Memory planner"; hardware.md sections 3 and 7.3).

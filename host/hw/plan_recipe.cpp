@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <type_traits>
 
 #include "host/core/error.h"
@@ -197,6 +199,23 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
   }
   o.gpus = extras.gpus;
   o.gpus_per_node = extras.gpus_per_node;
+  // The run's length: max_steps, else epochs over the data file's text (4 bytes a token: English
+  // under Llama 3's tokenizer is about that; the printout says it is an estimate).
+  if (pick(cfg, {"gradient_accumulation_steps"}, &v, &key) && v >= 1) o.grad_accum = static_cast<int64_t>(v);
+  if (pick(cfg, {"max_steps"}, &v, &key) && v > 0) {
+    o.steps = static_cast<int64_t>(v);
+  } else {
+    std::string data;
+    double epochs = 1;
+    pick(cfg, {"num_train_epochs"}, &epochs, &key);
+    if (pick(cfg, {"data"}, &data, &key) && file_exists(data) && epochs > 0) {
+      const double bytes = static_cast<double>(std::filesystem::file_size(data));
+      o.run_tokens = epochs * bytes / 4;
+      o.run_tokens_source = "estimated: " + str_from_number(epochs) + " epoch" + (epochs == 1 ? "" : "s") +
+                            " of " + data + "'s " + str_from_number(std::round(bytes / 1e6 * 10) / 10) +
+                            " MB at 4 bytes a token";
+    }
+  }
   return r;
 }
 

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
+#include "host/core/files.h"
 #include "host/hw/catalog.h"
 #include "host/hw/device_probe.h"
 #include "host/hw/plan.h"
@@ -244,6 +246,55 @@ TEST(HwPlan, FitsMaxMicroBatchAndAdvice) {
   // The text names every GPU.
   std::string text = hw_plan_text(p);
   for (const auto& g : cat) EXPECT_NE(text.find(g.name), std::string::npos) << g.name;
+}
+
+// Time and cost in a plan: the run's tokens x FLOPs per token at the assumed MFU of each GPU's dense
+// peak; GPU-hours x price; nothing for a GPU the run does not fit, and no run time without a length.
+TEST(HwPlan, TimeAndCostFromTokensFlopsPeakAndMeasuredMfu) {
+  auto cat = catalog();
+  const GpuSpec h100 = hw_catalog_find(cat, "H100 SXM"), t4 = hw_catalog_find(cat, "T4");
+  PlanOptions o;
+  o.method = PlanMethod::method_lora;
+  o.micro_batch = 4;
+  o.grad_accum = 8;
+  o.checkpointing = true;
+  o.steps = 1000;
+  o.gpus = 2;
+  Plan p = hw_plan(llama31_8b(), o, {h100, t4});
+  // LoRA at 8B: luatune's measured 8B LoRA MFU, with its source.
+  EXPECT_DOUBLE_EQ(p.efficiency.mfu, 0.207);
+  EXPECT_NE(p.efficiency.source.find("Llama 3.1 8B LoRA"), std::string::npos);
+  EXPECT_DOUBLE_EQ(p.step_tokens, 4.0 * 8 * 2048);
+  EXPECT_DOUBLE_EQ(p.run_tokens, 1000.0 * 4 * 8 * 2048 * 2);
+  const FlopsPerToken fpt =
+      hw_flops_per_token(llama31_8b(), PlanMethod::method_lora, p.trainable, 2048, true);
+  EXPECT_DOUBLE_EQ(p.flops_per_token, fpt.model);
+  const double flops_s = h100.bf16_tflops * 1e12 * 0.207;
+  const GpuFit& f = p.gpus[0];
+  ASSERT_TRUE(f.fits);
+  EXPECT_NEAR(f.step_s, 65536.0 * fpt.model / flops_s, 1e-9);
+  EXPECT_NEAR(f.run_hours, 1000 * f.step_s / 3600, 1e-9);  // each GPU does its half of the tokens
+  EXPECT_NEAR(f.cost_usd, f.run_hours * 2 * h100.price_per_hour, 1e-9);
+  // The T4 (16 GB) does not hold micro-batch 4 of an 8B LoRA: no time, its advice instead.
+  ASSERT_FALSE(p.gpus[1].fits);
+  EXPECT_LT(p.gpus[1].step_s, 0);
+  EXPECT_LT(p.gpus[1].cost_usd, 0);
+  // Without a length the step time stays, the run's time and cost do not.
+  o.steps = 0;
+  Plan q = hw_plan(llama31_8b(), o, {h100});
+  EXPECT_NEAR(q.gpus[0].step_s, f.step_s, 1e-12);
+  EXPECT_LT(q.gpus[0].run_hours, 0);
+  EXPECT_LT(q.gpus[0].cost_usd, 0);
+  // Given tokens instead of steps (epochs over data): the same arithmetic.
+  o.run_tokens = 1e9;
+  Plan t = hw_plan(llama31_8b(), o, {h100});
+  EXPECT_NEAR(t.gpus[0].run_hours, 1e9 / 2 * fpt.model / flops_s / 3600, 1e-9);
+  // Full fine-tuning at 8B takes the only full run measured (1B's), and says so.
+  EXPECT_DOUBLE_EQ(hw_plan_efficiency(PlanMethod::method_full, 8000000000).mfu, 0.204);
+  EXPECT_NE(hw_plan_efficiency(PlanMethod::method_full, 8000000000).source.find("no larger full run"),
+            std::string::npos);
+  EXPECT_DOUBLE_EQ(hw_plan_efficiency(PlanMethod::method_qlora, 8000000000).mfu, 0.206);
+  EXPECT_DOUBLE_EQ(hw_plan_efficiency(PlanMethod::method_lora, 1200000000).mfu, 0.137);
 }
 
 TEST(HwPlan, MaxMicroBatchIsTheLargestThatFits) {
@@ -663,6 +714,30 @@ TEST(HwPlanRequest, ReadsTheShippedRecipesKeys) {
   EXPECT_EQ(f.options.method, PlanMethod::method_full);
   EXPECT_FALSE(f.options.master_weights);
   EXPECT_EQ(hw_param_counts(f.model).total, 9241705984);
+}
+
+// The run's length for its time: max_steps and gradient_accumulation_steps, else epochs over the data
+// file's bytes at 4 bytes a token (said to be an estimate); neither: no length.
+TEST(HwPlanRequest, RunLengthFromStepsOrEpochsOverTheData) {
+  PlanExtras ex;
+  ex.model_preset = "llama3.1-8b";
+  nlohmann::json cfg = {{"base_model", "/nowhere"}, {"max_steps", 500}, {"gradient_accumulation_steps", 8}};
+  PlanRequest r = hw_plan_request(cfg, "recipes/full_finetune.lua", ex);
+  EXPECT_EQ(r.options.steps, 500);
+  EXPECT_EQ(r.options.grad_accum, 8);
+  const std::string data = testing::TempDir() + "plan_run_length.jsonl";
+  file_write_atomic(data, std::string(4000000, 'x'));
+  nlohmann::json epochs = {
+      {"base_model", "/nowhere"}, {"max_steps", 0}, {"num_train_epochs", 3}, {"data", data}};
+  PlanRequest e = hw_plan_request(epochs, "recipes/full_finetune.lua", ex);
+  EXPECT_EQ(e.options.steps, 0);
+  EXPECT_DOUBLE_EQ(e.options.run_tokens, 3.0 * 4000000 / 4);
+  EXPECT_NE(e.options.run_tokens_source.find("estimated: 3 epochs of " + data + "'s 4 MB at 4 bytes a token"),
+            std::string::npos)
+      << e.options.run_tokens_source;
+  epochs["data"] = "/nowhere/data.jsonl";
+  EXPECT_DOUBLE_EQ(hw_plan_request(epochs, "recipes/full_finetune.lua", ex).options.run_tokens, 0);
+  std::remove(data.c_str());
 }
 
 TEST(HwPlanRequest, ShardOptimizerAndOffloadFromConfigOrPlanKeys) {
