@@ -96,12 +96,28 @@ static int run_plan(const Command& cmd_in) {
   Command cmd = cmd_in;
   PlanExtras extras;
   cmd.overrides.clear();
+  const std::string path = recipe_resolve(cmd.recipe);
+  // The trainer's keys the plan takes (shard, optimizer, optimizer_offload) also go to the recipe's
+  // config when it declares them under the name given, so the config printed above the plan shows
+  // the values the plan used ([command line]); a recipe without the key plans with a note instead.
+  const RecipeDocs docs = recipe_docs_read(path);
+  auto declared = [&](const std::string& key) {
+    for (const auto* list : {&docs.keys, &docs.shared})
+      for (const RecipeKeyDoc& d : *list)
+        if (d.key == key) return true;
+    return false;
+  };
   for (const auto& arg : cmd_in.overrides) {
     ConfigOverride o = config_parse_override(arg);
-    if (!hw_plan_extra_set(&extras, o.key, o.text)) cmd.overrides.push_back(arg);
+    if (!hw_plan_extra_set(&extras, o.key, o.text)) {
+      cmd.overrides.push_back(arg);
+    } else if ((o.key == "optimizer" || o.key == "optimizer_offload" || o.key == "shard") &&
+               declared(o.key)) {
+      // shard= also takes FSDP's names and the ZeRO stage; the config gets the stage's own name.
+      cmd.overrides.push_back(o.key == "shard" ? "shard=" + plan_shard_name(plan_shard_parse(o.text)) : arg);
+    }
   }
   ConfigValue resolved;
-  const std::string path = recipe_resolve(cmd.recipe);
   int rc = recipe_run(path, cmd, &resolved);
   if (rc != kExitOk) return rc;
   PlanRequest req = hw_plan_request(nlohmann::json::parse(config_to_json(resolved)), path, extras);

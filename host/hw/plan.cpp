@@ -512,7 +512,7 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
   // What the LoRA/QLoRA suggestions change besides the method.
   const std::string with_ck = std::string(o.checkpointing ? "" : ", gradient_checkpointing=true") +
                               (o.micro_batch > 1 ? ", micro_batch 1" : "");
-  if (o.method == PlanMethod::method_full) {
+  if (o.method == PlanMethod::method_full && o.adapters_ok) {
     PlanOptions x = ck;
     x.method = PlanMethod::method_lora;
     if (total(x) / kGiB <= mem) {
@@ -520,7 +520,7 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
       any = true;
     }
   }
-  if (o.method != PlanMethod::method_qlora) {
+  if (o.method != PlanMethod::method_qlora && o.adapters_ok) {
     PlanOptions x = ck;
     x.method = PlanMethod::method_qlora;
     x.dtype = "bf16";

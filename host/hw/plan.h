@@ -62,6 +62,9 @@ struct PlanOptions {
   int64_t gpus = 1;           // data-parallel ranks (runner --nproc N); replicas unless shard= says otherwise
   int64_t gpus_per_node = 0;  // ranks sharing one host's RAM (offload); 0 = min(gpus, 8)
   bool sdpa = true;  // fused attention (no T x T scores) unless the model softcaps its attention logits
+  // False for a job that must train every weight (pruning, distillation into a pruned student): the
+  // advice then never suggests LoRA or QLoRA, which would not do that job.
+  bool adapters_ok = true;
   // The run's length, for its time and cost: optimizer steps, micro-batches per step
   // (gradient_accumulation_steps), or, without steps, its tokens (all ranks); both 0: no time.
   int64_t steps = 0;

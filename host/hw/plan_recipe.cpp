@@ -149,6 +149,16 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
     r.notes.push_back("method " + method + " (from the config and the recipe's name; method= overrides)");
   }
   o.method = plan_method_parse(method);
+  // A pruning job (the shipped pruning recipes, or a config with pruning targets) trains every
+  // weight of the model it cuts: adapters are no advice for it.
+  const std::string name = path_basename(recipe);
+  const bool pruning = name.find("prune") != std::string::npos || name.find("sheared") != std::string::npos ||
+                       name.find("minitron") != std::string::npos || field(cfg, "target_layer_sparsity") ||
+                       field(cfg, "prune_fraction") || field(cfg, "prune");
+  if (pruning && o.method == PlanMethod::method_full) {
+    o.adapters_ok = false;
+    r.notes.push_back("a pruning job: every weight trains, so the advice below leaves LoRA and QLoRA out");
+  }
   std::string dtype = "bf16";
   if (pick(cfg, {"dtype"}, &dtype, &key)) dtype = norm_dtype(dtype);
   o.dtype = dtype;

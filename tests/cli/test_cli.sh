@@ -178,6 +178,16 @@ check plan_zero3_sheared 0 "$runner" plan llama31_sheared model_preset=llama3.1-
 expect_out "2 GPUs (data parallel, shard=full: ZeRO-3)"
 expect_out "decoder layers sharded 1/2; embedding, lm_head, final norm whole on every rank"
 expect_out "A100 80GB        80   yes"; refute_out "declares no"
+expect_out '= "full"   [command line]'  # the config printed above the plan shows the shard it used
+# Time and cost per GPU: the run's tokens, FLOPs per token, the measured MFU assumed, and its source.
+check plan_time 0 "$runner" plan lora_finetune model_preset=llama3.1-8b max_steps=1000
+expect_out "time: 6.55e+04 tokens a step per GPU (micro_batch 4 x 8 micro-batches x seq_len 2048)"
+expect_out "MFU 0.207: luatune's Llama 3.1 8B LoRA measured 2026-11-26"
+expect_out "the run: 6.554e+07 tokens (1000 steps x 1 GPU)"; expect_out "step_s     run_h   cost_usd"
+# A pruning job trains every weight: its advice never suggests adapters.
+check plan_pruning_advice 0 "$runner" plan llama31_sheared model_preset=llama3.1-8b
+expect_out "a pruning job: every weight trains, so the advice below leaves LoRA and QLoRA out"
+expect_out "- add optimizer_offload=cpu"; refute_out "use LoRA"; refute_out "use QLoRA"
 check plan_zero3_full 0 "$runner" plan full_finetune model_preset=llama3.1-8b nproc=8 shard=full
 expect_out "A100 40GB        40   yes"
 check plan_zero_advice 0 "$runner" plan llama31_sheared model_preset=llama3.1-8b nproc=2
