@@ -121,10 +121,34 @@ static int run_plan(const Command& cmd_in) {
   int rc = recipe_run(path, cmd, &resolved);
   if (rc != kExitOk) return rc;
   PlanRequest req = hw_plan_request(nlohmann::json::parse(config_to_json(resolved)), path, extras);
-  Plan plan = hw_plan(req.model, req.options, hw_catalog_load(hw_catalog_default_path()));
+  const std::vector<GpuSpec> catalog = hw_catalog_load(hw_catalog_default_path());
   std::printf("\nplan (%s; model from %s)\n", path.c_str(), req.model_source.c_str());
   for (const auto& n : req.notes) std::printf("%s\n", n.c_str());
-  std::fputs(hw_plan_text(plan).c_str(), stdout);
+  if (req.phases.empty()) {
+    std::fputs(hw_plan_text(hw_plan(req.model, req.options, catalog)).c_str(), stdout);
+  } else {
+    // One plan per phase, then the phase that peaks and where every phase fits.
+    std::vector<Plan> plans;
+    for (const PlanPhase& ph : req.phases) {
+      plans.push_back(hw_plan(ph.model, ph.options, catalog));
+      std::printf("\n== phase %s: %s\n", ph.name.c_str(), ph.what.c_str());
+      std::fputs(hw_plan_text(plans.back()).c_str(), stdout);
+    }
+    size_t peak = 0;
+    for (size_t i = 1; i < plans.size(); i++)
+      if (plans[i].components.total > plans[peak].components.total) peak = i;
+    std::printf("\nthe %s phase peaks: %.2f GiB per GPU", req.phases[peak].name.c_str(),
+                plans[peak].components.total / kGiB);
+    for (size_t i = 0; i < plans.size(); i++)
+      if (i != peak) std::printf(" (%s: %.2f)", req.phases[i].name.c_str(), plans[i].components.total / kGiB);
+    std::vector<std::string> all;
+    for (size_t g = 0; g < catalog.size(); g++) {
+      bool every = true;
+      for (const Plan& p : plans) every = every && p.gpus[g].fits;
+      if (every) all.push_back(catalog[g].name);
+    }
+    std::printf("\nevery phase fits: %s\n", all.empty() ? "no catalog GPU" : str_join(all, ", ").c_str());
+  }
   std::printf("formulas and constants: docs/hardware.md; nothing was run\n");
   return kExitOk;
 }

@@ -30,10 +30,7 @@ ShardStage shard_stage_parse(const std::string& s) {
   return stage;
 }
 
-namespace {
-
-// "model.layers.12.mlp.up_proj.weight" -> 12; anything else -> -1.
-int64_t layer_of(const std::string& name) {
+int64_t zero_layer_of(const std::string& name) {
   const std::string prefix = "model.layers.";
   if (name.compare(0, prefix.size(), prefix) != 0) return -1;
   size_t end = name.find('.', prefix.size());
@@ -42,6 +39,8 @@ int64_t layer_of(const std::string& name) {
     if (name[i] < '0' || name[i] > '9') return -1;
   return std::stoll(name.substr(prefix.size(), end - prefix.size()));
 }
+
+namespace {
 
 bool is_low_precision(at::ScalarType t) {
   return t == at::kBFloat16 || t == at::kHalf;
@@ -81,7 +80,7 @@ ZeroShards::ZeroShards(std::vector<std::pair<std::string, at::Tensor*>> params, 
   layer_groups_.assign(static_cast<size_t>(std::max<int64_t>(num_layers, 0)), {});
   for (size_t k = 0; k < params_.size(); k++) {
     const at::Tensor& p = *params_[k].second;
-    const int64_t layer = layer_of(params_[k].first);
+    const int64_t layer = zero_layer_of(params_[k].first);
     LT_ASSERT(layer < num_layers, params_[k].first << " names a layer beyond the model's " << num_layers);
     auto key = std::make_tuple(layer, static_cast<int>(p.scalar_type()), p.device().str());
     auto it = index.find(key);
@@ -236,14 +235,18 @@ void ZeroShards::end_micro_batch() {
   }
 }
 
-void ZeroShards::empty_micro_batch() {
-  if (options_.stage < ShardStage::gradients) return;
+void ZeroShards::empty_micro_batch(const std::function<void()>& forward_done) {
+  if (options_.stage < ShardStage::gradients) {
+    if (forward_done) forward_done();
+    return;
+  }
   const int64_t layers = static_cast<int64_t>(layer_groups_.size());
   if (options_.stage == ShardStage::full)
     for (int64_t l = 0; l < layers; l++) {  // the forward's gathers
       layer_enter(l, l + 1);
       layer_forward_done(l);
     }
+  if (forward_done) forward_done();
   if (options_.recompute)
     for (int64_t l = layers; l-- > 0;) {  // the backward's: gather, reduce zeros, free
       layer_enter(l, l - 1);

@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -26,6 +27,9 @@
 #include "host/train/optim.h"
 
 namespace luatune {
+
+// "model.layers.12.mlp.up_proj.weight" -> 12; anything else -> -1 (the layer a weight is grouped with).
+int64_t zero_layer_of(const std::string& name);
 
 // shard_stage_lookup, or a one-line error naming the accepted values.
 ShardStage shard_stage_parse(const std::string& s);
@@ -64,7 +68,9 @@ class ZeroShards : public LayerResidency {
   void end_micro_batch();
   // The collectives of a micro-batch this rank has no rows for (ranks with fewer micro-batches,
   // or rows without targets), so every rank makes the same calls; its gradients count as zeros.
-  void empty_micro_batch();
+  // forward_done runs between the forward's gathers and the backward's, where a real micro-batch
+  // runs the trainer hooks' losses (a sharded teacher's gathers must come at the same point).
+  void empty_micro_batch(const std::function<void()>& forward_done = {});
   void finish_gradients();      // stage 1: the one reduce-scatter of the step
   double grad_norm_sq() const;  // of this rank's gradient slices (the caller sums over ranks)
   void scale_gradients(double c);

@@ -352,8 +352,26 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
   else if (o.gpus > 1)
     m.comm_buckets = kHwDdpBucketBytes;
 
+  if (o.teacher.present) {
+    const ModelConfig& t = o.teacher.config;
+    const HwParamCounts tn = hw_param_counts(t);
+    const double tp = dtype_bytes(o.teacher.dtype);
+    const double layers = static_cast<double>(tn.linear + tn.norms - t.hidden_size);  // less the final norm
+    const double per_layer = layers / static_cast<double>(std::max<int64_t>(t.num_layers, 1));
+    const double outside = static_cast<double>(tn.total) - layers;  // embedding, head, final norm
+    if (o.teacher.sharded && o.gpus > 1)
+      m.teacher = (std::ceil(layers / static_cast<double>(o.gpus)) + outside + 2 * per_layer) * tp;
+    else
+      m.teacher = static_cast<double>(tn.total) * tp;
+    const double rows = static_cast<double>(o.micro_batch * o.seq_len);
+    m.teacher_forward =
+        rows * static_cast<double>(t.hidden_size) * tp +
+        2.0 * static_cast<double>(std::min<int64_t>(o.teacher.kd_chunk, o.micro_batch * o.seq_len)) *
+            static_cast<double>(t.vocab_size) * 4;
+  }
   double allocated = m.weights + m.adapters + m.master_weights + m.gradients + m.optimizer_states +
-                     std::max(m.activations + m.logits, m.optimizer_step) + m.gather_buffers + m.comm_buckets;
+                     m.teacher + std::max(m.activations + m.logits + m.teacher_forward, m.optimizer_step) +
+                     m.gather_buffers + m.comm_buckets;
   m.fragmentation = allocated * kHwFragmentation;
   m.cuda_context = kHwCudaContextBytes;
   m.total = allocated + m.fragmentation + m.cuda_context;
@@ -371,6 +389,8 @@ std::vector<std::pair<std::string, double>> plan_component_list(const PlanCompon
           {"optimizer_step", p.optimizer_step},
           {"gather_buffers", p.gather_buffers},
           {"comm_buckets", p.comm_buckets},
+          {"teacher", p.teacher},
+          {"teacher_forward", p.teacher_forward},
           {"cuda_context", p.cuda_context},
           {"fragmentation", p.fragmentation}};
 }
@@ -414,6 +434,14 @@ std::string plan_component_note(const PlanOptions& o, const std::string& name) {
     return "two decoder layers' whole weights: the current one and the prefetched next";
   if (name == "comm_buckets")
     return o.shard == PlanShard::shard_none ? "DDP: 2 x 25 MiB" : "one decoder layer's flat buffer, whole";
+  if (name == "teacher")
+    return "frozen " + o.teacher.dtype + " teacher, " +
+           (o.teacher.sharded && o.gpus > 1 ? "decoder layers sharded 1/" + std::to_string(o.gpus) +
+                                                  " + two layers gathered (shard_teacher)"
+                                            : "whole on every rank");
+  if (name == "teacher_forward")
+    return "its hidden states for the micro-batch + " + std::to_string(o.teacher.kd_chunk) +
+           " rows of KD logits per side, float32";
   return "";
 }
 
@@ -600,6 +628,12 @@ Plan hw_plan(const ModelConfig& c, const PlanOptions& o, const std::vector<GpuSp
       c, o.method, o.method == PlanMethod::method_full ? 0 : plan.trainable, o.seq_len, o.checkpointing);
   plan.flops_per_token = fpt.model;
   plan.flops_convention = fpt.convention;
+  if (o.teacher.present) {  // the teacher's forward is work too: 2 N_t + 4 L H Q T of its own
+    const ModelConfig& t = o.teacher.config;
+    plan.flops_per_token += 2 * static_cast<double>(hw_param_counts(t).matmul) +
+                            4.0 * static_cast<double>(t.num_layers * t.num_heads * t.head_dim * o.seq_len);
+    plan.flops_convention += " + the teacher's forward, 2N_t+4L_tH_tQ_tT";
+  }
   plan.efficiency = hw_plan_efficiency(o.method, plan.params.total);
   plan.step_tokens = static_cast<double>(o.micro_batch * std::max<int64_t>(o.grad_accum, 1) * o.seq_len);
   plan.run_tokens = o.steps > 0

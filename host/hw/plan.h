@@ -62,6 +62,16 @@ struct PlanOptions {
   int64_t gpus = 1;           // data-parallel ranks (runner --nproc N); replicas unless shard= says otherwise
   int64_t gpus_per_node = 0;  // ranks sharing one host's RAM (offload); 0 = min(gpus, 8)
   bool sdpa = true;  // fused attention (no T x T scores) unless the model softcaps its attention logits
+  // Distillation: a frozen teacher beside the student (the Distiller hook): its weights in its dtype,
+  // whole on every rank or sharded 1/N (distill's shard_teacher: decoder layers sliced, a layer
+  // gathered at a time), and what its forward holds while the KD loss is formed.
+  struct Teacher {
+    bool present = false;
+    ModelConfig config;
+    std::string dtype = "bf16";
+    bool sharded = false;     // only with gpus > 1
+    int64_t kd_chunk = 1024;  // DistillOptions::chunk: rows of logits per side at a time
+  } teacher;
   // False for a job that must train every weight (pruning, distillation into a pruned student): the
   // advice then never suggests LoRA or QLoRA, which would not do that job.
   bool adapters_ok = true;
@@ -97,6 +107,10 @@ struct PlanComponents {
   double optimizer_step = 0;  // transient during the update (after backward: max'd with activations + logits)
   double gather_buffers = 0;  // shard=full: two decoder layers' full trainable weights (current + prefetched)
   double comm_buckets = 0;  // shard none: DDP's gradient buckets when gpus > 1; else one layer's flat buffer
+  double teacher = 0;       // distillation: the frozen teacher's weights (sharded: 1/N of its layers
+                            // + two gathered layers)
+  double teacher_forward = 0;  // its output hidden states for the micro-batch + the KD loss's logits
+                               // chunks (both sides, float32), held during the student's forward
   double cuda_context = 0;
   double fragmentation = 0;  // allocator overhead on everything allocated
   double total = 0;          // per GPU

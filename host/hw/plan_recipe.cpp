@@ -13,6 +13,7 @@
 #include "host/core/strings.h"
 #include "host/io/hub_cache.h"
 #include "host/io/jsonl.h"
+#include "host/prune/surgery.h"
 
 namespace luatune {
 
@@ -97,6 +98,63 @@ std::string norm_dtype(const std::string& d) {
   if (d == "fp16" || d == "f16" || d == "float16" || d == "half") return "fp16";
   if (d == "fp32" || d == "f32" || d == "float32" || d == "float") return "fp32";
   fail("plan: dtype '" + d + "' is not one the planner knows", "expected bf16, fp16 or fp32");
+}
+
+// llama31_sheared's two phases (recipes/llama31_sheared.lua, scripts/lua/pruning.lua): the masks
+// learnt with the whole model's weights, then the model cut to the target shape and trained again,
+// distilled (distill = true) from the whole model as a frozen teacher. The steps split by
+// prune_fraction as pruning.lua splits them.
+void plan_phases(const json& cfg, const std::string& recipe, PlanRequest* r) {
+  if (path_basename(recipe).find("sheared") == std::string::npos || !field(cfg, "target_layer_sparsity"))
+    return;
+  std::string key;
+  TargetSparsity t;
+  double v = 0;
+  if (pick(cfg, {"target_layer_sparsity"}, &v, &key)) t.layers = v;
+  if (pick(cfg, {"target_head_sparsity"}, &v, &key)) t.heads = v;
+  if (pick(cfg, {"target_hidden_sparsity"}, &v, &key)) t.hidden = v;
+  if (pick(cfg, {"target_intermediate_sparsity"}, &v, &key)) t.intermediate = v;
+  if (pick(cfg, {"round_to"}, &v, &key)) t.round_to = static_cast<int64_t>(v);
+  const ModelShape cut = prune_targets(r->model, t).shape;
+  ModelConfig pruned = r->model;
+  pruned.num_layers = cut.layers;
+  pruned.num_heads = cut.heads;
+  pruned.num_kv_heads = cut.kv_heads;
+  pruned.head_dim = cut.head_dim;
+  pruned.head_dim_explicit = true;
+  pruned.hidden_size = cut.hidden;
+  pruned.intermediate_size = cut.intermediate;
+  double fraction = 0.5;
+  pick(cfg, {"prune_fraction"}, &fraction, &key);
+  PlanOptions pruning = r->options, recovery = r->options;
+  if (r->options.steps > 0) {
+    pruning.steps = std::max<int64_t>(1, static_cast<int64_t>(std::floor(r->options.steps * fraction + 0.5)));
+    recovery.steps = std::max<int64_t>(0, r->options.steps - pruning.steps);
+  } else if (r->options.run_tokens > 0) {
+    pruning.run_tokens = r->options.run_tokens * fraction;
+    recovery.run_tokens = r->options.run_tokens - pruning.run_tokens;
+  }
+  bool distill = true;
+  pick(cfg, {"distill"}, &distill, &key);
+  std::string what = "the pruned model (" + shape_string(cut) + ")";
+  if (distill) {
+    PlanOptions::Teacher& teacher = recovery.teacher;
+    teacher.present = true;
+    teacher.config = r->model;
+    std::string tdtype;
+    teacher.dtype = pick(cfg, {"teacher_dtype"}, &tdtype, &key) && !tdtype.empty() ? norm_dtype(tdtype)
+                                                                                   : r->options.dtype;
+    bool shard = false;
+    teacher.sharded = pick(cfg, {"teacher_shard"}, &shard, &key) && shard;
+    what += " distilled from the whole model, frozen in " + teacher.dtype + ", " +
+            (teacher.sharded && recovery.gpus > 1
+                 ? "sharded across the " + std::to_string(recovery.gpus) + " ranks (teacher_shard=true)"
+                 : "whole on every rank" + std::string(recovery.gpus > 1 ? " (teacher_shard=false)" : ""));
+  }
+  r->phases.push_back({"pruning",
+                       "masks and weights of the whole model (" + shape_string(model_shape(r->model)) + ")",
+                       r->model, pruning});
+  r->phases.push_back({"recovery", what, pruned, recovery});
 }
 
 }  // namespace
@@ -226,6 +284,7 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
                             " MB at 4 bytes a token";
     }
   }
+  plan_phases(cfg, recipe, &r);
   return r;
 }
 

@@ -32,11 +32,22 @@ extern const std::vector<std::string> kPlanExtraKeys;
 // other key (the recipe's). Bad values throw UsageError naming the key and what it takes.
 bool hw_plan_extra_set(PlanExtras* extras, const std::string& key, const std::string& text);
 
+// One phase of a recipe that trains more than one model in turn (llama31_sheared: the masks on the
+// whole model, then the pruned model distilled from the whole one): planned on its own.
+struct PlanPhase {
+  std::string name;  // "pruning", "recovery"
+  std::string what;  // one line: what trains, beside what
+  ModelConfig model;
+  PlanOptions options;
+};
+
 struct PlanRequest {
   ModelConfig model;
   std::string model_source;  // the config.json read, or "preset NAME"
   PlanOptions options;
   std::vector<std::string> notes;  // how each setting was found, for the printout
+  // A recipe with phases (llama31_sheared): each phase; model/options above are the first's.
+  std::vector<PlanPhase> phases;
 };
 
 // `config` is the resolved config as a JSON object; `recipe` the recipe's path or name.

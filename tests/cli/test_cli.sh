@@ -179,6 +179,12 @@ expect_out "2 GPUs (data parallel, shard=full: ZeRO-3)"
 expect_out "decoder layers sharded 1/2; embedding, lm_head, final norm whole on every rank"
 expect_out "A100 80GB        80   yes"; refute_out "declares no"
 expect_out '= "full"   [command line]'  # the config printed above the plan shows the shard it used
+# Two phases, each planned: the whole model with its masks, then the cut model beside its frozen teacher.
+expect_out "== phase pruning: masks and weights of the whole model"
+expect_out "== phase recovery: the pruned model (layers 26, heads 24 (kv 8), head_dim 128, hidden 3712, intermediate 8576) distilled from the whole model, frozen in bf16, whole on every rank (teacher_shard=false)"
+expect_out "teacher               14.96  (frozen bf16 teacher, whole on every rank)"
+expect_out "the pruning phase peaks: 78.52 GiB per GPU (recovery: 59.54)"
+expect_out "every phase fits: H100 SXM, H100 PCIe, H200, A100 80GB, MI300X"
 # Time and cost per GPU: the run's tokens, FLOPs per token, the measured MFU assumed, and its source.
 check plan_time 0 "$runner" plan lora_finetune model_preset=llama3.1-8b max_steps=1000
 expect_out "time: 6.55e+04 tokens a step per GPU (micro_batch 4 x 8 micro-batches x seq_len 2048)"

@@ -248,6 +248,51 @@ TEST(HwPlan, FitsMaxMicroBatchAndAdvice) {
   for (const auto& g : cat) EXPECT_NE(text.find(g.name), std::string::npos) << g.name;
 }
 
+// Distillation's teacher: its weights whole, or sharded 1/N (decoder layers sliced, two gathered,
+// embedding, head and final norm whole), and what its forward holds beside the student's activations.
+TEST(HwPlan, TeacherWholeOrShardedAndItsForward) {
+  const ModelConfig teacher = llama31_8b();
+  PlanOptions o;
+  o.micro_batch = 4;
+  o.seq_len = 128;
+  o.checkpointing = true;
+  o.gpus = 2;
+  o.shard = PlanShard::shard_full;
+  const PlanComponents plain = hw_plan_memory(teacher, o);
+  EXPECT_EQ(plain.teacher, 0);
+  EXPECT_EQ(plain.teacher_forward, 0);
+  o.teacher.present = true;
+  o.teacher.config = teacher;
+  o.teacher.dtype = "bf16";
+  const PlanComponents whole = hw_plan_memory(teacher, o);
+  const double N = 8030261248.0;
+  EXPECT_DOUBLE_EQ(whole.teacher, 2 * N);  // 14.96 GiB on every rank
+  // hidden states (4 x 128 rows x 4096, bf16) + 512 rows of logits per side in float32
+  EXPECT_DOUBLE_EQ(whole.teacher_forward, 512.0 * 4096 * 2 + 2.0 * 512 * 128256 * 4);
+  // The teacher's weights add to the total; its forward adds to the activations' side of the
+  // max(activations + logits, optimizer step) the plan counts (here the optimizer step is larger).
+  const double act_side =
+      std::max(whole.activations + whole.logits + whole.teacher_forward, whole.optimizer_step) -
+      std::max(whole.activations + whole.logits, whole.optimizer_step);
+  EXPECT_NEAR(whole.total - plain.total, (whole.teacher + act_side) * 1.05, 1.0);
+  o.teacher.sharded = true;
+  const PlanComponents sharded = hw_plan_memory(teacher, o);
+  // layers: 32 x 218,112,000 = 6,979,584,000 (norms included, the final norm outside);
+  // outside: 2 x 525,336,576 embedding and head + 4096 final norm = 1,050,677,248
+  const double layers = 6979584000.0, per_layer = 218112000.0, outside = 1050677248.0;
+  EXPECT_DOUBLE_EQ(layers + outside, N);
+  EXPECT_DOUBLE_EQ(sharded.teacher, (layers / 2 + outside + 2 * per_layer) * 2);
+  EXPECT_LT(sharded.teacher, 0.65 * whole.teacher);  // 2 ranks: half the layers, the rest whole
+  o.gpus = 1;                                        // one rank: nothing to shard over
+  EXPECT_DOUBLE_EQ(hw_plan_memory(teacher, o).teacher, 2 * N);
+  // The teacher's forward counts in the time: 2 N_t + 4 L H Q T more FLOPs a token.
+  o.gpus = 2;
+  const double with = hw_plan(teacher, o, {}).flops_per_token;
+  o.teacher.present = false;
+  const double without = hw_plan(teacher, o, {}).flops_per_token;
+  EXPECT_DOUBLE_EQ(with - without, 2.0 * hw_param_counts(teacher).matmul + 4.0 * 32 * 32 * 128 * 128);
+}
+
 // Time and cost in a plan: the run's tokens x FLOPs per token at the assumed MFU of each GPU's dense
 // peak; GPU-hours x price; nothing for a GPU the run does not fit, and no run time without a length.
 TEST(HwPlan, TimeAndCostFromTokensFlopsPeakAndMeasuredMfu) {
@@ -738,6 +783,52 @@ TEST(HwPlanRequest, RunLengthFromStepsOrEpochsOverTheData) {
   epochs["data"] = "/nowhere/data.jsonl";
   EXPECT_DOUBLE_EQ(hw_plan_request(epochs, "recipes/full_finetune.lua", ex).options.run_tokens, 0);
   std::remove(data.c_str());
+}
+
+// llama31_sheared plans two phases: the whole model with its masks, then the model cut to the target
+// shape trained beside the frozen whole model (distill = true), the steps split by prune_fraction.
+TEST(HwPlanRequest, ShearedRecipePlansPruningThenRecoveryWithItsTeacher) {
+  PlanExtras ex;
+  ex.model_preset = "llama3.1-8b";
+  ex.gpus = 2;
+  nlohmann::json cfg = {{"base_model", "/nowhere"},
+                        {"dtype", "bf16"},
+                        {"max_steps", 1000},
+                        {"prune_fraction", 0.3},
+                        {"target_layer_sparsity", 0.2},
+                        {"target_head_sparsity", 0.3},
+                        {"target_hidden_sparsity", 0.1},
+                        {"target_intermediate_sparsity", 0.4},
+                        {"round_to", 128},
+                        {"distill", true},
+                        {"teacher_dtype", "fp32"},
+                        {"teacher_shard", true}};
+  PlanRequest r = hw_plan_request(cfg, "recipes/llama31_sheared.lua", ex);
+  ASSERT_EQ(r.phases.size(), 2u);
+  EXPECT_EQ(r.phases[0].name, "pruning");
+  EXPECT_EQ(r.phases[0].model.num_layers, 32);
+  EXPECT_FALSE(r.phases[0].options.teacher.present);
+  EXPECT_EQ(r.phases[0].options.steps, 300);
+  EXPECT_FALSE(r.phases[0].options.adapters_ok);
+  const PlanPhase& rec = r.phases[1];
+  EXPECT_EQ(rec.name, "recovery");
+  // docs/pruning.md's rounding: 32 x 0.8 = 25.6 -> 26 layers; 4 per group x 0.7 = 2.8 -> 3, x 8 groups
+  // = 24 heads; 4096 x 0.9 = 3686.4 -> 3712 (a multiple of 128); 14336 x 0.6 = 8601.6 -> 8576.
+  EXPECT_EQ(rec.model.num_layers, 26);
+  EXPECT_EQ(rec.model.num_heads, 24);
+  EXPECT_EQ(rec.model.num_kv_heads, 8);
+  EXPECT_EQ(rec.model.hidden_size, 3712);
+  EXPECT_EQ(rec.model.intermediate_size, 8576);
+  EXPECT_EQ(rec.options.steps, 700);
+  EXPECT_TRUE(rec.options.teacher.present);
+  EXPECT_EQ(rec.options.teacher.config.num_layers, 32);
+  EXPECT_EQ(rec.options.teacher.dtype, "fp32");
+  EXPECT_TRUE(rec.options.teacher.sharded);
+  EXPECT_NE(rec.what.find("sharded across the 2 ranks (teacher_shard=true)"), std::string::npos) << rec.what;
+  cfg["distill"] = false;
+  EXPECT_FALSE(hw_plan_request(cfg, "recipes/llama31_sheared.lua", ex).phases[1].options.teacher.present);
+  // Other recipes keep one plan.
+  EXPECT_TRUE(hw_plan_request(cfg, "recipes/full_finetune.lua", ex).phases.empty());
 }
 
 TEST(HwPlanRequest, ShardOptimizerAndOffloadFromConfigOrPlanKeys) {
