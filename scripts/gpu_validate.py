@@ -18,7 +18,8 @@ with too little left is skipped, so the report always comes back):
                luatune vs HF transformers (+ peft, + bitsandbytes for QLoRA), HF with Liger's kernels
                and Unsloth: training speed and memory, Llama 3.2 1B and 3.1 8B shapes, seq 2048, bf16,
                each run its own process; `runner plan` predicted vs measured peak
-  long         Llama 3.1 8B full fine-tuning (does not fit 80 GB: the OOM is the result)
+  long         Llama 3.1 8B full fine-tuning (does not fit 80 GB: the OOM is the result); llama31_sheared's
+               pruning and recovery phases at the 8B shape on one GPU, each against its plan
 """
 import argparse
 import datetime
@@ -43,7 +44,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
 import trace_summary  # noqa: E402  (scripts/gpu/trace_summary.py)
 from gpu_validate_report import (catalog_bandwidth, comparisons, num, pair_step_name, parse_ctest,  # noqa: E402
-                                 parse_gtest_json, parse_nf4_bench, parse_plan, peer_comparisons,
+                                 parse_gtest_json, parse_nf4_bench, parse_plan, parse_plan_phases,
+                                 peer_comparisons,
                                  render_markdown)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -687,6 +689,54 @@ def step_planner(ctx, step):
     return "ok", "%d plans" % len(rows)
 
 
+SHEARED_BENCH = "bench/gpu/sheared_phases.lua"
+
+
+def step_sheared_phases(ctx, step):
+    """llama31_sheared's two phases on the 8B shape, one GPU, a few steps each (bench/gpu/sheared_phases.lua),
+    each phase's measured peak against `runner plan llama31_sheared`'s plan of that phase."""
+    ctx.need_runner()
+    ctx.need_script(SHEARED_BENCH)
+    shape, device = ("tiny", "cpu") if ctx.dry_run else ("llama-3.1-8b", "cuda")
+    if device == "cuda":
+        ctx.need_cuda()
+    batch, seq = 4, 128  # the recipe's batch_size and max_length
+    out = os.path.join(ctx.work, "sheared_phases.json")
+    if os.path.exists(out):
+        os.remove(out)
+    p = ctx.run(step, [ctx.runner, SHEARED_BENCH, "shape=" + shape, "device=" + device, "batch=%d" % batch,
+                       "seq=%d" % seq, "steps=2", "out=" + out])
+    doc = read_json(out)
+    if p.rc != 0 or not isinstance(doc, dict):
+        raise Fail("sheared_phases.lua exited %d: %s" % (p.rc, p.last_err_line()))
+    plan = ctx.run(step, [ctx.runner, "plan", "llama31_sheared"] + plan_args(ctx, shape) +
+                   ["batch_size=%d" % batch, "max_length=%d" % seq, "gradient_accumulation_steps=1", "dtype=bf16"],
+                   cap=60)
+    phases = parse_plan_phases(plan.out)
+    if plan.rc != 0 or set(phases) != {"pruning", "recovery"}:
+        raise Fail("runner plan llama31_sheared: exit %d, phases %s: %s" % (plan.rc, sorted(phases),
+                                                                            plan.last_err_line()))
+    rows = []
+    for name in ("pruning", "recovery"):
+        comps, total = phases[name]
+        alloc = total - comps.get("cuda_context", 0) - comps.get("fragmentation", 0)
+        row = {"phase": name, "predicted_total_gib": total, "predicted_allocated_gib": round(alloc, 2),
+               "teacher_gib": comps.get("teacher", 0)}
+        meas = doc.get("phases", {}).get(name, {})
+        if doc.get("status") == "oom":
+            row["measured_gib"] = "OOM"
+        elif num(meas.get("peak_memory_gb")):
+            m = float(meas["peak_memory_gb"]) * 1e9 / GIB
+            row.update(measured_gib=round(m, 2), error_pct=round(100.0 * (alloc - m) / m, 1))
+        else:
+            row["measured_gib"] = "not measured (CPU: no CUDA allocator peak)" if device == "cpu" else "none"
+        rows.append(row)
+    step.result = {"shape": shape, "status": doc.get("status"), "shape_after": doc.get("shape_after"), "rows": rows,
+                   "note": "one GPU, batch 4 x 128 tokens, 2 steps a phase; predicted_allocated_gib as in the "
+                           "planner step"}
+    return "ok", "%s: pruning and recovery measured against their plans" % doc.get("status")
+
+
 # ============================================================================================
 # The plan of steps, per part.
 
@@ -726,6 +776,8 @@ def make_steps(ctx):
                                   expect_oom=expect_oom, reserve=20))
         steps.append(Step("planner" if part == "bench" else "planner:" + part, part, 120, step_planner, pairs=pairs,
                           min_s=10))
+        if part == "long":  # llama31_sheared's phases against their plans (issue 31)
+            steps.append(Step("sheared_phases", part, 420, step_sheared_phases))
 
     parts = PARTS if ctx.args.part == "all" else (ctx.args.part,)
     out, seen = [], set()

@@ -68,6 +68,20 @@ def parse_plan(text):
     return comps, total
 
 
+def parse_plan_phases(text):
+    """{phase: ({component: GiB}, total)} from a phased `runner plan` (its '== phase NAME:' blocks)."""
+    out, name, block = {}, None, []
+    for line in text.splitlines() + ["== phase "]:  # the last block ends at a sentinel
+        m = re.match(r"^== phase (\w*)", line)
+        if m:
+            if name:
+                out[name] = parse_plan("\n".join(block))
+            name, block = m.group(1), []
+        elif name:
+            block.append(line)
+    return out
+
+
 def parse_nf4_bench(text):
     res = {}
     m = re.search(r"bench_nf4_kernels on (.+?):", text)

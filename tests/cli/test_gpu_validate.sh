@@ -64,6 +64,13 @@ for side in ("luatune", "hf"):
         check(per.get("aten_ops", 0) > 0 and per.get("forward", 0) > 0 and per.get("backward", 0) > 0
               and per.get("optimizer", 0) > 0, "trace:tiny:full:%s: no ops counted per phase: %s" % (side, per))
         check(len(t["result"].get("top", [])) > 0, "trace:tiny:full:%s: no top ops" % side)
+# llama31_sheared's phases (tiny on the CPU) against `runner plan`'s plan of each.
+sp = steps.get("sheared_phases", {})
+check(sp.get("status") == "ok", "sheared_phases: %s: %s" % (sp.get("status"), sp.get("reason")))
+prow = {r.get("phase"): r for r in sp.get("result", {}).get("rows", [])}
+check(set(prow) == {"pruning", "recovery"} and all(r.get("predicted_total_gib", 0) > 0 for r in prow.values()),
+      "sheared_phases rows: %s" % prow)
+check(prow.get("recovery", {}).get("teacher_gib", 0) >= 0 and "teacher" in str(sp), "sheared_phases: no teacher term")
 rows = steps.get("planner", {}).get("result", {}).get("rows", [])
 check(len(rows) == 8 and all(r.get("predicted_total_gib", 0) > 0 for r in rows), "planner rows: %s" % rows)
 rt = steps.get("hf_roundtrip", {})

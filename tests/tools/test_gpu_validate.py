@@ -63,6 +63,19 @@ class Parsers(unittest.TestCase):
         self.assertEqual(comps["optimizer_step"], 5.87)
         self.assertEqual(gv.parse_plan("error: no plan\n"), ({}, None))
 
+    def test_plan_phases(self):
+        phased = ("plan (recipes/llama31_sheared.lua; model from x)\n\n== phase pruning: masks and weights\n" +
+                  PLAN.split("\n", 1)[1] + "\n== phase recovery: the pruned model\n" +
+                  PLAN.split("\n", 1)[1].replace("  cuda_context", "  teacher               14.96\n  cuda_context")
+                  .replace("10.87", "25.83") + "\nthe recovery phase peaks: 25.83 GiB per GPU (pruning: 10.87)\n")
+        phases = gv.parse_plan_phases(phased)
+        self.assertEqual(sorted(phases), ["pruning", "recovery"])
+        self.assertEqual(phases["pruning"][1], 10.87)
+        self.assertEqual(phases["recovery"][1], 25.83)
+        self.assertEqual(phases["recovery"][0]["teacher"], 14.96)
+        self.assertNotIn("teacher", phases["pruning"][0])
+        self.assertEqual(gv.parse_plan_phases(PLAN), {})  # one plan: no phases
+
     def test_nf4_bench_and_catalog(self):
         r = gv.parse_nf4_bench(NF4)
         self.assertEqual(r["gpu"], "NVIDIA H100 80GB HBM3")
