@@ -352,7 +352,15 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
   else if (o.gpus > 1)
     m.comm_buckets = kHwDdpBucketBytes;
 
-  if (o.teacher.present) {
+  if (o.teacher.present && o.teacher.cache_k > 0) {
+    // Cached: the micro-batch's top-k entries (values, int32 indices, a float32 log-sum-exp per
+    // token) and the student's KD logits chunk in float32; no teacher weights.
+    const double rows = static_cast<double>(o.micro_batch * o.seq_len);
+    m.teacher_forward =
+        rows * (static_cast<double>(o.teacher.cache_k) * (dtype_bytes(o.teacher.cache_dtype) + 4) + 4) +
+        static_cast<double>(std::min<int64_t>(o.teacher.kd_chunk, o.micro_batch * o.seq_len)) *
+            static_cast<double>(o.teacher.config.vocab_size) * 4;
+  } else if (o.teacher.present) {
     const ModelConfig& t = o.teacher.config;
     const HwParamCounts tn = hw_param_counts(t);
     const double tp = dtype_bytes(o.teacher.dtype);
@@ -440,8 +448,12 @@ std::string plan_component_note(const PlanOptions& o, const std::string& name) {
                                                   " + two layers gathered (shard_teacher)"
                                             : "whole on every rank");
   if (name == "teacher_forward")
-    return "its hidden states for the micro-batch + " + std::to_string(o.teacher.kd_chunk) +
-           " rows of KD logits per side, float32";
+    return o.teacher.cache_k > 0
+               ? "cached teacher: the micro-batch's top-" + std::to_string(o.teacher.cache_k) + " " +
+                     o.teacher.cache_dtype + " logits + int32 indices, and " +
+                     std::to_string(o.teacher.kd_chunk) + " rows of the student's KD logits, float32"
+               : "its hidden states for the micro-batch + " + std::to_string(o.teacher.kd_chunk) +
+                     " rows of KD logits per side, float32";
   return "";
 }
 
@@ -628,7 +640,7 @@ Plan hw_plan(const ModelConfig& c, const PlanOptions& o, const std::vector<GpuSp
       c, o.method, o.method == PlanMethod::method_full ? 0 : plan.trainable, o.seq_len, o.checkpointing);
   plan.flops_per_token = fpt.model;
   plan.flops_convention = fpt.convention;
-  if (o.teacher.present) {  // the teacher's forward is work too: 2 N_t + 4 L H Q T of its own
+  if (o.teacher.present && o.teacher.cache_k == 0) {  // the teacher's forward: 2 N_t + 4 L H Q T more
     const ModelConfig& t = o.teacher.config;
     plan.flops_per_token += 2 * static_cast<double>(hw_param_counts(t).matmul) +
                             4.0 * static_cast<double>(t.num_layers * t.num_heads * t.head_dim * o.seq_len);

@@ -71,6 +71,10 @@ struct PlanOptions {
     std::string dtype = "bf16";
     bool sharded = false;     // only with gpus > 1
     int64_t kd_chunk = 1024;  // DistillOptions::chunk: rows of logits per side at a time
+    // Cached teacher outputs (distill.write_cache, then distill.cached): no teacher on the GPU, only
+    // the micro-batch's cached top-k values (cache_dtype), int32 indices and a float32 log-sum-exp.
+    int64_t cache_k = 0;  // 0: the teacher runs live
+    std::string cache_dtype = "bf16";
   } teacher;
   // False for a job that must train every weight (pruning, distillation into a pruned student): the
   // advice then never suggests LoRA or QLoRA, which would not do that job.

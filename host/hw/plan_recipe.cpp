@@ -146,10 +146,22 @@ void plan_phases(const json& cfg, const std::string& recipe, PlanRequest* r) {
                                                                                    : r->options.dtype;
     bool shard = false;
     teacher.sharded = pick(cfg, {"teacher_shard"}, &shard, &key) && shard;
-    what += " distilled from the whole model, frozen in " + teacher.dtype + ", " +
-            (teacher.sharded && recovery.gpus > 1
-                 ? "sharded across the " + std::to_string(recovery.gpus) + " ranks (teacher_shard=true)"
-                 : "whole on every rank" + std::string(recovery.gpus > 1 ? " (teacher_shard=false)" : ""));
+    std::string cache;
+    if (pick(cfg, {"teacher_cache"}, &cache, &key) && !cache.empty()) {
+      teacher.cache_k = 64;
+      if (pick(cfg, {"teacher_cache_k"}, &v, &key)) teacher.cache_k = static_cast<int64_t>(v);
+      std::string cdtype;
+      if (pick(cfg, {"teacher_cache_dtype"}, &cdtype, &key) && !cdtype.empty())
+        teacher.cache_dtype = norm_dtype(cdtype);
+      teacher.sharded = false;
+      what += " distilled from the whole model's cached top-" + std::to_string(teacher.cache_k) + " " +
+              teacher.cache_dtype + " logits (teacher_cache: no teacher on the GPU)";
+    } else {
+      what += " distilled from the whole model, frozen in " + teacher.dtype + ", " +
+              (teacher.sharded && recovery.gpus > 1
+                   ? "sharded across the " + std::to_string(recovery.gpus) + " ranks (teacher_shard=true)"
+                   : "whole on every rank" + std::string(recovery.gpus > 1 ? " (teacher_shard=false)" : ""));
+    }
   }
   r->phases.push_back({"pruning",
                        "masks and weights of the whole model (" + shape_string(model_shape(r->model)) + ")",

@@ -285,6 +285,13 @@ TEST(HwPlan, TeacherWholeOrShardedAndItsForward) {
   EXPECT_LT(sharded.teacher, 0.65 * whole.teacher);  // 2 ranks: half the layers, the rest whole
   o.gpus = 1;                                        // one rank: nothing to shard over
   EXPECT_DOUBLE_EQ(hw_plan_memory(teacher, o).teacher, 2 * N);
+  // Cached top-k logits: no teacher weights; the micro-batch's 512 tokens x (64 x (2 + 4) + 4) bytes
+  // and the student's 512 rows of KD logits in float32.
+  o.teacher.cache_k = 64;
+  const PlanComponents cached = hw_plan_memory(teacher, o);
+  EXPECT_EQ(cached.teacher, 0);
+  EXPECT_DOUBLE_EQ(cached.teacher_forward, 512.0 * (64 * 6 + 4) + 512.0 * 128256 * 4);
+  o.teacher.cache_k = 0;
   // The teacher's forward counts in the time: 2 N_t + 4 L H Q T more FLOPs a token.
   o.gpus = 2;
   const double with = hw_plan(teacher, o, {}).flops_per_token;
@@ -825,6 +832,13 @@ TEST(HwPlanRequest, ShearedRecipePlansPruningThenRecoveryWithItsTeacher) {
   EXPECT_EQ(rec.options.teacher.dtype, "fp32");
   EXPECT_TRUE(rec.options.teacher.sharded);
   EXPECT_NE(rec.what.find("sharded across the 2 ranks (teacher_shard=true)"), std::string::npos) << rec.what;
+  cfg["teacher_cache"] = "/tmp/cache";
+  cfg["teacher_cache_k"] = 32;
+  const PlanPhase cached = hw_plan_request(cfg, "recipes/llama31_sheared.lua", ex).phases[1];
+  EXPECT_EQ(cached.options.teacher.cache_k, 32);
+  EXPECT_FALSE(cached.options.teacher.sharded);
+  EXPECT_NE(cached.what.find("cached top-32 bf16 logits (teacher_cache: no teacher on the GPU)"),
+            std::string::npos);
   cfg["distill"] = false;
   EXPECT_FALSE(hw_plan_request(cfg, "recipes/llama31_sheared.lua", ex).phases[1].options.teacher.present);
   // Other recipes keep one plan.
