@@ -4,8 +4,9 @@
 -- Masks are hard-concrete gates trained under target-sparsity constraints (Lagrange multipliers). The
 -- first `prune_fraction` of the steps learn masks (with the weights), the rest continue training the
 -- pruned model with distillation from the unpruned teacher (docs/pruning.md).
--- The 8B seed job fits 2 x A100 80GB with shard=full (ZeRO-3, docs/zero.md; `runner plan`: 78.5 GiB per GPU,
--- 133 replicated): build/runner --nproc 2 llama31_sheared base_model=... data=... shard=full (or torchrun).
+-- The 8B seed job fits 2 x A100 80GB with shard=full (ZeRO-3, docs/zero.md; `runner plan`: pruning 78.5 GiB per GPU,
+-- 133 replicated; recovery 59.5 with the teacher whole on each rank): build/runner --nproc 2 llama31_sheared
+-- base_model=... data=... shard=full (or torchrun). teacher_shard or teacher_cache shrink recovery further.
 local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
 local cfg = config(keys.compute {  -- + dtype, device, shard, optimizer, seed, ...
   base_model = "meta-llama/Llama-3.1-8B-Instruct",  -- model to prune, and the teacher: a hub name (org/name) or a local directory
@@ -38,6 +39,10 @@ local cfg = config(keys.compute {  -- + dtype, device, shard, optimizer, seed, .
   distill_alpha = 0.5,                 -- (1 - alpha) x LM loss + alpha x KD loss
   teacher_dtype = "",                  -- "" = dtype; e.g. "bf16" for a lower-precision teacher
   teacher_device = "",                 -- "" = device
+  teacher_shard = false,               -- shard the frozen teacher over data-parallel ranks: 1/N each, a layer gathered at a time (docs/distill.md)
+  teacher_cache = "",                  -- a directory: write the teacher's top-k logits there once, then recover from them with no teacher on the GPU
+  teacher_cache_k = 64,                -- teacher_cache: top logits kept per token (the vocabulary size: the exact KL)
+  teacher_cache_dtype = "bfloat16",    -- teacher_cache: float32, bfloat16 or float16 for the stored logits
   eval_fraction = 0.02,                -- share of the rows held out for perplexity
   eval_steps = 100,                    -- evaluate every N steps of each phase and after its last
   eval_batches = 0,                    -- held-out batches each evaluation reads; 0 = all of them
@@ -109,12 +114,32 @@ local cut = stats.shape_after
 print(string.format("pruned to %d layers, %d heads, hidden %d, intermediate %d: perplexity %.3f -> %.3f", cut.layers,
                     cut.heads, cut.hidden, cut.intermediate, stats.perplexity.before, stats.perplexity.after_pruning))
 
--- Phase 2: continued training of the pruned model, distilled from the unpruned one.
-local teacher = cfg.distill and steps.recovery > 0 and
-  models.load(cfg.base_model, { dtype = cfg.teacher_dtype ~= "" and cfg.teacher_dtype or cfg.dtype,
-                                device = cfg.teacher_device ~= "" and cfg.teacher_device or cfg.device })
-local hooks = teacher and { distill.new(teacher, model, { loss = cfg.distill_loss, alpha = cfg.distill_alpha,
-                                                          temperature = cfg.distill_temperature }) } or {}
+-- Phase 2: continued training of the pruned model, distilled from the unpruned one: live, or from its
+-- top-k logits cached on disk first (teacher_cache; rank 0 writes it, every rank reads it).
+local function load_teacher()
+  return models.load(cfg.base_model, { dtype = cfg.teacher_dtype ~= "" and cfg.teacher_dtype or cfg.dtype,
+                                       device = cfg.teacher_device ~= "" and cfg.teacher_device or cfg.device })
+end
+local teacher, hooks = nil, {}
+if cfg.distill and steps.recovery > 0 and cfg.teacher_cache ~= "" then
+  assert(not dyn, "llama31_sheared: teacher_cache needs one data file (the cache is keyed by its rows), not domains")
+  if dist.is_main() then
+    local t = load_teacher()
+    local w = distill.write_cache(t, train_set, { path = cfg.teacher_cache, k = cfg.teacher_cache_k,
+                                                  dtype = cfg.teacher_cache_dtype, temperature = cfg.distill_temperature,
+                                                  batch_size = cfg.batch_size })
+    t:release()
+    print(string.format("teacher cache: %d rows, %d tokens, top-%d %s, %.1f MB in %s", w.rows, w.entries, w.k, w.dtype,
+                        w.bytes / 1e6, cfg.teacher_cache))
+  end
+  dist.barrier()
+  hooks = { distill.cached(model, { path = cfg.teacher_cache, loss = cfg.distill_loss, alpha = cfg.distill_alpha,
+                                    temperature = cfg.distill_temperature }) }
+elseif cfg.distill and steps.recovery > 0 then
+  teacher = load_teacher()
+  hooks = { distill.new(teacher, model, { loss = cfg.distill_loss, alpha = cfg.distill_alpha,
+                                          temperature = cfg.distill_temperature, shard_teacher = cfg.teacher_shard }) }
+end
 local t_recover = metrics.clock()
 if steps.recovery > 0 and not log:stopped() then
   local recover = P.sheared_trainer(model, cfg, steps.recovery, hooks, "recovery")

@@ -30,6 +30,7 @@ local cfg = config(keys.compute {  -- + dtype, device, shard, optimizer, seed, .
   batch_size = 4,                      -- rows per forward (importance, evaluation) and per distillation micro-batch
   eval_fraction = 0.02,                -- share of the rows held out for perplexity
   eval_batches = 0,                    -- held-out batches each perplexity reads; 0 = all of them
+  teacher_shard = false,               -- shard the frozen teacher over data-parallel ranks: 1/N each, a layer gathered at a time (docs/distill.md)
   distill = {                          -- distillation from the unpruned model after pruning (docs/distill.md)
     max_steps = 1000,                  -- distillation steps; 0 = prune only
     learning_rate = 1e-4,              -- peak learning rate; cosine decay to min_lr_ratio x it after warm-up
@@ -75,7 +76,8 @@ print(("perplexity %.3f -> %.3f after pruning; parameters %d -> %d"):format(ppl.
 local d = cfg.distill
 if d.max_steps > 0 then
   local teacher = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })  -- the unpruned model
-  local kd = distill.new(teacher, student, { loss = d.loss, temperature = d.temperature, alpha = d.alpha })
+  local kd = distill.new(teacher, student, { loss = d.loss, temperature = d.temperature, alpha = d.alpha,
+                                             shard_teacher = cfg.teacher_shard })
   local trainer = train.new(student, { lr = d.learning_rate, warmup = d.warmup_steps, schedule = "cosine",
                                        steps = d.max_steps, min_lr_ratio = d.min_lr_ratio, hooks = { kd },
                                        micro_batch_size = cfg.batch_size, shard = cfg.shard,

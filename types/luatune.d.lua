@@ -1255,7 +1255,7 @@ train = {}
 ---@field output_dir? string checkpoints go to output_dir/checkpoints/step-NNNNNNN
 ---@field save_every? integer save a checkpoint every N steps, written at the next safe point (0: only trainer:save) (default: 0)
 ---@field keep_last? integer this run's checkpoints kept (older ones deleted) (default: 2)
----@field hooks? (ShearedPruner|Distiller|PreferenceLoss|RewardModel)[] pruners, distillers, preference losses, reward models: their own tensors, forward and loss changes, statistics (default: {})
+---@field hooks? (ShearedPruner|Distiller|CachedDistiller|PreferenceLoss|RewardModel)[] pruners, distillers, preference losses, reward models: their own tensors, forward and loss changes, statistics (default: {})
 ---@field shard? string ZeRO over data-parallel ranks: "optimizer", "gradients" or "full" (FSDP's names accepted; docs/zero.md) (default: "none")
 ---@field optimizer_offload? string "cpu": masters and optimizer states in host memory, updated there (default: "none")
 ---@field overwrite? boolean a fresh run into an output_dir with another run's checkpoints moves them to previous-<time>/ (default: the config's overwrite, else it fails)
@@ -2266,6 +2266,7 @@ distill = {}
 ---@field hidden_loss? string the hidden-state loss (default: "cosine")
 ---@field hidden_weight? number the hidden term's weight (default: 1)
 ---@field seed? integer seed of the projections between widths (default: 0)
+---@field shard_teacher? boolean data parallel: each rank keeps 1/N of the teacher's decoder layers, gathering one layer at a time for its forward (docs/distill.md, "Sharded teacher"); no effect in one process (default: false)
 
 ---each micro-batch's loss becomes (1 - alpha) LM + alpha T^2 KD (+ hidden_weight * hidden); the teacher is frozen and runs without autograd
 ---@param teacher Model
@@ -2286,6 +2287,34 @@ function distill.new(teacher, student, opts) end
 ---@return Tensor # one value per row
 function distill.divergence(student_logits, teacher_logits, opts) end
 
+---@class DistillWriteCacheOpts
+---@field path string the cache directory (written under a temporary name, then renamed into place)
+---@field k? integer top logits kept per token, 1..vocabulary size (default: 64)
+---@field dtype? string of the stored logits: "float32", "bfloat16" or "float16" (default: "bfloat16")
+---@field temperature? number T: logits / T are stored; distill.cached must use the same (default: 1)
+---@field batch_size? integer rows per teacher forward (default: 8)
+---@field chunk? integer rows of logits that exist at once (default: 1024)
+
+---runs the teacher once over every row of the dataset and writes its top-k logits per target token to a directory, for distill.cached (docs/distill.md, "Cached teacher")
+---@param teacher Model
+---@param dataset Dataset
+---@param opts DistillWriteCacheOpts
+---@return table # {rows, entries, k, dtype, bytes}: entries = target tokens cached, bytes on disk
+function distill.write_cache(teacher, dataset, opts) end
+
+---@class DistillCachedOpts
+---@field path string a cache written by distill.write_cache
+---@field loss? string only "forward_kl" (reverse KL and JSD need the teacher's whole distribution) (default: "forward_kl")
+---@field temperature? number must equal the cache's (default: 1)
+---@field alpha? number the KD term's weight (default: 0.5)
+---@field chunk? integer rows of student logits that exist at once (default: 1024)
+
+---each micro-batch's loss becomes (1 - alpha) LM + alpha T^2 KD, KD the forward KL over the teacher's cached top-k (exactly distill.new's forward_kl when k is the vocabulary size)
+---@param student Model
+---@param opts DistillCachedOpts
+---@return CachedDistiller # a hook for train.new(student, ...), batches from the cached dataset
+function distill.cached(student, opts) end
+
 ---a distillation hook for train.new
 ---@class Distiller
 local Distiller = {}
@@ -2294,8 +2323,19 @@ local Distiller = {}
 ---@return Model
 function Distiller:teacher() end
 
+---the teacher's decoder-layer weights this rank holds, and what a whole teacher holds (full_*)
+---@return table # {layer_elements, full_layer_elements, layer_bytes, full_layer_bytes, sharded}
+function Distiller:teacher_memory() end
+
 ---Frees what the Distiller holds now (GPU memory included); later use is an error.
 function Distiller:release() end
+
+---a distillation hook for train.new reading a teacher cache (distill.write_cache)
+---@class CachedDistiller
+local CachedDistiller = {}
+
+---Frees what the CachedDistiller holds now (GPU memory included); later use is an error.
+function CachedDistiller:release() end
 
 -- ============================================================================================
 -- sweep

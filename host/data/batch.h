@@ -20,6 +20,9 @@ struct Batch {
   at::Tensor lengths;         // (B) int64 tokens of each row before its padding (undefined: unknown)
   int64_t target_tokens = 0;  // number of targets != kIgnoreTarget (the loss is normalised by it)
   int64_t tokens = 0;         // number of non-padding tokens (for tokens/s)
+  // (B) int64: the dataset rows the batch was built from (Dataset::batch sets them; undefined for
+  // batches made elsewhere). Cached per-row data is found by them (host/distill/teacher_cache.h).
+  at::Tensor row_ids;
   // Preference batches (host/data/preference.h): rows 2i and 2i+1 are pair i's chosen and
   // rejected sequences; pair_ids (pairs) int64 names each pair by its record (line) in the source,
   // which keys cached reference log-probabilities. pairs = 0: not a preference batch.

@@ -436,6 +436,7 @@ Batch Dataset::batch(const std::vector<int64_t>& rows) const {
     b.tokens += lengths[i];
   }
   for (int64_t i = 0; i < B * T; i++) b.target_tokens += targets[i] != kIgnoreTarget;
+  b.row_ids = at::tensor(rows, at::kLong);
   return b;
 }
 

@@ -66,6 +66,11 @@ void GradSync::ensure_hooks() {
 void GradSync::arm() {
   std::lock_guard<std::mutex> lock(mu_);
   ensure_hooks();
+  reset();
+  armed_ = true;
+}
+
+void GradSync::reset() {
   for (Bucket& b : state_) {
     b.ready = 0;
     b.started = false;
@@ -75,7 +80,6 @@ void GradSync::arm() {
   param_ready_.assign(params_.size(), false);
   next_ = 0;
   started_early_ = 0;
-  armed_ = true;
 }
 
 void GradSync::on_accumulated(size_t k) {
@@ -114,6 +118,10 @@ void GradSync::start(size_t bi) {
 void GradSync::finish() {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Not armed in this step (its last micro-batch had no targets, or this rank had fewer micro-
+    // batches than another): every bucket is summed here, from the first; without the reset the
+    // previous step's finished state would start none.
+    if (!armed_) reset();
     armed_ = false;
     while (next_ < state_.size()) start(next_++);
   }

@@ -64,6 +64,7 @@ class GradSync {
   };
   void on_accumulated(size_t param);
   void start(size_t bucket);  // flatten, start the all-reduce (in bucket order)
+  void reset();               // no bucket started (under mu_)
   void ensure_hooks();
 
   std::vector<at::Tensor*> params_;

@@ -15,6 +15,8 @@
 #include <set>
 
 #include "host/core/error.h"
+#include "host/dist/dist.h"
+#include "host/dist/zero.h"
 
 namespace luatune {
 
@@ -244,6 +246,15 @@ Distiller::Distiller(std::shared_ptr<Model> teacher, std::shared_ptr<Model> stud
   for (auto& [name, p] : teacher_->named_parameters()) p->requires_grad_(false);
   for (auto& [name, p] : teacher_->adapter_parameters()) p->requires_grad_(false);
   teacher_->set_training(false);
+  if (options_.shard_teacher && dist_world_size() > 1) {
+    LT_CHECK(!teacher_->residency,
+             "distill.new: shard_teacher: the teacher's weights are already sharded (by a trainer or "
+             "another distiller); give it its own model");
+    shards_ = std::make_shared<FrozenShards>(teacher_->named_parameters(),
+                                             static_cast<int64_t>(teacher_->layers.size()));
+    // Whoever reads the teacher's weights later (saving, counting) gets them gathered, as with ZeRO-3.
+    teacher_->residency = shards_;
+  }
 
   const int64_t cs = student_->config.hidden_size, ct = teacher_->config.hidden_size;
   at::Generator gen = at::detail::createCPUGenerator(options_.seed);
@@ -297,6 +308,12 @@ at::Tensor Distiller::micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum)
     ForwardOptions tfo;
     if (mb.positions.defined()) tfo.positions = mb.positions.to(tdev);
     if (mb.segments.defined()) tfo.segments = mb.segments.to(tdev);
+    if (shards_) {  // each layer gathered just before it runs and freed after
+      FrozenShards* z = shards_.get();
+      tfo.run_layer = [z](int64_t l, const std::function<at::Tensor(const at::Tensor&)>& fn,
+                          const at::Tensor& x) { return z->run_layer(l, fn, x); };
+      tfo.run_layer_gathers = true;
+    }
     if (!st.teacher_layers.empty())
       tfo.observe = [&](int64_t layer, Site site, const at::Tensor& x) {
         if (site == Site::layer_out && st.teacher_layers.count(layer))
@@ -348,15 +365,39 @@ at::Tensor Distiller::micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum)
   return total;
 }
 
+void Distiller::empty_micro_batch(bool training) {
+  if (shards_) shards_->empty_forward();  // the gathers of the teacher forward other ranks run now
+}
+
+FrozenShardsMemory Distiller::teacher_memory() const {
+  if (shards_) return shards_->memory();
+  FrozenShardsMemory m;
+  for (auto& [name, p] : teacher_->named_parameters()) {
+    if (zero_layer_of(name) < 0) continue;
+    m.full_layer_elements += p->numel();
+    m.full_layer_bytes += p->numel() * static_cast<int64_t>(p->element_size());
+  }
+  m.layer_elements = m.full_layer_elements;
+  m.layer_bytes = m.full_layer_bytes;
+  return m;
+}
+
 std::vector<std::pair<std::string, double>> Distiller::stats(bool training) {
   const State& st = *state_;
-  const double n = static_cast<double>(std::max<int64_t>(st.tokens, 1));
   std::vector<std::pair<std::string, double>> out = {{"lm_loss", 0.0}, {"kd_loss", 0.0}};
   if (!options_.hidden_layers.empty()) out.emplace_back("hidden_loss", 0.0);
-  if (!st.lm_sum.defined()) return out;
-  // The sums live on the device: one copy to the host for all of them (one sync per report).
-  at::Tensor sums = at::stack({st.lm_sum, st.kd_sum, st.hidden_sum}).to(at::kCPU).contiguous();
-  for (size_t i = 0; i < out.size(); i++) out[i].second = sums.data_ptr<double>()[i] / n;
+  // The sums live on the device: one copy to the host for all of them (one sync per report). Data
+  // parallel: summed over the ranks with the token count last (one all-reduce; every rank reports,
+  // as the trainer's loss is), so the means are the whole batch's, as one process computes them.
+  std::vector<double> v(4, 0.0);
+  if (st.lm_sum.defined()) {
+    at::Tensor sums = at::stack({st.lm_sum, st.kd_sum, st.hidden_sum}).to(at::kCPU).contiguous();
+    std::copy(sums.data_ptr<double>(), sums.data_ptr<double>() + 3, v.begin());
+  }
+  v[3] = static_cast<double>(st.tokens);
+  if (dist_active()) v = dist_sum(std::move(v));
+  const double n = std::max(v[3], 1.0);
+  for (size_t i = 0; i < out.size(); i++) out[i].second = v[i] / n;
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "host/dist/frozen_shards.h"
 #include "host/train/trainer.h"
 
 namespace luatune {
@@ -32,6 +33,11 @@ struct DistillOptions {
   std::string hidden_loss = "cosine";  // "cosine" (1 - cos per token) or "mse" (mean over channels)
   double hidden_weight = 1.0;
   uint64_t seed = 0;  // projection initialisation when widths differ
+  // Data parallel: every rank keeps only 1/N of each teacher decoder layer's weights, and the
+  // teacher's forward gathers one layer at a time (host/dist/frozen_shards.h): teacher memory
+  // ~1/N plus a layer or two, for an all-gather of the layers per micro-batch. Embeddings, final
+  // norm and LM head stay whole. No effect in one process (docs/distill.md, "Sharded teacher").
+  bool shard_teacher = false;
 };
 
 // Per-row divergence of the student from the teacher: logits (..., V) each (any float dtype, the
@@ -68,18 +74,27 @@ class Distiller : public TrainerHook {
   // TrainerHook: training micro-batches get (1 - alpha) * ce_sum + alpha * KD sum + hidden term;
   // evaluation keeps the LM loss and reports kd_loss beside it. stats: lm_loss, kd_loss (with
   // T^2), hidden_loss (unweighted, summed over pairs; only with hidden_layers), each a mean per
-  // target token since begin(). alpha 0 without hidden_layers leaves the LM step untouched
-  // (the KD term is computed without autograd, for the statistics only).
+  // target token since begin(), over every data-parallel rank (stats() is collective). alpha 0
+  // without hidden_layers leaves the LM step untouched (the KD term is computed without autograd,
+  // for the statistics only).
   std::vector<ParamGroup> parameter_groups() override;
   void begin(bool training) override;
   void forward_options(ForwardOptions& fo, bool training) override;
   at::Tensor micro_loss(const MicroBatch& mb, const at::Tensor& ce_sum) override;
   bool uses_lm_loss_gradient() const override { return options_.alpha < 1; }  // alpha 1: KD alone
   std::vector<std::pair<std::string, double>> stats(bool training) override;
+  // A sharded teacher gathers its layers in every micro-batch: ranks must run the same number.
+  bool collective_micro_batches() const override { return shards_ != nullptr; }
+  void empty_micro_batch(bool training) override;
+
+  bool teacher_sharded() const { return shards_ != nullptr; }
+  // The teacher's decoder-layer weights this rank holds, and an unsharded copy's (equal when whole).
+  FrozenShardsMemory teacher_memory() const;
 
  private:
   std::shared_ptr<Model> teacher_, student_;
   DistillOptions options_;
+  std::shared_ptr<FrozenShards> shards_;  // shard_teacher with more than one rank, else null
   struct State;
   std::shared_ptr<State> state_;
 };

@@ -227,8 +227,22 @@ std::pair<at::Tensor, int64_t> Trainer::batch_loss_device(const Batch& batch, bo
   const bool zero_slots = zero_ && backward && zero_->stage() >= ShardStage::gradients;
   const bool zero_layers =
       zero_ && backward && options_.checkpoint_layers && zero_->stage() >= ShardStage::gradients;
+  // So do hooks whose losses gather (a sharded teacher), in training and evaluation alike.
+  const bool hook_slots = hooks_collective();
   const int64_t my_slots = rows > 0 ? (rows + micro - 1) / micro : 0;
-  const int64_t all_slots = zero_slots ? dist_max(my_slots) : my_slots;
+  const int64_t all_slots = zero_slots || hook_slots ? dist_max(my_slots) : my_slots;
+  // A slot without rows or targets: a real one's collectives in a real one's order (the model's
+  // forward gathers, the hooks' losses, the backward's).
+  auto empty_slot = [&] {
+    auto hooks_empty = [&] {
+      for (auto& hook : hooks_) hook->empty_micro_batch(training);
+    };
+    if (zero_slots) {
+      zero_->empty_micro_batch(hooks_empty);
+    } else {
+      hooks_empty();
+    }
+  };
   for (int64_t r0 = 0; r0 < rows; r0 += micro) {
     int64_t n = std::min(micro, rows - r0);
     at::Tensor ids = to_device(batch.ids.narrow(0, r0, n), dev);
@@ -251,7 +265,7 @@ std::pair<at::Tensor, int64_t> Trainer::batch_loss_device(const Batch& batch, bo
     // host, where nonzero() costs no wait for the GPU (on the GPU it would: its size is data).
     at::Tensor keep = to_device(target_positions(host_targets), dev);
     if (keep.numel() == 0) {  // nothing to learn in these rows
-      if (zero_slots) zero_->empty_micro_batch();
+      empty_slot();
       continue;
     }
     for (auto& hook : hooks_) hook->forward_options(fo, training);
@@ -287,7 +301,9 @@ std::pair<at::Tensor, int64_t> Trainer::batch_loss_device(const Batch& batch, bo
     }
     LT_ASSERT(loss.defined(), "a hook replaced the LM loss but returned none");
     forward_range.reset();
-    if (backward && sync_ && r0 + micro >= rows) sync_->arm();  // the step's last backward: sum as grads land
+    // The step's last backward: sum as grads land. Only in the last slot of all ranks: a rank with
+    // fewer runs its empty slots' collectives first, and sums everything in sync_->finish().
+    if (backward && sync_ && r0 + micro >= rows && my_slots == all_slots) sync_->arm();
     if (backward) {
       ProfileRange range("backward");
       (loss / static_cast<double>(normaliser)).backward();
@@ -296,8 +312,14 @@ std::pair<at::Tensor, int64_t> Trainer::batch_loss_device(const Batch& batch, bo
     total += loss.detach();
     count += keep.numel();
   }
-  for (int64_t i = my_slots; i < all_slots; i++) zero_->empty_micro_batch();
+  for (int64_t i = my_slots; i < all_slots; i++) empty_slot();
   return {total, count};
+}
+
+bool Trainer::hooks_collective() const {
+  for (const auto& hook : hooks_)
+    if (hook->collective_micro_batches()) return true;
+  return false;
 }
 
 bool Trainer::hooks_replace_lm_loss() const {
@@ -553,6 +575,14 @@ void Trainer::claim_output_dir() {
 
 namespace {
 
+// A batch of no rows: a rank's share of a round it has nothing for (collective hooks).
+Batch empty_batch() {
+  Batch b;
+  b.ids = at::zeros({0, 1}, at::kLong);
+  b.targets = at::zeros({0, 1}, at::kLong);
+  return b;
+}
+
 // total / units; tokens: the target tokens seen (the perplexity is only for a loss per token).
 EvalStats eval_stats(double total, int64_t units, int64_t tokens) {
   LT_CHECK(units > 0, "train: evaluate: the evaluation batches have no target tokens");
@@ -570,6 +600,10 @@ EvalStats Trainer::evaluate(const std::vector<Batch>& batches) {
   model_->ensure_full_weights();  // ZeRO-3: here, on every rank, not in the first forward of some
   model_->set_training(false);
   for (auto& hook : hooks_) hook->begin(false);
+  // A hook with collective micro-batches: a rank given fewer batches runs empty ones after its own
+  // (the count agreed first, before the batches' own collectives).
+  const int64_t mine = static_cast<int64_t>(batches.size());
+  const int64_t most = hooks_collective() ? dist_max(mine) : mine;
   double total = 0;
   int64_t count = 0, units = 0;
   for (const Batch& b : batches) {
@@ -578,6 +612,7 @@ EvalStats Trainer::evaluate(const std::vector<Batch>& batches) {
     count += n;
     units += loss_units(b) == b.target_tokens ? n : loss_units(b);
   }
+  for (int64_t i = mine; i < most; i++) batch_loss(empty_batch(), false, 1);
   return with_hook_stats(eval_stats(total, units, count));
 }
 
@@ -591,7 +626,7 @@ EvalStats Trainer::evaluate_items(int64_t n_items, int64_t batch_size, int64_t m
   model_->set_training(false);
   for (auto& hook : hooks_) hook->begin(false);
   double total = 0;
-  int64_t count = 0, units = 0, batches = 0;
+  int64_t count = 0, units = 0, batches = 0, mine = 0;
   for (int64_t r0 = 0; r0 < n_items && (max_batches <= 0 || batches < max_batches);
        r0 += batch_size, batches++) {
     if (batches % dist_world_size() != dist_rank() % dist_world_size())
@@ -603,7 +638,13 @@ EvalStats Trainer::evaluate_items(int64_t n_items, int64_t batch_size, int64_t m
     total += sum;
     count += n;
     units += loss_units(b) == b.target_tokens ? n : loss_units(b);
+    mine++;
   }
+  // A hook with collective micro-batches: a rank without a batch in the last round (every rank
+  // knows the count, no collective needed) runs an empty one, making the collectives of the others'.
+  const int64_t rounds = (batches + dist_world_size() - 1) / dist_world_size();
+  if (hooks_collective())
+    for (; mine < rounds; mine++) batch_loss(empty_batch(), false, 1);
   return with_hook_stats(eval_stats(dist_sum(total), dist_sum(units), dist_sum(count)));
 }
 

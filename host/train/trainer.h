@@ -85,6 +85,12 @@ class TrainerHook {
   virtual void after_step(int64_t step) {}
   // Extra numbers for the step's or evaluation's report, e.g. {"kd_loss", 0.7}.
   virtual std::vector<std::pair<std::string, double>> stats(bool training) { return {}; }
+  // True when micro_loss makes collectives (a sharded teacher's layer gathers): the trainer then
+  // runs as many micro-batch slots on every rank (in a step, in a batch's loss, in an evaluation),
+  // and for a slot this rank has no rows or no targets for calls empty_micro_batch, at the point
+  // where micro_loss would run, so that every rank makes the same collectives in the same order.
+  virtual bool collective_micro_batches() const { return false; }
+  virtual void empty_micro_batch(bool training) {}
 };
 
 struct TrainOptions {
@@ -201,6 +207,7 @@ class Trainer {
   EvalStats evaluate_items(int64_t n, int64_t batch_size, int64_t max_batches,
                            const std::function<Batch(const std::vector<int64_t>&)>& make);
   bool hooks_replace_lm_loss() const;
+  bool hooks_collective() const;  // a hook whose micro-batches make collectives
   at::Tensor clip_gradients();
   // batch_loss's work, the sum left on the device (read once per step, after the update is queued).
   std::pair<at::Tensor, int64_t> batch_loss_device(const Batch& batch, bool backward, int64_t normaliser);

@@ -1,6 +1,6 @@
 # Sourced by the data-parallel tests: start ranks as torchrun starts them (RANK, WORLD_SIZE, ...,
 # MASTER_ADDR/PORT; no launcher in between), and the 1-process run they are compared with. Needs
-# $runner and $base set.
+# $runner and $base set; $driver names the script both run (default tests/dist/ddp_train.lua).
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -13,7 +13,7 @@ two_ranks() {
   for r in 0 1; do
     RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p \
       TORCHELASTIC_USE_AGENT_STORE=False OMP_NUM_THREADS=1 \
-      "$runner" tests/dist/ddp_train.lua base="$base" "$@" >"$prefix.rank$r.log" 2>&1 &
+      "$runner" "${driver:-tests/dist/ddp_train.lua}" base="$base" "$@" >"$prefix.rank$r.log" 2>&1 &
     pids+=($!)
   done
   local rc0 rc1
@@ -23,7 +23,7 @@ two_ranks() {
   return "$rc1"
 }
 
-# one ARGS...: tests/dist/ddp_train.lua in 1 process, the reference. It runs on one thread like each
+# one ARGS...: the driver in 1 process, the reference. It runs on one thread like each
 # rank: the thread count changes the order of float sums, which on some CPUs moved full fine-tuning's
 # weights past the 1e-6 tolerance after 3 AdamW steps.
-one() { OMP_NUM_THREADS=1 "$runner" tests/dist/ddp_train.lua base="$base" "$@"; }
+one() { OMP_NUM_THREADS=1 "$runner" "${driver:-tests/dist/ddp_train.lua}" base="$base" "$@"; }

@@ -67,6 +67,45 @@ test("divergence: per row, jsd edges are the KLs", function()
          "distill.divergence: student and teacher logits must have one shape")
 end)
 
+test("a teacher cache with k = V trains as the live teacher does", function()
+  local tok = tokenizer.load("tests/fixtures/tokenizers/bytelevel")
+  local records = {}
+  for i, p in ipairs { "hello", "hello world", "lll", "world!", "hello hello" } do
+    records[i] = { prompt = p, response = ({ " world!", "!", " hello world", " lll", " world" })[i] }
+  end
+  local ds = data.from_records(records, { tokenizer = tok, chat = false, pack = false })
+  local teacher = tiny(2, 48, 3)
+  local dir = string.format("%s/luatune_lua_distill_cache_%d", os.getenv("TMPDIR") or "/tmp", os.time())
+  local info = distill.write_cache(teacher, ds, { path = dir, k = 50, dtype = "float32", temperature = 2,
+                                                  batch_size = 2 })
+  eq(info.rows, #ds)
+  eq(info.k, 50)
+  eq(info.dtype, "float32")
+  local a, b = tiny(1), tiny(1)
+  local live = distill.new(teacher, a, { temperature = 2, alpha = 0.5 })
+  local cached = distill.cached(b, { path = dir, temperature = 2, alpha = 0.5 })
+  ok(tostring(cached):find("^CachedDistiller%(forward_kl, temperature 2, alpha 0.5, k 50 float32"), tostring(cached))
+  local opts = { lr = 1e-2, schedule = "constant", micro_batch_size = 2 }
+  opts.hooks = { live }
+  local ta = train.new(a, opts)
+  opts.hooks = { cached }
+  local tb = train.new(b, opts)
+  for _, batch in ds:batches { size = 3, steps = 3 } do
+    local x, y = ta:step(batch), tb:step(batch)
+    eq(y.loss, x.loss, 1e-5 * x.loss)
+    eq(y.kd_loss, x.kd_loss, 1e-5 * x.kd_loss)
+  end
+  raises(function() tb:step(batch(1)) end,
+         "distill.cached: the cached teacher needs batches from data.jsonl's dataset (row ids)")
+  raises(function() distill.cached(b, { path = dir, temperature = 1 }) end,
+         "distill.cached: temperature 1 differs from the teacher cache's 2")
+  raises(function() distill.cached(b, { path = dir, temperature = 2, loss = "jsd" }) end,
+         'distill.cached: loss must be "forward_kl" with a cached teacher, got "jsd"')
+  raises(function() distill.write_cache(teacher, ds, { path = dir, k = 51 }) end,
+         "distill.write_cache: option 'k' must be in 1..50 (the teacher's vocabulary), got 51")
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
 test("option errors", function()
   local s, t = tiny(1), tiny(2)
   raises(function() distill.new(tiny(2, 32, 2, 64), tiny(1, 32, 2, 80)) end,

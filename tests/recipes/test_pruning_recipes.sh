@@ -56,6 +56,17 @@ else
   echo "skip sheared gguf=q8_0: llama.cpp (tests/reference/llama) not installed"
 fi
 
+# teacher_cache: the teacher's top-k logits written once before recovery, then recovery from them (no
+# teacher model during recovery; docs/distill.md "Cached teacher").
+out=$work/sheared_cache
+"$runner" llama31_sheared "${common[@]}" output_dir="$out" max_steps=4 teacher_cache="$work/tcache" \
+  teacher_cache_k=16 >"$work/sheared_cache.log" 2>&1
+check "sheared teacher_cache: exits 0 (check=true)" test $? -eq 0
+check "sheared teacher_cache: the cache written" test -s "$work/tcache/meta.json"
+check "sheared teacher_cache: says what it cached" grep -q "^teacher cache: .* top-16 bfloat16" "$work/sheared_cache.log"
+check "sheared teacher_cache: distilled, kd_loss logged" test "$(json "$out/summary.json" 'j["distilled"]')" = True -a \
+  "$(grep -c kd_loss "$out/metrics.jsonl")" -gt 0
+
 # Another combination: whole KV groups (heads 0.8 -> round(0.4) = 0 per group -> 1 group of 2),
 # half the layers, hidden 0.25 -> 48, intermediate 0.2 -> 154; LM loss only for the recovery.
 out=$work/sheared2
