@@ -20,6 +20,20 @@
 
 namespace luatune {
 
+// log_softmax(softcap(h @ w^T) / T) in float32 on `dev`; *tanh_out gets tanh(z / cap) for the
+// softcap's derivative.
+at::Tensor distill_chunk_log_probs(const at::Tensor& h, const at::Tensor& w, double softcap,
+                                   double temperature, c10::Device dev, at::Tensor* tanh_out) {
+  at::Tensor z = at::matmul(h, w.t()).to(dev, at::kFloat);  // (n, V)
+  if (softcap > 0) {
+    at::Tensor t = at::tanh(z / softcap);
+    z = t * softcap;
+    if (tanh_out) *tanh_out = t;
+  }
+  if (temperature != 1) z = z / temperature;
+  return at::log_softmax(z, -1);
+}
+
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -81,20 +95,6 @@ at::Tensor divergence_grad(const at::Tensor& ls, const at::Tensor& lt, Divergenc
   return d == Divergence::jsd ? g.mul_(1 - beta) : g;
 }
 
-// log_softmax(softcap(h @ w^T) / T) in float32 on `dev`; *tanh_out gets tanh(z / cap) for the
-// softcap's derivative.
-at::Tensor chunk_log_probs(const at::Tensor& h, const at::Tensor& w, double softcap, double temperature,
-                           c10::Device dev, at::Tensor* tanh_out) {
-  at::Tensor z = at::matmul(h, w.t()).to(dev, at::kFloat);  // (n, V)
-  if (softcap > 0) {
-    at::Tensor t = at::tanh(z / softcap);
-    z = t * softcap;
-    if (tanh_out) *tanh_out = t;
-  }
-  if (temperature != 1) z = z / temperature;
-  return at::log_softmax(z, -1);
-}
-
 // ============================================================================================
 // The chunked logit loss. Forward keeps only the inputs; backward recomputes each chunk of both
 // sides' logits and applies the closed-form gradient, so neither pass holds N x V of anything.
@@ -110,8 +110,8 @@ struct ChunkedKD : public torch::autograd::Function<ChunkedKD> {
     at::Tensor total = at::zeros({}, sh.options().dtype(at::kFloat));
     for (int64_t r0 = 0; r0 < N; r0 += o.chunk) {
       const int64_t n = std::min(o.chunk, N - r0);
-      at::Tensor ls = chunk_log_probs(sh.narrow(0, r0, n), sw, scap, T, sh.device(), nullptr);
-      at::Tensor lt = chunk_log_probs(th.narrow(0, r0, n), tw, tcap, T, sh.device(), nullptr);
+      at::Tensor ls = distill_chunk_log_probs(sh.narrow(0, r0, n), sw, scap, T, sh.device(), nullptr);
+      at::Tensor lt = distill_chunk_log_probs(th.narrow(0, r0, n), tw, tcap, T, sh.device(), nullptr);
       total += divergence_rows(ls, lt, d, o.beta).sum();
     }
     ctx->save_for_backward({sh, sw, th, tw});
@@ -143,8 +143,8 @@ struct ChunkedKD : public torch::autograd::Function<ChunkedKD> {
     for (int64_t r0 = 0; r0 < N && (hidden_grad || weight_grad); r0 += chunk) {
       const int64_t n = std::min(chunk, N - r0);
       at::Tensor h = sh.narrow(0, r0, n), tanh_s;
-      at::Tensor ls = chunk_log_probs(h, sw, scap, T, sh.device(), &tanh_s);
-      at::Tensor lt = chunk_log_probs(th.narrow(0, r0, n), tw, tcap, T, sh.device(), nullptr);
+      at::Tensor ls = distill_chunk_log_probs(h, sw, scap, T, sh.device(), &tanh_s);
+      at::Tensor lt = distill_chunk_log_probs(th.narrow(0, r0, n), tw, tcap, T, sh.device(), nullptr);
       at::Tensor g = divergence_grad(ls, lt, d, beta).mul_(scale);  // dL/dlogits (n, V)
       if (scap > 0) g.mul_(tanh_s.mul_(tanh_s).neg_().add_(1));     // through tanh(z / c) * c
       if (hidden_grad) grad_h.narrow(0, r0, n).copy_(at::matmul(g.to(sh.scalar_type()), sw));

@@ -61,6 +61,11 @@ at::Tensor distill_logit_loss(const at::Tensor& student_hidden, const at::Tensor
                               const at::Tensor& teacher_weight, double teacher_softcap,
                               const DistillOptions& o);
 
+// log_softmax(softcap(h @ w^T) / T) in float32 on `dev` for one chunk of rows; *tanh_out (when given)
+// gets tanh(z / softcap) for the softcap's derivative. Shared by the live and the cached teacher's KD.
+at::Tensor distill_chunk_log_probs(const at::Tensor& h, const at::Tensor& w, double softcap,
+                                   double temperature, c10::Device dev, at::Tensor* tanh_out);
+
 class Distiller : public TrainerHook {
  public:
   // Freezes the teacher (requires_grad off, adapters included). Holds the student for its LM head

@@ -24,6 +24,7 @@
 #include "host/core/files.h"
 #include "host/core/json.h"
 #include "host/data/dataset.h"
+#include "host/distill/distill.h"
 #include "host/train/run_dir.h"
 
 namespace luatune {
@@ -105,7 +106,7 @@ int64_t row_targets(const at::Tensor& targets, int64_t i) {
   return targets[i].ne(kIgnoreTarget).sum().item<int64_t>();
 }
 
-// The teacher's scaled logits on `h` (n, C): softcap(h W^T) / T in float32, as chunk_log_probs in
+// The teacher's scaled logits on `h` (n, C): softcap(h W^T) / T in float32, as distill_chunk_log_probs in
 // distill.cpp forms them (matmul in the teacher's dtype, then float32).
 at::Tensor scaled_logits(const at::Tensor& h, const at::Tensor& w, double softcap, double temperature) {
   at::Tensor z = at::matmul(h, w.t()).to(at::kFloat);
@@ -297,19 +298,6 @@ TeacherCacheInfo teacher_cache_write(Model& teacher, const Dataset& data, const 
 
 namespace {
 
-// Student log-probs log_softmax(softcap(h W^T) / T) in float32; *tanh_out for the softcap's derivative.
-at::Tensor student_log_probs(const at::Tensor& h, const at::Tensor& w, double softcap, double temperature,
-                             at::Tensor* tanh_out) {
-  at::Tensor z = at::matmul(h, w.t()).to(at::kFloat);
-  if (softcap > 0) {
-    at::Tensor t = at::tanh(z / softcap);
-    z = t * softcap;
-    if (tanh_out) *tanh_out = t;
-  }
-  if (temperature != 1) z = z / temperature;
-  return at::log_softmax(z, -1);
-}
-
 struct CachedKD : public torch::autograd::Function<CachedKD> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& w,
                             const at::Tensor& lse, const at::Tensor& values, const at::Tensor& indices,
@@ -319,7 +307,7 @@ struct CachedKD : public torch::autograd::Function<CachedKD> {
     at::Tensor total = at::zeros({}, h.options().dtype(at::kFloat));
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
       const int64_t n = std::min(chunk, N - r0);
-      at::Tensor ls = student_log_probs(h.narrow(0, r0, n), w, softcap, T, nullptr);
+      at::Tensor ls = distill_chunk_log_probs(h.narrow(0, r0, n), w, softcap, T, h.device(), nullptr);
       at::Tensor lt = values.narrow(0, r0, n) - lse.narrow(0, r0, n).unsqueeze(1);  // (n, k) log p_t
       total += (lt.exp() * (lt - ls.gather(1, indices.narrow(0, r0, n)))).sum();
     }
@@ -347,7 +335,7 @@ struct CachedKD : public torch::autograd::Function<CachedKD> {
     for (int64_t r0 = 0; r0 < N && (hidden_grad || weight_grad); r0 += chunk) {
       const int64_t n = std::min(chunk, N - r0);
       at::Tensor hc = h.narrow(0, r0, n), tanh_s;
-      at::Tensor ls = student_log_probs(hc, w, softcap, T, &tanh_s);
+      at::Tensor ls = distill_chunk_log_probs(hc, w, softcap, T, h.device(), &tanh_s);
       at::Tensor pt = (values.narrow(0, r0, n) - lse.narrow(0, r0, n).unsqueeze(1)).exp_();  // (n, k)
       at::Tensor g = ls.exp_().mul_(pt.sum(1, /*keepdim=*/true));                            // P p_s
       g.scatter_add_(1, indices.narrow(0, r0, n), pt.neg());  // - p_t at the top-k ids
