@@ -100,13 +100,50 @@ std::string norm_dtype(const std::string& d) {
   fail("plan: dtype '" + d + "' is not one the planner knows", "expected bf16, fp16 or fp32");
 }
 
+// The model config of `cut`, a pruned shape of `base`.
+ModelConfig pruned_config(const ModelConfig& base, const ModelShape& cut) {
+  ModelConfig pruned = base;
+  pruned.num_layers = cut.layers;
+  pruned.num_heads = cut.heads;
+  pruned.num_kv_heads = cut.kv_heads;
+  pruned.head_dim = cut.head_dim;
+  pruned.head_dim_explicit = true;
+  pruned.hidden_size = cut.hidden;
+  pruned.intermediate_size = cut.intermediate;
+  return pruned;
+}
+
+// The unpruned model as the frozen teacher of `o` (teacher_dtype, teacher_shard, teacher_cache and its
+// k and dtype, as the pruning recipes name them); returns how it is held, for the phase's line.
+std::string plan_teacher(const json& cfg, const ModelConfig& base, PlanOptions* o) {
+  std::string key, text;
+  double v = 0;
+  PlanOptions::Teacher& teacher = o->teacher;
+  teacher.present = true;
+  teacher.config = base;
+  teacher.dtype = pick(cfg, {"teacher_dtype"}, &text, &key) && !text.empty() ? norm_dtype(text) : o->dtype;
+  bool shard = false;
+  teacher.sharded = pick(cfg, {"teacher_shard"}, &shard, &key) && shard;
+  if (pick(cfg, {"teacher_cache"}, &text, &key) && !text.empty()) {
+    teacher.cache_k = 64;
+    if (pick(cfg, {"teacher_cache_k"}, &v, &key)) teacher.cache_k = static_cast<int64_t>(v);
+    if (pick(cfg, {"teacher_cache_dtype"}, &text, &key) && !text.empty())
+      teacher.cache_dtype = norm_dtype(text);
+    teacher.sharded = false;
+    return " distilled from the whole model's cached top-" + std::to_string(teacher.cache_k) + " " +
+           teacher.cache_dtype + " logits (teacher_cache: no teacher on the GPU)";
+  }
+  return " distilled from the whole model, frozen in " + teacher.dtype + ", " +
+         (teacher.sharded && o->gpus > 1
+              ? "sharded across the " + std::to_string(o->gpus) + " ranks (teacher_shard=true)"
+              : "whole on every rank" + std::string(o->gpus > 1 ? " (teacher_shard=false)" : ""));
+}
+
 // llama31_sheared's two phases (recipes/llama31_sheared.lua, scripts/lua/pruning.lua): the masks
 // learnt with the whole model's weights, then the model cut to the target shape and trained again,
 // distilled (distill = true) from the whole model as a frozen teacher. The steps split by
 // prune_fraction as pruning.lua splits them.
-void plan_phases(const json& cfg, const std::string& recipe, PlanRequest* r) {
-  if (path_basename(recipe).find("sheared") == std::string::npos || !field(cfg, "target_layer_sparsity"))
-    return;
+void plan_sheared(const json& cfg, PlanRequest* r) {
   std::string key;
   TargetSparsity t;
   double v = 0;
@@ -116,14 +153,6 @@ void plan_phases(const json& cfg, const std::string& recipe, PlanRequest* r) {
   if (pick(cfg, {"target_intermediate_sparsity"}, &v, &key)) t.intermediate = v;
   if (pick(cfg, {"round_to"}, &v, &key)) t.round_to = static_cast<int64_t>(v);
   const ModelShape cut = prune_targets(r->model, t).shape;
-  ModelConfig pruned = r->model;
-  pruned.num_layers = cut.layers;
-  pruned.num_heads = cut.heads;
-  pruned.num_kv_heads = cut.kv_heads;
-  pruned.head_dim = cut.head_dim;
-  pruned.head_dim_explicit = true;
-  pruned.hidden_size = cut.hidden;
-  pruned.intermediate_size = cut.intermediate;
   double fraction = 0.5;
   pick(cfg, {"prune_fraction"}, &fraction, &key);
   PlanOptions pruning = r->options, recovery = r->options;
@@ -137,36 +166,51 @@ void plan_phases(const json& cfg, const std::string& recipe, PlanRequest* r) {
   bool distill = true;
   pick(cfg, {"distill"}, &distill, &key);
   std::string what = "the pruned model (" + shape_string(cut) + ")";
-  if (distill) {
-    PlanOptions::Teacher& teacher = recovery.teacher;
-    teacher.present = true;
-    teacher.config = r->model;
-    std::string tdtype;
-    teacher.dtype = pick(cfg, {"teacher_dtype"}, &tdtype, &key) && !tdtype.empty() ? norm_dtype(tdtype)
-                                                                                   : r->options.dtype;
-    bool shard = false;
-    teacher.sharded = pick(cfg, {"teacher_shard"}, &shard, &key) && shard;
-    std::string cache;
-    if (pick(cfg, {"teacher_cache"}, &cache, &key) && !cache.empty()) {
-      teacher.cache_k = 64;
-      if (pick(cfg, {"teacher_cache_k"}, &v, &key)) teacher.cache_k = static_cast<int64_t>(v);
-      std::string cdtype;
-      if (pick(cfg, {"teacher_cache_dtype"}, &cdtype, &key) && !cdtype.empty())
-        teacher.cache_dtype = norm_dtype(cdtype);
-      teacher.sharded = false;
-      what += " distilled from the whole model's cached top-" + std::to_string(teacher.cache_k) + " " +
-              teacher.cache_dtype + " logits (teacher_cache: no teacher on the GPU)";
-    } else {
-      what += " distilled from the whole model, frozen in " + teacher.dtype + ", " +
-              (teacher.sharded && recovery.gpus > 1
-                   ? "sharded across the " + std::to_string(recovery.gpus) + " ranks (teacher_shard=true)"
-                   : "whole on every rank" + std::string(recovery.gpus > 1 ? " (teacher_shard=false)" : ""));
-    }
-  }
+  if (distill) what += plan_teacher(cfg, r->model, &recovery);
   r->phases.push_back({"pruning",
                        "masks and weights of the whole model (" + shape_string(model_shape(r->model)) + ")",
                        r->model, pruning});
-  r->phases.push_back({"recovery", what, pruned, recovery});
+  r->phases.push_back({"recovery", what, pruned_config(r->model, cut), recovery});
+}
+
+// minitron_prune_distill (recipes/minitron_prune_distill.lua): a one-shot cut to shape{} counts or
+// sparsity{} shares (no training of the whole model: its importance pass runs without gradients), then
+// distill.max_steps steps of the cut model distilled from the whole one.
+void plan_minitron(const json& cfg, PlanRequest* r) {
+  std::string key;
+  double v = 0;
+  ModelShape want = model_shape(r->model);
+  bool counts = false;
+  for (auto [name, at] : {std::pair<const char*, int64_t*>{"shape.hidden", &want.hidden},
+                          {"shape.intermediate", &want.intermediate},
+                          {"shape.heads", &want.heads},
+                          {"shape.kv_heads", &want.kv_heads},
+                          {"shape.layers", &want.layers}})
+    if (pick(cfg, {name}, &v, &key) && v > 0) {
+      *at = static_cast<int64_t>(v);
+      counts = true;
+    }
+  TargetSparsity t;
+  if (pick(cfg, {"sparsity.hidden"}, &v, &key)) t.hidden = v;
+  if (pick(cfg, {"sparsity.intermediate"}, &v, &key)) t.intermediate = v;
+  if (pick(cfg, {"sparsity.heads"}, &v, &key)) t.heads = v;
+  if (pick(cfg, {"sparsity.layers"}, &v, &key)) t.layers = v;
+  const ModelShape cut =
+      counts ? prune_targets_counts(r->model, want).shape : prune_targets(r->model, t).shape;
+  PlanOptions distill = r->options;
+  distill.steps = pick(cfg, {"distill.max_steps"}, &v, &key) ? static_cast<int64_t>(v) : 0;
+  distill.run_tokens = 0;
+  if (pick(cfg, {"distill.gradient_accumulation_steps"}, &v, &key) && v >= 1)
+    distill.grad_accum = static_cast<int64_t>(v);
+  const std::string what =
+      "the pruned model (" + shape_string(cut) + ")" + plan_teacher(cfg, r->model, &distill);
+  r->phases.push_back({"distillation", what, pruned_config(r->model, cut), distill});
+}
+
+void plan_phases(const json& cfg, const std::string& recipe, PlanRequest* r) {
+  const std::string name = path_basename(recipe);
+  if (name.find("sheared") != std::string::npos && field(cfg, "target_layer_sparsity")) plan_sheared(cfg, r);
+  if (name.find("minitron") != std::string::npos && field(cfg, "distill.max_steps")) plan_minitron(cfg, r);
 }
 
 }  // namespace

@@ -194,6 +194,10 @@ expect_out "the run: 6.554e+07 tokens (1000 steps x 1 GPU)"; expect_out "step_s 
 check plan_pruning_advice 0 "$runner" plan llama31_sheared model_preset=llama3.1-8b
 expect_out "a pruning job: every weight trains, so the advice below leaves LoRA and QLoRA out"
 expect_out "- add optimizer_offload=cpu"; refute_out "use LoRA"; refute_out "use QLoRA"
+# Minitron: the cut model beside its teacher, the one phase that trains.
+check plan_minitron 0 "$runner" plan minitron_prune_distill model_preset=llama3.1-8b shape.hidden=3072 shape.intermediate=9216
+expect_out "== phase distillation: the pruned model (layers 32, heads 32 (kv 8), head_dim 128, hidden 3072, intermediate 9216) distilled from the whole model, frozen in bf16, whole on every rank"
+expect_out "the distillation phase peaks: 94.58 GiB per GPU"
 check plan_zero3_full 0 "$runner" plan full_finetune model_preset=llama3.1-8b nproc=8 shard=full
 expect_out "A100 40GB        40   yes"
 check plan_zero_advice 0 "$runner" plan llama31_sheared model_preset=llama3.1-8b nproc=2

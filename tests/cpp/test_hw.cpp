@@ -845,6 +845,36 @@ TEST(HwPlanRequest, ShearedRecipePlansPruningThenRecoveryWithItsTeacher) {
   EXPECT_TRUE(hw_plan_request(cfg, "recipes/full_finetune.lua", ex).phases.empty());
 }
 
+// minitron_prune_distill: one phase, the cut model (kept counts, or shares to remove) distilled from
+// the whole model for distill.max_steps steps.
+TEST(HwPlanRequest, MinitronPlansItsDistillationOfTheCutModel) {
+  PlanExtras ex;
+  ex.model_preset = "llama3.1-8b";
+  nlohmann::json cfg = {
+      {"base_model", "/nowhere"},
+      {"shape", {{"hidden", 3072}, {"intermediate", 9216}, {"heads", 0}, {"kv_heads", 0}, {"layers", 0}}},
+      {"sparsity", {{"hidden", 0}, {"intermediate", 0}, {"heads", 0}, {"layers", 0}}},
+      {"teacher_shard", false},
+      {"distill", {{"max_steps", 300}, {"gradient_accumulation_steps", 4}}}};
+  PlanRequest r = hw_plan_request(cfg, "recipes/minitron_prune_distill.lua", ex);
+  ASSERT_EQ(r.phases.size(), 1u);
+  const PlanPhase& d = r.phases[0];
+  EXPECT_EQ(d.name, "distillation");
+  EXPECT_EQ(d.model.hidden_size, 3072);
+  EXPECT_EQ(d.model.intermediate_size, 9216);
+  EXPECT_EQ(d.model.num_layers, 32);
+  EXPECT_EQ(d.options.steps, 300);
+  EXPECT_EQ(d.options.grad_accum, 4);
+  EXPECT_TRUE(d.options.teacher.present);
+  EXPECT_EQ(d.options.teacher.config.hidden_size, 4096);
+  EXPECT_FALSE(d.options.adapters_ok);  // a pruning job
+  // Shares instead: a quarter of the layers removed.
+  cfg["shape"]["hidden"] = 0;
+  cfg["shape"]["intermediate"] = 0;
+  cfg["sparsity"]["layers"] = 0.25;
+  EXPECT_EQ(hw_plan_request(cfg, "recipes/minitron_prune_distill.lua", ex).phases[0].model.num_layers, 24);
+}
+
 TEST(HwPlanRequest, ShardOptimizerAndOffloadFromConfigOrPlanKeys) {
   nlohmann::json cfg = {{"base_model", "/nowhere"},
                         {"shard", "SHARD_GRAD_OP"},
