@@ -541,6 +541,25 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
     }
   }
   // Keep the method: shard, 8-bit moments, offload, or more GPUs with sharding.
+  // Distillation: the teacher sharded over the ranks there are, or not on the GPU at all (cached).
+  if (o.teacher.present && o.teacher.cache_k == 0) {
+    if (o.gpus > 1 && !o.teacher.sharded) {
+      PlanOptions x = o;
+      x.teacher.sharded = true;
+      if (total(x) / kGiB <= mem) {
+        out.push_back("shard the teacher: teacher_shard=true (" + gib(total(x)) + " GiB per GPU)");
+        any = true;
+      }
+    }
+    PlanOptions x = o;
+    x.teacher.cache_k = 64;
+    x.teacher.sharded = false;
+    if (total(x) / kGiB <= mem) {
+      out.push_back("cache the teacher's top-64 logits first: teacher_cache=DIR (" + gib(total(x)) +
+                    " GiB per GPU; docs/distill.md \"Cached teacher\")");
+      any = true;
+    }
+  }
   const std::string zero = advise_sharding(c, o, mem);
   if (!zero.empty()) {
     out.push_back(zero);

@@ -202,6 +202,7 @@ check plan_zero3_full 0 "$runner" plan full_finetune model_preset=llama3.1-8b np
 expect_out "A100 40GB        40   yes"
 check plan_zero_advice 0 "$runner" plan llama31_sheared model_preset=llama3.1-8b nproc=2
 expect_out "A100 80GB        80    no"; expect_out "- add shard=full (78.5 GiB per GPU, ZeRO-3 over 2 GPUs)"
+expect_out "- cache the teacher's top-64 logits first: teacher_cache=DIR (70.9 GiB per GPU"  # recovery's advice
 refute_out "replicates the model"
 check plan_offload 0 "$runner" plan full_finetune model_preset=llama3.1-8b nproc=8 shard=full optimizer_offload=cpu gpus_per_node=4
 expect_out "adamw offloaded to the CPU"; expect_out "per node 4 ranks x 14.96 = 59.83 GiB"
