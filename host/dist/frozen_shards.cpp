@@ -63,29 +63,15 @@ FrozenShards::FrozenShards(std::vector<std::pair<std::string, at::Tensor*>> para
 FrozenShards::~FrozenShards() = default;
 
 void FrozenShards::prefetch(Group& g) {
-  if (g.resident || g.pending) return;
-  g.pending_flat = at::empty({g.padded}, at::TensorOptions(g.dtype).device(g.device));
-  g.pending = dist_all_gather_async(g.slice, g.pending_flat);
+  layer_gather_prefetch(g, g.slice);
 }
 
 void FrozenShards::acquire(Group& g) {
-  if (g.resident) return;
-  at::NoGradGuard no_grad;
-  prefetch(g);  // started now unless the previous layer started it
-  g.pending->wait();
-  g.pending.reset();
-  at::Tensor flat = std::move(g.pending_flat);
-  for (const Member& m : g.members)
-    params_[m.param].second->set_data(flat.narrow(0, m.offset, m.numel).view(m.shape));
-  g.resident = true;
+  layer_gather_acquire(g, g.slice, params_);
 }
 
 void FrozenShards::release(Group& g) {
-  if (!g.resident) return;
-  // As ZeRO's: a released weight keeps its shape as a view of one NaN, so a forward that forgot to
-  // gather gives NaN logits, not quietly wrong ones.
-  for (const Member& m : g.members) params_[m.param].second->set_data(g.nan.expand(m.shape));
-  g.resident = false;
+  layer_gather_release(g, params_);
 }
 
 void FrozenShards::layer_enter(int64_t layer) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "host/dist/dist.h"
+#include "host/dist/layer_gather.h"
 #include "host/model/transformer.h"
 
 namespace luatune {
@@ -50,11 +51,7 @@ class FrozenShards : public LayerResidency {
   int64_t num_layers() const { return static_cast<int64_t>(layer_groups_.size()); }
 
  private:
-  struct Member {
-    size_t param;           // index into params_
-    int64_t offset, numel;  // in the group's flat buffer
-    std::vector<int64_t> shape;
-  };
+  using Member = LayerGatherMember;  // host/dist/layer_gather.h
   struct Group {
     at::ScalarType dtype;
     c10::Device device = c10::kCPU;

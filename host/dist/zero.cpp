@@ -145,21 +145,11 @@ at::Tensor ZeroShards::new_grad_slice(const Group& g) const {
 }
 
 void ZeroShards::prefetch(Group& g) {
-  if (g.resident || g.pending) return;
-  g.pending_flat = at::empty({g.padded}, at::TensorOptions(g.dtype).device(g.device));
-  g.pending = dist_all_gather_async(g.weight, g.pending_flat);
+  layer_gather_prefetch(g, g.weight);
 }
 
 void ZeroShards::acquire(Group& g) {
-  if (g.resident) return;
-  at::NoGradGuard no_grad;
-  prefetch(g);  // started now unless the previous layer started it
-  g.pending->wait();
-  g.pending.reset();
-  at::Tensor flat = std::move(g.pending_flat);
-  for (const Member& m : g.members)
-    params_[m.param].second->set_data(flat.narrow(0, m.offset, m.numel).view(m.shape));
-  g.resident = true;
+  layer_gather_acquire(g, g.weight, params_);  // host/dist/layer_gather.h
 }
 
 void ZeroShards::layer_enter(int64_t layer, int64_t next) {
@@ -180,11 +170,7 @@ void ZeroShards::layer_backward_done(int64_t layer) {
 }
 
 void ZeroShards::release(Group& g) {
-  if (!g.resident) return;
-  // A released weight keeps its shape (counting and checks still work) as a view of one NaN, so a
-  // forward which forgot to gather shows up as a NaN loss, not as a quietly wrong one.
-  for (const Member& m : g.members) params_[m.param].second->set_data(g.nan.expand(m.shape));
-  g.resident = false;
+  layer_gather_release(g, params_);  // a view of one NaN, keeping its shape (layer_gather.h)
 }
 
 void ZeroShards::acquire_all() {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "host/dist/dist.h"
+#include "host/dist/layer_gather.h"
 #include "host/dist/shard_stage.h"
 #include "host/model/transformer.h"
 #include "host/train/optim.h"
@@ -96,11 +97,7 @@ class ZeroShards : public LayerResidency {
   int64_t groups() const { return static_cast<int64_t>(groups_.size()); }
 
  private:
-  struct Member {
-    size_t param;           // index into params_
-    int64_t offset, numel;  // in the group's flat buffer
-    std::vector<int64_t> shape;
-  };
+  using Member = LayerGatherMember;  // host/dist/layer_gather.h
   struct Group {
     int64_t layer = -1;    // decoder layer, or -1
     at::ScalarType dtype;  // of its parameters
