@@ -135,12 +135,10 @@ int l_distill_write_cache(lua_State* L) {
     o.chunk = lt_opt_int(L, 3, "chunk", o.chunk);
   }
   TeacherCacheInfo m = teacher_cache_write(*teacher, *data, o);
-  const double per_token = static_cast<double>(m.k * (m.dtype == "float32" ? 8 : 6) + 4);
-  lt_push_numbers(
-      L, {{"rows", static_cast<double>(m.rows)},
-          {"entries", static_cast<double>(m.entries)},
-          {"k", static_cast<double>(m.k)},
-          {"bytes", per_token * static_cast<double>(m.entries) + 16.0 * static_cast<double>(m.rows) + 8}});
+  lt_push_numbers(L, {{"rows", static_cast<double>(m.rows)},
+                      {"entries", static_cast<double>(m.entries)},
+                      {"k", static_cast<double>(m.k)},
+                      {"bytes", static_cast<double>(m.bytes)}});
   lt_set_string(L, "dtype", m.dtype);
   return 1;
 }

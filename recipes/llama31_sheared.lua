@@ -114,32 +114,10 @@ local cut = stats.shape_after
 print(string.format("pruned to %d layers, %d heads, hidden %d, intermediate %d: perplexity %.3f -> %.3f", cut.layers,
                     cut.heads, cut.hidden, cut.intermediate, stats.perplexity.before, stats.perplexity.after_pruning))
 
--- Phase 2: continued training of the pruned model, distilled from the unpruned one: live, or from its
--- top-k logits cached on disk first (teacher_cache; rank 0 writes it, every rank reads it).
-local function load_teacher()
-  return models.load(cfg.base_model, { dtype = cfg.teacher_dtype ~= "" and cfg.teacher_dtype or cfg.dtype,
-                                       device = cfg.teacher_device ~= "" and cfg.teacher_device or cfg.device })
-end
-local teacher, hooks = nil, {}
-if cfg.distill and steps.recovery > 0 and cfg.teacher_cache ~= "" then
-  assert(not dyn, "llama31_sheared: teacher_cache needs one data file (the cache is keyed by its rows), not domains")
-  if dist.is_main() then
-    local t = load_teacher()
-    local w = distill.write_cache(t, train_set, { path = cfg.teacher_cache, k = cfg.teacher_cache_k,
-                                                  dtype = cfg.teacher_cache_dtype, temperature = cfg.distill_temperature,
-                                                  batch_size = cfg.batch_size })
-    t:release()
-    print(string.format("teacher cache: %d rows, %d tokens, top-%d %s, %.1f MB in %s", w.rows, w.entries, w.k, w.dtype,
-                        w.bytes / 1e6, cfg.teacher_cache))
-  end
-  dist.barrier()
-  hooks = { distill.cached(model, { path = cfg.teacher_cache, loss = cfg.distill_loss, alpha = cfg.distill_alpha,
-                                    temperature = cfg.distill_temperature }) }
-elseif cfg.distill and steps.recovery > 0 then
-  teacher = load_teacher()
-  hooks = { distill.new(teacher, model, { loss = cfg.distill_loss, alpha = cfg.distill_alpha,
-                                          temperature = cfg.distill_temperature, shard_teacher = cfg.teacher_shard }) }
-end
+-- Phase 2: continued training of the pruned model, distilled from the unpruned one (live, sharded or
+-- from its cached top-k logits: scripts/lua/pruning.lua's recovery_hooks).
+local hooks, teacher = {}, nil
+if cfg.distill and steps.recovery > 0 then hooks, teacher = P.recovery_hooks(model, cfg, train_set, dyn) end
 local t_recover = metrics.clock()
 if steps.recovery > 0 and not log:stopped() then
   local recover = P.sheared_trainer(model, cfg, steps.recovery, hooks, "recovery")

@@ -286,6 +286,8 @@ TeacherCacheInfo teacher_cache_write(Model& teacher, const Dataset& data, const 
     fs::remove_all(tmp, ec);
     throw;
   }
+  for (const auto& f : fs::directory_iterator(o.path))
+    if (f.is_regular_file()) m.bytes += static_cast<int64_t>(f.file_size());
   return m;
 }
 

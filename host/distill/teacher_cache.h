@@ -48,6 +48,7 @@ struct TeacherCacheInfo {
   double temperature = 1.0;
   std::string teacher_type;  // e.g. "llama"
   int64_t teacher_hidden = 0, teacher_layers = 0;
+  int64_t bytes = 0;  // on disk, every file (teacher_cache_write's result; 0 when read back)
 };
 
 // Runs the teacher (without autograd, on its own device and dtype) over every row of `data` in

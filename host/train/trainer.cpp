@@ -370,8 +370,9 @@ at::Tensor Trainer::clip_gradients() {
 }
 
 // AdamW on the device's own tensors goes through adamw_master_step (host/train/fused_adamw.h): one
-// call per group of tensors sharing dtype, device, master copies, lr and decay, a single kernel
-// launch per group on a GPU instead of about ten per tensor. `skip` (a device flag) leaves every
+// call per group of tensors sharing device, lr and decay (dtypes and master copies may differ within
+// a group: the kernel reads each tensor's own), one launch per group on a GPU instead of about ten
+// per tensor. `skip` (a device flag) leaves every
 // state untouched. The rest (8-bit states, SGD, offloaded states, bf16 weights without masters,
 // ZeRO's shards) runs per tensor, after reading the flag on the host.
 void Trainer::optimizer_update(double scheduled_lr, const at::Tensor& skip) {
@@ -384,7 +385,7 @@ void Trainer::optimizer_update(double scheduled_lr, const at::Tensor& skip) {
     std::vector<at::Tensor> weights, masters, grads, exp_avg, exp_avg_sq;
     double lr = 0, weight_decay = 0;
   };
-  std::map<std::tuple<std::string, int, bool, double, double>, Group> groups;
+  std::map<std::tuple<std::string, double, double>, Group> groups;
   std::vector<size_t> rest;
   for (size_t i = first_local_; i < params_.size(); i++) {
     at::Tensor& p = *params_[i].second;
@@ -398,11 +399,11 @@ void Trainer::optimizer_update(double scheduled_lr, const at::Tensor& skip) {
       rest.push_back(i);
       continue;
     }
-    Group& g = groups[{p.device().str(), static_cast<int>(p.scalar_type()), master, lr, set.weight_decay}];
+    Group& g = groups[{p.device().str(), lr, set.weight_decay}];
     g.lr = lr;
     g.weight_decay = set.weight_decay;
     g.weights.push_back(p);
-    if (master) g.masters.push_back(master_[i]);
+    g.masters.push_back(master_[i]);  // undefined: the weight itself is float32 and updated in place
     g.grads.push_back(p.grad());
     g.exp_avg.push_back(opt_[i].exp_avg);
     g.exp_avg_sq.push_back(opt_[i].exp_avg_sq);

@@ -90,6 +90,37 @@ function M.sheared_trainer(model, cfg, steps, hooks, phase)
   return train.new(model, opts)
 end
 
+-- The distillation hook of llama31_sheared's recovery phase and the live teacher it holds (nil when
+-- cached): the unpruned base_model as the teacher, in teacher_dtype on teacher_device, sharded over
+-- the ranks with teacher_shard; or, with teacher_cache=DIR, its top-k logits over train_set written
+-- there first (rank 0; the others wait) and the recovery distilled from them with no teacher loaded
+-- (docs/distill.md). The cache is keyed by train_set's rows, so it needs one data file, not domains.
+function M.recovery_hooks(model, cfg, train_set, domains)
+  local function load_teacher()
+    return models.load(cfg.base_model, { dtype = cfg.teacher_dtype ~= "" and cfg.teacher_dtype or cfg.dtype,
+                                         device = cfg.teacher_device ~= "" and cfg.teacher_device or cfg.device })
+  end
+  if cfg.teacher_cache == "" then
+    local teacher = load_teacher()
+    return { distill.new(teacher, model, { loss = cfg.distill_loss, alpha = cfg.distill_alpha,
+                                           temperature = cfg.distill_temperature,
+                                           shard_teacher = cfg.teacher_shard }) }, teacher
+  end
+  assert(not domains, "llama31_sheared: teacher_cache needs one data file (the cache is keyed by its rows), not domains")
+  if dist.is_main() then
+    local t = load_teacher()
+    local w = distill.write_cache(t, train_set, { path = cfg.teacher_cache, k = cfg.teacher_cache_k,
+                                                  dtype = cfg.teacher_cache_dtype, temperature = cfg.distill_temperature,
+                                                  batch_size = cfg.batch_size })
+    t:release()
+    print(string.format("teacher cache: %d rows, %d tokens, top-%d %s, %.1f MB in %s", w.rows, w.entries, w.k, w.dtype,
+                        w.bytes / 1e6, cfg.teacher_cache))
+  end
+  dist.barrier()
+  return { distill.cached(model, { path = cfg.teacher_cache, loss = cfg.distill_loss, alpha = cfg.distill_alpha,
+                                   temperature = cfg.distill_temperature }) }, nil
+end
+
 -- The training rows (nil with domains) and the held-out rows of a Sheared-LLaMA run: cfg.data split by
 -- eval_fraction, or with cfg.domains (see M.domains) the first domain's held-out rows (each domain's
 -- loss is logged too). Returns domains (nil without), train_set, eval_set.
