@@ -211,6 +211,7 @@ json plan_json(const Plan& p) {
           {"notes", notes},
           {"host_ram", host},
           {"total_gb", p.components.total / kGiB},
+          {"peak_at", p.components.peak_at},
           {"params", params_json(p.params)},
           {"trainable", p.trainable},
           {"method", plan_method_name(o.method)},

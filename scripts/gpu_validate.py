@@ -655,8 +655,10 @@ def step_planner(ctx, step):
     rows, failures = [], []
     for pair in step.kw["pairs"]:
         shape, method, seq, batch = pair[:4]
+        # The benchmark's settings (bench/gpu/train_bench.lua): one micro-batch a step, adapters without dropout.
         cmd = [ctx.runner, "plan", RECIPES[method]] + plan_args(ctx, shape) + \
-            ["batch_size=%d" % batch, "max_length=%d" % seq, "gradient_checkpointing=true", "dtype=bf16"]
+            ["batch_size=%d" % batch, "max_length=%d" % seq, "gradient_checkpointing=true", "dtype=bf16",
+             "gradient_accumulation_steps=1"] + (["lora.dropout=0"] if method != "full" else [])
         p = ctx.run(step, cmd, cap=60)
         comps, total = parse_plan(p.out)
         row = {"shape": shape, "method": method, "batch": batch, "seq": seq}

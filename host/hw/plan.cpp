@@ -115,34 +115,51 @@ double dtype_bytes(const std::string& dtype) {
   fail("hw.plan: unknown dtype '" + dtype + "'", "expected \"bf16\", \"fp16\" or \"fp32\"");
 }
 
-// Bytes one decoder layer keeps for backward, per token (what autograd saves in transformer.cpp's
-// layer; see docs/hardware.md for the op-by-op list). p = bytes per element of the model dtype.
+// Bytes one decoder layer keeps for backward, per token: what autograd saves in transformer.cpp's
+// layer with the CUDA step's fused kernels (host/model/fused.cpp, host/adapt/lora.cpp; see
+// docs/hardware.md for the op-by-op list). p = bytes per element of the model dtype.
 double layer_bytes_per_token(const ModelConfig& c, const PlanOptions& o, double p) {
   const bool frozen = o.method != PlanMethod::method_full;
   const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
   const double H = static_cast<double>(c.num_heads), HD = H * static_cast<double>(c.head_dim);
   const double KVD = static_cast<double>(c.num_kv_heads * c.head_dim);
   double b = 0;
-  // RMSNorm keeps its float32 input, and its normalised output in the dtype when the weight trains.
-  b += (c.gemma_norms ? 4 : 2) * C * (4 + (frozen ? 0 : p));
-  if (c.qk_norm) b += (HD + KVD) * (4 + (frozen ? 0 : p));
-  // Attention keeps q, k and v repeated to H heads (repeat_kv copies), its output, and a float32
-  // log-sum-exp per head; o_proj keeps the transposed copy of that output when its weight trains.
-  b += 4 * HD * p + 4 * H + (frozen ? 0 : HD * p);
+  // The fused RMSNorm keeps its input in the dtype and one float32 reciprocal RMS per row.
+  b += (c.gemma_norms ? 4 : 2) * (C * p + 4);
+  if (c.qk_norm) b += (HD + KVD) * p + 4 * (H + static_cast<double>(c.num_kv_heads));
+  // SDPA keeps q, k and v (grouped: k and v at their own heads), its output and a float32
+  // log-sum-exp per head.
+  b += (2 * HD + 2 * KVD) * p + 4 * H;
   // The explicit path (Gemma 2's logit softcap, or no fused SDPA) keeps the T x T scores: the tanh
   // output in the dtype, the float32 softmax, and the probabilities in the dtype.
   if (c.attn_logit_softcap > 0 || !o.sdpa)
     b += H * static_cast<double>(o.seq_len) * ((c.attn_logit_softcap > 0 ? 2 * p : p) + 4);
-  // MLP: the gate output (for act'), act(gate) and up (for the product), and the product (down's
-  // input) when down trains.
-  b += (frozen ? 3 : 4) * I * p;
-  // LoRA, per adapted projection: the float32 (dropped) input, a byte of dropout mask, and A's output.
+  // The fused gated activation keeps gate and up.
+  b += 2 * I * p;
+  // Structure masks (transformer.cpp's masked layer): the head-masked attention output, the
+  // intermediate-masked up, the hidden- and layer-masked attention and MLP outputs (two each), and
+  // the masked norms' float32 inputs.
+  if (o.structure_masks) b += (HD + I + 4 * C) * p + (c.gemma_norms ? 4 : 2) * C * 4;
+  // A Linear whose weight trains keeps its input, and so does a LoRA adapter (for A's gradient):
+  // once per distinct input, which q/k/v share (the attention norm's output), and gate/up share.
+  // LoRA adds A's output (r per projection, in the dtype) and, with dropout, a byte of mask per input
+  // element per projection.
+  const std::vector<Proj> projs = layer_projections(c);
+  auto takes = [&](const std::string& name) { return !frozen || targeted(o.lora_targets, name); };
+  const bool qkv = takes("q_proj") || takes("k_proj") || takes("v_proj");
+  const bool gate_up = takes("gate_proj") || takes("up_proj");
+  b += ((qkv ? C : 0) + (takes("o_proj") ? HD : 0) + (gate_up ? C : 0) + (takes("down_proj") ? I : 0)) * p;
   if (frozen)
-    for (const Proj& pr : layer_projections(c))
+    for (const Proj& pr : projs)
       if (targeted(o.lora_targets, pr.name))
-        b += static_cast<double>(pr.in) * (4 + (o.lora_dropout > 0 ? 1 : 0)) +
-             4.0 * static_cast<double>(o.lora_r);
+        b += static_cast<double>(o.lora_r) * p + (o.lora_dropout > 0 ? static_cast<double>(pr.in) : 0);
   return b;
+}
+
+// Per token, what one layer's backward allocates beside the saved tensors: the incoming and outgoing
+// gradient of the hidden state, and the MLP's gradients (of down's input, then of gate and up).
+double layer_backward_bytes_per_token(const ModelConfig& c, double p) {
+  return (2 * static_cast<double>(c.hidden_size) + 3 * static_cast<double>(c.intermediate_size)) * p;
 }
 
 int64_t ceil_div(int64_t a, int64_t b) {
@@ -293,26 +310,28 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
   m.host_per_node = (m.host_master_weights + m.host_optimizer_states + m.host_grad_staging) *
                     static_cast<double>(m.ranks_per_node);
 
-  // Activations: all layers (or, checkpointed, each layer's input plus a recomputed layer), one
-  // layer's backward working set, and the head: the final norm and the hidden rows the loss keeps.
+  // Activations held at the loss: every layer's saved tensors (checkpointed: each layer's input),
+  // and the head's (the final norm's input and the hidden rows the loss reads). One layer's backward
+  // adds its recomputed saved tensors (checkpointed) and its gradients in flight; QLoRA dequantises
+  // one projection at a time.
   const double layer = layer_bytes_per_token(c, o, p) * tokens;
-  const double head = tokens * (C * (4 + (full ? p : 0)) + C * p + 4);
-  double dequant = o.method == PlanMethod::method_qlora ? static_cast<double>(n.largest_linear) * p : 0;
-  if (o.checkpointing)
-    m.activations = L * tokens * C * p + 2 * layer + head + dequant;
-  else
-    m.activations = L * layer + layer + head + dequant;
+  const double head = tokens * (C * p + 4 + C * p);
+  m.activations = (o.checkpointing ? L * tokens * C * p : L * layer) + head;
+  m.layer_backward = (o.checkpointing ? layer : 0) + layer_backward_bytes_per_token(c, p) * tokens +
+                     (o.method == PlanMethod::method_qlora ? static_cast<double>(n.largest_linear) * p : 0);
 
   // Fused cross-entropy (loss.cpp): one chunk of logits in the model dtype (the matmul's output,
   // overwritten by its gradient), float32 working blocks of 1/16 of the vocabulary (two for a 16-bit
-  // model under a final softcap, none for fp32 logits without one), and the gradients it forms in
-  // the forward pass and holds until backward: grad_hidden of the kept rows and, when the head
-  // trains, the head's (fp16: float32).
+  // model under a final softcap, none for fp32 logits without one; the CUDA kernel needs none, so
+  // this is the safe side), and the gradients it forms in the forward pass and holds until
+  // backward: grad_hidden of the kept rows and, when the head trains, the head's (fp16: float32).
+  // loss_logit_bytes replaces the chunk's bytes per logit (a step that held more, for its peaks).
   const double rows = std::min(static_cast<double>(o.loss_chunk), tokens);
   const double block = std::min(V, std::max(4096.0, std::ceil(V / 16)));
   const bool softcap = c.final_logit_softcap > 0;
   const double blocks = p < 4 ? (softcap ? 2 : 1) : (softcap ? 1 : 0);
-  m.logits = rows * (V * p + blocks * block * 4) + tokens * C * p;
+  m.logits = (o.loss_logit_bytes > 0 ? rows * V * o.loss_logit_bytes : rows * (V * p + blocks * block * 4)) +
+             tokens * C * p;
   const bool fp16 = o.dtype == "fp16" || o.dtype == "f16" || o.dtype == "float16";
   if (full) m.logits += V * C * (fp16 ? 4 : p);
 
@@ -377,9 +396,20 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
         2.0 * static_cast<double>(std::min<int64_t>(o.teacher.kd_chunk, o.micro_batch * o.seq_len)) *
             static_cast<double>(t.vocab_size) * 4;
   }
-  double allocated = m.weights + m.adapters + m.master_weights + m.gradients + m.optimizer_states +
-                     m.teacher + std::max(m.activations + m.logits + m.teacher_forward, m.optimizer_step) +
-                     m.gather_buffers + m.comm_buckets;
+  // The peak is the largest of three moments (the trainer frees every gradient after its step, so
+  // a micro-batch without accumulated ones starts with none): the loss (all saved activations, the
+  // loss's chunk and the gradients it forms, the teacher's outputs; accumulated gradients from the
+  // second micro-batch), one layer's backward (all gradients, conservatively, with the saved
+  // activations), and the optimizer step (gradients and the update's temporaries). ZeRO's float32
+  // gradient slice stays allocated between steps.
+  const double grads_kept = sharded && !offload ? grad_shard : 0;
+  const double grads = m.gradients - grads_kept;
+  const double at_loss = m.activations + m.logits + m.teacher_forward + (o.grad_accum > 1 ? grads : 0);
+  const double at_backward = grads + m.activations + m.layer_backward;
+  const double at_step = grads + m.optimizer_step;
+  m.peak_at = at_loss >= at_backward && at_loss >= at_step ? "loss" : at_backward >= at_step ? "backward" : "step";
+  double allocated = m.weights + m.adapters + m.master_weights + grads_kept + m.optimizer_states + m.teacher +
+                     std::max({at_loss, at_backward, at_step}) + m.gather_buffers + m.comm_buckets;
   m.fragmentation = allocated * kHwFragmentation;
   m.cuda_context = kHwCudaContextBytes;
   m.total = allocated + m.fragmentation + m.cuda_context;
@@ -393,6 +423,7 @@ std::vector<std::pair<std::string, double>> plan_component_list(const PlanCompon
           {"gradients", p.gradients},
           {"optimizer_states", p.optimizer_states},
           {"activations", p.activations},
+          {"layer_backward", p.layer_backward},
           {"logits", p.logits},
           {"optimizer_step", p.optimizer_step},
           {"gather_buffers", p.gather_buffers},
@@ -436,8 +467,9 @@ std::string plan_component_note(const PlanOptions& o, const std::string& name) {
   }
   if (name == "activations" && o.shard == PlanShard::shard_full && !o.checkpointing)
     return "layers recomputed: shard=full always checkpoints";
-  if (name == "optimizer_step")
-    return "transient after backward; the larger of it and activations+logits counts";
+  if (name == "optimizer_step") return "transient after backward, with the gradients";
+  if (name == "layer_backward") return "transient, one layer at a time, with the gradients";
+  if (name == "logits") return "transient at the loss";
   if (name == "gather_buffers")
     return "two decoder layers' whole weights: the current one and the prefetched next";
   if (name == "comm_buckets")
@@ -758,7 +790,10 @@ std::string hw_plan_text(const Plan& p) {
                   note.empty() ? "" : ("  (" + note + ")").c_str());
     s << buf;
   }
-  std::snprintf(buf, sizeof buf, "  %-18s %8.2f\n", "total", p.components.total / kGiB);
+  std::snprintf(buf, sizeof buf, "  %-18s %8.2f  (peak at %s)\n", "total", p.components.total / kGiB,
+                p.components.peak_at == "loss"       ? "the loss: saved activations + the loss's chunk"
+                : p.components.peak_at == "backward" ? "a layer's backward: gradients + activations"
+                                                     : "the optimizer step: gradients + its temporaries");
   s << buf;
   if (o.optimizer_offload == "cpu") {
     const double rank = m.host_master_weights + m.host_optimizer_states + m.host_grad_staging;
@@ -819,7 +854,9 @@ std::string hw_plan_text(const Plan& p) {
 }
 
 std::string hw_plan_formula(const PlanOptions& o) {
-  std::string f = "weights + master + gradients + optimizer + max(activations + logits, optimizer step)";
+  std::string f =
+      "weights + master + optimizer + max(activations + logits (the loss), gradients + activations + "
+      "layer backward, gradients + optimizer step)";
   if (o.shard == PlanShard::shard_full) f += " + gather buffers";
   if (o.shard != PlanShard::shard_none || o.gpus > 1) f += " + communication buckets";
   f += " + 5 % allocator overhead + 1 GiB CUDA context, per GPU";

@@ -59,8 +59,16 @@ struct PlanOptions {
   int64_t seq_len = 2048;      // tokens per row (max_length)
   bool checkpointing = false;  // a recipe's gradient_checkpointing: recompute each layer in backward
   int64_t loss_chunk = 4096;   // rows of logits the chunked cross-entropy materialises at once
+  // Bytes per logit the loss's chunk holds at its peak; 0: today's fused loss (the model dtype + float32
+  // blocks). 8 reproduces the step measured on 2026-11-26 (a float32 copy of the 16-bit chunk and
+  // logsumexp's float32 temporary), which the planner's unit test fits against.
+  double loss_logit_bytes = 0;
   int64_t gpus = 1;           // data-parallel ranks (runner --nproc N); replicas unless shard= says otherwise
   int64_t gpus_per_node = 0;  // ranks sharing one host's RAM (offload); 0 = min(gpus, 8)
+  // Sheared-LLaMA's pruning phase (host/prune/sheared.cpp): the structure masks multiply the attention
+  // heads, the intermediate channels, the hidden channels and each layer's outputs, and each product
+  // keeps its input for the mask's gradient; the masked norms take the unfused path.
+  bool structure_masks = false;
   bool sdpa = true;  // fused attention (no T x T scores) unless the model softcaps its attention logits
   // Distillation: a frozen teacher beside the student (the Distiller hook): its weights in its dtype,
   // whole on every rank or sharded 1/N (distill's shard_teacher: decoder layers sliced, a layer
@@ -105,10 +113,13 @@ struct PlanComponents {
                               // one decoder layer's full gradients in flight
   double optimizer_states =
       0;  // AdamW exp_avg + exp_avg_sq: float32, or 8-bit + absmax (sharded from shard=optimizer)
-  double activations = 0;  // saved for backward, all layers + one layer's working set
+  double activations = 0;     // saved for backward at the loss: every layer's (checkpointed: its input) + the head's
+  double layer_backward = 0;  // one layer's backward: its recomputed saved tensors (checkpointed), the
+                              // gradients in flight, QLoRA's dequantised projection
   double logits =
       0;  // the fused loss: one chunk of logits + its float32 block, grad_hidden, the head's gradient
-  double optimizer_step = 0;  // transient during the update (after backward: max'd with activations + logits)
+  double optimizer_step = 0;  // transient during the update, after backward
+  std::string peak_at;        // the moment that peaks: "loss", "backward" or "step"
   double gather_buffers = 0;  // shard=full: two decoder layers' full trainable weights (current + prefetched)
   double comm_buckets = 0;  // shard none: DDP's gradient buckets when gpus > 1; else one layer's flat buffer
   double teacher = 0;       // distillation: the frozen teacher's weights (sharded: 1/N of its layers

@@ -156,6 +156,7 @@ void plan_sheared(const json& cfg, PlanRequest* r) {
   double fraction = 0.5;
   pick(cfg, {"prune_fraction"}, &fraction, &key);
   PlanOptions pruning = r->options, recovery = r->options;
+  pruning.structure_masks = true;
   if (r->options.steps > 0) {
     pruning.steps = std::max<int64_t>(1, static_cast<int64_t>(std::floor(r->options.steps * fraction + 0.5)));
     recovery.steps = std::max<int64_t>(0, r->options.steps - pruning.steps);
