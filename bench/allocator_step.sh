@@ -8,7 +8,9 @@
 # starts and warms up, then they step in turn, ROUNDS rounds, so each round saw the same load on
 # this shared machine. Prints every step, then a Markdown table: median step time, the median of
 # the rounds' speed-ups over the first runner, minor page faults a step and peak RSS.
-# Environment: ROUNDS (5), WARMUP (1), CONFIGS ("full:32000 lora:32000 full:128256 lora:128256"), LOG.
+# Environment: ROUNDS (5), WARMUP (1), CONFIGS ("full:32000 lora:32000 full:128256 lora:128256"),
+# ROWS (4) and LENGTH (256): the batch, LOG. The smallest run (the smoke test's, seconds):
+#   ROUNDS=1 WARMUP=0 CONFIGS=lora:512 ROWS=1 LENGTH=16 bench/allocator_step.sh build/runner
 # The builds, then the run (about 4 minutes on 2 otherwise idle cores; 4 x 3 GB of memory at the
 # 128k vocabulary):
 #   for a in system glibc tcmalloc jemalloc; do
@@ -18,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { echo "usage: bench/allocator_step.sh [VAR=VALUE,...:]RUNNER..." >&2; exit 2; }
-rounds=${ROUNDS:-5} warmup=${WARMUP:-1}
+rounds=${ROUNDS:-5} warmup=${WARMUP:-1} rows=${ROWS:-4} length=${LENGTH:-256}
 configs=${CONFIGS:-"full:32000 lora:32000 full:128256 lora:128256"}
 log=${LOG:-$(mktemp /tmp/allocator_step.XXXXXX)}
 : >"$log"
@@ -44,7 +46,7 @@ for c in $configs; do
   for i in "${!runners[@]}"; do
     # shellcheck disable=SC2086
     paced_start "s$i" env ${envs[$i]} "${runners[$i]}" bench/llama_step.lua method="$method" vocab_size="$vocab" warmup="$warmup" \
-      paced=true
+      rows="$rows" length="$length" paced=true
   done
   for round in $(seq 1 "$rounds"); do
     for i in "${!runners[@]}"; do paced_step "s$i" "malloc=${labels[$i]}" "round=$round"; done

@@ -2,7 +2,9 @@
 // its size in host memory. Writes a bf16 model of about `--gb` GB (Llama shape), then loads it in a
 // fresh child process per variant and reports the child's peak RSS / checkpoint bytes:
 //   bf16 -> bf16 on CPU (zero-copy views of the mapped file), bf16 -> float32 (converted per tensor).
-// Usage: bench_model_load [--gb 1.0] [--dir /tmp/luatune_bench_model]
+// Usage: bench_model_load [--gb 1.0] [--dir /tmp/luatune_bench_model] [--hidden 2048]
+// (--hidden: a narrower model, the MLP and vocabulary as before; the smoke test's --gb 0.01 --hidden 128
+// writes a few MB).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <sys/resource.h>
@@ -71,13 +73,15 @@ std::pair<double, double> load_in_child(const std::string& dir, const std::strin
 
 int main(int argc, char** argv) {
   double gb = 1.0;
+  int64_t hidden = 2048;
   std::string dir = (std::filesystem::temp_directory_path() / "luatune_bench_model").string();
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--gb")) gb = std::atof(argv[i + 1]);
     if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
+    if (!std::strcmp(argv[i], "--hidden")) hidden = std::max<int64_t>(64, std::atoll(argv[i + 1]) / 64 * 64);
   }
   // Llama-8B proportions scaled down: hidden 2048, 14336/4096 MLP ratio, vocab 32000.
-  const int64_t hidden = 2048, inter = 7168, vocab = 32000;
+  const int64_t inter = hidden * 7 / 2, vocab = 32000;
   const double layer_bytes = 2.0 * (4.0 * hidden * hidden * 0.625 + 3.0 * hidden * inter);
   const int64_t layers =
       std::max<int64_t>(1, static_cast<int64_t>((gb * 1e9 - 4.0 * vocab * hidden) / layer_bytes));

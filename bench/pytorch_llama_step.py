@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""bench/pytorch_llama_step.py METHOD VOCAB [STEPS WARMUP] [--paced]: the PyTorch eager peer of
-bench/llama_step.lua.
+"""bench/pytorch_llama_step.py METHOD VOCAB [STEPS WARMUP] [--paced] [--rows=4] [--length=256]: the
+PyTorch eager peer of bench/llama_step.lua.
 
 Plain PyTorch (the environment's torch 2.11: the LibTorch luatune links) on the same random fp32
 Llama: hidden 512, 4 layers, GQA 8 query / 2 KV heads (head_dim 64), intermediate 1408, untied LM
-head, batch 4 x 256 tokens. The maths follow host/model/transformer.cpp: RMSNorm in fp32,
+head, batch 4 x 256 tokens (--rows, --length: another batch, as llama_step.lua's rows=, length=). The maths follow host/model/transformer.cpp: RMSNorm in fp32,
 rotate-half RoPE, KV heads repeated, causal scaled_dot_product_attention (what
 host/model/attention.h calls without a softcap), SwiGLU MLP.
 Loss: F.cross_entropy on the full (B*T, V) logits, next-token targets, last position ignored.
@@ -142,8 +142,18 @@ def add_lora(model):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--paced"]
-    paced = len(args) < len(sys.argv) - 1
+    global ROWS, LENGTH
+    args = []
+    paced = False
+    for a in sys.argv[1:]:
+        if a == "--paced":
+            paced = True
+        elif a.startswith("--rows="):
+            ROWS = int(a.split("=", 1)[1])
+        elif a.startswith("--length="):
+            LENGTH = int(a.split("=", 1)[1])
+        else:
+            args.append(a)
     method, vocab = args[0], int(args[1])
     steps = int(args[2]) if len(args) > 2 else 3
     warmup = int(args[3]) if len(args) > 3 else 1

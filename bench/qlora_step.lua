@@ -8,10 +8,12 @@
 local cfg = config {
   make = "", model = "",
   method = "qlora",  -- "lora" (bf16 base) or "qlora" (NF4 + double quantization)
-  shape = "small",   -- "small" (runs on a CPU), "1b" (Llama 3.2 1B), "8b" (Llama 3.1 8B)
+  shape = "small",   -- "tiny" (the smoke test's), "small" (runs on a CPU), "1b" (Llama 3.2 1B), "8b" (Llama 3.1 8B)
   device = "auto", steps = 10, warmup = 2, batch = 1, length = 256, r = 16, seed = 0,
 }
 local shapes = {
+  tiny = { vocab_size = 1024, hidden_size = 128, intermediate_size = 256, num_hidden_layers = 2,
+           num_attention_heads = 4, num_key_value_heads = 2 },
   small = { vocab_size = 32000, hidden_size = 512, intermediate_size = 1536, num_hidden_layers = 8,
             num_attention_heads = 8, num_key_value_heads = 4 },
   ["1b"] = { vocab_size = 128256, hidden_size = 2048, intermediate_size = 8192, num_hidden_layers = 16,
@@ -19,7 +21,7 @@ local shapes = {
   ["8b"] = { vocab_size = 128256, hidden_size = 4096, intermediate_size = 14336, num_hidden_layers = 32,
              num_attention_heads = 32, num_key_value_heads = 8 },
 }
-local shape = assert(shapes[cfg.shape], "shape must be small, 1b or 8b")
+local shape = assert(shapes[cfg.shape], "shape must be tiny, small, 1b or 8b")
 local device = torch.device(cfg.device)
 
 if cfg.make ~= "" then

@@ -6,6 +6,8 @@
 # warm-up step. Prints aten ops per step (each at least one kernel launch on a GPU) per phase, and
 # the ops that make a GPU's host wait. A regression in launches shows here without a GPU.
 #   bench/step_ops.sh [RUNNER] [WORKDIR]      (docs/profiling.md, "Counting a step's ops")
+# SHAPE (llama-3.2-1b-ops), SEQ (128), BATCH (4) (environment): another shapes.json shape and batch;
+# the smallest run (the smoke test's): SHAPE=tiny SEQ=16 BATCH=1 bench/step_ops.sh build/runner DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runner=${1:-build/runner}
@@ -13,7 +15,8 @@ work=${2:-${TMPDIR:-/tmp}/luatune-step-ops}
 python=${LUATUNE_PYTHON:-python3}
 rm -rf "$work" && mkdir -p "$work"
 for method in full lora; do
-  "$runner" bench/gpu/train_bench.lua shape=llama-3.2-1b-ops method="$method" seq=128 batch=4 steps=2 warmup=1 \
+  "$runner" bench/gpu/train_bench.lua shape="${SHAPE:-llama-3.2-1b-ops}" method="$method" seq="${SEQ:-128}" \
+    batch="${BATCH:-4}" steps=2 warmup=1 \
     device=cpu dtype=bf16 out="$work/$method.json" profile="$work/$method" >"$work/$method.log" 2>&1 ||
     { cat "$work/$method.log" >&2; exit 1; }
 done

@@ -19,13 +19,15 @@
 # pairs of the runner against PyTorch with none of these settings (its defaults: what a user who
 # runs plain PyTorch gets). The table's first column names the setting: on, off, as-is.
 # Environment: PAIRS (5), WARMUP (1), CONFIGS ("full:32000 lora:32000 full:128256 lora:128256"),
-# PYTHON (the environment's python3), RUNNER_OFF, PEER_AS_IS, LOG (the steps, one line each).
+# ROWS (4) and LENGTH (256): the batch, PYTHON (the environment's python3), RUNNER_OFF, PEER_AS_IS,
+# LOG (the steps, one line each). The smallest run (the smoke test's, seconds):
+#   PAIRS=1 WARMUP=0 CONFIGS=lora:512 ROWS=1 LENGTH=16 bench/step_vs_pytorch.sh build/runner
 # Run: bench/step_vs_pytorch.sh build/runner   (about 2 minutes on 2 otherwise idle cores, 4 with
 # RUNNER_OFF; 8-12 with RUNNER_OFF at a load average of 4-6, and then the ratios are noise)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runner=${1:-build/runner}
-pairs=${PAIRS:-5} warmup=${WARMUP:-1}
+pairs=${PAIRS:-5} warmup=${WARMUP:-1} rows=${ROWS:-4} length=${LENGTH:-256}
 configs=${CONFIGS:-"full:32000 lora:32000 full:128256 lora:128256"}
 py=${PYTHON:-${LUATUNE_VENV:-.venv}/bin/python3}
 log=${LOG:-$(mktemp /tmp/step_vs_pytorch.XXXXXX)}
@@ -72,9 +74,11 @@ for c in $configs; do
     if [ "$label" = off ]; then run=$RUNNER_OFF; fi
     peer=$(peer_env "$run")
     if [ "$label" = as-is ]; then peer=""; fi
-    paced_start luatune "$run" bench/llama_step.lua method="$method" vocab_size="$vocab" warmup="$warmup" paced=true
+    paced_start luatune "$run" bench/llama_step.lua method="$method" vocab_size="$vocab" warmup="$warmup" \
+      rows="$rows" length="$length" paced=true
     # shellcheck disable=SC2086
-    paced_start pytorch env $peer "$py" bench/pytorch_llama_step.py "$method" "$vocab" 0 "$warmup" --paced
+    paced_start pytorch env $peer "$py" bench/pytorch_llama_step.py "$method" "$vocab" 0 "$warmup" --paced \
+      --rows="$rows" --length="$length"
     for pair in $(seq 1 "$pairs"); do
       paced_step luatune "alloc=$label" "pair=$pair"
       paced_step pytorch "alloc=$label" "pair=$pair"

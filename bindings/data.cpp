@@ -185,6 +185,17 @@ LT_REGISTER("data.split", l_data_split);
 LT_REGISTER("Dataset:split", l_data_split);
 LT_REGISTER("PreferenceSet:split", l_data_split);
 
+// data.eval_split_warning(items, eval_fraction, unit): the line run.sets and `runner validate` print
+// when eval_fraction holds none of the items out, or nil.
+int l_data_eval_split_warning(lua_State* L) {
+  std::string w =
+      data_eval_split_warning(lt_check_int(L, 1), luaL_checknumber(L, 2), luaL_optstring(L, 3, "records"));
+  if (w.empty()) return lua_pushnil(L), 1;
+  lua_pushlstring(L, w.data(), w.size());
+  return 1;
+}
+LT_REGISTER("data.eval_split_warning", l_data_eval_split_warning);
+
 int l_data_size(lua_State* L) {
   if (auto* pds = lt_test<PreferencePtr>(L, 1)) {
     lua_pushinteger(L, static_cast<lua_Integer>((*pds)->size()));

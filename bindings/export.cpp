@@ -61,6 +61,8 @@ int l_export_gguf(lua_State* L) {
   lt_set_string(L, "path", r.path);
   lt_set_number(L, "bytes", static_cast<double>(r.bytes));
   lt_set_number(L, "tensors", static_cast<double>(r.tensors));
+  lt_set_string(L, "outtype", r.outtype);  // what the file holds (a q4_k whose rows all fell back: q8_0)
+  lt_set_string(L, "note", r.note);        // "" unless tensors fell back (already printed)
   return 1;
 }
 LT_REGISTER("export.gguf", l_export_gguf);

@@ -21,7 +21,7 @@ namespace luatune {
 
 int lt_call_protected(lua_State* L, lua_CFunction fn) {
   std::string msg;
-  bool usage = false, stop = false;
+  bool usage = false, stop = false, user = false;
   try {
     return fn(L);
   } catch (const StopRequested&) {  // a stop that saved: the runner ends the run quietly
@@ -29,14 +29,21 @@ int lt_call_protected(lua_State* L, lua_CFunction fn) {
   } catch (const UsageError& e) {
     msg = e.what();
     usage = true;
+  } catch (const InternalError& e) {  // a luatune bug: the runner shows the traceback
+    msg = e.what();
+  } catch (const Error& e) {  // the user's data, paths or values: one line is the whole story
+    msg = e.what();
+    user = true;
   } catch (const std::bad_alloc&) {
     // An allocation no binding named (those that can, do: host/core/error.h rethrow_out_of_memory).
     msg = std::string(lt_fname(L)) + ": out of memory (std::bad_alloc)";
+    user = true;
   } catch (const c10::Error& e) {
     // LibTorch's message without its C++ backtrace: what a recipe author can act on.
     msg = e.what_without_backtrace();
     size_t cut = msg.find("\nException raised from");
     if (cut != std::string::npos) msg.resize(cut);
+    user = error_is_out_of_memory(e);  // CUDA or CPU out of memory: the run's sizes, not a bug
   } catch (const std::exception& e) {
     msg = e.what();
   }
@@ -50,7 +57,11 @@ int lt_call_protected(lua_State* L, lua_CFunction fn) {
     lua_pushlstring(L, msg.data(), msg.size());
     return lua_error(L);
   }
-  return luaL_error(L, "%s", msg.c_str());  // prefixed with the calling recipe's file:line
+  luaL_where(L, 1);  // the calling recipe's file:line, as luaL_error puts it
+  lua_pushlstring(L, msg.data(), msg.size());
+  lua_concat(L, 2);
+  if (user) lt_run_state(L).user_message = lua_tostring(L, -1);
+  return lua_error(L);
 }
 
 // ============================================================================================

@@ -34,6 +34,7 @@
 
 #include "bindings/lua_api.h"
 #include "host/cli/config.h"
+#include "host/core/files.h"
 
 namespace luatune {
 
@@ -98,7 +99,9 @@ int lt_open_module(lua_State* L, const char* module);
 // Exception bridge. Registered functions run inside lt_call_protected: a C++ exception
 // (luatune::Error, LibTorch's c10::Error, std::exception) is caught, its message copied, the catch
 // block left, and only then raised as a Lua error. A UsageError also marks the run as a usage error
-// (exit status 2). Lua errors raised inside pass through untouched.
+// (exit status 2); any other luatune::Error but InternalError (and an allocation failure) is the
+// user's mistake and is recorded as such, so the runner prints it without a traceback. Lua errors
+// raised inside pass through untouched.
 
 int lt_call_protected(lua_State* L, lua_CFunction fn);
 
@@ -300,8 +303,20 @@ struct RunState {
   // The message of the last usage/config error raised (exit 2 when the run fails with exactly it;
   // kept as text so a usage error a recipe caught with pcall does not mark a later failure).
   std::string usage_message;
+  // The same for the last user error a binding raised (a luatune::Error: bad data, a wrong path, a
+  // value found wrong at run time), position included: the runner prints it without a traceback.
+  std::string user_message;
   ConfigValue resolved;  // the resolved config, for metric sinks
-  int sweeps_run = 0;    // sweep.run calls (`runner sweep FILE` fails when FILE made none)
+  // output_dir as config{} found it just before writing run.json there (bindings/config.cpp): a run
+  // that fails having written nothing else into it gets it back as it was (runner/recipe_run.cpp).
+  struct {
+    std::string dir;  // "" when config{} claimed none (resume=true, not rank 0, no output_dir key)
+    bool existed = false;
+    DirListing before;
+    bool had_run_json = false;
+    std::string run_json;  // the run.json it held before
+  } output_dir_claimed;
+  int sweeps_run = 0;  // sweep.run calls (`runner sweep FILE` fails when FILE made none)
   // The signal (SIGINT, SIGTERM) a binding stopped on while it held the signals itself (sweep.run
   // waiting on its trials): the run then exits 130 like one the runner's own handler stopped.
   int interrupted_by = 0;

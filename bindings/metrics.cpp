@@ -8,9 +8,12 @@
 #include <filesystem>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "bindings/lua_util.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/hw/device_probe.h"
 
 namespace luatune {
 
@@ -128,6 +131,26 @@ void read_wandb(lua_State* L, int idx, MetricsOptions& o) {
   }
 }
 
+// What metrics.jsonl records of the run's hardware: the config's `device` resolved here, as the
+// recipe's own torch.device / models.load resolved it ("auto" -> "cuda:0"), and the GPU's (or CPU's)
+// name, as {"device": ..., "name": ...}; "" when the config has no device string or it does not
+// resolve (the recipe then failed on it already).
+std::string hardware_of(const std::string& config_json) {
+  if (config_json.empty()) return "";
+  const nlohmann::json c = nlohmann::json::parse(config_json, nullptr, false);
+  if (!c.is_object() || !c.contains("device") || !c["device"].is_string()) return "";
+  try {
+    std::string resolved;
+    const std::string name = hw_device_name(c["device"].get<std::string>(), &resolved);
+    nlohmann::ordered_json h;
+    h["device"] = resolved;
+    h["name"] = name;
+    return h.dump();
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 // ============================================================================================
 // Module functions
 
@@ -167,6 +190,7 @@ int l_metrics_open(lua_State* L) {
                                      << luaL_typename(L, -1));
     }
     lua_pop(L, 1);
+    o.jsonl.hardware_json = hardware_of(o.jsonl.config_json);
     o.wandb.config_json = o.jsonl.config_json;
     read_wandb(L, 1, o);
   }

@@ -1,11 +1,11 @@
 -- LLaMA-Adapter fine-tuning (PEFT's adaption prompt) of a chat model on JSONL (chat, prompt/response, Alpaca or
 -- Guanaco records); writes a PEFT adapter. A learnable prompt with a zero-init gate in each of the top
 -- adapter_layers layers: about 1.2M trainable parameters on an 8B model (peft_type ADAPTION_PROMPT, docs/lora.md).
--- runner adapter_finetune base_model=/models/Llama-3.1-8B-Instruct data=data/train.jsonl [adapter.adapter_len=20 ...]
+-- runner adapter_finetune base_model=/models/Llama-3.1-8B-Instruct [data=FILE.jsonl] [adapter.adapter_len=20 ...]
 local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
 local cfg = config(keys.training {  -- + batch_size, eval_steps, save_steps, resume, seed, device, ...
   base_model = "models/Llama-3.1-8B-Instruct",  -- model to fine-tune (llama, mistral or qwen2): a local directory or org/name
-  data = "data/train.jsonl",        -- training JSONL: chat, prompt/response, Alpaca or Guanaco records (docs/data.md)
+  data = "data/example_chat.jsonl", -- training JSONL: chat, prompt/response, Alpaca, Guanaco (docs/data.md); default: the example set the build writes
   output_dir = "out/adapter",       -- adapter/, checkpoints/, metrics.jsonl and run.json go here
   adapter = {                       -- the adaption prompts; defaults: the paper's LLaMA-7B settings
     adapter_len = 10,               -- learnable prompt vectors in each adapted layer

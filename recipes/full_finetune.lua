@@ -1,9 +1,9 @@
 -- Full fine-tuning (every weight) of a model on JSONL (chat, prompt/response, Alpaca or Guanaco records); writes a Hugging Face model.
--- runner full_finetune base_model=/models/Qwen2.5-0.5B-Instruct data=data/train.jsonl [learning_rate=1e-5 max_steps=500 ...]
+-- runner full_finetune base_model=/models/Qwen2.5-0.5B-Instruct [data=FILE.jsonl] [learning_rate=1e-5 max_steps=500 ...]
 local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
 local cfg = config(keys.training {  -- + batch_size, eval_steps, save_steps, resume, seed, device, ...
   base_model = "models/Qwen2.5-0.5B-Instruct",  -- model to fine-tune: a local Hugging Face directory or a hub name (org/name)
-  data = "data/train.jsonl",        -- training JSONL: chat, prompt/response, Alpaca or Guanaco records (docs/data.md)
+  data = "data/example_chat.jsonl", -- training JSONL: chat, prompt/response, Alpaca, Guanaco (docs/data.md); default: the example set the build writes
   output_dir = "out/full",          -- model/, checkpoints/, metrics.jsonl and run.json go here
   gguf = "",                        -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   master_weights = true,            -- true: fp32 master copies of bf16/fp16 weights for the optimizer's update

@@ -31,6 +31,13 @@ local function measure()
   for _, a in ipairs(cfg.recipe_args) do cmd[#cmd + 1] = quote(a) end
   cmd[#cmd + 1] = quote("max_steps=" .. cfg.max_steps)
   cmd[#cmd + 1] = quote("output_dir=" .. run_dir)
+  -- A rerun measures afresh: the earlier measurement there is moved aside, not refused (docs/checkpoints.md).
+  local earlier = io.open(run_dir .. "/run.json") or io.open(run_dir .. "/metrics.jsonl")
+  if earlier then
+    earlier:close()
+    cmd[#cmd + 1] = quote("overwrite=true")
+    print("hw_compare: " .. run_dir .. " holds an earlier measurement; overwrite=true moves it aside")
+  end
   print("hw_compare: running " .. table.concat(cmd, " "))
   local probe, mon = hw.probe(), hw.monitor { interval = 0.5 }
   local rc = os.execute(table.concat(cmd, " "))

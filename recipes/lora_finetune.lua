@@ -1,10 +1,10 @@
 -- LoRA fine-tuning of a chat model on JSONL (chat, prompt/response, Alpaca or Guanaco records); writes a PEFT adapter.
--- runner lora_finetune base_model=/models/Llama-3.1-8B-Instruct data=data/train.jsonl [lora.r=32 max_steps=2000 ...]
+-- runner lora_finetune base_model=/models/Llama-3.1-8B-Instruct [data=FILE.jsonl] [lora.r=32 max_steps=2000 ...]
 -- quantize=nf4 makes it QLoRA (a 4-bit base); recipes/qlora_finetune.lua has QLoRA's defaults and merging.
 local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
 local cfg = config(keys.training {  -- + batch_size, eval_steps, save_steps, resume, seed, device, ...
   base_model = "models/Llama-3.1-8B-Instruct",  -- model to fine-tune: a local Hugging Face directory or a hub name (org/name)
-  data = "data/train.jsonl",        -- training JSONL: chat, prompt/response, Alpaca or Guanaco records (docs/data.md)
+  data = "data/example_chat.jsonl", -- training JSONL: chat, prompt/response, Alpaca, Guanaco (docs/data.md); default: the example set the build writes
   output_dir = "out/lora",          -- adapter/, checkpoints/, metrics.jsonl and run.json go here
   gguf = "",                        -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   quantize = "",                    -- "nf4" (QLoRA) or "fp4": the base's Linears in 4 bits, quantized on load; "" = none

@@ -1,10 +1,10 @@
 -- QLoRA: LoRA adapters trained on a 4-bit NF4 base (double-quantized scales, bf16 compute), so an 8B model
 -- fine-tunes on a 16 GB GPU. Writes a PEFT adapter and, with merge=true, a bf16 Hugging Face model.
--- runner qlora_finetune base_model=/models/Llama-3.1-8B-Instruct data=data/train.jsonl [max_steps=2000 merge=true ...]
+-- runner qlora_finetune base_model=/models/Llama-3.1-8B-Instruct [data=FILE.jsonl] [max_steps=2000 merge=true ...]
 local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
 local cfg = config(keys.training {  -- + batch_size, eval_steps, save_steps, resume, seed, device, ...
   base_model = "models/Llama-3.1-8B-Instruct",  -- model to fine-tune (bf16, or already 4-bit): a local directory or org/name
-  data = "data/train.jsonl",        -- training JSONL: chat, prompt/response, Alpaca or Guanaco records (docs/data.md)
+  data = "data/example_chat.jsonl", -- training JSONL: chat, prompt/response, Alpaca, Guanaco (docs/data.md); default: the example set the build writes
   output_dir = "out/qlora",         -- adapter/, merged/, checkpoints/ and metrics.jsonl go here
   gguf = "",                        -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   dtype = "bf16",                   -- compute dtype of the dequantized weights and the adapters: bf16, fp16 or fp32

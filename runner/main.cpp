@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -188,9 +189,12 @@ static int run_recipe_help(const Command& cmd) {
 }
 
 static int run_command(const Command& cmd) {
+  // --traceback is LUATUNE_TRACEBACK=1 (runner/recipe_run.cpp), for this run and the ranks and
+  // sweep trials it starts.
+  if (cmd.traceback) setenv("LUATUNE_TRACEBACK", "1", 1);
   switch (cmd.verb) {
     case Command::Verb::help:
-      std::fputs(cli_help().c_str(), stdout);
+      std::fputs((cmd.help_topic.empty() ? cli_help() : cli_verb_help(cmd.help_topic)).c_str(), stdout);
       return kExitOk;
     case Command::Verb::version:
       std::fputs(version_report(LUAJIT_VERSION).c_str(), stdout);

@@ -4,8 +4,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "bindings/lua_util.h"
 #include "bindings/modules.h"
@@ -77,12 +80,56 @@ void on_sigint(int sig) {
 // ============================================================================================
 // Error handling
 
-// Message handler for the recipe's pcall: adds a traceback to ordinary errors; leaves the
-// validate token and usage errors (which need no traceback) as they are.
+// What ended a run, as the message handler classified it (docs/recipes.md, "Errors"):
+//   usage     a UsageError from a binding (bad config or call): one line, exit status 2;
+//   user      the user's data, paths or values, found at run time: one line, exit status 1. That
+//             is a luatune::Error a binding raised (not an InternalError), an allocation failure,
+//             or a string a script raised on purpose with error() or assert(cond, "message");
+//   internal  everything else, a bug somewhere: Lua runtime errors ("attempt to index a nil
+//             value"), LibTorch's and other C++ exceptions, luatune's internal errors, a bare
+//             assert(cond), error values that are not strings: the message and a traceback.
+// LUATUNE_TRACEBACK=1 (or runner --traceback, which sets it) adds the traceback to every kind.
+enum class Failure { usage, user, internal };
+Failure g_failure = Failure::internal;
+
+// Registry keys of the original error and assert functions (a recipe may shadow the globals).
+char g_error_key, g_assert_key;
+
+bool traceback_wanted() {
+  const char* v = std::getenv("LUATUNE_TRACEBACK");
+  return v && *v && std::string(v) != "0";
+}
+
+// Whether the function that raised the error being handled (level 1) is the one under `key`.
+bool raised_by(lua_State* L, void* key) {
+  lua_Debug ar;
+  if (!lua_getstack(L, 1, &ar) || !lua_getinfo(L, "f", &ar)) return false;
+  lua_pushlightuserdata(L, key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  const bool same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same;
+}
+
+Failure classify(lua_State* L, const char* msg) {
+  const RunState& st = lt_run_state(L);
+  if (!msg || lua_type(L, 1) != LUA_TSTRING) return Failure::internal;
+  if (msg == st.usage_message) return Failure::usage;
+  if (msg == st.user_message) return Failure::user;
+  if (raised_by(L, &g_error_key)) return Failure::user;
+  // assert(cond) without a message says "FILE:LINE: assertion failed!": a check that explains
+  // nothing is a bug.
+  if (raised_by(L, &g_assert_key) && !str_ends_with(msg, "assertion failed!")) return Failure::user;
+  return Failure::internal;
+}
+
+// Message handler for the recipe's pcall: classifies the error (above) and adds a traceback to
+// internal ones; leaves the validate and stop tokens as they are.
 int message_handler(lua_State* L) {
   if (lua_touserdata(L, 1) == lt_validate_done_token() || lua_touserdata(L, 1) == lt_stop_token()) return 1;
   const char* msg = lua_tostring(L, 1);
-  if (msg && msg == lt_run_state(L).usage_message) return 1;
+  g_failure = classify(L, msg);
+  if (g_failure != Failure::internal && !traceback_wanted()) return 1;
   if (!msg) {
     if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
       msg = lua_tostring(L, -1);
@@ -91,6 +138,30 @@ int message_handler(lua_State* L) {
   }
   luaL_traceback(L, L, msg, 1);
   return 1;
+}
+
+// A run that failed before writing anything but run.json into its output_dir (a bad data line, a
+// wrong path found at run time) leaves the directory as it found it: the run.json it held (or
+// none), and no directory at all when config{} made it.
+void output_dir_restore(const RunState& st) {
+  const auto& c = st.output_dir_claimed;
+  if (c.dir.empty()) return;
+  auto without_run_json = [](DirListing l) {
+    l.erase(std::remove_if(l.begin(), l.end(), [](const auto& e) { return e.first == "run.json"; }), l.end());
+    return l;
+  };
+  if (without_run_json(dir_listing(c.dir)) != without_run_json(c.before)) return;  // it wrote something
+  const std::string run_json = c.dir + "/run.json";
+  std::error_code ec;
+  try {
+    if (!c.had_run_json)
+      std::filesystem::remove(run_json, ec);
+    else if (!file_exists(run_json) || file_read(run_json) != c.run_json)  // the claim wrote its own
+      file_write_atomic(run_json, c.run_json);
+  } catch (const std::exception&) {
+    return;  // the run's own run.json stays: better than none
+  }
+  if (!c.existed) std::filesystem::remove(c.dir, ec);  // removes only an empty directory
 }
 
 // A Lua error outside any pcall (the runner's own set-up code) would otherwise abort.
@@ -106,6 +177,11 @@ lua_State* open_state(const std::string& recipe_path) {
   if (!L) fail("cannot create a Lua state (out of memory)");
   lua_atpanic(L, on_panic);
   luaL_openlibs(L);
+  for (auto [key, name] : {std::pair<void*, const char*>{&g_error_key, "error"}, {&g_assert_key, "assert"}}) {
+    lua_pushlightuserdata(L, key);
+    lua_getglobal(L, name);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+  }
   lt_open_modules(L);
   std::string home = luatune_home();
   std::string path = path_dirname(recipe_path) + "/?.lua;";
@@ -157,6 +233,7 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd, Conf
   load_config_files(L, cmd, st);
 
   lua_pushcfunction(L, message_handler);
+  g_failure = Failure::internal;
   if (luaL_loadfile(L, path.c_str()) != 0) {
     std::fprintf(stderr, "error: %s\n", lua_tostring(L, -1));
     return kExitFailed;
@@ -185,7 +262,7 @@ int run_in_state(lua_State* L, const std::string& path, const Command& cmd, Conf
       return kExitInterrupted;
     }
     const char* msg = lua_tostring(L, -1);
-    bool usage = msg && msg == st.usage_message;
+    const bool usage = g_failure == Failure::usage;
     std::string text = std::string(usage ? "" : "error: ") + (msg ? msg : "(no message)");
     std::fprintf(stderr, "%s\n", text.c_str());
     for (const auto& line : str_split(text, '\n')) metrics_console_tap(line);  // W&B's output.log
@@ -237,6 +314,7 @@ int recipe_run(const std::string& path, const Command& cmd, ConfigValue* resolve
   }
   // A failed run's logs hear its exit status (W&B shows it); lua_close would close them with 0.
   if (rc != kExitOk) metrics_close_open(rc);
+  if (rc != kExitOk) output_dir_restore(lt_run_state(L));
   std::fflush(stdout);
   lua_close(L);
   dist_shutdown();

@@ -1258,7 +1258,7 @@ train = {}
 ---@field hooks? (ShearedPruner|Distiller|CachedDistiller|PreferenceLoss|RewardModel)[] pruners, distillers, preference losses, reward models: their own tensors, forward and loss changes, statistics (default: {})
 ---@field shard? string ZeRO over data-parallel ranks: "optimizer", "gradients" or "full" (FSDP's names accepted; docs/zero.md) (default: "none")
 ---@field optimizer_offload? string "cpu": masters and optimizer states in host memory, updated there (default: "none")
----@field overwrite? boolean a fresh run into an output_dir with another run's checkpoints moves them to previous-<time>/ (default: the config's overwrite, else it fails)
+---@field overwrite? boolean a fresh run into an output_dir with another run's run.json or checkpoints moves them to previous-<time>/ (default: the config's overwrite, else it fails)
 ---@field profile? string a directory: trace.json (Kineto, Chrome/Perfetto) of profile_steps steps with ranges per step, layer and phase, and summary.md / summary.json beside it (docs/profiling.md); "" = off (default: "")
 ---@field profile_steps? integer steps traced when profile is set (default: 2)
 ---@field profile_skip? integer steps this process runs untraced first (warm-up) (default: 1)
@@ -1727,6 +1727,13 @@ function data.preferences(path, opts) end
 ---@return Dataset validation
 function data.split(ds, fraction) end
 
+---the one-line warning when eval_fraction of items (records, or what unit names: pairs) holds out none; run.sets prints it and turns evaluation off, runner validate prints the same line
+---@param items integer
+---@param eval_fraction number
+---@param unit? string
+---@return string? # nil when eval_fraction holds out at least one item, or is 0
+function data.eval_split_warning(items, eval_fraction, unit) end
+
 ---an iterator of (step, Batch) over steps start+1 .. steps
 ---@param ds Dataset
 ---@param opts BatchesOpts
@@ -1867,7 +1874,7 @@ metrics = {}
 ---@field jsonl? string a JSONL file (directories created), truncated unless resume (default: "")
 ---@field total_steps? integer the run's steps, for the progress bar and ETA (default: 0)
 ---@field progress_seconds? number seconds between plain progress lines (0: every step); beats LUATUNE_PROGRESS_SECONDS (default: 30)
----@field config? table|string the config{} table or config.json(): the JSONL file's first line {"config": ...}
+---@field config? table|string the config{} table or config.json(): the JSONL file's first line {"config": ...}, with "hardware": {"device", "name"} (its device resolved, and the GPU's or CPU's name) when it has a device
 ---@field resume? boolean|integer append to the JSONL file; a step (what trainer:resume() returned) drops later lines first, 0 starts afresh (default: false)
 ---@field wandb? string|WandbOpts log to Weights & Biases: a project name or the run's settings (default: "")
 ---@field report? boolean log:close() writes report.html and report.md beside the JSONL file (docs/report.md) (default: true)
@@ -2438,7 +2445,7 @@ function hw.presets() end
 
 ---predicted peak memory by component (GiB) and, per catalog GPU, whether it fits; .text is what runner plan prints
 ---@param opts HwPlanOpts
----@return table # {components = {name = GiB}, notes, host_ram, total_gb, params, trainable, gpus = {{gpu, fits, headroom_gb, max_micro_batch, advice}}, text, ...}
+---@return table # {components = {name = GiB}, notes, host_ram, total_gb, peak_at, params, trainable, gpus = {{gpu, fits, headroom_gb, max_micro_batch, advice}}, text, ...}
 function hw.plan(opts) end
 
 ---hw.plan's printable table (plan.text)
@@ -2545,9 +2552,9 @@ export = {}
 ---@field adapter? string a PEFT LoRA directory merged first, in float32 (model directory input only)
 ---@field name? string general.name in the file
 
----one GGUF v3 file llama.cpp runs, written atomically; what llama.cpp cannot express fails before writing
+---one GGUF v3 file llama.cpp runs, written atomically; what llama.cpp cannot express fails before writing; outtype is what the file holds (q8_0 when every q4_k row fell back), note the line printed when rows fell back ("" otherwise)
 ---@param model Model|string
 ---@param path string
 ---@param opts? ExportGgufOpts
----@return table # {path, bytes, tensors}
+---@return table # {path, bytes, tensors, outtype, note}
 function export.gguf(model, path, opts) end

@@ -61,7 +61,10 @@ json peft_config_read(const std::string& dir, std::string* path_out) {
   LT_CHECK(dir_exists(dir), dir << ": not a directory (expected a PEFT adapter directory with "
                                 << kPeftConfigFile << " and " << kPeftWeightsFile << ")");
   const std::string path = dir + "/" + kPeftConfigFile;
-  LT_CHECK(file_exists(path), path << ": missing (expected a PEFT adapter directory)");
+  if (!file_exists(path))  // a LoRA run's output_dir holds its adapter in adapter/
+    fail(path + ": missing (expected a PEFT adapter directory)",
+         file_exists(dir + "/adapter/" + kPeftConfigFile) ? "a LoRA run's adapter is in " + dir + "/adapter"
+                                                          : "");
   if (path_out) *path_out = path;
   json j = json_parse_checked(file_read(path), path);
   LT_CHECK(j.is_object(), path << ": expected a JSON object");

@@ -1,6 +1,8 @@
 // Command-line parsing and help text (see cli.h).
 #include "host/cli/cli.h"
 
+#include <algorithm>
+
 #include "host/core/error.h"
 #include "host/core/strings.h"
 
@@ -23,12 +25,15 @@ std::string cli_help() {
        runner wandb-sync [--trust-spool-host] PATH        upload offline or unsent W&B runs
        runner report OUTPUT_DIR [--out FILE]              draw a run: report.html (charts) and report.md
        runner --version                                   luatune, LibTorch, CUDA versions and devices
-       runner --help                                      this text
+       runner --help                                      this text; runner VERB --help: that verb's part
 
 RECIPE is a path to a .lua file or the name of a shipped recipe (runner ls).
 Overrides: key=value or a.b=value, typed like the recipe's default (number, boolean, string,
 comma-separated list); --config FILE applies a file of overrides first: .lua (returning a table),
 .json or .yaml/.yml (docs/config.md).
+Errors: a mistake in the data, a path or a value prints one line, `error: ...`; a bug (a Lua runtime
+error, a LibTorch or internal error) adds a stack traceback. --traceback after RECIPE (or
+LUATUNE_TRACEBACK=1) adds it to every error (docs/recipes.md).
 tokenize: DIR holds tokenizer.json (a model directory) or is the file itself. Each stdin line is a
 JSON string; each output line the JSON array of its token ids (BOS/EOS added with --special).
 With --decode each line is a JSON array of ids and each output line a JSON string. A bad line
@@ -57,16 +62,57 @@ server has not acknowledged is sent (docs/wandb.md). The API key goes only to WA
 --trust-spool-host, which uploads it (with the key) to the host the spool names.
 report: reads OUTPUT_DIR/metrics.jsonl (or a .jsonl file given instead) and the run.json beside it;
 writes report.html (inline SVG curves of loss, eval loss, learning rate, grad norm, tokens/s, the
-config, the final numbers) and report.md (the same as tables) beside it, or the HTML to --out FILE
-and the Markdown beside that. Every recipe writes them when it closes its log (docs/report.md).
+evaluations and phases logged, the config, the final numbers) and report.md (the same as tables)
+beside it, or the HTML to --out FILE and the Markdown beside that. Every recipe that logs writes
+them when it closes its log (docs/report.md).
 Exit status: 0 success, 1 the run failed, 2 bad command line or config, 130 interrupted (Ctrl-C).
 )";
 }
 
 namespace {
 
+// The verbs with a part of their own in cli_help() (runner VERB --help), and the starts of its
+// paragraphs: each begins a line, and runs until the next one does.
+const char* const kHelpTopics[] = {"ls", "cp", "tokenize", "data", "sweep", "wandb-sync", "report"};
+const char* const kParagraphs[] = {
+    "RECIPE is ", "Overrides: ", "Errors: ",     "tokenize: ", "data: ",       "sweep: ",
+    "--nproc: ",  "plan: ",      "wandb-sync: ", "report: ",   "Exit status: "};
+
+bool is_help_flag(const std::string& a) {
+  return a == "--help" || a == "-h";
+}
+
+}  // namespace
+
+std::string cli_verb_help(const std::string& verb) {
+  std::string usage, paragraph;
+  bool in_usage = true, in_entry = false, in_paragraph = false;
+  for (const std::string& line : str_split(cli_help(), '\n')) {
+    if (in_usage) {  // "usage: runner ..." / "       runner ..." and their continuation lines
+      if (line.empty()) {
+        in_usage = false;
+        continue;
+      }
+      const std::string entry = line.size() > 7 ? line.substr(7) : "";
+      if (str_starts_with(entry, "runner "))
+        in_entry = str_starts_with(entry, "runner " + verb + " ") || str_trim(entry) == "runner " + verb;
+      if (in_entry) usage += (usage.empty() ? "usage: " : "       ") + entry + "\n";
+      continue;
+    }
+    bool starts = false;
+    for (const char* p : kParagraphs) starts = starts || str_starts_with(line, p);
+    if (starts) in_paragraph = str_starts_with(line, verb + ": ");
+    if (in_paragraph) paragraph += line + "\n";
+  }
+  return usage + paragraph +
+         "Exit status: 0 success, 1 failed, 2 bad command line (runner --help: all verbs).\n";
+}
+
+namespace {
+
 // Reads RECIPE then key=value / --config FILE arguments into `cmd`.
 void parse_recipe_args(const std::vector<std::string>& args, size_t i, const char* verb, Command& cmd) {
+  for (; i < args.size() && args[i] == "--traceback"; i++) cmd.traceback = true;  // runner --traceback RECIPE
   if (i >= args.size()) fail_usage(std::string("runner ") + verb + ": missing RECIPE", "see runner --help");
   cmd.recipe = args[i++];
   if (str_starts_with(cmd.recipe, "-"))
@@ -80,6 +126,8 @@ void parse_recipe_args(const std::vector<std::string>& args, size_t i, const cha
       cmd.config_files.push_back(a.substr(9));
     } else if (a == "--help" || a == "-h") {
       cmd.verb = Command::Verb::recipe_help;  // runner RECIPE --help, runner validate RECIPE --help
+    } else if (a == "--traceback") {
+      cmd.traceback = true;
     } else if (str_starts_with(a, "--") && a.find('=') != std::string::npos) {
       cmd.overrides.push_back(a.substr(2));  // --lr=1e-4 reads as lr=1e-4, as nanoGPT accepts
     } else if (a.find('=') != std::string::npos && !str_starts_with(a, "-")) {
@@ -188,6 +236,16 @@ Command cli_parse(const std::vector<std::string>& args) {
   Command cmd;
   if (args.empty()) return cmd;  // help
   const std::string& first = args[0];
+  // runner report --help, runner tokenize -h, runner sweep --help, ...: that verb's part of --help.
+  for (const char* topic : kHelpTopics) {
+    if (first != topic) continue;
+    const bool asked = first == "sweep" ? args.size() >= 2 && is_help_flag(args[1])
+                                        : std::any_of(args.begin() + 1, args.end(), is_help_flag);
+    if (!asked) break;
+    cmd.verb = Command::Verb::help;
+    cmd.help_topic = first;
+    return cmd;
+  }
   if (first == "help" && args.size() >= 2) {
     if (args.size() > 2) fail_usage("runner help: expected one RECIPE, got '" + args[2] + "' too");
     cmd.verb = Command::Verb::recipe_help;

@@ -4,7 +4,8 @@
 // `runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] [--limit N] FILE`,
 // `runner sweep SWEEP [key=value ...]`, `runner sweep --report DIR`,
 // `runner wandb-sync [--trust-spool-host] PATH`, `runner report OUTPUT_DIR [--out FILE]`,
-// `runner --nproc N RECIPE [key=value ...]` (N data-parallel ranks on this machine).
+// `runner --nproc N RECIPE [key=value ...]` (N data-parallel ranks on this machine), `runner VERB --help`
+// (that verb's part of --help), `--traceback` after RECIPE (every error with its Lua traceback).
 // Parsing only; runner/main.cpp carries the verbs out. Bad command lines raise UsageError (exit 2).
 #pragma once
 
@@ -48,9 +49,13 @@ struct Command {
   int64_t limit = 10;                     // data: --limit, records shown
   int nproc = 0;                          // run: --nproc N, ranks on this machine (0: not given)
   bool trust_spool_host = false;          // wandb-sync: --trust-spool-host (send to the spool's host)
+  bool traceback = false;                 // run, validate, ...: --traceback (as LUATUNE_TRACEBACK=1)
+  std::string help_topic;                 // help: "" for all of it, else a verb (runner report --help)
 };
 
 Command cli_parse(const std::vector<std::string>& args);  // args without argv[0]
 std::string cli_help();
+// One verb's part of cli_help(): its usage lines and its paragraph (runner report --help).
+std::string cli_verb_help(const std::string& verb);
 
 }  // namespace luatune

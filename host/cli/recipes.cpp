@@ -37,6 +37,23 @@ static std::vector<std::string> recipe_names() {
   return names;
 }
 
+// What a name that is no recipe may have meant: a typo's nearest name, else the names that have it
+// as a whole part ("qlora" -> qlora_finetune, "sheared" -> llama31_sheared), at most four.
+static std::vector<std::string> recipe_suggestions(const std::string& name,
+                                                   const std::vector<std::string>& names) {
+  std::string near = str_nearest(name, names);
+  if (!near.empty()) return {near};
+  std::vector<std::string> out;
+  if (name.empty()) return out;
+  for (const auto& n : names)
+    for (const auto& part : str_split(n, '_'))
+      if (part == name && out.size() < 4) {
+        out.push_back(n);
+        break;
+      }
+  return out;
+}
+
 std::string recipe_resolve(const std::string& name) {
   if (file_exists(name)) return name;
   if (name.find('/') == std::string::npos) {
@@ -45,9 +62,12 @@ std::string recipe_resolve(const std::string& name) {
     if (file_exists(dir + base)) return dir + base;
   }
   auto names = recipe_names();
-  std::string near = str_nearest(name, names);
+  std::vector<std::string> near = recipe_suggestions(name, names);
+  std::string guess;
+  for (size_t i = 0; i < near.size(); i++)
+    guess += std::string(i == 0 ? "" : i + 1 == near.size() ? " or " : ", ") + "'" + near[i] + "'";
   fail_usage("runner: no recipe '" + name + "': not a file, and not a shipped recipe" +
-                 (near.empty() ? "" : " (did you mean '" + near + "'?)"),
+                 (guess.empty() ? "" : " (did you mean " + guess + "?)"),
              "shipped recipes: " + (names.empty() ? std::string("none found") : str_join(names, ", ")) +
                  " (runner ls describes them)");
 }

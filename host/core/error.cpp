@@ -23,7 +23,7 @@ void fail_internal(const char* file, int line, const std::string& message) {
   std::ostringstream os;
   os << "internal error at " << file << ":" << line << ": " << message
      << " (this is a luatune bug; please report it)";
-  throw Error(os.str());
+  throw InternalError(os.str());
 }
 
 bool error_is_out_of_memory(const std::exception& e) {

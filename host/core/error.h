@@ -26,6 +26,13 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// A broken invariant inside luatune (fail_internal, LT_ASSERT): a bug, not the user's mistake. The
+// runner shows a traceback for these; a plain Error reads as one line (docs/recipes.md, Errors).
+class InternalError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Throws Error(message); with a hint, the message ends in "\n  HINT: hint".
 [[noreturn]] void fail(const std::string& message, const std::string& hint = "");
 [[noreturn]] void fail_usage(const std::string& message, const std::string& hint = "");

@@ -1,9 +1,11 @@
 // File helpers (see files.h).
 #include "host/core/files.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -50,6 +52,24 @@ bool file_exists(const std::string& path) {
 bool dir_exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+DirListing dir_listing(const std::string& dir) {
+  DirListing out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    int64_t mtime = -1;
+    if (::lstat((dir + "/" + name).c_str(), &st) == 0)
+      mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    out.emplace_back(name, mtime);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::string path_dirname(const std::string& path) {

@@ -2,7 +2,10 @@
 // so a crash or a full disk never leaves a half-written output under the final name.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace luatune {
 
@@ -12,5 +15,11 @@ bool file_exists(const std::string& path);
 bool dir_exists(const std::string& path);
 std::string path_dirname(const std::string& path);   // "a/b.lua" -> "a"; "b.lua" -> "."
 std::string path_basename(const std::string& path);  // "a/b.lua" -> "b.lua"
+
+// A directory's entries (not recursive), each name with its modification time in nanoseconds,
+// sorted by name; none when there is no such directory. Two listings are equal when nothing in it
+// was created, removed, renamed or rewritten in between.
+using DirListing = std::vector<std::pair<std::string, int64_t>>;
+DirListing dir_listing(const std::string& dir);
 
 }  // namespace luatune

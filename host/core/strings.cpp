@@ -124,11 +124,20 @@ static bool starts_reference(const std::string& s, size_t at) {
   return end > name && end < s.size() && s[end] == ';';
 }
 
+// Whether the '<' at s[at] could start raw HTML or an autolink for a Markdown viewer: only a letter
+// (a tag, a scheme), '/' (a closing tag), '!' (a comment, a declaration) or '?' (a processing
+// instruction) after it does. "<0.01" or "< 5" is text as written.
+static bool starts_markup(const std::string& s, size_t at) {
+  if (at + 1 >= s.size()) return false;
+  const char c = s[at + 1];
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '/' || c == '!' || c == '?';
+}
+
 std::string md_text(const std::string& s) {
   const std::string cell = md_cell(s);
   std::string out;
   for (size_t i = 0; i < cell.size(); i++) {
-    if (cell[i] == '<')
+    if (cell[i] == '<' && starts_markup(cell, i))
       out += "&lt;";
     else if (cell[i] == '>')
       out += "&gt;";

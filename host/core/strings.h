@@ -27,10 +27,11 @@ std::string str_from_number(double v);
 // One line of text that cannot break a table row: each "|" escaped with a backslash, newlines
 // ('\n' and '\r') as spaces.
 std::string md_cell(const std::string& s);
-// Prose in a cell: md_cell's escapes, then "<", ">" and the "&" of a character reference as
-// entities, so neither a "<think>" in the text nor a user-editable name can pass for HTML (viewers
-// show the characters; "W&B" stays as written). A code span takes md_cell alone: inside backticks
-// an entity would show as written.
+// Prose in a cell: md_cell's escapes, then a "<" that could open a tag ("<think>", "</b>", "<!--"),
+// every ">" and the "&" of a character reference as entities, so neither a "<think>" in the text nor
+// a user-editable name can pass for HTML (viewers show the characters; "W&B" and "$<0.01" stay as
+// written, and read so in the raw file too). A code span takes md_cell alone: inside backticks an
+// entity would show as written.
 std::string md_text(const std::string& s);
 
 struct MdColumn {

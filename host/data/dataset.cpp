@@ -50,6 +50,31 @@ std::vector<int64_t> data_permutation(int64_t n, uint64_t seed) {
   return p;
 }
 
+int64_t data_split_train_count(int64_t n, double fraction) {
+  return std::llround(fraction * static_cast<double>(n));
+}
+
+std::string data_eval_split_warning(int64_t items, double eval_fraction, const std::string& unit) {
+  if (items <= 0 || !(eval_fraction > 0 && eval_fraction < 1)) return "";
+  if (items - data_split_train_count(items, 1 - eval_fraction) > 0) return "";
+  const std::string n = std::to_string(items), f = str_from_number(eval_fraction);
+  std::string text = "data: eval_fraction = " + f + " holds out none of the " + n + " " + unit + " (" + n +
+                     " x " + f + " = " + str_from_number(eval_fraction * static_cast<double>(items)) +
+                     " rounds to 0), so this run trains without evaluation; hint: ";
+  if (items >= 2) {
+    // The smallest fraction of two significant digits >= 1 / items: it holds out exactly one.
+    const double one = 1.0 / static_cast<double>(items);
+    const double scale = std::pow(10.0, 1 - std::floor(std::log10(one)));
+    double suggest = std::ceil(one * scale - 1e-9) / scale;
+    while (items - data_split_train_count(items, 1 - suggest) < 1) suggest += 1 / scale;  // rounding slack
+    text += "eval_fraction = " + str_from_number(suggest) + " holds out 1 of them";
+  } else {
+    text +=
+        "give more data (1 " + unit.substr(0, unit.size() - 1) + " cannot be both trained on and held out)";
+  }
+  return text + " (eval_fraction = 0: no evaluation, no warning)";
+}
+
 void data_check_batch_size(double size, int world, int64_t items, const char* unit) {
   const std::string given = str_from_number(size);
   LT_CHECK(size >= 1 && size == std::floor(size),
@@ -339,7 +364,7 @@ int64_t Dataset::document_origin(int64_t doc) const {
 std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> Dataset::split(double fraction) const {
   LT_CHECK(fraction >= 0 && fraction <= 1, "data: split fraction must be in [0, 1], got " << fraction);
   int64_t n = static_cast<int64_t>(docs_.size());
-  int64_t n_train = std::llround(fraction * static_cast<double>(n));
+  int64_t n_train = data_split_train_count(n, fraction);
   std::vector<int64_t> perm = data_permutation(n, options_.seed ^ kSplitStream);
   std::vector<int64_t> train, val;
   for (int64_t i = 0; i < n; i++) (i < n_train ? train : val).push_back(docs_[perm[i]]);

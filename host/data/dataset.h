@@ -186,6 +186,16 @@ std::optional<ChatFormat> data_resolve_chat(DataFormat format, const DataOptions
 // A seeded Fisher-Yates permutation of 0..n-1 (splitmix64; the same on every platform).
 std::vector<int64_t> data_permutation(int64_t n, uint64_t seed);
 
+// How many of `n` items a split keeping `fraction` to train puts in the training part: round(fraction * n)
+// (Dataset::split, PreferenceDataset::split). The rest are held out.
+int64_t data_split_train_count(int64_t n, double fraction);
+// The one-line warning for holding out `eval_fraction` of `items` (records, or `unit`) when that holds out
+// none, so there is nothing to evaluate on: what it rounds to and the eval_fraction that holds out one.
+// "" when it holds out at least one, when eval_fraction is 0 (no evaluation asked for) or there are no
+// items. The recipes' run.sets and pref.sets print it and turn evaluation off; `runner validate` prints
+// the same line from the data file's records, before anything is loaded (docs/data.md).
+std::string data_eval_split_warning(int64_t items, double eval_fraction, const std::string& unit = "records");
+
 // The most rows (pairs for a preference set) one step may take over all ranks when that is more
 // than the dataset holds: a batch bigger than the data repeats rows inside one step, and a
 // mistyped size (gradient_accumulation_steps=1e18) would otherwise grow the batch until the process is

@@ -238,6 +238,39 @@ Document data_encode_record(const Tokenizer& tok, const EncodeOptions& o, const 
   return doc;
 }
 
+void data_check_record(DataFormat format, const json& record, const std::string& where) {
+  switch (format) {
+    case DataFormat::text:
+      if (!field_string(record, "text")) fail_shape(where, "a JSON object with \"text\" (a string)", record);
+      return;
+    case DataFormat::prompt_response:
+      if (!field_string(record, "prompt") || !field_string(record, "response"))
+        fail_shape(where, "a JSON object with \"prompt\" and \"response\" (strings)", record);
+      return;
+    case DataFormat::alpaca: {
+      const bool input_ok = field_string(record, "input") || !record.is_object() ||
+                            !record.contains("input") || record["input"].is_null();
+      if (!field_string(record, "instruction") || !field_string(record, "output") || !input_ok)
+        fail_shape(where, "a JSON object with \"instruction\", \"output\" and optionally \"input\" (strings)",
+                   record);
+      return;
+    }
+    case DataFormat::chat:
+      chat_messages(record, where);
+      return;
+    case DataFormat::guanaco: {
+      const char* expected =
+          "a JSON object with \"text\" holding \"### Human: ... ### Assistant: ...\" turns";
+      const std::string* text = field_string(record, "text");
+      if (!text) fail_shape(where, expected, record);
+      std::vector<GuanacoTurn> turns = guanaco_turns(*text);
+      if (std::none_of(turns.begin(), turns.end(), [](const GuanacoTurn& t) { return t.assistant; }))
+        fail_shape(where, expected, record);
+      return;
+    }
+  }
+}
+
 std::string data_record_excerpt(const json& record, size_t limit) {
   return json_excerpt(record, limit);  // bounded whatever the record's size and depth
 }

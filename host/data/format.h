@@ -55,6 +55,10 @@ struct Document {
 Document data_encode_record(const Tokenizer& tokenizer, const EncodeOptions& options,
                             const nlohmann::json& record, const std::string& where);
 
+// The shape checks data_encode_record makes, without a tokenizer: fails with the same "WHERE: expected ...,
+// got ..." for a record that loading would refuse as `format` (`runner validate` reads data files with it).
+void data_check_record(DataFormat format, const nlohmann::json& record, const std::string& where);
+
 // The first `limit` characters of a record's JSON text, for "got ..." in messages.
 std::string data_record_excerpt(const nlohmann::json& record, size_t limit = 60);
 

@@ -58,16 +58,11 @@ Document encode_messages(const Tokenizer& tok, const EncodeOptions& o, const jso
 
 std::pair<Document, Document> preference_encode_record(const Tokenizer& tok, const EncodeOptions& o,
                                                        const json& record, const std::string& where) {
-  const std::string shapes =
-      "a JSON object with \"chosen\" and \"rejected\" (strings with a \"prompt\" string, or message lists)";
-  if (!record.is_object() || !record.contains("chosen") || !record.contains("rejected"))
-    fail_pair(where, shapes, record);
+  preference_check_record(record, where);  // its shape, as `runner validate` checks it
   const json& chosen = record["chosen"];
   const json& rejected = record["rejected"];
   const json* prompt = record.contains("prompt") ? &record["prompt"] : nullptr;
-  if (chosen.is_string() && rejected.is_string()) {
-    if (!prompt || !(prompt->is_string() || is_messages(*prompt)))
-      fail_pair(where, "a \"prompt\" (string or message list) beside string \"chosen\"/\"rejected\"", record);
+  if (chosen.is_string() && rejected.is_string()) {  // with a prompt (checked)
     if (prompt->is_string() && !o.chat) {
       EncodeOptions po = o;
       po.format = DataFormat::prompt_response;
@@ -82,13 +77,10 @@ std::pair<Document, Document> preference_encode_record(const Tokenizer& tok, con
     r.push_back(json{{"role", "assistant"}, {"content", rejected}});
     return {encode_messages(tok, o, c, where, "chosen"), encode_messages(tok, o, r, where, "rejected")};
   }
-  if (!is_messages(chosen) || !is_messages(rejected)) fail_pair(where, shapes, record);
   if (!o.chat)
     fail(where + ": message lists need a chat format", "pass chat_format = ... (see docs/data.md)");
   json c, r;
   if (prompt) {
-    if (!prompt->is_string() && !is_messages(*prompt))
-      fail_pair(where, "\"prompt\" as a string or a message list", record);
     json history = as_messages(*prompt);
     c = history, r = history;
     for (const json& m : chosen) c.push_back(m);
@@ -104,6 +96,24 @@ std::pair<Document, Document> preference_encode_record(const Tokenizer& tok, con
     c = chosen, r = rejected;
   }
   return {encode_messages(tok, o, c, where, "chosen"), encode_messages(tok, o, r, where, "rejected")};
+}
+
+void preference_check_record(const json& record, const std::string& where) {
+  const std::string shapes =
+      "a JSON object with \"chosen\" and \"rejected\" (strings with a \"prompt\" string, or message lists)";
+  if (!record.is_object() || !record.contains("chosen") || !record.contains("rejected"))
+    fail_pair(where, shapes, record);
+  const json& chosen = record["chosen"];
+  const json& rejected = record["rejected"];
+  const json* prompt = record.contains("prompt") ? &record["prompt"] : nullptr;
+  if (chosen.is_string() && rejected.is_string()) {
+    if (!prompt || !(prompt->is_string() || is_messages(*prompt)))
+      fail_pair(where, "a \"prompt\" (string or message list) beside string \"chosen\"/\"rejected\"", record);
+    return;
+  }
+  if (!is_messages(chosen) || !is_messages(rejected)) fail_pair(where, shapes, record);
+  if (prompt && !prompt->is_string() && !is_messages(*prompt))
+    fail_pair(where, "\"prompt\" as a string or a message list", record);
 }
 
 int64_t preference_pair_key(const Document& chosen, const Document& rejected) {
@@ -237,7 +247,7 @@ std::pair<std::shared_ptr<PreferenceDataset>, std::shared_ptr<PreferenceDataset>
     double fraction) const {
   LT_CHECK(fraction >= 0 && fraction <= 1, "data: split fraction must be in [0, 1], got " << fraction);
   const int64_t n = size();
-  const int64_t n_train = std::llround(fraction * static_cast<double>(n));
+  const int64_t n_train = data_split_train_count(n, fraction);
   std::vector<int64_t> perm = data_permutation(n, options_.seed ^ kSplitStream);
   std::vector<int64_t> train, held;
   for (int64_t i = 0; i < n; i++) (i < n_train ? train : held).push_back(pairs_[perm[i]]);

@@ -91,4 +91,9 @@ std::pair<Document, Document> preference_encode_record(const Tokenizer& tokenize
                                                        const nlohmann::json& record,
                                                        const std::string& where);
 
+// The shape checks of preference_encode_record, without a tokenizer: fails with the same "WHERE: expected
+// ..." for a record that loading would refuse (`runner validate` reads pair files with it). What needs the
+// tokenizer (a chat format for message lists) is not checked.
+void preference_check_record(const nlohmann::json& record, const std::string& where);
+
 }  // namespace luatune

@@ -10,8 +10,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -20,6 +22,7 @@
 #include "host/core/enum_names.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/strings.h"
 #include "host/io/hub_cache.h"
 
 namespace luatune {
@@ -340,7 +343,7 @@ bool use_more_bits(int64_t i, int64_t n) {
 
 uint32_t file_type_of(const std::string& outtype) {
   // llama.cpp's enum llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
-  // MOSTLY_Q4_K_M 15, MOSTLY_BF16 32.
+  // MOSTLY_Q4_K_M 15, MOSTLY_BF16 32 (and MOSTLY_Q6_K 18: file_type_written).
   if (outtype == "f32") return 0;
   if (outtype == "f16") return 1;
   if (outtype == "q4_0") return 2;
@@ -349,6 +352,124 @@ uint32_t file_type_of(const std::string& outtype) {
   if (outtype == "bf16") return 32;
   fail_usage("export.gguf: outtype '" + outtype + "' is not one of f32, f16, bf16, q8_0, q4_0, q4_k");
 }
+
+// general.file_type of a file written as `outtype` (gguf_export's result): file_type_of, plus the
+// q6_k a file whose quantised tensors are mostly q6_K names (never asked for).
+uint32_t file_type_written(const std::string& outtype) {
+  return outtype == "q6_k" ? 18 : file_type_of(outtype);
+}
+
+// The outtype that names a file of mostly `t` (the inverse of the main type of each outtype).
+std::string outtype_of(GgmlType t) {
+  if (t == GgmlType::F16) return "f16";
+  if (t == GgmlType::BF16) return "bf16";
+  if (t == GgmlType::Q8_0) return "q8_0";
+  if (t == GgmlType::Q4_0) return "q4_0";
+  if (t == GgmlType::Q4_K) return "q4_k";
+  if (t == GgmlType::Q6_K) return "q6_k";
+  return "f32";
+}
+
+// The type llama.cpp's rules give a tensor before its rows are checked against the type's block
+// (row_fitted then falls back). `outtype` is valid.
+GgmlType type_wanted(const std::string& name, const std::vector<int64_t>& shape, const std::string& outtype,
+                     int64_t layer, int64_t n_layers, bool tied) {
+  // Norms, biases, rope_freqs and every 1-D tensor stay float32 (converter: n_dims <= 1 or
+  // "_norm.weight"; not ".weight" -> F32).
+  if (shape.size() <= 1 || ends_with(name, "_norm.weight") || !ends_with(name, ".weight") ||
+      name == "rope_freqs.weight")
+    return GgmlType::F32;
+  if (outtype == "f32") return GgmlType::F32;
+  if (outtype == "f16") return GgmlType::F16;
+  if (outtype == "bf16") return GgmlType::BF16;
+  // convert_hf_to_gguf --outtype q8_0: every other tensor q8_0.
+  if (outtype == "q8_0") return GgmlType::Q8_0;
+  // q4_0 and q4_k: llama-quantize's llama_tensor_get_type for LLAMA_FTYPE_MOSTLY_Q4_0 / Q4_K_M.
+  const GgmlType def = outtype == "q4_0" ? GgmlType::Q4_0 : GgmlType::Q4_K;
+  const bool is_output = name == "output.weight" || (tied && name == "token_embd.weight");
+  if (is_output) return GgmlType::Q6_K;
+  if (name == "token_embd.weight") return def;
+  if (outtype == "q4_k" && (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) &&
+      use_more_bits(layer, n_layers))
+    return GgmlType::Q6_K;
+  return def;
+}
+
+// Rows a block type cannot hold (nx, ggml's ne[0], not a multiple of its block): llama.cpp falls
+// back Q4_K -> Q5_0 and Q6_K -> Q8_0, then F16 when even that does not divide; the converter's
+// q8_0 raises QuantError and writes F16. luatune writes no Q5_0, so Q4_K falls back to Q8_0 too.
+GgmlType row_fitted(GgmlType t, int64_t nx) {
+  if ((t == GgmlType::Q4_K || t == GgmlType::Q6_K) && nx % 256 != 0) t = GgmlType::Q8_0;
+  if ((t == GgmlType::Q4_0 || t == GgmlType::Q8_0) && nx % 32 != 0) t = GgmlType::F16;
+  return t;
+}
+
+bool is_block_type(GgmlType t) {
+  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+}
+
+// The quantised tensors an export meant to write and what their rows allowed: a file none of whose
+// tensors got the outtype's own type is named by what it holds, and the export says which rows fell
+// back and why.
+struct FallbackTally {
+  GgmlType main = GgmlType::F32;                     // the outtype's own type (q4_k: Q4_K)
+  int64_t meant = 0, fell = 0, kept_main = 0;        // tensors
+  std::map<GgmlType, int64_t> elements;              // what the meant tensors became -> their elements
+  std::map<GgmlType, std::vector<int64_t>> rows_of;  // a wanted type that fell back -> its row lengths
+  std::map<GgmlType, int64_t> fell_to;               // type fallen back to -> tensors
+
+  void add(GgmlType wanted, GgmlType got, int64_t nx, int64_t numel) {
+    if (!is_block_type(wanted)) return;
+    meant++;
+    elements[got] += numel;
+    if (got == main) kept_main++;
+    if (got == wanted) return;
+    fell++;
+    fell_to[got]++;
+    std::vector<int64_t>& rows = rows_of[wanted];
+    if (std::find(rows.begin(), rows.end(), nx) == rows.end()) rows.push_back(nx);
+  }
+  // The outtype the file holds: `asked` unless no tensor has its own type, then the type most of the
+  // quantised elements have.
+  std::string written(const std::string& asked) const {
+    if (meant == 0 || kept_main > 0) return asked;
+    GgmlType most = GgmlType::F32;
+    int64_t best = -1;
+    for (const auto& [t, n] : elements)
+      if (n > best) most = t, best = n;
+    return outtype_of(most);
+  }
+  // "" when nothing fell back; else one line naming the rows, the blocks and the file type:
+  // "export.gguf: outtype q4_k: every quantised tensor (16) fell back to q8_0 (rows of 32, 64 values;
+  // q4_K and q6_K need multiples of 256); the file is q8_0 (general.file_type 7), not q4_k".
+  std::string note(const std::string& asked, const std::string& written) const {
+    if (fell == 0) return "";
+    std::string to, rows, why;
+    for (const auto& [t, n] : fell_to) to += (to.empty() ? "" : " and ") + std::string(ggml_type_name(t));
+    std::map<int64_t, std::vector<std::string>> types_of_block;  // 256 -> {q4_K, q6_K}
+    std::vector<int64_t> all;
+    for (const auto& [t, v] : rows_of) {
+      types_of_block[ggml_block_size(t)].push_back(ggml_type_name(t));
+      for (int64_t nx : v)
+        if (std::find(all.begin(), all.end(), nx) == all.end()) all.push_back(nx);
+    }
+    std::sort(all.begin(), all.end());
+    for (int64_t nx : all) rows += (rows.empty() ? "" : ", ") + std::to_string(nx);
+    for (const auto& [block, names] : types_of_block)
+      why += (why.empty() ? "" : ", ") + str_join(names, " and ") + (names.size() == 1 ? " needs" : " need") +
+             " multiples of " + std::to_string(block);
+    std::string line = "export.gguf: outtype " + asked + ": ";
+    if (fell == meant)
+      line += "every quantised tensor (" + std::to_string(meant) + ") fell back to " + to;
+    else
+      line += std::to_string(fell) + " of " + std::to_string(meant) + " quantised tensors fell back to " + to;
+    line += " (rows of " + rows + " values; " + why + ")";
+    if (written != asked)
+      line += "; the file is " + written + " (general.file_type " +
+              std::to_string(file_type_written(written)) + "), not " + asked;
+    return line;
+  }
+};
 
 }  // namespace
 
@@ -403,36 +524,8 @@ std::vector<float> gguf_llama3_rope_factors(const ModelConfig& c) {
 GgmlType gguf_tensor_type(const std::string& name, const std::vector<int64_t>& shape,
                           const std::string& outtype, int64_t layer, int64_t n_layers, bool tied) {
   file_type_of(outtype);  // validates
-  // Norms, biases, rope_freqs and every 1-D tensor stay float32 (converter: n_dims <= 1 or
-  // "_norm.weight"; not ".weight" -> F32).
-  if (shape.size() <= 1 || ends_with(name, "_norm.weight") || !ends_with(name, ".weight") ||
-      name == "rope_freqs.weight")
-    return GgmlType::F32;
-  const int64_t nx = shape.back();  // ggml's ne[0]: the row length
-  if (outtype == "f32") return GgmlType::F32;
-  if (outtype == "f16") return GgmlType::F16;
-  if (outtype == "bf16") return GgmlType::BF16;
-  // convert_hf_to_gguf --outtype q8_0: every other tensor q8_0; a row not a multiple of 32 raises
-  // QuantError and falls back to F16.
-  if (outtype == "q8_0") return nx % 32 == 0 ? GgmlType::Q8_0 : GgmlType::F16;
-  // q4_0 and q4_k: llama-quantize's llama_tensor_get_type for LLAMA_FTYPE_MOSTLY_Q4_0 / Q4_K_M.
-  const GgmlType def = outtype == "q4_0" ? GgmlType::Q4_0 : GgmlType::Q4_K;
-  GgmlType t = def;
-  const bool is_output = name == "output.weight" || (tied && name == "token_embd.weight");
-  if (is_output) {
-    t = nx % ggml_block_size(def) != 0 ? GgmlType::Q8_0 : GgmlType::Q6_K;
-  } else if (name == "token_embd.weight") {
-    t = def;
-  } else if (outtype == "q4_k" &&
-             (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) &&
-             use_more_bits(layer, n_layers)) {
-    t = GgmlType::Q6_K;
-  }
-  // Rows a k-quant cannot hold: llama.cpp falls back Q4_K -> Q5_0 and Q6_K -> Q8_0, then F16 when
-  // even that does not divide. luatune writes no Q5_0, so Q4_K falls back to Q8_0 too.
-  if ((t == GgmlType::Q4_K || t == GgmlType::Q6_K) && nx % 256 != 0) t = GgmlType::Q8_0;
-  if ((t == GgmlType::Q4_0 || t == GgmlType::Q8_0) && nx % 32 != 0) t = GgmlType::F16;
-  return t;
+  const GgmlType t = type_wanted(name, shape, outtype, layer, n_layers, tied);
+  return t == GgmlType::F32 ? t : row_fitted(t, shape.back());  // shape.back(): ggml's ne[0], the row length
 }
 
 // ============================================================================================
@@ -440,7 +533,7 @@ GgmlType gguf_tensor_type(const std::string& name, const std::vector<int64_t>& s
 
 GgufExportResult gguf_export(const Model& model, const Tokenizer& tok, const std::string& path,
                              const GgufExportOptions& options) {
-  const uint32_t file_type = file_type_of(options.outtype);
+  file_type_of(options.outtype);  // validates
   model.ensure_full_weights();
   check_expressible(model);
   const ModelConfig& c = model.config;
@@ -491,7 +584,8 @@ GgufExportResult gguf_export(const Model& model, const Tokenizer& tok, const std
     w.set(key("final_logit_softcapping"), GgufValue::f32(static_cast<float>(c.final_logit_softcap)));
     if (c.sliding_window > 0) w.set(key("attention.sliding_window"), u32(c.sliding_window));
   }
-  w.set("general.file_type", GgufValue::u32(file_type));
+  // Set again once the tensors are known (a file whose rows all fell back says what it holds).
+  w.set("general.file_type", GgufValue::u32(file_type_of(options.outtype)));
   w.set("general.quantization_version", u32(2));  // GGML_QUANT_VERSION
 
   // Tokenizer
@@ -526,11 +620,15 @@ GgufExportResult gguf_export(const Model& model, const Tokenizer& tok, const std
   const bool gemma = c.arch == ModelArch::gemma2;
   const int64_t L = static_cast<int64_t>(model.layers.size());
   LT_CHECK(L == c.num_layers, "export.gguf: " << L << " layers, config num_hidden_layers " << c.num_layers);
+  FallbackTally tally;
+  tally.main = type_wanted("x.weight", {1, 1}, options.outtype, 0, 1, false);
   auto add = [&](const std::string& gname, at::Tensor t, int64_t layer) {
     at::NoGradGuard g;
     t = t.detach().to(at::kCPU).to(at::kFloat).contiguous();
     std::vector<int64_t> shape = t.sizes().vec();
-    w.add_tensor(gname, t, gguf_tensor_type(gname, shape, options.outtype, layer, L, tied));
+    const GgmlType type = gguf_tensor_type(gname, shape, options.outtype, layer, L, tied);
+    tally.add(type_wanted(gname, shape, options.outtype, layer, L, tied), type, shape.back(), t.numel());
+    w.add_tensor(gname, t, type);
   };
   // Gemma stores RMSNorm weights as w with scale 1 + w (HF); llama.cpp's gemma2 multiplies by the
   // weight, so the converter adds 1 (Gemma2Model.modify_tensors).
@@ -580,8 +678,16 @@ GgufExportResult gguf_export(const Model& model, const Tokenizer& tok, const std
   // Tied embeddings: no output.weight; llama.cpp then uses token_embd (TENSOR_DUPLICATED).
   if (!tied) add("output.weight", model.lm_head, -1);
 
-  w.write(path);
+  // A file whose rows all fell back holds no tensor of the asked type: its header names what it is.
   GgufExportResult r;
+  r.outtype = tally.written(options.outtype);
+  r.note = tally.note(options.outtype, r.outtype);
+  w.set("general.file_type", GgufValue::u32(file_type_written(r.outtype)));
+  w.write(path);
+  if (!r.note.empty()) {
+    std::printf("%s\n", r.note.c_str());
+    std::fflush(stdout);
+  }
   r.path = path;
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) r.bytes = static_cast<uint64_t>(st.st_size);

@@ -23,11 +23,19 @@ struct GgufExportResult {
   std::string path;
   uint64_t bytes = 0;   // size of the file written
   int64_t tensors = 0;  // tensors in it
+  // What the file holds, as an outtype: the one asked for, unless no tensor could take its type (a
+  // q4_k export of a model whose rows are not multiples of 256 is all q8_0): then the type most of
+  // the quantised weights have, which general.file_type names too.
+  std::string outtype;
+  // "" unless quantised tensors fell back to another type: one line saying how many, to what, the
+  // row lengths and the block they miss, and the file type when it changed (also printed).
+  std::string note;
 };
 
 // Writes `path` atomically. Everything llama.cpp cannot express (an architecture, a tokenizer, a
 // RoPE scaling, a disabled Gemma 2 softcap, unmerged adapters) fails with one line naming it before
-// anything is written.
+// anything is written. Tensors whose rows do not fit the outtype's blocks fall back as llama.cpp's do
+// (docs/gguf.md, "Quantization mix"); the export then prints its note.
 GgufExportResult gguf_export(const Model& model, const Tokenizer& tok, const std::string& path,
                              const GgufExportOptions& options = {});
 

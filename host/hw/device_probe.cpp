@@ -130,6 +130,15 @@ DeviceInfo hw_device_probe() {
   return d;
 }
 
+std::string hw_device_name(const std::string& device, std::string* resolved) {
+  const c10::Device d = device_parse(device);
+  if (resolved) *resolved = device_name(d);
+#ifdef LUATUNE_HAS_CUDA
+  if (d.is_cuda()) return at::cuda::getDeviceProperties(d.has_index() ? d.index() : 0)->name;
+#endif
+  return cpu_model_name();
+}
+
 // ============================================================================================
 // Sampler
 

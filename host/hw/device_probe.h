@@ -27,6 +27,12 @@ struct DeviceInfo {
 };
 DeviceInfo hw_device_probe();
 
+// What a run's `device` ("auto", "cpu", "cuda", "cuda:N") resolves to on this machine, for the run's
+// records (metrics.jsonl's hardware, the run report): the device as LibTorch names it ("cuda:0",
+// "cpu") in *resolved, and the returned name of the GPU ("NVIDIA H200") or of the CPU's model. Fails
+// like device_parse on a device this machine lacks.
+std::string hw_device_name(const std::string& device, std::string* resolved);
+
 struct MonitorSummary {
   int64_t samples = 0;
   double util_mean = 0, util_max = 0;  // GPU utilisation, percent

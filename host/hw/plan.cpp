@@ -407,7 +407,9 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
   const double at_loss = m.activations + m.logits + m.teacher_forward + (o.grad_accum > 1 ? grads : 0);
   const double at_backward = grads + m.activations + m.layer_backward;
   const double at_step = grads + m.optimizer_step;
-  m.peak_at = at_loss >= at_backward && at_loss >= at_step ? "loss" : at_backward >= at_step ? "backward" : "step";
+  m.peak_at = at_loss >= at_backward && at_loss >= at_step ? "loss"
+              : at_backward >= at_step                     ? "backward"
+                                                           : "step";
   double allocated = m.weights + m.adapters + m.master_weights + grads_kept + m.optimizer_states + m.teacher +
                      std::max({at_loss, at_backward, at_step}) + m.gather_buffers + m.comm_buckets;
   m.fragmentation = allocated * kHwFragmentation;

@@ -113,7 +113,8 @@ struct PlanComponents {
                               // one decoder layer's full gradients in flight
   double optimizer_states =
       0;  // AdamW exp_avg + exp_avg_sq: float32, or 8-bit + absmax (sharded from shard=optimizer)
-  double activations = 0;     // saved for backward at the loss: every layer's (checkpointed: its input) + the head's
+  double activations =
+      0;  // saved for backward at the loss: every layer's (checkpointed: its input) + the head's
   double layer_backward = 0;  // one layer's backward: its recomputed saved tensors (checkpointed), the
                               // gradients in flight, QLoRA's dequantised projection
   double logits =

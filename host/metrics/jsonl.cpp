@@ -50,6 +50,7 @@ class JsonlSink : public MetricSink {
     if (!o.config_json.empty() && fresh) {
       ojson line;
       line["config"] = ojson::parse(o.config_json);
+      if (!o.hardware_json.empty()) line["hardware"] = ojson::parse(o.hardware_json);
       put(line);
     }
   }

@@ -146,6 +146,9 @@ struct JsonlOptions {
   std::string path;
   bool resume = false;      // append to an existing file; else start it afresh
   std::string config_json;  // when non-empty, written once as the first line {"config": ...}
+  // What the config's device resolved to, {"device": "cuda:0", "name": "NVIDIA H200"} (metrics.open
+  // fills it in): when non-empty, the first line carries it too, {"config": ..., "hardware": ...}.
+  std::string hardware_json;
   // With resume: the step the run resumed from. Lines of later steps (logged after that checkpoint
   // by the run that stopped) are dropped first, so every step appears once. -1: keep every line.
   int64_t resume_step = -1;

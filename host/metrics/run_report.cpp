@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -72,7 +73,21 @@ const RunCurve* RunReport::curve(const std::string& key) const {
 // Reading
 
 std::string run_report_jsonl_of(const std::string& path) {
-  return dir_exists(path) ? (std::filesystem::path(path) / "metrics.jsonl").string() : path;
+  if (!dir_exists(path)) return path;
+  const std::string metrics = (std::filesystem::path(path) / "metrics.jsonl").string();
+  if (file_exists(metrics)) return metrics;
+  // No metrics.jsonl: say what the directory is instead (every shipped recipe that logs writes one).
+  std::vector<std::string> logs;
+  for (const auto& [name, mtime] : dir_listing(path))
+    if (str_ends_with(name, ".jsonl") && name != "trials.jsonl") logs.push_back(name);
+  const std::string head = "report: no metrics file '" + metrics + "'";
+  if (file_exists(path + "/trials.jsonl"))
+    fail(head + " (" + path + " is a sweep's directory)",
+         "runner sweep --report DIR tables its trials; runner report DIR/TRIAL draws one of them");
+  if (!logs.empty())
+    fail(head + "; it holds " + str_join(logs, ", "),
+         "name the log to draw: runner report " + path + "/" + logs[0]);
+  fail(head + " (metrics.open{jsonl = OUTPUT_DIR .. \"/metrics.jsonl\"} writes it)");
 }
 
 RunReport run_report_read(const std::string& jsonl_path) {
@@ -86,7 +101,7 @@ RunReport run_report_read(const std::string& jsonl_path) {
   // key -> step -> value; keys in the order they first appear.
   std::vector<std::string> order;
   std::map<std::string, std::map<int64_t, double>> values;
-  ojson jsonl_config;
+  ojson jsonl_config, jsonl_hardware;
   double t0 = INFINITY, t1 = -INFINITY;
   // Damaged lines (a run killed mid-write cuts its last one short) are skipped and counted.
   JsonlReadOptions jo;
@@ -107,6 +122,8 @@ RunReport run_report_read(const std::string& jsonl_path) {
       }
       int64_t step = static_cast<int64_t>(s.get<double>());
       r.records++;
+      if (j.contains("note") && j["note"].is_string() && !j["note"].get<std::string>().empty())
+        r.phases.emplace_back(step, j["note"].get<std::string>());
       r.first_step = r.first_step < 0 ? step : std::min(r.first_step, step);
       r.last_step = std::max(r.last_step, step);
       if (j.contains("time") && j["time"].is_number()) {
@@ -130,6 +147,8 @@ RunReport run_report_read(const std::string& jsonl_path) {
         if (it.value().is_number()) r.summary.emplace_back(it.key(), it.value().get<double>());
     } else if (j.contains("config")) {
       if (jsonl_config.is_null()) jsonl_config = j["config"];
+      // metrics.open's record of what the config's device resolved to (host/metrics/metrics.h)
+      if (j.contains("hardware") && j["hardware"].is_object()) jsonl_hardware = j["hardware"];
     } else {
       r.bad_lines++;
     }
@@ -183,16 +202,28 @@ RunReport run_report_read(const std::string& jsonl_path) {
     r.config_source = path_basename(jsonl_path);
   }
 
-  // Hardware, as far as the files record it: run.json's host (and a device name, should a future
-  // run.json carry one), the config's device and dtype, the peak memory the trainer measured.
+  // Hardware, as far as the files record it: run.json's host, the device the run used and its GPU
+  // (or CPU) by name (metrics.jsonl's hardware record; a run from before it has the config's device
+  // word only, shown as such), the config's dtype, shard and quantize, the peak memory measured.
   if (!r.host.empty()) r.hardware.emplace_back("host", r.host);
-  for (const char* key : {"device", "device_name", "gpu", "gpu_name"})
-    if (!str(key).empty()) r.hardware.emplace_back(key, str(key));
+  auto text_of = [](const ojson& o, const char* key) {
+    return o.is_object() && o.contains(key) && o[key].is_string() ? o[key].get<std::string>() : std::string();
+  };
+  const std::string used = text_of(jsonl_hardware, "device"), name = text_of(jsonl_hardware, "name");
+  const std::string asked =
+      r.config.is_object() && r.config.contains("device") ? json_text(r.config["device"]) : "";
+  if (!used.empty()) {
+    r.hardware.emplace_back("device",
+                            used + (!asked.empty() && asked != used ? " (config: " + asked + ")" : ""));
+    if (!name.empty()) r.hardware.emplace_back(str_starts_with(used, "cuda") ? "GPU" : "CPU", name);
+  }
   if (r.world_size > 0) r.hardware.emplace_back("world size (ranks)", std::to_string(r.world_size));
   if (r.config.is_object())
-    for (const char* key : {"device", "dtype", "shard", "quantize"})
+    for (const char* key : {"device", "dtype", "shard", "quantize"}) {
+      if (!std::strcmp(key, "device") && !used.empty()) continue;  // shown above, resolved
       if (r.config.contains(key) && !r.config[key].is_null() && json_text(r.config[key]) != "")
         r.hardware.emplace_back(std::string(key) + " (config)", json_text(r.config[key]));
+    }
   if (const RunCurve* mem = r.curve("peak_memory_gb")) {
     double peak = -1;
     for (const auto& p : mem->points)
@@ -299,6 +330,82 @@ std::vector<FinalRow> final_rows(const RunReport& r, const std::vector<Chart>& c
   return rows;
 }
 
+// Evenly spaced indices into n points, first and last included.
+std::vector<size_t> sample_indices(size_t n, size_t k) {
+  std::vector<size_t> idx;
+  if (n == 0) return idx;
+  if (n <= k) {
+    for (size_t i = 0; i < n; i++) idx.push_back(i);
+    return idx;
+  }
+  for (size_t i = 0; i < k; i++) {
+    size_t j = (i * (n - 1) + (k - 1) / 2) / (k - 1);
+    if (idx.empty() || j != idx.back()) idx.push_back(j);
+  }
+  return idx;
+}
+
+// Rows of evaluation tables beyond this are sampled evenly, the first and last kept.
+constexpr size_t kMaxEvalRows = 20;
+
+// The phase a step falls in: the note of the last phase starting at or before it ("" if none).
+std::string phase_at(const RunReport& r, int64_t step) {
+  std::string name;
+  for (const auto& [from, note] : r.phases)
+    if (from <= step) name = note;
+  return name;
+}
+
+struct PhaseRow {
+  std::string name, steps;
+};
+
+// Each phase with its steps: from its note's step to the step before the next phase's (the last
+// one to the run's last step).
+std::vector<PhaseRow> phase_rows(const RunReport& r) {
+  std::vector<PhaseRow> rows;
+  for (size_t i = 0; i < r.phases.size(); i++) {
+    const int64_t from = r.phases[i].first;
+    const int64_t to = i + 1 < r.phases.size() ? std::max(from, r.phases[i + 1].first - 1) : r.last_step;
+    rows.push_back({r.phases[i].second, from == to
+                                            ? "step " + std::to_string(from)
+                                            : "steps " + std::to_string(from) + "–" + std::to_string(to)});
+  }
+  return rows;
+}
+
+// The evaluations: one row per step at which an eval_* value was logged, one column per eval_* key
+// (a cell "" where that key was not logged then), the phase first when the run has phases.
+struct EvalTable {
+  std::vector<std::string> keys;
+  std::vector<std::vector<std::string>> rows;  // step, [phase,] values
+  size_t total_rows = 0;                       // before sampling
+};
+
+EvalTable eval_table(const RunReport& r) {
+  EvalTable t;
+  std::map<int64_t, std::map<std::string, double>> at;
+  for (const RunCurve& c : r.curves) {
+    if (!metrics_is_eval_key(c.key)) continue;
+    t.keys.push_back(c.key);
+    for (const auto& [step, v] : c.points)
+      if (std::isfinite(v)) at[step][c.key] = v;
+  }
+  std::vector<std::vector<std::string>> all;
+  for (const auto& [step, values] : at) {
+    std::vector<std::string> row{std::to_string(step)};
+    if (!r.phases.empty()) row.push_back(phase_at(r, step));
+    for (const std::string& k : t.keys) {
+      auto v = values.find(k);
+      row.push_back(v == values.end() ? "" : metrics_format_value(k, v->second));
+    }
+    all.push_back(std::move(row));
+  }
+  t.total_rows = all.size();
+  for (size_t i : sample_indices(all.size(), kMaxEvalRows)) t.rows.push_back(all[i]);
+  return t;
+}
+
 std::string title_of(const RunReport& r) {
   std::string name = r.recipe.empty() ? "" : stem_of(r.recipe);
   if (name.empty() && r.config.is_object() && r.config.contains("output_dir"))
@@ -341,6 +448,10 @@ std::vector<std::string> notes_of(const RunReport& r, const std::vector<Chart>& 
   if (any_downsampled(charts))
     notes.push_back("curves of more than " + std::to_string(kMaxChartPoints) + " steps are drawn as " +
                     std::to_string(kMaxChartPoints) + " means of consecutive steps");
+  const EvalTable evals = eval_table(r);
+  if (evals.rows.size() < evals.total_rows)
+    notes.push_back("the evaluations table shows " + std::to_string(evals.rows.size()) + " of its " +
+                    std::to_string(evals.total_rows) + " rows, spread evenly over the run");
   if (r.records == 0) notes.push_back("no step was logged");
   if (r.config.is_null()) notes.push_back("no config recorded (neither run.json nor a config line)");
   return notes;
@@ -357,21 +468,6 @@ td.key{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px}td.value
 svg.chart{max-width:100%;height:auto;display:block;margin:4px 0 12px}
 figure{margin:0}figcaption{font-weight:600;margin:16px 0 0}.notes li{color:#4a5568}
 )css";
-
-// Evenly spaced indices into n points, first and last included.
-std::vector<size_t> sample_indices(size_t n, size_t k) {
-  std::vector<size_t> idx;
-  if (n == 0) return idx;
-  if (n <= k) {
-    for (size_t i = 0; i < n; i++) idx.push_back(i);
-    return idx;
-  }
-  for (size_t i = 0; i < k; i++) {
-    size_t j = (i * (n - 1) + (k - 1) / 2) / (k - 1);
-    if (idx.empty() || j != idx.back()) idx.push_back(j);
-  }
-  return idx;
-}
 
 }  // namespace
 
@@ -401,6 +497,30 @@ std::string run_report_html(const RunReport& r) {
     for (const FinalRow& f : finals)
       os << "<tr><td class=\"key\">" << svg_escape(f.name) << "</td><td class=\"num\">" << svg_escape(f.value)
          << "</td><td>" << svg_escape(f.from) << "</td></tr>";
+    os << "</tbody></table>\n";
+  }
+
+  const EvalTable evals = eval_table(r);
+  if (!evals.rows.empty()) {
+    os << "<h2>Evaluations</h2>\n<table class=\"evals\"><thead><tr><th class=\"num\">step</th>"
+       << (r.phases.empty() ? "" : "<th>phase</th>");
+    for (const std::string& k : evals.keys) os << "<th class=\"num\">" << svg_escape(k) << "</th>";
+    os << "</tr></thead><tbody>";
+    for (const auto& row : evals.rows) {
+      os << "<tr>";
+      for (size_t i = 0; i < row.size(); i++) {
+        const bool text = !r.phases.empty() && i == 1;
+        os << (text ? "<td>" : "<td class=\"num\">") << svg_escape(row[i]) << "</td>";
+      }
+      os << "</tr>";
+    }
+    os << "</tbody></table>\n";
+  }
+  if (!r.phases.empty()) {
+    os << "<h2>Phases</h2>\n<table "
+          "class=\"phases\"><thead><tr><th>phase</th><th>steps</th></tr></thead><tbody>";
+    for (const PhaseRow& p : phase_rows(r))
+      os << "<tr><td>" << svg_escape(p.name) << "</td><td>" << svg_escape(p.steps) << "</td></tr>";
     os << "</tbody></table>\n";
   }
 
@@ -469,6 +589,24 @@ std::string run_report_markdown(const RunReport& r) {
     std::vector<std::vector<std::string>> rows;
     for (const FinalRow& f : finals) rows.push_back({md_cell(f.name), f.value, f.from});
     os << "## Final numbers\n\n" << md_table({{"metric"}, {"value", true}, {"from"}}, rows) << "\n";
+  }
+
+  const EvalTable evals = eval_table(r);
+  if (!evals.rows.empty()) {
+    std::vector<MdColumn> columns{{"step", true}};
+    if (!r.phases.empty()) columns.push_back({"phase"});
+    for (const std::string& k : evals.keys) columns.push_back({md_cell(k), true});
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& row : evals.rows) {
+      rows.push_back({});
+      for (const std::string& cell : row) rows.back().push_back(md_cell(cell));
+    }
+    os << "## Evaluations\n\n" << md_table(columns, rows) << "\n";
+  }
+  if (!r.phases.empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const PhaseRow& p : phase_rows(r)) rows.push_back({md_cell(p.name), p.steps});
+    os << "## Phases\n\n" << md_table({{"phase"}, {"steps"}}, rows) << "\n";
   }
 
   os << "## Curves\n\n";

@@ -1,6 +1,7 @@
 // A training run drawn from its output directory (`runner report OUTPUT_DIR`, and metrics:close()
-// at the end of every recipe): the curves of metrics.jsonl against step, run.json's recipe, run
-// id, start time, host and resolved config, the summary record's final numbers. Written as
+// at the end of every recipe): the curves of metrics.jsonl against step, the evaluations (eval_*
+// keys) as a table, the phases its notes mark, run.json's recipe, run id, start time, host and
+// resolved config, the summary record's final numbers. Written as
 // report.html (inline CSS and SVG, no script, nothing fetched) and report.md (the same facts as
 // tables) beside metrics.jsonl. Plain C++, no LibTorch. docs/report.md says what is in it.
 #pragma once
@@ -35,6 +36,9 @@ struct RunReport {
   // The last {"summary": {...}} record, numbers only, in the file's order.
   std::vector<std::pair<std::string, double>> summary;
   std::vector<RunCurve> curves;  // every numeric key but step/time/elapsed, loss first (run_report_read)
+  // The step records that carry a note ({"step": 151, "note": "LoRA"}), in the file's order: each
+  // starts a phase that lasts until the next one (quickstart's pretraining and LoRA stages).
+  std::vector<std::pair<int64_t, std::string>> phases;
   std::vector<std::pair<std::string, std::string>> hardware;  // {what, value}, as recorded
   int64_t records = 0;                                        // step records read
   int64_t bad_lines = 0;  // lines that were not JSON objects (a killed run's truncated last line)
@@ -51,11 +55,13 @@ RunReport run_report_read(const std::string& jsonl_path);
 std::string run_report_html(const RunReport& report);
 std::string run_report_markdown(const RunReport& report);
 
-// What `runner report PATH` reads: PATH/metrics.jsonl for a directory, PATH itself for a file.
+// What `runner report PATH` reads: PATH/metrics.jsonl for a directory, PATH itself for a file. A
+// directory without metrics.jsonl fails with one line saying what it holds instead: other JSONL
+// files to name, a sweep (runner sweep --report), or no log at all (the recipe logged nothing).
 std::string run_report_jsonl_of(const std::string& path);
 
 // Writes both files (each to a temporary name, then renamed). `html_path` "": beside the JSONL,
-// report.html for metrics.jsonl and NAME.report.html for NAME.jsonl (quickstart's stages). The
+// report.html for metrics.jsonl and NAME.report.html for NAME.jsonl. The
 // Markdown goes beside the HTML with its extension replaced by .md. Returns the HTML's path.
 std::string run_report_write(const std::string& jsonl_path, const std::string& html_path = "");
 

@@ -116,6 +116,9 @@ std::map<std::string, double> sweep_read_metrics(const std::string& dir);
 // What trial.log says went wrong: the runner's last "error: ..." message (without the Lua
 // traceback), else the last few non-empty lines.
 std::string sweep_log_error(const std::string& log_text);
+// An error as one line: without "error: ", HINT and warning lines; a heading ending in ':'
+// ("config: 2 problems in X's config:") gives way to what it introduces; the rest joined with "; ".
+std::string sweep_error_line(const std::string& error);
 // True when the log says a device or the host ran out of memory.
 bool sweep_log_oom(const std::string& log_text);
 // Fills status, metric and error from how the child ended and what it wrote.
@@ -187,13 +190,16 @@ struct SweepRunOptions {
 struct SweepOutcome {
   std::vector<SweepTrial> trials;  // every recorded trial of the plan, sorted by the metric
   int64_t ran = 0;                 // trials run by this call
+  int64_t invalid = 0;             // refused by runner validate: recorded as failed, not run
   bool interrupted = false;        // Ctrl-C / SIGTERM: running trials were stopped, not recorded
   int signal = 0;                  // the signal that interrupted it
 };
 
-// Runs the pending trials (validating the first one's settings with `runner validate` before
-// any), records each in trials.jsonl, writes results.md and prints one line per trial start and
-// finish and the table at the end. A failing trial is recorded and the sweep goes on.
+// Runs the pending trials, records each in trials.jsonl, writes results.md and prints one line per
+// trial start and finish and the table at the end. A failing trial is recorded and the sweep goes
+// on. Before any runs, every pending trial's settings go through `runner validate`: the refused
+// ones are printed (one line each) and recorded as failed without running, unless the recipe
+// refuses every trial's settings (none recorded before passing either): then it fails (UsageError).
 SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options = {});
 
 }  // namespace luatune

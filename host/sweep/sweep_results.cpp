@@ -98,6 +98,18 @@ std::string sweep_log_error(const std::string& log_text) {
   return str_join(tail, "\n");
 }
 
+std::string sweep_error_line(const std::string& error) {
+  std::vector<std::string> lines;
+  for (const auto& line : lines_of(error)) {
+    std::string l = str_trim(line);
+    if (l.empty() || str_starts_with(l, "HINT:") || str_starts_with(l, "warning: ")) continue;
+    lines.push_back(lines.empty() && str_starts_with(l, "error: ") ? l.substr(7) : l);
+  }
+  // "config: 1 problem in lora_finetune's config:" introduces the problems: they are the reason.
+  if (lines.size() > 1 && lines.front().back() == ':') lines.erase(lines.begin());
+  return str_join(lines, "; ");
+}
+
 bool sweep_log_oom(const std::string& log_text) {
   std::string low = log_text;
   std::transform(low.begin(), low.end(), low.begin(), ::tolower);

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -35,16 +36,23 @@ namespace {
 // ============================================================================================
 // Child processes
 
-// A trial: stdout and stderr to `log_path` (see process_spawn for the rest).
+int open_log(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("sweep: cannot write '" + path + "': " + std::strerror(errno));
+  return fd;
+}
+
+// A trial: stdout and stderr to `log_path`, or stderr to `err_path` when given (see process_spawn
+// for the rest).
 pid_t spawn(const std::string& exe, const std::vector<std::string>& args, const std::vector<std::string>& env,
-            const std::string& log_path) {
-  int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (log < 0) fail("sweep: cannot write '" + log_path + "': " + std::strerror(errno));
+            const std::string& log_path, const std::string& err_path = "") {
   struct Close {
     int fd;
-    ~Close() { ::close(fd); }
-  } close_log{log};
-  return process_spawn(exe, args, env, log, log, "sweep");
+    ~Close() {
+      if (fd >= 0) ::close(fd);
+    }
+  } log{open_log(log_path)}, err{err_path.empty() ? -1 : open_log(err_path)};
+  return process_spawn(exe, args, env, log.fd, err.fd >= 0 ? err.fd : log.fd, "sweep");
 }
 
 // The last 64 KiB of a log: where errors are, without reading a long training log whole.
@@ -62,15 +70,18 @@ std::string log_tail(const std::string& path) {
   return out;
 }
 
-void append_line(const std::string& path, const std::string& line) {
+void append_text(const std::string& path, const std::string& text) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) fail("sweep: cannot append to '" + path + "': " + std::strerror(errno));
-  std::string text = line + "\n";
   bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   ok = ::fsync(fd) == 0 && ok;
   int saved = errno;
   ::close(fd);
   if (!ok) fail("sweep: cannot append to '" + path + "': " + std::strerror(saved));
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  append_text(path, line + "\n");
 }
 
 std::string show_values(const SweepValues& values) {
@@ -90,23 +101,81 @@ struct Running {
   bool killed = false;
 };
 
-// `runner validate RECIPE ...` with the first pending trial's settings: a misspelt key or a value
-// of the wrong type fails the sweep in a second, with the config's own message.
-void validate_first(const std::string& exe, const SweepSpec& spec, const std::string& recipe_path,
-                    const SweepPlan& plan) {
-  std::string log = spec.output_dir + "/validate.log";
-  pid_t pid = spawn(exe, sweep_trial_args(spec, "validate", recipe_path, plan), process_env({}), log);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    if (InterruptCounter::count()) kill(-pid, SIGTERM);
+// A trial's settings that `runner validate` refused.
+struct Refusal {
+  int exit_code = 0;
+  std::string error;  // the runner's error (sweep_log_error)
+  std::string log;    // the whole output: OUTPUT_DIR/validate/trial-NNN.log
+};
+
+// `runner validate RECIPE ...` with each trial's settings, a few at once (a process start-up and
+// the config checks each): a value the recipe's config checks refuse (lora.r = -1), a misspelt key
+// or a wrong type shows up before any trial runs. Returns the refused ones by index;
+// a passing trial's log is removed. Interrupted, it stops the checks and returns what it has.
+std::map<int64_t, Refusal> check_settings(const std::string& exe, const SweepSpec& spec,
+                                          const std::string& recipe_path,
+                                          const std::vector<SweepPlan>& plans) {
+  std::map<int64_t, Refusal> refused;
+  if (plans.empty()) return refused;
+  const std::string dir = spec.output_dir + "/validate";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const size_t at_once = static_cast<size_t>(std::min(8, process_cpu_count()));
+  std::vector<std::pair<pid_t, const SweepPlan*>> running;
+  struct KillOnError {  // should spawning fail midway, no check outlives the sweep
+    std::vector<std::pair<pid_t, const SweepPlan*>>& running;
+    ~KillOnError() {
+      for (auto& [pid, p] : running) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } kill_on_error{running};
+  const std::vector<std::string> env = process_env({});
+  size_t next = 0;
+  bool stopping = false;
+  while ((!stopping && next < plans.size()) || !running.empty()) {
+    if (!stopping && InterruptCounter::count()) {
+      stopping = true;
+      for (auto& [pid, p] : running) kill(-pid, SIGTERM);
+    }
+    while (!stopping && next < plans.size() && running.size() < at_once) {
+      const SweepPlan& p = plans[next++];
+      pid_t pid = spawn(exe, sweep_trial_args(spec, "validate", recipe_path, p), env,
+                        dir + "/" + p.name + ".log", dir + "/" + p.name + ".err");
+      running.emplace_back(pid, &p);
+    }
+    for (size_t i = 0; i < running.size();) {
+      int status = 0;
+      pid_t got = waitpid(running[i].first, &status, WNOHANG);
+      if (got == 0 || (got < 0 && errno == EINTR)) {
+        i++;
+        continue;
+      }
+      // The error from stderr alone: a usage error has no "error: " to find it by in the config
+      // listing validate prints to stdout. The log gets both, stderr last.
+      const SweepPlan& p = *running[i].second;
+      std::string log = dir + "/" + p.name + ".log", err_path = dir + "/" + p.name + ".err";
+      int code = got < 0 ? 1 : process_exit_code(status);
+      std::string err = log_tail(err_path);
+      std::filesystem::remove(err_path, ec);
+      if (code == 0) {
+        std::filesystem::remove(log, ec);
+      } else if (!stopping) {
+        append_text(log, err);
+        refused[p.index] = {code, sweep_log_error(err), log};
+      }
+      running.erase(running.begin() + static_cast<long>(i));
+    }
+    if (!running.empty()) {
+      struct timespec ts {
+        0, 20 * 1000 * 1000
+      };
+      nanosleep(&ts, nullptr);
+    }
   }
-  int code = process_exit_code(status);
-  if (code == 0) return;
-  if (InterruptCounter::count()) return;  // interrupted: the caller stops
-  std::string err = sweep_log_error(log_tail(log));
-  fail_usage("sweep.run: recipe " + spec.recipe + " refuses " + plan.name +
-                 "'s settings (runner validate, exit " + std::to_string(code) + "):\n" + err,
-             "fix the key or value in sweep.run's fixed or parameters; the whole output is in " + log);
+  std::filesystem::remove(dir, ec);  // only when empty: refused trials' logs stay until recorded
+  return refused;
 }
 
 // Whether an earlier attempt of the trial in `dir` stopped with a complete checkpoint that a run of
@@ -168,9 +237,65 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
 
   SweepOutcome out;
   InterruptCounter signals;
-  if (!pending.empty()) validate_first(exe, spec, recipe_path, pending.front());
+  // Every pending trial's settings, before any runs. When the recipe refuses them all, the sweep's
+  // own settings are wrong (a misspelt key, a missing data file) and it fails, unless a trial
+  // recorded before still passes: then these values alone are invalid (a resumed sweep whose
+  // pending trials are the invalid ones, retry_failed) and are recorded like the others.
+  std::filesystem::remove_all(spec.output_dir + "/validate", ec);  // an earlier sweep's refusals
+  std::map<int64_t, Refusal> refused = check_settings(exe, spec, recipe_path, pending);
+  if (!signals.count() && !pending.empty() && refused.size() == pending.size()) {
+    const SweepPlan* before = nullptr;  // a trial recorded before and not to run now, an ok one if any
+    for (const auto& p : plan) {
+      auto d = done.find(p.index);
+      bool to_run =
+          std::any_of(pending.begin(), pending.end(), [&](const SweepPlan& q) { return q.index == p.index; });
+      if (d != done.end() && !to_run && (!before || d->second.status == SweepStatus::ok)) before = &p;
+      if (before && done.at(before->index).status == SweepStatus::ok) break;
+    }
+    bool values_only = before && check_settings(exe, spec, recipe_path, {*before}).empty();
+    const Refusal& r = refused.begin()->second;
+    if (!values_only && !signals.count())
+      fail_usage(
+          "sweep.run: recipe " + spec.recipe + " refuses " + pending.front().name +
+              "'s settings (runner validate, exit " + std::to_string(r.exit_code) + "):\n" + r.error,
+          "fix the key or value in sweep.run's fixed or parameters (no trial's settings pass); the whole "
+          "output is in " +
+              r.log);
+  }
   // Only a sweep whose settings the recipe accepts is recorded: fixing a typo is not "another sweep".
   if (!signals.count()) file_write_atomic(spec.output_dir + "/sweep.json", sweep_json(spec, plan));
+
+  // The invalid trials: one line each, recorded as failed (trial.log holds the check's output), not run.
+  if (!signals.count() && !refused.empty()) {
+    std::printf(
+        "sweep %s: recipe %s refuses the settings of %zu of the %zu trials to run; recorded as failed:\n",
+        spec.name.c_str(), spec.recipe.c_str(), refused.size(), pending.size());
+    std::vector<SweepPlan> valid;
+    for (const auto& p : pending) {
+      auto it = refused.find(p.index);
+      if (it == refused.end()) {
+        valid.push_back(p);
+        continue;
+      }
+      SweepTrial t;
+      t.index = p.index;
+      t.name = p.name;
+      t.dir = spec.output_dir + "/" + p.name;
+      t.values = p.values;
+      t.status = SweepStatus::failed;
+      t.exit_code = it->second.exit_code;
+      t.error = "invalid settings (runner validate): " + sweep_error_line(it->second.error);
+      std::filesystem::remove_all(t.dir, ec);
+      std::filesystem::create_directories(t.dir, ec);
+      std::filesystem::rename(it->second.log, t.dir + "/trial.log", ec);
+      append_line(trials_path, sweep_trial_json(t));
+      out.invalid++;
+      std::printf("%s %s: %s\n", p.name.c_str(), show_values(p.values).c_str(), t.error.c_str());
+    }
+    std::filesystem::remove(spec.output_dir + "/validate", ec);
+    pending = std::move(valid);
+    std::fflush(stdout);
+  }
 
   // Environment every trial shares: threads split between parallel trials, W&B grouping, env{}.
   std::vector<std::pair<std::string, std::string>> shared_env;

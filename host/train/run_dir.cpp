@@ -15,6 +15,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/json.h"
+#include "host/core/strings.h"
 #include "host/core/version.h"
 
 namespace luatune {
@@ -229,19 +230,73 @@ bool output_dir_owner(const std::string& dir, std::string* run_id) {
   return true;
 }
 
-std::string output_dir_claim(const std::string& dir, bool overwrite, const json& run_json, bool main) {
+namespace {
+
+// What luatune's recipes and helpers write directly into an output_dir (docs/checkpoints.md lists
+// them): a new output a recipe writes there belongs here too, or a fresh run replaces it unasked.
+const char* const kRunOutputs[] = {
+    "metrics.jsonl",                // every run's metric log
+    "report.html",                  // every run's report
+    "report.md",                    // ... and its Markdown twin
+    "model/",                       // a fine-tuned or pruned model
+    "adapter/",                     // a PEFT adapter
+    "merged/",                      // qlora_finetune merge=true
+    "model.gguf",                   // gguf=
+    "reference_logps.safetensors",  // dpo's cached reference
+    "summary.json",                 // the pruning recipes
+    "results.json",                 // wanda_sparsegpt
+    "results.md",                   // wanda_sparsegpt, a sweep
+    "sweep.json",                   // a sweep
+    "trials.jsonl",                 // a sweep's finished trials
+    "pareto.md",                    // sweep_pruning
+    "profile.json",                 // hw_compare
+    "report.json",                  // hw_compare's report
+};
+
+// Whether dir/checkpoints holds a step directory, complete or not: another run's work either way.
+bool has_checkpoints(const std::string& dir) {
   std::error_code ec;
   const std::string root = dir + "/checkpoints";
+  if (!fs::is_directory(root, ec)) return false;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (is_step_name(e.path().filename().string())) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> output_dir_run_outputs(const std::string& dir, OutputDirScope scope) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return found;
+  if (has_checkpoints(dir)) found.push_back("checkpoints/");
+  if (scope != OutputDirScope::checkpoints && fs::exists(dir + "/run.json", ec)) found.push_back("run.json");
+  if (scope == OutputDirScope::outputs) {
+    for (const std::string name : kRunOutputs)
+      if (fs::exists(dir + "/" + name, ec)) found.push_back(name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::string output_dir_claim(const std::string& dir, bool overwrite, const json& run_json, bool main,
+                             OutputDirScope scope) {
+  std::error_code ec;
   std::string moved;
-  if (main) checkpoints_clean_leftovers(root);  // a killed save's temporaries are nobody's work
-  bool taken = false;                           // any step directory, complete or not, is another run's work
-  if (fs::is_directory(root, ec))
-    for (const auto& e : fs::directory_iterator(root, ec))
-      taken = taken || is_step_name(e.path().filename().string());
-  if (taken && !overwrite)
-    fail_usage("output_dir: " + dir + " holds checkpoints of another run (" + root +
-               "); continue that run with resume=true, or start afresh with overwrite=true (moves it to " +
-               dir + "/previous-<time>/, deletes nothing)");
+  if (main)
+    checkpoints_clean_leftovers(dir + "/checkpoints");  // a killed save's temporaries are nobody's work
+  std::vector<std::string> held = output_dir_run_outputs(dir, scope);
+  // The other ranks check while the first one writes its run.json: that one is not another run's.
+  if (!main) held.erase(std::remove(held.begin(), held.end(), "run.json"), held.end());
+  const bool taken = !held.empty();
+  if (taken && !overwrite) {
+    const std::string aside = "start afresh with overwrite=true (moves everything in it to " + dir +
+                              "/previous-<time>/, deletes nothing)";
+    const std::string what =
+        "output_dir: " + dir + " holds another run's outputs (" + str_join(held, ", ") + ")";
+    if (has_checkpoints(dir)) fail_usage(what + "; continue that run with resume=true, or " + aside);
+    fail_usage(what + " and no checkpoint; " + aside + ", or write over them with resume=true");
+  }
   output_dir_register(dir, run_json.value("run_id", std::string()));
   if (!main) return "";
   if (taken) {

@@ -3,8 +3,9 @@
 //   OUTPUT_DIR/checkpoints/step-NNNNNNN/      one complete checkpoint: trainer.json (the manifest,
 //                                             written last) and the files it lists with their sizes
 //   OUTPUT_DIR/previous-<time>/               an earlier run moved aside by overwrite=true
-// A fresh run refuses a directory that holds another run's checkpoints; checkpoints replace each
-// other by rename (never delete-then-write); keep_last deletes only the current run's checkpoints.
+// A fresh run refuses a directory that holds another run's outputs (output_dir_run_outputs);
+// checkpoints replace each other by rename (never delete-then-write); keep_last deletes only the
+// current run's checkpoints.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -61,13 +62,28 @@ struct RunInfo {
 };
 nlohmann::json run_json_new(const RunInfo& info);
 
-// Claims `dir` for a new run: when dir/checkpoints holds checkpoints (complete or not), fails with
-// one line naming the directory and the two ways out, unless `overwrite`, which first moves every
-// entry of `dir` except earlier previous-* directories into dir/previous-<time>/ (never deletes).
-// Then writes run.json. Returns the path the old run went to ("" when nothing moved). Ranks other
-// than the first pass main=false: they check (and fail alike) but move and write nothing.
+// What a claim counts as another run's work in its directory.
+enum class OutputDirScope {
+  outputs,      // every output a run writes: a claim made before the run wrote anything (config{})
+  marks,        // run.json and checkpoints only: a trainer's own claim at its first step or save, when
+                // the script may already have written its metrics.jsonl there
+  checkpoints,  // checkpoints only: resume=true finding none to continue (it writes over the rest)
+};
+
+// The entries of `dir` that a luatune run writes, as "model/", "run.json", "checkpoints/" (only when
+// it holds a step-* entry), sorted; empty when there are none. Other files (the user's own notes or
+// data, hidden files) and earlier previous-* directories are not a run's.
+std::vector<std::string> output_dir_run_outputs(const std::string& dir,
+                                                OutputDirScope scope = OutputDirScope::outputs);
+
+// Claims `dir` for a new run: when it holds another run's outputs (counted by `scope`), fails with
+// one line naming the directory, what it holds and the two ways out, unless `overwrite`, which first
+// moves every entry of `dir` except earlier previous-* directories into dir/previous-<time>/ (never
+// deletes). Then writes run.json. Returns the path the old run went to ("" when nothing moved). Ranks
+// other than the first pass main=false: they check (and fail alike, not counting the run.json the
+// first rank may be writing) but move and write nothing.
 std::string output_dir_claim(const std::string& dir, bool overwrite, const nlohmann::json& run_json,
-                             bool main = true);
+                             bool main = true, OutputDirScope scope = OutputDirScope::outputs);
 
 // This process's claims: the run that owns each output directory it claimed or resumed (the
 // recipe's config{} claims before anything is written; a trainer adopts that claim).

@@ -451,7 +451,7 @@ Trainer::PendingStep Trainer::launch_step(const Batch& batch) {
   // The previous step's safe point when the recipe's loop has none (no batches iterator): its
   // deferred checkpoint, or the stop a signal asked for, before this step begins.
   if (mid_step_) stop_safe_point();
-  if (step_ == 0) claim_output_dir();
+  if (step_ == 0) claim_output_dir(OutputDirScope::marks);
   const double t0 = now_seconds();
   // Data parallel: the loss is normalised by every rank's target tokens together, and gradients
   // are summed, so N ranks compute what one process computes on their rows together.
@@ -561,13 +561,14 @@ RunInfo Trainer::run_info(const std::string& run_id) const {
   return info;
 }
 
-// A fresh run's claim on output_dir (run_dir.h): refuses another run's checkpoints there unless
-// overwrite; writes run.json. A resumed run or one whose config{} claimed the directory has it.
-void Trainer::claim_output_dir() {
+// A fresh run's claim on output_dir (run_dir.h): refuses another run's run.json or checkpoints there
+// unless overwrite (`scope`: the script may have written its own metrics.jsonl before this first
+// step); writes run.json. A resumed run or one whose config{} claimed the directory has it.
+void Trainer::claim_output_dir(OutputDirScope scope) {
   if (claimed_ || options_.output_dir.empty()) return;
   const RunInfo info = run_info(run_id_new());
   const std::string moved =
-      output_dir_claim(options_.output_dir, options_.overwrite, run_json_new(info), dist_is_main());
+      output_dir_claim(options_.output_dir, options_.overwrite, run_json_new(info), dist_is_main(), scope);
   if (!moved.empty())
     std::printf("train: moved the earlier run in %s to %s\n", options_.output_dir.c_str(), moved.c_str());
   claimed_ = true;
@@ -675,7 +676,7 @@ std::string Trainer::save() {
   save_due_ = false;
   std::error_code ec;
   if (saved_step_ == step_ && fs::is_directory(saved_path_, ec)) return saved_path_;  // nothing changed since
-  claim_output_dir();
+  claim_output_dir(OutputDirScope::marks);
   std::string path = zero_ ? save_sharded() : save_replicated();
   saved_step_ = step_;
   saved_path_ = path;
@@ -771,8 +772,8 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
     LT_CHECK(!all.empty() || incomplete.empty(),
              root << ": no complete checkpoint to resume from (" << incomplete.size()
                   << " incomplete); move them away or start afresh with overwrite=true");
-    if (all.empty()) {  // nothing to resume: a fresh run
-      claim_output_dir();
+    if (all.empty()) {  // nothing to resume: a fresh run, writing over what else is there as asked
+      claim_output_dir(OutputDirScope::checkpoints);
       return 0;
     }
     dir = all.back().path;

@@ -23,8 +23,9 @@
 
 namespace luatune {
 
-class GradSync;  // host/dist/grad_sync.h
-struct RunInfo;  // host/train/run_dir.h
+class GradSync;             // host/dist/grad_sync.h
+struct RunInfo;             // host/train/run_dir.h
+enum class OutputDirScope;  // host/train/run_dir.h
 
 class Dataset;
 class PreferenceDataset;  // host/data/preference.h
@@ -116,7 +117,7 @@ struct TrainOptions {
   std::string shard = "none";
   std::string optimizer_offload = "none";  // "cpu": masters and optimizer states in host memory
   // The output directory contract (host/train/run_dir.h): a fresh run into a directory holding
-  // another run's checkpoints fails unless overwrite, which moves that run aside first.
+  // another run's run.json or checkpoints fails unless overwrite, which moves that run aside first.
   bool overwrite = false;
   std::string config_json;  // the recipe's resolved config (JSON), kept in checkpoints for resume's diff
   // A Kineto trace of profile.steps steps after profile.skip warm-up ones, written to profile.dir
@@ -243,7 +244,7 @@ class Trainer {
   // Checkpoints and the output directory: the run this trainer's checkpoints belong to (set by a
   // fresh claim or adopted by resume), the last step saved and its path, a save deferred to the
   // next safe point.
-  void claim_output_dir();
+  void claim_output_dir(OutputDirScope scope);
   RunInfo run_info(const std::string& run_id) const;
   bool claimed_ = false;
   std::string run_id_;

@@ -24,7 +24,7 @@ function M.write(outtype, output_dir, model_dir, adapter_dir)
   if not dist.is_main() then return nil end
   local path = output_dir .. "/model.gguf"
   local r = export.gguf(model_dir, path, { outtype = outtype, adapter = adapter_dir or "" })
-  print(string.format("GGUF (%s, llama.cpp): %s (%d tensors, %.1f MiB)%s", outtype, r.path, r.tensors,
+  print(string.format("GGUF (%s, llama.cpp): %s (%d tensors, %.1f MiB)%s", r.outtype, r.path, r.tensors,
                       r.bytes / 2 ^ 20, adapter_dir and (", adapter " .. adapter_dir .. " merged") or ""))
   return r.path
 end

@@ -6,13 +6,19 @@
 --   pref.evaluate(log, step, trainer, eval_set, cfg)   -- every eval_ statistic, batches of cfg.batch_size
 local M = {}
 
--- Pairs from cfg.data; held out: cfg.eval_data when given, else cfg.eval_fraction of cfg.data.
+-- Pairs from cfg.data; held out: cfg.eval_data when given, else cfg.eval_fraction of cfg.data. When that
+-- holds out no pair eval_set is nil and evaluation is off, with the warning run.sets gives for records.
 function M.sets(cfg, tok)
   local opts = { tokenizer = tok, max_length = cfg.max_length, seed = cfg.seed }
   local train_set, eval_set = data.preferences(cfg.data, opts), nil
   if cfg.eval_data ~= "" then eval_set = data.preferences(cfg.eval_data, opts)
   else train_set, eval_set = train_set:split(1 - cfg.eval_fraction) end
   print(string.format("preference pairs: %d train, %d held out", #train_set, #eval_set))
+  if cfg.eval_data == "" and #eval_set == 0 then
+    local why = data.eval_split_warning(#train_set, cfg.eval_fraction, "pairs")
+    if why then print("warning: " .. why) end
+    eval_set = nil
+  end
   return train_set, eval_set
 end
 

@@ -19,6 +19,15 @@ function M.calibration(dataset, rows, batch_size)
   return out, n
 end
 
+-- A pruning run's result is its held-out perplexity, so a split that holds out nothing is an error
+-- before anything is pruned (run.sets's warning-and-go-on is for fine-tuning).
+local function need_eval_rows(eval_set, rows, cfg)
+  if #eval_set > 0 then return end
+  error(("data: eval_fraction = %s holds out none of the %d packed rows of %s, and this recipe reports held-out "
+    .. "perplexity; hint: raise eval_fraction (%s holds out about one) or give more data")
+    :format(tostring(cfg.eval_fraction), rows, cfg.data, rows > 1 and ("%.2g"):format(1.5 / rows) or "1"), 0)
+end
+
 -- The one-shot pruning recipes' data: cfg.data as plain text in packed rows of at most cfg.max_length
 -- tokens (seeded order), split by cfg.eval_fraction, and the first cfg.calibration_rows training rows
 -- as calibration batches of cfg.batch_size rows. Prints the counts; returns train_set, eval_set and
@@ -27,6 +36,7 @@ function M.text_sets(cfg, tok)
   local all = data.jsonl(cfg.data, { tokenizer = tok, format = "text", max_length = cfg.max_length, pack = true,
                                      seed = cfg.seed })
   local train_set, eval_set = all:split(1 - cfg.eval_fraction)
+  need_eval_rows(eval_set, #all, cfg)
   local calibration, rows = M.calibration(train_set, cfg.calibration_rows, cfg.batch_size)
   print(("calibration: %d rows of up to %d tokens; evaluation: %d held-out rows"):format(rows, cfg.max_length,
                                                                                         #eval_set))
@@ -129,7 +139,10 @@ function M.sheared_data(cfg, tok)
   if cfg.format ~= "" then load_opts.format = cfg.format end
   local domains = M.domains(cfg.domains, load_opts, cfg.eval_fraction)
   if domains then return domains, nil, domains.sets[domains.names[1]].eval end
-  return nil, data.jsonl(cfg.data, load_opts):split(1 - cfg.eval_fraction)
+  local all = data.jsonl(cfg.data, load_opts)
+  local train_set, eval_set = all:split(1 - cfg.eval_fraction)
+  need_eval_rows(eval_set, #all, cfg)
+  return nil, train_set, eval_set
 end
 
 -- The end of a Sheared-LLaMA run, once output_dir/model is saved: output_dir/summary.json, the run's

@@ -36,11 +36,20 @@ function M.trainer(model, cfg, extra)
 end
 
 -- Packed rows of cfg.data (records of up to cfg.max_length tokens, shuffled by cfg.seed), split into
--- the training set and cfg.eval_fraction held out. `opts` adds data.jsonl options (format = "text").
+-- the training set and cfg.eval_fraction held out. `opts` adds data.jsonl options (format = "text"). A
+-- relative cfg.data is also looked for in the checkout and beside the runner (scripts/lua/paths.lua): the
+-- recipes' default, data/example_chat.jsonl, is built there.
+-- The held-out split is decided here, before the first step: when eval_fraction holds out no record
+-- (eval_fraction = 0, or too few records) eval_set is nil and run.evaluate does nothing, with a warning
+-- that says how to hold one out (data.eval_split_warning, the line `runner validate` prints too).
 function M.sets(cfg, tok, opts)
   local o = { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed }
   for k, v in pairs(opts or {}) do o[k] = v end
-  return data.jsonl(cfg.data, o):split(1 - cfg.eval_fraction)
+  local train_set, eval_set = data.jsonl(require("paths").resolve(cfg.data), o):split(1 - cfg.eval_fraction)
+  if #eval_set > 0 then return train_set, eval_set end
+  local why = data.eval_split_warning(train_set:stats().records, cfg.eval_fraction)
+  if why then print("warning: " .. why) end
+  return train_set, nil
 end
 
 -- The trainer (M.trainer), resumed from output_dir's newest checkpoint when cfg.resume, and the metrics
@@ -67,8 +76,13 @@ function M.batches(set, cfg, start, log)
 end
 
 -- Evaluates on eval_set in batches of cfg.batch_size and logs, at `step`, eval_loss and eval_perplexity
--- (or what fields(result) makes of the result). Returns trainer:evaluate's table.
+-- (or what fields(result) makes of the result). Returns trainer:evaluate's table; nil, doing nothing, when
+-- eval_set is nil (M.sets held nothing out). At the last step (cfg.max_steps) the trainer's checkpoint is
+-- saved first, so a failing evaluation never costs the finished training: resume=true then writes the weights.
 function M.evaluate(log, step, trainer, eval_set, cfg, fields)
+  if eval_set == nil then return nil end
+  local dir = rawget(cfg, "output_dir")  -- rawget: a caller's config may lack the keys
+  if step == rawget(cfg, "max_steps") and dir and dir ~= "" then trainer:save() end
   local e = trainer:evaluate(eval_set, { batch_size = cfg.batch_size })
   log:write(step, fields and fields(e) or { eval_loss = e.loss, eval_perplexity = e.perplexity })
   return e

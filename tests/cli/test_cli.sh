@@ -27,6 +27,10 @@ check missing_recipe 2 "$runner" no_such_recipe
 expect_out "runner: no recipe 'no_such_recipe'"; expect_out "shipped recipes: "
 check near_recipe 2 "$runner" quikstart
 expect_out "did you mean 'quickstart'?"
+check part_of_name 2 "$runner" help qlora
+expect_out "runner: no recipe 'qlora': not a file, and not a shipped recipe (did you mean 'qlora_finetune'?)"
+check part_of_names 2 "$runner" finetune
+expect_out "(did you mean 'adapter_finetune', 'full_finetune', 'lora_finetune' or 'qlora_finetune'?)"
 
 # --- overrides: typed, nested, lists, files
 check overrides 0 "$runner" $fx/typed.lua lr=1e-3 pack=false lora.r=8 lora.targets=k_proj,o_proj name=x
@@ -55,10 +59,37 @@ expect_out "never called config{}"
 check validate_without_config 2 "$runner" validate $fx/no_config.lua
 expect_out "there is no config to validate"
 
+# --- validate reads the data files, every line, before anything is loaded (FILE:LINE), and warns as the run
+# would: an eval_fraction that holds out none of the records, warmup_steps past max_steps
+vd=$tmp/validate_data
+mkdir -p "$vd"
+for i in $(seq 1 16); do echo "{\"text\": \"record $i\"}"; done >"$vd/d16.jsonl"
+sed '8s/.*/not json/' "$vd/d16.jsonl" >"$vd/bad8.jsonl"
+check validate_bad_data_line 2 "$runner" validate lora_finetune base_model="$tmp" data="$vd/bad8.jsonl" max_steps=50
+expect_out "config: 1 problem in "
+expect_out "data = \"$vd/bad8.jsonl\" (command line): $vd/bad8.jsonl:8: expected a JSON object, got 'not json' (not valid JSON"
+refute_out "stack traceback"; refute_out "nothing was run"
+check validate_eval_split 0 "$runner" validate lora_finetune base_model="$tmp" data="$vd/d16.jsonl" max_steps=5
+expect_out "warning: data: eval_fraction = 0.02 holds out none of the 16 records (16 x 0.02 = 0.32 rounds to 0), so this run trains without evaluation; hint: eval_fraction = 0.063 holds out 1 of them"
+expect_out "warning: config: warmup_steps = 20 (recipe default) is more than max_steps = 5 (command line)"
+expect_out "nothing was run"
+check validate_no_warnings 0 "$runner" validate lora_finetune base_model="$tmp" data="$vd/d16.jsonl" eval_fraction=0.1 \
+  max_steps=50
+refute_out "warning:"
+
 # --- errors inside recipes
+# A message raised on purpose (error("...")) is one line; a bug (a runtime error, LibTorch's) keeps
+# its traceback; LUATUNE_TRACEBACK=1 or --traceback shows it for every error (docs/recipes.md).
 check lua_error 1 "$runner" $fx/lua_error.lua
-expect_out "error: $fx/lua_error.lua:4: boom from the recipe"
-expect_out "stack traceback:"; expect_out "in function 'inner'"; expect_out "$fx/lua_error.lua:6: in main chunk"
+expect_out "error: $fx/lua_error.lua:5: boom from the recipe"; refute_out "stack traceback"
+check lua_error_traceback_env 1 env LUATUNE_TRACEBACK=1 "$runner" $fx/lua_error.lua
+expect_out "error: $fx/lua_error.lua:5: boom from the recipe"
+expect_out "stack traceback:"; expect_out "in function 'inner'"; expect_out "$fx/lua_error.lua:7: in main chunk"
+check lua_error_traceback_flag 1 "$runner" $fx/lua_error.lua --traceback
+expect_out "stack traceback:"; expect_out "in function 'inner'"
+check nil_error 1 "$runner" $fx/nil_error.lua
+expect_out "error: $fx/nil_error.lua:4: attempt to index field 'missing' (a nil value)"
+expect_out "stack traceback:"; expect_out "in function 'inner'"; expect_out "$fx/nil_error.lua:6: in main chunk"
 check shape_error 1 "$runner" $fx/shape_error.lua
 expect_out "error: $fx/shape_error.lua:5: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"
 expect_out "stack traceback:"; refute_out "Exception raised from"; refute_out "frame #"
@@ -162,7 +193,7 @@ expect_out "method: full, dtype bf16 with fp32 master weights, adamw"; expect_ou
 check plan_quantize 0 "$runner" plan lora_finetune model_preset=llama3.1-8b quantize=nf4
 expect_out "method: qlora, dtype bf16, LoRA r=16"
 check plan_qlora_recipe 0 "$runner" plan qlora_finetune model_preset=llama3.1-8b max_length=2048 batch_size=1
-expect_out "method: qlora"; expect_out "  total                  9.91"
+expect_out "method: qlora"; expect_out "  total                  8.49  (peak at a layer's backward"
 check plan_no_config 2 "$runner" plan lora_finetune base_model=/nonexistent
 expect_out "plan: base_model '/nonexistent' has no config.json to read the model's shape from"
 expect_out "HINT: point base_model= at a Hugging Face model directory, or pass model_preset=llama3.1-8b|mistral-7b|gemma2-9b"
@@ -197,7 +228,7 @@ expect_out "- add optimizer_offload=cpu"; refute_out "use LoRA"; refute_out "use
 # Minitron: the cut model beside its teacher, the one phase that trains.
 check plan_minitron 0 "$runner" plan minitron_prune_distill model_preset=llama3.1-8b shape.hidden=3072 shape.intermediate=9216
 expect_out "== phase distillation: the pruned model (layers 32, heads 32 (kv 8), head_dim 128, hidden 3072, intermediate 9216) distilled from the whole model, frozen in bf16, whole on every rank"
-expect_out "the distillation phase peaks: 94.58 GiB per GPU"
+expect_out "the distillation phase peaks: 92.06 GiB per GPU"
 check plan_zero3_full 0 "$runner" plan full_finetune model_preset=llama3.1-8b nproc=8 shard=full
 expect_out "A100 40GB        40   yes"
 check plan_zero_advice 0 "$runner" plan llama31_sheared model_preset=llama3.1-8b nproc=2
@@ -248,8 +279,11 @@ check wandb_sync_two_paths 2 "$runner" wandb-sync "$tmp" "$tmp"
 expect_out "runner wandb-sync: unexpected argument '$tmp'"
 
 # --- runner report (the report itself: tests/cpp/test_run_report.cpp, tests/tools/test_run_report_render.sh)
-check report_no_metrics 1 "$runner" report "$tmp"
-expect_exact "error: report: no metrics file '$tmp/metrics.jsonl' (metrics.open{jsonl = OUTPUT_DIR .. \"/metrics.jsonl\"} writes it)"
+mkdir -p "$tmp/no_log"
+check report_no_metrics 1 "$runner" report "$tmp/no_log"
+expect_exact "error: report: no metrics file '$tmp/no_log/metrics.jsonl' (metrics.open{jsonl = OUTPUT_DIR .. \"/metrics.jsonl\"} writes it)"
+check report_help 0 "$runner" report --help
+expect_out "usage: runner report OUTPUT_DIR [--out FILE]"; expect_out "report: reads OUTPUT_DIR/metrics.jsonl"
 check report_no_dir 2 "$runner" report
 expect_out "runner report: expected OUTPUT_DIR"; expect_out "usage: runner report OUTPUT_DIR [--out FILE]"
 mkdir -p "$tmp/run" && printf '{"step":1,"loss":2.5}\n{"step":2,"loss":2.0}\n{"step":3,"lo' >"$tmp/run/metrics.jsonl"

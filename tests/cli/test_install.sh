@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/cli/test_install.sh BUILD_DIR TMPDIR: `cmake --install BUILD_DIR --prefix TMPDIR/prefix`
 # (docs/install.md) gives a runner that works without the checkout's layout: run from / with no
-# LUATUNE_HOME, it finds the recipes, the Lua helpers and the GPU catalog under
-# PREFIX/share/luatune, and still loads its shared libraries (LibTorch) from the installed path.
+# LUATUNE_HOME, it finds the recipes, the Lua helpers, the GPU catalog and the example data set (the
+# fine-tuning recipes' default data) under PREFIX/share/luatune, and still loads its shared libraries
+# (LibTorch) from the installed path.
 set -u
 build=${1:?usage: test_install.sh BUILD_DIR TMPDIR}
 tmp=${2:?usage: test_install.sh BUILD_DIR TMPDIR}
@@ -17,7 +18,8 @@ share=$prefix/share/luatune
 
 check install 0 cmake --install "$build" --prefix "$prefix"
 for f in bin/runner share/luatune/recipes/quickstart.lua share/luatune/recipes/lora_finetune.lua \
-         share/luatune/scripts/lua/paths.lua share/luatune/data/gpu_catalog.json; do
+         share/luatune/scripts/lua/paths.lua share/luatune/data/gpu_catalog.json \
+         share/luatune/data/example_chat.jsonl; do
   checks=$((checks + 1))
   if [ ! -f "$prefix/$f" ]; then echo "FAIL install: $prefix/$f is missing"; failed=$((failed + 1)); fi
 done
@@ -42,8 +44,13 @@ else  # without it, validate reports the missing tokenizer after printing the co
   check validate_by_name 2 home_run validate quickstart
   expect_out "config ($share/recipes/quickstart.lua):"
 fi
-check validate_lora 0 home_run validate lora_finetune base_model="$share" data="$share/data/gpu_catalog.json"
+check validate_lora 0 home_run validate lora_finetune base_model="$share" data="$share/data/example_chat.jsonl"
 expect_out "config ($share/recipes/lora_finetune.lua):"
+# With no data=, its default (data/example_chat.jsonl) is the installed example set.
+check validate_default_data 0 home_run validate lora_finetune base_model="$share"
+printf 'print("PATHS " .. require("paths").resolve("data/example_chat.jsonl"))\n' >"$tmp/example.lua"
+check example_data 0 home_run "$tmp/example.lua"
+expect_out "PATHS $share/data/example_chat.jsonl"
 # The Lua helpers (scripts/lua) load, and paths.resolve finds files under share/luatune.
 printf 'print("PATHS " .. require("paths").resolve("recipes/quickstart.lua"))\n' >"$tmp/helper.lua"
 check lua_helper 0 home_run "$tmp/helper.lua"

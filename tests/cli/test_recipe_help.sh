@@ -56,7 +56,7 @@ expect_out 'data = "/nope/train.jsonl" (command line): no such file'
 expect_out "config: 2 problems in"
 refute_out "nothing was run"
 check validate_ranges 2 "$runner" validate lora_finetune base_model=/nope max_steps=0 lora.dropout=1 learning_rate=-1
-expect_out "config: 5 problems in"  # with data's default, data/train.jsonl, missing too
+expect_out "config: 4 problems in"  # data's default, the example set beside the runner, is there
 expect_out "max_steps = 0 (command line): expected a whole number >= 1"
 expect_out "lora.dropout = 1 (command line): expected in [0, 1)"
 expect_out "learning_rate = -1 (command line): expected a positive number"

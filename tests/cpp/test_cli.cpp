@@ -131,3 +131,36 @@ TEST(Cli, Report) {
   EXPECT_EQ(error({"report", "--html", "a"}), "runner report: unexpected argument '--html'" + usage);
   EXPECT_NE(cli_help().find("runner report OUTPUT_DIR [--out FILE]"), std::string::npos);
 }
+
+// runner VERB --help: that verb's usage lines and paragraph of --help, exit 0 (issue 32: `runner
+// report --help` was "unexpected argument", exit 2).
+TEST(Cli, VerbHelp) {
+  for (const char* verb : {"report", "tokenize", "data", "wandb-sync", "ls", "cp"}) {
+    Command c = cli_parse({verb, "--help"});
+    EXPECT_EQ(c.verb, Command::Verb::help) << verb;
+    EXPECT_EQ(c.help_topic, verb);
+  }
+  EXPECT_EQ(cli_parse({"report", "out/run", "-h"}).help_topic, "report");
+  EXPECT_EQ(cli_parse({"sweep", "--help"}).help_topic, "sweep");
+  // runner sweep FILE --help: the sweep file's own help, as for a recipe.
+  EXPECT_EQ(cli_parse({"sweep", "my_sweep.lua", "--help"}).verb, Command::Verb::recipe_help);
+  const std::string report = cli_verb_help("report");
+  EXPECT_EQ(report.rfind("usage: runner report OUTPUT_DIR [--out FILE]", 0), 0u) << report;
+  EXPECT_NE(report.find("\nreport: reads OUTPUT_DIR/metrics.jsonl"), std::string::npos) << report;
+  EXPECT_EQ(report.find("wandb-sync"), std::string::npos) << report;  // only its own part
+  const std::string sweep = cli_verb_help("sweep");
+  EXPECT_NE(sweep.find("       runner sweep --report DIR"), std::string::npos) << sweep;
+}
+
+// --traceback: after RECIPE or before it, with the other arguments kept (as LUATUNE_TRACEBACK=1).
+TEST(Cli, Traceback) {
+  Command c = cli_parse({"lora_finetune", "--traceback", "lr=1"});
+  EXPECT_TRUE(c.traceback);
+  EXPECT_EQ(c.recipe, "lora_finetune");
+  EXPECT_EQ(c.overrides, std::vector<std::string>{"lr=1"});
+  Command b = cli_parse({"--traceback", "quickstart"});
+  EXPECT_TRUE(b.traceback);
+  EXPECT_EQ(b.recipe, "quickstart");
+  EXPECT_FALSE(cli_parse({"quickstart"}).traceback);
+  EXPECT_NE(cli_help().find("LUATUNE_TRACEBACK=1"), std::string::npos);
+}

@@ -14,6 +14,8 @@
 
 #include "host/core/error.h"
 #include "host/data/dataset.h"
+#include "host/data/file_check.h"
+#include "host/data/preference.h"
 #include "host/data/preview.h"
 #include "host/text/tokenizer.h"
 #include "tests/cpp/test_util.h"
@@ -514,6 +516,104 @@ TEST(DataOrder, SplitIsSeededDisjointAndByRecord) {
   std::set<int64_t> c;
   for (int64_t d = 0; d < other->documents(); d++) c.insert(other->document_origin(d));
   EXPECT_NE(b, c);
+}
+
+// The held-out split decided before a run starts: when eval_fraction holds out none of the records,
+// the warning run.sets and `runner validate` print says so and names an eval_fraction that holds one out.
+TEST(DataSplit, EvalSplitWarningWhenNothingIsHeldOut) {
+  EXPECT_EQ(
+      data_eval_split_warning(16, 0.02),
+      "data: eval_fraction = 0.02 holds out none of the 16 records (16 x 0.02 = 0.32 rounds to 0), so "
+      "this run trains without evaluation; hint: eval_fraction = 0.063 holds out 1 of them (eval_fraction "
+      "= 0: no evaluation, no warning)");
+  EXPECT_EQ(data_eval_split_warning(16, 0.063), "");
+  EXPECT_EQ(data_eval_split_warning(16, 0), "");    // no evaluation asked for
+  EXPECT_EQ(data_eval_split_warning(0, 0.02), "");  // no data: not this warning's to say
+  EXPECT_EQ(
+      data_eval_split_warning(1, 0.3, "pairs"),
+      "data: eval_fraction = 0.3 holds out none of the 1 pairs (1 x 0.3 = 0.3 rounds to 0), so this run "
+      "trains without evaluation; hint: give more data (1 pair cannot be both trained on and held out) "
+      "(eval_fraction = 0: no evaluation, no warning)");
+  // The warning comes exactly when Dataset::split holds nothing out, and its hint holds out one.
+  DataOptions o = unpacked(16);
+  for (int n : {1, 2, 3, 7, 16, 24, 49, 60}) {
+    auto ds = Dataset::from_records(text_records(n), *bytelevel(), o);
+    for (double f : {0.01, 0.02, 0.05, 0.1, 0.3}) {
+      const std::string w = data_eval_split_warning(n, f);
+      EXPECT_EQ(w.empty(), ds->split(1 - f).second->stats().records > 0) << n << " records, " << f;
+    }
+  }
+  for (int64_t n = 2; n <= 5000; n += 7) {
+    const std::string w = data_eval_split_warning(n, 1e-4);
+    const std::string key = "hint: eval_fraction = ";
+    ASSERT_NE(w.find(key), std::string::npos) << w;
+    const double suggest = std::stod(w.substr(w.find(key) + key.size()));
+    EXPECT_EQ(n - data_split_train_count(n, 1 - suggest), 1) << w;
+  }
+}
+
+// What `runner validate` reads of a data file says what loading it would say, line by line.
+TEST(DataCheck, FileProblemsAreWhatLoadingSays) {
+  const std::string bad = "tests/fixtures/data/bad_text.jsonl";  // line 3 a wrong key, line 4 not JSON
+  DataFileCheck c = data_check_file(bad, DataFileKind::records);
+  EXPECT_EQ(c.records, 4);  // blank line 2 is no record
+  EXPECT_EQ(c.bad, 2);
+  ASSERT_EQ(c.problems.size(), 2u);
+  EXPECT_EQ(c.problems[0], error_of([&] { Dataset::from_jsonl(bad, *bytelevel(), unpacked()); }));
+  EXPECT_EQ(c.problems[1], bad +
+                               ":4: expected a JSON object, got 'hello world' (not valid JSON at column 1: "
+                               "syntax error while parsing value - invalid literal; last read: 'h')");
+  c = data_check_file(bad, DataFileKind::records, std::nullopt, /*max_problems=*/1);
+  EXPECT_EQ(c.problems.size(), 1u);
+  EXPECT_EQ(c.bad, 2);
+
+  // Line 8 of a prompt/response file: not JSON, then of another format; the rest is fine.
+  auto with_line8 = [](const std::string& line8) {
+    std::string lines;
+    for (int i = 1; i <= 10; i++)
+      lines += i == 8 ? line8 + "\n" : "{\"prompt\": \"hello\", \"response\": \" world\"}\n";
+    return lines;
+  };
+  const std::string p = write_temp("line8.jsonl", with_line8("{\"prompt\": \"hello\", \"response\": \"!\""));
+  c = data_check_file(p, DataFileKind::records);
+  EXPECT_EQ(c.format.value_or(DataFormat::text), DataFormat::prompt_response);
+  ASSERT_EQ(c.problems.size(), 1u);
+  EXPECT_EQ(c.problems[0], error_of([&] { Dataset::from_jsonl(p, *bytelevel(), unpacked()); }));
+  EXPECT_EQ(c.problems[0].rfind(p + ":8: expected a JSON object, got '", 0), 0u) << c.problems[0];
+  const std::string q = write_temp("line8_format.jsonl", with_line8("{\"text\": \"hello\"}"));
+  c = data_check_file(q, DataFileKind::records);
+  ASSERT_EQ(c.problems.size(), 1u);
+  EXPECT_EQ(c.problems[0], error_of([&] { Dataset::from_jsonl(q, *bytelevel(), unpacked()); }));
+  EXPECT_EQ(c.problems[0], q + ":8: expected a JSON object with \"prompt\" and \"response\" (strings), got "
+                               "{\"text\":\"hello\"}");
+  // A format given (a recipe's format key) is checked from the first line; a good file has no problems.
+  EXPECT_EQ(data_check_file(q, DataFileKind::records, DataFormat::text).bad, 9);
+  c = data_check_file("tests/fixtures/data/text_small.jsonl", DataFileKind::records);
+  EXPECT_EQ(c.records, 60);
+  EXPECT_TRUE(c.problems.empty()) << c.problems[0];
+  EXPECT_EQ(error_of([] { data_check_file("no/such.jsonl", DataFileKind::records); }),
+            "cannot open 'no/such.jsonl': No such file or directory");
+
+  // Pairs: the shapes preference loading takes, without a tokenizer.
+  const std::string pairs = write_temp("pairs.jsonl",
+                                       "{\"prompt\": \"q\", \"chosen\": \"a\", \"rejected\": \"b\"}\n"
+                                       "{\"chosen\": [{\"role\": \"user\", \"content\": \"q\"}], "
+                                       "\"rejected\": [{\"role\": \"user\", \"content\": \"q\"}]}\n"
+                                       "{\"prompt\": \"q\", \"chosen\": \"a\"}\n"
+                                       "{\"chosen\": \"a\", \"rejected\": \"b\"}\n");
+  c = data_check_file(pairs, DataFileKind::pairs);
+  EXPECT_EQ(c.records, 4);
+  ASSERT_EQ(c.problems.size(), 2u);
+  EXPECT_EQ(c.problems[0],
+            pairs +
+                ":3: expected a JSON object with \"chosen\" and \"rejected\" (strings with a "
+                "\"prompt\" string, or message lists), got {\"chosen\":\"a\",\"prompt\":\"q\"}");
+  EXPECT_EQ(c.problems[1].rfind(pairs + ":4: expected a \"prompt\" (string or message list)", 0), 0u)
+      << c.problems[1];
+  // Any JSON object a line (prompts).
+  EXPECT_EQ(
+      data_check_file(write_temp("objects.jsonl", "{}\n[1]\n"), DataFileKind::objects).problems,
+      std::vector<std::string>{::testing::TempDir() + "objects.jsonl:2: expected a JSON object, got [1]"});
 }
 
 TEST(DataPreview, MasksInBrackets) {

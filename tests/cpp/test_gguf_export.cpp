@@ -274,6 +274,42 @@ TEST(GgufExport, QuantizedFileHasTheMix) {
   EXPECT_TRUE(at::allclose(v, m->layers[0].v.weight, 0, 2e-3));
 }
 
+// Issue 32: a q4_k export of a model whose rows are not multiples of 256 holds no Q4_K at all; the
+// header said Q4_K_M (15) and nothing was printed. The file now says q8_0 (7), and the result's note
+// says every row fell back and why.
+TEST(GgufExport, Q4kWhoseRowsAllFallBackSaysQ8AndWhy) {
+  auto tok = Tokenizer::load(byte_level_tokenizer("tok_q4k", kLlama3Regex));
+  auto m = tiny_model(tiny("llama"));  // hidden 64, intermediate 96
+  std::string path = temp_dir("q4k_all") + "/m.gguf";
+  GgufExportResult r = gguf_export(*m, *tok, path, {"q4_k", ""});
+  GgufFile f = gguf_read(path);
+  EXPECT_EQ(f.find("general.file_type")->u, 7u);
+  EXPECT_EQ(r.outtype, "q8_0");
+  for (const auto& t : f.tensors)
+    if (t.ne.size() == 2) EXPECT_EQ(t.type, GgmlType::Q8_0) << t.name;
+  // token_embd, 7 projections in each of 2 layers, output
+  EXPECT_EQ(
+      r.note,
+      "export.gguf: outtype q4_k: every quantised tensor (16) fell back to q8_0 (rows of 64, 96 values; "
+      "q4_K and q6_K need multiples of 256); the file is q8_0 (general.file_type 7), not q4_k");
+  // Where some rows fit, the file stays Q4_K_M and the note counts the others.
+  auto wide = tiny_model(model_config_with("llama", R"({"vocab_size": 48, "hidden_size": 256,
+      "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 64})",
+                                           "test"));
+  path = temp_dir("q4k_some") + "/m.gguf";
+  r = gguf_export(*wide, *tok, path, {"q4_k", ""});
+  EXPECT_EQ(gguf_read(path).find("general.file_type")->u, 15u);
+  EXPECT_EQ(r.outtype, "q4_k");
+  EXPECT_EQ(r.note,
+            "export.gguf: outtype q4_k: 2 of 16 quantised tensors fell back to q8_0 (rows of 96 values; q4_K "
+            "and q6_K need multiples of 256)");  // both ffn_down
+  // Nothing fell back: no note.
+  r = gguf_export(*m, *tok, temp_dir("q8_fits") + "/m.gguf", {"q8_0", ""});
+  EXPECT_EQ(r.outtype, "q8_0");
+  EXPECT_EQ(r.note, "");
+}
+
 TEST(GgufExport, SentencePieceVocabularyGetsScoresAndTypes) {
   auto tok = Tokenizer::load("tests/fixtures/tokenizers/metaspace");
   auto m = tiny_model(tiny("mistral"));

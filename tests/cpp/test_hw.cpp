@@ -172,7 +172,8 @@ TEST(HwPlan, Qlora8BFitsIn16GB) {
 // fragmentation, so the plan less those two terms is compared, within 10 %.
 TEST(HwPlan, WithinTenPercentOfThePeaksMeasuredOnAnH200) {
   const ModelConfig llama32_1b = model_config_with(
-      "llama", R"({"vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+      "llama",
+      R"({"vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
       "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "tie_word_embeddings": true})",
       "test llama 3.2 1b");
   struct Point {

@@ -179,6 +179,23 @@ TEST(HwReportMarkdown, EscapesNamesFromCatalogs) {
   EXPECT_NE(md.find("| RTX \\| 4090 | 24 |"), std::string::npos) << md;
 }
 
+// A cost under a cent reads "$<0.01" in the raw file as in a viewer: "<0" cannot open a tag, so it
+// is not escaped to "$&lt;0.01" (issue 32).
+TEST(HwReportMarkdown, CostUnderACentReadsAsWritten) {
+  json doc = {{"rows",
+               {{{"gpu", "T4"},
+                 {"fits", true},
+                 {"kind", "projected"},
+                 {"hours", 0.01},
+                 {"cost_usd", 0.004},
+                 {"usd_per_mtok", 0.003}}}}};
+  std::string md = hw_report_markdown(doc);
+  EXPECT_NE(md.find("**Best value:** **T4** fits and costs $<0.01 (0.01 h, projected)."), std::string::npos)
+      << md;
+  EXPECT_TRUE(has_line(md, "| T4 | - | yes | - | - | - | 0.01 | <0.01 | <0.01 | projected |")) << md;
+  EXPECT_EQ(md.find("&lt;"), std::string::npos) << md;
+}
+
 TEST(HwReportMarkdown, OptionalColumnsAndMissingFields) {
   json doc = {{"rows", {{{"gpu", "T4"}}}}};
   std::string md = hw_report_markdown(doc);

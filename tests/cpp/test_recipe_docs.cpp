@@ -11,6 +11,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
+#include "host/data/dataset.h"
 
 using namespace luatune;
 
@@ -228,6 +229,93 @@ TEST(ConfigChecks, RenamedKeysNameTheirNewName) {
           << e.what();
     }
   }
+}
+
+// warmup_steps past max_steps warns (validate and every run start), in any table; equal does not.
+TEST(ConfigChecks, WarmupPastMaxStepsWarns) {
+  ConfigValue cfg;
+  cfg.fields["warmup_steps"] = ConfigValue::of_number(20);
+  cfg.fields["max_steps"] = ConfigValue::of_number(5);
+  cfg.fields["max_steps"].origin = "command line";
+  ConfigReport r = config_check(cfg);
+  EXPECT_TRUE(r.problems.empty());
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_EQ(
+      r.warnings[0],
+      "config: warmup_steps = 20 (recipe default) is more than max_steps = 5 (command line): the learning "
+      "rate is still warming up when the run ends and never reaches its peak; hint: warmup_steps = 5 or "
+      "less");
+  cfg.fields["warmup_steps"] = ConfigValue::of_number(5);  // the peak at the last step
+  EXPECT_TRUE(config_check(cfg).warnings.empty());
+  ConfigValue stage;
+  stage.fields["warmup_steps"] = ConfigValue::of_number(100);
+  stage.fields["max_steps"] = ConfigValue::of_number(50);
+  cfg.fields["pretrain"] = stage;
+  r = config_check(cfg);
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_EQ(r.warnings[0].rfind("config: pretrain.warmup_steps = 100 (recipe default) is more than "
+                                "pretrain.max_steps = 50 (recipe default)",
+                                0),
+            0u)
+      << r.warnings[0];
+  cfg.fields["pretrain"].fields["max_steps"] = ConfigValue::of_number(0);  // 0: skip the stage / the epochs
+  EXPECT_TRUE(config_check(cfg).warnings.empty());
+}
+
+// runner validate (read_data) reads the data files: bad lines are problems with FILE:LINE, and an
+// eval_fraction that holds none of data's records out is the warning the run prints.
+TEST(ConfigChecks, ValidateReadsTheDataFiles) {
+  const std::string dir = ::testing::TempDir() + "config_data";
+  std::string good, bad;
+  for (int i = 1; i <= 16; i++) {
+    good += "{\"text\": \"record " + std::to_string(i) + "\"}\n";
+    bad += i == 8 ? "not json\n" : "{\"text\": \"record\"}\n";
+  }
+  file_write_atomic(dir + "_good.jsonl", good);
+  file_write_atomic(dir + "_bad.jsonl", bad);
+  ConfigValue cfg;
+  cfg.fields["data"] = ConfigValue::of_string(dir + "_bad.jsonl");
+  cfg.fields["data"].origin = "command line";
+  cfg.fields["eval_fraction"] = ConfigValue::of_number(0.02);
+  ConfigCheckOptions validate;
+  validate.read_data = true;
+  EXPECT_TRUE(config_check(cfg).problems.empty());  // a run's start does not read the data
+  ConfigReport r = config_check(cfg, validate);
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0],
+            "data = \"" + dir + "_bad.jsonl\" (command line): " + dir +
+                "_bad.jsonl:8: expected a JSON object, got 'not json' (not valid JSON at column 2: "
+                "syntax error while parsing value - invalid literal; last read: 'no')");
+  EXPECT_TRUE(r.warnings.empty());  // no split counted from a file with bad lines
+
+  cfg.fields["data"].string = dir + "_good.jsonl";
+  r = config_check(cfg, validate);
+  EXPECT_TRUE(r.problems.empty()) << r.problems[0];
+  EXPECT_EQ(r.warnings, std::vector<std::string>{data_eval_split_warning(16, 0.02)});
+  cfg.fields["eval_fraction"].number = 0.1;  // holds out 2
+  EXPECT_TRUE(config_check(cfg, validate).warnings.empty());
+
+  // Preference recipes (eval_data): pairs, and no split of data when eval_data is given.
+  cfg.fields["eval_fraction"].number = 0.02;
+  cfg.fields["eval_data"] = ConfigValue::of_string("");
+  r = config_check(cfg, validate);
+  ASSERT_EQ(r.problems.size(), 4u);  // 3 listed, then the count of the rest
+  EXPECT_NE(r.problems[0].find("_good.jsonl:1: expected a JSON object with \"chosen\" and \"rejected\""),
+            std::string::npos)
+      << r.problems[0];
+  EXPECT_EQ(r.problems.back(), "data = \"" + dir +
+                                   "_good.jsonl\" (command line): 13 more bad lines after these "
+                                   "(16 of its 16 records)");
+  std::string pairs;
+  for (int i = 1; i <= 16; i++) pairs += "{\"prompt\": \"q\", \"chosen\": \"a\", \"rejected\": \"b\"}\n";
+  file_write_atomic(dir + "_pairs.jsonl", pairs);
+  cfg.fields["data"].string = dir + "_pairs.jsonl";
+  r = config_check(cfg, validate);
+  EXPECT_TRUE(r.problems.empty()) << r.problems[0];
+  EXPECT_EQ(r.warnings, std::vector<std::string>{data_eval_split_warning(16, 0.02, "pairs")});
+  cfg.fields["eval_data"].string = dir + "_pairs.jsonl";  // the held-out pairs come from there
+  r = config_check(cfg, validate);
+  EXPECT_TRUE(r.problems.empty() && r.warnings.empty());
 }
 
 // ---------------------------------------------------------------------------------------------

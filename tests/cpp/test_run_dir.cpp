@@ -1,6 +1,7 @@
 // Output and checkpoint directories (host/train/run_dir.h): completeness by manifest, atomic
-// replacement, leftovers of killed saves, the fresh-run claim (refuse / move aside, never delete),
-// run.json, and the config diff resume warns with.
+// replacement, leftovers of killed saves, the fresh-run claim (refuse / move aside, never delete)
+// over every output a run writes and what a trainer's own claim counts, run.json, and the config
+// diff resume warns with.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -10,6 +11,9 @@
 
 #include "host/core/files.h"
 #include "host/train/run_dir.h"
+#include "host/train/trainer.h"
+#include "tests/cpp/test_batch.h"
+#include "tests/cpp/test_tiny.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
@@ -105,11 +109,12 @@ TEST(RunDir, AFreshRunRefusesAnotherRunsCheckpointsAndOverwriteMovesThemAside) {
   make_checkpoint(out + "/checkpoints/step-0000005", 5, "earlier");
   file_write_atomic(out + "/metrics.jsonl", "{\"step\": 5}\n");
   json run = {{"run_id", "mine"}};
-  EXPECT_EQ(error_of([&] { output_dir_claim(out, false, run); }),
-            "output_dir: " + out + " holds checkpoints of another run (" + out +
-                "/checkpoints); continue that run with resume=true, or start afresh with overwrite=true "
-                "(moves it to " +
-                out + "/previous-<time>/, deletes nothing)");
+  EXPECT_EQ(
+      error_of([&] { output_dir_claim(out, false, run); }),
+      "output_dir: " + out +
+          " holds another run's outputs (checkpoints/, metrics.jsonl); continue that run with resume=true, "
+          "or start afresh with overwrite=true (moves everything in it to " +
+          out + "/previous-<time>/, deletes nothing)");
   EXPECT_FALSE(fs::exists(out + "/run.json"));  // refused: nothing written
   std::string owner;
   EXPECT_FALSE(output_dir_owner(out, &owner));
@@ -128,6 +133,107 @@ TEST(RunDir, AFreshRunRefusesAnotherRunsCheckpointsAndOverwriteMovesThemAside) {
   EXPECT_NE(moved2, moved);
   EXPECT_TRUE(fs::exists(moved + "/checkpoints/step-0000005"));
   EXPECT_TRUE(fs::exists(moved2 + "/checkpoints/step-0000001"));
+}
+
+TEST(RunDir, AFinishedRunWithoutCheckpointsIsRefusedToo) {
+  // A full fine-tune with max_steps < save_steps: its model, log and run.json, no checkpoint.
+  TempDir t;
+  const std::string out = t.path + "/out";
+  fs::create_directories(out + "/model");
+  file_write_atomic(out + "/model/model.safetensors", "weights");
+  file_write_atomic(out + "/metrics.jsonl", "{\"step\": 2}\n");
+  file_write_atomic(out + "/run.json", "{\"run_id\": \"earlier\"}");
+  EXPECT_EQ(output_dir_run_outputs(out), (std::vector<std::string>{"metrics.jsonl", "model/", "run.json"}));
+  EXPECT_EQ(
+      error_of([&] {
+        output_dir_claim(out, false, {{"run_id", "mine"}});
+      }),
+      "output_dir: " + out +
+          " holds another run's outputs (metrics.jsonl, model/, run.json) and no checkpoint; start afresh "
+          "with overwrite=true (moves everything in it to " +
+          out + "/previous-<time>/, deletes nothing), or write over them with resume=true");
+  EXPECT_EQ(file_read(out + "/run.json"), "{\"run_id\": \"earlier\"}");  // refused: nothing written
+  const std::string moved = output_dir_claim(out, true, {{"run_id", "mine"}});
+  ASSERT_FALSE(moved.empty());
+  EXPECT_EQ(file_read(moved + "/model/model.safetensors"), "weights");
+  EXPECT_EQ(file_read(moved + "/run.json"), "{\"run_id\": \"earlier\"}");
+  EXPECT_FALSE(fs::exists(out + "/model"));
+  EXPECT_EQ(json::parse(file_read(out + "/run.json"))["run_id"], "mine");
+  // Each output a recipe writes counts alone: an adapter, a GGUF, a pruning summary, a sweep.
+  for (const std::string name :
+       {"adapter", "merged", "model.gguf", "summary.json", "trials.jsonl", "report.md"}) {
+    TempDir u;
+    if (name.find('.') == std::string::npos)
+      fs::create_directories(u.path + "/" + name);
+    else
+      file_write_atomic(u.path + "/" + name, "x");
+    EXPECT_EQ(error_of([&] {
+                output_dir_claim(u.path, false, json::object());
+              }).rfind("output_dir: " + u.path + " holds another run's outputs (" + name, 0),
+              0u)
+        << name;
+  }
+}
+
+TEST(RunDir, AnEmptyDirectoryOrTheUsersOwnFilesAreNotAnotherRun) {
+  TempDir t;
+  EXPECT_EQ(output_dir_claim(t.path, false, {{"run_id", "a"}}), "");  // empty: used as it is
+  TempDir u;
+  file_write_atomic(u.path + "/notes.txt", "mine");
+  file_write_atomic(u.path + "/train.jsonl", "{}\n");
+  file_write_atomic(u.path + "/.hidden", "");
+  fs::create_directories(u.path + "/checkpoints");                      // no step directory in it
+  fs::create_directories(u.path + "/previous-20260101T000000Z/model");  // an earlier run already aside
+  EXPECT_TRUE(output_dir_run_outputs(u.path).empty());
+  EXPECT_EQ(output_dir_claim(u.path, true, {{"run_id", "b"}}), "");  // overwrite moves nothing then
+  EXPECT_EQ(file_read(u.path + "/notes.txt"), "mine");
+  EXPECT_TRUE(fs::exists(u.path + "/train.jsonl"));
+  EXPECT_EQ(json::parse(file_read(u.path + "/run.json"))["run_id"], "b");
+}
+
+TEST(RunDir, ATrainersOwnClaimCountsRunJsonAndCheckpointsOnly) {
+  TempDir t;
+  file_write_atomic(t.path + "/metrics.jsonl", "");  // the script opened its log before the first step
+  fs::create_directories(t.path + "/adapter");
+  EXPECT_EQ(output_dir_run_outputs(t.path, OutputDirScope::marks), std::vector<std::string>{});
+  file_write_atomic(t.path + "/run.json", "{}");
+  EXPECT_EQ(output_dir_run_outputs(t.path, OutputDirScope::marks), std::vector<std::string>{"run.json"});
+  EXPECT_EQ(output_dir_run_outputs(t.path, OutputDirScope::checkpoints), std::vector<std::string>{});
+  make_checkpoint(t.path + "/checkpoints/step-0000001", 1, "earlier");
+  EXPECT_EQ(output_dir_run_outputs(t.path, OutputDirScope::checkpoints),
+            std::vector<std::string>{"checkpoints/"});
+  // Another rank checks while the first writes its run.json: only the first counts that file.
+  TempDir r;
+  file_write_atomic(r.path + "/run.json", "{}");
+  EXPECT_EQ(output_dir_claim(r.path, false, json::object(), /*main=*/false), "");
+  EXPECT_NE(error_of([&] { output_dir_claim(r.path, false, json::object(), /*main=*/true); }), "(no error)");
+
+  // The trainer passes those scopes: its first step takes a directory holding only the script's own
+  // log, refuses another run's run.json there, and resume=true with nothing to resume writes over it.
+  TrainOptions o;
+  o.schedule = "constant";
+  o.output_dir = t.path + "/own_log";
+  fs::create_directories(o.output_dir);
+  file_write_atomic(o.output_dir + "/metrics.jsonl", "");
+  Trainer fresh(tiny_model61(), o);
+  fresh.step(random_batch(61, 2, 6, 1));
+  EXPECT_TRUE(fs::exists(o.output_dir + "/run.json"));
+  o.output_dir = t.path + "/finished";
+  fs::create_directories(o.output_dir);
+  file_write_atomic(o.output_dir + "/run.json", "{\"run_id\": \"earlier\"}");
+  file_write_atomic(o.output_dir + "/metrics.jsonl", "");
+  Trainer again(tiny_model61(), o);
+  EXPECT_EQ(error_of([&] { again.step(random_batch(61, 2, 6, 1)); }),
+            "output_dir: " + o.output_dir +
+                " holds another run's outputs (run.json) and no checkpoint; start afresh with overwrite=true "
+                "(moves everything in it to " +
+                o.output_dir + "/previous-<time>/, deletes nothing), or write over them with resume=true");
+  o.output_dir = t.path + "/finished_too";
+  fs::create_directories(o.output_dir);
+  file_write_atomic(o.output_dir + "/run.json", "{\"run_id\": \"earlier\"}");
+  Trainer resumed(tiny_model61(), o);
+  EXPECT_EQ(resumed.resume(), 0);
+  resumed.step(random_batch(61, 2, 6, 1));
 }
 
 TEST(RunDir, RunJsonSaysWhatMadeTheDirectoryAndNotesResumes) {

@@ -147,6 +147,31 @@ TEST(RunReport, HtmlDrawsEachCurveAsAnSvgWithOnePointPerStep) {
   EXPECT_NE(html.find("drawn as 1000 means of consecutive steps"), std::string::npos);
 }
 
+// The device the run used and its GPU by name, from the hardware record metrics.open writes beside
+// the config (issue 32: the section said only "device (config) auto").
+TEST(RunReport, HardwareNamesTheDeviceUsedAndItsGpu) {
+  std::string dir = fresh_dir("hardware");
+  write_text(dir + "/metrics.jsonl",
+             "{\"config\":{\"device\":\"auto\",\"dtype\":\"bf16\"},"
+             "\"hardware\":{\"device\":\"cuda:0\",\"name\":\"NVIDIA H200\"}}\n"
+             "{\"step\":1,\"loss\":2.0}\n");
+  RunReport r = run_report_read(dir + "/metrics.jsonl");
+  EXPECT_EQ(r.hardware,
+            (std::vector<std::pair<std::string, std::string>>{
+                {"device", "cuda:0 (config: auto)"}, {"GPU", "NVIDIA H200"}, {"dtype (config)", "bf16"}}));
+  EXPECT_EQ(r.bad_lines, 0);
+  std::string md = run_report_markdown(r);
+  EXPECT_NE(md.find("| device | cuda:0 (config: auto) |\n| GPU | NVIDIA H200 |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("device (config)"), std::string::npos) << md;
+  EXPECT_NE(run_report_html(r).find("NVIDIA H200"), std::string::npos);
+  // On the CPU: the device as the config named it, and the CPU's model.
+  write_text(
+      dir + "/metrics.jsonl",
+      "{\"config\":{\"device\":\"cpu\"},\"hardware\":{\"device\":\"cpu\",\"name\":\"AMD EPYC 9454\"}}\n");
+  EXPECT_EQ(run_report_read(dir + "/metrics.jsonl").hardware,
+            (std::vector<std::pair<std::string, std::string>>{{"device", "cpu"}, {"CPU", "AMD EPYC 9454"}}));
+}
+
 TEST(RunReport, MarkdownHasFinalNumbersConfigAndSampledPointsAsTables) {
   std::string dir = fresh_dir("md");
   write_text(dir + "/metrics.jsonl", kJsonl);
@@ -200,7 +225,7 @@ TEST(RunReport, WritesBesideTheJsonlOrWhereAsked) {
   EXPECT_EQ(run_report_write(dir + "/metrics.jsonl"), dir + "/report.html");
   EXPECT_TRUE(file_exists(dir + "/report.html"));
   EXPECT_TRUE(file_exists(dir + "/report.md"));
-  EXPECT_EQ(run_report_write(dir + "/pretrain.jsonl"), dir + "/pretrain.report.html");  // quickstart's stages
+  EXPECT_EQ(run_report_write(dir + "/pretrain.jsonl"), dir + "/pretrain.report.html");  // NAME.jsonl
   EXPECT_TRUE(file_exists(dir + "/pretrain.report.md"));
   EXPECT_NE(file_read(dir + "/pretrain.report.html").find("Run report: write (pretrain)"), std::string::npos);
   EXPECT_EQ(run_report_write(dir + "/metrics.jsonl", dir + "/elsewhere/run.html"),
@@ -265,4 +290,63 @@ TEST(SvgChart, LineChartDrawsFinitePointsAndSaysWhenThereAreNone) {
   EXPECT_EQ(svg_tick_label(9.5e-5, 5e-6), "9.5e-05");
   EXPECT_EQ(svg_tick_label(250, 50), "250");
   EXPECT_EQ(svg_tick_label(2.5, 0.5), "2.5");
+}
+
+// A run of two stages in one log (quickstart, issue 32): the notes start its phases, the eval_
+// values make the evaluations table, in both renderers.
+TEST(RunReport, EvaluationsTableAndPhasesFromNotes) {
+  std::string dir = fresh_dir("phases");
+  write_text(dir + "/metrics.jsonl",
+             "{\"step\":1,\"loss\":11.8,\"note\":\"pretraining\"}\n"
+             "{\"step\":2,\"loss\":8.0}\n"
+             "{\"step\":2,\"eval_acc_seen\":0.27,\"eval_acc_held_out\":0.24}\n"
+             "{\"step\":3,\"loss\":3.5,\"note\":\"LoRA\"}\n"
+             "{\"step\":4,\"loss\":0.5}\n"
+             "{\"step\":4,\"eval_acc_seen\":0.88,\"eval_acc_held_out\":0.82}\n");
+  RunReport r = run_report_read(dir + "/metrics.jsonl");
+  EXPECT_EQ(r.phases, (std::vector<std::pair<int64_t, std::string>>{{1, "pretraining"}, {3, "LoRA"}}));
+  const std::string md = run_report_markdown(r);
+  EXPECT_NE(md.find("## Evaluations\n\n| step | phase | eval_acc_seen | eval_acc_held_out |\n"
+                    "|---:|---|---:|---:|\n| 2 | pretraining | 0.27 | 0.24 |\n| 4 | LoRA | 0.88 | 0.82 |\n"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(
+      md.find(
+          "## Phases\n\n| phase | steps |\n|---|---|\n| pretraining | steps 1–2 |\n| LoRA | steps 3–4 |\n"),
+      std::string::npos)
+      << md;
+  const std::string html = run_report_html(r);
+  EXPECT_NE(html.find("<h2>Evaluations</h2>"), std::string::npos);
+  EXPECT_NE(html.find("<td>LoRA</td><td class=\"num\">0.88</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<tr><td>LoRA</td><td>steps 3–4</td></tr>"), std::string::npos) << html;
+  // No eval_ key and no note: neither section.
+  write_text(dir + "/metrics.jsonl", "{\"step\":1,\"loss\":2.0}\n");
+  const std::string plain = run_report_markdown(run_report_read(dir + "/metrics.jsonl"));
+  EXPECT_EQ(plain.find("## Evaluations"), std::string::npos);
+  EXPECT_EQ(plain.find("## Phases"), std::string::npos);
+}
+
+// `runner report DIR` on a directory without metrics.jsonl says what it holds instead.
+TEST(RunReport, DirectoryWithoutMetricsSaysWhatItIs) {
+  std::string dir = fresh_dir("no_metrics");
+  auto error = [&] {
+    try {
+      run_report_jsonl_of(dir);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(error().find("(metrics.open{jsonl = OUTPUT_DIR"), std::string::npos) << error();
+  write_text(dir + "/pretrain.jsonl", "{\"step\":1,\"loss\":2.0}\n");
+  write_text(dir + "/lora.jsonl", "{\"step\":1,\"loss\":2.0}\n");
+  EXPECT_EQ(error(), "report: no metrics file '" + dir +
+                         "/metrics.jsonl'; it holds lora.jsonl, pretrain.jsonl" +
+                         "\n  HINT: name the log to draw: runner report " + dir + "/lora.jsonl");
+  write_text(dir + "/trials.jsonl", "{}\n");
+  EXPECT_NE(error().find("is a sweep's directory)\n  HINT: runner sweep --report DIR tables"),
+            std::string::npos)
+      << error();
+  write_text(dir + "/metrics.jsonl", "{\"step\":1,\"loss\":2.0}\n");
+  EXPECT_EQ(run_report_jsonl_of(dir), dir + "/metrics.jsonl");
 }

@@ -64,6 +64,13 @@ TEST(Markdown, CellEscapesPipesAndFoldsNewlines) {
 
 TEST(Markdown, TextAlsoEscapesHtml) {
   EXPECT_EQ(md_text("<think> a|b & W&B &lt; &#60;\n"), "&lt;think&gt; a\\|b & W&B &amp;lt; &amp;#60; ");
+  EXPECT_EQ(md_text("</b> <!-- <?x <a:b"), "&lt;/b&gt; &lt;!-- &lt;?x &lt;a:b");
+}
+
+// Only a "<" that could open a tag or an autolink is escaped: a cost "$<0.01", "< 5" and "<=" read
+// as written in the raw file (issue 32: hw_compare's report.md said "$&lt;0.01").
+TEST(Markdown, TextKeepsALessThanThatOpensNoTag) {
+  EXPECT_EQ(md_text("costs $<0.01, < 5, <= 2, x<"), "costs $<0.01, < 5, <= 2, x<");
 }
 
 TEST(Markdown, TableAlignsNumbersAndPadsShortRows) {

@@ -2,7 +2,7 @@
 // messages, metric extraction from a trial directory, status classification, ordering, the Pareto
 // front, trials.jsonl / sweep.json bookkeeping for resume, and the process runner itself with a
 // shell script standing in for the runner (a failing trial, a timeout, a resume that runs nothing,
-// the environment trials get).
+// the environment trials get, invalid settings recorded as failed trials in a first run and a resume).
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -79,18 +79,18 @@ std::vector<int64_t> order(const std::vector<SweepTrial>& trials) {
 }
 
 // Writes dir/probe.lua (a recipe for the sweep to name) and dir/fake_runner.sh, a stand-in for the
-// runner: `validate` passes; a trial runs the shell lines `trial` with $out and $x set from its
-// output_dir= and x= arguments. Returns the runner's path.
-std::string fake_runner(const std::string& dir, const std::string& trial) {
+// runner: `validate` runs the shell lines `validate` (then passes), a trial the lines `trial`, both
+// with $out and $x set from the output_dir= and x= arguments. Returns the runner's path.
+std::string fake_runner(const std::string& dir, const std::string& trial, const std::string& validate = "") {
   const std::string runner = dir + "/fake_runner.sh";
   write_text(dir + "/probe.lua", "-- probe\n");
   write_text(
       runner,
       "#!/bin/sh\n"
       "verb=$1; shift; shift\n"
-      "[ \"$verb\" = validate ] && exit 0\n"
-      "for a in \"$@\"; do case $a in output_dir=*) out=${a#output_dir=};; x=*) x=${a#x=};; esac; done\n" +
-          trial);
+      "for a in \"$@\"; do case $a in output_dir=*) out=${a#output_dir=};; x=*) x=${a#x=};; esac; done\n"
+      "if [ \"$verb\" = validate ]; then\n" +
+          validate + "\nexit 0\nfi\n" + trial);
   ::chmod(runner.c_str(), 0755);
   return runner;
 }
@@ -311,6 +311,24 @@ TEST(SweepResults, StatusFromExitMetricAndLog) {
   EXPECT_EQ(classify({}, 143, true, "step 3\n"), "timeout | stopped by the sweep's timeout after 12s");
 }
 
+TEST(SweepResults, AnErrorAsOneLine) {
+  EXPECT_EQ(sweep_error_line("error: config: 2 problems in lora_finetune's config:\n"
+                             "  lora.r = -1 (command line): expected a whole number >= 1 (the LoRA rank)\n"
+                             "  lora.alpha = -2 (command line): expected a positive number\n"),
+            "lora.r = -1 (command line): expected a whole number >= 1 (the LoRA rank); "
+            "lora.alpha = -2 (command line): expected a positive number");
+  EXPECT_EQ(sweep_error_line(
+                "error: config: unknown key 'xx' (command line); did you mean 'x'?\n  HINT: see --help"),
+            "config: unknown key 'xx' (command line); did you mean 'x'?");
+  EXPECT_EQ(
+      sweep_error_line(
+          "warning: config: warmup_steps = 20 is more than max_steps = 1\n"
+          "config: 1 problem in probe.lua's config:\n  dropout = 1.5 (command line): expected in [0, 1)"),
+      "dropout = 1.5 (command line): expected in [0, 1)");
+  EXPECT_EQ(sweep_error_line("a\n\nb"), "a; b");
+  EXPECT_EQ(sweep_error_line(""), "");
+}
+
 TEST(SweepResults, SortsBestFirstFailuresLast) {
   std::vector<SweepTrial> t = {trial(1, SweepStatus::ok, 3.0), trial(2, SweepStatus::failed, std::nullopt),
                                trial(3, SweepStatus::ok, 1.0), trial(4, SweepStatus::nan, std::nan("")),
@@ -515,5 +533,119 @@ TEST(SweepRun, TrialsGetTheirEnvironment) {
   EXPECT_EQ(a.substr(0, 2) + b.substr(0, 2), "0|1|");
   EXPECT_EQ(a.substr(2), threads + "|lr|lr-trial-001|trial|bar|lora.r=8 steps=5 x=1 output_dir=" + dir +
                              "/sweep/trial-001 wandb_project=proj");
+  fs::remove_all(dir);
+}
+
+// ============================================================================================
+// Invalid settings: the fake runner's validate refuses x = -1 as the config checks refuse lora.r = -1
+// (the config listed on stdout, the error on stderr), and everything once dir/broken exists.
+
+namespace {
+
+const char* kRefuseMinusOne =
+    "echo 'config (probe.lua):'; echo \"  x = $x\"\n"
+    "[ -f \"${out%/*}/../broken\" ] && { echo 'config: 1 problem in probe.lua config:' >&2; "
+    "echo '  data = \"gone.jsonl\" (command line): no such file' >&2; exit 2; }\n"
+    "if [ \"$x\" = -1 ]; then echo 'config: 1 problem in probe.lua config:' >&2; "
+    "echo '  x = -1 (command line): expected a whole number >= 0' >&2; echo '  HINT: fix it' >&2; exit 2; "
+    "fi\n";
+
+// "trial-002:failed" for each line of trials.jsonl, in order.
+std::vector<std::string> recorded(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& line : str_split(file_read(dir + "/trials.jsonl"), '\n'))
+    if (!line.empty()) {
+      SweepTrial t = sweep_trial_from_json(line, dir);
+      out.push_back(t.name + ":" + sweep_status_name(t.status));
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST(SweepRun, InvalidPointsAreRecordedAsFailedBeforeAnyTrialAndAResumeRunsTheRest) {
+  std::string dir = temp_dir("invalid");
+  const std::string recipe = dir + "/probe.lua";
+  const std::string runner =
+      fake_runner(dir,
+                  "echo \"$x\" >> " + dir + "/ran.txt\n" +
+                      "echo \"{\\\"step\\\":1,\\\"loss\\\":$x}\" > \"$out/metrics.jsonl\"\n",
+                  kRefuseMinusOne);
+  SweepSpec s = sweep_spec_parse(options(table({{"x", list({num(1), num(-1), num(2), num(3)})}}),
+                                         {{"recipe", str(recipe)}}, dir + "/sweep"));
+  SweepRunOptions o;
+  o.runner = runner;
+  const std::string out_dir = dir + "/sweep";
+  auto ran = [&] { return str_split(file_read(dir + "/ran.txt"), '\n'); };
+
+  // A first run: trial-002 is recorded as failed before any trial starts, the other three run.
+  testing::internal::CaptureStdout();
+  SweepOutcome out = sweep_run(s, o);
+  std::string printed = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(out.ran, 3);
+  EXPECT_EQ(out.invalid, 1);
+  EXPECT_EQ(recorded(out_dir),
+            (std::vector<std::string>{"trial-002:failed", "trial-001:ok", "trial-003:ok", "trial-004:ok"}));
+  EXPECT_EQ(ran(), (std::vector<std::string>{"1", "2", "3", ""}));  // -1 never ran
+  const std::string why =
+      "invalid settings (runner validate): x = -1 (command line): expected a whole number >= 0";
+  EXPECT_NE(printed.find("recipe " + recipe +
+                         " refuses the settings of 1 of the 4 trials to run; recorded as failed:\n"
+                         "trial-002 x=-1: " +
+                         why + "\n"),
+            std::string::npos)
+      << printed;
+  const SweepTrial bad = sweep_read_trials(out_dir).at(2);
+  EXPECT_EQ(bad.error, why);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(file_read(out_dir + "/trial-002/trial.log"),
+            "config (probe.lua):\n  x = -1\nconfig: 1 problem in probe.lua config:\n"
+            "  x = -1 (command line): expected a whole number >= 0\n  HINT: fix it\n");
+  EXPECT_FALSE(dir_exists(out_dir + "/validate"));
+  EXPECT_NE(file_read(out_dir + "/results.md").find("- trial-002 (failed, exit 2): " + why),
+            std::string::npos);
+
+  // Killed after trial-001, with the invalid trial-002 not yet recorded (how today's sweeps leave
+  // it, validating only the first trial): the resume records trial-002 and runs 3 and 4, once each.
+  write_text(out_dir + "/trials.jsonl", str_split(file_read(out_dir + "/trials.jsonl"), '\n')[1] + "\n");
+  write_text(dir + "/ran.txt", "");
+  out = sweep_run(s, o);
+  EXPECT_EQ(out.ran, 2);
+  EXPECT_EQ(out.invalid, 1);
+  EXPECT_EQ(recorded(out_dir),
+            (std::vector<std::string>{"trial-001:ok", "trial-002:failed", "trial-003:ok", "trial-004:ok"}));
+  EXPECT_EQ(ran(), (std::vector<std::string>{"2", "3", ""}));
+
+  // Killed after the first line, the invalid trial-002 recorded: it is neither checked nor recorded
+  // again, and 1, 3, 4 run.
+  write_text(out_dir + "/trials.jsonl", str_split(file_read(out_dir + "/trials.jsonl"), '\n')[1] + "\n");
+  write_text(dir + "/ran.txt", "");
+  out = sweep_run(s, o);
+  EXPECT_EQ(out.invalid, 0);
+  EXPECT_EQ(recorded(out_dir),
+            (std::vector<std::string>{"trial-002:failed", "trial-001:ok", "trial-003:ok", "trial-004:ok"}));
+  EXPECT_EQ(ran(), (std::vector<std::string>{"1", "2", "3", ""}));
+
+  // Again: nothing runs. retry_failed: trial-002 is the only trial to run and still invalid; a
+  // recorded trial passing shows it is the value, so it is recorded again rather than failing.
+  out = sweep_run(s, o);
+  EXPECT_EQ(out.ran + out.invalid, 0);
+  s.retry_failed = true;
+  out = sweep_run(s, o);
+  EXPECT_EQ(out.ran, 0);
+  EXPECT_EQ(out.invalid, 1);
+  EXPECT_EQ(recorded(out_dir).size(), 5u);  // appended, the last line wins
+  EXPECT_EQ(sweep_read_trials(out_dir).size(), 4u);
+
+  // When no trial's settings pass, recorded ones included, the sweep's own settings are wrong: it fails.
+  write_text(dir + "/broken", "");
+  EXPECT_EQ(
+      error_of([&] { sweep_run(s, o); }),
+      "sweep.run: recipe " + recipe +
+          " refuses trial-002's settings (runner validate, exit 2):\nconfig: 1 problem in probe.lua "
+          "config:\n  data = \"gone.jsonl\" (command line): no such file\n  HINT: fix the key or value in "
+          "sweep.run's fixed or parameters (no trial's settings pass); the whole output is in " +
+          out_dir + "/validate/trial-002.log");
+  EXPECT_EQ(recorded(out_dir).size(), 5u);
   fs::remove_all(dir);
 }

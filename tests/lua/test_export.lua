@@ -24,6 +24,17 @@ test("a Model with a tokenizer exports and reports path, bytes and tensors", fun
   local f = assert(io.open(r.path, "rb"))
   eq(f:seek("end"), r.bytes)
   f:close()
+  eq(r.outtype, "q8_0")
+  eq(r.note, "")  -- every row fits q8_0's blocks of 32
+end)
+
+test("a q4_k export whose rows all fall back says it is q8_0, and why", function()
+  local dir = tmpdir("q4k")
+  os.execute("mkdir -p " .. dir)
+  local r = export.gguf(tiny(), dir .. "/m.gguf", { tokenizer = tokenizer.load(SPM), outtype = "q4_k" })
+  eq(r.outtype, "q8_0")
+  eq(r.note, "export.gguf: outtype q4_k: every quantised tensor (16) fell back to q8_0 (rows of 32, 64 values; "
+             .. "q4_K and q6_K need multiples of 256); the file is q8_0 (general.file_type 7), not q4_k")
 end)
 
 test("a directory exports with its own tokenizer", function()

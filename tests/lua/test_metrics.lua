@@ -121,6 +121,24 @@ test("closing a log writes report.html and report.md beside its metrics.jsonl", 
   os.remove(dir)
 end)
 
+test("a config's device is recorded as what it resolved to, with the device's name, and the report shows both", function()
+  local dir = string.format("%s/luatune_lua_metrics_hardware_%d", tmp, os.time())
+  local want = tostring(torch.device("auto"))  -- "cpu" here, "cuda:0" on a GPU
+  local log = metrics.open { console = false, jsonl = dir .. "/metrics.jsonl", config = { device = "auto", max_steps = 1 } }
+  log:write(1, { loss = 1 })
+  log:close()
+  local first = lines_of(dir .. "/metrics.jsonl")[1]
+  ok(first:find('^{"config":{"device":"auto","max_steps":1},"hardware":{"device":"' .. want .. '","name":"[^"]+"}}$'), first)
+  local f = assert(io.open(dir .. "/report.md"))
+  local md = f:read("*a")
+  f:close()
+  ok(md:find("| device | " .. want .. " (config: auto) |", 1, true), md)
+  ok(md:find("| " .. (want == "cpu" and "CPU" or "GPU") .. " | ", 1, true), md)
+  ok(not md:find("device (config)", 1, true), md)
+  for _, name in ipairs { "report.html", "report.md", "metrics.jsonl" } do os.remove(dir .. "/" .. name) end
+  os.remove(dir)
+end)
+
 test("write_json writes a whole file atomically", function()
   local dir = string.format("%s/luatune_lua_metrics_json_%d", os.getenv("TMPDIR") or "/tmp", os.time())
   local path = dir .. "/sub/summary.json"

@@ -82,6 +82,55 @@ test("run.save \"adapter\": a PEFT adapter that names base_model; gguf = \"\" wr
   raises(function() run.save(cfg, model, nil, log, "weights") end, 'run.save: what must be "adapter" or "model"')
 end)
 
+-- n text records in a JSONL file at path, and the byte-level tokenizer that reads them.
+local function text_rows(path, n)
+  local f = assert(io.open(path, "w"))
+  for i = 1, n do f:write('{"text": "hello world ' .. i .. '"}\n') end
+  f:close()
+  return path, tokenizer.load("tests/fixtures/tokenizers/bytelevel")
+end
+
+test("run.sets: an eval_fraction that holds out none of the records turns evaluation off (eval_set nil)", function()
+  local path, tok = text_rows(TMP .. "/16.jsonl", 16)
+  local cfg = strict { data = path, max_length = 16, seed = 0, eval_fraction = 0.02 }
+  local train_set, eval_set = run.sets(cfg, tok, { format = "text" })
+  eq(eval_set, nil)  -- 16 x 0.02 rounds to 0: decided here, before any step
+  eq(train_set:stats().records, 16)
+  ok(data.eval_split_warning(16, 0.02):find("^data: eval_fraction = 0.02 holds out none of the 16 records"),
+     "the warning run.sets prints (and runner validate)")
+  cfg.eval_fraction = 0
+  eq(select(2, run.sets(cfg, tok, { format = "text" })), nil)
+  eq(data.eval_split_warning(16, 0), nil)  -- asked for no evaluation: no warning
+  cfg.eval_fraction = 0.1
+  eq(select(2, run.sets(cfg, tok, { format = "text" })):stats().records, 2)
+  eq(data.eval_split_warning(16, 0.1), nil)
+end)
+
+test("pruning.text_sets and sheared_data: a split that holds out nothing is an error (perplexity is their result)", function()
+  local path, tok = text_rows(TMP .. "/prune16.jsonl", 16)
+  local cfg = strict { data = path, max_length = 16, seed = 0, eval_fraction = 0.02, calibration_rows = 2,
+                       batch_size = 2, format = "text", domains = {} }
+  local err = raises(function() P.text_sets(cfg, tok) end, "data: eval_fraction = 0.02 holds out none of the ")
+  ok(err:find("this recipe reports held-out perplexity; hint: raise eval_fraction", 1, true), err)
+  ok(not err:find("pruning.lua", 1, true), "raised at level 0: no position, the runner prints it as a user error")
+  raises(function() P.sheared_data(cfg, tok) end, "holds out none of the ")
+  cfg.eval_fraction = 0.25
+  local _, eval_set = P.text_sets(cfg, tok)
+  ok(#eval_set > 0)
+end)
+
+test("run.evaluate: nil eval_set does nothing; at max_steps the checkpoint is saved before evaluating", function()
+  local dir = TMP .. "/final_save"
+  local cfg = training_cfg(dir, { max_steps = 1 })
+  local trainer, _, log = run.start(T.model(), cfg, { schedule = "constant" })
+  log:write(1, trainer:step(T.batch(1, 50, 2, 8)))
+  eq(run.evaluate(log, 1, trainer, nil, cfg), nil)
+  -- An evaluation that fails (no batches, nothing to evaluate on) no longer costs the finished training.
+  raises(function() run.evaluate(log, 1, trainer, {}, cfg) end, "the evaluation batches have no target tokens")
+  ok(io.open(dir .. "/checkpoints/step-0000001/trainer.json"), "the final checkpoint is written before evaluating")
+  log:close()
+end)
+
 test("run.batches: batch_size x gradient_accumulation_steps rows a step, to max_steps; ends once the log is stopped", function()
   local asked
   local set = { batches = function(_, opts)

@@ -1,6 +1,7 @@
 -- tests/lua/test_sweep.lua: the `sweep` module (bindings/sweep.cpp): sweep.run's argument errors and
--- the trial tables it returns (a two-trial sweep of tests/recipes/sweep_probe.lua), sweep.pareto and
--- sweep.table on hand-made trials.
+-- the trial tables it returns (a two-trial sweep of tests/recipes/sweep_probe.lua), an invalid grid
+-- point (a failed trial in a first run and in a resumed one), sweep.pareto and sweep.table on
+-- hand-made trials.
 -- Run: build/runner tests/lua/test_sweep.lua
 local h = require "harness"
 local test, eq, ok, raises = h.test, h.eq, h.ok, h.raises
@@ -56,6 +57,45 @@ test("sweep.run returns the trials best first with their config, status and metr
   eq({ results[3].name, results[3].status, results[3].error }, { "trial-003", "nan", "eval_loss is nan" })
   local md = assert(io.open(tmp .. "/run/results.md")):read("*a")
   ok(md:find("| 1 | trial-002 | 3 | 1.1000 | -1.6000 | ok |", 1, true), md)
+end)
+
+-- trials.jsonl's trial names, in order.
+local function recorded(dir)
+  local names = {}
+  for line in io.lines(dir .. "/trials.jsonl") do names[#names + 1] = line:match('"name":"(trial%-%d+)"') end
+  return names
+end
+
+test("an invalid grid point is a failed trial, in the first run and in a resumed one", function()
+  local dir = tmp .. "/invalid"
+  local function run()
+    return sweep.run { recipe = "tests/recipes/sweep_probe.lua", output_dir = dir, metric = "eval_loss",
+                       parameters = { dropout = { values = { 0, 1.5, 0.1, 0.2 } } }, fixed = { counter = dir .. ".runs" } }
+  end
+  local why = "invalid settings (runner validate): dropout = 1.5 (command line): expected in [0, 1)"
+  local results = run()
+  eq(#results, 4)
+  eq({ results[4].name, results[4].status, results[4].exit_code, results[4].error }, { "trial-002", "failed", 2, why })
+  -- Killed after trial-001 finished, before trial-002 was recorded: the resume records it as
+  -- failed and runs trial-003 and trial-004, each recorded once.
+  local first
+  for line in io.lines(dir .. "/trials.jsonl") do first = first or (line:find('"name":"trial-001"', 1, true) and line) end
+  local f = assert(io.open(dir .. "/trials.jsonl", "w"))
+  f:write(first, "\n")
+  f:close()
+  os.remove(dir .. ".runs")
+  results = run()
+  eq(#results, 4)
+  local names = recorded(dir)
+  table.sort(names)
+  eq(names, { "trial-001", "trial-002", "trial-003", "trial-004" })
+  for _, t in ipairs(results) do eq(t.status, t.name == "trial-002" and "failed" or "ok") end
+  eq(results[4].error, why)
+  local runs = assert(io.open(dir .. ".runs")):read("*a")
+  eq(runs, dir .. "/trial-003\n" .. dir .. "/trial-004\n")
+  -- Again: nothing runs, nothing is recorded twice.
+  run()
+  eq(#recorded(dir), 4)
 end)
 
 local function hand_trials()

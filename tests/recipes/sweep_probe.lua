@@ -1,9 +1,10 @@
 -- tests/recipes/sweep_probe.lua: a model-free recipe for the sweep tests; fails on purpose when x == fail_at.
 -- It "trains" `steps` steps on loss = (x - 2)^2 + lr + 1/step and logs metrics.jsonl and summary.json;
 -- eval_loss is NaN when x == nan_at. Each run appends its output_dir to `counter` (when set), so a
--- test can count runs; `sleep` seconds per step make it slow enough to interrupt.
+-- test can count runs; `sleep` seconds per step make it slow enough to interrupt. `dropout` is unused:
+-- a key `runner validate` checks (in [0, 1)), so a sweep can have an invalid value.
 local cfg = config {
-  x = 0, lr = 0.1, steps = 3,
+  x = 0, lr = 0.1, steps = 3, dropout = 0,
   fail_at = -1, nan_at = -1, sleep = 0,
   counter = "",
   output_dir = "out/sweep_probe",

@@ -88,6 +88,17 @@ for outtype in f32 q8_0; do
   check "odd widths $outtype: llama.cpp's greedy ids equal luatune's" test $? -eq 0
 done
 
+# q4_k on the tiny model (hidden 64: no row fills Q4_K's 256-value blocks): every tensor falls back to
+# q8_0; the export says so and why, and the file's header and the summary line say q8_0 (issue 32).
+"$runner" export_gguf model="$tiny_llama" output="$work/q4k.gguf" outtype=q4_k >"$work/q4k.export.log" 2>&1
+check "q4_k, rows too short: exits 0" test $? -eq 0
+check "q4_k, rows too short: says every row fell back and why" grep -q \
+  "^export.gguf: outtype q4_k: every quantised tensor ([0-9]*) fell back to q8_0 (rows of .* need multiples of 256); the file is q8_0" \
+  "$work/q4k.export.log"
+check "q4_k, rows too short: the summary line says q8_0" grep -q "^wrote .*q4k.gguf (q8_0, " "$work/q4k.export.log"
+check "q4_k, rows too short: llama.cpp reads file type Q8_0" bash -c \
+  "node tests/reference/llama/generate.mjs '$work/q4k.gguf' --info | grep -q '\"file_type\": 7'"
+
 # A file llama.cpp cannot run fails with one line and leaves nothing behind.
 "$runner" export_gguf model="$tiny_llama" output="$work/bad.gguf" outtype=q3_k >"$work/bad.log" 2>&1
 check "bad outtype: exits 2" test $? -eq 2

@@ -55,8 +55,18 @@ done <<<"$gpus"
 check "report.md: measured (cpu) marker" grep -qi "measured" "$out/report.md"
 check "report.md: projected marker" grep -qi "projected" "$out/report.md"
 check "report.md: fits column" grep -qi "fits" "$out/report.md"
+# 50 steps of the tiny model cost under a cent: "$<0.01" as written, not "$&lt;0.01" (issue 32).
+check "report.md: a cost under a cent reads \$<0.01" grep -qF 'fits and costs $<0.01 (' "$out/report.md"
+check "report.md: no HTML entity" bash -c "! grep -qE '&(lt|gt|amp);' '$out/report.md'"
 check "report.html: inline SVG charts" grep -q "<svg" "$out/report.html"
 check "report.html: self-contained" bash -c "! grep -qE '(src|href)=\"https?:' '$out/report.html'"
+
+# A rerun into the same output_dir measures afresh: the earlier child run is moved aside, not refused.
+"$runner" hw_compare recipe_args="$args,eval_steps=100,save_steps=0" \
+  max_steps=2 full_steps=50 output_dir="$out" >"$work/cmp2.log" 2>&1
+check "rerun: exits 0" test $? -eq 0
+check "rerun: says the earlier measurement moves aside" grep -q "holds an earlier measurement; overwrite=true moves it aside" "$work/cmp2.log"
+check "rerun: the earlier run kept under run/previous-*" bash -c "ls -d '$out'/run/previous-*/metrics.jsonl"
 
 # runs=: the finished profile again, without running anything
 "$runner" hw_compare runs="$out/profile.json" output_dir="$work/again" >"$work/again.log" 2>&1

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Trustworthy runs (docs/checkpoints.md), end to end on the tiny model:
-# - output_dir is a contract: a fresh run refuses another run's checkpoints (exit 2, one line),
+# - output_dir is a contract: a fresh run refuses another run's checkpoints (exit 2, one line; the
+#   other outputs a run writes: test_output_dir.sh),
 #   overwrite=true moves that run to previous-<time>/, run.json says what made the directory;
 # - resume says what it resumed and warns for each changed config key, refuses a changed shape;
 # - a newest checkpoint missing a file is skipped; leftovers of killed saves are cleaned up;
@@ -43,7 +44,7 @@ fi
 rc=$?
 check "contract: a fresh run into a used output_dir exits 2" test $rc -eq 2
 check "contract: one line naming the directory and both ways out" bash -c \
-  "tail -1 '$work/used_b.log' | grep -q 'output_dir: $out holds checkpoints of another run.*resume=true.*overwrite=true'"
+  "tail -1 '$work/used_b.log' | grep -q 'output_dir: $out holds another run.s outputs (.*checkpoints/.*); continue that run with resume=true, or start afresh with overwrite=true'"
 check "contract: the refused run touched nothing" test -d "$out/checkpoints/step-0000005" -a -d "$out/checkpoints/step-0000004"
 "$runner" lora_finetune "${common[@]}" output_dir="$out" max_steps=3 save_steps=1 overwrite=true >"$work/used_c.log" 2>&1
 check "contract: overwrite=true runs" test $? -eq 0
