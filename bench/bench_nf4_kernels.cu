@@ -1,4 +1,4 @@
-// bench_nf4_kernels: the NF4 dequantize kernel (host/adapt/kernels/nf4_cuda.cu) on an 8B-class
+// bench_nf4_kernels: the NF4 dequantize kernel (host/quant/kernels/nf4_cuda.cu) on an 8B-class
 // weight (4096 x 14336, blocksize 64) to bf16, against a naive two-pass peer written here (unpack
 // every code to a byte, then gather code * absmax per element), timed with CUDA events in the same
 // run. Prints GB/s of the minimum traffic (packed + scales read, bf16 written) for both and their
@@ -14,8 +14,8 @@
 #include <random>
 #include <vector>
 
-#include "host/adapt/kernels/nf4_cuda.h"
-#include "host/adapt/nf4.h"
+#include "host/quant/kernels/nf4_cuda.h"
+#include "host/quant/nf4.h"
 #include "tests/cuda/cuda_ok.h"
 
 namespace {

@@ -27,10 +27,10 @@ for _, v in ipairs(cfg.variants) do
   local hooks = {}
   local alpha = tonumber(v:match("^kd_(.*)$"))
   if alpha then hooks = { distill.new(teacher, model, { alpha = alpha }) } end
-  local t = train.new(model, { lr = cfg.lr, warmup = 4, schedule = "cosine", steps = cfg.steps, min_lr_ratio = 0.1,
+  local t = train.new(model, { learning_rate = cfg.lr, warmup_steps = 4, schedule = "cosine", max_steps = cfg.steps, min_lr_ratio = 0.1,
                                hooks = hooks })
   local t0 = metrics.clock()
-  for _, batch in recovery:batches { size = cfg.batch_size, steps = cfg.steps } do t:step(batch) end
+  for _, batch in recovery:batches { size = cfg.batch_size, max_steps = cfg.steps } do t:step(batch) end
   local secs = metrics.clock() - t0
   local after = ppl(model)
   results[#results + 1] = { variant = v, before = start, after = after, seconds = secs }

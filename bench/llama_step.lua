@@ -14,7 +14,7 @@ local m = models.init { arch = "llama", vocab_size = cfg.vocab_size, hidden_size
                         num_hidden_layers = 4, num_attention_heads = 8, num_key_value_heads = 2,
                         tie_word_embeddings = false, seed = 0 }
 if cfg.method == "lora" then lora.apply(m, { r = 16, alpha = 32, dropout = 0, targets = { "all-linear" } }) end
-local trainer = train.new(m, { lr = 1e-4, schedule = "constant", max_grad_norm = 1.0 })
+local trainer = train.new(m, { learning_rate = 1e-4, schedule = "constant", max_grad_norm = 1.0 })
 torch.manual_seed(0)
 local batch = train.batch { ids = torch.randint(0, cfg.vocab_size, { cfg.rows, cfg.length }, { dtype = "int64" }) }
 

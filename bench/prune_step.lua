@@ -17,19 +17,19 @@ local function timeit(n, f)
 end
 torch.manual_seed(0)
 local b = train.batch { ids = torch.randint(0, cfg.vocab_size, { cfg.rows, cfg.length }, { dtype = "int64" }) }
-local opts = { lr = 1e-4, schedule = "constant" }
+local opts = { learning_rate = 1e-4, schedule = "constant" }
 
 local plain_t = train.new(tiny(1), opts)
 local plain = timeit(cfg.steps, function() plain_t:step(b) end)
 
 local m = tiny(1)
 local pruner = prune.sheared(m, { layers = 0.25, heads = 0.5, hidden = 0.25, intermediate = 0.5 })
-local sheared_t = train.new(m, { lr = 1e-4, schedule = "constant", hooks = { pruner } })
+local sheared_t = train.new(m, { learning_rate = 1e-4, schedule = "constant", hooks = { pruner } })
 local sheared = timeit(cfg.steps, function() sheared_t:step(b) end)
 
 local student, teacher = tiny(1), tiny(2)
 local kd = distill.new(teacher, student, { loss = "forward_kl", alpha = 0.5 })
-local kd_t = train.new(student, { lr = 1e-4, schedule = "constant", hooks = { kd } })
+local kd_t = train.new(student, { learning_rate = 1e-4, schedule = "constant", hooks = { kd } })
 local distilled = timeit(cfg.steps, function() kd_t:step(b) end)
 
 print(("model: %d layers, hidden %d, vocab %d; batch %d x %d tokens"):format(cfg.layers, cfg.hidden_size,

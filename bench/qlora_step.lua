@@ -42,7 +42,7 @@ for _, t in pairs(model:parameters()) do
   if t:dtype() ~= "uint8" then weight_bytes = weight_bytes + t:numel() * size[t:dtype()] end
 end
 
-local trainer = train.new(model, { lr = 1e-4, schedule = "constant", checkpoint_layers = true })
+local trainer = train.new(model, { learning_rate = 1e-4, schedule = "constant", gradient_checkpointing = true })
 torch.manual_seed(cfg.seed)
 local batch = train.batch { ids = torch.randint(0, shape.vocab_size, { cfg.batch, cfg.length }, { dtype = "int64" }) }
 local rates, peak = {}, 0

@@ -191,4 +191,58 @@ static int l_config_json(lua_State* L) {
 }
 LT_REGISTER("config.json", l_config_json);
 
+// The keys config.pick takes: those the function or option table `name` declares (old names aside).
+static std::vector<std::string> declared_keys(const std::string& name) {
+  const LtApi& api = lt_api_registry();
+  const std::vector<LtOpt>* opts = nullptr;
+  if (auto f = api.funcs.find(name); f != api.funcs.end()) opts = &lt_func_options(*f->second);
+  if (auto t = api.tables.find(name); t != api.tables.end()) opts = &t->second->keys;
+  std::vector<std::string> keys;
+  for (const LtOpt& o : opts ? *opts : std::vector<LtOpt>())
+    if (o.renamed.empty() && o.name != "[string]") keys.push_back(o.name);
+  LT_CHECK(!keys.empty(), "config.pick: '"
+                              << name
+                              << "' is no function with options and no option table of bindings/api "
+                                 "(expected a name such as \"train.new\" or \"BatchesOpts\")");
+  return keys;
+}
+
+// config.pick(cfg, "train.new", extra): the config's keys that train.new declares, as a plain table,
+// with extra's keys over them; config.pick(cfg, {"base_model", "data"}): the keys listed, each one
+// the config must have. Recipes hand their config to the API this way instead of copying key by key.
+static int l_config_pick(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  std::vector<std::string> keys;
+  const bool listed = lua_istable(L, 2);
+  bool ok = lua_type(L, 2) == LUA_TSTRING || (listed && lt_is_list(L, 2));
+  for (size_t i = 1; listed && ok && i <= lua_objlen(L, 2); i++) {
+    lua_rawgeti(L, 2, static_cast<int>(i));
+    ok = lua_type(L, -1) == LUA_TSTRING;
+    if (ok) keys.push_back(lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  if (!ok)
+    luaL_argerror(L, 2,
+                  "a function (\"train.new\"), an option table (\"BatchesOpts\") or a list of keys expected");
+  if (!listed) keys = declared_keys(lua_tostring(L, 2));
+  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  lua_newtable(L);
+  for (const std::string& k : keys) {
+    lua_pushlstring(L, k.data(), k.size());
+    lua_rawget(L, 1);
+    LT_CHECK(!listed || !lua_isnil(L, -1), "config.pick: the config has no key '" << k << "'");
+    lua_setfield(L, -2, k.c_str());
+  }
+  if (lua_istable(L, 3)) {
+    lua_pushnil(L);
+    while (lua_next(L, 3)) {
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2);
+      lua_rawset(L, -4);
+    }
+  }
+  return 1;
+}
+LT_REGISTER("config.pick", l_config_pick);
+
 }  // namespace luatune

@@ -1,10 +1,9 @@
 // Lua module `data`: data.jsonl(path, opts) and data.from_records(list, opts) build a Dataset
-// (host/data/dataset.h); ds:batches{size=, steps=, start=} yields (step, Batch) for the trainer.
+// (host/data/dataset.h); ds:batches{size=, max_steps=, start=} yields (step, Batch) for the trainer.
 // Rows and steps are numbered from 1 like Lua lists; token ids are 0-based values as in HF.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "bindings/batch_class.h"
@@ -13,7 +12,6 @@
 #include "bindings/tensor_class.h"
 #include "bindings/tokenizer_class.h"
 #include "host/core/error.h"
-#include "host/core/json.h"
 #include "host/dist/dist.h"
 #include "host/train/stop.h"
 
@@ -76,58 +74,6 @@ std::shared_ptr<Tokenizer> check_data_options(lua_State* L, int idx, DataOptions
   return out;
 }
 
-// A Lua value as JSON: lists become arrays, tables with string keys objects; `what` names it.
-json lua_to_json(lua_State* L, int idx, const std::string& what, int depth = 0) {
-  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
-  switch (lua_type(L, idx)) {
-    case LUA_TNIL:
-      return nullptr;
-    case LUA_TBOOLEAN:
-      return static_cast<bool>(lua_toboolean(L, idx));
-    case LUA_TNUMBER: {
-      double v = lua_tonumber(L, idx);
-      if (v == std::floor(v) && std::fabs(v) < 9.0e15) return static_cast<int64_t>(v);
-      return v;
-    }
-    case LUA_TSTRING: {
-      size_t len = 0;
-      const char* s = lua_tolstring(L, idx, &len);
-      return std::string(s, len);
-    }
-    case LUA_TTABLE:
-      break;
-    default:
-      fail(std::string(lt_fname(L)) + ": " + what + " is a " + luaL_typename(L, idx) +
-           "; records hold strings, numbers, booleans, lists and tables");
-  }
-  // As JSON files are limited (host/core/json.h): a record this deep (or one that contains itself)
-  // could not be quoted or copied without running out of stack.
-  if (depth >= kJsonMaxDepth)
-    fail(std::string(lt_fname(L)) + ": " + what.substr(0, 60) + (what.size() > 60 ? "..." : "") +
-         " nests tables deeper than " + std::to_string(kJsonMaxDepth) + " levels");
-  if (lt_is_list(L, idx)) {
-    json out = json::array();
-    for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
-      lua_rawgeti(L, idx, static_cast<int>(i));
-      out.push_back(lua_to_json(L, -1, what + "[" + std::to_string(i) + "]", depth + 1));
-      lua_pop(L, 1);
-    }
-    return out;
-  }
-  json out = json::object();
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    if (lua_type(L, -2) != LUA_TSTRING) {
-      lua_pop(L, 2);
-      fail(std::string(lt_fname(L)) + ": " + what + " mixes list items and named keys");
-    }
-    std::string key = lua_tostring(L, -2);
-    out[key] = lua_to_json(L, -1, what + "." + key, depth + 1);
-    lua_pop(L, 1);
-  }
-  return out;
-}
-
 // ============================================================================================
 // Module functions
 
@@ -148,7 +94,7 @@ int l_data_from_records(lua_State* L) {
   std::vector<json> records;
   for (size_t i = 1; i <= lua_objlen(L, 1); i++) {
     lua_rawgeti(L, 1, static_cast<int>(i));
-    records.push_back(lua_to_json(L, -1, "records[" + std::to_string(i) + "]"));
+    records.push_back(lt_to_json(L, -1, std::string(lt_fname(L)) + ": records[" + std::to_string(i) + "]"));
     lua_pop(L, 1);
   }
   lt_push(L, Dataset::from_records(records, *tok, o));
@@ -310,7 +256,7 @@ int batches_next_protected(lua_State* L) {
   return lt_call_protected(L, batches_next);
 }
 
-// Without steps: one pass over the rows (the last batch may be short); with steps the epochs cycle,
+// Without max_steps: one pass over the rows (the last batch may be short); with it the epochs cycle,
 // epoch e shuffled with seed + e, so start=K resumes exactly where a run stopped after step K.
 int l_data_batches(lua_State* L) {
   auto* pds = lt_test<PreferencePtr>(L, 1);
@@ -321,12 +267,13 @@ int l_data_batches(lua_State* L) {
   // Before anything is sized from it: a size of batch_size * grad_accum = 1e18 is refused here.
   data_check_batch_size(lt_opt_number(L, 2, "size", 1), dist_world_size(), items, pds ? "pairs" : "rows");
   const int64_t size = lt_opt_int(L, 2, "size", 1);
-  bool cycle = lt_has_field(L, 2, "steps");
+  bool cycle = lt_has_field(L, 2, "max_steps");
   const int64_t global = size * dist_world_size();  // rows a step takes over all ranks
   // Row positions run to steps * global, which must stay a 64-bit count.
   const int64_t max_steps = std::numeric_limits<int64_t>::max() / global;
-  int64_t steps = cycle ? lt_opt_int(L, 2, "steps", 0, -kLuaMaxExactInt, std::min(max_steps, kLuaMaxExactInt))
-                        : (items + global - 1) / global;
+  int64_t steps =
+      cycle ? lt_opt_int(L, 2, "max_steps", 0, -kLuaMaxExactInt, std::min(max_steps, kLuaMaxExactInt))
+            : (items + global - 1) / global;
   int64_t start = lt_opt_int(L, 2, "start", 0);
   if (start < 0) luaL_argerror(L, 2, "option 'start' must be >= 0 (the last step already done)");
   lua_pushvalue(L, 1);

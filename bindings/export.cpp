@@ -7,6 +7,7 @@
 #include "bindings/tokenizer_class.h"
 #include "host/adapt/lora.h"
 #include "host/core/error.h"
+#include "host/io/hub_cache.h"
 #include "host/model/checkpoint.h"
 
 namespace luatune {
@@ -32,7 +33,7 @@ int l_export_gguf(lua_State* L) {
     adapter = lt_opt_string(L, 3, "adapter", "");
     lua_getfield(L, 3, "tokenizer");
     if (lua_type(L, -1) == LUA_TSTRING) {
-      tok = Tokenizer::load(lua_tostring(L, -1));
+      tok = Tokenizer::load(model_path_from_hub(lua_tostring(L, -1)));
     } else if (!lua_isnil(L, -1)) {
       tok = lt_check<std::shared_ptr<Tokenizer>>(L, lua_gettop(L));
     }
@@ -50,7 +51,7 @@ int l_export_gguf(lua_State* L) {
   } else {
     // With an adapter, float32: the merge then rounds once, into the outtype, not into bf16 first.
     model = model_load(dir, LoadOptions(adapter.empty() ? "auto" : "float32", "cpu"));
-    if (!tok) tok = Tokenizer::load(dir);
+    if (!tok) tok = Tokenizer::load(model->source_dir);  // dir, a Hub name resolved
     if (!adapter.empty()) {
       lora_load(*model, adapter);
       lora_merge(*model);

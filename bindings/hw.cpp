@@ -36,51 +36,7 @@ namespace {
 using json = nlohmann::json;
 
 // ============================================================================================
-// Lua <-> JSON (tables with 1..n keys are lists; empty tables are objects)
-
-json lua_to_json(lua_State* L, int idx, const std::string& what, int depth = 0) {
-  LT_CHECK(depth < 32, what << ": nested too deeply");
-  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
-  switch (lua_type(L, idx)) {
-    case LUA_TNIL:
-      return nullptr;
-    case LUA_TBOOLEAN:
-      return lua_toboolean(L, idx) != 0;
-    case LUA_TNUMBER: {
-      double v = lua_tonumber(L, idx);
-      if (!std::isfinite(v)) return nullptr;
-      if (v == std::floor(v) && std::fabs(v) < 9e15) return static_cast<int64_t>(v);
-      return v;
-    }
-    case LUA_TSTRING:
-      return std::string(lua_tostring(L, idx));
-    case LUA_TTABLE: {
-      if (lt_is_list(L, idx) && lua_objlen(L, idx) > 0) {
-        json a = json::array();
-        for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
-          lua_rawgeti(L, idx, static_cast<int>(i));
-          a.push_back(lua_to_json(L, -1, what, depth + 1));
-          lua_pop(L, 1);
-        }
-        return a;
-      }
-      json o = json::object();
-      lua_pushnil(L);
-      while (lua_next(L, idx)) {
-        std::string key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2)
-                          : lua_type(L, -2) == LUA_TNUMBER
-                              ? std::to_string(static_cast<int64_t>(lua_tonumber(L, -2)))
-                              : "";
-        LT_CHECK(!key.empty(), what << ": table keys must be strings or numbers");
-        o[key] = lua_to_json(L, -1, what, depth + 1);
-        lua_pop(L, 1);
-      }
-      return o;
-    }
-    default:
-      fail(what + ": cannot convert a " + luaL_typename(L, idx) + " to JSON");
-  }
-}
+// JSON (a Lua table becomes JSON through lt_to_json, bindings/lua_util.h)
 
 json json_of(const std::vector<std::string>& v) {
   return json(v);
@@ -96,7 +52,7 @@ std::vector<GpuSpec> catalog_arg(lua_State* L, int idx) {
     return hw_catalog_load(path.empty() ? hw_catalog_default_path() : path);
   }
   // A table as hw.catalog() returns it.
-  json j = {{"gpus", lua_to_json(L, idx, "hw: catalog")}};
+  json j = {{"gpus", lt_to_json(L, idx, "hw: catalog")}};
   return hw_catalog_parse(j.dump(), "catalog table");
 }
 
@@ -111,7 +67,7 @@ ModelConfig model_arg(lua_State* L, int idx, const char* what) {
     return model_config_load(s);
   }
   if (lua_istable(L, idx)) {
-    json j = lua_to_json(L, idx, what);
+    json j = lt_to_json(L, idx, what);
     if (j.contains("arch") && j["arch"].is_string()) {
       std::string arch = j["arch"];
       j.erase("arch");
@@ -241,7 +197,7 @@ std::string shard_arg(lua_State* L, int idx) {
   lua_getfield(L, idx, "shard");
   std::string s = lua_type(L, -1) == LUA_TNUMBER ? str_from_number(lua_tonumber(L, -1)) : "";
   lua_pop(L, 1);
-  return s.empty() ? lt_opt_string(L, idx, "shard", "") : s;
+  return s.empty() && lt_has_field(L, idx, "shard") ? lt_opt_string(L, idx, "shard", "none") : s;
 }
 
 // Either model= and the settings, or recipe_config= (a recipe's config, as `runner plan` reads it)
@@ -256,17 +212,19 @@ int l_hw_plan(lua_State* L) {
   PlanOptions o;
   if (lt_has_field(L, 1, "recipe_config")) {
     lua_getfield(L, 1, "recipe_config");
-    json cfg = lua_to_json(L, -1, "hw.plan: recipe_config");
+    json cfg = lt_to_json(L, -1, "hw.plan: recipe_config");
     lua_pop(L, 1);
+    // "" = not given: the recipe's config decides (these keys' declared defaults are the model= path's).
+    auto given = [&](const char* key) { return lt_has_field(L, 1, key) ? lt_opt_string(L, 1, key, "") : ""; };
     PlanExtras ex;
-    ex.model_preset = lt_opt_string(L, 1, "model_preset", "");
-    ex.method = lt_opt_string(L, 1, "method", "");
+    ex.model_preset = given("model_preset");
+    ex.method = given("method");
     ex.gpus = gpus;
     ex.gpus_per_node = gpus_per_node;
     ex.shard = shard_arg(L, 1);
-    ex.optimizer = lt_opt_string(L, 1, "optimizer", "");
-    ex.optimizer_offload = lt_opt_string(L, 1, "optimizer_offload", "");
-    PlanRequest r = hw_plan_request(cfg, lt_opt_string(L, 1, "recipe", ""), ex);
+    ex.optimizer = given("optimizer");
+    ex.optimizer_offload = given("optimizer_offload");
+    PlanRequest r = hw_plan_request(cfg, given("recipe"), ex);
     model = r.model;
     o = r.options;
   } else {
@@ -279,16 +237,21 @@ int l_hw_plan(lua_State* L) {
     o.dtype = lt_opt_string(L, 1, "dtype", "bf16");
     o.master_weights = lt_opt_bool(L, 1, "master_weights", true);
     o.optimizer = lt_opt_string(L, 1, "optimizer", "adamw");
-    o.micro_batch = lt_opt_int(L, 1, "micro_batch", 1);
-    o.seq_len = lt_opt_int(L, 1, "seq_len", 2048);
-    o.checkpointing = lt_opt_bool(L, 1, "checkpointing", false);
+    o.micro_batch = lt_opt_int(L, 1, "batch_size", 1);
+    o.seq_len = lt_opt_int(L, 1, "max_length", 2048);
+    o.checkpointing = lt_opt_bool(L, 1, "gradient_checkpointing", false);
     o.loss_chunk = lt_opt_int(L, 1, "loss_chunk", 4096);
-    o.lora_r = lt_opt_int(L, 1, "lora_r", 16);
-    o.lora_dropout = lt_opt_number(L, 1, "lora_dropout", 0.05);
-    lt_opt_strings(L, 1, "lora_targets", "hw.plan", &o.lora_targets);
+    lua_getfield(L, 1, "lora");  // a recipe's lora table, checked as lora.apply checks it
+    const int lora = lua_gettop(L);
+    if (lt_check_options(L, lora, lt_api("lora.apply"))) {
+      o.lora_r = lt_opt_int(L, lora, "r", o.lora_r, 1);
+      o.lora_dropout = lt_opt_number(L, lora, "dropout", o.lora_dropout);
+      lt_opt_strings(L, lora, "targets", "hw.plan: lora", &o.lora_targets);
+    }
+    lua_pop(L, 1);
     o.optimizer_offload = lt_opt_string(L, 1, "optimizer_offload", "none");
     const std::string shard = shard_arg(L, 1);
-    o.shard = plan_shard_parse(shard.empty() ? "none" : shard);
+    o.shard = plan_shard_parse(shard.empty() ? lt_opt_string(L, 1, "shard", "none") : shard);
     o.gpus = gpus;
     o.gpus_per_node = gpus_per_node;
   }
@@ -409,7 +372,7 @@ int l_hw_project(lua_State* L) {
     // Rebuild the fits from the plan table (hw.plan's output).
     plan = std::make_unique<Plan>();
     lua_getfield(L, 2, "plan");
-    json pj = lua_to_json(L, -1, "hw.project: plan");
+    json pj = lt_to_json(L, -1, "hw.project: plan");
     lua_pop(L, 1);
     LT_CHECK(pj.is_object() && pj.contains("gpus") && pj.contains("total_gb"),
              "hw.project: plan must be a table from hw.plan");
@@ -537,7 +500,7 @@ void write_file(const std::string& path, const std::string& text) {
 int l_hw_report(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lt_check_required_options(L, 2, lt_api("hw.report"));
-  json doc = lua_to_json(L, 1, "hw.report: doc");
+  json doc = lt_to_json(L, 1, "hw.report: doc");
   std::string md = lt_opt_string(L, 2, "markdown", ""), html = lt_opt_string(L, 2, "html", "");
   LT_CHECK(!md.empty() || !html.empty(), "hw.report: give markdown= and/or html= paths to write");
   // Render both before writing either, so a failure leaves no half of a report.

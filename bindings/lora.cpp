@@ -21,7 +21,7 @@ int l_lora_apply(lua_State* L) {
   Model& m = lt_check_model(L, 1);
   LoraConfig c;
   uint64_t seed = 0;
-  if (lt_check_options(L, 2, lt_api("lora.apply"))) {
+  if (lt_check_options_over(L, 2, lt_api("lora.apply"))) {
     double r = lt_opt_number(L, 2, "r", static_cast<double>(c.r));
     LT_CHECK(r >= 1 && r == static_cast<double>(static_cast<int64_t>(r)),
              "lora.apply: r must be a positive integer, got " << r);
@@ -53,7 +53,7 @@ int l_lora_adaption_prompt(lua_State* L) {
   Model& m = lt_check_model(L, 1);
   AdaptionPromptConfig c;
   uint64_t seed = 0;
-  if (lt_check_options(L, 2, lt_api("lora.adaption_prompt"))) {
+  if (lt_check_options_over(L, 2, lt_api("lora.adaption_prompt"))) {  // extra's keys over opts
     // Whole numbers here; their ranges are adaption_prompt_apply's checks.
     auto whole = [&](const char* key, int64_t def) {
       double v = lt_opt_number(L, 2, key, static_cast<double>(def));

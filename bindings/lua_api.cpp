@@ -18,7 +18,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
-#include "host/sweep/sweep.h"
+#include "host/sweep/sweep_engine.h"
 
 namespace luatune {
 
@@ -109,6 +109,10 @@ void write_option_class(std::ostringstream& os, const std::string& cls, const st
   os << "---@class " << cls << "\n";
   for (const LtOpt& o : keys) {
     bool required = o.def == "required";
+    if (!o.renamed.empty()) {
+      os << "---@field " << o.name << "? any deprecated: the old name of " << o.renamed << "\n";
+      continue;
+    }
     if (o.name == "[string]")
       os << "---@field [string] " << o.type;
     else
@@ -184,6 +188,12 @@ namespace {
 std::string md_options(const std::string& title, const std::vector<LtOpt>& keys) {
   std::vector<std::vector<std::string>> rows;
   for (const LtOpt& o : keys) {
+    if (!o.renamed.empty()) {
+      rows.push_back({"`" + o.name + "`", "", "",
+                      "deprecated: the old name of `" + o.renamed +
+                          "`, accepted with a warning until the next release"});
+      continue;
+    }
     const bool code_default = !o.def.empty() && o.def != "required";
     rows.push_back({o.name == "[string]" ? "any other key" : "`" + o.name + "`", "`" + md_cell(o.type) + "`",
                     code_default ? "`" + md_cell(o.def) + "`" : o.def, md_text(o.doc)});

@@ -25,6 +25,10 @@ struct LtOpt {
   std::string type;
   std::string def;  // the default as Lua text ("16", "\"cpu\""); "" when absent or computed; "required"
   std::string doc;  // one line
+  // An old name kept for a release: the declared name it stands for ("learning_rate", or "lora.r" for
+  // the key r of the table option lora). It has no type, default or doc of its own; lt_check_options
+  // reads it as that name and prints a one-line deprecation warning, once per name per process.
+  std::string renamed;
 };
 
 // An option table more than one function takes, or one nested in another's key.

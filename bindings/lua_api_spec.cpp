@@ -92,13 +92,23 @@ struct Reader {
     return out;
   }
 
-  // KEY: {type: T, default: D, doc: DOC}, in order.
+  // KEY: {type: T, default: D, doc: DOC}, or OLD_KEY: {renamed: KEY} (KEY.SUBKEY: a key of the
+  // table option KEY), in order.
   std::vector<LtOpt> options(const YAML::Node& n, const std::string& what) const {
     std::vector<LtOpt> out;
     for (const auto& [k, v] : entries(n, what)) {
       LtOpt o;
       o.name = k.Scalar();
       const std::string owhat = what + ": option '" + o.name + "'";
+      if (v.IsMap() && v["renamed"]) {
+        entries(v, owhat, {"renamed"});
+        o.renamed = text(v["renamed"], owhat + ": renamed");
+        const std::string head = o.renamed.substr(0, o.renamed.find('.'));
+        if (std::none_of(out.begin(), out.end(), [&](const LtOpt& x) { return x.name == head; }))
+          error(v, owhat + ": renamed names '" + head + "', which is not an option declared above it");
+        out.push_back(std::move(o));
+        continue;
+      }
       for (const auto& [field, value] : entries(v, owhat, {"type", "default", "doc"})) {
         const std::string f = field.Scalar();
         (f == "type" ? o.type : f == "default" ? o.def : o.doc) = text(value, owhat + ": " + f);

@@ -7,11 +7,18 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
 
 #include "bindings/modules.h"
 #include "host/core/error.h"
+#include "host/core/json.h"
+#include "host/core/number.h"
 #include "host/core/seed.h"
 #include "host/core/strings.h"
+#include "host/dist/dist.h"
 #include "host/train/stop.h"
 
 namespace luatune {
@@ -197,8 +204,241 @@ const char* lt_fname(lua_State* L) {
   return "?";
 }
 
-// The option table at idx against `keys`: unknown keys always, value types when `types`.
-static bool check_options(lua_State* L, int idx, const std::vector<LtOpt>& keys, bool types) {
+// Pushes a plain copy of the table at idx, read raw (a config{} table's missing-key error stays out).
+static void push_raw_copy(lua_State* L, int idx) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  lua_newtable(L);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, -4);
+  }
+}
+
+// An old option name, once per process: "warning: train.new: option 'lr' is deprecated; use 'learning_rate'".
+static void warn_renamed(const std::string& what, const LtOpt& o) {
+  static std::set<std::string> warned;
+  const std::string line = what + ": option '" + o.name + "' is deprecated; use '" + o.renamed +
+                           "' (the old name goes in the next release)";
+  if (warned.insert(line).second && dist_is_main()) std::fprintf(stderr, "warning: %s\n", line.c_str());
+}
+
+// Replaces the table at idx (absolute) with a plain copy whose old names (`renamed`, all present in
+// it) stand under their new ones: "lr" -> "learning_rate", "lora_r" -> lora.r (a copy of the table lora).
+static void replace_with_renamed(lua_State* L, int idx, const std::vector<const LtOpt*>& renamed,
+                                 const std::string& what) {
+  push_raw_copy(L, idx);
+  const int copy = lua_gettop(L);
+  for (const LtOpt* o : renamed) {
+    lua_pushnil(L);
+    lua_setfield(L, copy, o->name.c_str());  // raw: the copy has no metatable
+  }
+  for (const LtOpt* o : renamed) {
+    const size_t dot = o->renamed.find('.');
+    int into = copy;
+    std::string key = o->renamed;
+    if (dot != std::string::npos) {  // a key of a table option: that table copied (or made)
+      const std::string head = o->renamed.substr(0, dot);
+      key = o->renamed.substr(dot + 1);
+      lua_getfield(L, copy, head.c_str());
+      if (lua_isnil(L, -1)) {
+        lua_newtable(L);
+      } else if (lua_istable(L, -1)) {
+        push_raw_copy(L, -1);
+      } else {
+        std::string msg = "option '" + head + "' expects a table, got " + luaL_typename(L, -1);
+        luaL_argerror(L, idx, msg.c_str());
+      }
+      lua_remove(L, -2);
+      lua_pushvalue(L, -1);
+      lua_setfield(L, copy, head.c_str());
+      into = lua_gettop(L);
+    }
+    lua_getfield(L, into, key.c_str());
+    if (!lua_isnil(L, -1)) {
+      std::string msg = "options '" + o->name + "' and '" + o->renamed + "' are one option ('" + o->name +
+                        "' is its old name); give only '" + o->renamed + "'";
+      luaL_argerror(L, idx, msg.c_str());
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, idx, o->name.c_str());
+    lua_setfield(L, into, key.c_str());
+    if (into != copy) lua_pop(L, 1);
+    warn_renamed(what, *o);
+  }
+  lua_replace(L, idx);
+}
+
+// ============================================================================================
+// Declared defaults: the C++ default each reader is given, held against the declared one
+
+// A table that passed lt_check_options is tagged, in two weak-keyed registry tables, with its
+// declaration's literal defaults and with the function that checked it. The readers (lt_opt_*)
+// hold the C++ default they are given against the declared one and fail, naming both, when they
+// differ: a default written in C++ (LoraConfig::r, a literal in a binding) cannot drift from
+// bindings/api/*.yaml unnoticed. tests/lua/test_api_defaults.lua reads every declared default so.
+static const char* const kOptionDefaults = "luatune.option_defaults";  // table -> its declared defaults
+static const char* const kOptionChecker = "luatune.option_checker";  // table -> the function that checked it
+static const char* const kDeclaredDefaults = "luatune.declared_defaults";  // class -> its declared defaults
+
+// Pushes the registry's table `name`, made on first use (weak-keyed when `weak`).
+static void push_registry_table(lua_State* L, const char* name, bool weak) {
+  lua_getfield(L, LUA_REGISTRYINDEX, name);
+  if (!lua_isnil(L, -1)) return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  if (weak) {
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+  }
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, name);
+}
+
+// Pushes a declared default (Lua text) when it is a literal number, boolean or string; "required",
+// tables ("{0.9, 0.999}") and absent or computed defaults ("") push nothing.
+static bool push_literal_default(lua_State* L, const std::string& def) {
+  if (def == "true" || def == "false") return lua_pushboolean(L, def == "true"), true;
+  if (def.size() >= 2 && def.front() == '"' && def.find_first_of("\"\\", 1) == def.size() - 1) {
+    lua_pushlstring(L, def.data() + 1, def.size() - 2);
+    return true;
+  }
+  char* end = nullptr;
+  const double v = def.empty() ? 0 : std::strtod(def.c_str(), &end);
+  if (def.empty() || *end != '\0') return false;
+  lua_pushnumber(L, v);
+  return true;
+}
+
+// The data file that declares the shared table `cls`, as errors name it.
+static std::string table_file(const std::string& cls) {
+  for (const LtModuleApi& m : lt_api_registry().modules)
+    for (const LtTable& t : m.tables)
+      if (t.cls == cls) return "bindings/api/" + m.module + ".yaml";
+  return "bindings/api";
+}
+
+// Tags the option table at idx (absolute) with its declaration: `keys`, of class `cls`, named in
+// errors as `name` ("lora.apply", "DataOpts") declared in `file`. The declared defaults are made
+// into a Lua table once per class: {values = {key = default}, name, file}.
+static void tag_options(lua_State* L, int idx, const std::vector<LtOpt>& keys, const std::string& cls,
+                        const std::string& name, const std::string& file) {
+  push_registry_table(L, kOptionDefaults, true);
+  lua_pushvalue(L, idx);
+  push_registry_table(L, kDeclaredDefaults, false);
+  lua_getfield(L, -1, cls.c_str());
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_newtable(L);
+    for (const LtOpt& o : keys)
+      if (o.renamed.empty() && push_literal_default(L, o.def)) lua_setfield(L, -2, o.name.c_str());
+    lua_setfield(L, -2, "values");
+    lt_set_string(L, "class", cls);
+    lt_set_string(L, "name", name);
+    lt_set_string(L, "file", file);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, cls.c_str());
+  }
+  lua_remove(L, -2);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  push_registry_table(L, kOptionChecker, true);
+  lua_pushvalue(L, idx);
+  lua_pushstring(L, lt_fname(L));
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+static void tag_options(lua_State* L, int idx, const LtFunc& f) {
+  tag_options(L, idx, lt_func_options(f), lt_func_options_class(f),
+              f.shared ? f.shared->cls : lt_func_full_name(f), f.shared ? table_file(f.shared->cls) : f.file);
+}
+
+// Two defaults as one: a float field (2e-5f) is its double's nearest float, not the double.
+static bool number_close(double a, double b) {
+  return a == b || std::fabs(a - b) <= 1e-6 * std::max(std::fabs(a), std::fabs(b));
+}
+
+// A default as a message shows it: 16, 0.05, "cpu", true.
+static std::string default_text(lua_State* L, int idx) {
+  if (lua_type(L, idx) == LUA_TNUMBER) return str_from_number(lua_tonumber(L, idx));
+  if (lua_type(L, idx) == LUA_TBOOLEAN) return lua_toboolean(L, idx) ? "true" : "false";
+  if (lua_type(L, idx) == LUA_TSTRING) return std::string("\"") + lua_tostring(L, idx) + "\"";
+  return luaL_typename(L, idx);
+}
+
+// The C++ default of option `key`, pushed at the top (and popped here), when the table at idx
+// (absolute) has no value for it, against the default its declaration declares: a difference
+// fails, naming both. Under
+// the probe (registry "luatune.defaults_probe" a table), the key is recorded there as "Class.key",
+// and once every declared default of the probed table (its field `class`) is recorded the call
+// stops with "luatune: defaults probe done" before it does any work.
+static void check_default(lua_State* L, int idx, const char* key) {
+  const int def = lua_gettop(L);
+  if (!lua_istable(L, idx)) return lua_settop(L, def - 1);
+  lua_getfield(L, idx, key);  // a value given: the default is not used
+  const bool given = !lua_isnil(L, -1);
+  lua_settop(L, def);
+  if (given) return lua_settop(L, def - 1);
+  push_registry_table(L, kOptionChecker, true);
+  lua_pushvalue(L, idx);
+  lua_rawget(L, -2);
+  // A table some other function checked (a recipe's table passed on) is not this one's to judge.
+  const bool ours = lua_isstring(L, -1) && std::strcmp(lua_tostring(L, -1), lt_fname(L)) == 0;
+  lua_settop(L, def);
+  if (!ours) return lua_settop(L, def - 1);
+  push_registry_table(L, kOptionDefaults, true);
+  lua_pushvalue(L, idx);
+  lua_rawget(L, -2);
+  const int decl = lua_gettop(L);
+  lua_getfield(L, decl, "values");
+  lua_getfield(L, -1, key);
+  if (lua_isnil(L, -1)) return lua_settop(L, def - 1);
+  const bool same = lua_type(L, -1) == LUA_TNUMBER && lua_type(L, def) == LUA_TNUMBER
+                        ? number_close(lua_tonumber(L, -1), lua_tonumber(L, def))
+                        : lua_rawequal(L, -1, def) != 0;
+  if (!same) {
+    lua_getfield(L, decl, "name");
+    lua_getfield(L, decl, "file");
+    const std::string msg = std::string(lua_tostring(L, -2)) + ": option '" + key + "' defaults to " +
+                            default_text(L, -3) + " in " + lua_tostring(L, -1) +
+                            ", but the binding's C++ default is " + default_text(L, def) +
+                            "; make the two agree";
+    lua_settop(L, def - 1);
+    luaL_error(L, "%s", msg.c_str());
+  }
+  lua_getfield(L, LUA_REGISTRYINDEX, "luatune.defaults_probe");
+  if (lua_istable(L, -1)) {
+    const int probe = lua_gettop(L);
+    lua_getfield(L, decl, "class");
+    const std::string cls = lua_tostring(L, -1);
+    lua_pushboolean(L, 1);
+    lua_setfield(L, probe, (cls + "." + key).c_str());
+    bool all = true;
+    lua_getfield(L, decl, "values");
+    lua_pushnil(L);
+    while (all && lua_next(L, -2)) {
+      lua_getfield(L, probe, (cls + "." + lua_tostring(L, -2)).c_str());
+      all = !lua_isnil(L, -1);
+      lua_pop(L, 2);
+    }
+    lua_getfield(L, probe, "class");  // the table probed: others read on the way are only recorded
+    const bool probed = lua_isstring(L, -1) && cls == lua_tostring(L, -1);
+    lua_settop(L, def - 1);
+    if (all && probed) luaL_error(L, "luatune: defaults probe done");
+  }
+  lua_settop(L, def - 1);
+}
+
+// The option table at idx against `keys`: unknown keys always, value types when `types`. An old name
+// (LtOpt::renamed) is accepted with a warning: the table at idx is replaced by a copy under the new
+// names, as it is (read raw) when it has a metatable, so the readers see plain tables of new names.
+static bool check_options(lua_State* L, int idx, const std::vector<LtOpt>& keys, bool types,
+                          const std::string& what) {
   if (lua_isnoneornil(L, idx)) return false;
   luaL_checktype(L, idx, LUA_TTABLE);
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
@@ -207,14 +447,17 @@ static bool check_options(lua_State* L, int idx, const std::vector<LtOpt>& keys,
   for (const LtOpt& o : keys) {
     if (o.name == "[string]")
       open = true;
-    else
+    else if (o.renamed.empty())
       valid.push_back(o.name);
   }
+  std::vector<const LtOpt*> renamed;
   lua_pushnil(L);
   while (lua_next(L, idx)) {
     lua_pop(L, 1);
     std::string key =
         lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : std::string("<") + luaL_typename(L, -1) + ">";
+    auto old = std::find_if(keys.begin(), keys.end(), [&](const LtOpt& o) { return o.name == key; });
+    if (lua_type(L, -1) == LUA_TSTRING && old != keys.end() && !old->renamed.empty()) continue;
     bool ok =
         lua_type(L, -1) == LUA_TSTRING && (open || std::find(valid.begin(), valid.end(), key) != valid.end());
     if (!ok) {
@@ -226,10 +469,20 @@ static bool check_options(lua_State* L, int idx, const std::vector<LtOpt>& keys,
       luaL_argerror(L, idx, msg.c_str());
     }
   }
+  for (const LtOpt& o : keys) {  // in the declaration's order, so the warnings come out in one order
+    if (o.renamed.empty()) continue;
+    lua_pushlstring(L, o.name.data(), o.name.size());
+    lua_rawget(L, idx);
+    if (!lua_isnil(L, -1)) renamed.push_back(&o);
+    lua_pop(L, 1);
+  }
+  const bool strict = lua_getmetatable(L, idx) != 0;  // a config{} table: reading a missing key raises
+  if (strict) lua_pop(L, 1);
+  if (!renamed.empty() || strict) replace_with_renamed(L, idx, renamed, what);
   if (!types) return true;
   for (const LtOpt& o : keys) {
     // Lists, tables and functions are left to the readers, whose messages say what each item needs.
-    if (o.name == "[string]" || !lt_type_is_scalar(o.type)) continue;
+    if (o.name == "[string]" || !o.renamed.empty() || !lt_type_is_scalar(o.type)) continue;
     lua_getfield(L, idx, o.name.c_str());
     if (!lua_isnil(L, -1) && !lt_type_matches(L, -1, o.type)) {
       std::string msg =
@@ -243,20 +496,46 @@ static bool check_options(lua_State* L, int idx, const std::vector<LtOpt>& keys,
 }
 
 bool lt_check_options(lua_State* L, int idx, const LtFunc& f) {
-  return check_options(L, idx, lt_func_options(f), true);
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  if (!check_options(L, idx, lt_func_options(f), true, lt_func_full_name(f))) return false;
+  tag_options(L, idx, f);
+  return true;
 }
 
 bool lt_check_options(lua_State* L, int idx, const LtTable& t) {
-  return check_options(L, idx, t.keys, true);
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  if (!check_options(L, idx, t.keys, true, lt_fname(L))) return false;
+  tag_options(L, idx, t.keys, t.cls, t.cls, table_file(t.cls));
+  return true;
+}
+
+bool lt_check_options_over(lua_State* L, int idx, const LtFunc& f) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  const bool base = lt_check_options(L, idx, f);
+  if (!lt_check_options(L, idx + 1, f)) return base;
+  if (base)
+    push_raw_copy(L, idx);
+  else
+    lua_newtable(L);
+  lua_pushnil(L);
+  while (lua_next(L, idx + 1)) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, -4);
+  }
+  lua_replace(L, idx);
+  tag_options(L, idx, f);
+  return true;
 }
 
 void lt_check_required_options(lua_State* L, int idx, const LtFunc& f) {
   luaL_checktype(L, idx, LUA_TTABLE);
-  check_options(L, idx, lt_func_options(f), true);
+  lt_check_options(L, idx, f);
 }
 
 void lt_check_option_names(lua_State* L, int idx, const LtFunc& f) {
-  check_options(L, idx, lt_func_options(f), false);
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  if (check_options(L, idx, lt_func_options(f), false, lt_func_full_name(f))) tag_options(L, idx, f);
 }
 
 // A type's alternatives: "string|string[]" -> {"string", "string[]"} (a '|' inside brackets or
@@ -347,11 +626,24 @@ static bool push_option(lua_State* L, int idx, const char* key, int type, const 
   return true;
 }
 
-double lt_opt_number(lua_State* L, int idx, const char* key, double def) {
-  if (!push_option(L, idx, key, LUA_TNUMBER, "a number")) return def;
-  double v = lua_tonumber(L, -1);
+// Option `key` of the table at idx, or def when absent. push(def) puts the default on the stack for
+// check_default (the declared default must agree); read() takes the value at the top.
+template <class T, class Push, class Read>
+static T opt_value(lua_State* L, int idx, const char* key, const T& def, int type, const char* expected,
+                   Push push, Read read) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  push(def);
+  check_default(L, idx, key);
+  if (!push_option(L, idx, key, type, expected)) return def;
+  T v = read();
   lua_pop(L, 1);
   return v;
+}
+
+double lt_opt_number(lua_State* L, int idx, const char* key, double def) {
+  return opt_value<double>(
+      L, idx, key, def, LUA_TNUMBER, "a number", [L](double d) { lua_pushnumber(L, d); },
+      [L] { return lua_tonumber(L, -1); });
 }
 
 int64_t lt_opt_int(lua_State* L, int idx, const char* key, int64_t def, int64_t lo, int64_t hi) {
@@ -365,17 +657,32 @@ int64_t lt_opt_int(lua_State* L, int idx, const char* key, int64_t def, int64_t 
 }
 
 bool lt_opt_bool(lua_State* L, int idx, const char* key, bool def) {
-  if (!push_option(L, idx, key, LUA_TBOOLEAN, "a boolean")) return def;
-  bool v = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  return v;
+  return opt_value<bool>(
+      L, idx, key, def, LUA_TBOOLEAN, "a boolean", [L](bool d) { lua_pushboolean(L, d); },
+      [L] { return lua_toboolean(L, -1) != 0; });
 }
 
 std::string lt_opt_string(lua_State* L, int idx, const char* key, const std::string& def) {
-  if (!push_option(L, idx, key, LUA_TSTRING, "a string")) return def;
-  std::string v = lua_tostring(L, -1);
-  lua_pop(L, 1);
-  return v;
+  return opt_value<std::string>(
+      L, idx, key, def, LUA_TSTRING, "a string",
+      [L](const std::string& d) { lua_pushlstring(L, d.data(), d.size()); },
+      [L] { return std::string(lua_tostring(L, -1)); });
+}
+
+void lt_check_defaults(lua_State* L, int idx,
+                       const std::vector<std::pair<std::string, ConfigValue>>& defaults) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  for (const auto& [key, v] : defaults) {
+    if (v.kind == ConfigValue::Kind::number)
+      lua_pushnumber(L, v.number);
+    else if (v.kind == ConfigValue::Kind::boolean)
+      lua_pushboolean(L, v.boolean);
+    else if (v.kind == ConfigValue::Kind::string)
+      lua_pushlstring(L, v.string.data(), v.string.size());
+    else
+      continue;
+    check_default(L, idx, key.c_str());
+  }
 }
 
 bool lt_opt_strings(lua_State* L, int idx, const char* key, const std::string& what,
@@ -401,7 +708,7 @@ bool lt_opt_strings(lua_State* L, int idx, const char* key, const std::string& w
 
 int64_t lt_check_int(lua_State* L, int idx) {
   double v = luaL_checknumber(L, idx);
-  if (v != std::floor(v) || std::fabs(v) > 9.0e15) {
+  if (!number_is_whole(v)) {
     std::string msg = "integer expected, got " + str_from_number(v);
     luaL_argerror(L, idx, msg.c_str());
   }
@@ -596,6 +903,72 @@ void lt_push_json(lua_State* L, const nlohmann::json& j) {
   } else {
     lua_pushnil(L);  // a binary value: nothing Lua can hold
   }
+}
+
+// lt_to_json at `depth`; `path` is `what` and the keys down to this value.
+static nlohmann::json to_json(lua_State* L, int idx, const std::string& path, int depth) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL:
+      return nullptr;
+    case LUA_TBOOLEAN:
+      return lua_toboolean(L, idx) != 0;
+    case LUA_TNUMBER: {
+      const double v = lua_tonumber(L, idx);
+      if (std::isnan(v) || std::isinf(v))
+        fail(path + " is " + str_from_number(v) +
+             "; JSON has no NaN or infinity (leave the key out instead)");
+      if (number_is_whole(v)) return static_cast<int64_t>(v);
+      return v;
+    }
+    case LUA_TSTRING: {
+      size_t len = 0;
+      const char* s = lua_tolstring(L, idx, &len);
+      return std::string(s, len);
+    }
+    case LUA_TTABLE:
+      break;
+    default:
+      fail(path + " is a " + luaL_typename(L, idx) +
+           "; JSON holds nil, booleans, numbers, strings and tables of them");
+  }
+  // As JSON files are limited (host/core/json.h): a table this deep (or one that contains itself)
+  // could not be written out or read back.
+  if (depth >= kJsonMaxDepth)
+    fail(path.substr(0, 80) + (path.size() > 80 ? "..." : "") + " nests tables deeper than " +
+         std::to_string(kJsonMaxDepth) + " levels");
+  const size_t n = lua_objlen(L, idx);
+  if (n > 0 && lt_is_list(L, idx)) {
+    nlohmann::json out = nlohmann::json::array();
+    for (size_t i = 1; i <= n; i++) {
+      lua_rawgeti(L, idx, static_cast<int>(i));
+      out.push_back(to_json(L, -1, path + "[" + std::to_string(i) + "]", depth + 1));
+      lua_pop(L, 1);
+    }
+    return out;
+  }
+  nlohmann::json out = nlohmann::json::object();
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    if (lua_type(L, -2) != LUA_TSTRING) {
+      const bool number = lua_type(L, -2) == LUA_TNUMBER;
+      lua_pop(L, 2);
+      fail(path +
+           (number ? " mixes list items and named keys, or is a list with holes"
+                   : " has a key that is not a string") +
+           "; JSON takes a list (keys 1..n) or a table of named keys");
+    }
+    size_t len = 0;
+    const char* k = lua_tolstring(L, -2, &len);
+    std::string key(k, len);
+    out[key] = to_json(L, -1, path + "." + key, depth + 1);
+    lua_pop(L, 1);
+  }
+  return out;
+}
+
+nlohmann::json lt_to_json(lua_State* L, int idx, const std::string& what) {
+  return to_json(L, idx, what, 0);
 }
 
 }  // namespace luatune

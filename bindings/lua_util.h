@@ -225,10 +225,15 @@ const char* lt_fname(lua_State* L);  // the name of the running Lua-called funct
 // The option table at idx against its declaration in bindings/api/*.yaml (lt_api("lora.apply"),
 // lt_api_table("DataOpts")): fails naming the bad key and the valid ones when it has a key not
 // declared, and naming the key, the type expected and the type got when a present value is not of
-// its declared type (lt_type_is_scalar types only). Returns whether there is a table to read: none
-// or nil at idx passes and returns false, anything else but a table fails.
+// its declared type (lt_type_is_scalar types only). An old name the declaration keeps (renamed:) is
+// read as its new one, with a one-line warning once per process; the table at idx is then replaced by
+// a plain copy, as it is when it has a metatable (a config{} table). Returns whether there is a table
+// to read: none or nil at idx passes and returns false, anything else but a table fails.
 bool lt_check_options(lua_State* L, int idx, const LtFunc& f);
 bool lt_check_options(lua_State* L, int idx, const LtTable& t);
+// The option tables at idx and idx + 1, both optional and both checked, as one at idx: the second's
+// keys over the first's (lora.apply(model, cfg.lora, { seed = cfg.seed })). Returns whether there is one.
+bool lt_check_options_over(lua_State* L, int idx, const LtFunc& f);
 // The same for an option table the function requires: none or nil at idx fails as well.
 void lt_check_required_options(lua_State* L, int idx, const LtFunc& f);
 // The keys only, for a function whose host code checks the values with messages of its own.
@@ -242,6 +247,9 @@ bool lt_type_is_scalar(const std::string& type);
 // What a type reads as in a message: "integer" -> "an integer", "string|string[]" -> "a string or a list".
 std::string lt_type_describe(const std::string& type);
 bool lt_has_field(lua_State* L, int idx, const char* key);
+// The readers: option `key` of the table at idx, or `def` when it has none. When a checked table's
+// declaration gives `key` a literal default and `def` differs from it, they fail naming both
+// (bindings/lua_util.cpp, check_default): the C++ default and bindings/api/*.yaml's stay one value.
 double lt_opt_number(lua_State* L, int idx, const char* key, double def);
 // The largest integer a Lua number (a double) holds exactly: 2^53.
 constexpr int64_t kLuaMaxExactInt = 9007199254740992;
@@ -251,6 +259,10 @@ int64_t lt_opt_int(lua_State* L, int idx, const char* key, int64_t def, int64_t 
                    int64_t hi = kLuaMaxExactInt);
 bool lt_opt_bool(lua_State* L, int idx, const char* key, bool def);
 std::string lt_opt_string(lua_State* L, int idx, const char* key, const std::string& def);
+// The same check, reading nothing: for tables host code reads itself (sweep.run's, as a config),
+// whose defaults (a number, boolean or string each) the binding holds against the declaration.
+void lt_check_defaults(lua_State* L, int idx,
+                       const std::vector<std::pair<std::string, ConfigValue>>& defaults);
 // Option `key` of the table at idx as strings (a string is a list of one): false when the key is
 // nil, leaving *out alone. Anything else fails "<what>: <key> must be a string or a list of strings".
 bool lt_opt_strings(lua_State* L, int idx, const char* key, const std::string& what,
@@ -283,6 +295,17 @@ void lt_set_list(lua_State* L, const char* key, const std::vector<T>& v) {
 }
 // Pushes a JSON value as Lua: null -> nil, arrays -> lists, objects -> tables.
 void lt_push_json(lua_State* L, const nlohmann::json& j);
+// The Lua value at idx as JSON, for host code that reads JSON (records, GPU catalogs, plans, report
+// documents): nil -> null; booleans; strings, byte for byte; numbers, the whole ones (number_is_whole)
+// as integers so that 3 is written 3, not 3.0; a table with keys exactly 1..n -> an array; a table
+// with string keys -> an object. An empty table is an empty object {}: Lua cannot tell an empty list
+// from an empty table, and the values converted here are tables of named fields at their top
+// (lua-cjson decides the same way). `what` names the value with its function ("hw.report: doc"); an
+// error names the path inside it too, on one line: NaN or an infinity ("hw.report: doc.rows[2].mfu is
+// nan; JSON has no NaN or infinity"), a table nested deeper than kJsonMaxDepth (a table that
+// contains itself), a table that mixes list items and named keys or has holes, a function,
+// userdata or thread.
+nlohmann::json lt_to_json(lua_State* L, int idx, const std::string& what);
 
 // Lua value <-> ConfigValue (scalars, lists, tables); `what` names the value in errors. Tables
 // nested deeper than kLuaMaxTableDepth (a table that contains itself, say) fail naming the path.

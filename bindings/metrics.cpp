@@ -185,6 +185,11 @@ int l_metrics_open(lua_State* L) {
       LT_CHECK(c.kind == ConfigValue::Kind::table || c.items.empty(),
                "metrics.open: config must be a table of named values, not a list");
       o.jsonl.config_json = c.kind == ConfigValue::Kind::table ? config_to_json(c) : "{}";
+      auto steps = c.fields.find("max_steps");  // the run's length, unless total_steps says otherwise
+      if (!lt_has_field(L, 1, "total_steps") && steps != c.fields.end() &&
+          steps->second.kind == ConfigValue::Kind::number && steps->second.number >= 0 &&
+          steps->second.number <= static_cast<double>(kLuaMaxExactInt))
+        o.console_options.total_steps = static_cast<int64_t>(steps->second.number);
     } else {
       LT_CHECK(lua_isnil(L, -1), "metrics.open: config must be the config table (or config.json()), got "
                                      << luaL_typename(L, -1));
@@ -262,6 +267,18 @@ int l_metrics_write_json(lua_State* L) {
   return 0;
 }
 LT_REGISTER("metrics.write_json", l_metrics_write_json);
+
+// mkdir -p without a shell: nothing to quote, and a file in the way is one line naming it.
+int l_metrics_mkdir(lua_State* L) {
+  const std::string path = luaL_checkstring(L, 1);
+  try {
+    dir_create(path);
+  } catch (const Error& e) {
+    fail(std::string("metrics.mkdir: ") + e.what());
+  }
+  return 0;
+}
+LT_REGISTER("metrics.mkdir", l_metrics_mkdir);
 
 // While the module is loaded, the global print is metrics.print (see the top of the file).
 void open_print(lua_State* L) {

@@ -1,4 +1,4 @@
-// Lua module `qlora`: 4-bit (NF4 / FP4) base weights for QLoRA (host/adapt/qlora.h, quant.h), as
+// Lua module `qlora`: 4-bit (NF4 / FP4) base weights for QLoRA (host/adapt/qlora.h, host/quant/quant.h), as
 // bitsandbytes stores them. Training is LoRA's: models.load(dir, {quantize = "nf4"}) then
 // lora.apply; see recipes/qlora_finetune.lua.
 #include "bindings/qlora_options.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "host/adapt/quant.h"
+#include "host/quant/quant.h"
 
 namespace luatune {
 

@@ -6,7 +6,7 @@
 
 #include "bindings/lua_util.h"
 #include "host/core/error.h"
-#include "host/sweep/sweep.h"
+#include "host/sweep/sweep_engine.h"
 #include "host/train/stop.h"
 
 namespace luatune {
@@ -43,6 +43,7 @@ void push_trial(lua_State* L, const SweepTrial& t) {
 int l_sweep_run(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lt_check_option_names(L, 1, lt_api("sweep.run"));
+  lt_check_defaults(L, 1, sweep_option_defaults());
   SweepSpec spec = sweep_spec_parse(lt_to_config(L, 1, "sweep.run"));
   RunState& st = lt_run_state(L);
   st.sweeps_run++;

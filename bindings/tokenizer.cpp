@@ -3,6 +3,7 @@
 // 0-based values exactly as in Hugging Face (they are ids, not Lua indices).
 #include "bindings/tokenizer_class.h"
 #include "host/core/error.h"
+#include "host/io/hub_cache.h"
 #include "host/text/chat.h"
 
 namespace luatune {
@@ -38,7 +39,7 @@ int push_text_or_nil(lua_State* L, const std::string& s) {
 
 // Hub ids are found in the Hugging Face cache (host/io/hub_cache.h).
 int l_tokenizer_load(lua_State* L) {
-  lt_push(L, Tokenizer::load(luaL_checkstring(L, 1)));
+  lt_push(L, Tokenizer::load(model_path_from_hub(luaL_checkstring(L, 1))));
   return 1;
 }
 LT_REGISTER("tokenizer.load", l_tokenizer_load);

@@ -22,6 +22,7 @@
 #include "bindings/tensor_class.h"
 #include "host/core/device.h"
 #include "host/core/error.h"
+#include "host/core/number.h"
 #include "host/core/tensor_ops.h"
 #include "host/io/tensor_file.h"
 
@@ -50,15 +51,11 @@ int push_tensor_list(lua_State* L, const std::vector<at::Tensor>& ts) {
   return 1;
 }
 
-bool is_integral(double v) {
-  return v == std::floor(v) && std::fabs(v) < 9.0e15;
-}
-
 // A Lua number keeps integer tensors integer when it is whole, as a Python int would.
 at::Scalar check_scalar(lua_State* L, int idx) {
   if (lua_type(L, idx) == LUA_TBOOLEAN) return at::Scalar(static_cast<bool>(lua_toboolean(L, idx)));
   double v = luaL_checknumber(L, idx);
-  return is_integral(v) ? at::Scalar(static_cast<int64_t>(v)) : at::Scalar(v);
+  return number_is_whole(v) ? at::Scalar(static_cast<int64_t>(v)) : at::Scalar(v);
 }
 
 // A tensor, or a number/boolean as a wrapped-number 0-dim tensor.
@@ -69,8 +66,8 @@ at::Tensor operand(lua_State* L, int idx) {
     s = at::scalar_tensor(static_cast<bool>(lua_toboolean(L, idx)), at::kBool);
   } else if (lua_type(L, idx) == LUA_TNUMBER) {
     double v = lua_tonumber(L, idx);
-    s = is_integral(v) ? at::scalar_tensor(static_cast<int64_t>(v), at::kLong)
-                       : at::scalar_tensor(v, at::kDouble);
+    s = number_is_whole(v) ? at::scalar_tensor(static_cast<int64_t>(v), at::kLong)
+                           : at::scalar_tensor(v, at::kDouble);
   } else {
     check_tensor(L, idx);  // raises "Tensor expected, got ..." (or "released")
   }
@@ -88,7 +85,7 @@ std::vector<int64_t> int_list_args(lua_State* L, int idx, int* next) {
     for (size_t i = 1; i <= lua_objlen(L, idx); i++) {
       lua_rawgeti(L, idx, static_cast<int>(i));
       double v = lua_tonumber(L, -1);
-      if (lua_type(L, -1) != LUA_TNUMBER || !is_integral(v))
+      if (lua_type(L, -1) != LUA_TNUMBER || !number_is_whole(v))
         luaL_argerror(L, idx, "list of integers expected");
       out.push_back(static_cast<int64_t>(v));
       lua_pop(L, 1);
@@ -106,7 +103,7 @@ at::TensorOptions creation_options(lua_State* L, int idx, c10::ScalarType defaul
   lt_check_options(L, idx, lt_api_table("CreationOpts"));
   at::TensorOptions o = at::TensorOptions().dtype(default_dtype);
   if (lt_has_field(L, idx, "dtype")) o = o.dtype(dtype_parse(lt_opt_string(L, idx, "dtype", "")));
-  if (lt_has_field(L, idx, "device")) o = o.device(device_parse(lt_opt_string(L, idx, "device", "")));
+  o = o.device(device_parse(lt_opt_string(L, idx, "device", "cpu")));
   return o;
 }
 
@@ -255,7 +252,7 @@ int l_torch_arange(lua_State* L) {
   luaL_argcheck(L, n >= 1, 1, "number expected (arange(stop) or arange(start, stop [, step]))");
   for (int i = 0; i < n; i++) a[i] = lua_tonumber(L, i + 1);
   double start = n == 1 ? 0 : a[0], stop = n == 1 ? a[0] : a[1], step = n == 3 ? a[2] : 1;
-  bool whole = is_integral(start) && is_integral(stop) && is_integral(step);
+  bool whole = number_is_whole(start) && number_is_whole(stop) && number_is_whole(step);
   at::TensorOptions o = creation_options(L, n + 1, whole ? at::kLong : at::kFloat);
   return push_created(L, at::arange(at::Scalar(start), at::Scalar(stop), at::Scalar(step), o), n + 1);
 }

@@ -85,21 +85,21 @@ int l_train_new(lua_State* L) {
   std::vector<std::shared_ptr<TrainerHook>> hooks;
   if (lt_check_options(L, 2, lt_api("train.new"))) {
     o.optimizer = lt_opt_string(L, 2, "optimizer", o.optimizer);
-    o.lr = lt_opt_number(L, 2, "lr", o.lr);
+    o.lr = lt_opt_number(L, 2, "learning_rate", o.lr);
     o.eps = lt_opt_number(L, 2, "eps", o.eps);
     o.weight_decay = lt_opt_number(L, 2, "weight_decay", o.weight_decay);
     o.momentum = lt_opt_number(L, 2, "momentum", o.momentum);
     o.schedule = lt_opt_string(L, 2, "schedule", o.schedule);
-    o.warmup = lt_opt_int(L, 2, "warmup", 0);
-    o.steps = lt_opt_int(L, 2, "steps", 0);
+    o.warmup = lt_opt_int(L, 2, "warmup_steps", 0);
+    o.steps = lt_opt_int(L, 2, "max_steps", 0);
     o.min_lr_ratio = lt_opt_number(L, 2, "min_lr_ratio", 0);
-    o.micro_batch_size = lt_opt_int(L, 2, "micro_batch_size", 0);
+    o.micro_batch_size = lt_opt_int(L, 2, "batch_size", 0);
     o.max_grad_norm = lt_opt_number(L, 2, "max_grad_norm", o.max_grad_norm);
     o.master_weights = lt_opt_bool(L, 2, "master_weights", o.master_weights);
-    o.checkpoint_layers = lt_opt_bool(L, 2, "checkpoint_layers", false);
+    o.checkpoint_layers = lt_opt_bool(L, 2, "gradient_checkpointing", false);
     o.loss_chunk = lt_opt_int(L, 2, "loss_chunk", o.loss_chunk);
     o.output_dir = lt_opt_string(L, 2, "output_dir", "");
-    o.save_every = lt_opt_int(L, 2, "save_every", 0);
+    o.save_every = lt_opt_int(L, 2, "save_steps", 0);
     o.keep_last = lt_opt_int(L, 2, "keep_last", o.keep_last);
     o.shard = lt_opt_string(L, 2, "shard", o.shard);
     o.optimizer_offload = lt_opt_string(L, 2, "optimizer_offload", o.optimizer_offload);

@@ -20,13 +20,12 @@ local run = require("run")  -- scripts/lua/run.lua
 
 local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
-lora.adaption_prompt(model, { adapter_len = cfg.adapter.adapter_len, adapter_layers = cfg.adapter.adapter_layers,
-                              seed = cfg.seed })
+lora.adaption_prompt(model, cfg.adapter, { seed = cfg.seed })
 print(tostring(model))
 
 local train_set, eval_set = run.sets(cfg, tok)  -- packed rows of data; eval_fraction of them held out
 
-local trainer, start, log = run.start(model, cfg, { schedule = "cosine", weight_decay = cfg.weight_decay })
+local trainer, start, log = run.start(model, cfg, { schedule = "cosine" })  -- + weight_decay
 
 for step, batch in run.batches(train_set, cfg, start, log) do  -- to max_steps, or until stopped from the W&B UI
   log:write(step, trainer:step(batch))

@@ -3,7 +3,7 @@
 local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
 local cfg = config(keys.training {  -- + batch_size, eval_steps, save_steps, resume, seed, device, ...
   base_model = "models/Llama-3.2-1B",  -- model to train on: a local Hugging Face directory or a hub name (org/name)
-  data = "data/corpus.jsonl",          -- plain text JSONL, {"text": ...} per line
+  data = "data/example_text.jsonl",    -- plain text JSONL, {"text": ...} per line; default: the example text the build writes
   output_dir = "out/cpt",              -- model/ (or adapter/), checkpoints/ and metrics.jsonl go here
   gguf = "",                           -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   use_lora = false,                    -- true: train LoRA adapters (lora below) instead of every weight
@@ -28,14 +28,13 @@ local run = require("run")  -- scripts/lua/run.lua
 local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
 if cfg.use_lora then
-  lora.apply(model, { r = cfg.lora.r, alpha = cfg.lora.alpha, dropout = cfg.lora.dropout, targets = cfg.lora.targets,
-                      seed = cfg.seed })
+  lora.apply(model, cfg.lora, { seed = cfg.seed })
 end
 print(tostring(model))
 
 local train_set, eval_set = run.sets(cfg, tok, { format = "text" })  -- packed rows; eval_fraction held out
 
-local trainer, start, log = run.start(model, cfg, { schedule = "cosine", min_lr_ratio = cfg.min_lr_ratio })
+local trainer, start, log = run.start(model, cfg, { schedule = "cosine" })  -- + min_lr_ratio
 
 for step, batch in run.batches(train_set, cfg, start, log) do  -- to max_steps, or until stopped from the W&B UI
   log:write(step, trainer:step(batch))

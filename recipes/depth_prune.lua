@@ -7,7 +7,7 @@
 local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
 local cfg = config(keys.compute {  -- + dtype, device, shard, optimizer, seed, ...
   base_model = "models/Llama-3.2-1B",  -- model to prune: a local Hugging Face directory or a hub name (org/name)
-  data = "data/corpus.jsonl",          -- plain text JSONL, {"text": ...} per line
+  data = "data/example_text.jsonl",    -- plain text JSONL, {"text": ...} per line; default: the example text the build writes
   output_dir = "out/depth_prune",      -- model/, summary.json and metrics.jsonl go here
   gguf = "",                           -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   layers = 0.25,                       -- layers to remove: a count (1, 2, ...) or a fraction in (0, 1)
@@ -44,16 +44,12 @@ print(("perplexity %.3f -> %.3f after pruning; parameters %d -> %d"):format(befo
 
 local recovered
 if cfg.recovery_steps > 0 then
-  local trainer = train.new(model, { lr = cfg.learning_rate, warmup = cfg.warmup_steps, schedule = "cosine",
-                                     steps = cfg.recovery_steps, micro_batch_size = cfg.batch_size,
-                                     checkpoint_layers = cfg.gradient_checkpointing, shard = cfg.shard,
-                                     optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
-                                     profile = cfg.profile, profile_steps = cfg.profile_steps,
-                                     profile_skip = cfg.profile_skip })
+  -- The config's train.new keys (learning_rate, warmup_steps, batch_size, ...: scripts/lua/run.lua).
+  local trainer = require("run").trainer(model, cfg, { schedule = "cosine", max_steps = cfg.recovery_steps })
   local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl",
                              total_steps = cfg.recovery_steps, config = cfg, wandb = cfg.wandb_project }
   for step, batch in train_set:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps,
-                                         steps = cfg.recovery_steps } do
+                                         max_steps = cfg.recovery_steps } do
     log:write(step, trainer:step(batch))
     if log:stopped() then break end  -- stopped from the W&B UI: end here and save what there is
   end

@@ -6,7 +6,7 @@
 local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
 local cfg = config(keys.preference {  -- + eval_data, batch_size (pairs), eval_steps, resume, seed, ...
   base_model = "models/Llama-3.1-8B-Instruct",  -- usually the SFT model: a local directory or a hub name (org/name)
-  data = "data/preferences.jsonl",  -- preference pairs JSONL: {prompt, chosen, rejected} or chat-style (docs/alignment.md)
+  data = "data/example_preferences.jsonl",  -- preference pairs JSONL: {prompt, chosen, rejected} or chat-style (docs/alignment.md); default: the example pairs the build writes
   output_dir = "out/dpo",           -- adapter/ (or model/), checkpoints/ and metrics.jsonl go here
   gguf = "",                        -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   quantize = "",                    -- "nf4": QLoRA, the base in 4 bits under the adapters; "" = none
@@ -27,15 +27,10 @@ local cfg = config(keys.preference {  -- + eval_data, batch_size (pairs), eval_s
 require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua: a bad outtype fails before training
 local run = require("run")  -- scripts/lua/run.lua
 
-local tok = tokenizer.load(cfg.base_model)
-local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device, quantize = cfg.quantize })
-if cfg.use_lora then
-  lora.apply(model, { r = cfg.lora.r, alpha = cfg.lora.alpha, dropout = cfg.lora.dropout, targets = cfg.lora.targets,
-                      seed = cfg.seed })
-end
+local pref = require("preference")  -- scripts/lua/preference.lua
+local tok, model = pref.load(cfg)  -- the base model, with LoRA adapters when use_lora
 print(tostring(model))
 
-local pref = require("preference")  -- scripts/lua/preference.lua
 local train_set, eval_set = pref.sets(cfg, tok)
 
 -- The reference: the base with adapters off (LoRA), or a frozen copy (full fine-tuning); or their
@@ -44,7 +39,7 @@ local reference = cfg.use_lora and "adapters_off"
   or models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })
 if cfg.precompute_reference then  -- one file for both sets: pairs are keyed by their tokens
   reference = cfg.output_dir .. "/reference_logps.safetensors"
-  os.execute("mkdir -p '" .. cfg.output_dir .. "'")
+  metrics.mkdir(cfg.output_dir)
   if not (cfg.resume and io.open(reference)) then
     train.reference_logprobs(cfg.use_lora and model or reference, { train_set, eval_set },
                              { path = reference, adapters_off = cfg.use_lora, batch_size = cfg.batch_size })
@@ -53,12 +48,6 @@ end
 local dpo = train.preference(model, { loss = cfg.loss, beta = cfg.beta, label_smoothing = cfg.label_smoothing,
                                       reference = reference })
 
--- run.start for pairs (2 rows each); a fresh run is evaluated once before its first step, as step 0.
-local trainer, start, log = pref.start(model, cfg, eval_set, { schedule = "cosine", hooks = { dpo } })
-for step, batch in run.batches(train_set, cfg, start, log) do  -- to max_steps, or until stopped from the W&B UI
-  log:write(step, trainer:step(batch))
-  if step % cfg.eval_steps == 0 or step == cfg.max_steps then pref.evaluate(log, step, trainer, eval_set, cfg) end
-end
-
-trainer:save()
+-- pairs (2 rows each); a fresh run is evaluated before its first step, as step 0; to max_steps
+local _, log = pref.train(model, cfg, train_set, eval_set, { schedule = "cosine", hooks = { dpo } })
 run.save(cfg, model, tok, log, cfg.use_lora and "adapter" or "model")

@@ -22,8 +22,7 @@ print(tostring(model))
 
 local train_set, eval_set = run.sets(cfg, tok)  -- packed rows of data; eval_fraction of them held out
 
-local trainer, start, log = run.start(model, cfg, { schedule = "cosine", weight_decay = cfg.weight_decay,
-                                                     master_weights = cfg.master_weights })
+local trainer, start, log = run.start(model, cfg, { schedule = "cosine" })  -- + weight_decay, master_weights
 
 for step, batch in run.batches(train_set, cfg, start, log) do  -- to max_steps, or until stopped from the W&B UI
   log:write(step, trainer:step(batch))

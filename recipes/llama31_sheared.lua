@@ -10,7 +10,7 @@
 local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
 local cfg = config(keys.compute {  -- + dtype, device, shard, optimizer, seed, ...
   base_model = "meta-llama/Llama-3.1-8B-Instruct",  -- model to prune, and the teacher: a hub name (org/name) or a local directory
-  data = "data/pruning.jsonl",         -- JSONL of text, chat or instruction records (docs/data.md)
+  data = "data/example_text.jsonl",     -- JSONL of text, chat or instruction records (docs/data.md); default: the example text
   format = "",                         -- "" = detect from the records; "text" for plain pretraining text
   domains = {},                        -- optional "name:path.jsonl" list: dynamic batch loading across domains
   domain_reference_loss = {},          -- "name:loss" list: the per-domain loss to aim for (default: the base model's)
@@ -62,12 +62,10 @@ local domains, train_set, eval_set = P.sheared_data(cfg, tok)  -- domains: nil w
 local steps = P.sheared_steps(cfg, domains and domains:rows() or #train_set)
 
 -- The pruner first: a target that cannot be met fails here, before any work.
-local pruner = prune.sheared(model, {
+local pruner = prune.sheared(model, config.pick(cfg, "prune.sheared", {  -- + round_to, mask_lr, lambda_lr, seed
   layers = cfg.target_layer_sparsity, heads = cfg.target_head_sparsity, hidden = cfg.target_hidden_sparsity,
-  intermediate = cfg.target_intermediate_sparsity, round_to = cfg.round_to,
-  warmup_steps = math.floor(cfg.lagrangian_warmup * steps.pruning), mask_lr = cfg.mask_lr,
-  lambda_lr = cfg.lambda_lr, seed = cfg.seed,
-})
+  intermediate = cfg.target_intermediate_sparsity, warmup_steps = math.floor(cfg.lagrangian_warmup * steps.pruning),
+}))
 local target = pruner:target()
 print(string.format("target: %d layers, %d heads (%d KV), hidden %d, intermediate %d; %d pruning + %d recovery steps",
                     target.layers, target.heads, target.kv_heads, target.hidden, target.intermediate, steps.pruning,

@@ -25,8 +25,7 @@ local run = require("run")  -- scripts/lua/run.lua
 
 local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device, quantize = cfg.quantize })
-lora.apply(model, { r = cfg.lora.r, alpha = cfg.lora.alpha, dropout = cfg.lora.dropout, targets = cfg.lora.targets,
-                    rslora = cfg.lora.rslora, dora = cfg.lora.dora, seed = cfg.seed })
+lora.apply(model, cfg.lora, { seed = cfg.seed })
 print(tostring(model))
 
 local train_set, eval_set = run.sets(cfg, tok)  -- packed rows of data; eval_fraction of them held out

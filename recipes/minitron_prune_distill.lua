@@ -8,7 +8,7 @@
 local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
 local cfg = config(keys.compute {  -- + dtype, device, shard, optimizer, seed, ...
   base_model = "models/Llama-3.1-8B",  -- model to prune, and the teacher: a local directory or a hub name (org/name)
-  data = "data/corpus.jsonl",          -- plain text JSONL, {"text": ...} per line
+  data = "data/example_text.jsonl",    -- plain text JSONL, {"text": ...} per line; default: the example text the build writes
   output_dir = "out/minitron",         -- model/, summary.json and metrics.jsonl go here
   gguf = "",                           -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   shape = {                            -- kept counts after pruning; 0 leaves that kind alone
@@ -76,18 +76,14 @@ print(("perplexity %.3f -> %.3f after pruning; parameters %d -> %d"):format(ppl.
 local d = cfg.distill
 if d.max_steps > 0 then
   local teacher = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device })  -- the unpruned model
-  local kd = distill.new(teacher, student, { loss = d.loss, temperature = d.temperature, alpha = d.alpha,
-                                             shard_teacher = cfg.teacher_shard })
-  local trainer = train.new(student, { lr = d.learning_rate, warmup = d.warmup_steps, schedule = "cosine",
-                                       steps = d.max_steps, min_lr_ratio = d.min_lr_ratio, hooks = { kd },
-                                       micro_batch_size = cfg.batch_size, shard = cfg.shard,
-                                       checkpoint_layers = cfg.gradient_checkpointing, optimizer = cfg.optimizer,
-                                       optimizer_offload = cfg.optimizer_offload, profile = cfg.profile,
-                                       profile_steps = cfg.profile_steps, profile_skip = cfg.profile_skip })
+  local kd = distill.new(teacher, student, config.pick(d, "distill.new", { shard_teacher = cfg.teacher_shard }))
+  -- train.new's keys of the config (batch_size, shard, ...) and of distill (learning_rate, max_steps, ...).
+  local trainer = require("run").trainer(student, cfg, config.pick(d, "train.new", { schedule = "cosine",
+                                                                                     hooks = { kd } }))
   local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = d.max_steps,
                              config = cfg, wandb = cfg.wandb_project }
   for step, batch in train_set:batches { size = cfg.batch_size * d.gradient_accumulation_steps,
-                                         steps = d.max_steps } do
+                                         max_steps = d.max_steps } do
     log:write(step, trainer:step(batch))  -- loss, kd_loss, lm_loss, ...
     if log:stopped() then break end  -- stopped from the W&B UI: end here and save what there is
   end

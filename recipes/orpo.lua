@@ -5,7 +5,7 @@
 local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
 local cfg = config(keys.preference {  -- + eval_data, batch_size (pairs), eval_steps, resume, seed, ...
   base_model = "models/Llama-3.1-8B",  -- ORPO starts from a base model, no SFT stage: a local directory or org/name
-  data = "data/preferences.jsonl",     -- preference pairs JSONL: {prompt, chosen, rejected} or chat-style pairs
+  data = "data/example_preferences.jsonl",  -- preference pairs JSONL: {prompt, chosen, rejected} or chat-style pairs; default: the example pairs
   output_dir = "out/orpo",             -- adapter/ (or model/), checkpoints/ and metrics.jsonl go here
   gguf = "",                           -- also write output_dir/model.gguf: f32, f16, bf16, q8_0, q4_0 or q4_k; "" = none
   quantize = "",                       -- "nf4": QLoRA, the base in 4 bits under the adapters; "" = none
@@ -23,23 +23,12 @@ local cfg = config(keys.preference {  -- + eval_data, batch_size (pairs), eval_s
 require("gguf_out").check(cfg.gguf)  -- scripts/lua/gguf_out.lua: a bad outtype fails before training
 local run = require("run")  -- scripts/lua/run.lua
 
-local tok = tokenizer.load(cfg.base_model)
-local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device, quantize = cfg.quantize })
-if cfg.use_lora then
-  lora.apply(model, { r = cfg.lora.r, alpha = cfg.lora.alpha, dropout = cfg.lora.dropout, targets = cfg.lora.targets,
-                      seed = cfg.seed })
-end
+local pref = require("preference")  -- scripts/lua/preference.lua
+local tok, model = pref.load(cfg)  -- the base model, with LoRA adapters when use_lora
 print(tostring(model))
 
-local pref = require("preference")  -- scripts/lua/preference.lua
 local train_set, eval_set = pref.sets(cfg, tok)
 local orpo = train.preference(model, { loss = "orpo", beta = cfg.beta })
--- run.start for pairs (2 rows each); a fresh run is evaluated once before its first step, as step 0.
-local trainer, start, log = pref.start(model, cfg, eval_set, { schedule = "linear", hooks = { orpo } })
-for step, batch in run.batches(train_set, cfg, start, log) do  -- to max_steps, or until stopped from the W&B UI
-  log:write(step, trainer:step(batch))
-  if step % cfg.eval_steps == 0 or step == cfg.max_steps then pref.evaluate(log, step, trainer, eval_set, cfg) end
-end
-
-trainer:save()
+-- pairs (2 rows each); a fresh run is evaluated before its first step, as step 0; to max_steps
+local _, log = pref.train(model, cfg, train_set, eval_set, { schedule = "linear", hooks = { orpo } })
 run.save(cfg, model, tok, log, cfg.use_lora and "adapter" or "model")

@@ -31,8 +31,7 @@ local tok = tokenizer.load(cfg.base_model)
 local model = models.load(cfg.base_model, {
   dtype = cfg.dtype, device = cfg.device,
   quantize = { quant_type = cfg.quantize, double_quant = cfg.double_quant, blocksize = cfg.blocksize } })
-lora.apply(model, { r = cfg.lora.r, alpha = cfg.lora.alpha, dropout = cfg.lora.dropout, targets = cfg.lora.targets,
-                    seed = cfg.seed })
+lora.apply(model, cfg.lora, { seed = cfg.seed })
 local q = qlora.info(model)
 print(string.format("%s\n4-bit base: %d Linears %s, %.1f MB (%.1f MB in %s)", tostring(model), q.linears, q.quant_type,
                     q.bytes / 1e6, q.dense_bytes / 1e6, cfg.dtype))

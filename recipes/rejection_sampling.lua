@@ -7,7 +7,7 @@ local cfg = config {
   policy = "models/Llama-3.1-8B-Instruct",  -- the model that samples: a local directory or a hub name (org/name)
   adapter = "",                    -- a PEFT LoRA adapter for the policy; "" = none
   reward_model = "out/reward_model/model",  -- the scorer: recipes/reward_model.lua's output
-  prompts = "data/prompts.jsonl",  -- JSONL of {"prompt": string or messages} (or {"messages": [...]})
+  prompts = "data/example_prompts.jsonl",  -- JSONL of {"prompt": string or messages} (or {"messages": [...]}); default: the example prompts
   output = "out/rejection_sampling/best_of_n.jsonl",  -- the JSONL to write: one row per prompt
   dtype = "bf16",                  -- weight dtype: bf16, fp16, fp32 or "auto" (the checkpoint's torch_dtype)
   device = "auto",                 -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
@@ -28,9 +28,9 @@ local reward = train.reward_model(models.load(cfg.reward_model, { dtype = cfg.dt
                                   { load = cfg.reward_model })
 print(tostring(policy), tostring(reward))
 
-os.execute("mkdir -p '" .. (cfg.output:match("^(.*)/[^/]*$") or ".") .. "'")
+metrics.mkdir(cfg.output:match("^(.*)/[^/]*$") or ".")
 local s = train.rejection_sample(policy, reward, {
-  prompts = cfg.prompts, out = cfg.output, tokenizer = tok, n = cfg.n, temperature = cfg.temperature,
+  prompts = require("paths").resolve(cfg.prompts), out = cfg.output, tokenizer = tok, n = cfg.n, temperature = cfg.temperature,
   top_p = cfg.top_p, top_k = cfg.top_k, max_new_tokens = cfg.max_new_tokens, max_length = cfg.max_length,
   max_records = cfg.max_prompts, seed = cfg.seed })
 print(string.format("%d prompts x %d candidates in %.1f s: mean reward %.4f, mean best %.4f (%.1f new tokens each)",

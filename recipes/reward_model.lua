@@ -6,7 +6,7 @@
 local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with docs (runner help lists all)
 local cfg = config(keys.preference {  -- + eval_data, batch_size (pairs), eval_steps, resume, seed, ...
   base_model = "models/Llama-3.1-8B-Instruct",  -- usually the SFT model: a local directory or a hub name (org/name)
-  data = "data/preferences.jsonl",  -- preference pairs JSONL: {prompt, chosen, rejected} or chat-style pairs
+  data = "data/example_preferences.jsonl",  -- preference pairs JSONL: {prompt, chosen, rejected} or chat-style pairs; default: the example pairs
   output_dir = "out/reward_model",  -- model/ (sequence classification), checkpoints/ and metrics.jsonl go here
   quantize = "",                    -- "nf4": QLoRA (merged projections are saved dense); "" = none
   use_lora = true,                  -- true: LoRA adapters, merged into the weights before saving; false: every weight
@@ -22,27 +22,14 @@ local cfg = config(keys.preference {  -- + eval_data, batch_size (pairs), eval_s
   gradient_accumulation_steps = 4,  -- micro-batches per optimizer step: batch_size x this pairs a step on each rank
   pad_token_id = -1,                -- pad_token_id for config.json; -1 = the tokenizer's pad, else its last id
 })
-local run = require("run")  -- scripts/lua/run.lua
-
-local tok = tokenizer.load(cfg.base_model)
-local model = models.load(cfg.base_model, { dtype = cfg.dtype, device = cfg.device, quantize = cfg.quantize })
-if cfg.use_lora then
-  lora.apply(model, { r = cfg.lora.r, alpha = cfg.lora.alpha, dropout = cfg.lora.dropout, targets = cfg.lora.targets,
-                      seed = cfg.seed })
-end
+local pref = require("preference")  -- scripts/lua/preference.lua
+local tok, model = pref.load(cfg)  -- the base model, with LoRA adapters when use_lora
 local reward = train.reward_model(model, { seed = cfg.seed })  -- the score head trains with the model
 print(tostring(model), tostring(reward))
 
-local pref = require("preference")  -- scripts/lua/preference.lua
 local train_set, eval_set = pref.sets(cfg, tok)
--- run.start for pairs (2 rows each); a fresh run is evaluated once before its first step, as step 0.
-local trainer, start, log = pref.start(model, cfg, eval_set, { schedule = "cosine", hooks = { reward } })
-for step, batch in run.batches(train_set, cfg, start, log) do  -- to max_steps, or until stopped from the W&B UI
-  log:write(step, trainer:step(batch))
-  if step % cfg.eval_steps == 0 or step == cfg.max_steps then pref.evaluate(log, step, trainer, eval_set, cfg) end
-end
-
-trainer:save()
+-- pairs (2 rows each); a fresh run is evaluated before its first step, as step 0; to max_steps
+local _, log = pref.train(model, cfg, train_set, eval_set, { schedule = "cosine", hooks = { reward } })
 if cfg.use_lora then lora.merge(model) end
 reward:save(cfg.output_dir .. "/model", { tokenizer = tok, pad_token_id = cfg.pad_token_id >= 0 and cfg.pad_token_id or nil })
 log:close()

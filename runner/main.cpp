@@ -31,10 +31,11 @@
 #include "host/dist/launch.h"
 #include "host/hw/catalog.h"
 #include "host/hw/plan_recipe.h"
+#include "host/io/hub_cache.h"
 #include "host/io/jsonl.h"
 #include "host/metrics/run_report.h"
 #include "host/metrics/wandb.h"
-#include "host/sweep/sweep.h"
+#include "host/sweep/sweep_engine.h"
 #include "host/text/tokenizer.h"
 #include "runner/recipe_run.h"
 
@@ -43,7 +44,7 @@ using namespace luatune;
 // runner tokenize: one JSON string per stdin line -> one JSON array of ids per stdout line (or the
 // reverse with --decode). A line that is not what we expect ends the run with exit status 1.
 static int run_tokenize(const Command& cmd) {
-  auto tok = Tokenizer::load(cmd.tokenizer);
+  auto tok = Tokenizer::load(model_path_from_hub(cmd.tokenizer));
   JsonlReadOptions ro;
   ro.expected = cmd.decode ? "a JSON array of token ids" : "a JSON string";
   ro.skip_blank = false;  // one output line per input line
@@ -75,7 +76,7 @@ static int run_tokenize(const Command& cmd) {
 // runner data: the first --limit records of a JSONL dataset as training sees them (unpacked, one
 // record a block), masked tokens in brackets (and dimmed on a terminal, unless NO_COLOR is set).
 static int run_data(const Command& cmd) {
-  auto tok = Tokenizer::load(cmd.tokenizer);
+  auto tok = Tokenizer::load(model_path_from_hub(cmd.tokenizer));
   DataOptions o;
   if (!cmd.format.empty()) o.format = data_format_parse(cmd.format);
   o.chat_format = cmd.chat_format;

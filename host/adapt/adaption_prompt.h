@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "host/model/transformer.h"
 
@@ -20,19 +22,23 @@ struct AdaptionPromptConfig {
   int64_t adapter_layers = 30;  // adapted layers, counted from the top (the last ones)
 };
 
-// One adapted layer's weights, held by LayerWeights::adaption. Both float32 whatever the model's
-// dtype (as LoRA adapters); the forward casts them to the model's dtype, where PEFT keeps them.
-struct AdaptionPrompt {
-  at::Tensor prompt;    // (1, adapter_len, C) float32: PEFT's adaption_prompt
-  at::Tensor gate;      // (1) float32, zero at init: PEFT's adaption_gate
-  bool enabled = true;  // false: the layer computes its base output (Model::set_adapters_enabled)
+// One adapted layer's weights, held as its LayerWeights::attn_branch. Both float32 whatever the
+// model's dtype (as LoRA adapters); the forward casts them to the model's dtype, where PEFT keeps them.
+struct AdaptionPrompt : AttentionBranch {
+  at::Tensor prompt;  // (1, adapter_len, C) float32: PEFT's adaption_prompt
+  at::Tensor gate;    // (1) float32, zero at init: PEFT's adaption_gate
 
   // The adapter branch of layer `L`'s attention, added to o_proj's output by the layer:
   //   K, V = k_proj(prompt), v_proj(prompt)                 (1, KV, A, D), KV heads repeated to H
   //   out  = o_proj_nobias((gate * softmax_f32(q K^T / sqrt(D))) V)
   // q (B, H, T, D) are the layer's queries after RoPE. Returns (B, T, C) in q's dtype.
-  at::Tensor forward(const LayerWeights& L, const ModelConfig& c, const at::Tensor& q) const;
+  at::Tensor forward(const LayerWeights& L, const ModelConfig& c, const at::Tensor& q) const override;
+  // "adaption_prompt" and "adaption_gate", PEFT's names under self_attn.
+  std::vector<std::pair<std::string, at::Tensor*>> parameters() override;
 };
+
+// Layer `L`'s adaption prompt, or null when its attention has no branch or another kind.
+AdaptionPrompt* adaption_prompt_of(const LayerWeights& L);
 
 // Adds an AdaptionPrompt to each of the top config.adapter_layers layers: prompt ~ N(0, 1) (PEFT
 // follows the paper's nn.Embedding init), drawn in float32 on CPU from `seed`, lowest adapted

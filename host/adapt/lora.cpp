@@ -15,8 +15,8 @@
 #include <tuple>
 
 #include "host/adapt/peft.h"
-#include "host/adapt/quant.h"
 #include "host/core/error.h"
+#include "host/quant/quant.h"
 #include "host/text/tokenizer_parts.h"
 
 namespace luatune {
@@ -456,8 +456,9 @@ int64_t apply_config(Model& m, const LoraConfig& c, uint64_t seed, const std::st
   LT_CHECK(c.dropout >= 0 && c.dropout < 1, where << ": dropout must be in [0, 1), got " << c.dropout);
   std::vector<LinearRef> selected = select_linears(m, c, where);
   for (const LayerWeights& layer : m.layers)
-    LT_CHECK(!layer.adaption, where << ": the model already has an adaption prompt (LLaMA-Adapter); LoRA and "
-                                       "adaption prompts are not combined (start from a fresh model)");
+    LT_CHECK(!layer.attn_branch,
+             where << ": the model already has an adaption prompt (LLaMA-Adapter); LoRA and "
+                      "adaption prompts are not combined (start from a fresh model)");
   for (const LinearRef& ref : model_linears(m))
     LT_CHECK(!ref.linear->adapter, where << ": the model already has an adapter on " << ref.name
                                          << " (merge it with lora.merge, or start from a fresh model)");
@@ -660,7 +661,7 @@ LoraConfig lora_load(Model& model, const std::string& dir) {
 
 void lora_merge(Model& model) {
   for (const LayerWeights& layer : model.layers)
-    LT_CHECK(!layer.adaption,
+    LT_CHECK(!layer.attn_branch,
              "lora.merge: the model has an adaption prompt (LLaMA-Adapter), which cannot be "
              "merged into the weights (its attention over the prompt depends on each input); "
              "save it with lora.save instead");

@@ -13,6 +13,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/json.h"
+#include "host/core/number.h"
 #include "host/core/tensor_ops.h"
 #include "host/dist/dist.h"
 #include "host/io/safetensors.h"
@@ -37,7 +38,7 @@ void peft_freeze_base(Model& model) {
 }
 
 json peft_number(double v) {
-  if (std::floor(v) == v && std::fabs(v) < 1e15) return json(static_cast<int64_t>(v));
+  if (number_is_whole(v)) return json(static_cast<int64_t>(v));
   return json(v);
 }
 

@@ -1,26 +1,12 @@
 // QLoRA at the model level (qlora.h): which Linears hold 4-bit weights, putting them there and
-// taking them out, and the quantization_config transformers reads.
+// taking them out.
 #include "host/adapt/qlora.h"
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 
-#include "host/core/device.h"
 #include "host/core/error.h"
 
 namespace luatune {
-
-using json = nlohmann::json;
-
-bool qlora_skipped(const std::string& name, const std::vector<std::string>& skip) {
-  for (const std::string& s : skip) {
-    if (name == s) return true;
-    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0 &&
-        name[name.size() - s.size() - 1] == '.')
-      return true;
-  }
-  return false;
-}
 
 std::vector<std::pair<std::string, Linear*>> qlora_linears(Model& model) {
   std::vector<std::pair<std::string, Linear*>> out;
@@ -40,7 +26,7 @@ int64_t qlora_quantize(Model& model, const QuantConfig& config, const std::vecto
              "qlora.quantize: " << name << " already has an adapter (quantize first, then lora.apply)");
   int64_t n = 0;
   for (auto& [name, lin] : linears) {
-    if (lin->quant || qlora_skipped(name, skip)) continue;
+    if (lin->quant || quant_skipped(name, skip)) continue;
     auto [packed, state] = quantize_4bit(lin->weight, config);
     lin->weight = packed;  // the dense weight goes as soon as its codes exist
     lin->quant = std::make_shared<QuantState>(std::move(state));
@@ -86,30 +72,6 @@ void qlora_require_dense(const Model& model, const std::string& what) {
            what << ": the model has " << n
                 << " 4-bit Linears; this needs dense weights (qlora.dequantize(model) first, or load it "
                    "without quantize=)");
-}
-
-std::string qlora_hf_quantization_config(const Model& model) {
-  QuantConfig c;
-  if (!qlora_config_of(model, &c)) return "";
-  json skip = json::array();
-  for (auto& [name, lin] : qlora_linears(const_cast<Model&>(model)))
-    if (!lin->quant) skip.push_back(name);
-  // BitsAndBytesConfig.to_dict() as transformers writes it (quant_method first, then sorted keys).
-  json q = json::object();
-  q["quant_method"] = "bitsandbytes";
-  q["_load_in_4bit"] = true;
-  q["_load_in_8bit"] = false;
-  q["bnb_4bit_compute_dtype"] = dtype_name(model.dtype());
-  q["bnb_4bit_quant_storage"] = "uint8";
-  q["bnb_4bit_quant_type"] = quant_type_name(c.type);
-  q["bnb_4bit_use_double_quant"] = c.double_quant;
-  q["llm_int8_enable_fp32_cpu_offload"] = false;
-  q["llm_int8_has_fp16_weight"] = false;
-  q["llm_int8_skip_modules"] = skip.empty() ? json(nullptr) : skip;
-  q["llm_int8_threshold"] = 6.0;
-  q["load_in_4bit"] = true;
-  q["load_in_8bit"] = false;
-  return q.dump();
 }
 
 }  // namespace luatune

@@ -1,13 +1,13 @@
-// QLoRA: a model whose decoder-layer Linears hold 4-bit weights (host/adapt/quant.h), with LoRA
-// adapters (host/adapt/lora.h) trained on top. Quantizing, undoing it, and the config.json
-// quantization_config that lets transformers load the saved model with bitsandbytes.
+// QLoRA: a model whose decoder-layer Linears hold 4-bit weights (host/quant/quant.h), with LoRA
+// adapters (host/adapt/lora.h) trained on top: quantizing a model's Linears, undoing it, and
+// which of them are 4-bit. (config.json's quantization_config is written by model_save.)
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "host/adapt/quant.h"
 #include "host/model/transformer.h"
+#include "host/quant/quant.h"
 
 namespace luatune {
 
@@ -23,15 +23,10 @@ int64_t qlora_dequantize(Model& model);
 int64_t qlora_count(const Model& model);
 // The settings of the first quantized Linear (the model's quantization); false when there is none.
 bool qlora_config_of(const Model& model, QuantConfig* out);
-// Whether `name` (an HF module name, "model.layers.0.mlp.up_proj") matches an entry of `skip`.
-bool qlora_skipped(const std::string& name, const std::vector<std::string>& skip);
 // The decoder-layer Linears QLoRA would quantize, by HF module name, with their Linear.
 std::vector<std::pair<std::string, Linear*>> qlora_linears(Model& model);
 // Fails with "<what>: the model has 4-bit weights (...)" when any Linear is quantized, for
 // operations that need dense weights (pruning, distillation's teacher surgery).
 void qlora_require_dense(const Model& model, const std::string& what);
-// transformers' quantization_config object for config.json of `model` (JSON text; "" when no
-// Linear is 4-bit). Modules left dense are listed in llm_int8_skip_modules.
-std::string qlora_hf_quantization_config(const Model& model);
 
 }  // namespace luatune

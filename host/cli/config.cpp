@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "host/core/error.h"
+#include "host/core/number.h"
 #include "host/core/strings.h"
 
 namespace luatune {
@@ -333,8 +334,7 @@ nlohmann::ordered_json config_to_json_value(const ConfigValue& v) {
     case ConfigValue::Kind::number:
       if (!std::isfinite(v.number)) return nullptr;  // JSON has no NaN or infinities
       // Whole numbers as integers, so a reread compares equal.
-      if (v.number == std::floor(v.number) && std::fabs(v.number) < 9.0e15)
-        return static_cast<int64_t>(v.number);
+      if (number_is_whole(v.number)) return static_cast<int64_t>(v.number);
       return v.number;
     case ConfigValue::Kind::boolean:
       return v.boolean;

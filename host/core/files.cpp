@@ -54,6 +54,22 @@ bool dir_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+void dir_create(const std::string& path) {
+  if (path.empty()) fail("cannot create a directory with an empty name");
+  // Each prefix that ends before a '/', then the whole path: made when missing, refused when a file.
+  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    const std::string part = path.substr(0, end);
+    struct stat st;
+    if (::stat(part.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode))
+        fail("cannot create directory '" + path + "': '" + part + "' is a file, not a directory");
+    } else if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
+      fail("cannot create directory '" + path + "': '" + part + "': " + std::strerror(errno));
+    }
+    if (end == std::string::npos) return;
+  }
+}
+
 DirListing dir_listing(const std::string& dir) {
   DirListing out;
   DIR* d = ::opendir(dir.c_str());

@@ -13,6 +13,10 @@ std::string file_read(const std::string& path);  // fails naming the path when u
 void file_write_atomic(const std::string& path, const std::string& bytes);
 bool file_exists(const std::string& path);
 bool dir_exists(const std::string& path);
+// Makes the directory `path` and those above it that are missing, as `mkdir -p` does; one that
+// exists already is fine. Fails in one line naming the path: "cannot create directory 'out/a/b':
+// 'out/a' is a file, not a directory", or the system's reason ("Permission denied").
+void dir_create(const std::string& path);
 std::string path_dirname(const std::string& path);   // "a/b.lua" -> "a"; "b.lua" -> "."
 std::string path_basename(const std::string& path);  // "a/b.lua" -> "b.lua"
 

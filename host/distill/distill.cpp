@@ -34,6 +34,26 @@ at::Tensor distill_chunk_log_probs(const at::Tensor& h, const at::Tensor& w, dou
   return at::log_softmax(z, -1);
 }
 
+std::pair<at::Tensor, at::Tensor> distill_chunked_backward(
+    const at::Tensor& h, const at::Tensor& w, double softcap, double temperature, int64_t chunk,
+    bool hidden_grad, bool weight_grad, const at::Tensor& grad_out,
+    const std::function<at::Tensor(int64_t r0, int64_t n, at::Tensor& ls)>& chunk_grad) {
+  at::Tensor scale = grad_out.to(at::kFloat) * temperature;  // L = T^2 sum D(z / T)  =>  dL/dz = T dD/da
+  const int64_t N = h.size(0);
+  at::Tensor grad_h = hidden_grad ? at::empty_like(h) : at::Tensor();
+  at::Tensor grad_w = weight_grad ? at::zeros(w.sizes(), w.options().dtype(at::kFloat)) : at::Tensor();
+  for (int64_t r0 = 0; r0 < N && (hidden_grad || weight_grad); r0 += chunk) {
+    const int64_t n = std::min(chunk, N - r0);
+    at::Tensor hc = h.narrow(0, r0, n), tanh_s;
+    at::Tensor ls = distill_chunk_log_probs(hc, w, softcap, temperature, h.device(), &tanh_s);
+    at::Tensor g = chunk_grad(r0, n, ls).mul_(scale);             // dL/dlogits (n, V)
+    if (softcap > 0) g.mul_(tanh_s.mul_(tanh_s).neg_().add_(1));  // through tanh(z / c) * c
+    if (hidden_grad) grad_h.narrow(0, r0, n).copy_(at::matmul(g.to(h.scalar_type()), w));
+    if (weight_grad) grad_w.add_(at::matmul(g.t(), hc.to(at::kFloat)));
+  }
+  return {grad_h, weight_grad ? grad_w.to(w.scalar_type()) : at::Tensor()};
+}
+
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -133,27 +153,13 @@ struct ChunkedKD : public torch::autograd::Function<ChunkedKD> {
     const auto d = static_cast<Divergence>(ctx->saved_data["divergence"].toInt());
     const double beta = ctx->saved_data["beta"].toDouble(), T = ctx->saved_data["temperature"].toDouble();
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    const bool hidden_grad = ctx->saved_data["hidden_grad"].toBool();
-    const bool weight_grad = ctx->saved_data["weight_grad"].toBool();
-    // L = T^2 sum D(z / T)  =>  dL/dz = T dD/da
-    at::Tensor scale = grad_out[0].to(at::kFloat) * T;
-    const int64_t N = sh.size(0);
-    at::Tensor grad_h = hidden_grad ? at::empty_like(sh) : at::Tensor();
-    at::Tensor grad_w = weight_grad ? at::zeros(sw.sizes(), sw.options().dtype(at::kFloat)) : at::Tensor();
-    for (int64_t r0 = 0; r0 < N && (hidden_grad || weight_grad); r0 += chunk) {
-      const int64_t n = std::min(chunk, N - r0);
-      at::Tensor h = sh.narrow(0, r0, n), tanh_s;
-      at::Tensor ls = distill_chunk_log_probs(h, sw, scap, T, sh.device(), &tanh_s);
-      at::Tensor lt = distill_chunk_log_probs(th.narrow(0, r0, n), tw, tcap, T, sh.device(), nullptr);
-      at::Tensor g = divergence_grad(ls, lt, d, beta).mul_(scale);  // dL/dlogits (n, V)
-      if (scap > 0) g.mul_(tanh_s.mul_(tanh_s).neg_().add_(1));     // through tanh(z / c) * c
-      if (hidden_grad) grad_h.narrow(0, r0, n).copy_(at::matmul(g.to(sh.scalar_type()), sw));
-      if (weight_grad) grad_w.add_(at::matmul(g.t(), h.to(at::kFloat)));
-    }
-    return {grad_h,       weight_grad ? grad_w.to(sw.scalar_type()) : at::Tensor(),
-            at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    auto [grad_h, grad_w] = distill_chunked_backward(
+        sh, sw, scap, T, chunk, ctx->saved_data["hidden_grad"].toBool(),
+        ctx->saved_data["weight_grad"].toBool(), grad_out[0], [&](int64_t r0, int64_t n, at::Tensor& ls) {
+          at::Tensor lt = distill_chunk_log_probs(th.narrow(0, r0, n), tw, tcap, T, sh.device(), nullptr);
+          return divergence_grad(ls, lt, d, beta);
+        });
+    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 

@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -65,6 +66,15 @@ at::Tensor distill_logit_loss(const at::Tensor& student_hidden, const at::Tensor
 // gets tanh(z / softcap) for the softcap's derivative. Shared by the live and the cached teacher's KD.
 at::Tensor distill_chunk_log_probs(const at::Tensor& h, const at::Tensor& w, double softcap,
                                    double temperature, c10::Device dev, at::Tensor* tanh_out);
+
+// The backward shared by both KDs, of L = T^2 sum D(z / T) with z = softcap(h @ w^T): chunk by chunk
+// of `chunk` rows, dD/da for a = z / T comes from chunk_grad(r0, n, ls), ls the chunk's student
+// log-probs (it may reuse ls's storage); then dL/dz = T dD/da * grad_out, through the softcap, into
+// dL/dh (h's dtype) and dL/dw (w's dtype), each only when wanted (else undefined).
+std::pair<at::Tensor, at::Tensor> distill_chunked_backward(
+    const at::Tensor& h, const at::Tensor& w, double softcap, double temperature, int64_t chunk,
+    bool hidden_grad, bool weight_grad, const at::Tensor& grad_out,
+    const std::function<at::Tensor(int64_t r0, int64_t n, at::Tensor& ls)>& chunk_grad);
 
 class Distiller : public TrainerHook {
  public:

@@ -328,28 +328,15 @@ struct CachedKD : public torch::autograd::Function<CachedKD> {
     const double softcap = ctx->saved_data["softcap"].toDouble(),
                  T = ctx->saved_data["temperature"].toDouble();
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    const bool hidden_grad = ctx->saved_data["hidden_grad"].toBool();
-    const bool weight_grad = ctx->saved_data["weight_grad"].toBool();
-    at::Tensor scale = grad_out[0].to(at::kFloat) * T;
-    const int64_t N = h.size(0);
-    at::Tensor grad_h = hidden_grad ? at::empty_like(h) : at::Tensor();
-    at::Tensor grad_w = weight_grad ? at::zeros(w.sizes(), w.options().dtype(at::kFloat)) : at::Tensor();
-    for (int64_t r0 = 0; r0 < N && (hidden_grad || weight_grad); r0 += chunk) {
-      const int64_t n = std::min(chunk, N - r0);
-      at::Tensor hc = h.narrow(0, r0, n), tanh_s;
-      at::Tensor ls = distill_chunk_log_probs(hc, w, softcap, T, h.device(), &tanh_s);
-      at::Tensor pt = (values.narrow(0, r0, n) - lse.narrow(0, r0, n).unsqueeze(1)).exp_();  // (n, k)
-      at::Tensor g = ls.exp_().mul_(pt.sum(1, /*keepdim=*/true));                            // P p_s
-      g.scatter_add_(1, indices.narrow(0, r0, n), pt.neg());  // - p_t at the top-k ids
-      g.mul_(scale);
-      if (softcap > 0) g.mul_(tanh_s.mul_(tanh_s).neg_().add_(1));
-      if (hidden_grad) grad_h.narrow(0, r0, n).copy_(at::matmul(g.to(h.scalar_type()), w));
-      if (weight_grad) grad_w.add_(at::matmul(g.t(), hc.to(at::kFloat)));
-    }
-    return {grad_h,       weight_grad ? grad_w.to(w.scalar_type()) : at::Tensor(),
-            at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+    auto [grad_h, grad_w] = distill_chunked_backward(
+        h, w, softcap, T, chunk, ctx->saved_data["hidden_grad"].toBool(),
+        ctx->saved_data["weight_grad"].toBool(), grad_out[0], [&](int64_t r0, int64_t n, at::Tensor& ls) {
+          at::Tensor pt = (values.narrow(0, r0, n) - lse.narrow(0, r0, n).unsqueeze(1)).exp_();  // (n, k)
+          at::Tensor g = ls.exp_().mul_(pt.sum(1, /*keepdim=*/true));                            // P p_s
+          return g.scatter_add_(1, indices.narrow(0, r0, n), pt.neg());  // - p_t at the top-k ids
+        });
+    return {grad_h,       grad_w,       at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 

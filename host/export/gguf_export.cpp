@@ -64,7 +64,7 @@ void check_expressible(const Model& model) {
       LT_CHECK(!lin->adapter, "export.gguf: layer " << i
                                                     << " has LoRA adapters; llama.cpp needs plain weights"
                                                     << " (merge them first: lora.merge(model))");
-    LT_CHECK(!l.adaption,
+    LT_CHECK(!l.attn_branch,
              "export.gguf: layer " << i << " has a LLaMA-Adapter prompt, which llama.cpp cannot run");
   }
   switch (c.rope.type) {

@@ -55,7 +55,7 @@ struct PlanOptions {
   double lora_dropout = 0.05;  // > 0: the adapter keeps its dropped input and a mask
   std::vector<std::string> lora_targets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                            "gate_proj", "up_proj", "down_proj"};
-  int64_t micro_batch = 1;     // rows per forward/backward (the trainer's micro_batch_size)
+  int64_t micro_batch = 1;     // rows per forward/backward (train.new's and the recipes' batch_size)
   int64_t seq_len = 2048;      // tokens per row (max_length)
   bool checkpointing = false;  // a recipe's gradient_checkpointing: recompute each layer in backward
   int64_t loss_chunk = 4096;   // rows of logits the chunked cross-entropy materialises at once

@@ -228,7 +228,7 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
     r.model_source = "preset " + extras.model_preset;
   } else {
     std::string base;
-    if (!pick(cfg, {"base_model", "model", "student", "teacher"}, &base, &key))
+    if (!pick(cfg, {"base_model"}, &base, &key))
       fail_usage("plan: the recipe's config names no base_model",
                  "pass model_preset=" + str_join(hw_model_presets(), "|") + " to plan a known shape");
     // "org/name": its snapshot in the hub cache; one missing there says where it looked.
@@ -245,7 +245,7 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
     r.model = model_config_load(file);
     r.model_source = file;
   }
-  // Method: given, else qlora / quantize / lora flags, a lora table, or the recipe's name.
+  // Method: given, else the quantize and use_lora keys, a lora table, or the recipe's name.
   bool flag = false;
   std::string method = extras.method;
   if (method.empty()) {
@@ -253,7 +253,7 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
     const json* q = field(cfg, "quantize");
     const bool quantize = q && ((q->is_string() && !q->get<std::string>().empty()) || q->is_object() ||
                                 (q->is_boolean() && q->get<bool>()));
-    if ((pick(cfg, {"qlora", "lora.qlora"}, &flag, &key) && flag) || quantize)
+    if (quantize)
       method = "qlora";
     else if (pick(cfg, {"use_lora"}, &flag, &key))
       method = flag ? "lora" : "full";
@@ -279,12 +279,10 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
   o.dtype = dtype;
   pick(cfg, {"master_weights"}, &o.master_weights, &key);
   double v = 0;
-  if (pick(cfg, {"micro_batch_size", "micro_batch", "batch_size"}, &v, &key))
-    o.micro_batch = static_cast<int64_t>(v);
-  if (pick(cfg, {"max_length", "seq_len", "block_size"}, &v, &key)) o.seq_len = static_cast<int64_t>(v);
-  // checkpoint_layers: the recipes' name before they took the Hugging Face names (older runs' profiles).
-  if (!pick(cfg, {"gradient_checkpointing", "checkpoint_layers", "checkpointing"}, &o.checkpointing, &key))
-    o.checkpointing = false;
+  // The keys are the recipes' (run_keys.lua), which train.new and lora.apply take under the same names.
+  if (pick(cfg, {"batch_size"}, &v, &key)) o.micro_batch = static_cast<int64_t>(v);
+  if (pick(cfg, {"max_length"}, &v, &key)) o.seq_len = static_cast<int64_t>(v);
+  if (!pick(cfg, {"gradient_checkpointing"}, &o.checkpointing, &key)) o.checkpointing = false;
   if (pick(cfg, {"loss_chunk"}, &v, &key)) o.loss_chunk = static_cast<int64_t>(v);
   // The trainer's sharding and optimizer keys: plan's own key=value wins over the config. A key the
   // recipe does not declare cannot be given to a run of it, so the plan says so.
@@ -309,8 +307,8 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
   std::string shard = "none";
   trainer_key("shard", extras.shard, &shard);
   o.shard = plan_shard_parse(shard);
-  if (pick(cfg, {"lora.r", "lora_r", "rank"}, &v, &key)) o.lora_r = static_cast<int64_t>(v);
-  if (pick(cfg, {"lora.dropout", "lora_dropout"}, &v, &key)) o.lora_dropout = v;
+  if (pick(cfg, {"lora.r"}, &v, &key)) o.lora_r = static_cast<int64_t>(v);
+  if (pick(cfg, {"lora.dropout"}, &v, &key)) o.lora_dropout = v;
   if (const json* t = field(cfg, "lora.targets")) {
     if (t->is_array()) {
       o.lora_targets.clear();

@@ -1,8 +1,8 @@
-// From a recipe's resolved config to the planner's inputs, by the shipped recipes' key conventions
-// (base_model, dtype, batch_size / micro_batch_size, max_length, gradient_checkpointing, lora.r /
-// lora.targets / lora.dropout, qlora, master_weights, loss_chunk, optimizer, optimizer_offload,
-// shard), for `runner plan` and recipes/hw_compare.lua; and reading a finished run's metrics.jsonl
-// into the numbers a profile needs.
+// From a recipe's resolved config to the planner's inputs, by the shipped recipes' keys, which are
+// the Lua API's names (base_model, dtype, batch_size, max_length, gradient_checkpointing, lora.r /
+// lora.targets / lora.dropout, quantize, use_lora, master_weights, loss_chunk, optimizer,
+// optimizer_offload, shard), for `runner plan` and recipes/hw_compare.lua; and reading a finished
+// run's metrics.jsonl into the numbers a profile needs.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

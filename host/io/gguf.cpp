@@ -212,26 +212,14 @@ GgufValue gguf_array(GgufValue::Type item_type, const std::vector<V>& v, Make ma
 
 }  // namespace
 
-GgufValue GgufValue::u32(uint32_t v) {
-  return gguf_scalar(Type::u32, &GgufValue::u, v);
+GgufValue GgufValue::unsigned_value(Type t, uint64_t v) {
+  return gguf_scalar(t, &GgufValue::u, v);
 }
-GgufValue GgufValue::i32(int32_t v) {
-  return gguf_scalar(Type::i32, &GgufValue::i, v);
+GgufValue GgufValue::signed_value(Type t, int64_t v) {
+  return gguf_scalar(t, &GgufValue::i, v);
 }
-GgufValue GgufValue::u64(uint64_t v) {
-  return gguf_scalar(Type::u64, &GgufValue::u, v);
-}
-GgufValue GgufValue::i64(int64_t v) {
-  return gguf_scalar(Type::i64, &GgufValue::i, v);
-}
-GgufValue GgufValue::f32(float v) {
-  return gguf_scalar(Type::f32, &GgufValue::f, v);
-}
-GgufValue GgufValue::f64(double v) {
-  return gguf_scalar(Type::f64, &GgufValue::f, v);
-}
-GgufValue GgufValue::boolean(bool v) {
-  return gguf_scalar(Type::boolean, &GgufValue::u, v ? 1 : 0);
+GgufValue GgufValue::float_value(Type t, double v) {
+  return gguf_scalar(t, &GgufValue::f, v);
 }
 GgufValue GgufValue::str(std::string v) {
   return gguf_scalar(Type::string, &GgufValue::s, std::move(v));

@@ -38,21 +38,8 @@ std::vector<float> ggml_dequantize(GgmlType t, const std::string& bytes, int64_t
 
 // One metadata value: GGUF's value types (uint8 ... float64, bool, string, and arrays of one type).
 struct GgufValue {
-  enum class Type : uint32_t {
-    u8 = 0,
-    i8 = 1,
-    u16 = 2,
-    i16 = 3,
-    u32 = 4,
-    i32 = 5,
-    f32 = 6,
-    boolean = 7,
-    string = 8,
-    array = 9,
-    u64 = 10,
-    i64 = 11,
-    f64 = 12
-  };
+  // GGUF's numbering: u8 = 0 ... f64 = 12, in this order.
+  enum class Type : uint32_t { u8, i8, u16, i16, u32, i32, f32, boolean, string, array, u64, i64, f64 };
   Type type = Type::u32;
   Type item_type = Type::u32;    // arrays: the type of every item
   uint64_t u = 0;                // unsigned and bool
@@ -61,17 +48,22 @@ struct GgufValue {
   std::string s;                 // string
   std::vector<GgufValue> items;  // array items (all item_type)
 
-  static GgufValue u32(uint32_t v);
-  static GgufValue i32(int32_t v);
-  static GgufValue u64(uint64_t v);
-  static GgufValue i64(int64_t v);
-  static GgufValue f32(float v);
-  static GgufValue f64(double v);
-  static GgufValue boolean(bool v);
+  static GgufValue u32(uint32_t v) { return unsigned_value(Type::u32, v); }
+  static GgufValue i32(int32_t v) { return signed_value(Type::i32, v); }
+  static GgufValue u64(uint64_t v) { return unsigned_value(Type::u64, v); }
+  static GgufValue i64(int64_t v) { return signed_value(Type::i64, v); }
+  static GgufValue f32(float v) { return float_value(Type::f32, v); }
+  static GgufValue f64(double v) { return float_value(Type::f64, v); }
+  static GgufValue boolean(bool v) { return unsigned_value(Type::boolean, v ? 1 : 0); }
   static GgufValue str(std::string v);
   static GgufValue strings(const std::vector<std::string>& v);
   static GgufValue i32s(const std::vector<int32_t>& v);
   static GgufValue f32s(const std::vector<float>& v);
+
+ private:
+  static GgufValue unsigned_value(Type t, uint64_t v);
+  static GgufValue signed_value(Type t, int64_t v);
+  static GgufValue float_value(Type t, double v);
 };
 
 // Builds a GGUF file: metadata in insertion order (general.alignment, a u32 power of two >= 8, is

@@ -173,9 +173,4 @@ int64_t jsonl_read(const std::string& path, const JsonlReadOptions& options,
   return read_all<nlohmann::json>(path, options, f);
 }
 
-int64_t ojsonl_read(const std::string& path, const JsonlReadOptions& options,
-                    const std::function<void(const nlohmann::ordered_json& value, int64_t line)>& f) {
-  return read_all<nlohmann::ordered_json>(path, options, f);
-}
-
 }  // namespace luatune

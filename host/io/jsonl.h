@@ -101,7 +101,5 @@ using OJsonlReader = JsonlReaderOf<nlohmann::ordered_json>;
 // (JsonlBad::skip; JsonlBad::report counts as skip here). Fails "cannot open 'PATH': REASON".
 int64_t jsonl_read(const std::string& path, const JsonlReadOptions& options,
                    const std::function<void(const nlohmann::json& value, int64_t line)>& f);
-int64_t ojsonl_read(const std::string& path, const JsonlReadOptions& options,
-                    const std::function<void(const nlohmann::ordered_json& value, int64_t line)>& f);
 
 }  // namespace luatune

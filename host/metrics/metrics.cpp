@@ -29,10 +29,6 @@ void metrics_order(MetricValues& values, const std::vector<std::string>& order) 
   });
 }
 
-bool metrics_is_integer(double v) {
-  return std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9007199254740992.0;  // 2^53
-}
-
 // ============================================================================================
 // Fan-out
 

@@ -42,10 +42,6 @@ bool metrics_is_eval_key(const std::string& name);
 // Orders numbers that arrive unordered (a Lua table) as their producer listed them: the keys in
 // `order` first, in that order (trainer:step gives its own), then the rest by name.
 void metrics_order(MetricValues& values, const std::vector<std::string>& order = {});
-// Whether v is written as a JSON integer (metrics.jsonl, W&B rows and summaries): a finite whole
-// number below 2^53 in magnitude, where a double is exact. Counts (step, tokens) read 480, not
-// 480.0; a float metric that happens to be whole (loss 2.0) reads 2, the same number in JSON.
-bool metrics_is_integer(double v);
 
 // ============================================================================================
 // The fan-out a recipe holds: every call goes to every sink, in the order they were added.

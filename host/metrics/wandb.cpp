@@ -18,6 +18,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/number.h"
 #include "host/metrics/metrics.h"
 #include "host/metrics/wandb_settings.h"
 #include "host/metrics/wandb_spool.h"
@@ -42,7 +43,7 @@ double unix_seconds() {
 // A row's value: whole numbers as JSON integers, as in metrics.jsonl; NaN and infinities stay
 // doubles, which wandb_json_dump writes as NaN, Infinity, -Infinity.
 ojson wandb_number(double v) {
-  return metrics_is_integer(v) ? ojson(static_cast<int64_t>(v)) : ojson(v);
+  return number_is_whole(v) ? ojson(static_cast<int64_t>(v)) : ojson(v);
 }
 
 // "2025-01-02T03:04:05.678901Z ": the timestamp the official client puts before each console line.

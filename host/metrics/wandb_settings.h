@@ -47,10 +47,8 @@ WandbMode wandb_resolve_mode(const std::string& option);
 // The password of `machine HOST` in netrc text, trying "host:port" first, then "host", then the
 // `default` entry; "" when none matches. Follows the netrc(5) tokens (machine, default, login,
 // password, account, macdef) with "quoted" tokens and # comments, as Python's netrc does.
-// Not libcurl's CURLOPT_NETRC: it matches the host alone (any port), sends the entry's login as the
-// user name where W&B wants "api" (or, told "api", finds only entries whose login is "api", while
-// `wandb login` writes "login user"), reads $NETRC only from libcurl 8.16, and looks inside the
-// request, too late to log offline with a notice when there is no key. docs/wandb.md, "Settings".
+// Our own rather than libcurl's CURLOPT_NETRC: why, with sources, in docs/wandb.md ("Why luatune
+// reads netrc itself").
 std::string wandb_netrc_password(const std::string& netrc_text, const std::string& base_url);
 // The key from $NETRC, else ~/.netrc, for base_url; "" when there is no file or no entry.
 std::string wandb_netrc_key(const std::string& base_url);

@@ -9,7 +9,6 @@
 #include <map>
 #include <set>
 
-#include "host/adapt/qlora.h"
 #include "host/core/device.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
@@ -18,6 +17,7 @@
 #include "host/dist/dist.h"
 #include "host/io/hub_cache.h"
 #include "host/io/safetensors.h"
+#include "host/quant/quant.h"
 
 namespace luatune {
 
@@ -157,7 +157,7 @@ std::shared_ptr<Model> model_load(const std::string& name_or_dir, const LoadOpti
       reader.drop_pages(name);  // the copy is all we keep: the mapped bytes can go
     }
     if (options.quantize && slot.is_linear_weight() &&
-        !qlora_skipped(name.substr(0, name.size() - std::strlen(".weight")), options.quantize_skip)) {
+        !quant_skipped(name.substr(0, name.size() - std::strlen(".weight")), options.quantize_skip)) {
       auto [packed, state] = quantize_4bit(t, options.quant);
       t = at::Tensor();
       reader.drop_pages(name);
@@ -238,12 +238,19 @@ void model_save(const Model& model, const std::string& dir, const SaveOptions& o
   c.torch_dtype = dtype_name(model.dtype());
   {
     // quantization_config says whether transformers must load this directory with bitsandbytes.
+    // The model's quantization is its first 4-bit Linear's; the Linears left dense are listed.
     json extra = json::parse(c.extra_json);
-    std::string q = qlora_hf_quantization_config(model);
-    if (q.empty())
-      extra.erase("quantization_config");
+    const QuantState* first_4bit = nullptr;
+    std::vector<std::string> dense;
+    for (const ParamSlot& s : model_slots(const_cast<Model&>(model))) {
+      if (!s.is_linear_weight()) continue;
+      if (s.is_4bit() && !first_4bit) first_4bit = s.linear->quant.get();
+      if (!s.is_4bit()) dense.push_back(s.name.substr(0, s.name.size() - std::strlen(".weight")));
+    }
+    if (first_4bit)
+      extra["quantization_config"] = json::parse(quant_hf_config(*first_4bit, model.dtype(), dense));
     else
-      extra["quantization_config"] = json::parse(q);
+      extra.erase("quantization_config");
     c.extra_json = extra.dump();
   }
   std::vector<std::pair<std::string, at::Tensor>> tensors = model.state();

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "host/adapt/quant.h"
 #include "host/model/transformer.h"
+#include "host/quant/quant.h"
 
 namespace luatune {
 

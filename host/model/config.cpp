@@ -305,10 +305,6 @@ const ModelSizeLimit kModelSizeLimits[] = {
 
 }  // namespace
 
-ModelConfig model_config_defaults(const std::string& arch) {
-  return defaults_for(model_arch_parse(arch, "models.init"));
-}
-
 void model_config_finalize(ModelConfig& c, const std::string& source) {
   LT_CHECK(
       c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.num_layers > 0 && c.num_heads > 0,

@@ -88,10 +88,6 @@ ModelConfig model_config_load(const std::string& path);
 ModelConfig model_config_parse(const std::string& json_text, const std::string& source);
 // HF config.json text for `c` (fields we own overwrite those carried in extra_json).
 std::string model_config_to_json(const ModelConfig& c);
-// Defaults as HF's configuration_<arch>.py has them, for models.init{arch=...}; then fills derived
-// fields (head_dim, kv heads, layer_sliding). `arch` is "llama", "mistral", "qwen2", "qwen3", "gemma2"
-// or a HF architectures[] name.
-ModelConfig model_config_defaults(const std::string& arch);
 // models.init: `arch`'s defaults with `fields_json` (a JSON object of config.json keys) on top.
 // A key config.json does not have for these models fails, naming the nearest valid key.
 ModelConfig model_config_with(const std::string& arch, const std::string& fields_json,

@@ -10,12 +10,11 @@
 
 #include <cmath>
 
-#include "host/adapt/adaption_prompt.h"
-#include "host/adapt/quant.h"
 #include "host/core/error.h"
 #include "host/model/attention.h"
 #include "host/model/fused.h"
 #include "host/model/rope.h"
+#include "host/quant/quant.h"
 
 namespace luatune {
 
@@ -226,8 +225,9 @@ at::Tensor Model::run_layers(const at::Tensor& h_start, int64_t begin, int64_t e
       if (headz.defined()) a = a * headz.to(a.scalar_type()).view({1, H, 1, 1});
       a = a.transpose(1, 2).reshape({B, T, H * D});
       if (watch) observe(l, Site::attn_ctx, a);
-      a = L.o.forward(a);                                                           // (B, T, C)
-      if (L.adaption && L.adaption->enabled) a = a + L.adaption->forward(L, c, q);  // LLaMA-Adapter's branch
+      a = L.o.forward(a);  // (B, T, C)
+      if (L.attn_branch && L.attn_branch->enabled)
+        a = a + L.attn_branch->forward(L, c, q);  // e.g. LLaMA-Adapter
       // The branch output: Gemma 2's post-norm carries the hidden mask, otherwise multiply by it.
       if (c.gemma_norms)
         a = masked_rms_norm(a, L.post_attn_norm, c.rms_norm_eps, true, hz);
@@ -333,11 +333,9 @@ std::vector<std::pair<std::string, at::Tensor*>> Model::adapter_parameters() {
     for (auto& [name, t] : s.linear->adapter->parameters()) out.emplace_back(base + "." + name, t);
   }
   for (size_t i = 0; i < layers.size(); i++) {
-    AdaptionPrompt* a = layers[i].adaption.get();
-    if (!a) continue;
+    if (!layers[i].attn_branch) continue;
     std::string p = "model.layers." + std::to_string(i) + ".self_attn.";
-    out.emplace_back(p + "adaption_prompt", &a->prompt);
-    out.emplace_back(p + "adaption_gate", &a->gate);
+    for (auto& [name, t] : layers[i].attn_branch->parameters()) out.emplace_back(p + name, t);
   }
   return out;
 }
@@ -353,13 +351,15 @@ std::vector<std::pair<std::string, at::Tensor*>> Model::trainable_parameters() {
 void Model::set_training(bool training) {
   for (const ParamSlot& s : model_slots(*this))
     if (s.linear && s.linear->adapter) s.linear->adapter->training = training;
+  for (LayerWeights& L : layers)
+    if (L.attn_branch) L.attn_branch->training = training;
 }
 
 void Model::set_adapters_enabled(bool enabled) {
   for (const ParamSlot& s : model_slots(*this))
     if (s.linear && s.linear->adapter) s.linear->adapter->enabled = enabled;
   for (LayerWeights& L : layers)
-    if (L.adaption) L.adaption->enabled = enabled;
+    if (L.attn_branch) L.attn_branch->enabled = enabled;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::state() const {

@@ -16,8 +16,8 @@
 namespace luatune {
 
 struct Linear;
-struct QuantState;      // host/adapt/quant.h
-struct AdaptionPrompt;  // host/adapt/adaption_prompt.h
+struct LayerWeights;
+struct QuantState;  // host/quant/quant.h
 
 // Replaces a Linear's computation (LoRA, QLoRA): given the base layer and x (..., in), returns
 // (..., out). The base weight may be frozen, quantized or absent, as the adapter decides.
@@ -37,6 +37,21 @@ class LinearAdapter {
   }
   bool training = false;  // dropout and the like apply only while training (Model::set_training)
   bool enabled = true;    // false: the Linear computes its base output (Model::set_adapters_enabled)
+};
+
+// An extra branch of a layer's attention whose output is added to o_proj's (LLaMA-Adapter's gated
+// prompt, host/adapt/adaption_prompt.h). The model knows no branch by name: it runs, lists and
+// switches branches through this interface, as it does Linears' adapters.
+class AttentionBranch {
+ public:
+  virtual ~AttentionBranch() = default;
+  // q (B, H, T, D): the layer's queries after RoPE. Returns (B, T, C) in q's dtype.
+  virtual at::Tensor forward(const LayerWeights& layer, const ModelConfig& c, const at::Tensor& q) const = 0;
+  // The branch's own weights, named relative to the layer's attention ("adaption_prompt", ...):
+  // model.layers.{i}.self_attn.<name> in the model's adapter parameters.
+  virtual std::vector<std::pair<std::string, at::Tensor*>> parameters() = 0;
+  bool training = false;  // as LinearAdapter::training (Model::set_training)
+  bool enabled = true;    // false: the layer computes its base output (Model::set_adapters_enabled)
 };
 
 struct Linear {
@@ -59,9 +74,8 @@ struct LayerWeights {         // model.layers.{i}.*
   at::Tensor pre_ff_norm;     // (C) Gemma 2 pre_feedforward_layernorm
   at::Tensor post_ff_norm;    // (C) Gemma 2 post_feedforward_layernorm
   Linear gate, up, down;      // (I, C) (I, C) (C, I) mlp.{gate,up,down}_proj
-  // LLaMA-Adapter's prompt and gate (self_attn.adaption_prompt / adaption_gate), or null: an extra
-  // attention branch added to o_proj's output.
-  std::shared_ptr<AdaptionPrompt> adaption;
+  // An adapter's extra attention branch (LLaMA-Adapter's prompt and gate), or null.
+  std::shared_ptr<AttentionBranch> attn_branch;
 };
 
 // Keys and values of every layer for the positions seen so far: k[l], v[l] are (B, KV, capacity, D);
@@ -165,8 +179,8 @@ class Model {
   // Every weight under its HF name, in checkpoint order (lm_head omitted when tied).
   std::vector<std::pair<std::string, at::Tensor*>> named_parameters();
   // Adapter weights under "<linear name>.<adapter param>", e.g.
-  // "model.layers.0.self_attn.q_proj.lora_A.weight", then adaption prompts under
-  // "model.layers.{i}.self_attn.adaption_prompt" and "...adaption_gate".
+  // "model.layers.0.self_attn.q_proj.lora_A.weight", then attention branches' under
+  // "model.layers.{i}.self_attn.<branch param>" (LLaMA-Adapter: adaption_prompt, adaption_gate).
   std::vector<std::pair<std::string, at::Tensor*>> adapter_parameters();
   // What an optimizer updates: base weights with requires_grad, then every adapter weight.
   std::vector<std::pair<std::string, at::Tensor*>> trainable_parameters();

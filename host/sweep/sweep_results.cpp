@@ -15,7 +15,7 @@
 #include "host/core/json.h"
 #include "host/core/strings.h"
 #include "host/io/jsonl.h"
-#include "host/sweep/sweep.h"
+#include "host/sweep/sweep_engine.h"
 
 namespace luatune {
 

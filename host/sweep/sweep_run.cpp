@@ -26,7 +26,7 @@
 #include "host/core/json.h"
 #include "host/core/process.h"
 #include "host/core/strings.h"
-#include "host/sweep/sweep.h"
+#include "host/sweep/sweep_engine.h"
 #include "host/train/run_dir.h"
 
 namespace luatune {

@@ -8,8 +8,9 @@
 #include <map>
 
 #include "host/core/error.h"
+#include "host/core/number.h"
 #include "host/core/strings.h"
-#include "host/sweep/sweep.h"
+#include "host/sweep/sweep_engine.h"
 
 namespace luatune {
 
@@ -19,10 +20,6 @@ using Kind = ConfigValue::Kind;
 
 const char* const kDistributions[] = {"uniform",     "int_uniform", "log_uniform_values",
                                       "log_uniform", "q_uniform",   "q_log_uniform_values"};
-
-bool is_whole(double v) {
-  return std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.0e15;
-}
 
 std::string describe(const ConfigValue& v) {
   return std::string("a ") + config_kind_name(v.kind) + " " + config_value_str(v);
@@ -59,7 +56,7 @@ double opt_number(const ConfigValue& t, const std::string& key, double def) {
 
 int64_t opt_count(const ConfigValue& t, const std::string& key, int64_t def, int64_t min) {
   double v = opt_number(t, key, static_cast<double>(def));
-  if (!is_whole(v) || v < static_cast<double>(min))
+  if (!number_is_whole(v) || v < static_cast<double>(min))
     fail_usage("sweep.run: option '" + key + "' expects a whole number >= " + std::to_string(min) + ", got " +
                str_from_number(v));
   return static_cast<int64_t>(v);
@@ -81,7 +78,7 @@ std::vector<std::string> opt_strings(const ConfigValue& t, const std::string& ke
   for (const auto& item : v->items) {
     if (item.kind == Kind::string)
       out.push_back(item.string);
-    else if (numbers && item.kind == Kind::number && is_whole(item.number))
+    else if (numbers && item.kind == Kind::number && number_is_whole(item.number))
       out.push_back(str_from_number(item.number));
     else
       fail_option(key, numbers ? "a list of device ids" : "a list of strings", *v);
@@ -218,8 +215,8 @@ SweepParam parse_param(const std::string& name, const ConfigValue& spec, SweepMe
   }
   p.min = field(t, "min")->number;
   p.max = field(t, "max")->number;
-  p.distribution =
-      opt_string(t, "distribution", is_whole(p.min) && is_whole(p.max) ? "int_uniform" : "uniform");
+  p.distribution = opt_string(t, "distribution",
+                              number_is_whole(p.min) && number_is_whole(p.max) ? "int_uniform" : "uniform");
   bool known = false;
   for (const char* d : kDistributions) known = known || p.distribution == d;
   if (!known)
@@ -239,7 +236,7 @@ SweepParam parse_param(const std::string& name, const ConfigValue& spec, SweepMe
                p.distribution);
   p.q = opt_number(t, "q", q ? 1 : 0);
   if (q && !(p.q > 0)) fail_usage("sweep.run: " + where + ": q must be > 0, got " + str_from_number(p.q));
-  if (p.distribution == "int_uniform" && (!is_whole(p.min) || !is_whole(p.max)))
+  if (p.distribution == "int_uniform" && (!number_is_whole(p.min) || !number_is_whole(p.max)))
     fail_usage("sweep.run: " + where + ": int_uniform needs whole min and max, got " +
                str_from_number(p.min) + " and " + str_from_number(p.max));
   if ((p.distribution == "log_uniform_values" || p.distribution == "q_log_uniform_values") && !(p.min > 0))
@@ -302,6 +299,17 @@ const std::vector<std::string>& sweep_option_names() {
   return names;
 }
 
+std::vector<std::pair<std::string, ConfigValue>> sweep_option_defaults() {
+  const SweepSpec d;
+  return {{"method", ConfigValue::of_string(d.method == SweepMethod::grid ? "grid" : "random")},
+          {"seed", ConfigValue::of_number(static_cast<double>(d.seed))},
+          {"trials", ConfigValue::of_number(static_cast<double>(d.trials))},
+          {"parallel", ConfigValue::of_number(d.parallel)},
+          {"goal", ConfigValue::of_string(d.goal == SweepGoal::minimize ? "minimize" : "maximize")},
+          {"timeout", ConfigValue::of_number(d.timeout)},
+          {"retry_failed", ConfigValue::of_boolean(d.retry_failed)}};
+}
+
 SweepSpec sweep_spec_parse(const ConfigValue& o) {
   if (!is_table(o))
     fail_usage("sweep.run: expected a table of options, e.g. sweep.run{ recipe = ..., parameters = ... }");
@@ -324,26 +332,27 @@ SweepSpec sweep_spec_parse(const ConfigValue& o) {
   std::string base = s.output_dir.substr(s.output_dir.find_last_of('/') + 1);
   s.name = opt_string(o, "name", base.empty() || base == "." ? "sweep" : base);
 
-  std::string method = opt_string(o, "method", "grid");
+  const SweepSpec d;  // the defaults (sweep_option_defaults)
+  std::string method = opt_string(o, "method", d.method == SweepMethod::grid ? "grid" : "random");
   if (method == "grid")
     s.method = SweepMethod::grid;
   else if (method == "random")
     s.method = SweepMethod::random;
   else
     fail_usage("sweep.run: method must be \"grid\" or \"random\", got \"" + method + "\"");
-  double seed = opt_number(o, "seed", 0);
-  if (!is_whole(seed) || seed < 0)
+  double seed = opt_number(o, "seed", static_cast<double>(d.seed));
+  if (!number_is_whole(seed) || seed < 0)
     fail_usage("sweep.run: option 'seed' expects a whole number >= 0, got " + str_from_number(seed));
   s.seed = static_cast<uint64_t>(seed);
-  s.trials = opt_count(o, "trials", 0, 0);
-  s.parallel = static_cast<int>(opt_count(o, "parallel", 1, 1));
-  s.timeout = opt_number(o, "timeout", 0);
+  s.trials = opt_count(o, "trials", d.trials, 0);
+  s.parallel = static_cast<int>(opt_count(o, "parallel", d.parallel, 1));
+  s.timeout = opt_number(o, "timeout", d.timeout);
   if (!(s.timeout >= 0))
     fail_usage("sweep.run: option 'timeout' expects seconds >= 0 (0 = none), got " +
                str_from_number(s.timeout));
   s.wandb_project = opt_string(o, "wandb_project", "");
   s.wandb_given = field(o, "wandb_project") != nullptr;
-  s.retry_failed = opt_bool(o, "retry_failed", false);
+  s.retry_failed = opt_bool(o, "retry_failed", d.retry_failed);
   s.devices = opt_strings(o, "devices", true);
   s.columns = opt_strings(o, "columns", false);
 
@@ -368,7 +377,9 @@ SweepSpec sweep_spec_parse(const ConfigValue& o) {
     fail_option("metric", "a name or { name = ..., goal = ... }", *metric);
   }
   if (s.metric.empty()) fail_usage("sweep.run: metric needs a name, e.g. metric = { name = \"eval_loss\" }");
-  if (goal.empty() || goal == "minimize")
+  if (goal.empty())
+    s.goal = d.goal;
+  else if (goal == "minimize")
     s.goal = SweepGoal::minimize;
   else if (goal == "maximize")
     s.goal = SweepGoal::maximize;
@@ -386,7 +397,7 @@ SweepSpec sweep_spec_parse(const ConfigValue& o) {
   if (!params || !is_table(*params) || params->fields.empty())
     fail_usage(
         "sweep.run: option 'parameters' is required: a table of config keys to sweep, e.g. "
-        "parameters = { lr = { values = { 1e-4, 3e-4 } } }");
+        "parameters = { learning_rate = { values = { 1e-4, 3e-4 } } }");
   std::map<std::string, std::string> owner;  // config key -> the parameter that sets it
   for (const auto& [k, v] : s.fixed) owner[k] = "fixed";
   for (const auto& [name, spec] : params->fields) {
@@ -488,7 +499,7 @@ std::vector<std::string> sweep_trial_args(const SweepSpec& spec, const std::stri
 }
 
 std::string sweep_show_number(double v) {
-  if (is_whole(v) && std::fabs(v) < 1e15) return str_from_number(v);
+  if (number_is_whole(v) && std::fabs(v) < 1e15) return str_from_number(v);
   char buf[64];
   double a = std::fabs(v);
   if (std::isfinite(v) && (a < 1e-2 || a >= 1e6)) {

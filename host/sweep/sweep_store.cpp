@@ -11,7 +11,7 @@
 #include "host/core/json.h"
 #include "host/core/strings.h"
 #include "host/io/jsonl.h"
-#include "host/sweep/sweep.h"
+#include "host/sweep/sweep_engine.h"
 
 namespace luatune {
 
@@ -138,12 +138,6 @@ SweepTrial trial_from_ojson(const ojson& j, const std::string& output_dir) {
 }
 
 }  // namespace
-
-SweepTrial sweep_trial_from_json(const std::string& line, const std::string& output_dir) {
-  if (json_too_deep_line(line) > 0)
-    fail("JSON nested deeper than " + std::to_string(kJsonMaxDepth) + " levels");
-  return trial_from_ojson(ojson::parse(line), output_dir);  // throws on a damaged line
-}
 
 std::map<int64_t, SweepTrial> sweep_read_trials(const std::string& output_dir) {
   std::map<int64_t, SweepTrial> out;

@@ -6,7 +6,6 @@
 #include "host/core/files.h"
 #include "host/core/json.h"
 #include "host/core/strings.h"
-#include "host/io/hub_cache.h"
 #include "host/text/tokenizer_parts.h"
 
 namespace luatune {
@@ -135,8 +134,7 @@ void read_special(const std::string& dir, TokenizerImpl& t, const Tokenizer& tok
 Tokenizer::Tokenizer() : impl_(std::make_unique<TokenizerImpl>()) {}
 Tokenizer::~Tokenizer() = default;
 
-std::shared_ptr<Tokenizer> Tokenizer::load(const std::string& path_or_name) {
-  const std::string path = model_path_from_hub(path_or_name);  // "org/name": its snapshot in the hub cache
+std::shared_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   std::shared_ptr<Tokenizer> tok(new Tokenizer());
   TokenizerImpl& t = *tok->impl_;
   if (dir_exists(path)) {

@@ -34,7 +34,8 @@ struct SpecialTokens {
 class Tokenizer {
  public:
   // `path` is a model directory holding tokenizer.json (and usually tokenizer_config.json), or the
-  // tokenizer.json file itself. Errors name the file and the unsupported/malformed field.
+  // tokenizer.json file itself. Errors name the file and the unsupported/malformed field. A Hub name
+  // ("org/name") is the caller's to resolve first (model_path_from_hub, host/io/hub_cache.h).
   static std::shared_ptr<Tokenizer> load(const std::string& path);
   ~Tokenizer();
 

@@ -41,12 +41,6 @@ int stop_signal() noexcept {
   return g_signal;
 }
 
-void stop_clear() noexcept {
-  g_signal = 0;
-  g_in_loop = false;
-  g_report.clear();
-}
-
 void stop_register(Trainer* t) {
   live().insert(t);
 }

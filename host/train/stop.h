@@ -21,7 +21,6 @@ struct StopRequested : std::runtime_error {
 
 void stop_request(int sig) noexcept;  // async-signal-safe: records the first signal
 int stop_signal() noexcept;           // that signal, or 0
-void stop_clear() noexcept;           // a new run in the same process (tests)
 
 // The live trainers (Trainer registers itself while it exists).
 void stop_register(Trainer* t);

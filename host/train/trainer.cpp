@@ -95,8 +95,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options,
       o.schedule == "constant" || o.schedule == "linear" || o.schedule == "cosine",
       "train.new: schedule must be \"constant\", \"linear\" or \"cosine\", got \"" << o.schedule << "\"");
   LT_CHECK(o.schedule == "constant" || o.steps > 0,
-           "train.new: schedule \"" << o.schedule << "\" needs steps > 0");
-  LT_CHECK(o.lr > 0, "train.new: lr must be positive");
+           "train.new: schedule \"" << o.schedule << "\" needs max_steps > 0");
+  LT_CHECK(o.lr > 0, "train.new: learning_rate must be positive");
   LT_CHECK(o.loss_chunk > 0, "train.new: loss_chunk must be positive");
   params_ = model_->trainable_parameters();  // whole again if an earlier ZeRO-3 trainer sharded them
   model_->residency.reset();                 // that trainer's slices are stale from here on
@@ -217,7 +217,7 @@ std::pair<at::Tensor, int64_t> Trainer::batch_loss_device(const Batch& batch, bo
   int64_t count = 0;
   // A preference pair's loss needs both of its rows in one forward: micro-batches of whole pairs.
   LT_CHECK(batch.pairs == 0 || micro % 2 == 0,
-           "train: micro_batch_size "
+           "train: batch_size "
                << micro << " would split a preference pair (chosen and rejected rows); use an even number");
   const bool lm_loss = !hooks_replace_lm_loss();
   bool lm_grad = backward;

@@ -131,15 +131,105 @@ function M.jsonl()
   return table.concat(lines)
 end
 
--- Writes M.jsonl() to `path` (its directory must exist) through a temporary file renamed into place, so
--- a reader never sees half a file. Returns the number of rows.
-function M.write(path)
+-- ---------------------------------------------------------------------------------------------
+-- The same conversations for the other recipes (docs/data.md, "The example data set"):
+--   text: {"text"} rows for continued pretraining and the pruning recipes, which pack text into rows of
+--     max_length tokens and need enough of them to hold some out: every conversation's turns as one
+--     paragraph, and the data set TEXT_COPIES times in orders drawn from the generator;
+--   preferences: {"prompt", "chosen", "rejected"} for dpo, orpo and reward_model: a single-turn
+--     conversation's question, its answer, and the answer of the next conversation of the same task
+--     (a plausible answer to another question), where the two differ;
+--   prompts: {"prompt"} for rejection_sampling: the single-turn questions.
+M.TEXT_COPIES = 8
+
+local function paragraph(rec)
+  local texts = {}
+  for k, m in ipairs(rec.messages) do texts[k] = m.content end
+  return table.concat(texts, " ")
+end
+
+local function lines_of(rows)
+  local out = {}
+  for i, fields in ipairs(rows) do
+    local kv = {}
+    for k, f in ipairs(fields) do kv[k] = json_string(f[1]) .. ": " .. json_string(f[2]) end
+    out[i] = "{" .. table.concat(kv, ", ") .. "}\n"
+  end
+  return table.concat(out)
+end
+
+function M.text_jsonl()
+  local records, r, rows = M.records(), generator(M.seed + 1), {}
+  for _ = 1, M.TEXT_COPIES do
+    local order = {}
+    for i = 1, #records do order[i] = i end
+    for i = #order, 2, -1 do
+      local j = r(i) + 1
+      order[i], order[j] = order[j], order[i]
+    end
+    for _, i in ipairs(order) do rows[#rows + 1] = { { "text", paragraph(records[i]) } } end
+  end
+  return lines_of(rows)
+end
+
+-- A single-turn conversation's task: the first word of its question picks it well enough to pair answers.
+local function task_of(rec) return rec.messages[1].content:match("^(%S+ %S+)") end
+
+function M.preferences_jsonl()
+  local records, rows, next_of = M.records(), {}, {}
+  for i = #records, 1, -1 do  -- the next single-turn record of the same task, wrapping around
+    local rec = records[i]
+    if #rec.messages == 2 then
+      local t = task_of(rec)
+      next_of[i] = next_of[t] or i
+      next_of[t] = i
+    end
+  end
+  for i, rec in ipairs(records) do
+    if #rec.messages == 2 then
+      local first = next_of[task_of(rec)]
+      local j = next_of[i] ~= i and next_of[i] or first
+      local chosen, rejected = rec.messages[2].content, records[j].messages[2].content
+      if chosen ~= rejected then
+        rows[#rows + 1] = { { "prompt", rec.messages[1].content }, { "chosen", chosen }, { "rejected", rejected } }
+      end
+    end
+  end
+  return lines_of(rows)
+end
+
+function M.prompts_jsonl()
+  local rows = {}
+  for _, rec in ipairs(M.records()) do
+    if #rec.messages == 2 then rows[#rows + 1] = { { "prompt", rec.messages[1].content } } end
+  end
+  return lines_of(rows)
+end
+
+-- Writes `text` to `path` (its directory must exist) through a temporary file renamed into place, so a
+-- reader never sees half a file. Returns the number of lines.
+local function write_file(path, text)
   local tmp = path .. ".tmp"
   local f = assert(io.open(tmp, "wb"))
-  assert(f:write(M.jsonl()))
+  assert(f:write(text))
   assert(f:close())
   assert(os.rename(tmp, path))
+  return select(2, text:gsub("\n", "\n"))
+end
+
+-- Writes M.jsonl() to `path`. Returns the number of rows.
+function M.write(path)
+  write_file(path, M.jsonl())
   return M.rows
+end
+
+-- Writes the chat set and the three others into `dir`: example_chat.jsonl, example_text.jsonl,
+-- example_preferences.jsonl, example_prompts.jsonl. Returns { [file name] = lines }.
+function M.write_all(dir)
+  return { ["example_chat.jsonl"] = M.write(dir .. "/example_chat.jsonl"),
+           ["example_text.jsonl"] = write_file(dir .. "/example_text.jsonl", M.text_jsonl()),
+           ["example_preferences.jsonl"] = write_file(dir .. "/example_preferences.jsonl", M.preferences_jsonl()),
+           ["example_prompts.jsonl"] = write_file(dir .. "/example_prompts.jsonl", M.prompts_jsonl()) }
 end
 
 return M

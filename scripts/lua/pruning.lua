@@ -33,8 +33,8 @@ end
 -- as calibration batches of cfg.batch_size rows. Prints the counts; returns train_set, eval_set and
 -- the calibration list.
 function M.text_sets(cfg, tok)
-  local all = data.jsonl(cfg.data, { tokenizer = tok, format = "text", max_length = cfg.max_length, pack = true,
-                                     seed = cfg.seed })
+  local all = data.jsonl(require("paths").resolve(cfg.data), { tokenizer = tok, format = "text", pack = true,
+                                                                max_length = cfg.max_length, seed = cfg.seed })
   local train_set, eval_set = all:split(1 - cfg.eval_fraction)
   need_eval_rows(eval_set, #all, cfg)
   local calibration, rows = M.calibration(train_set, cfg.calibration_rows, cfg.batch_size)
@@ -52,7 +52,7 @@ end
 -- (step, Batch) for `steps` steps of `size` rows: from a Dataset (epochs cycled, seeded shuffle), or
 -- from a dynamic_batches loader (each row's domain drawn from the current proportions).
 function M.batches(source, size, steps)
-  if source.batches then return source:batches { size = size, steps = steps } end
+  if source.batches then return source:batches { size = size, max_steps = steps } end
   local step = 0
   return function()
     if step >= steps then return nil end
@@ -88,16 +88,13 @@ function M.sheared_steps(cfg, rows)
   return { rows_per_step = rows_per_step, total = total, pruning = pruning, recovery = math.max(0, total - pruning) }
 end
 
--- A phase's trainer (pruning or recovery) over `steps` steps: its own warm-up (warmup_ratio of them)
--- and cosine decay to 0.1 x learning_rate, AdamW betas (0.9, 0.95) as in Sheared-LLaMA.
+-- A phase's trainer (pruning or recovery) over `steps` steps (run.trainer: the config's train.new keys):
+-- its own warm-up (warmup_ratio of them) and cosine decay to 0.1 x learning_rate, AdamW betas (0.9, 0.95)
+-- as in Sheared-LLaMA. No checkpoints (output_dir = ""): a phase is not resumable.
 function M.sheared_trainer(model, cfg, steps, hooks, phase)
-  local opts = { lr = cfg.learning_rate, betas = { 0.9, 0.95 }, schedule = "cosine", steps = steps,
-                 warmup = math.floor(cfg.warmup_ratio * steps), min_lr_ratio = 0.1,
-                 micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.gradient_checkpointing,
-                 shard = cfg.shard, optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload,
-                 hooks = hooks }
-  for k, v in pairs(require("run").profile(cfg, phase)) do opts[k] = v end
-  return train.new(model, opts)
+  return require("run").trainer(model, cfg, { betas = { 0.9, 0.95 }, schedule = "cosine", max_steps = steps,
+                                              warmup_steps = math.floor(cfg.warmup_ratio * steps), min_lr_ratio = 0.1,
+                                              hooks = hooks, output_dir = "" }, phase)
 end
 
 -- The distillation hook of llama31_sheared's recovery phase and the live teacher it holds (nil when
@@ -139,7 +136,7 @@ function M.sheared_data(cfg, tok)
   if cfg.format ~= "" then load_opts.format = cfg.format end
   local domains = M.domains(cfg.domains, load_opts, cfg.eval_fraction)
   if domains then return domains, nil, domains.sets[domains.names[1]].eval end
-  local all = data.jsonl(cfg.data, load_opts)
+  local all = data.jsonl(require("paths").resolve(cfg.data), load_opts)
   local train_set, eval_set = all:split(1 - cfg.eval_fraction)
   need_eval_rows(eval_set, #all, cfg)
   return nil, train_set, eval_set

@@ -1,7 +1,8 @@
 -- scripts/lua/run.lua: what the fine-tuning and alignment recipes do around their training loop: the
 -- training and held-out rows, the trainer built from the config's Hugging Face names with resume and the
 -- metrics log, the loop's batches, one evaluation logged, and the end of the run (weights saved, log
--- closed, GGUF). The loop itself stays in each recipe.
+-- closed, GGUF). The loop itself stays in each fine-tuning recipe, where users change it (the alignment
+-- recipes share theirs: scripts/lua/preference.lua).
 --   local run = require("run")  -- scripts/lua/run.lua
 --   local train_set, eval_set = run.sets(cfg, tok)
 --   local trainer, start, log = run.start(model, cfg, { schedule = "cosine" })
@@ -13,25 +14,13 @@
 -- The config keys these read are the sets of scripts/lua/run_keys.lua.
 local M = {}
 
--- train.new's profile options from the config (run_keys.compute's profile keys); `phase` names the
--- subdirectory of a recipe with several trainers (pruning, recovery, ...), so each phase keeps its trace.
-function M.profile(cfg, phase)
-  local dir = cfg.profile or ""
-  if dir ~= "" and phase then dir = dir .. "/" .. phase end
-  return { profile = dir, profile_steps = cfg.profile_steps, profile_skip = cfg.profile_skip }
-end
-
--- train.new's options from the keys every training recipe's config has: learning_rate, warmup_steps,
--- max_steps, batch_size (the micro-batch), gradient_checkpointing, output_dir, save_steps, shard,
--- optimizer, optimizer_offload, profile, profile_steps, profile_skip. `extra` adds to them or replaces them
--- (schedule, hooks, weight_decay, ...).
-function M.trainer(model, cfg, extra)
-  local opts = { lr = cfg.learning_rate, warmup = cfg.warmup_steps, steps = cfg.max_steps,
-                 micro_batch_size = cfg.batch_size, checkpoint_layers = cfg.gradient_checkpointing,
-                 output_dir = cfg.output_dir, save_every = cfg.save_steps, shard = cfg.shard,
-                 optimizer = cfg.optimizer, optimizer_offload = cfg.optimizer_offload }
-  for k, v in pairs(M.profile(cfg)) do opts[k] = v end
-  for k, v in pairs(extra or {}) do opts[k] = v end
+-- A trainer over the config's keys that train.new takes under the same names (learning_rate, warmup_steps,
+-- max_steps, batch_size (the micro-batch), gradient_checkpointing, output_dir, save_steps, weight_decay,
+-- shard, optimizer, profile, ...), `extra` over them (schedule, hooks, ...). `phase` names the profile's
+-- subdirectory in a recipe with several trainers (pruning, recovery, ...), so each phase keeps its trace.
+function M.trainer(model, cfg, extra, phase)
+  local opts = config.pick(cfg, "train.new", extra)
+  if phase and opts.profile and opts.profile ~= "" then opts.profile = opts.profile .. "/" .. phase end
   return train.new(model, opts)
 end
 
@@ -58,8 +47,8 @@ end
 function M.start(model, cfg, extra)
   local trainer = M.trainer(model, cfg, extra)
   local start = cfg.resume and trainer:resume() or 0
-  local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.max_steps,
-                             config = cfg, resume = start, wandb = cfg.wandb_project }
+  local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", config = cfg, resume = start,
+                             wandb = cfg.wandb_project }  -- the progress bar's length: cfg.max_steps
   return trainer, start, log
 end
 
@@ -67,8 +56,8 @@ end
 -- gradient_accumulation_steps rows (pairs in a preference set), one optimizer step on this rank. Ends
 -- early once log:stopped() (the run was stopped from the W&B UI), so the recipe saves what there is.
 function M.batches(set, cfg, start, log)
-  local next_batch = set:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps, steps = cfg.max_steps,
-                                   start = start }
+  local next_batch = set:batches(config.pick(cfg, "BatchesOpts", {  -- to cfg.max_steps
+    size = cfg.batch_size * cfg.gradient_accumulation_steps, start = start }))
   return function()
     if log:stopped() then return nil end
     return next_batch()

@@ -59,23 +59,19 @@ expect_out "error: $tmp/syntax/lora.yaml:"; expect_out ": not valid YAML: "
 check parse_embedded 0 "$runner" api --parse
 expect_exact ""
 
-variant key
-sed -i 's/^      returns: "integer # the Linears adapted"$/      retuns: "integer # the Linears adapted"/' "$tmp/key/lora.yaml"
-line=$(grep -n '^      retuns:' "$tmp/key/lora.yaml" | cut -d: -f1)
-check unknown_key 1 "$runner" api --lua-types --spec "$tmp/key"
-expect_exact "error: $tmp/key/lora.yaml:$line:7: lora.apply: unknown key 'retuns'; expected params, returns, doc, options, self_class"
-
-variant table
-sed -i '0,/^      options: CreationOpts$/s//      options: CreationOps/' "$tmp/table/torch.yaml"
-line=$(grep -n '^      options: CreationOps$' "$tmp/table/torch.yaml" | cut -d: -f1)
-check unknown_table 1 "$runner" api --lua-types --spec "$tmp/table"
-expect_exact "error: $tmp/table/torch.yaml:$line:16: torch.tensor: options names the table 'CreationOps', which no module declares under tables"
-
-variant type
-sed -i 's/^        ignore_index: {type: integer, /        ignore_index: {/' "$tmp/type/torch.yaml"
-line=$(grep -n '^        ignore_index: {default' "$tmp/type/torch.yaml" | cut -d: -f1)
-check missing_type 1 "$runner" api --lua-types --spec "$tmp/type"
-expect_exact "error: $tmp/type/torch.yaml:$line:23: torch.cross_entropy: options: option 'ignore_index': expected a type (type: integer, ...)"
+# One edit to one file each; the error names the edited line ($line) and the column given.
+# NAME|FILE|SED SCRIPT|GREP PATTERN of the edited line|COLUMN|MESSAGE after "file:line:column: "
+while IFS='|' read -r -u 3 name file edit pattern column message; do
+  variant "$name"
+  sed -i "$edit" "$tmp/$name/$file"
+  line=$(grep -n -m1 "$pattern" "$tmp/$name/$file" | cut -d: -f1)
+  check "$name" 1 "$runner" api --lua-types --spec "$tmp/$name"
+  expect_exact "error: $tmp/$name/$file:$line:$column: $message"
+done 3<<'CASES'
+unknown_key|lora.yaml|s/^      returns: "integer # the Linears adapted"$/      retuns: "integer # the Linears adapted"/|^      retuns:|7|lora.apply: unknown key 'retuns'; expected params, returns, doc, options, self_class
+unknown_table|torch.yaml|0,/^      options: CreationOpts$/s//      options: CreationOps/|^      options: CreationOps$|16|torch.tensor: options names the table 'CreationOps', which no module declares under tables
+missing_type|torch.yaml|s/^        ignore_index: {type: integer, /        ignore_index: {/|^        ignore_index: {default|23|torch.cross_entropy: options: option 'ignore_index': expected a type (type: integer, ...)
+CASES
 
 # --- modules.yaml lists the modules in order; each is declared in one file
 variant unlisted
@@ -87,6 +83,26 @@ variant twice
 cp "$tmp/twice/eval.yaml" "$tmp/twice/eval2.yaml"
 check module_twice 1 "$runner" api --parse --spec "$tmp/twice"
 expect_exact "error: $tmp/twice/eval2.yaml:3:1: module eval is declared twice (also at $tmp/twice/eval.yaml:3:1)"
+
+# --- an old option name (renamed:) works, with one warning line per name per process
+cat >"$tmp/old_names.lua" <<'LUA'
+local model = models.init { arch = "llama", vocab_size = 50, hidden_size = 32, intermediate_size = 40,
+                            num_hidden_layers = 2, num_attention_heads = 4, num_key_value_heads = 2, seed = 1 }
+local new = train.new(model, { learning_rate = 0.5, max_steps = 4, schedule = "linear" }):lr(3)
+for _ = 1, 3 do assert(train.new(model, { lr = 0.5, steps = 4, schedule = "linear" }):lr(3) == new) end
+for _ = 1, 2 do assert(hw.plan { model = "llama3.1-8b", method = "lora", lora_r = 8 }.lora_r == 8) end
+print("done")
+LUA
+check old_option_names 0 "$runner" "$tmp/old_names.lua"
+expect_exact "warning: train.new: option 'lr' is deprecated; use 'learning_rate' (the old name goes in the next release)
+warning: train.new: option 'steps' is deprecated; use 'max_steps' (the old name goes in the next release)
+warning: hw.plan: option 'lora_r' is deprecated; use 'lora.r' (the old name goes in the next release)
+done"
+variant renamed
+sed -i 's/^        lr: {renamed: learning_rate}$/        lr: {renamed: learning_rat}/' "$tmp/renamed/train.yaml"
+line=$(grep -n '^        lr: {renamed' "$tmp/renamed/train.yaml" | cut -d: -f1)
+check renamed_unknown 1 "$runner" api --parse --spec "$tmp/renamed"
+expect_exact "error: $tmp/renamed/train.yaml:$line:13: train.new: options: option 'lr': renamed names 'learning_rat', which is not an option declared above it"
 
 # --- every declaration a binding asks for by name is declared (lt_api fails at run time otherwise)
 checks=$((checks + 1))

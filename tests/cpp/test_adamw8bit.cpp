@@ -11,7 +11,7 @@
 #include <cmath>
 #include <vector>
 
-#include "host/adapt/quant.h"
+#include "host/quant/quant.h"
 #include "host/train/adamw8bit.h"
 #include "tests/cpp/test_util.h"
 

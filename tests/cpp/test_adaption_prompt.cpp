@@ -59,7 +59,7 @@ AdaptionPromptConfig cfg(int64_t len, int64_t layers) {
 void set_gates(Model& m, double value) {
   at::NoGradGuard g;
   for (LayerWeights& L : m.layers)
-    if (L.adaption) L.adaption->gate.fill_(value);
+    if (AdaptionPrompt* a = adaption_prompt_of(L)) a->gate.fill_(value);
 }
 
 std::string temp_dir(const std::string& name) {
@@ -88,9 +88,9 @@ at::Tensor reference_branch(const Model& m, int64_t l, const at::Tensor& h) {
   at::Tensor rotated = at::cat({-q.slice(-1, D / 2, D), q.slice(-1, 0, D / 2)}, -1);
   q = q * cos + rotated * sin;  // (B, T, H, D)
 
-  at::Tensor prompt = L.adaption->prompt[0];                    // (A, C)
+  at::Tensor prompt = adaption_prompt_of(L)->prompt[0];         // (A, C)
   at::Tensor k = linear(prompt, L.k), v = linear(prompt, L.v);  // (A, KV*D)
-  const double gate = L.adaption->gate.item<double>();
+  const double gate = adaption_prompt_of(L)->gate.item<double>();
   std::vector<at::Tensor> heads;
   for (int64_t hh = 0; hh < H; hh++) {
     int64_t kv = hh / (H / KV);
@@ -121,7 +121,7 @@ TEST(AdaptionPrompt, ZeroGateLeavesTheOutputUnchanged) {
   auto m = tiny("llama", at::kBFloat16);
   at::Tensor before = tiny_logits(*m);
   adaption_prompt_apply(*m, cfg(4, 1), 3);
-  EXPECT_EQ(m->layers[1].adaption->prompt.scalar_type(), at::kFloat);
+  EXPECT_EQ(adaption_prompt_of(m->layers[1])->prompt.scalar_type(), at::kFloat);
   at::Tensor after = tiny_logits(*m);
   EXPECT_EQ(after.scalar_type(), at::kBFloat16);
   EXPECT_TRUE(at::equal(after, before));
@@ -137,9 +137,9 @@ TEST(AdaptionPrompt, ZeroGateLeavesTheOutputUnchanged) {
 TEST(AdaptionPrompt, InitIsNormalPromptsAndZeroGatesInTheTopLayers) {
   auto m = tiny();
   adaption_prompt_apply(*m, cfg(50, 1), 5);
-  EXPECT_FALSE(m->layers[0].adaption);
-  ASSERT_TRUE(m->layers[1].adaption);
-  const AdaptionPrompt& a = *m->layers[1].adaption;
+  EXPECT_FALSE(adaption_prompt_of(m->layers[0]));
+  ASSERT_TRUE(adaption_prompt_of(m->layers[1]));
+  const AdaptionPrompt& a = *adaption_prompt_of(m->layers[1]);
   EXPECT_EQ(a.prompt.sizes(), (at::IntArrayRef{1, 50, 32}));  // PEFT's (1, adapter_len, hidden)
   EXPECT_EQ(a.gate.sizes(), (at::IntArrayRef{1}));
   EXPECT_EQ(a.gate.item<float>(), 0.0f);
@@ -151,8 +151,8 @@ TEST(AdaptionPrompt, InitIsNormalPromptsAndZeroGatesInTheTopLayers) {
   auto m2 = tiny(), m3 = tiny();
   adaption_prompt_apply(*m2, cfg(50, 1), 5);
   adaption_prompt_apply(*m3, cfg(50, 1), 6);
-  EXPECT_TRUE(at::equal(m2->layers[1].adaption->prompt, a.prompt));
-  EXPECT_FALSE(at::equal(m3->layers[1].adaption->prompt, a.prompt));
+  EXPECT_TRUE(at::equal(adaption_prompt_of(m2->layers[1])->prompt, a.prompt));
+  EXPECT_FALSE(at::equal(adaption_prompt_of(m3->layers[1])->prompt, a.prompt));
   AdaptionPromptConfig c = adaption_prompt_config_of(*m);
   EXPECT_EQ(c.adapter_len, 50);
   EXPECT_EQ(c.adapter_layers, 1);
@@ -206,8 +206,8 @@ TEST(AdaptionPrompt, GradientsReachPromptsAndGatesOnly) {
   // Zero-init: at gate 0 only the gates learn (the prompts' gradient is exactly zero).
   loss_of({}).backward();
   for (LayerWeights& L : m->layers) {
-    EXPECT_GT(L.adaption->gate.grad().abs().item<double>(), 0.0);
-    EXPECT_EQ(L.adaption->prompt.grad().abs().max().item<double>(), 0.0);
+    EXPECT_GT(adaption_prompt_of(L)->gate.grad().abs().item<double>(), 0.0);
+    EXPECT_EQ(adaption_prompt_of(L)->prompt.grad().abs().max().item<double>(), 0.0);
   }
   zero_grads();
 
@@ -281,10 +281,11 @@ TEST(AdaptionPrompt, SaveLoadRoundTripInPeftsLayout) {
   AdaptionPromptConfig c = adaption_prompt_load(*fresh, dir);
   EXPECT_EQ(c.adapter_len, 3);
   EXPECT_EQ(c.adapter_layers, 1);
-  EXPECT_FALSE(fresh->layers[0].adaption);
-  EXPECT_TRUE(at::equal(fresh->layers[1].adaption->prompt, m->layers[1].adaption->prompt));
-  EXPECT_EQ(fresh->layers[1].adaption->gate.item<float>(), 0.25f);
-  EXPECT_TRUE(fresh->layers[1].adaption->prompt.requires_grad());
+  EXPECT_FALSE(adaption_prompt_of(fresh->layers[0]));
+  EXPECT_TRUE(
+      at::equal(adaption_prompt_of(fresh->layers[1])->prompt, adaption_prompt_of(m->layers[1])->prompt));
+  EXPECT_EQ(adaption_prompt_of(fresh->layers[1])->gate.item<float>(), 0.25f);
+  EXPECT_TRUE(adaption_prompt_of(fresh->layers[1])->prompt.requires_grad());
   EXPECT_TRUE(at::equal(tiny_logits(*fresh), tiny_logits(*m)));
   fs::remove_all(dir);
 }

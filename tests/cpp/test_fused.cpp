@@ -41,6 +41,16 @@ void expect_close(const at::Tensor& got, const at::Tensor& want, double tol, con
   EXPECT_LE(err, tol) << what;
 }
 
+// got against want, both functions of `inputs`: their values to forward_tol, then the gradients of
+// sum(out * g) for each input (named in `names`) to 1e-12.
+void expect_same_function(const at::Tensor& got, const at::Tensor& want, const at::Tensor& g,
+                          const std::vector<at::Tensor>& inputs, const std::vector<std::string>& names,
+                          double forward_tol, const std::string& what) {
+  expect_close(got, want, forward_tol, what + " forward");
+  auto gg = grads_of(got, g, inputs), gw = grads_of(want, g, inputs);
+  for (size_t i = 0; i < inputs.size(); i++) expect_close(gg[i], gw[i], 1e-12, what + " " + names[i]);
+}
+
 // HF's RMSNorm modules as written (Llama: w * n cast to the input dtype; Gemma 2: n * (1 + w)).
 at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& w, double eps, bool gemma) {
   at::ScalarType ct = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -81,10 +91,7 @@ TEST(FusedRmsNorm, MatchesCompositionInFloat64) {
       at::Tensor g = at::randn({3, 5, 24}, f64());
       std::string what = std::string(gemma ? "gemma" : "llama") + (contiguous ? "" : " strided");
       at::Tensor want = rms_norm_reference(x, w, 1e-6, gemma), got = rms_norm_fused(x, w, 1e-6, gemma);
-      expect_close(got, want, 1e-13, what + " forward");
-      auto gw = grads_of(want, g, {x, w}), gg = grads_of(got, g, {x, w});
-      expect_close(gg[0], gw[0], 1e-12, what + " dx");
-      expect_close(gg[1], gw[1], 1e-12, what + " dw");
+      expect_same_function(got, want, g, {x, w}, {"dx", "dw"}, 1e-13, what);
     }
   }
 }
@@ -172,10 +179,7 @@ TEST(FusedGlu, MatchesCompositionInFloat64) {
     at::Tensor g = at::randn({3, 4, 10}, f64());
     at::Tensor want = act_reference(gate, act) * up, got = glu_fused(gate, up, act);
     std::string what = "act " + std::to_string(static_cast<int>(act));
-    expect_close(got, want, 1e-13, what + " forward");
-    auto gg = grads_of(got, g, {gate, up}), gw = grads_of(want, g, {gate, up});
-    expect_close(gg[0], gw[0], 1e-12, what + " dgate");
-    expect_close(gg[1], gw[1], 1e-12, what + " dup");
+    expect_same_function(got, want, g, {gate, up}, {"dgate", "dup"}, 1e-13, what);
   }
 }
 
@@ -211,10 +215,8 @@ TEST(FusedAttention, GroupedHeadsEqualRepeatedKv) {
     at::Tensor got = attention_forward(q, k, v, allowed, 0.3, 0);
     std::string what = masked ? "masked" : "causal";
     expect_close(gqa, want, 1e-12, what + " enable_gqa");
-    expect_close(got, want, 1e-12, what + " attention_forward");
     at::Tensor g = at::randn({B, H, T, D}, f64());
-    auto gw = grads_of(want, g, {q, k, v}), gg = grads_of(got, g, {q, k, v});
-    for (int i = 0; i < 3; i++) expect_close(gg[i], gw[i], 1e-12, what + " grad " + std::to_string(i));
+    expect_same_function(got, want, g, {q, k, v}, {"dq", "dk", "dv"}, 1e-12, what + " attention_forward");
   }
   // The softcapped (explicit) path repeats too.
   at::Tensor q = at::randn({B, H, T, D}, f64()), k = at::randn({B, KV, T, D}, f64()),

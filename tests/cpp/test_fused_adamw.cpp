@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "host/train/fused_adamw.h"
@@ -64,26 +65,38 @@ std::vector<at::Tensor> clones(const std::vector<at::Tensor>& v) {
   return out;
 }
 
+// The per-tensor reference beside the group: optim_update on its own float32 copies, one state each.
+struct Reference {
+  std::vector<at::Tensor> weights;
+  std::vector<OptimState> states;
+  OptimHyper h;
+
+  Reference(std::vector<at::Tensor> w, double lr, double weight_decay) : weights(std::move(w)) {
+    for (const at::Tensor& t : weights)
+      states.push_back(OptimState::create("adamw", 0, t.sizes(), t.device()));
+    h.lr = lr;
+    h.weight_decay = weight_decay;
+  }
+
+  // Step t with `grads` on the reference, then on the group g.
+  void step_both(Group& g, const std::vector<at::Tensor>& grads, int64_t t) {
+    h.step = t;
+    for (size_t i = 0; i < weights.size(); i++) optim_update(weights[i], grads[i], states[i], h);
+    step(g, grads, h.lr, h.weight_decay, t);
+  }
+};
+
 }  // namespace
 
 TEST(FusedAdamW, Float32WeightsEqualOptimUpdateToTheBit) {
   Group g = make_group(at::kFloat, false, 1);
-  std::vector<at::Tensor> ref = clones(g.weights);
-  std::vector<OptimState> states;
-  for (const at::Tensor& w : ref) states.push_back(OptimState::create("adamw", 0, w.sizes(), w.device()));
-  OptimHyper h;
-  h.lr = 1e-2;
-  h.weight_decay = 0.1;
-  for (int64_t t = 1; t <= 5; t++) {
-    // float32 and bf16 gradients: optim_update reads either as float32.
-    const std::vector<at::Tensor> grads = make_grads(t % 2 ? at::kFloat : at::kBFloat16, 100 + t);
-    h.step = t;
-    for (size_t i = 0; i < ref.size(); i++) optim_update(ref[i], grads[i], states[i], h);
-    step(g, grads, h.lr, h.weight_decay, t);
-  }
+  Reference ref(clones(g.weights), 1e-2, 0.1);
+  // float32 and bf16 gradients: optim_update reads either as float32.
+  for (int64_t t = 1; t <= 5; t++)
+    ref.step_both(g, make_grads(t % 2 ? at::kFloat : at::kBFloat16, 100 + t), t);
   std::vector<at::Tensor> ref_m, ref_v;
-  for (const OptimState& s : states) ref_m.push_back(s.exp_avg), ref_v.push_back(s.exp_avg_sq);
-  expect_equal(g.weights, ref, "weight");
+  for (const OptimState& s : ref.states) ref_m.push_back(s.exp_avg), ref_v.push_back(s.exp_avg_sq);
+  expect_equal(g.weights, ref.weights, "weight");
   expect_equal(g.exp_avg, ref_m, "exp_avg");
   expect_equal(g.exp_avg_sq, ref_v, "exp_avg_sq");
 }
@@ -93,30 +106,23 @@ TEST(FusedAdamW, Bf16WeightsFollowTheirFloat32Masters) {
   // One float32 weight in the same group with no master (an undefined entry): updated directly.
   g.weights[1] = g.masters[1].clone();
   g.masters[1] = at::Tensor();
-  std::vector<at::Tensor> ref;
+  std::vector<at::Tensor> masters;
   for (size_t i = 0; i < g.weights.size(); i++)
-    ref.push_back(g.masters[i].defined() ? g.masters[i].clone() : g.weights[i].clone());
-  std::vector<OptimState> states;
-  for (const at::Tensor& w : ref) states.push_back(OptimState::create("adamw", 0, w.sizes(), w.device()));
-  OptimHyper h;
-  h.lr = 3e-2;
-  h.weight_decay = 0.01;
+    masters.push_back(g.masters[i].defined() ? g.masters[i].clone() : g.weights[i].clone());
+  Reference ref(masters, 3e-2, 0.01);
   for (int64_t t = 1; t <= 4; t++) {
-    const std::vector<at::Tensor> grads = make_grads(at::kBFloat16, 200 + t);
-    h.step = t;
-    for (size_t i = 0; i < ref.size(); i++) optim_update(ref[i], grads[i], states[i], h);
-    step(g, grads, h.lr, h.weight_decay, t);
-    for (size_t i = 0; i < ref.size(); i++) {
+    ref.step_both(g, make_grads(at::kBFloat16, 200 + t), t);
+    for (size_t i = 0; i < ref.weights.size(); i++) {
       const std::string what = "step " + std::to_string(t) + " tensor " + std::to_string(i);
       if (g.masters[i].defined()) {
-        EXPECT_TRUE(at::equal(g.masters[i], ref[i])) << what << ": master";
+        EXPECT_TRUE(at::equal(g.masters[i], ref.weights[i])) << what << ": master";
         EXPECT_EQ(g.weights[i].scalar_type(), at::kBFloat16) << what;
         EXPECT_TRUE(at::equal(g.weights[i], g.masters[i].to(at::kBFloat16))) << what << ": weight";
       } else {
-        EXPECT_TRUE(at::equal(g.weights[i], ref[i])) << what << ": float32 weight";
+        EXPECT_TRUE(at::equal(g.weights[i], ref.weights[i])) << what << ": float32 weight";
       }
-      EXPECT_TRUE(at::equal(g.exp_avg[i], states[i].exp_avg)) << what << ": exp_avg";
-      EXPECT_TRUE(at::equal(g.exp_avg_sq[i], states[i].exp_avg_sq)) << what << ": exp_avg_sq";
+      EXPECT_TRUE(at::equal(g.exp_avg[i], ref.states[i].exp_avg)) << what << ": exp_avg";
+      EXPECT_TRUE(at::equal(g.exp_avg_sq[i], ref.states[i].exp_avg_sq)) << what << ": exp_avg_sq";
     }
   }
 }

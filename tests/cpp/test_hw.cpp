@@ -21,6 +21,20 @@
 namespace luatune {
 namespace {
 
+// A planned model's layers, heads, kv_heads, hidden and intermediate sizes.
+std::vector<int64_t> dims(const ModelConfig& m) {
+  return {m.num_layers, m.num_heads, m.num_kv_heads, m.hidden_size, m.intermediate_size};
+}
+
+// LoRA (r=16, all seven projections) with activation checkpointing, micro-batches of 4.
+PlanOptions lora_checkpointed() {
+  PlanOptions o;
+  o.method = PlanMethod::method_lora;
+  o.micro_batch = 4;
+  o.checkpointing = true;
+  return o;
+}
+
 // The config.json values of the three models (meta-llama/Llama-3.1-8B, mistralai/Mistral-7B-v0.1,
 // google/gemma-2-9b), written out here rather than read from the presets.
 ModelConfig llama31_8b() {
@@ -203,11 +217,8 @@ TEST(HwPlan, WithinTenPercentOfThePeaksMeasuredOnAnH200) {
   }
   // Today's loss holds 2 bytes a logit (+ a float32 block): the same runs plan lower, by what the
   // chunk no longer holds, and the peak is a layer's backward for the 8B model.
-  PlanOptions today;
-  today.method = PlanMethod::method_lora;
-  today.micro_batch = 4;
+  PlanOptions today = lora_checkpointed();
   today.seq_len = 2048;
-  today.checkpointing = true;
   today.lora_dropout = 0;
   PlanOptions then = today;
   then.loss_logit_bytes = 8;
@@ -373,11 +384,8 @@ TEST(HwPlan, TeacherWholeOrShardedAndItsForward) {
 TEST(HwPlan, TimeAndCostFromTokensFlopsPeakAndMeasuredMfu) {
   auto cat = catalog();
   const GpuSpec h100 = hw_catalog_find(cat, "H100 SXM"), t4 = hw_catalog_find(cat, "T4");
-  PlanOptions o;
-  o.method = PlanMethod::method_lora;
-  o.micro_batch = 4;
+  PlanOptions o = lora_checkpointed();
   o.grad_accum = 8;
-  o.checkpointing = true;
   o.steps = 1000;
   o.gpus = 2;
   Plan p = hw_plan(llama31_8b(), o, {h100, t4});
@@ -817,12 +825,17 @@ TEST(HwPlanRequest, ReadsTheShippedRecipesKeys) {
   EXPECT_EQ(r.options.lora_r, 8);
   EXPECT_EQ(r.options.lora_targets, (std::vector<std::string>{"q_proj", "v_proj"}));
   EXPECT_EQ(hw_param_counts(r.model).total, 8030261248);
-  // A run from before the recipes took the Hugging Face names says checkpoint_layers; the new name wins.
-  nlohmann::json old = {{"base_model", "/nowhere"}, {"checkpoint_layers", true}, {"dtype", "fp32"}};
-  EXPECT_TRUE(hw_plan_request(old, "recipes/lora_finetune.lua", ex).options.checkpointing);
-  EXPECT_EQ(hw_plan_request(old, "recipes/lora_finetune.lua", ex).options.dtype, "fp32");
-  old["gradient_checkpointing"] = false;
-  EXPECT_FALSE(hw_plan_request(old, "recipes/lora_finetune.lua", ex).options.checkpointing);
+  // One name per setting, the recipes' (and the Lua API's): no other spelling is guessed at.
+  nlohmann::json other = {{"base_model", "/nowhere"},
+                          {"checkpoint_layers", true},
+                          {"lora_r", 4},
+                          {"micro_batch_size", 9},
+                          {"dtype", "fp32"}};
+  PlanRequest o = hw_plan_request(other, "recipes/lora_finetune.lua", ex);
+  EXPECT_FALSE(o.options.checkpointing);
+  EXPECT_EQ(o.options.lora_r, 16);
+  EXPECT_EQ(o.options.micro_batch, 1);
+  EXPECT_EQ(o.options.dtype, "fp32");
   ex.model_preset = "";
   EXPECT_EQ(
       error_of([&] { hw_plan_request(cfg, "x.lua", ex); }),
@@ -889,11 +902,7 @@ TEST(HwPlanRequest, ShearedRecipePlansPruningThenRecoveryWithItsTeacher) {
   EXPECT_EQ(rec.name, "recovery");
   // docs/pruning.md's rounding: 32 x 0.8 = 25.6 -> 26 layers; 4 per group x 0.7 = 2.8 -> 3, x 8 groups
   // = 24 heads; 4096 x 0.9 = 3686.4 -> 3712 (a multiple of 128); 14336 x 0.6 = 8601.6 -> 8576.
-  EXPECT_EQ(rec.model.num_layers, 26);
-  EXPECT_EQ(rec.model.num_heads, 24);
-  EXPECT_EQ(rec.model.num_kv_heads, 8);
-  EXPECT_EQ(rec.model.hidden_size, 3712);
-  EXPECT_EQ(rec.model.intermediate_size, 8576);
+  EXPECT_EQ(dims(rec.model), (std::vector<int64_t>{26, 24, 8, 3712, 8576}));
   EXPECT_EQ(rec.options.steps, 700);
   EXPECT_TRUE(rec.options.teacher.present);
   EXPECT_EQ(rec.options.teacher.config.num_layers, 32);
@@ -928,9 +937,7 @@ TEST(HwPlanRequest, MinitronPlansItsDistillationOfTheCutModel) {
   ASSERT_EQ(r.phases.size(), 1u);
   const PlanPhase& d = r.phases[0];
   EXPECT_EQ(d.name, "distillation");
-  EXPECT_EQ(d.model.hidden_size, 3072);
-  EXPECT_EQ(d.model.intermediate_size, 9216);
-  EXPECT_EQ(d.model.num_layers, 32);
+  EXPECT_EQ(dims(d.model), (std::vector<int64_t>{32, 32, 8, 3072, 9216}));  // heads kept (0: not cut)
   EXPECT_EQ(d.options.steps, 300);
   EXPECT_EQ(d.options.grad_accum, 4);
   EXPECT_TRUE(d.options.teacher.present);

@@ -16,13 +16,13 @@
 #include <functional>
 
 #include "host/adapt/lora.h"
-#include "host/adapt/quant.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/io/safetensors.h"
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
 #include "host/model/transformer.h"
+#include "host/quant/quant.h"
 #include "host/train/trainer.h"
 #include "tests/cpp/test_batch.h"
 #include "tests/cpp/test_tiny.h"
@@ -621,11 +621,8 @@ TEST(LoraLinear, TrainingStepsGiveTheLossesOfTheFloat32Path) {
         c.dropout = 0.1;
         lora_apply(*m, c, 3);
         if (ref) use_reference_lora(*m);
-        TrainOptions o;
-        o.lr = 5e-3;
+        TrainOptions o = constant_lr(5e-3);
         o.steps = 6;
-        o.warmup = 0;
-        o.schedule = "constant";
         o.checkpoint_layers = recompute;
         Trainer t(m, o);
         Batch b = random_batch(97, 4, 12, 1);

@@ -114,18 +114,6 @@ TEST(Metrics, OrderIsTheProducersThenTheRestByName) {
                                             "zeta"}));
 }
 
-TEST(Metrics, WholeNumbersBelowTwoTo53AreIntegers) {
-  EXPECT_TRUE(metrics_is_integer(480));
-  EXPECT_TRUE(metrics_is_integer(0));
-  EXPECT_TRUE(metrics_is_integer(-3));
-  EXPECT_TRUE(metrics_is_integer(9007199254740991.0));  // 2^53 - 1
-  EXPECT_FALSE(metrics_is_integer(9007199254740992.0));
-  EXPECT_FALSE(metrics_is_integer(1e300));
-  EXPECT_FALSE(metrics_is_integer(2.5));
-  EXPECT_FALSE(metrics_is_integer(std::nan("")));
-  EXPECT_FALSE(metrics_is_integer(HUGE_VAL));
-}
-
 TEST(Metrics, StepTimerSmoothsSecondsPerStepForTheEta) {
   StepTimer t(0.1);
   t.tick(1, 10.0);  // origin only: start-up before step 1 is not step time

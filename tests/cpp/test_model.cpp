@@ -303,6 +303,35 @@ TEST(Model, PerplexityOfUniformModelIsVocabSize) {
   EXPECT_NEAR(r.perplexity, 97.0, 1e-3);
 }
 
+// An attention branch the model has never heard of: adds a learned vector to o_proj's output.
+struct BiasBranch : AttentionBranch {
+  at::Tensor bias;  // (C)
+  at::Tensor forward(const LayerWeights&, const ModelConfig&, const at::Tensor& q) const override {
+    return bias.to(q.scalar_type()).expand({q.size(0), q.size(2), bias.size(0)});  // (B, T, C)
+  }
+  std::vector<std::pair<std::string, at::Tensor*>> parameters() override { return {{"test_bias", &bias}}; }
+};
+
+TEST(Model, AttentionBranchesRunListAndSwitchThroughTheirInterface) {
+  auto m = tiny_model("llama");
+  at::Tensor ids = random_ids(2, 6, 97, 3);
+  at::NoGradGuard g;
+  at::Tensor before = m->forward(ids);
+  auto b = std::make_shared<BiasBranch>();
+  b->bias = at::full({m->config.hidden_size}, 0.5);
+  m->layers[1].attn_branch = b;
+  EXPECT_FALSE(at::allclose(m->forward(ids), before));
+  auto params = m->adapter_parameters();
+  ASSERT_EQ(params.size(), 1u);
+  EXPECT_EQ(params[0].first, "model.layers.1.self_attn.test_bias");
+  EXPECT_EQ(params[0].second, &b->bias);
+  EXPECT_EQ(m->count_parameters().adapter, m->config.hidden_size);
+  m->set_training(true);
+  EXPECT_TRUE(b->training);
+  m->set_adapters_enabled(false);
+  EXPECT_TRUE(at::equal(m->forward(ids), before));
+}
+
 TEST(Model, CountsParametersPerComponent) {
   auto m = model_init(tiny("qwen2"), 0, at::kFloat, at::kCPU);
   ParamCounts n = m->count_parameters();

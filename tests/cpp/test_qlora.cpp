@@ -1,4 +1,4 @@
-// QLoRA (host/adapt/nf4, quant, qlora): bitsandbytes' code tables and decision trees against the
+// QLoRA (host/quant/nf4, quant; host/adapt/qlora): bitsandbytes' code tables and decision trees against the
 // reference constants, packing on hand-checked tensors, the 8-bit dynamic map, quantize ->
 // dequantize error bounds, bitsandbytes' serialised layout, and on tiny models: the 4-bit forward
 // equals a dense model holding the dequantized weights, gradients reach only the adapters, the
@@ -15,14 +15,14 @@
 #include <filesystem>
 
 #include "host/adapt/lora.h"
-#include "host/adapt/nf4.h"
 #include "host/adapt/qlora.h"
-#include "host/adapt/quant.h"
 #include "host/core/files.h"
 #include "host/io/safetensors.h"
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
 #include "host/prune/surgery.h"
+#include "host/quant/nf4.h"
+#include "host/quant/quant.h"
 #include "host/train/trainer.h"
 #include "tests/cpp/test_batch.h"
 #include "tests/cpp/test_tiny.h"
@@ -441,11 +441,8 @@ TEST(Qlora, TrainingReachesOnlyTheAdaptersAndLeavesCodesAlone) {
     for (LayerWeights& L : m->layers) codes.push_back(bytes_of(L.gate.weight));
     auto trainable = m->trainable_parameters();
     EXPECT_EQ(trainable.size(), 28u);  // lora_A and lora_B of 14 Linears, nothing else
-    TrainOptions o;
-    o.lr = 5e-3;
+    TrainOptions o = constant_lr(5e-3);
     o.steps = 12;
-    o.warmup = 0;
-    o.schedule = "constant";
     o.checkpoint_layers = recompute;
     Trainer t(m, o);
     Batch b = random_batch(4, 12, 1);
@@ -494,13 +491,24 @@ TEST(Qlora, SavesAndLoadsBitsandbytesLayout) {
   auto onload = model_load(src, lo);
   EXPECT_EQ(qlora_count(*onload), 14);
   EXPECT_TRUE(at::equal(tiny_logits(*onload), tiny_logits(*m)));
+  // Modules left dense (quantize_skip, matched by their ending) are listed for bitsandbytes.
+  lo.quant.type = nf4::QuantType::fp4;
+  lo.quantize_skip = {"down_proj"};
+  auto some = model_load(src, lo);
+  EXPECT_EQ(qlora_count(*some), 12);
+  const std::string partial = temp_dir("partial");
+  model_save(*some, partial);
+  json qp = json::parse(file_read(partial + "/config.json"))["quantization_config"];
+  EXPECT_EQ(qp["bnb_4bit_quant_type"], "fp4");
+  EXPECT_EQ(qp["llm_int8_skip_modules"],
+            json::array({"model.layers.0.mlp.down_proj", "model.layers.1.mlp.down_proj"}));
   // A dequantized model saves without quantization_config.
   qlora_dequantize(*back);
   const std::string dense = temp_dir("dense");
   model_save(*back, dense);
   EXPECT_FALSE(json::parse(file_read(dense + "/config.json")).contains("quantization_config"));
   EXPECT_EQ(SafetensorsReader(dense).entry(p).dtype, at::kBFloat16);
-  for (const auto& d : {src, dir, dense}) fs::remove_all(d);
+  for (const auto& d : {src, dir, dense, partial}) fs::remove_all(d);
 }
 
 TEST(Qlora, AdapterSavesInPeftFormatAndReloadsOntoAFreshQuantizedBase) {

@@ -1,12 +1,15 @@
-// String and file helpers: splitting, trimming, edit distance, hints, numbers, Markdown tables,
-// paths, atomic writes.
+// String and file helpers: splitting, trimming, edit distance, hints, numbers, whole numbers,
+// Markdown tables, paths, atomic writes, directories made with their parents.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/number.h"
 #include "host/core/strings.h"
+#include "test_util.h"
 
 using namespace luatune;
 
@@ -56,6 +59,24 @@ TEST(Strings, NumbersPrintShortestRoundTrip) {
   }
 }
 
+// Every place that turns a double into an integer asks this one question (host/core/number.h).
+TEST(Number, WholeNumbersBelowTwoTo53AreIntegers) {
+  EXPECT_TRUE(number_is_whole(480));
+  EXPECT_TRUE(number_is_whole(0));
+  EXPECT_TRUE(number_is_whole(-0.0));
+  EXPECT_TRUE(number_is_whole(-3));
+  EXPECT_TRUE(number_is_whole(9007199254740991.0));   // 2^53 - 1
+  EXPECT_TRUE(number_is_whole(-9007199254740991.0));  // -(2^53 - 1)
+  EXPECT_FALSE(number_is_whole(9007199254740992.0));  // 2^53: 2^53 + 1 reads the same
+  EXPECT_FALSE(number_is_whole(-9007199254740992.0));
+  EXPECT_FALSE(number_is_whole(1e300));
+  EXPECT_FALSE(number_is_whole(2.5));
+  EXPECT_FALSE(number_is_whole(-0.5));
+  EXPECT_FALSE(number_is_whole(std::nan("")));
+  EXPECT_FALSE(number_is_whole(HUGE_VAL));
+  EXPECT_FALSE(number_is_whole(-HUGE_VAL));
+}
+
 TEST(Markdown, CellEscapesPipesAndFoldsNewlines) {
   EXPECT_EQ(md_cell("a|b\nc\r\nd"), "a\\|b c  d");
   EXPECT_EQ(md_cell("<b> & `x`"), "<b> & `x`");  // HTML and code are the caller's concern
@@ -95,4 +116,24 @@ TEST(Files, AtomicWriteReplacesWholeFile) {
   EXPECT_THROW(file_write_atomic("/no/such/dir/x.txt", "x"), Error);
   EXPECT_THROW(file_read("/no/such/file"), Error);
   std::remove(path.c_str());
+}
+
+// What recipes call through metrics.mkdir instead of os.execute("mkdir -p ..."): nested directories,
+// an existing one fine, a file in the way refused in one line naming it.
+TEST(Files, DirCreateMakesParentsAndRefusesAFileInTheWay) {
+  TempDir tmp;
+  const std::string nested = tmp.path + "/a/b/c";
+  dir_create(nested);
+  EXPECT_TRUE(dir_exists(nested));
+  dir_create(nested + "/");  // again, with a trailing slash: nothing to do
+  dir_create(tmp.path + "/a//b/d");
+  EXPECT_TRUE(dir_exists(tmp.path + "/a/b/d"));
+  const std::string file = tmp.path + "/a/file";
+  file_write_atomic(file, "x");
+  EXPECT_EQ(error_of([&] { dir_create(file + "/sub/dir"); }),
+            "cannot create directory '" + file + "/sub/dir': '" + file + "' is a file, not a directory");
+  EXPECT_EQ(error_of([&] { dir_create(file); }),
+            "cannot create directory '" + file + "': '" + file + "' is a file, not a directory");
+  EXPECT_FALSE(dir_exists(file + "/sub"));
+  EXPECT_EQ(error_of([] { dir_create(""); }), "cannot create a directory with an empty name");
 }

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -18,7 +19,7 @@
 
 #include "host/core/files.h"
 #include "host/core/strings.h"
-#include "host/sweep/sweep.h"
+#include "host/sweep/sweep_engine.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -242,7 +243,7 @@ TEST(SweepSpace, ValidationErrorsNameTheParameter) {
       "columns, retry_failed");
   EXPECT_EQ(err(table({})),
             "sweep.run: option 'parameters' is required: a table of config keys to sweep, e.g. "
-            "parameters = { lr = { values = { 1e-4, 3e-4 } } }");
+            "parameters = { learning_rate = { values = { 1e-4, 3e-4 } } }");
   // metric = { name =, goal = } and metric = "name" with goal beside it read the same.
   SweepSpec s =
       sweep_spec_parse(options(table({{"lr", list({num(1)})}}),
@@ -555,8 +556,8 @@ std::vector<std::string> recorded(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& line : str_split(file_read(dir + "/trials.jsonl"), '\n'))
     if (!line.empty()) {
-      SweepTrial t = sweep_trial_from_json(line, dir);
-      out.push_back(t.name + ":" + sweep_status_name(t.status));
+      nlohmann::json t = nlohmann::json::parse(line);
+      out.push_back(t.at("name").get<std::string>() + ":" + t.at("status").get<std::string>());
     }
   return out;
 }

@@ -20,6 +20,7 @@
 #include "host/model/config.h"
 #include "host/text/tokenizer.h"
 #include "host/train/trainer.h"
+#include "tests/cpp/test_tiny.h"
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
@@ -27,16 +28,6 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::shared_ptr<Model> tiny(uint64_t seed, int64_t hidden = 32, int64_t layers = 2, int64_t vocab = 61,
-                            double softcap = 0, at::ScalarType dtype = at::kFloat) {
-  std::string fields = R"({"vocab_size": )" + std::to_string(vocab) + R"(, "hidden_size": )" +
-                       std::to_string(hidden) + R"(, "intermediate_size": 40, "num_hidden_layers": )" +
-                       std::to_string(layers) + R"(, "num_attention_heads": 4, "num_key_value_heads": 2})";
-  ModelConfig c = model_config_with("llama", fields, "test");
-  c.final_logit_softcap = softcap;
-  return model_init(c, seed, dtype, at::kCPU);
-}
 
 // Fixture vocabulary (tests/fixtures/tokenizers/bytelevel): ids below 23.
 std::shared_ptr<Tokenizer> bytelevel() {
@@ -57,21 +48,6 @@ std::shared_ptr<Dataset> prompt_data(int variant = 0, bool pack = false) {
   o.max_length = pack ? 24 : 64;
   o.chat = false;
   return Dataset::from_records(records, *bytelevel(), o);
-}
-
-TrainOptions constant_lr(double lr = 1e-2, int64_t micro = 0) {
-  TrainOptions to;
-  to.lr = lr;
-  to.schedule = "constant";
-  to.micro_batch_size = micro;
-  return to;
-}
-
-double stat(const std::vector<std::pair<std::string, double>>& extra, const std::string& key) {
-  for (const auto& [k, v] : extra)
-    if (k == key) return v;
-  ADD_FAILURE() << "no statistic " << key;
-  return NAN;
 }
 
 TeacherCacheOptions cache_options(const std::string& path, int64_t k, const std::string& dtype = "float32",
@@ -178,7 +154,7 @@ TEST(TeacherCache, FullVocabularyEqualsTheLiveTeacher) {
   TempDir dir;
   const std::string path = dir.path + "/cache";
   auto data = prompt_data();
-  auto teacher = tiny(2, 48, 3, 61, /*softcap=*/30);
+  auto teacher = tiny_model_sized(2, 48, 3, 61, /*softcap=*/30);
   TeacherCacheInfo info = teacher_cache_write(*teacher, *data, cache_options(path, 61));
   EXPECT_EQ(info.rows, data->size());
   EXPECT_EQ(info.entries, data->stats().target_tokens);
@@ -188,7 +164,7 @@ TEST(TeacherCache, FullVocabularyEqualsTheLiveTeacher) {
   live_o.temperature = 2;
   live_o.chunk = 3;
   // Micro-batches of 2 rows over batches of 3: the cache was written 4 rows at a time.
-  auto s_live = tiny(1), s_cached = tiny(1);
+  auto s_live = tiny_model_sized(1), s_cached = tiny_model_sized(1);
   auto live = std::make_shared<Distiller>(teacher, s_live, live_o);
   auto from_cache = std::make_shared<CachedDistiller>(s_cached, cached(path));
   Trainer a(s_live, constant_lr(1e-2, 2), {live}), b(s_cached, constant_lr(1e-2, 2), {from_cache});
@@ -209,26 +185,26 @@ TEST(TeacherCache, FullVocabularyEqualsTheLiveTeacher) {
     Batch sb = data->batch(data->step_rows(step, 3, true, true));
     StepStats sa = a.step(sb), sc = b.step(sb);
     EXPECT_TRUE(near(sa.loss, sc.loss, 1e-5)) << step << ": " << sa.loss << " vs " << sc.loss;
-    EXPECT_TRUE(near(stat(sa.extra, "kd_loss"), stat(sc.extra, "kd_loss"), 1e-5)) << step;
-    EXPECT_TRUE(near(stat(sa.extra, "lm_loss"), stat(sc.extra, "lm_loss"), 1e-5)) << step;
+    EXPECT_TRUE(near(step_stat(sa.extra, "kd_loss"), step_stat(sc.extra, "kd_loss"), 1e-5)) << step;
+    EXPECT_TRUE(near(step_stat(sa.extra, "lm_loss"), step_stat(sc.extra, "lm_loss"), 1e-5)) << step;
   }
   // Evaluation keeps the LM loss and reports the KD term beside it.
   EvalStats ea = a.evaluate({batch}), ec = b.evaluate({batch});
   EXPECT_TRUE(near(ea.loss, ec.loss, 1e-5));
-  EXPECT_TRUE(near(stat(ea.extra, "kd_loss"), stat(ec.extra, "kd_loss"), 1e-5));
+  EXPECT_TRUE(near(step_stat(ea.extra, "kd_loss"), step_stat(ec.extra, "kd_loss"), 1e-5));
 }
 
 TEST(TeacherCache, AlphaOneAndPackedRows) {
   TempDir dir;
   const std::string path = dir.path + "/cache";
   auto data = prompt_data(0, /*pack=*/true);
-  auto teacher = tiny(3, 32, 2);
+  auto teacher = tiny_model_sized(3, 32, 2);
   teacher_cache_write(*teacher, *data, cache_options(path, 61, "float32", 1));
   DistillOptions live_o;
   live_o.alpha = 1;
-  auto s_live = tiny(4), s_cached = tiny(4);
-  Trainer a(s_live, constant_lr(), {std::make_shared<Distiller>(teacher, s_live, live_o)});
-  Trainer b(s_cached, constant_lr(), {std::make_shared<CachedDistiller>(s_cached, cached(path, 1, 1))});
+  auto s_live = tiny_model_sized(4), s_cached = tiny_model_sized(4);
+  Trainer a(s_live, constant_lr(1e-2), {std::make_shared<Distiller>(teacher, s_live, live_o)});
+  Trainer b(s_cached, constant_lr(1e-2), {std::make_shared<CachedDistiller>(s_cached, cached(path, 1, 1))});
   for (int64_t step = 1; step <= 2; step++) {
     Batch sb = data->batch(data->step_rows(step, 2, true, true));
     StepStats sa = a.step(sb), sc = b.step(sb);
@@ -242,11 +218,11 @@ TEST(TeacherCache, TopKEqualsTheWholeLogitsRestrictedToTheTopK) {
   TempDir dir;
   const std::string path = dir.path + "/cache";
   auto data = prompt_data();
-  auto teacher = tiny(5, 48, 2), student = tiny(6);
+  auto teacher = tiny_model_sized(5, 48, 2), student = tiny_model_sized(6);
   const int64_t k = 5;
   const double T = 1.5;
   teacher_cache_write(*teacher, *data, cache_options(path, k, "float32", T));
-  Trainer t(student, constant_lr(), {std::make_shared<CachedDistiller>(student, cached(path, 0.5, T))});
+  Trainer t(student, constant_lr(1e-2), {std::make_shared<CachedDistiller>(student, cached(path, 0.5, T))});
   Batch batch = data->batch({0, 1, 2, 3, 4, 5});
   EvalStats e = t.evaluate({batch});
 
@@ -261,7 +237,8 @@ TEST(TeacherCache, TopKEqualsTheWholeLogitsRestrictedToTheTopK) {
   at::Tensor top = std::get<1>(at::topk(zt, k, -1));
   at::Tensor ltk = lt.gather(1, top);
   const double ref = (ltk.exp() * (ltk - ls.gather(1, top))).sum().item<double>() * T * T / keep.numel();
-  EXPECT_TRUE(near(stat(e.extra, "kd_loss"), ref, 1e-5)) << stat(e.extra, "kd_loss") << " vs " << ref;
+  EXPECT_TRUE(near(step_stat(e.extra, "kd_loss"), ref, 1e-5))
+      << step_stat(e.extra, "kd_loss") << " vs " << ref;
   // The tail left out: the whole forward KL differs from it by the tail terms.
   const double full = (lt.exp() * (lt - ls)).sum().item<double>() * T * T / keep.numel();
   EXPECT_GT(std::abs(full - ref), 1e-4);
@@ -270,7 +247,7 @@ TEST(TeacherCache, TopKEqualsTheWholeLogitsRestrictedToTheTopK) {
 TEST(TeacherCache, HalfPrecisionValuesStayCloseToFloat32) {
   TempDir dir;
   auto data = prompt_data();
-  auto teacher = tiny(7, 48, 2), student = tiny(8);
+  auto teacher = tiny_model_sized(7, 48, 2), student = tiny_model_sized(8);
   Batch batch = data->batch({0, 1, 2, 3, 4, 5});
   double kd[3];
   const char* dtypes[] = {"float32", "bf16", "float16"};
@@ -279,8 +256,8 @@ TEST(TeacherCache, HalfPrecisionValuesStayCloseToFloat32) {
     TeacherCacheInfo info = teacher_cache_write(*teacher, *data, cache_options(path, 8, dtypes[i]));
     EXPECT_EQ(fs::file_size(path + "/values.bin"),
               static_cast<uintmax_t>(info.entries * 8 * (i == 0 ? 4 : 2)));
-    Trainer t(student, constant_lr(), {std::make_shared<CachedDistiller>(student, cached(path))});
-    kd[i] = stat(t.evaluate({batch}).extra, "kd_loss");
+    Trainer t(student, constant_lr(1e-2), {std::make_shared<CachedDistiller>(student, cached(path))});
+    kd[i] = step_stat(t.evaluate({batch}).extra, "kd_loss");
   }
   EXPECT_EQ(teacher_cache_info(dir.path + "/bf16").dtype, "bfloat16");
   EXPECT_GT(kd[0], 0);
@@ -295,7 +272,7 @@ TEST(TeacherCache, WriterPublishesByRenameOnly) {
   TempDir dir;
   const std::string path = dir.path + "/cache";
   auto data = prompt_data();
-  auto teacher = tiny(9);
+  auto teacher = tiny_model_sized(9);
   teacher_cache_write(*teacher, *data, cache_options(path, 4));
   EXPECT_EQ(names_in(dir.path), std::vector<std::string>{"cache"});
   EXPECT_EQ(names_in(path), (std::vector<std::string>{"hashes.u64", "indices.i32", "lse.f32", "meta.json",
@@ -306,7 +283,7 @@ TEST(TeacherCache, WriterPublishesByRenameOnly) {
   EXPECT_EQ(teacher_cache_info(path).k, 6);
   // A write that fails half way (a teacher too small for the data's token ids) leaves the old
   // cache in place and no temporary beside it.
-  auto small = tiny(10, 32, 2, /*vocab=*/8);
+  auto small = tiny_model_sized(10, 32, 2, /*vocab=*/8);
   EXPECT_THROW(teacher_cache_write(*small, *data, cache_options(path, 2)), std::exception);
   EXPECT_EQ(names_in(dir.path), std::vector<std::string>{"cache"});
   TeacherCacheInfo m = teacher_cache_info(path);
@@ -324,7 +301,7 @@ TEST(TeacherCache, ErrorsNameTheProblem) {
   TempDir dir;
   const std::string path = dir.path + "/cache";
   auto data = prompt_data();
-  auto teacher = tiny(11), student = tiny(12);
+  auto teacher = tiny_model_sized(11), student = tiny_model_sized(12);
   auto write = [&](TeacherCacheOptions o) {
     return error_of([&] { teacher_cache_write(*teacher, *data, o); });
   };
@@ -345,7 +322,7 @@ TEST(TeacherCache, ErrorsNameTheProblem) {
   };
   EXPECT_EQ(open(cached(path, 0.4, 1)), "distill.cached: temperature 1 differs from the teacher cache's 2 (" +
                                             path + "); use the cache's or write the cache again");
-  EXPECT_EQ(open(cached(path), tiny(13, 32, 2, 80)),
+  EXPECT_EQ(open(cached(path), tiny_model_sized(13, 32, 2, 80)),
             "distill.cached: the teacher cache " + path +
                 " has vocabulary 61 (teacher llama, hidden 32, 2 layers), the student 80");
   CachedDistillOptions o = cached(path);
@@ -360,7 +337,7 @@ TEST(TeacherCache, ErrorsNameTheProblem) {
   // Other data: the same number of rows, other prompts.
   auto other = prompt_data(1);
   {
-    Trainer t(student, constant_lr(), {std::make_shared<CachedDistiller>(student, cached(path))});
+    Trainer t(student, constant_lr(1e-2), {std::make_shared<CachedDistiller>(student, cached(path))});
     EXPECT_EQ(error_of([&] {
                 t.step(other->batch({2, 0}));
               }),
@@ -371,7 +348,7 @@ TEST(TeacherCache, ErrorsNameTheProblem) {
               "distill.cached: the cached teacher needs batches from data.jsonl's dataset (row ids); this "
               "batch has none");
     // Evaluation of rows the cache does not hold (a validation set): the LM loss alone, no KD numbers.
-    Trainer plain(student, constant_lr());
+    Trainer plain(student, constant_lr(1e-2));
     EvalStats e = t.evaluate({other->batch({2, 0})}), p = plain.evaluate({other->batch({2, 0})});
     EXPECT_EQ(e.loss, p.loss);
     EXPECT_TRUE(e.extra.empty());

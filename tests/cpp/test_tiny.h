@@ -1,19 +1,23 @@
 // Tiny CPU models for the C++ units that build, adapt, train and compare them (test_lora, test_qlora,
 // test_adaption_prompt, test_prune_surgery, test_prune_unstructured, test_preference, test_reward,
-// test_train): two config shapes, a fixed input and its logits, random adapter weights, and a
-// bit-exact state comparison. Only for test files that already include ATen.
+// test_train, test_distill, test_teacher_cache): two config shapes, a fixed input and its logits, random
+// adapter weights, and a bit-exact state comparison. Only for test files that already include ATen.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
 #include "host/model/transformer.h"
+#include "host/train/trainer.h"
 
 namespace luatune {
 
@@ -38,6 +42,39 @@ inline std::shared_ptr<Model> tiny_model61(uint64_t seed = 1, const std::string&
       "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)";
   if (arch == "gemma2") fields += R"(, "head_dim": 8, "sliding_window": 4)";
   return model_init(model_config_with(arch, fields + extra + "}", "test"), seed, at::kFloat, at::kCPU);
+}
+
+// The distillation units' students and teachers, which differ in width, depth and vocabulary: a llama
+// of `layers` layers, hidden `hidden`, intermediate 40, 4 heads in 2 KV groups, over `vocab` tokens,
+// with Gemma 2's final-logit softcapping at `softcap` (0: none).
+inline std::shared_ptr<Model> tiny_model_sized(uint64_t seed, int64_t hidden = 32, int64_t layers = 2,
+                                               int64_t vocab = 61, double softcap = 0,
+                                               at::ScalarType dtype = at::kFloat) {
+  std::string fields = R"({"vocab_size": )" + std::to_string(vocab) + R"(, "hidden_size": )" +
+                       std::to_string(hidden) + R"(, "intermediate_size": 40, "num_hidden_layers": )" +
+                       std::to_string(layers) + R"(, "num_attention_heads": 4, "num_key_value_heads": 2})";
+  ModelConfig c = model_config_with("llama", fields, "test");
+  c.final_logit_softcap = softcap;
+  return model_init(c, seed, dtype, at::kCPU);
+}
+
+// Trainer options whose steps compare: a constant learning rate `lr` from the first step (no
+// warm-up) and micro-batches of `micro` rows (0: the whole batch).
+inline TrainOptions constant_lr(double lr = TrainOptions().lr, int64_t micro = 0) {
+  TrainOptions o;
+  o.lr = lr;
+  o.warmup = 0;
+  o.schedule = "constant";
+  o.micro_batch_size = micro;
+  return o;
+}
+
+// The statistic `key` of a step's or an evaluation's extra values (a test failure when it is absent).
+inline double step_stat(const std::vector<std::pair<std::string, double>>& extra, const std::string& key) {
+  for (const auto& [k, v] : extra)
+    if (k == key) return v;
+  ADD_FAILURE() << "no statistic " << key;
+  return NAN;
 }
 
 // (2, 9) token ids below 97 from a fixed generator: the input the units compare logits on.

@@ -1,5 +1,5 @@
-// The CUDA 4-bit kernels (host/adapt/kernels/nf4_cuda.cu) against the CPU reference
-// (host/adapt/nf4.cpp), bit for bit: packed bytes, absmax and every dequantized element, for NF4
+// The CUDA 4-bit kernels (host/quant/kernels/nf4_cuda.cu) against the CPU reference
+// (host/quant/nf4.cpp), bit for bit: packed bytes, absmax and every dequantized element, for NF4
 // and FP4, f32/bf16/f16 in and out, plain and double-quantized scales. Skips (77) without a CUDA
 // device. Expected bf16/f16 outputs are the reference's float32 rounded by c10::BFloat16 /
 // c10::Half (round to nearest even), an implementation we did not write. docs/kernels.md.
@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "host/adapt/kernels/nf4_cuda.h"
-#include "host/adapt/nf4.h"
-#include "host/adapt/nf4_tables.h"
-#include "host/adapt/quant.h"
+#include "host/quant/kernels/nf4_cuda.h"
+#include "host/quant/nf4.h"
+#include "host/quant/nf4_tables.h"
+#include "host/quant/quant.h"
 #include "tests/cuda/cuda_ok.h"
 
 namespace {

@@ -20,10 +20,10 @@ if cfg.method == "lora" then
   lora.apply(model, { r = 4, alpha = 8, dropout = 0, targets = "all-linear", seed = 1 })
 end
 local ds = data.jsonl(cfg.data, { tokenizer = tok, max_length = 48, pack = true, seed = 3 })
-local trainer = train.new(model, { lr = cfg.lr, schedule = "constant", steps = cfg.steps, micro_batch_size = cfg.micro,
-                                   checkpoint_layers = cfg.checkpoint_layers, shard = cfg.shard,
+local trainer = train.new(model, { learning_rate = cfg.lr, schedule = "constant", max_steps = cfg.steps, batch_size = cfg.micro,
+                                   gradient_checkpointing = cfg.checkpoint_layers, shard = cfg.shard,
                                    optimizer = cfg.optimizer, optimizer_offload = cfg.offload,
-                                   output_dir = cfg.out_dir ~= "" and cfg.out_dir or nil, save_every = cfg.save_every })
+                                   output_dir = cfg.out_dir ~= "" and cfg.out_dir or nil, save_steps = cfg.save_every })
 local start = cfg.resume and trainer:resume() or 0
 if start > 0 then print(string.format("resumed from step %d", start)) end
 local mem = trainer:memory()
@@ -36,7 +36,7 @@ if cfg.out ~= "" and start > 0 then  -- a resumed run appends to the losses the 
     if not l:match("^eval") and #losses < start then losses[#losses + 1] = tonumber(l) end
   end
 end
-for step, batch in ds:batches { size = cfg.size, steps = cfg.steps, start = start } do
+for step, batch in ds:batches { size = cfg.size, max_steps = cfg.steps, start = start } do
   if dist.rank() == cfg.die_rank and step == cfg.die_step then
     io.stderr:write(string.format("ddp_train: rank %d %s at step %d on purpose\n", dist.rank(),
                                   cfg.hang and "hangs" or "dies", step))

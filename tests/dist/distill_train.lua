@@ -24,10 +24,10 @@ print(string.format("teacher sharded %s layer_elements %d %d layer_bytes %d %d",
                     m.layer_elements, m.full_layer_elements, m.layer_bytes, m.full_layer_bytes))
 local ds = data.jsonl(cfg.data, { tokenizer = tok, max_length = 48, pack = true, seed = 3 })
 local size = (dist.rank() == 0 and cfg.size0 > 0) and cfg.size0 or cfg.size
-local trainer = train.new(student, { lr = cfg.lr, schedule = "constant", steps = cfg.steps, micro_batch_size = cfg.micro,
-                                     shard = cfg.shard, checkpoint_layers = cfg.shard == "full", hooks = { kd } })
+local trainer = train.new(student, { learning_rate = cfg.lr, schedule = "constant", max_steps = cfg.steps, batch_size = cfg.micro,
+                                     shard = cfg.shard, gradient_checkpointing = cfg.shard == "full", hooks = { kd } })
 local lines = {}
-for step, batch in ds:batches { size = size, steps = cfg.steps } do
+for step, batch in ds:batches { size = size, max_steps = cfg.steps } do
   local s = trainer:step(batch)
   lines[#lines + 1] = string.format("loss %.9f", s.loss)
   lines[#lines + 1] = string.format("kd_loss %.9f", s.kd_loss)

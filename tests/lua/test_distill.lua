@@ -13,7 +13,7 @@ test("a distiller is a trainer hook: statistics in every step and evaluation", f
   local student, teacher = tiny(1), tiny(2, 48, 3)
   local kd = distill.new(teacher, student, { loss = "forward_kl", temperature = 2, alpha = 1 })
   ok(tostring(kd):find("^Distiller%(forward_kl, temperature 2, alpha 1"), tostring(kd))
-  local tr = train.new(student, { lr = 1e-2, schedule = "constant", micro_batch_size = 2, hooks = { kd } })
+  local tr = train.new(student, { learning_rate = 1e-2, schedule = "constant", batch_size = 2, hooks = { kd } })
   local b = batch(3)
   local first = tr:step(b)
   ok(first.kd_loss > 0 and first.lm_loss > 0, "kd_loss and lm_loss reported")
@@ -32,7 +32,7 @@ test("hidden-state pairs add a trained projection and hidden_loss", function()
   local student, teacher = tiny(4), tiny(5, 48, 3)
   local kd = distill.new(teacher, student, { hidden_layers = { { 0, 1 }, { 1, 2 } }, hidden_loss = "mse",
                                              hidden_weight = 0.5, seed = 7 })
-  local tr = train.new(student, { lr = 1e-2, schedule = "constant", hooks = { kd } })
+  local tr = train.new(student, { learning_rate = 1e-2, schedule = "constant", hooks = { kd } })
   local s = tr:step(batch(6))
   ok(s.hidden_loss > 0 and s.kd_loss > 0)
 end)
@@ -40,8 +40,8 @@ end)
 test("alpha 0 leaves the LM step alone", function()
   local a, b = tiny(8), tiny(8)
   local kd = distill.new(tiny(9), b, { alpha = 0 })
-  local ta = train.new(a, { lr = 1e-2, schedule = "constant" })
-  local tb = train.new(b, { lr = 1e-2, schedule = "constant", hooks = { kd } })
+  local ta = train.new(a, { learning_rate = 1e-2, schedule = "constant" })
+  local tb = train.new(b, { learning_rate = 1e-2, schedule = "constant", hooks = { kd } })
   for s = 1, 2 do
     local x, y = ta:step(batch(10 + s)), tb:step(batch(10 + s))
     eq(y.loss, x.loss)
@@ -85,12 +85,12 @@ test("a teacher cache with k = V trains as the live teacher does", function()
   local live = distill.new(teacher, a, { temperature = 2, alpha = 0.5 })
   local cached = distill.cached(b, { path = dir, temperature = 2, alpha = 0.5 })
   ok(tostring(cached):find("^CachedDistiller%(forward_kl, temperature 2, alpha 0.5, k 50 float32"), tostring(cached))
-  local opts = { lr = 1e-2, schedule = "constant", micro_batch_size = 2 }
+  local opts = { learning_rate = 1e-2, schedule = "constant", batch_size = 2 }
   opts.hooks = { live }
   local ta = train.new(a, opts)
   opts.hooks = { cached }
   local tb = train.new(b, opts)
-  for _, batch in ds:batches { size = 3, steps = 3 } do
+  for _, batch in ds:batches { size = 3, max_steps = 3 } do
     local x, y = ta:step(batch), tb:step(batch)
     eq(y.loss, x.loss, 1e-5 * x.loss)
     eq(y.kd_loss, x.kd_loss, 1e-5 * x.kd_loss)

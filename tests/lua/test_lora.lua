@@ -39,6 +39,18 @@ test("apply leaves the output unchanged and freezes the base", function()
   ok(tostring(m):find("params, " .. n.adapter .. " trainable, float32, cpu)", 1, true), tostring(m))
 end)
 
+test("apply takes a recipe's lora table as it is (a config{} table) and extra's keys over it", function()
+  local cfg_lora = setmetatable({ r = 4, alpha = 8, targets = { "q_proj", "v_proj" } },
+                                { __index = function(_, k) error("config: no key 'lora." .. k .. "'") end })
+  local a, b = tiny(), tiny()
+  eq(lora.apply(a, cfg_lora, { seed = 5 }), 4)
+  eq(lora.apply(b, { r = 4, alpha = 8, targets = { "q_proj", "v_proj" }, seed = 5 }), 4)
+  local pb = lora.parameters(b)
+  for name, t in pairs(lora.parameters(a)) do ok(torch.equal(t, pb[name]), name) end
+  eq(lora.apply(tiny(), { r = 4 }, { r = 2, targets = "q_proj" }), 2)  -- extra wins
+  raises(function() lora.apply(tiny(), cfg_lora, { rank = 4 }) end, "bad argument #3 to 'apply' (unknown option 'rank'")
+end)
+
 test("options: all-linear, dora, rslora, layers", function()
   local m = tiny()
   local before = m:forward(IDS)

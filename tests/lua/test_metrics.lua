@@ -157,4 +157,20 @@ test("write_json writes a whole file atomically", function()
   os.execute("rm -rf " .. dir)
 end)
 
+test("mkdir makes nested directories, again is fine, a file in the way fails in one line", function()
+  local dir = string.format("%s/luatune_lua_metrics_mkdir_%d", os.getenv("TMPDIR") or "/tmp", os.time())
+  metrics.mkdir(dir .. "/a b/c'd/e")  -- what a shell would need quoted
+  local f = assert(io.open(dir .. "/a b/c'd/e/x.txt", "w"))
+  f:close()
+  metrics.mkdir(dir .. "/a b/c'd/e")
+  f = assert(io.open(dir .. "/file", "w"))
+  f:close()
+  raises(function() metrics.mkdir(dir .. "/file/sub") end,
+         "metrics.mkdir: cannot create directory '" .. dir .. "/file/sub': '" .. dir .. "/file' is a file, not a directory")
+  local _, err = pcall(metrics.mkdir, dir .. "/file/sub")
+  ok(not tostring(err):find("\n"), "one line: " .. tostring(err))
+  raises(function() metrics.mkdir() end, "bad argument #1 to 'mkdir'")
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
 h.run()

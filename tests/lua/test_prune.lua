@@ -43,7 +43,7 @@ test("sheared: training with the hook, stats, finalize, save and reload", functi
   local m = sheared_tiny()
   local p = prune.sheared(m, { layers = 0.25, heads = 0.5, hidden = 0.25, intermediate = 0.5, mask_lr = 0.5,
                                warmup_steps = 2 })
-  local tr = train.new(m, { lr = 1e-3, schedule = "constant", micro_batch_size = 2, hooks = { p } })
+  local tr = train.new(m, { learning_rate = 1e-3, schedule = "constant", batch_size = 2, hooks = { p } })
   local s
   for i = 1, 4 do s = tr:step(sheared_batch(i)) end
   for _, kind in ipairs { "layers", "heads", "hidden", "intermediate" } do

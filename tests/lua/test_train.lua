@@ -15,7 +15,7 @@ test("batch: next-token targets by default", function()
 end)
 
 test("steps lower the loss and report statistics", function()
-  local tr = train.new(tiny(), { lr = 1e-2, schedule = "constant", micro_batch_size = 2 })
+  local tr = train.new(tiny(), { learning_rate = 1e-2, schedule = "constant", batch_size = 2 })
   local b = batch(2)
   local first = tr:step(b)
   for _ = 1, 25 do tr:step(b) end
@@ -29,18 +29,33 @@ test("steps lower the loss and report statistics", function()
 end)
 
 test("warmup and cosine schedule through lr()", function()
-  local tr = train.new(tiny(), { lr = 1.0, warmup = 4, steps = 14, schedule = "cosine" })
+  local tr = train.new(tiny(), { learning_rate = 1.0, warmup_steps = 4, max_steps = 14, schedule = "cosine" })
   eq(tr:lr(2), 0.5)
   eq(tr:lr(9), 0.5, 1e-12)
   eq(tr:lr(14), 0, 1e-12)
 end)
 
+test("options: the recipes' names; the old names still work (with a warning); unknown keys fail", function()
+  local new = train.new(tiny(), { learning_rate = 1.0, warmup_steps = 4, max_steps = 14, schedule = "cosine" })
+  local old = train.new(tiny(), { lr = 1.0, warmup = 4, steps = 14, schedule = "cosine" })
+  for s = 1, 14 do eq(old:lr(s), new:lr(s)) end
+  eq(new:lr(2), 0.5)
+  -- A config{} table (reading a missing key raises) is read as it is.
+  local strict = setmetatable({ learning_rate = 0.5, max_steps = 2 }, { __index = function(_, k) error("no key " .. k) end })
+  eq(train.new(tiny(), strict):lr(2), 0, 1e-12)
+  raises(function() train.new(tiny(), { lr = 1, learning_rate = 1 }) end,
+         "options 'lr' and 'learning_rate' are one option ('lr' is its old name); give only 'learning_rate'")
+  raises(function() train.new(tiny(), { lerning_rate = 1 }) end, "unknown option 'lerning_rate' (did you mean 'learning_rate'?)")
+  local err = raises(function() train.new(tiny(), { rate = 1 }) end, "valid options: optimizer, learning_rate, betas")
+  ok(not err:find(", lr,", 1, true), "the old names are not offered: " .. err)
+end)
+
 test("save and resume continue exactly", function()
   local dir = os.tmpname()
   os.remove(dir)
-  local opts = { lr = 5e-3, steps = 6, warmup = 1, output_dir = dir }
+  local opts = { learning_rate = 5e-3, max_steps = 6, warmup_steps = 1, output_dir = dir }
   local straight_model = tiny()
-  local straight = train.new(straight_model, { lr = 5e-3, steps = 6, warmup = 1 })
+  local straight = train.new(straight_model, { learning_rate = 5e-3, max_steps = 6, warmup_steps = 1 })
   for s = 1, 6 do straight:step(batch(10 + s)) end
   local m1 = tiny()
   local a = train.new(m1, opts)
@@ -60,8 +75,8 @@ test("bad options fail clearly", function()
   raises(function() train.new(tiny(), { shard = "zero3" }) end,
          'shard must be "none", "optimizer", "gradients" or "full" (ZeRO stage 0-3')
   raises(function() train.new(tiny(), { optimizer_offload = "nvme" }) end, 'optimizer_offload must be "none" or "cpu"')
-  raises(function() train.new(tiny(), { schedule = "cosine" }) end, 'schedule "cosine" needs steps > 0')
-  raises(function() train.new(tiny(), { lr = 1e-3, lerning_rate = 1 }) end, "lerning_rate")
+  raises(function() train.new(tiny(), { schedule = "cosine" }) end, 'schedule "cosine" needs max_steps > 0')
+  raises(function() train.new(tiny(), { learning_rate = 1e-3, lerning_rate = 1 }) end, "lerning_rate")
 end)
 
 test("shard, 8-bit AdamW and offload in one process: the plain trainer's numbers, memory reported", function()
@@ -73,17 +88,17 @@ test("shard, 8-bit AdamW and offload in one process: the plain trainer's numbers
     for s = 1, 3 do t:step(batch(20 + s)) end
     return m:parameters(), t:memory()
   end
-  local base = { lr = 1e-2, schedule = "constant" }
+  local base = { learning_rate = 1e-2, schedule = "constant" }
   local plain, pm = run(base)
   for _, stage in ipairs { "optimizer", "gradients", "full", "SHARD_GRAD_OP" } do
-    local w = run { lr = 1e-2, schedule = "constant", shard = stage }
+    local w = run { learning_rate = 1e-2, schedule = "constant", shard = stage }
     for name, t in pairs(plain) do ok(torch.allclose(t, w[name], { rtol = 1e-5, atol = 1e-6 }), stage .. " " .. name) end
   end
-  local off = run { lr = 1e-2, schedule = "constant", optimizer_offload = "cpu" }
+  local off = run { learning_rate = 1e-2, schedule = "constant", optimizer_offload = "cpu" }
   for name, t in pairs(plain) do ok(torch.equal(t, off[name]), "offload " .. name) end
   eq(pm.optimizer, pm.full_optimizer)
   ok(pm.optimizer > 0 and pm.weights > 0, "memory reports the plain trainer's state")
-  local q, qm = run { lr = 1e-2, schedule = "constant", optimizer = "adamw8bit", shard = "optimizer" }
+  local q, qm = run { learning_rate = 1e-2, schedule = "constant", optimizer = "adamw8bit", shard = "optimizer" }
   -- 8-bit layers (2 bytes an element + scales); the 3232-element embeddings group is under bitsandbytes'
   -- 4096-element minimum and stays float32, so this tiny model lands at ~0.4 of AdamW's 8 bytes.
   ok(qm.optimizer < 0.45 * pm.optimizer, "8-bit states are well under AdamW's: " .. qm.optimizer .. " vs " .. pm.optimizer)
@@ -123,7 +138,7 @@ test("reward model: a hook with pair statistics, scores, HF layout round trip", 
   local rm = train.reward_model(model, { seed = 2 })
   ok(tostring(rm):find("RewardModel(LlamaForSequenceClassification", 1, true) == nil)  -- a causal LM body
   ok(tostring(rm):find("RewardModel(", 1, true) == 1)
-  local tr = train.new(model, { lr = 1e-2, schedule = "constant", micro_batch_size = 4, hooks = { rm } })
+  local tr = train.new(model, { learning_rate = 1e-2, schedule = "constant", batch_size = 4, hooks = { rm } })
   local before = rm:score(pairs)
   eq(before:shape(), { 4, 2 })
   local e0 = tr:evaluate(pairs, { batch_size = 2 })
@@ -132,7 +147,7 @@ test("reward model: a hook with pair statistics, scores, HF layout round trip", 
   for _, r in ipairs(rows) do if r[1] > r[2] then acc = acc + 0.25 end end
   eq(e0.preference_accuracy, acc)
   local first
-  for step, b in pairs:batches { size = 4, steps = 30 } do
+  for step, b in pairs:batches { size = 4, max_steps = 30 } do
     local s = tr:step(b)
     first = first or s
     ok(s.preference_accuracy ~= nil and s.reward_margin ~= nil)
@@ -200,7 +215,7 @@ test("preference losses: ORPO statistics and option errors", function()
   local pairs = data.preferences(PAIRS, { tokenizer = TOK, max_length = 32, chat = false })
   local model = small(7)
   local orpo = train.preference(model, { loss = "orpo", beta = 0.2 })
-  local e = train.new(model, { lr = 1e-3, schedule = "constant", hooks = { orpo } }):evaluate(pairs)
+  local e = train.new(model, { learning_rate = 1e-3, schedule = "constant", hooks = { orpo } }):evaluate(pairs)
   for _, k in ipairs { "nll_loss", "log_odds_ratio", "log_odds_chosen", "logps_accuracy", "preference_accuracy" } do
     ok(type(e[k]) == "number", k)
   end

@@ -1,6 +1,7 @@
 # Helpers the recipe test scripts share: source it after setting `work` (the scripts' output folder).
 #   check NAME COMMAND...   counts a failure unless the command succeeds, printing ok/FAIL NAME
 #   json FILE EXPR          prints the Python expression EXPR on the parsed JSON file (as j)
+#   check_json NAME FILE EXPR   a check that EXPR on the parsed JSON file (as j) is True
 #   steps_logged FILE       the step numbers of a metrics.jsonl's training lines, space separated
 #   finish                  exits 1, with the tail of every log under $work, when a check failed
 #   need_llama2_tokenizer   sets $tok to the Llama 2 tokenizer scripts/setup.sh fetches; exits 77
@@ -16,6 +17,9 @@ json() {
   python3 -c 'import json,sys
 j = json.load(open(sys.argv[1]))
 print(eval(sys.argv[2]))' "$1" "$2"
+}
+check_json() {
+  check "$1" test "$(json "$2" "$3")" = True
 }
 steps_logged() {
   python3 -c 'import json,sys

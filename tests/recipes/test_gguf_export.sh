@@ -75,7 +75,7 @@ check "lora_finetune gguf=q3_k: refused before training" test $? -ne 0 -a ! -e "
 check "lora_finetune gguf=q3_k: names it" grep -q "gguf: outtype 'q3_k' is not one of" "$work/lora_bad.log"
 
 dir=$work/tiny-odd
-"$runner" tests/recipes/gguf_tiny.lua arch=llama tokenizer="$npm/tokenizer-llama3_1/models" output_dir="$dir" seed=1 \
+"$runner" tests/recipes/gguf_tiny.lua arch=llama tokenizer=tokenizers/llama3_1 output_dir="$dir" seed=1 \
   hidden_size=58 intermediate_size=115 >"$work/odd.tiny.log" 2>&1
 "$runner" tests/recipes/gguf_greedy.lua model="$dir" >"$work/odd.luatune.jsonl" 2>"$work/odd.greedy.log"
 for outtype in f32 q8_0; do

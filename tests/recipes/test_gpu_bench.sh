@@ -58,8 +58,8 @@ json.dump(s, open("'"$work"'/shapes.json", "w"))'
 "$runner" bench/gpu/train_bench.lua shape=huge shapes="$work/shapes.json" device=cpu out="$work/lt-oom.json" \
   >"$work/lt-oom.log" 2>&1
 check "train_bench oom: exits 0" test $? -eq 0
-check "train_bench oom: status oom with the error" test "$(json "$work/lt-oom.json" \
-  'j["status"] == "oom" and "models.init" in j["error"] and j["shape"] == "huge"')" = True
+check_json "train_bench oom: status oom with the error" "$work/lt-oom.json" \
+  'j["status"] == "oom" and "models.init" in j["error"] and j["shape"] == "huge"'
 "$runner" bench/gpu/train_bench.lua shape=nope out="$work/lt-bad.json" >"$work/lt-bad.log" 2>&1
 check "train_bench unknown shape: fails naming the shapes" \
   grep -q "unknown shape 'nope' (shapes.json has" "$work/lt-bad.log"

@@ -31,17 +31,17 @@ rc=$?
 check "hw_compare: the child run wrote metrics" test -f "$out/run/metrics.jsonl"
 check "hw_compare: profile.json" test -f "$out/profile.json"
 check "profile: measured on cpu" test "$(json "$out/profile.json" 'j["device"]')" = cpu
-check "profile: tokens/s > 0" test "$(json "$out/profile.json" 'j["tokens_per_s"] > 0')" = True
-check "profile: LoRA FLOPs convention" test "$(json "$out/profile.json" 'j["flops_convention"].startswith("4N+6N_lora")')" = True
+check_json "profile: tokens/s > 0" "$out/profile.json" 'j["tokens_per_s"] > 0'
+check_json "profile: LoRA FLOPs convention" "$out/profile.json" 'j["flops_convention"].startswith("4N+6N_lora")'
 check "profile: no MFU on a CPU" test "$(json "$out/profile.json" '"mfu" in j')" = False
-check "profile: eval loss" test "$(json "$out/profile.json" 'j["eval_loss"] > 0')" = True
+check_json "profile: eval loss" "$out/profile.json" 'j["eval_loss"] > 0'
 check "report.json: a row per GPU" test "$(json "$out/report.json" 'len(j["rows"])')" -eq 12
-check "report.json: rows projected (fits) or planned" test "$(json "$out/report.json" \
-  'all(r["kind"] == ("projected" if r["fits"] else "planned") for r in j["rows"])')" = True
-check "report.json: projected rows have time and cost" test "$(json "$out/report.json" \
-  'all(r["hours"] > 0 and r["cost_usd"] > 0 for r in j["rows"] if r["kind"] == "projected")')" = True
-check "report.json: measured entry on cpu with eval loss" test "$(json "$out/report.json" \
-  'j["measured"][0]["device"] == "cpu" and j["measured"][0]["eval_loss"] > 0')" = True
+check_json "report.json: rows projected (fits) or planned" "$out/report.json" \
+  'all(r["kind"] == ("projected" if r["fits"] else "planned") for r in j["rows"])'
+check_json "report.json: projected rows have time and cost" "$out/report.json" \
+  'all(r["hours"] > 0 and r["cost_usd"] > 0 for r in j["rows"] if r["kind"] == "projected")'
+check_json "report.json: measured entry on cpu with eval loss" "$out/report.json" \
+  'j["measured"][0]["device"] == "cpu" and j["measured"][0]["eval_loss"] > 0'
 while read -r g; do check "console table: $g" grep -q "^$g " "$work/cmp.log"; done <<<"$gpus"
 
 # The report itself.

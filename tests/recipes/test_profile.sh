@@ -43,7 +43,7 @@ j = json.load(open(sys.argv[1]))
 print(" ".join(sorted({e.get("name", "") for e in j["traceEvents"] if e.get("cat") == sys.argv[2]})))' "$prof/trace.json" "$1"
 }
 ranges=" $(names user_annotation) "
-check "trace: valid JSON with traceEvents" test "$(json "$prof/trace.json" 'len(j["traceEvents"]) > 100')" = True
+check_json "trace: valid JSON with traceEvents" "$prof/trace.json" 'len(j["traceEvents"]) > 100'
 for r in "step 2" "step 3" forward backward optimizer "layer 0" "layer 1"; do
   check "trace: a \"$r\" range" bash -c "[[ '$ranges' == *' $r '* ]]"
 done
@@ -62,18 +62,18 @@ s=$prof/summary.json
 check "summary: device, steps and what was skipped" test "$(json "$s" \
   '(j["device"], j["profiled_steps"], j["skipped_steps"], [r["step"] for r in j["steps"]], j["trace"])')" \
   = "('cpu', 2, 1, [2, 3], 'trace.json')"
-check "summary: wall time per step" test "$(json "$s" 'all(r["wall_ms"] > 0 for r in j["steps"]) and j["per_step"]["wall_ms"] > 0')" = True
+check_json "summary: wall time per step" "$s" 'all(r["wall_ms"] > 0 for r in j["steps"]) and j["per_step"]["wall_ms"] > 0'
 # A training step reads nothing mid-step: its loss and norm come back in one copy after the update
 # is queued, not through item() or nonzero() (the CPU proxy for a GPU wait; docs/profiling.md).
-check "summary: no host syncs in a step (the item()/nonzero() proxy on CPU)" test "$(json "$s" \
-  'all(r["host_syncs"] == 0 and r["scalar_reads"] == 0 for r in j["steps"])')" = True
+check_json "summary: no host syncs in a step (the item()/nonzero() proxy on CPU)" "$s" \
+  'all(r["host_syncs"] == 0 and r["scalar_reads"] == 0 for r in j["steps"])'
 check "summary: no GPU figures on CPU" test "$(json "$s" \
   '(j["per_step"]["gpu_busy_pct"], j["per_step"]["kernel_launches"], j["steps"][0]["gpu_busy_pct"], j["steps"][0]["kernel_launches"])')" \
   = "(None, None, None, None)"
-check "summary: phases" test "$(json "$s" 'all(j["phases_ms"][p] > 0 for p in ("forward", "backward", "optimizer"))')" = True
-check "summary: top CPU ops by self time, at most 20, sorted" test "$(json "$s" \
-  'j["top_kind"] == "cpu_ops" and 5 <= len(j["top"]) <= 20 and all(a["self_ms"] >= b["self_ms"] for a, b in zip(j["top"], j["top"][1:])) and all(t["calls"] > 0 and t["name"] for t in j["top"])')" = True
-check "summary: the shares are of all self time" test "$(json "$s" '0 < sum(t["share_pct"] for t in j["top"]) <= 100.001')" = True
+check_json "summary: phases" "$s" 'all(j["phases_ms"][p] > 0 for p in ("forward", "backward", "optimizer"))'
+check_json "summary: top CPU ops by self time, at most 20, sorted" "$s" \
+  'j["top_kind"] == "cpu_ops" and 5 <= len(j["top"]) <= 20 and all(a["self_ms"] >= b["self_ms"] for a, b in zip(j["top"], j["top"][1:])) and all(t["calls"] > 0 and t["name"] for t in j["top"])'
+check_json "summary: the shares are of all self time" "$s" '0 < sum(t["share_pct"] for t in j["top"]) <= 100.001'
 check "summary.md: the step table, n/a on CPU, the top ops" bash -c \
   "grep -q '^| 2 |' '$prof/summary.md' && grep -q '^| 3 |' '$prof/summary.md' && grep -q 'n/a on CPU' '$prof/summary.md' && grep -q 'aten::' '$prof/summary.md'"
 # The training itself is the same run: metrics for all 4 steps.

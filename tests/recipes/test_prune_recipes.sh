@@ -18,7 +18,7 @@ out=$work/depth
 check "depth: exits 0" test $? -eq 0
 check "depth: HF model written" test -f "$out/model/config.json" -a -f "$out/model/tokenizer.json"
 check "depth: one layer fewer" test "$(json "$out/model/config.json" 'j["num_hidden_layers"]')" = $((layers - 1))
-check "depth: summary" test "$(json "$out/summary.json" 'len(j["removed"]) == 1 and j["perplexity_recovered"] > 0')" = True
+check_json "depth: summary" "$out/summary.json" 'len(j["removed"]) == 1 and j["perplexity_recovered"] > 0'
 
 out=$work/minitron
 "$runner" minitron_prune_distill base_model="$base" data=tests/fixtures/data/text_small.jsonl output_dir="$out" \
@@ -27,7 +27,7 @@ out=$work/minitron
 check "minitron: exits 0" test $? -eq 0
 check "minitron: pruned config" test "$(json "$out/model/config.json" \
   '(j["hidden_size"], j["intermediate_size"], j["num_hidden_layers"])')" = "(32, 64, $((layers - 1)))"
-check "minitron: summary" test "$(json "$out/summary.json" 'j["after"]["hidden"] == 32 and j["perplexity_pruned"] > 0')" = True
+check_json "minitron: summary" "$out/summary.json" 'j["after"]["hidden"] == 32 and j["perplexity_pruned"] > 0'
 if [ "$distill_steps" -gt 0 ]; then
   check "minitron: distillation logged kd_loss" grep -q kd_loss "$out/metrics.jsonl"
 fi

@@ -94,11 +94,11 @@ local tok = tokenizer.load(cfg.base)
 local model = models.load(cfg.base, { dtype = "float32" })
 lora.apply(model, { r = 4, alpha = 8, dropout = 0.1, targets = { "q_proj", "v_proj" }, seed = 1 })
 local ds = data.jsonl(cfg.data, { tokenizer = tok, max_length = 64, pack = true, seed = 1 })
-local trainer = train.new(model, { lr = 1e-3, schedule = "constant", steps = cfg.steps, output_dir = cfg.output_dir,
-                                   save_every = 1 })
+local trainer = train.new(model, { learning_rate = 1e-3, schedule = "constant", max_steps = cfg.steps, output_dir = cfg.output_dir,
+                                   save_steps = 1 })
 local start = cfg.resume and trainer:resume() or 0
 local log = metrics.open { console = false, jsonl = cfg.output_dir .. "/metrics.jsonl", resume = start }
-for step, batch in ds:batches { size = 2, steps = cfg.steps, start = start } do
+for step, batch in ds:batches { size = 2, max_steps = cfg.steps, start = start } do
   local s = trainer:step(batch)
   if step == cfg.kill_at then os.execute("kill -9 " .. io.open("/proc/self/stat"):read("*l"):match("^(%d+)")) end
   log:write(step, s)

@@ -9,14 +9,14 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "host/adapt/kernels/cuda_types.cuh"
+#include "host/quant/kernels/cuda_types.cuh"
 
 namespace luatune {
 namespace cuda {
 
 namespace {
 
-// Element conversions (Elem<T>) and launch_typed: host/adapt/kernels/cuda_types.cuh.
+// Element conversions (Elem<T>) and launch_typed: host/quant/kernels/cuda_types.cuh.
 
 constexpr int kThreads = 256;
 

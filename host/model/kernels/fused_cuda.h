@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "host/adapt/kernels/nf4_cuda.h"  // cuda::Dtype, cuda::error_string
+#include "host/quant/kernels/nf4_cuda.h"  // cuda::Dtype, cuda::error_string
 
 namespace luatune {
 namespace cuda {

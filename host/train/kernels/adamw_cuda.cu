@@ -10,7 +10,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "host/adapt/kernels/cuda_types.cuh"
+#include "host/quant/kernels/cuda_types.cuh"
 
 namespace luatune {
 namespace cuda {

@@ -11,6 +11,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 namespace luatune {
 namespace cuda {
 
@@ -43,8 +45,14 @@ struct Elem<float> {
 template <typename T>
 struct Elem16 {
   static constexpr int kWidth = 8;
-  static __device__ __forceinline__ float to_float(unsigned short u);
-  static __device__ __forceinline__ unsigned short from_float(float v);  // round to nearest even
+  static __device__ __forceinline__ float to_float(unsigned short u) {
+    if constexpr (std::is_same<T, __half>::value) return __half2float(__ushort_as_half(u));
+    return __bfloat162float(__ushort_as_bfloat16(u));
+  }
+  static __device__ __forceinline__ unsigned short from_float(float v) {  // round to nearest even
+    if constexpr (std::is_same<T, __half>::value) return __half_as_ushort(__float2half_rn(v));
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
   static __device__ __forceinline__ float load(const T* p) {
     return to_float(*reinterpret_cast<const unsigned short*>(p));
   }
@@ -66,23 +74,6 @@ struct Elem16 {
     *reinterpret_cast<uint4*>(p) = make_uint4(words[0], words[1], words[2], words[3]);
   }
 };
-
-template <>
-__device__ __forceinline__ float Elem16<__nv_bfloat16>::to_float(unsigned short u) {
-  return __bfloat162float(__ushort_as_bfloat16(u));
-}
-template <>
-__device__ __forceinline__ unsigned short Elem16<__nv_bfloat16>::from_float(float v) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-template <>
-__device__ __forceinline__ float Elem16<__half>::to_float(unsigned short u) {
-  return __half2float(__ushort_as_half(u));
-}
-template <>
-__device__ __forceinline__ unsigned short Elem16<__half>::from_float(float v) {
-  return __half_as_ushort(__float2half_rn(v));
-}
 
 template <>
 struct Elem<__nv_bfloat16> : Elem16<__nv_bfloat16> {};

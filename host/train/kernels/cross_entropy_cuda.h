@@ -8,7 +8,7 @@
 #include <cstdint>
 
 // cuda::Dtype and cuda::error_string: one definition for every kernel library in lt_kernels.
-#include "host/adapt/kernels/nf4_cuda.h"
+#include "host/quant/kernels/nf4_cuda.h"
 
 namespace luatune {
 namespace cuda {

@@ -1,5 +1,5 @@
 // bitsandbytes' 4-bit (NF4 / FP4) and 8-bit blockwise quantization on plain arrays: the CPU
-// reference every kernel is tested against, bit for bit. No Torch here: host/adapt/quant.h wraps
+// reference every kernel is tested against, bit for bit. No Torch here: host/quant/quant.h wraps
 // these for tensors and builds the 8-bit dynamic map (its float32 arithmetic is Torch's).
 // Constants and rules, with their bitsandbytes sources: docs/qlora.md, "Sources".
 //

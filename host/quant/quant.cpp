@@ -1,6 +1,6 @@
 // 4-bit weights as tensors (quant.h): the state, quantize/dequantize on the CPU reference or the
 // CUDA kernels, the 4-bit linear with a re-dequantizing backward, and bitsandbytes' serialisation.
-#include "host/adapt/quant.h"
+#include "host/quant/quant.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -20,12 +20,22 @@
 #ifdef LUATUNE_HAS_KERNELS
 #include <c10/cuda/CUDAStream.h>
 
-#include "host/adapt/kernels/nf4_cuda.h"
+#include "host/quant/kernels/nf4_cuda.h"
 #endif
 
 namespace luatune {
 
 using json = nlohmann::json;
+
+bool quant_skipped(const std::string& name, const std::vector<std::string>& skip) {
+  for (const std::string& s : skip) {
+    if (name == s) return true;
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0 &&
+        name[name.size() - s.size() - 1] == '.')
+      return true;
+  }
+  return false;
+}
 
 const char* quant_type_name(nf4::QuantType t) {
   return t == nf4::QuantType::nf4 ? "nf4" : "fp4";
@@ -321,16 +331,6 @@ std::string shape_json(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-std::vector<std::string> quant_state_extra_names(const std::string& weight_name, const QuantState& s) {
-  std::vector<std::string> out = {weight_name + ".absmax", weight_name + ".quant_map"};
-  if (s.nested) {
-    out.push_back(weight_name + ".nested_absmax");
-    out.push_back(weight_name + ".nested_quant_map");
-  }
-  out.push_back(weight_name + kQsPrefix + quant_type_name(s.type));
-  return out;
-}
-
 std::vector<std::pair<std::string, at::Tensor>> quant_state_tensors(const std::string& weight_name,
                                                                     const at::Tensor& packed,
                                                                     const QuantState& s) {
@@ -355,6 +355,26 @@ std::vector<std::pair<std::string, at::Tensor>> quant_state_tensors(const std::s
   }
   out.emplace_back(weight_name + kQsPrefix + quant_type_name(s.type), qs);
   return out;
+}
+
+std::string quant_hf_config(const QuantState& s, at::ScalarType compute_dtype,
+                            const std::vector<std::string>& dense_modules) {
+  // BitsAndBytesConfig.to_dict() as transformers writes it (quant_method first, then sorted keys).
+  json q = json::object();
+  q["quant_method"] = "bitsandbytes";
+  q["_load_in_4bit"] = true;
+  q["_load_in_8bit"] = false;
+  q["bnb_4bit_compute_dtype"] = dtype_name(compute_dtype);
+  q["bnb_4bit_quant_storage"] = "uint8";
+  q["bnb_4bit_quant_type"] = quant_type_name(s.type);
+  q["bnb_4bit_use_double_quant"] = s.nested;
+  q["llm_int8_enable_fp32_cpu_offload"] = false;
+  q["llm_int8_has_fp16_weight"] = false;
+  q["llm_int8_skip_modules"] = dense_modules.empty() ? json(nullptr) : json(dense_modules);
+  q["llm_int8_threshold"] = 6.0;
+  q["load_in_4bit"] = true;
+  q["load_in_8bit"] = false;
+  return q.dump();
 }
 
 bool quant_state_present(const std::string& weight_name, const std::function<bool(const std::string&)>& has) {

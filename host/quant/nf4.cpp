@@ -1,9 +1,9 @@
 // The CPU reference for bitsandbytes' blockwise 4-bit and 8-bit quantization (rules: nf4.h).
 // Compiled with -ffp-contract=off (CMakeLists.txt) so that no multiply-add is fused: the two
 // roundings of the double-quantized scale are part of the format.
-#include "host/adapt/nf4.h"
+#include "host/quant/nf4.h"
 
-#include "host/adapt/nf4_tables.h"
+#include "host/quant/nf4_tables.h"
 
 #include <algorithm>
 #include <cmath>

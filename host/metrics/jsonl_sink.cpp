@@ -10,6 +10,7 @@
 
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/core/number.h"
 #include "host/io/jsonl.h"
 #include "host/metrics/metrics.h"
 
@@ -31,7 +32,7 @@ double steady_seconds() {
 
 // Whole numbers as integers ("tokens":480, not 480.0); NaN and infinities as null.
 ojson number_json(double v) {
-  if (metrics_is_integer(v)) return ojson(static_cast<int64_t>(v));
+  if (number_is_whole(v)) return ojson(static_cast<int64_t>(v));
   return std::isfinite(v) ? ojson(v) : ojson(nullptr);
 }
 

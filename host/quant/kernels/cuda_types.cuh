@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "host/adapt/kernels/nf4_cuda.h"  // cuda::Dtype
+#include "host/quant/kernels/nf4_cuda.h"  // cuda::Dtype
 
 namespace luatune {
 namespace cuda {

@@ -1,7 +1,7 @@
 // 4-bit weights as tensors: bitsandbytes' QuantState, quantizing and dequantizing a weight (CPU
-// reference or, in CUDA builds, the kernels of host/adapt/kernels), the 4-bit linear whose
+// reference or, in CUDA builds, the kernels of host/quant/kernels), the 4-bit linear whose
 // backward re-dequantizes instead of keeping the weight, and bitsandbytes' serialised layout.
-// Rules: host/adapt/nf4.h; layout: docs/qlora.md, "The format" and "Sources".
+// Rules: host/quant/nf4.h; layout: docs/qlora.md, "The format" and "Sources".
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "host/adapt/nf4.h"
+#include "host/quant/nf4.h"
 
 namespace luatune {
 
@@ -28,6 +28,9 @@ const char* quant_type_name(nf4::QuantType t);                                  
 nf4::QuantType quant_type_parse(const std::string& s, const std::string& where);  // one-line error otherwise
 // Fails (one line naming `where`) unless the blocksize is one bitsandbytes accepts.
 void quant_config_check(const QuantConfig& c, const std::string& where);
+// Whether the module `name` (an HF module name, "model.layers.0.mlp.up_proj") is one of `skip`: an
+// entry equal to it or to a dot-separated ending of it, as LoRA targets match (modules left dense).
+bool quant_skipped(const std::string& name, const std::vector<std::string>& skip);
 
 // One weight's 4-bit state (bitsandbytes' QuantState). The packed codes themselves are a uint8
 // tensor ((n + 1) / 2, 1) kept beside it (Linear::weight for a quantized Linear).
@@ -74,6 +77,11 @@ at::Tensor linear_4bit(const at::Tensor& x, const at::Tensor& packed, const Quan
 std::vector<std::pair<std::string, at::Tensor>> quant_state_tensors(const std::string& weight_name,
                                                                     const at::Tensor& packed,
                                                                     const QuantState& s);
+// transformers' quantization_config object for config.json (JSON text, BitsAndBytesConfig.to_dict()):
+// the 4-bit settings of `s` (the model's first 4-bit Linear), activations in `compute_dtype`, and the
+// Linears left dense (HF module names) as llm_int8_skip_modules.
+std::string quant_hf_config(const QuantState& s, at::ScalarType compute_dtype,
+                            const std::vector<std::string>& dense_modules);
 // Whether `names` (a checkpoint's tensor names) hold a 4-bit weight `weight_name`.
 bool quant_state_present(const std::string& weight_name, const std::function<bool(const std::string&)>& has);
 // Reads them back: `get(name)` returns a tensor by name (failing in one line if absent). `where` names
@@ -82,7 +90,5 @@ std::pair<at::Tensor, QuantState> quant_state_from_tensors(
     const std::string& weight_name, const std::function<at::Tensor(const std::string&)>& get,
     const std::function<bool(const std::string&)>& has, const std::vector<int64_t>& expected_shape,
     const std::string& where);
-// The names quant_state_tensors writes besides the weight itself (for "unexpected tensor" checks).
-std::vector<std::string> quant_state_extra_names(const std::string& weight_name, const QuantState& s);
 
 }  // namespace luatune

@@ -1,8 +1,8 @@
-// CUDA kernels for bitsandbytes' 4-bit formats (host/adapt/nf4.h states the rules they follow,
+// CUDA kernels for bitsandbytes' 4-bit formats (host/quant/nf4.h states the rules they follow,
 // bit for bit). Plain C++ interface, no CUDA or Torch headers: streams are cudaStream_t passed as
 // void*, and every call returns 0 or a cudaError_t value (error_string names it).
 // Built when nvcc is found (CPU machines compile them so CI catches errors); called by
-// host/adapt/quant.cpp only in builds against a CUDA LibTorch (LUATUNE_HAS_CUDA).
+// host/quant/quant.cpp only in builds against a CUDA LibTorch (LUATUNE_HAS_CUDA).
 #pragma once
 
 #include <cstdint>

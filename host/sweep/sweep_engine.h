@@ -59,6 +59,10 @@ struct SweepSpec {
 
 // The option names sweep.run accepts (the binding rejects others with the usual message).
 const std::vector<std::string>& sweep_option_names();
+// The defaults sweep_spec_parse uses for the options a table leaves out (method, seed, trials,
+// parallel, goal, timeout, retry_failed), made from SweepSpec's initializers: the binding holds them
+// against bindings/api/sweep.yaml's declarations (tests/lua/test_api_defaults.lua).
+std::vector<std::pair<std::string, ConfigValue>> sweep_option_defaults();
 // The sweep.run{...} table -> a validated spec. Every problem is a UsageError with a one-line
 // message starting "sweep.run: " and naming the option or parameter.
 SweepSpec sweep_spec_parse(const ConfigValue& options);
@@ -136,9 +140,8 @@ std::vector<bool> sweep_pareto(const std::vector<std::vector<double>>& points,
 // ============================================================================================
 // What a sweep keeps in OUTPUT_DIR (sweep_store.cpp)
 
-// One trials.jsonl line (no newline) and back.
+// One trials.jsonl line (no newline).
 std::string sweep_trial_json(const SweepTrial& t);
-SweepTrial sweep_trial_from_json(const std::string& line, const std::string& output_dir);
 // The trials recorded in OUTPUT_DIR/trials.jsonl, the last line of each index winning (a retried
 // trial appends again). A torn last line (a crash mid-write) is skipped.
 std::map<int64_t, SweepTrial> sweep_read_trials(const std::string& output_dir);

@@ -1,16 +1,16 @@
 // CUDA kernels for bitsandbytes' 4-bit formats (NF4 / FP4): blockwise quantize and dequantize,
-// with plain or double-quantized block scales. Bit for bit the CPU reference host/adapt/nf4.cpp:
+// with plain or double-quantized block scales. Bit for bit the CPU reference host/quant/nf4.cpp:
 // every float operation whose rounding the format fixes is an explicit _rn intrinsic, so nvcc's
 // multiply-add contraction cannot change a result. Interface and rules: nf4_cuda.h, nf4.h;
 // why and how it is tested: docs/kernels.md.
-#include "host/adapt/kernels/nf4_cuda.h"
+#include "host/quant/kernels/nf4_cuda.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "host/adapt/kernels/cuda_types.cuh"
-#include "host/adapt/nf4_tables.h"
+#include "host/quant/kernels/cuda_types.cuh"
+#include "host/quant/nf4_tables.h"
 
 namespace luatune {
 namespace cuda {
@@ -60,7 +60,7 @@ __device__ __forceinline__ uint32_t code_of(float x) {
   return kQuantType == 0 ? nf4_code_of(x) : fp4_code_of(x);
 }
 
-// Element conversions (Elem<T>) and launch_typed: host/adapt/kernels/cuda_types.cuh.
+// Element conversions (Elem<T>) and launch_typed: host/quant/kernels/cuda_types.cuh.
 
 // Two 16-bit values -> one 32-bit word, the first at the lower address (little endian).
 __device__ __forceinline__ uint32_t pack2(__nv_bfloat16 a, __nv_bfloat16 b) {
