@@ -172,9 +172,11 @@ json plan_json(const Plan& p) {
           {"trainable", p.trainable},
           {"method", plan_method_name(o.method)},
           {"dtype", o.dtype},
-          {"micro_batch", o.micro_batch},
-          {"seq_len", o.seq_len},
-          {"checkpointing", o.checkpointing},
+          {"batch_size", o.batch_size},
+          {"max_length", o.max_length},
+          {"gradient_checkpointing", o.gradient_checkpointing},
+          {"gradient_accumulation_steps", o.gradient_accumulation_steps},
+          {"max_steps", o.max_steps},
           {"lora_r", o.lora_r},
           {"lora_targets", json_of(o.lora_targets)},
           {"optimizer", o.optimizer},
@@ -233,14 +235,17 @@ int l_hw_plan(lua_State* L) {
     lua_getfield(L, 1, "model");
     model = model_arg(L, lua_gettop(L), "hw.plan: model");
     lua_pop(L, 1);
-    o.method = plan_method_parse(lt_opt_string(L, 1, "method", "full"));
-    o.dtype = lt_opt_string(L, 1, "dtype", "bf16");
-    o.master_weights = lt_opt_bool(L, 1, "master_weights", true);
-    o.optimizer = lt_opt_string(L, 1, "optimizer", "adamw");
-    o.micro_batch = lt_opt_int(L, 1, "batch_size", 1);
-    o.seq_len = lt_opt_int(L, 1, "max_length", 2048);
-    o.checkpointing = lt_opt_bool(L, 1, "gradient_checkpointing", false);
-    o.loss_chunk = lt_opt_int(L, 1, "loss_chunk", 4096);
+    o.method = plan_method_parse(lt_opt_string(L, 1, "method", plan_method_name(o.method)));
+    o.dtype = lt_opt_string(L, 1, "dtype", o.dtype);
+    o.master_weights = lt_opt_bool(L, 1, "master_weights", o.master_weights);
+    o.optimizer = lt_opt_string(L, 1, "optimizer", o.optimizer);
+    o.batch_size = lt_opt_int(L, 1, "batch_size", o.batch_size, 1);
+    o.max_length = lt_opt_int(L, 1, "max_length", o.max_length, 1);
+    o.gradient_checkpointing = lt_opt_bool(L, 1, "gradient_checkpointing", o.gradient_checkpointing);
+    o.loss_chunk = lt_opt_int(L, 1, "loss_chunk", o.loss_chunk, 1);
+    o.max_steps = lt_opt_int(L, 1, "max_steps", o.max_steps, 0);  // 0: no time or cost
+    o.gradient_accumulation_steps =
+        lt_opt_int(L, 1, "gradient_accumulation_steps", o.gradient_accumulation_steps, 1);
     lua_getfield(L, 1, "lora");  // a recipe's lora table, checked as lora.apply checks it
     const int lora = lua_gettop(L);
     if (lt_check_options(L, lora, lt_api("lora.apply"))) {
@@ -249,9 +254,10 @@ int l_hw_plan(lua_State* L) {
       lt_opt_strings(L, lora, "targets", "hw.plan: lora", &o.lora_targets);
     }
     lua_pop(L, 1);
-    o.optimizer_offload = lt_opt_string(L, 1, "optimizer_offload", "none");
+    o.optimizer_offload = lt_opt_string(L, 1, "optimizer_offload", o.optimizer_offload);
     const std::string shard = shard_arg(L, 1);
-    o.shard = plan_shard_parse(shard.empty() ? lt_opt_string(L, 1, "shard", "none") : shard);
+    o.shard =
+        plan_shard_parse(shard.empty() ? lt_opt_string(L, 1, "shard", plan_shard_name(o.shard)) : shard);
     o.gpus = gpus;
     o.gpus_per_node = gpus_per_node;
   }

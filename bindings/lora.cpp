@@ -31,6 +31,9 @@ int l_lora_apply(lua_State* L) {
     c.rslora = lt_opt_bool(L, 2, "rslora", c.rslora);
     c.dora = lt_opt_bool(L, 2, "dora", c.dora);
     seed = static_cast<uint64_t>(lt_opt_int(L, 2, "seed", 0, 0));
+    std::vector<ConfigValue> targets;
+    for (const std::string& t : c.targets) targets.push_back(ConfigValue::of_string(t));
+    lt_check_defaults(L, 2, {{"targets", ConfigValue::of_list(targets)}});
     lt_opt_strings(L, 2, "targets", "lora.apply", &c.targets);
     lua_getfield(L, 2, "layers");
     if (!lua_isnil(L, -1)) {

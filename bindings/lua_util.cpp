@@ -298,9 +298,20 @@ static void push_registry_table(lua_State* L, const char* name, bool weak) {
   lua_setfield(L, LUA_REGISTRYINDEX, name);
 }
 
-// Pushes a declared default (Lua text) when it is a literal number, boolean or string; "required",
-// tables ("{0.9, 0.999}") and absent or computed defaults ("") push nothing.
+// Pushes a declared default (Lua text) when it is a literal number, boolean or string, or a non-empty
+// list of them ("{0.9, 0.999}", '{"q_proj", "v_proj"}': items without commas of their own); "required",
+// "{}", other tables and absent or computed defaults ("") push nothing.
 static bool push_literal_default(lua_State* L, const std::string& def) {
+  if (def.size() > 2 && def.front() == '{' && def.back() == '}') {
+    const int top = lua_gettop(L);
+    lua_newtable(L);
+    int n = 0;
+    for (const std::string& item : str_split(def.substr(1, def.size() - 2), ',')) {
+      if (!push_literal_default(L, str_trim(item)) || lua_istable(L, -1)) return lua_settop(L, top), false;
+      lua_rawseti(L, -2, ++n);
+    }
+    return true;
+  }
   if (def == "true" || def == "false") return lua_pushboolean(L, def == "true"), true;
   if (def.size() >= 2 && def.front() == '"' && def.find_first_of("\"\\", 1) == def.size() - 1) {
     lua_pushlstring(L, def.data() + 1, def.size() - 2);
@@ -363,8 +374,35 @@ static bool number_close(double a, double b) {
   return a == b || std::fabs(a - b) <= 1e-6 * std::max(std::fabs(a), std::fabs(b));
 }
 
-// A default as a message shows it: 16, 0.05, "cpu", true.
+// Two defaults (absolute indices) as one: equal scalars, close numbers, or lists of such, item by item.
+static bool same_default(lua_State* L, int a, int b) {
+  if (lua_type(L, a) == LUA_TNUMBER && lua_type(L, b) == LUA_TNUMBER)
+    return number_close(lua_tonumber(L, a), lua_tonumber(L, b));
+  if (!lua_istable(L, a) || !lua_istable(L, b)) return lua_rawequal(L, a, b) != 0;
+  if (lua_objlen(L, a) != lua_objlen(L, b)) return false;
+  for (int i = 1; i <= static_cast<int>(lua_objlen(L, a)); i++) {
+    lua_rawgeti(L, a, i);
+    lua_rawgeti(L, b, i);
+    const int top = lua_gettop(L);
+    const bool same = !lua_istable(L, top) && same_default(L, top - 1, top);
+    lua_pop(L, 2);
+    if (!same) return false;
+  }
+  return true;
+}
+
+// A default as a message shows it: 16, 0.05, "cpu", true, {0.9, 0.999}.
 static std::string default_text(lua_State* L, int idx) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  if (lua_istable(L, idx)) {
+    std::vector<std::string> items;
+    for (int i = 1; i <= static_cast<int>(lua_objlen(L, idx)); i++) {
+      lua_rawgeti(L, idx, i);
+      items.push_back(lua_istable(L, -1) ? "{...}" : default_text(L, lua_gettop(L)));
+      lua_pop(L, 1);
+    }
+    return "{" + str_join(items, ", ") + "}";
+  }
   if (lua_type(L, idx) == LUA_TNUMBER) return str_from_number(lua_tonumber(L, idx));
   if (lua_type(L, idx) == LUA_TBOOLEAN) return lua_toboolean(L, idx) ? "true" : "false";
   if (lua_type(L, idx) == LUA_TSTRING) return std::string("\"") + lua_tostring(L, idx) + "\"";
@@ -398,9 +436,7 @@ static void check_default(lua_State* L, int idx, const char* key) {
   lua_getfield(L, decl, "values");
   lua_getfield(L, -1, key);
   if (lua_isnil(L, -1)) return lua_settop(L, def - 1);
-  const bool same = lua_type(L, -1) == LUA_TNUMBER && lua_type(L, def) == LUA_TNUMBER
-                        ? number_close(lua_tonumber(L, -1), lua_tonumber(L, def))
-                        : lua_rawequal(L, -1, def) != 0;
+  const bool same = same_default(L, lua_gettop(L), def);
   if (!same) {
     lua_getfield(L, decl, "name");
     lua_getfield(L, decl, "file");
@@ -679,6 +715,8 @@ void lt_check_defaults(lua_State* L, int idx,
       lua_pushboolean(L, v.boolean);
     else if (v.kind == ConfigValue::Kind::string)
       lua_pushlstring(L, v.string.data(), v.string.size());
+    else if (v.kind == ConfigValue::Kind::list)
+      lt_push_config(L, v);
     else
       continue;
     check_default(L, idx, key.c_str());

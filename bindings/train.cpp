@@ -65,8 +65,8 @@ void push_numbers(lua_State* L, const std::vector<std::pair<std::string, double>
 
 std::string describe_trainer(const TrainerPtr& t) {
   const TrainOptions& o = t->options();
-  return "Trainer(" + o.optimizer + ", lr " + std::to_string(o.lr) + ", " + o.schedule + ", step " +
-         std::to_string(t->step_count()) + ", " + std::to_string(t->parameters().size()) +
+  return "Trainer(" + o.optimizer + ", lr " + std::to_string(o.learning_rate) + ", " + o.schedule +
+         ", step " + std::to_string(t->step_count()) + ", " + std::to_string(t->parameters().size()) +
          " trainable tensors)";
 }
 LT_REGISTER_CLASS("train", TrainerPtr, describe_trainer);
@@ -85,21 +85,21 @@ int l_train_new(lua_State* L) {
   std::vector<std::shared_ptr<TrainerHook>> hooks;
   if (lt_check_options(L, 2, lt_api("train.new"))) {
     o.optimizer = lt_opt_string(L, 2, "optimizer", o.optimizer);
-    o.lr = lt_opt_number(L, 2, "learning_rate", o.lr);
+    o.learning_rate = lt_opt_number(L, 2, "learning_rate", o.learning_rate);
     o.eps = lt_opt_number(L, 2, "eps", o.eps);
     o.weight_decay = lt_opt_number(L, 2, "weight_decay", o.weight_decay);
     o.momentum = lt_opt_number(L, 2, "momentum", o.momentum);
     o.schedule = lt_opt_string(L, 2, "schedule", o.schedule);
-    o.warmup = lt_opt_int(L, 2, "warmup_steps", 0);
-    o.steps = lt_opt_int(L, 2, "max_steps", 0);
+    o.warmup_steps = lt_opt_int(L, 2, "warmup_steps", 0);
+    o.max_steps = lt_opt_int(L, 2, "max_steps", 0);
     o.min_lr_ratio = lt_opt_number(L, 2, "min_lr_ratio", 0);
-    o.micro_batch_size = lt_opt_int(L, 2, "batch_size", 0);
+    o.batch_size = lt_opt_int(L, 2, "batch_size", 0);
     o.max_grad_norm = lt_opt_number(L, 2, "max_grad_norm", o.max_grad_norm);
     o.master_weights = lt_opt_bool(L, 2, "master_weights", o.master_weights);
-    o.checkpoint_layers = lt_opt_bool(L, 2, "gradient_checkpointing", false);
+    o.gradient_checkpointing = lt_opt_bool(L, 2, "gradient_checkpointing", false);
     o.loss_chunk = lt_opt_int(L, 2, "loss_chunk", o.loss_chunk);
     o.output_dir = lt_opt_string(L, 2, "output_dir", "");
-    o.save_every = lt_opt_int(L, 2, "save_steps", 0);
+    o.save_steps = lt_opt_int(L, 2, "save_steps", 0);
     o.keep_last = lt_opt_int(L, 2, "keep_last", o.keep_last);
     o.shard = lt_opt_string(L, 2, "shard", o.shard);
     o.optimizer_offload = lt_opt_string(L, 2, "optimizer_offload", o.optimizer_offload);
@@ -108,6 +108,9 @@ int l_train_new(lua_State* L) {
     o.profile.steps =
         profile_count("profile_steps", lt_opt_number(L, 2, "profile_steps", o.profile.steps), 1);
     o.profile.skip = profile_count("profile_skip", lt_opt_number(L, 2, "profile_skip", o.profile.skip), 0);
+    lt_check_defaults(L, 2,
+                      {{"betas", ConfigValue::of_list(
+                                     {ConfigValue::of_number(o.beta1), ConfigValue::of_number(o.beta2)})}});
     lua_getfield(L, 2, "betas");
     if (!lua_isnil(L, -1)) {
       LT_CHECK(lua_istable(L, -1) && lua_objlen(L, -1) == 2,

@@ -46,7 +46,7 @@ local function measure()
   local run = hw.run_summary(run_dir .. "/metrics.jsonl")
   local plan = hw.plan { recipe_config = run.config, recipe = cfg.recipe, model_preset = cfg.model_preset }
   local prof = hw.profile { model = plan.model, tokens = run.tokens, seconds = run.seconds, steps = run.timed_steps,
-                            seq_len = plan.seq_len, method = plan.method, checkpointing = plan.checkpointing,
+                            seq_len = plan.max_length, method = plan.method, checkpointing = plan.gradient_checkpointing,
                             lora_params = plan.method ~= "full" and plan.trainable or 0, dtype = plan.dtype,
                             peak_memory_gb = run.peak_memory_gb, device = probe.kind == "cuda" and probe.name or "cpu" }
   prof.recipe, prof.config = cfg.recipe, run.config
@@ -67,7 +67,7 @@ local plan = hw.plan { recipe_config = first.config, recipe = first.recipe, mode
                        catalog = catalog }
 local tokens = first.tokens_per_step * cfg.full_steps
 local rows = hw.project(first, { catalog = catalog, plan = plan, tokens = tokens, dtype = plan.dtype,
-                                 micro_batch_tokens = plan.micro_batch * plan.seq_len })
+                                 micro_batch_tokens = plan.batch_size * plan.max_length })
 local measured = {}
 for _, p in ipairs(profiles) do
   measured[#measured + 1] = { device = p.device, gpu = p.gpu, tokens_per_s = p.tokens_per_s, step_time_s = p.step_time_s,

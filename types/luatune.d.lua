@@ -2448,7 +2448,8 @@ function hw.presets() end
 ---@field shard? string|integer "optimizer", "gradients", "full", FSDP's names or the ZeRO stage (default: "none")
 ---@field batch_size? integer rows per forward/backward (the micro-batch, as train.new's batch_size) (default: 1)
 ---@field max_length? integer tokens per row (default: 2048)
----@field grad_accum? integer accepted and ignored: memory is per micro-batch
+---@field max_steps? integer optimizer steps of the run, for its time and cost per GPU (0: memory only) (default: 0)
+---@field gradient_accumulation_steps? integer micro-batches per optimizer step (the run's tokens; memory is per micro-batch) (default: 1)
 ---@field gradient_checkpointing? boolean recompute each layer in backward (default: false)
 ---@field loss_chunk? integer rows of logits the chunked cross-entropy materialises at once (default: 4096)
 ---@field lora? LoraApplyOpts the adapters, as a recipe's lora table (lora.apply's options); r (default 16), dropout (default 0.05: > 0 keeps the dropped input and a mask) and targets (default: all seven projections) count
@@ -2460,6 +2461,7 @@ function hw.presets() end
 ---@field recipe_config? table a recipe's resolved config instead of model= and the settings
 ---@field recipe? string with recipe_config: the recipe's name (lora_finetune, ...)
 ---@field model_preset? string with recipe_config: a preset instead of the config's model
+---@field grad_accum? any deprecated: the old name of gradient_accumulation_steps
 ---@field micro_batch? any deprecated: the old name of batch_size
 ---@field seq_len? any deprecated: the old name of max_length
 ---@field checkpointing? any deprecated: the old name of gradient_checkpointing
@@ -2469,7 +2471,7 @@ function hw.presets() end
 
 ---predicted peak memory by component (GiB) and, per catalog GPU, whether it fits; .text is what runner plan prints
 ---@param opts HwPlanOpts
----@return table # {components = {name = GiB}, notes, host_ram, total_gb, peak_at, params, trainable, gpus = {{gpu, fits, headroom_gb, max_micro_batch, advice}}, text, ...}
+---@return table # {components = {name = GiB}, notes, host_ram, total_gb, peak_at, params, trainable, the settings planned (method, batch_size, max_length, gradient_checkpointing, ...), gpus = {{gpu, fits, headroom_gb, max_micro_batch, step_s, run_hours, cost_usd, advice}}, text, ...}
 function hw.plan(opts) end
 
 ---hw.plan's printable table (plan.text)

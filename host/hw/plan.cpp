@@ -133,7 +133,7 @@ double layer_bytes_per_token(const ModelConfig& c, const PlanOptions& o, double 
   // The explicit path (Gemma 2's logit softcap, or no fused SDPA) keeps the T x T scores: the tanh
   // output in the dtype, the float32 softmax, and the probabilities in the dtype.
   if (c.attn_logit_softcap > 0 || !o.sdpa)
-    b += H * static_cast<double>(o.seq_len) * ((c.attn_logit_softcap > 0 ? 2 * p : p) + 4);
+    b += H * static_cast<double>(o.max_length) * ((c.attn_logit_softcap > 0 ? 2 * p : p) + 4);
   // The fused gated activation keeps gate and up.
   b += 2 * I * p;
   // Structure masks (transformer.cpp's masked layer): the head-masked attention output, the
@@ -228,8 +228,8 @@ double moment_bytes(const PlanOptions& o, const TrainableGroups& g, bool sharded
 }  // namespace
 
 PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
-  LT_CHECK(o_in.micro_batch > 0, "hw.plan: micro_batch must be positive, got " << o_in.micro_batch);
-  LT_CHECK(o_in.seq_len > 0, "hw.plan: seq_len must be positive, got " << o_in.seq_len);
+  LT_CHECK(o_in.batch_size > 0, "hw.plan: batch_size must be positive, got " << o_in.batch_size);
+  LT_CHECK(o_in.max_length > 0, "hw.plan: seq_len must be positive, got " << o_in.max_length);
   LT_CHECK(o_in.gpus > 0, "hw.plan: gpus must be positive, got " << o_in.gpus);
   LT_CHECK(o_in.gpus_per_node >= 0, "hw.plan: gpus_per_node must be >= 0, got " << o_in.gpus_per_node);
   LT_CHECK(o_in.loss_chunk > 0, "hw.plan: loss_chunk must be positive, got " << o_in.loss_chunk);
@@ -244,12 +244,12 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
   // (faster at their size) and the frozen base is never sharded: shard= changes nothing there.
   if (o.method != PlanMethod::method_full) o.shard = PlanShard::shard_none;
   const bool zero3 = o.shard == PlanShard::shard_full;
-  if (zero3) o.checkpointing = true;  // ZeRO-3 always recomputes each layer in backward
+  if (zero3) o.gradient_checkpointing = true;  // ZeRO-3 always recomputes each layer in backward
   const HwParamCounts n = hw_param_counts(c);
   const double p = dtype_bytes(o.dtype);
   const bool full = o.method == PlanMethod::method_full;
   const double N = static_cast<double>(n.total);
-  const double tokens = static_cast<double>(o.micro_batch) * static_cast<double>(o.seq_len);
+  const double tokens = static_cast<double>(o.batch_size) * static_cast<double>(o.max_length);
   const double C = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const double L = static_cast<double>(c.num_layers);
   PlanComponents m;
@@ -262,7 +262,7 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
   const double own = static_cast<double>(g.shard(ranks));
   const bool offload = o.optimizer_offload == "cpu";
   // Layers reduce-scattered as backward leaves them (ZeRO-2/3 with recomputed layers), not at the end.
-  const bool per_layer_reduce = o.shard >= PlanShard::shard_gradients && o.checkpointing;
+  const bool per_layer_reduce = o.shard >= PlanShard::shard_gradients && o.gradient_checkpointing;
 
   // Weights. QLoRA: NF4 + double quantisation on the layers' projections, 16-bit for the rest.
   // ZeRO-3 keeps the decoder layers' trainable weights sharded at rest; the embedding, head and
@@ -316,8 +316,8 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
   // one projection at a time.
   const double layer = layer_bytes_per_token(c, o, p) * tokens;
   const double head = tokens * (C * p + 4 + C * p);
-  m.activations = (o.checkpointing ? L * tokens * C * p : L * layer) + head;
-  m.layer_backward = (o.checkpointing ? layer : 0) + layer_backward_bytes_per_token(c, p) * tokens +
+  m.activations = (o.gradient_checkpointing ? L * tokens * C * p : L * layer) + head;
+  m.layer_backward = (o.gradient_checkpointing ? layer : 0) + layer_backward_bytes_per_token(c, p) * tokens +
                      (o.method == PlanMethod::method_qlora ? static_cast<double>(n.largest_linear) * p : 0);
 
   // Fused cross-entropy (loss.cpp): one chunk of logits in the model dtype (the matmul's output,
@@ -374,10 +374,10 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
   if (o.teacher.present && o.teacher.cache_k > 0) {
     // Cached: the micro-batch's top-k entries (values, int32 indices, a float32 log-sum-exp per
     // token) and the student's KD logits chunk in float32; no teacher weights.
-    const double rows = static_cast<double>(o.micro_batch * o.seq_len);
+    const double rows = static_cast<double>(o.batch_size * o.max_length);
     m.teacher_forward =
         rows * (static_cast<double>(o.teacher.cache_k) * (dtype_bytes(o.teacher.cache_dtype) + 4) + 4) +
-        static_cast<double>(std::min<int64_t>(o.teacher.kd_chunk, o.micro_batch * o.seq_len)) *
+        static_cast<double>(std::min<int64_t>(o.teacher.kd_chunk, o.batch_size * o.max_length)) *
             static_cast<double>(o.teacher.config.vocab_size) * 4;
   } else if (o.teacher.present) {
     const ModelConfig& t = o.teacher.config;
@@ -390,10 +390,10 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
       m.teacher = (std::ceil(layers / static_cast<double>(o.gpus)) + outside + 2 * per_layer) * tp;
     else
       m.teacher = static_cast<double>(tn.total) * tp;
-    const double rows = static_cast<double>(o.micro_batch * o.seq_len);
+    const double rows = static_cast<double>(o.batch_size * o.max_length);
     m.teacher_forward =
         rows * static_cast<double>(t.hidden_size) * tp +
-        2.0 * static_cast<double>(std::min<int64_t>(o.teacher.kd_chunk, o.micro_batch * o.seq_len)) *
+        2.0 * static_cast<double>(std::min<int64_t>(o.teacher.kd_chunk, o.batch_size * o.max_length)) *
             static_cast<double>(t.vocab_size) * 4;
   }
   // The peak is the largest of three moments (the trainer frees every gradient after its step, so
@@ -404,7 +404,8 @@ PlanComponents hw_plan_memory(const ModelConfig& c, const PlanOptions& o_in) {
   // gradient slice stays allocated between steps.
   const double grads_kept = sharded && !offload ? grad_shard : 0;
   const double grads = m.gradients - grads_kept;
-  const double at_loss = m.activations + m.logits + m.teacher_forward + (o.grad_accum > 1 ? grads : 0);
+  const double at_loss =
+      m.activations + m.logits + m.teacher_forward + (o.gradient_accumulation_steps > 1 ? grads : 0);
   const double at_backward = grads + m.activations + m.layer_backward;
   const double at_step = grads + m.optimizer_step;
   m.peak_at = at_loss >= at_backward && at_loss >= at_step ? "loss"
@@ -455,8 +456,8 @@ std::string plan_component_note(const PlanOptions& o, const std::string& name) {
   if (name == "adapters" && o.shard == PlanShard::shard_full) return slice;
   if (name == "master_weights") return offload ? "in host RAM: optimizer_offload=cpu" : slice;
   if (name == "gradients" && o.shard != PlanShard::shard_none) {
-    const bool per_layer =
-        o.shard >= PlanShard::shard_gradients && (o.checkpointing || o.shard == PlanShard::shard_full);
+    const bool per_layer = o.shard >= PlanShard::shard_gradients &&
+                           (o.gradient_checkpointing || o.shard == PlanShard::shard_full);
     return std::string(per_layer ? "one decoder layer's whole at a time" : "whole until reduce-scattered") +
            " + the fp32 slice, " + slice + (offload ? ", in host RAM" : "");
   }
@@ -467,7 +468,7 @@ std::string plan_component_note(const PlanOptions& o, const std::string& name) {
     if (!slice.empty()) what += (what.empty() ? "" : ", ") + slice;
     return what;
   }
-  if (name == "activations" && o.shard == PlanShard::shard_full && !o.checkpointing)
+  if (name == "activations" && o.shard == PlanShard::shard_full && !o.gradient_checkpointing)
     return "layers recomputed: shard=full always checkpoints";
   if (name == "optimizer_step") return "transient after backward, with the gradients";
   if (name == "layer_backward") return "transient, one layer at a time, with the gradients";
@@ -558,19 +559,19 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
   auto total = [&](const PlanOptions& x) { return hw_plan_memory(c, x).total; };
   const std::string now = "peak " + gib(peak) + " GiB";
   bool any = false;
-  if (!o.checkpointing && o.shard != PlanShard::shard_full) {  // ZeRO-3 checkpoints already
+  if (!o.gradient_checkpointing && o.shard != PlanShard::shard_full) {  // ZeRO-3 checkpoints already
     PlanOptions x = o;
-    x.checkpointing = true;
+    x.gradient_checkpointing = true;
     if (total(x) / kGiB <= mem) {
       out.push_back("turn on gradient_checkpointing=true (" + now + " -> " + gib(total(x)) + " GiB)");
       any = true;
     }
   }
-  if (o.micro_batch > 1) {
+  if (o.batch_size > 1) {
     int64_t b = hw_max_micro_batch(c, o, mem);
     if (b > 0) {
-      out.push_back("micro_batch " + std::to_string(b) + " fits (batch_size=" + std::to_string(b) +
-                    "; raise gradient_accumulation_steps to keep the batch)");
+      out.push_back("batch_size=" + std::to_string(b) +
+                    " fits (raise gradient_accumulation_steps to keep the batch)");
       any = true;
     }
   }
@@ -600,11 +601,11 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
     any = true;
   }
   PlanOptions ck = o;
-  ck.checkpointing = true;
-  ck.micro_batch = 1;
+  ck.gradient_checkpointing = true;
+  ck.batch_size = 1;
   // What the LoRA/QLoRA suggestions change besides the method.
-  const std::string with_ck = std::string(o.checkpointing ? "" : ", gradient_checkpointing=true") +
-                              (o.micro_batch > 1 ? ", micro_batch 1" : "");
+  const std::string with_ck = std::string(o.gradient_checkpointing ? "" : ", gradient_checkpointing=true") +
+                              (o.batch_size > 1 ? ", batch_size 1" : "");
   if (o.method == PlanMethod::method_full && o.adapters_ok) {
     PlanOptions x = ck;
     x.method = PlanMethod::method_lora;
@@ -624,14 +625,14 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
     }
   }
   // Shorter sequences at this micro-batch (or at 1 when this one fits at no length).
-  for (int64_t b : {o.micro_batch, int64_t{1}}) {
+  for (int64_t b : {o.batch_size, int64_t{1}}) {
     bool found = false;
-    for (int64_t len = o.seq_len / 2; len >= 128 && !found; len /= 2) {
+    for (int64_t len = o.max_length / 2; len >= 128 && !found; len /= 2) {
       PlanOptions x = o;
-      x.seq_len = len;
-      x.micro_batch = b;
+      x.max_length = len;
+      x.batch_size = b;
       if (fits(c, x, mem)) {
-        out.push_back("shorter sequences: max_length " + std::to_string(len) + " fits at micro_batch " +
+        out.push_back("shorter sequences: max_length " + std::to_string(len) + " fits at batch_size " +
                       std::to_string(b) + " (" + gib(total(x)) + " GiB)");
         found = any = true;
       }
@@ -663,14 +664,14 @@ std::vector<std::string> advise(const ModelConfig& c, const PlanOptions& o, cons
 }  // namespace
 
 int64_t hw_max_micro_batch(const ModelConfig& c, PlanOptions o, double memory_gb) {
-  o.micro_batch = 1;
+  o.batch_size = 1;
   if (!fits(c, o, memory_gb)) return 0;
   int64_t lo = 1, hi = 4096;  // lo fits; find the largest that fits (peak grows with the batch)
-  o.micro_batch = hi;
+  o.batch_size = hi;
   if (fits(c, o, memory_gb)) return hi;
   while (hi - lo > 1) {
     int64_t mid = lo + (hi - lo) / 2;
-    o.micro_batch = mid;
+    o.batch_size = mid;
     (fits(c, o, memory_gb) ? lo : hi) = mid;
   }
   return lo;
@@ -689,20 +690,22 @@ Plan hw_plan(const ModelConfig& c, const PlanOptions& o, const std::vector<GpuSp
   plan.components = hw_plan_memory(c, o);
   const double peak = plan.components.total;
   // Time: the run's tokens x FLOPs per token at the assumed MFU of each GPU's dense peak.
-  const FlopsPerToken fpt = hw_flops_per_token(
-      c, o.method, o.method == PlanMethod::method_full ? 0 : plan.trainable, o.seq_len, o.checkpointing);
+  const FlopsPerToken fpt =
+      hw_flops_per_token(c, o.method, o.method == PlanMethod::method_full ? 0 : plan.trainable, o.max_length,
+                         o.gradient_checkpointing);
   plan.flops_per_token = fpt.model;
   plan.flops_convention = fpt.convention;
   if (o.teacher.present && o.teacher.cache_k == 0) {  // the teacher's forward: 2 N_t + 4 L H Q T more
     const ModelConfig& t = o.teacher.config;
     plan.flops_per_token += 2 * static_cast<double>(hw_param_counts(t).matmul) +
-                            4.0 * static_cast<double>(t.num_layers * t.num_heads * t.head_dim * o.seq_len);
+                            4.0 * static_cast<double>(t.num_layers * t.num_heads * t.head_dim * o.max_length);
     plan.flops_convention += " + the teacher's forward, 2N_t+4L_tH_tQ_tT";
   }
   plan.efficiency = hw_plan_efficiency(o.method, plan.params.total);
-  plan.step_tokens = static_cast<double>(o.micro_batch * std::max<int64_t>(o.grad_accum, 1) * o.seq_len);
-  plan.run_tokens = o.steps > 0
-                        ? static_cast<double>(o.steps) * plan.step_tokens * static_cast<double>(o.gpus)
+  plan.step_tokens =
+      static_cast<double>(o.batch_size * std::max<int64_t>(o.gradient_accumulation_steps, 1) * o.max_length);
+  plan.run_tokens = o.max_steps > 0
+                        ? static_cast<double>(o.max_steps) * plan.step_tokens * static_cast<double>(o.gpus)
                         : o.run_tokens;
   for (const GpuSpec& g : catalog) {
     GpuFit f;
@@ -771,10 +774,10 @@ std::string hw_plan_text(const Plan& p) {
     s << ", LoRA r=" << o.lora_r << " on " << str_join(o.lora_targets, ",");
   s << ", " << o.optimizer << (o.optimizer_offload == "cpu" ? " offloaded to the CPU" : "") << "\n";
   const bool zero3 = o.shard == PlanShard::shard_full && o.method == PlanMethod::method_full;
-  s << "shape: micro_batch " << o.micro_batch << " x seq_len " << o.seq_len << ", checkpointing "
-    << (o.checkpointing || zero3 ? "on" : "off")
-    << (zero3 && !o.checkpointing ? " (shard=full recomputes layers)" : "") << ", loss chunk " << o.loss_chunk
-    << ", " << o.gpus << " GPU";
+  s << "shape: batch_size " << o.batch_size << " x max_length " << o.max_length << ", gradient_checkpointing "
+    << (o.gradient_checkpointing || zero3 ? "on" : "off")
+    << (zero3 && !o.gradient_checkpointing ? " (shard=full recomputes layers)" : "") << ", loss chunk "
+    << o.loss_chunk << ", " << o.gpus << " GPU";
   if (o.shard != PlanShard::shard_none)
     s << (o.gpus == 1 ? "" : "s") << " (data parallel, shard=" << plan_shard_name(o.shard) << ": ZeRO-"
       << static_cast<int>(o.shard) << ")";
@@ -813,11 +816,11 @@ std::string hw_plan_text(const Plan& p) {
   // Time and cost: what they assume, then one row per GPU.
   std::snprintf(
       buf, sizeof buf,
-      "time: %.3g tokens a step per GPU (micro_batch %lld x %lld micro-batches x seq_len %lld) x %.3g "
+      "time: %.3g tokens a step per GPU (batch_size %lld x %lld micro-batches x max_length %lld) x %.3g "
       "GFLOP a token (%s)\n",
-      p.step_tokens, static_cast<long long>(o.micro_batch),
-      static_cast<long long>(std::max<int64_t>(o.grad_accum, 1)), static_cast<long long>(o.seq_len),
-      p.flops_per_token / 1e9, p.flops_convention.c_str());
+      p.step_tokens, static_cast<long long>(o.batch_size),
+      static_cast<long long>(std::max<int64_t>(o.gradient_accumulation_steps, 1)),
+      static_cast<long long>(o.max_length), p.flops_per_token / 1e9, p.flops_convention.c_str());
   s << buf;
   s << "      at each GPU's dense " << (o.dtype == "fp16" ? "fp16" : "bf16") << " peak x "
     << p.efficiency.source << "\n";
@@ -825,10 +828,10 @@ std::string hw_plan_text(const Plan& p) {
     std::snprintf(buf, sizeof buf,
                   "      the run: %.4g tokens (%s); cost = hours x %lld GPU%s x price_per_hour\n",
                   p.run_tokens,
-                  o.steps > 0 ? (std::to_string(o.steps) + " steps x " + std::to_string(o.gpus) + " GPU" +
-                                 (o.gpus == 1 ? "" : "s"))
-                                    .c_str()
-                              : o.run_tokens_source.c_str(),
+                  o.max_steps > 0 ? (std::to_string(o.max_steps) + " steps x " + std::to_string(o.gpus) +
+                                     " GPU" + (o.gpus == 1 ? "" : "s"))
+                                        .c_str()
+                                  : o.run_tokens_source.c_str(),
                   static_cast<long long>(o.gpus), o.gpus == 1 ? "" : "s");
     s << buf;
   } else {

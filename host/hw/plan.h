@@ -41,6 +41,7 @@ enum class PlanShard { shard_none, shard_optimizer, shard_gradients, shard_full 
 PlanShard plan_shard_parse(const std::string& name);
 std::string plan_shard_name(PlanShard s);  // "none", "optimizer", "gradients", "full"
 
+// The planned run, its fields under the recipes' (and train.new's) names where they share one.
 struct PlanOptions {
   PlanMethod method = PlanMethod::method_full;
   std::string dtype = "bf16";  // the model's weights: "bf16", "fp16" or "fp32"
@@ -55,10 +56,10 @@ struct PlanOptions {
   double lora_dropout = 0.05;  // > 0: the adapter keeps its dropped input and a mask
   std::vector<std::string> lora_targets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                            "gate_proj", "up_proj", "down_proj"};
-  int64_t micro_batch = 1;     // rows per forward/backward (train.new's and the recipes' batch_size)
-  int64_t seq_len = 2048;      // tokens per row (max_length)
-  bool checkpointing = false;  // a recipe's gradient_checkpointing: recompute each layer in backward
-  int64_t loss_chunk = 4096;   // rows of logits the chunked cross-entropy materialises at once
+  int64_t batch_size = 1;               // rows per forward/backward (the micro-batch), as in train.new
+  int64_t max_length = 2048;            // tokens per row
+  bool gradient_checkpointing = false;  // recompute each layer in backward
+  int64_t loss_chunk = 4096;            // rows of logits the chunked cross-entropy materialises at once
   // Bytes per logit the loss's chunk holds at its peak; 0: today's fused loss (the model dtype + float32
   // blocks). 8 reproduces the step measured on 2026-11-26 (a float32 copy of the 16-bit chunk and
   // logsumexp's float32 temporary), which the planner's unit test fits against.
@@ -89,8 +90,8 @@ struct PlanOptions {
   bool adapters_ok = true;
   // The run's length, for its time and cost: optimizer steps, micro-batches per step
   // (gradient_accumulation_steps), or, without steps, its tokens (all ranks); both 0: no time.
-  int64_t steps = 0;
-  int64_t grad_accum = 1;
+  int64_t max_steps = 0;
+  int64_t gradient_accumulation_steps = 1;
   double run_tokens = 0;
   std::string run_tokens_source;  // how run_tokens was found, printed beside the time
 };

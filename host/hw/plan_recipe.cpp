@@ -157,9 +157,10 @@ void plan_sheared(const json& cfg, PlanRequest* r) {
   pick(cfg, {"prune_fraction"}, &fraction, &key);
   PlanOptions pruning = r->options, recovery = r->options;
   pruning.structure_masks = true;
-  if (r->options.steps > 0) {
-    pruning.steps = std::max<int64_t>(1, static_cast<int64_t>(std::floor(r->options.steps * fraction + 0.5)));
-    recovery.steps = std::max<int64_t>(0, r->options.steps - pruning.steps);
+  if (r->options.max_steps > 0) {
+    pruning.max_steps =
+        std::max<int64_t>(1, static_cast<int64_t>(std::floor(r->options.max_steps * fraction + 0.5)));
+    recovery.max_steps = std::max<int64_t>(0, r->options.max_steps - pruning.max_steps);
   } else if (r->options.run_tokens > 0) {
     pruning.run_tokens = r->options.run_tokens * fraction;
     recovery.run_tokens = r->options.run_tokens - pruning.run_tokens;
@@ -199,10 +200,10 @@ void plan_minitron(const json& cfg, PlanRequest* r) {
   const ModelShape cut =
       counts ? prune_targets_counts(r->model, want).shape : prune_targets(r->model, t).shape;
   PlanOptions distill = r->options;
-  distill.steps = pick(cfg, {"distill.max_steps"}, &v, &key) ? static_cast<int64_t>(v) : 0;
+  distill.max_steps = pick(cfg, {"distill.max_steps"}, &v, &key) ? static_cast<int64_t>(v) : 0;
   distill.run_tokens = 0;
   if (pick(cfg, {"distill.gradient_accumulation_steps"}, &v, &key) && v >= 1)
-    distill.grad_accum = static_cast<int64_t>(v);
+    distill.gradient_accumulation_steps = static_cast<int64_t>(v);
   const std::string what =
       "the pruned model (" + shape_string(cut) + ")" + plan_teacher(cfg, r->model, &distill);
   r->phases.push_back({"distillation", what, pruned_config(r->model, cut), distill});
@@ -280,9 +281,10 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
   pick(cfg, {"master_weights"}, &o.master_weights, &key);
   double v = 0;
   // The keys are the recipes' (run_keys.lua), which train.new and lora.apply take under the same names.
-  if (pick(cfg, {"batch_size"}, &v, &key)) o.micro_batch = static_cast<int64_t>(v);
-  if (pick(cfg, {"max_length"}, &v, &key)) o.seq_len = static_cast<int64_t>(v);
-  if (!pick(cfg, {"gradient_checkpointing"}, &o.checkpointing, &key)) o.checkpointing = false;
+  if (pick(cfg, {"batch_size"}, &v, &key)) o.batch_size = static_cast<int64_t>(v);
+  if (pick(cfg, {"max_length"}, &v, &key)) o.max_length = static_cast<int64_t>(v);
+  if (!pick(cfg, {"gradient_checkpointing"}, &o.gradient_checkpointing, &key))
+    o.gradient_checkpointing = false;
   if (pick(cfg, {"loss_chunk"}, &v, &key)) o.loss_chunk = static_cast<int64_t>(v);
   // The trainer's sharding and optimizer keys: plan's own key=value wins over the config. A key the
   // recipe does not declare cannot be given to a run of it, so the plan says so.
@@ -324,9 +326,10 @@ PlanRequest hw_plan_request(const json& cfg, const std::string& recipe, const Pl
   o.gpus_per_node = extras.gpus_per_node;
   // The run's length: max_steps, else epochs over the data file's text (4 bytes a token: English
   // under Llama 3's tokenizer is about that; the printout says it is an estimate).
-  if (pick(cfg, {"gradient_accumulation_steps"}, &v, &key) && v >= 1) o.grad_accum = static_cast<int64_t>(v);
+  if (pick(cfg, {"gradient_accumulation_steps"}, &v, &key) && v >= 1)
+    o.gradient_accumulation_steps = static_cast<int64_t>(v);
   if (pick(cfg, {"max_steps"}, &v, &key) && v > 0) {
-    o.steps = static_cast<int64_t>(v);
+    o.max_steps = static_cast<int64_t>(v);
   } else {
     std::string data;
     double epochs = 1;

@@ -32,7 +32,7 @@ void stop_unregister(Trainer* t);
 bool stop_defer_to_safe_point();
 
 // Called by the batches iterator (`in_loop` 1: it is yielding a batch, 0: it has ended) and by the
-// trainer (-1: the loop state is unchanged). Writes the checkpoints save_every deferred to here, then, when a
+// trainer (-1: the loop state is unchanged). Writes the checkpoints save_steps deferred to here, then, when a
 // stop is asked for (on any rank), saves every live trainer's unsaved steps and throws StopRequested.
 void stop_safe_point(int in_loop = -1);
 

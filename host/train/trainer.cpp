@@ -94,16 +94,16 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options,
   LT_CHECK(
       o.schedule == "constant" || o.schedule == "linear" || o.schedule == "cosine",
       "train.new: schedule must be \"constant\", \"linear\" or \"cosine\", got \"" << o.schedule << "\"");
-  LT_CHECK(o.schedule == "constant" || o.steps > 0,
+  LT_CHECK(o.schedule == "constant" || o.max_steps > 0,
            "train.new: schedule \"" << o.schedule << "\" needs max_steps > 0");
-  LT_CHECK(o.lr > 0, "train.new: learning_rate must be positive");
+  LT_CHECK(o.learning_rate > 0, "train.new: learning_rate must be positive");
   LT_CHECK(o.loss_chunk > 0, "train.new: loss_chunk must be positive");
   params_ = model_->trainable_parameters();  // whole again if an earlier ZeRO-3 trainer sharded them
   model_->residency.reset();                 // that trainer's slices are stale from here on
   LT_CHECK(!params_.empty(), "train.new: the model has no trainable parameters");
   const size_t model_params = params_.size();
   // The model's weights: the trainer's lr and decay, scheduled and clipped.
-  settings_.assign(params_.size(), Setting{o.lr, o.weight_decay, true, true});
+  settings_.assign(params_.size(), Setting{o.learning_rate, o.weight_decay, true, true});
   std::set<std::string> names;
   for (auto& [name, p] : params_) names.insert(name);
   for (auto& hook : hooks_) {
@@ -114,7 +114,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options,
         LT_CHECK(p && p->defined() && p->is_floating_point(),
                  "train.new: hook parameter " << name << " is not a float tensor");
         params_.emplace_back(name, p);
-        settings_.push_back(Setting{g.lr == 0 ? o.lr : g.lr, g.weight_decay, g.follow_schedule, g.clip});
+        settings_.push_back(
+            Setting{g.lr == 0 ? o.learning_rate : g.lr, g.weight_decay, g.follow_schedule, g.clip});
       }
   }
   if (dist_active()) {
@@ -139,13 +140,13 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options,
   if (stage != ShardStage::none && base_params > 0) {
     // ZeRO-3 frees a layer's weights after its forward: its backward needs them gathered again,
     // which the recomputed layer does (activation checkpointing is part of the stage).
-    if (stage == ShardStage::full) options_.checkpoint_layers = true;
+    if (stage == ShardStage::full) options_.gradient_checkpointing = true;
     ZeroOptions z;
     z.stage = stage;
     z.hyper = hyper_;
     z.master_weights = o.master_weights;
     z.offload = o.optimizer_offload == "cpu";
-    z.recompute = options_.checkpoint_layers;
+    z.recompute = options_.gradient_checkpointing;
     std::vector<std::pair<std::string, at::Tensor*>> mine(params_.begin(), params_.begin() + base_params);
     zero_ = std::make_shared<ZeroShards>(mine, static_cast<int64_t>(model_->layers.size()), z);
     model_->residency = zero_;
@@ -190,14 +191,14 @@ void Trainer::ensure_state() {
 
 double Trainer::lr_at(int64_t step) const {
   const TrainOptions& o = options_;
-  if (o.warmup > 0 && step <= o.warmup)
-    return o.lr * static_cast<double>(step) / static_cast<double>(o.warmup);
-  if (o.schedule == "constant") return o.lr;
-  double span = static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup));
-  double progress = std::min(1.0, static_cast<double>(step - o.warmup) / span);
-  double floor = o.min_lr_ratio * o.lr;
-  if (o.schedule == "linear") return floor + (o.lr - floor) * (1.0 - progress);
-  return floor + (o.lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
+  if (o.warmup_steps > 0 && step <= o.warmup_steps)
+    return o.learning_rate * static_cast<double>(step) / static_cast<double>(o.warmup_steps);
+  if (o.schedule == "constant") return o.learning_rate;
+  double span = static_cast<double>(std::max<int64_t>(1, o.max_steps - o.warmup_steps));
+  double progress = std::min(1.0, static_cast<double>(step - o.warmup_steps) / span);
+  double floor = o.min_lr_ratio * o.learning_rate;
+  if (o.schedule == "linear") return floor + (o.learning_rate - floor) * (1.0 - progress);
+  return floor + (o.learning_rate - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
 std::pair<double, int64_t> Trainer::batch_loss(const Batch& batch, bool backward, int64_t normaliser) {
@@ -209,7 +210,7 @@ std::pair<at::Tensor, int64_t> Trainer::batch_loss_device(const Batch& batch, bo
                                                           int64_t normaliser) {
   LT_CHECK(batch.ids.defined() && batch.ids.dim() == 2, "train: a batch needs ids of shape (rows, length)");
   const int64_t rows = batch.ids.size(0);
-  const int64_t micro = options_.micro_batch_size > 0 ? options_.micro_batch_size : rows;
+  const int64_t micro = options_.batch_size > 0 ? options_.batch_size : rows;
   const c10::Device dev = model_->device();
   const bool training = backward;
   at::Tensor total =
@@ -226,7 +227,7 @@ std::pair<at::Tensor, int64_t> Trainer::batch_loss_device(const Batch& batch, bo
   // without targets) makes the same collectives with nothing to add.
   const bool zero_slots = zero_ && backward && zero_->stage() >= ShardStage::gradients;
   const bool zero_layers =
-      zero_ && backward && options_.checkpoint_layers && zero_->stage() >= ShardStage::gradients;
+      zero_ && backward && options_.gradient_checkpointing && zero_->stage() >= ShardStage::gradients;
   // So do hooks whose losses gather (a sharded teacher), in training and evaluation alike.
   const bool hook_slots = hooks_collective();
   const int64_t my_slots = rows > 0 ? (rows + micro - 1) / micro : 0;
@@ -255,7 +256,7 @@ std::pair<at::Tensor, int64_t> Trainer::batch_loss_device(const Batch& batch, bo
         return z->run_layer(l, fn, x, true);
       };
       fo.run_layer_gathers = true;
-    } else if (options_.checkpoint_layers && backward) {
+    } else if (options_.gradient_checkpointing && backward) {
       fo.run_layer = [](int64_t, const LayerFn& fn, const at::Tensor& x) { return recompute_forward(fn, x); };
     }
     fo.positions =
@@ -391,7 +392,7 @@ void Trainer::optimizer_update(double scheduled_lr, const at::Tensor& skip) {
     at::Tensor& p = *params_[i].second;
     if (!p.grad().defined()) continue;
     const Setting& set = settings_[i];
-    const double lr = set.follow_schedule ? set.lr * (scheduled_lr / o.lr) : set.lr;
+    const double lr = set.follow_schedule ? set.lr * (scheduled_lr / o.learning_rate) : set.lr;
     const bool master = master_[i].defined();
     const bool fused = o.optimizer == "adamw" && o.optimizer_offload == "none" &&
                        (master || p.scalar_type() == at::kFloat) && p.grad().device() == p.device();
@@ -418,7 +419,7 @@ void Trainer::optimizer_update(double scheduled_lr, const at::Tensor& skip) {
   for (size_t i : rest) {
     at::Tensor& p = *params_[i].second;
     const Setting& set = settings_[i];
-    h.lr = set.follow_schedule ? set.lr * (scheduled_lr / o.lr) : set.lr;
+    h.lr = set.follow_schedule ? set.lr * (scheduled_lr / o.learning_rate) : set.lr;
     h.weight_decay = set.weight_decay;
     at::Tensor w = master_[i].defined() ? master_[i] : p;  // the float (or host) copy is the one updated
     optim_update(w, p.grad().to(w.device()), opt_[i], h);
@@ -529,7 +530,7 @@ StepStats Trainer::finish_step(const PendingStep& pending) {
 #endif
   // The checkpoint waits for the safe point (stop.h), which comes after the recipe has logged
   // this step: a checkpoint never holds a step the metrics do not.
-  if (options_.save_every > 0 && step_ % options_.save_every == 0) save_due_ = true;
+  if (options_.save_steps > 0 && step_ % options_.save_steps == 0) save_due_ = true;
   mid_step_ = true;
   return s;
 }
@@ -731,10 +732,10 @@ void Trainer::publish_checkpoint(const std::string& tmp, const std::string& fina
   json meta = {{"step", step_},
                {"run_id", run_id_},
                {"optimizer", options_.optimizer},
-               {"lr", options_.lr},
+               {"lr", options_.learning_rate},
                {"schedule", options_.schedule},
-               {"warmup", options_.warmup},
-               {"steps", options_.steps},
+               {"warmup", options_.warmup_steps},
+               {"steps", options_.max_steps},
                {"parameters", params_.size()},
                {"world_size", dist_world_size()},
                {"shard", options_.shard}};
@@ -817,7 +818,7 @@ int64_t Trainer::resume(const std::string& checkpoint_dir) {
   }
   if (dist_is_main())
     std::printf("resumed from step %lld of %lld (checkpoint %s)\n", static_cast<long long>(step_),
-                static_cast<long long>(options_.steps), dir.c_str());
+                static_cast<long long>(options_.max_steps), dir.c_str());
   for (auto& hook : hooks_) hook->after_step(step_);
   return step_;
 }

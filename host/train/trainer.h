@@ -94,26 +94,27 @@ class TrainerHook {
   virtual void empty_micro_batch(bool training) {}
 };
 
+// train.new's options, under its (the recipes' Hugging Face) names.
 struct TrainOptions {
   std::string optimizer = "adamw";  // "adamw", "adamw8bit" (bitsandbytes' blockwise 8-bit states) or "sgd"
-  double lr = 2e-5;
+  double learning_rate = 2e-5;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weight_decay = 0.0;
   double momentum = 0.0;            // sgd
   std::string schedule = "cosine";  // "constant", "linear", "cosine" (after linear warmup)
-  int64_t warmup = 0;               // steps of linear warmup from 0
-  int64_t steps = 0;                // total steps (linear/cosine decay to min_lr_ratio * lr)
+  int64_t warmup_steps = 0;         // steps of linear warmup from 0
+  int64_t max_steps = 0;            // total steps (linear/cosine decay to min_lr_ratio * learning_rate)
   double min_lr_ratio = 0.0;
-  int64_t micro_batch_size = 0;    // rows per forward/backward; 0 = the whole batch at once
-  double max_grad_norm = 1.0;      // 0 = no clipping
-  bool master_weights = true;      // fp32 master copies of bf16/f16 trainable weights
-  bool checkpoint_layers = false;  // recompute each layer in backward instead of storing activations
-  int64_t loss_chunk = 4096;       // rows of logits materialised at once by the cross-entropy
-  std::string output_dir;          // checkpoints go to output_dir/checkpoints/step-NNNNNNN
-  int64_t save_every = 0;          // 0 = only when save() is called
-  int64_t keep_last = 2;           // checkpoints kept (older ones are deleted)
+  int64_t batch_size = 0;      // rows per forward/backward (the micro-batch); 0 = the whole batch at once
+  double max_grad_norm = 1.0;  // 0 = no clipping
+  bool master_weights = true;  // fp32 master copies of bf16/f16 trainable weights
+  bool gradient_checkpointing = false;  // recompute each layer in backward instead of storing activations
+  int64_t loss_chunk = 4096;            // rows of logits materialised at once by the cross-entropy
+  std::string output_dir;               // checkpoints go to output_dir/checkpoints/step-NNNNNNN
+  int64_t save_steps = 0;               // 0 = only when save() is called
+  int64_t keep_last = 2;                // checkpoints kept (older ones are deleted)
   // ZeRO over the data-parallel ranks (host/dist/zero.h): "none", "optimizer", "gradients", "full"
-  // (or FSDP's NO_SHARD / SHARD_GRAD_OP / FULL_SHARD). "full" recomputes layers (checkpoint_layers).
+  // (or FSDP's NO_SHARD / SHARD_GRAD_OP / FULL_SHARD). "full" recomputes layers (gradient_checkpointing).
   std::string shard = "none";
   std::string optimizer_offload = "none";  // "cpu": masters and optimizer states in host memory
   // The output directory contract (host/train/run_dir.h): a fresh run into a directory holding
@@ -180,7 +181,7 @@ class Trainer {
   // is none. Prints "resumed from step N of M (checkpoint PATH)" and warns for each config key
   // that differs from the checkpointed run's.
   int64_t resume(const std::string& checkpoint_dir = "");
-  // The stop protocol (host/train/stop.h): save_every's checkpoint is written at the next safe
+  // The stop protocol (host/train/stop.h): save_steps' checkpoint is written at the next safe
   // point, after the step's metrics are logged, so a checkpoint never runs ahead of the logs.
   bool mid_step() const { return mid_step_; }  // a step returned and no safe point since
   void reach_safe_point();                     // writes the deferred checkpoint, if any

@@ -218,7 +218,7 @@ expect_out "the pruning phase peaks: 78.52 GiB per GPU (recovery: 59.54)"
 expect_out "every phase fits: H100 SXM, H100 PCIe, H200, A100 80GB, MI300X"
 # Time and cost per GPU: the run's tokens, FLOPs per token, the measured MFU assumed, and its source.
 check plan_time 0 "$runner" plan lora_finetune model_preset=llama3.1-8b max_steps=1000
-expect_out "time: 6.55e+04 tokens a step per GPU (micro_batch 4 x 8 micro-batches x seq_len 2048)"
+expect_out "time: 6.55e+04 tokens a step per GPU (batch_size 4 x 8 micro-batches x max_length 2048)"
 expect_out "MFU 0.207: luatune's Llama 3.1 8B LoRA measured 2026-11-26"
 expect_out "the run: 6.554e+07 tokens (1000 steps x 1 GPU)"; expect_out "step_s     run_h   cost_usd"
 # A pruning job trains every weight: its advice never suggests adapters.

@@ -209,7 +209,7 @@ TEST(Distiller, TrainingApproachesTheTeacherAndEvaluationKeepsTheLMLoss) {
   o.chunk = 5;
   auto kd = std::make_shared<Distiller>(teacher, student, o);
   TrainOptions to = constant_lr(1e-2);
-  to.micro_batch_size = 2;
+  to.batch_size = 2;
   Trainer t(student, to, {kd});
   Batch batch = random_batch(61, 4, 9, 6);
   double first = step_stat(t.step(batch).extra, "kd_loss"), last = 0;
@@ -235,7 +235,7 @@ TEST(Distiller, MicroBatchesEqualTheWholeBatch) {
     auto student = tiny_model_sized(8);
     auto kd = std::make_shared<Distiller>(teacher, student, o);
     TrainOptions to = constant_lr();
-    to.micro_batch_size = micro;
+    to.batch_size = micro;
     Trainer t(student, to, {kd});
     Batch batch = random_batch(61, 3, 7, 9);
     auto [sum, n] = t.batch_loss(batch, true, batch.target_tokens);
@@ -273,7 +273,7 @@ TEST(Distiller, HiddenStateProjectionAcrossWidthsTrains) {
   o.seed = 3;
   auto kd = std::make_shared<Distiller>(teacher, student, o);
   TrainOptions to = constant_lr(1e-2);
-  to.checkpoint_layers = true;  // layer outputs stay differentiable under recomputation
+  to.gradient_checkpointing = true;  // layer outputs stay differentiable under recomputation
   Trainer t(student, to, {kd});
   const auto& params = t.parameters();
   ASSERT_EQ(params[params.size() - 2].first, "distill.proj.0.weight");

@@ -105,7 +105,7 @@ TEST(TrainerCollectiveHooks, AMicroBatchWithoutTargetsIsAnEmptySlot) {
   auto hook = std::make_shared<CountingHook>();
   TrainOptions to;
   to.schedule = "constant";
-  to.micro_batch_size = 1;
+  to.batch_size = 1;
   Trainer t(model, to, {hook});
   Batch b = random_batch(3, 6, 7);
   b.targets[1].fill_(kIgnoreTarget);  // the middle micro-batch has nothing to learn

@@ -30,8 +30,8 @@ std::vector<int64_t> dims(const ModelConfig& m) {
 PlanOptions lora_checkpointed() {
   PlanOptions o;
   o.method = PlanMethod::method_lora;
-  o.micro_batch = 4;
-  o.checkpointing = true;
+  o.batch_size = 4;
+  o.gradient_checkpointing = true;
   return o;
 }
 
@@ -109,7 +109,7 @@ TEST(HwParams, Gemma2_9B) {
 // Memory: Llama 3.1 8B, seq_len 2048, loss chunk 4096
 
 TEST(HwPlan, FullMixedPrecision8B) {
-  PlanOptions o;  // full, bf16 + fp32 master, AdamW, micro_batch 1, seq 2048, no checkpointing
+  PlanOptions o;  // full, bf16 + fp32 master, AdamW, batch_size 1, max_length 2048, no checkpointing
   PlanComponents m = hw_plan_memory(llama31_8b(), o);
   const double N = 8030261248.0;
   EXPECT_DOUBLE_EQ(m.weights, 2 * N);
@@ -139,7 +139,7 @@ TEST(HwPlan, FullMixedPrecision8B) {
 TEST(HwPlan, Lora8B) {
   PlanOptions o;
   o.method = PlanMethod::method_lora;  // r=16, all seven projections, dropout 0.05
-  o.checkpointing = true;
+  o.gradient_checkpointing = true;
   PlanComponents m = hw_plan_memory(llama31_8b(), o);
   const double n_lora = 41943040;
   EXPECT_DOUBLE_EQ(m.weights, 2 * 8030261248.0);
@@ -165,7 +165,7 @@ TEST(HwPlan, Lora8B) {
 TEST(HwPlan, Qlora8BFitsIn16GB) {
   PlanOptions o;
   o.method = PlanMethod::method_qlora;
-  o.checkpointing = true;
+  o.gradient_checkpointing = true;
   PlanComponents m = hw_plan_memory(llama31_8b(), o);
   // NF4: 6,979,321,856 * 0.516 = 3,601,330,077.696 (3.35 GiB; docs/qlora.md, "Sources"); the rest in bf16:
   // (8,030,261,248 - 6,979,321,856) * 2 = 2,101,878,784 (1.96 GiB)
@@ -203,9 +203,9 @@ TEST(HwPlan, WithinTenPercentOfThePeaksMeasuredOnAnH200) {
   for (const Point& pt : points) {
     PlanOptions o;
     o.method = pt.method;
-    o.micro_batch = 4;
-    o.seq_len = 2048;
-    o.checkpointing = true;
+    o.batch_size = 4;
+    o.max_length = 2048;
+    o.gradient_checkpointing = true;
     o.lora_dropout = 0;
     o.loss_logit_bytes = 8;
     const PlanComponents m = hw_plan_memory(pt.model, o);
@@ -218,7 +218,7 @@ TEST(HwPlan, WithinTenPercentOfThePeaksMeasuredOnAnH200) {
   // Today's loss holds 2 bytes a logit (+ a float32 block): the same runs plan lower, by what the
   // chunk no longer holds, and the peak is a layer's backward for the 8B model.
   PlanOptions today = lora_checkpointed();
-  today.seq_len = 2048;
+  today.max_length = 2048;
   today.lora_dropout = 0;
   PlanOptions then = today;
   then.loss_logit_bytes = 8;
@@ -232,13 +232,13 @@ TEST(HwPlan, OtherModelsOrdersOfMagnitude) {
   EXPECT_GT(hw_plan_memory(gemma2_9b(), full).total / kGiB, 80);
   PlanOptions q;
   q.method = PlanMethod::method_qlora;
-  q.checkpointing = true;
+  q.gradient_checkpointing = true;
   EXPECT_LT(hw_plan_memory(mistral_7b(), q).total / kGiB, 16);
   // Gemma 2's 256k vocabulary: at micro-batch 8 x 512 one 4096-row loss chunk (bf16 logits + two
   // float32 blocks of 16,000 columns under the final softcap) is 4096 * (256000 * 2 + 2 * 16000 * 4) B
   // = 2.2 GiB, and the loss is the peak; 512-row chunks move the peak to a layer's backward.
-  q.micro_batch = 8;
-  q.seq_len = 512;
+  q.batch_size = 8;
+  q.max_length = 512;
   const PlanComponents at4096 = hw_plan_memory(gemma2_9b(), q);
   EXPECT_EQ(at4096.peak_at, "loss");
   q.loss_chunk = 512;
@@ -262,16 +262,16 @@ TEST(HwPlan, OtherModelsOrdersOfMagnitude) {
   // checkpointing the activations grow with the square of the sequence.
   PlanOptions l;
   l.method = PlanMethod::method_lora;
-  l.seq_len = 4096;
+  l.max_length = 4096;
   double a4 = hw_plan_memory(gemma2_9b(), l).activations;
-  l.seq_len = 2048;
+  l.max_length = 2048;
   double a2 = hw_plan_memory(gemma2_9b(), l).activations;
   EXPECT_GT(a4 / a2, 2.5);
   EXPECT_NEAR(
       hw_plan_memory(llama31_8b(), l).activations * 2,
       [&] {
         PlanOptions x = l;
-        x.seq_len = 4096;
+        x.max_length = 4096;
         return hw_plan_memory(llama31_8b(), x).activations;
       }(),
       1e6);  // SDPA: linear in the sequence
@@ -281,7 +281,7 @@ TEST(HwPlan, FitsMaxMicroBatchAndAdvice) {
   auto cat = catalog();
   PlanOptions o;
   o.method = PlanMethod::method_lora;
-  o.micro_batch = 4;
+  o.batch_size = 4;
   Plan p = hw_plan(llama31_8b(), o, cat);
   ASSERT_EQ(p.gpus.size(), cat.size());
   int64_t prev = -1;
@@ -332,9 +332,9 @@ TEST(HwPlan, FitsMaxMicroBatchAndAdvice) {
 TEST(HwPlan, TeacherWholeOrShardedAndItsForward) {
   const ModelConfig teacher = llama31_8b();
   PlanOptions o;
-  o.micro_batch = 4;
-  o.seq_len = 128;
-  o.checkpointing = true;
+  o.batch_size = 4;
+  o.max_length = 128;
+  o.gradient_checkpointing = true;
   o.gpus = 2;
   o.shard = PlanShard::shard_full;
   const PlanComponents plain = hw_plan_memory(teacher, o);
@@ -385,8 +385,8 @@ TEST(HwPlan, TimeAndCostFromTokensFlopsPeakAndMeasuredMfu) {
   auto cat = catalog();
   const GpuSpec h100 = hw_catalog_find(cat, "H100 SXM"), t4 = hw_catalog_find(cat, "T4");
   PlanOptions o = lora_checkpointed();
-  o.grad_accum = 8;
-  o.steps = 1000;
+  o.gradient_accumulation_steps = 8;
+  o.max_steps = 1000;
   o.gpus = 2;
   Plan p = hw_plan(llama31_8b(), o, {h100, t4});
   // LoRA at 8B: luatune's measured 8B LoRA MFU, with its source.
@@ -408,7 +408,7 @@ TEST(HwPlan, TimeAndCostFromTokensFlopsPeakAndMeasuredMfu) {
   EXPECT_LT(p.gpus[1].step_s, 0);
   EXPECT_LT(p.gpus[1].cost_usd, 0);
   // Without a length the step time stays, the run's time and cost do not.
-  o.steps = 0;
+  o.max_steps = 0;
   Plan q = hw_plan(llama31_8b(), o, {h100});
   EXPECT_NEAR(q.gpus[0].step_s, f.step_s, 1e-12);
   EXPECT_LT(q.gpus[0].run_hours, 0);
@@ -428,12 +428,12 @@ TEST(HwPlan, TimeAndCostFromTokensFlopsPeakAndMeasuredMfu) {
 TEST(HwPlan, MaxMicroBatchIsTheLargestThatFits) {
   PlanOptions o;
   o.method = PlanMethod::method_lora;
-  o.checkpointing = true;
+  o.gradient_checkpointing = true;
   int64_t b = hw_max_micro_batch(llama31_8b(), o, 80);
   ASSERT_GT(b, 1);
-  o.micro_batch = b;
+  o.batch_size = b;
   EXPECT_LE(hw_plan_memory(llama31_8b(), o).total / kGiB, 80);
-  o.micro_batch = b + 1;
+  o.batch_size = b + 1;
   EXPECT_GT(hw_plan_memory(llama31_8b(), o).total / kGiB, 80);
 }
 
@@ -446,7 +446,7 @@ constexpr double kN8B = 8030261248.0;
 constexpr double kLayer8B = 218112000.0, kOutside8B = 1050677248.0;
 
 PlanOptions sharded(PlanShard s, int64_t gpus) {
-  PlanOptions o;  // full, bf16 + fp32 masters, AdamW, micro_batch 1, seq 2048
+  PlanOptions o;  // full, bf16 + fp32 masters, AdamW, batch_size 1, max_length 2048
   o.shard = s;
   o.gpus = gpus;
   return o;
@@ -475,7 +475,7 @@ TEST(HwPlanZero, EachStageShardsItsTermsToOneNth) {
   EXPECT_DOUBLE_EQ(z2.optimizer_states, 8 * own);
   EXPECT_DOUBLE_EQ(z2.gradients, 2 * kN8B + 4 * own);
   PlanOptions ck = sharded(PlanShard::shard_gradients, 8);
-  ck.checkpointing = true;
+  ck.gradient_checkpointing = true;
   const PlanComponents z2c = hw_plan_memory(llama31_8b(), ck);
   EXPECT_DOUBLE_EQ(z2c.gradients, 4 * own + 2 * kLayer8B);
   EXPECT_DOUBLE_EQ(z2c.weights, 2 * kN8B);
@@ -489,7 +489,7 @@ TEST(HwPlanZero, EachStageShardsItsTermsToOneNth) {
   EXPECT_DOUBLE_EQ(z3.gather_buffers, 2 * 2 * kLayer8B);
   EXPECT_DOUBLE_EQ(z3.comm_buckets, 2 * kLayer8B);
   PlanOptions ckpt;
-  ckpt.checkpointing = true;
+  ckpt.gradient_checkpointing = true;
   EXPECT_DOUBLE_EQ(z3.activations, hw_plan_memory(llama31_8b(), ckpt).activations);
   // Each stage lowers the total.
   EXPECT_LT(z1.total, none.total);
@@ -509,7 +509,7 @@ TEST(HwPlanZero, PaddingAndFrozenBases) {
     PlanOptions o;
     o.method = method;
     o.lora_targets = {"all-linear"};
-    o.checkpointing = true;
+    o.gradient_checkpointing = true;
     const PlanComponents base = hw_plan_memory(llama31_8b(), o);
     o.shard = PlanShard::shard_full;
     o.gpus = 8;
@@ -586,9 +586,9 @@ TEST(HwPlanZero, OffloadMovesMastersAndMomentsToHostRam) {
 // full_finetune (batch_size 4, max_length 2048, gradient_checkpointing), 8B, bf16 + fp32 masters, AdamW.
 PlanOptions sheared_8b(int64_t gpus, PlanShard s) {
   PlanOptions o = sharded(s, gpus);
-  o.micro_batch = 4;
-  o.seq_len = 128;
-  o.checkpointing = true;
+  o.batch_size = 4;
+  o.max_length = 128;
+  o.gradient_checkpointing = true;
   return o;
 }
 
@@ -600,8 +600,8 @@ TEST(HwPlanZero, SeedJobsFit) {
   EXPECT_TRUE(sheared.gpus[0].fits) << hw_plan_text(sheared);
   EXPECT_GT(hw_plan_memory(llama31_8b(), sheared_8b(1, PlanShard::shard_none)).total / kGiB, 130);
   PlanOptions ft = sharded(PlanShard::shard_full, 8);
-  ft.micro_batch = 4;
-  ft.checkpointing = true;
+  ft.batch_size = 4;
+  ft.gradient_checkpointing = true;
   Plan full = hw_plan(llama31_8b(), ft, {a100_40});
   EXPECT_TRUE(full.gpus[0].fits) << hw_plan_text(full);
   ft.shard = PlanShard::shard_none;
@@ -819,9 +819,9 @@ TEST(HwPlanRequest, ReadsTheShippedRecipesKeys) {
   ex.model_preset = "llama3.1-8b";
   PlanRequest r = hw_plan_request(cfg, "recipes/lora_finetune.lua", ex);
   EXPECT_EQ(r.options.method, PlanMethod::method_lora);
-  EXPECT_EQ(r.options.micro_batch, 4);
-  EXPECT_EQ(r.options.seq_len, 1024);
-  EXPECT_TRUE(r.options.checkpointing);
+  EXPECT_EQ(r.options.batch_size, 4);
+  EXPECT_EQ(r.options.max_length, 1024);
+  EXPECT_TRUE(r.options.gradient_checkpointing);
   EXPECT_EQ(r.options.lora_r, 8);
   EXPECT_EQ(r.options.lora_targets, (std::vector<std::string>{"q_proj", "v_proj"}));
   EXPECT_EQ(hw_param_counts(r.model).total, 8030261248);
@@ -832,9 +832,9 @@ TEST(HwPlanRequest, ReadsTheShippedRecipesKeys) {
                           {"micro_batch_size", 9},
                           {"dtype", "fp32"}};
   PlanRequest o = hw_plan_request(other, "recipes/lora_finetune.lua", ex);
-  EXPECT_FALSE(o.options.checkpointing);
+  EXPECT_FALSE(o.options.gradient_checkpointing);
   EXPECT_EQ(o.options.lora_r, 16);
-  EXPECT_EQ(o.options.micro_batch, 1);
+  EXPECT_EQ(o.options.batch_size, 1);
   EXPECT_EQ(o.options.dtype, "fp32");
   ex.model_preset = "";
   EXPECT_EQ(
@@ -856,14 +856,14 @@ TEST(HwPlanRequest, RunLengthFromStepsOrEpochsOverTheData) {
   ex.model_preset = "llama3.1-8b";
   nlohmann::json cfg = {{"base_model", "/nowhere"}, {"max_steps", 500}, {"gradient_accumulation_steps", 8}};
   PlanRequest r = hw_plan_request(cfg, "recipes/full_finetune.lua", ex);
-  EXPECT_EQ(r.options.steps, 500);
-  EXPECT_EQ(r.options.grad_accum, 8);
+  EXPECT_EQ(r.options.max_steps, 500);
+  EXPECT_EQ(r.options.gradient_accumulation_steps, 8);
   const std::string data = testing::TempDir() + "plan_run_length.jsonl";
   file_write_atomic(data, std::string(4000000, 'x'));
   nlohmann::json epochs = {
       {"base_model", "/nowhere"}, {"max_steps", 0}, {"num_train_epochs", 3}, {"data", data}};
   PlanRequest e = hw_plan_request(epochs, "recipes/full_finetune.lua", ex);
-  EXPECT_EQ(e.options.steps, 0);
+  EXPECT_EQ(e.options.max_steps, 0);
   EXPECT_DOUBLE_EQ(e.options.run_tokens, 3.0 * 4000000 / 4);
   EXPECT_NE(e.options.run_tokens_source.find("estimated: 3 epochs of " + data + "'s 4 MB at 4 bytes a token"),
             std::string::npos)
@@ -896,14 +896,14 @@ TEST(HwPlanRequest, ShearedRecipePlansPruningThenRecoveryWithItsTeacher) {
   EXPECT_EQ(r.phases[0].name, "pruning");
   EXPECT_EQ(r.phases[0].model.num_layers, 32);
   EXPECT_FALSE(r.phases[0].options.teacher.present);
-  EXPECT_EQ(r.phases[0].options.steps, 300);
+  EXPECT_EQ(r.phases[0].options.max_steps, 300);
   EXPECT_FALSE(r.phases[0].options.adapters_ok);
   const PlanPhase& rec = r.phases[1];
   EXPECT_EQ(rec.name, "recovery");
   // docs/pruning.md's rounding: 32 x 0.8 = 25.6 -> 26 layers; 4 per group x 0.7 = 2.8 -> 3, x 8 groups
   // = 24 heads; 4096 x 0.9 = 3686.4 -> 3712 (a multiple of 128); 14336 x 0.6 = 8601.6 -> 8576.
   EXPECT_EQ(dims(rec.model), (std::vector<int64_t>{26, 24, 8, 3712, 8576}));
-  EXPECT_EQ(rec.options.steps, 700);
+  EXPECT_EQ(rec.options.max_steps, 700);
   EXPECT_TRUE(rec.options.teacher.present);
   EXPECT_EQ(rec.options.teacher.config.num_layers, 32);
   EXPECT_EQ(rec.options.teacher.dtype, "fp32");
@@ -938,8 +938,8 @@ TEST(HwPlanRequest, MinitronPlansItsDistillationOfTheCutModel) {
   const PlanPhase& d = r.phases[0];
   EXPECT_EQ(d.name, "distillation");
   EXPECT_EQ(dims(d.model), (std::vector<int64_t>{32, 32, 8, 3072, 9216}));  // heads kept (0: not cut)
-  EXPECT_EQ(d.options.steps, 300);
-  EXPECT_EQ(d.options.grad_accum, 4);
+  EXPECT_EQ(d.options.max_steps, 300);
+  EXPECT_EQ(d.options.gradient_accumulation_steps, 4);
   EXPECT_TRUE(d.options.teacher.present);
   EXPECT_EQ(d.options.teacher.config.hidden_size, 4096);
   EXPECT_FALSE(d.options.adapters_ok);  // a pruning job

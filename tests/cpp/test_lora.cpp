@@ -622,8 +622,8 @@ TEST(LoraLinear, TrainingStepsGiveTheLossesOfTheFloat32Path) {
         lora_apply(*m, c, 3);
         if (ref) use_reference_lora(*m);
         TrainOptions o = constant_lr(5e-3);
-        o.steps = 6;
-        o.checkpoint_layers = recompute;
+        o.max_steps = 6;
+        o.gradient_checkpointing = recompute;
         Trainer t(m, o);
         Batch b = random_batch(97, 4, 12, 1);
         at::manual_seed(21);

@@ -139,7 +139,7 @@ TEST(PreferenceLoss, TrainerStepEqualsPlainAutogradDpo) {
     SCOPED_TRACE("micro_batch_size " + std::to_string(micro));
     auto pol = tiny_model61(1);
     TrainOptions o;
-    o.lr = 1e-3, o.schedule = "constant", o.micro_batch_size = micro, o.max_grad_norm = 0;
+    o.learning_rate = 1e-3, o.schedule = "constant", o.batch_size = micro, o.max_grad_norm = 0;
     auto hook = std::make_shared<PreferenceLoss>(pol, tiny_model61(2), PreferenceOptions{});
     Trainer t(pol, o, {hook});
     // The gradient as the trainer forms it, before its update: evaluate the same loss with backward.
@@ -151,7 +151,7 @@ TEST(PreferenceLoss, TrainerStepEqualsPlainAutogradDpo) {
   // At the first step a policy equal to its reference has z = 0: the loss is log 2 for every pair.
   auto same = tiny_model61(7);
   TrainOptions o;
-  o.lr = 1e-3, o.schedule = "constant";
+  o.learning_rate = 1e-3, o.schedule = "constant";
   Trainer t(same, o, {std::make_shared<PreferenceLoss>(same, tiny_model61(7), PreferenceOptions{})});
   StepStats s = t.step(b);
   EXPECT_NEAR(s.loss, std::log(2.0), 1e-6);
@@ -176,7 +176,7 @@ TEST(PreferenceLoss, AdaptersOffEqualsASeparateFrozenCopy) {
     return m;
   };
   TrainOptions o;
-  o.lr = 1e-2, o.schedule = "constant", o.micro_batch_size = 2;
+  o.learning_rate = 1e-2, o.schedule = "constant", o.batch_size = 2;
   auto a = with_lora(1), b = with_lora(1);
   Trainer ta(a, o,
              {std::make_shared<PreferenceLoss>(a, tiny_model61(1),
@@ -214,7 +214,7 @@ TEST(PreferenceLoss, CachedReferenceEqualsRecomputedAndSurvivesAFile) {
     EXPECT_EQ(back.at(id).rejected_tokens, e.rejected_tokens);
   }
   TrainOptions o;
-  o.lr = 1e-2, o.schedule = "constant";
+  o.learning_rate = 1e-2, o.schedule = "constant";
   auto a = tiny_model61(1), b = tiny_model61(1);
   Trainer ta(a, o, {std::make_shared<PreferenceLoss>(a, reference, PreferenceOptions{})});
   auto cached = std::make_shared<PreferenceLoss>(b, nullptr, PreferenceOptions{});
@@ -235,7 +235,7 @@ TEST(PreferenceLoss, ResumeEqualsAStraightRunBitForBit) {
     po.loss = loss;
     auto ref = [&]() -> std::shared_ptr<Model> { return po.loss == "orpo" ? nullptr : tiny_model61(2); };
     TrainOptions o;
-    o.lr = 3e-3, o.warmup = 1, o.steps = 4, o.micro_batch_size = 2;
+    o.learning_rate = 3e-3, o.warmup_steps = 1, o.max_steps = 4, o.batch_size = 2;
     std::vector<Batch> data;
     for (int i = 0; i < 4; i++) data.push_back(pair_batch(2, 8, 60 + i));
     auto straight = tiny_model61(1);
@@ -264,7 +264,7 @@ TEST(PreferenceLoss, ClearErrors) {
   EXPECT_NE(error_of([&] { PreferenceLoss(m, m, PreferenceOptions{}); }).find("needs a model with adapters"),
             std::string::npos);
   TrainOptions to;
-  to.lr = 1e-3, to.schedule = "constant", to.micro_batch_size = 3;
+  to.learning_rate = 1e-3, to.schedule = "constant", to.batch_size = 3;
   Trainer t(m, to, {std::make_shared<PreferenceLoss>(m, tiny_model61(2), PreferenceOptions{})});
   EXPECT_NE(error_of([&] { t.step(pair_batch(2, 8, 1)); }).find("would split a preference pair"),
             std::string::npos);

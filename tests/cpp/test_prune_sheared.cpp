@@ -220,7 +220,7 @@ TEST(Sheared, MultipliersAscendAndMasksFollow) {
   auto p = std::make_shared<ShearedPruner>(m, o);
   TrainOptions to;
   to.schedule = "constant";
-  to.lr = 1e-3;
+  to.learning_rate = 1e-3;
   Trainer tr(m, to, {p});
   Batch b = random_batch(61, 2, 8, 5);
   const double before = p->expected_sparsity("layers");
@@ -254,8 +254,8 @@ TEST(Sheared, RecomputeAndMicroBatchesGiveTheSameMaskGradients) {
     randomize(*p, 9);
     TrainOptions to;
     to.schedule = "constant";
-    to.checkpoint_layers = checkpoint;
-    to.micro_batch_size = micro;
+    to.gradient_checkpointing = checkpoint;
+    to.batch_size = micro;
     Trainer tr(m, to, {p});
     Batch b = random_batch(61, 4, 8, 6);
     at::manual_seed(11);
@@ -401,7 +401,7 @@ TEST(Sheared, ResumeRestoresMasksAndMultipliers) {
   o.warmup_steps = 3;
   TrainOptions to;
   to.schedule = "constant";
-  to.lr = 1e-3;
+  to.learning_rate = 1e-3;
   auto batch = [](int s) { return random_batch(61, 2, 8, 100 + s); };
   // Straight: 5 steps.
   auto m1 = tiny("llama", 4, 2);

@@ -442,8 +442,8 @@ TEST(Qlora, TrainingReachesOnlyTheAdaptersAndLeavesCodesAlone) {
     auto trainable = m->trainable_parameters();
     EXPECT_EQ(trainable.size(), 28u);  // lora_A and lora_B of 14 Linears, nothing else
     TrainOptions o = constant_lr(5e-3);
-    o.steps = 12;
-    o.checkpoint_layers = recompute;
+    o.max_steps = 12;
+    o.gradient_checkpointing = recompute;
     Trainer t(m, o);
     Batch b = random_batch(4, 12, 1);
     double first = t.step(b).loss, last = first;

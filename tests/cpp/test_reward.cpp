@@ -79,10 +79,10 @@ TEST(Reward, TrainerStepIsBradleyTerryByPlainAutograd) {
   Batch b = pair_batch(3, 10, 7);
   TrainOptions o;
   o.optimizer = "sgd";
-  o.lr = 0.1;
+  o.learning_rate = 0.1;
   o.schedule = "constant";
   o.max_grad_norm = 0;
-  o.micro_batch_size = 2;  // one pair per micro-batch: the loss is still the mean over the 3 pairs
+  o.batch_size = 2;  // one pair per micro-batch: the loss is still the mean over the 3 pairs
   Trainer t(model, o, {rm});
   StepStats st = t.step(b);
 

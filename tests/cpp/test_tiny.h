@@ -60,12 +60,12 @@ inline std::shared_ptr<Model> tiny_model_sized(uint64_t seed, int64_t hidden = 3
 
 // Trainer options whose steps compare: a constant learning rate `lr` from the first step (no
 // warm-up) and micro-batches of `micro` rows (0: the whole batch).
-inline TrainOptions constant_lr(double lr = TrainOptions().lr, int64_t micro = 0) {
+inline TrainOptions constant_lr(double lr = TrainOptions().learning_rate, int64_t micro = 0) {
   TrainOptions o;
-  o.lr = lr;
-  o.warmup = 0;
+  o.learning_rate = lr;
+  o.warmup_steps = 0;
   o.schedule = "constant";
-  o.micro_batch_size = micro;
+  o.batch_size = micro;
   return o;
 }
 

@@ -77,7 +77,7 @@ TEST(Trainer, MicroBatchesEqualTheLargeBatch) {
   auto g1 = grads(whole);
   zero_grads(whole);
   TrainOptions o4 = o;
-  o4.micro_batch_size = 2;
+  o4.batch_size = 2;
   Trainer micro(m, o4);
   auto [l4, n4] = micro.batch_loss(b, true, b.target_tokens);
   auto g4 = grads(micro);
@@ -96,7 +96,7 @@ TEST(Trainer, RecomputedLayersGiveTheSameGradients) {
     plain.batch_loss(b, true, b.target_tokens);
     auto g1 = grads(plain);
     zero_grads(plain);
-    o.checkpoint_layers = true;
+    o.gradient_checkpointing = true;
     Trainer ckpt(m, o);
     ckpt.batch_loss(b, true, b.target_tokens);
     auto g2 = grads(ckpt);
@@ -132,7 +132,7 @@ TEST(Trainer, PaddingAndPackingLeaveADocumentsLossAlone) {
 TEST(Trainer, SchedulesWarmUpThenDecay) {
   auto m = tiny_model61();
   TrainOptions o;
-  o.lr = 1.0, o.warmup = 10, o.steps = 110, o.schedule = "cosine", o.min_lr_ratio = 0.1;
+  o.learning_rate = 1.0, o.warmup_steps = 10, o.max_steps = 110, o.schedule = "cosine", o.min_lr_ratio = 0.1;
   Trainer t(m, o);
   EXPECT_DOUBLE_EQ(t.lr_at(5), 0.5);
   EXPECT_DOUBLE_EQ(t.lr_at(10), 1.0);
@@ -146,7 +146,7 @@ TEST(Trainer, SchedulesWarmUpThenDecay) {
 TEST(Trainer, TrainingLowersTheLoss) {
   auto m = tiny_model61();
   TrainOptions o;
-  o.lr = 1e-2, o.schedule = "constant";
+  o.learning_rate = 1e-2, o.schedule = "constant";
   Trainer t(m, o);
   Batch b = random_batch(4, 12, 7);
   double first = t.step(b).loss, last = first;
@@ -160,7 +160,7 @@ TEST(Trainer, ClippingScalesGradientsToTheMaxNormAsTorchDoes) {
   for (double max_norm : {0.05, 1e6}) {  // clipped, and left alone
     SCOPED_TRACE("max_grad_norm " + std::to_string(max_norm));
     TrainOptions o;
-    o.optimizer = "sgd", o.lr = 1, o.schedule = "constant", o.max_grad_norm = max_norm;
+    o.optimizer = "sgd", o.learning_rate = 1, o.schedule = "constant", o.max_grad_norm = max_norm;
     Batch b = random_batch(4, 9, 11);
     Trainer ref(tiny_model61(), o);
     ref.batch_loss(b, true, b.target_tokens);
@@ -183,7 +183,7 @@ TEST(Trainer, ResumeEqualsAStraightRunBitForBit) {
   for (bool bf16 : {false, true}) {
     SCOPED_TRACE(bf16 ? "bf16 + fp32 master" : "fp32");
     TrainOptions o;
-    o.lr = 3e-3, o.warmup = 2, o.steps = 6, o.weight_decay = 0.01, o.micro_batch_size = 2;
+    o.learning_rate = 3e-3, o.warmup_steps = 2, o.max_steps = 6, o.weight_decay = 0.01, o.batch_size = 2;
     std::vector<Batch> data;
     for (int i = 0; i < 6; i++) data.push_back(random_batch(4, 8, 100 + i));
     auto straight = tiny_model61();
@@ -211,7 +211,7 @@ TEST(Trainer, ResumeEqualsAStraightRunBitForBit) {
 TEST(Trainer, KeepsTheLastCheckpointsAndIgnoresIncompleteOnes) {
   auto m = tiny_model61();
   TrainOptions o;
-  o.schedule = "constant", o.output_dir = temp_dir("keep"), o.save_every = 1, o.keep_last = 2;
+  o.schedule = "constant", o.output_dir = temp_dir("keep"), o.save_steps = 1, o.keep_last = 2;
   Trainer t(m, o);
   for (int i = 0; i < 4; i++) t.step(random_batch(2, 6, i));
   auto names = [&] {
@@ -258,7 +258,7 @@ TEST(Trainer, LoraResumeEqualsAStraightRunBitForBit) {
   LoraConfig lc;
   lc.r = 4, lc.alpha = 8, lc.dropout = 0.1, lc.targets = {"q_proj", "v_proj", "down_proj"};
   TrainOptions o;
-  o.lr = 1e-2, o.warmup = 1, o.steps = 6, o.checkpoint_layers = true;
+  o.learning_rate = 1e-2, o.warmup_steps = 1, o.max_steps = 6, o.gradient_checkpointing = true;
   std::vector<Batch> data;
   for (int i = 0; i < 6; i++) data.push_back(random_batch(2, 8, 200 + i));
   at::manual_seed(5);

@@ -53,9 +53,9 @@ void check_case(const std::string& name, bool lora, bool recompute) {
     lora_apply(*model, lc, 3);
   }
   TrainOptions o;
-  o.lr = 1e-3;
+  o.learning_rate = 1e-3;
   o.schedule = "constant";
-  o.checkpoint_layers = recompute;
+  o.gradient_checkpointing = recompute;
   o.max_grad_norm = 1.0;
   Trainer trainer(model, o);
   const Batch batch = make_batch(256);

@@ -1,5 +1,5 @@
 -- tests/lua/test_api_defaults.lua: every literal default bindings/api/*.yaml declares (a number,
--- boolean or string) is the default the binding's C++ uses. A checked option table's readers
+-- boolean or string, or a non-empty list of them: betas, targets) is the default the binding's C++ uses. A checked option table's readers
 -- (lt_opt_*) hold the C++ default they are given against the declared one and fail, naming both,
 -- when they differ (bindings/lua_util.cpp, check_default). Here every option table with such
 -- defaults is passed, empty but for its required keys, to one function that takes it, under the
@@ -13,6 +13,16 @@ local test, ok = h.test, h.ok
 local home = arg and arg[1] or os.getenv("LUATUNE_HOME") or "."
 local types_path = home .. "/types/luatune.d.lua"
 
+local function literal(d) return d == "true" or d == "false" or tonumber(d) or d:match('^"[^"\\]*"$') end
+local function list(d)  -- a non-empty list of literals, as bindings/lua_util.cpp reads one
+  local inner = d:match("^{(.+)}$")
+  if not inner then return false end
+  for item in (inner .. ","):gmatch("([^,]*),") do
+    if not literal(item:match("^%s*(.-)%s*$")) then return false end
+  end
+  return true
+end
+
 -- { Class = { key = "16", ... } }: the literal defaults of each option table's class.
 local function declared_defaults()
   local out, cls = {}, nil
@@ -20,7 +30,7 @@ local function declared_defaults()
     local c = line:match("^%-%-%-@class ([%w_]+)$")
     if c then cls = c end
     local key, def = line:match("^%-%-%-@field ([%w_]+)%??%s.-%(default: (.-)%)$")
-    if cls and key and (def == "true" or def == "false" or tonumber(def) or def:match('^"[^"\\]*"$')) then
+    if cls and key and (literal(def) or list(def)) then
       out[cls] = out[cls] or {}
       out[cls][key] = def
     end

@@ -61,7 +61,7 @@ test("plan: the recipes' names and a recipe's lora table; the old names still wo
                       gradient_checkpointing = true, lora = { r = 8, alpha = 16, dropout = 0, targets = { "q_proj" } } }
   local b = hw.plan { model = "llama3.1-8b", method = "lora", micro_batch = 2, seq_len = 512, checkpointing = true,
                       lora_r = 8, lora_dropout = 0, lora_targets = { "q_proj" } }
-  eq({ a.micro_batch, a.seq_len, a.checkpointing, a.lora_r, a.trainable }, { 2, 512, true, 8, 8 * (4096 + 4096) * 32 })
+  eq({ a.batch_size, a.max_length, a.gradient_checkpointing, a.lora_r, a.trainable }, { 2, 512, true, 8, 8 * (4096 + 4096) * 32 })
   eq(b.total_gb, a.total_gb)
   eq(b.trainable, a.trainable)
   raises(function() hw.plan { model = "llama3.1-8b", lora = { rank = 8 } } end, "unknown option 'rank'")
@@ -69,13 +69,28 @@ test("plan: the recipes' names and a recipe's lora table; the old names still wo
          "options 'lora_r' and 'lora.r' are one option")
 end)
 
+test("plan: max_steps and gradient_accumulation_steps give each GPU the run's time and cost", function()
+  local o = { model = "llama3.1-8b", method = "lora", batch_size = 4, gradient_checkpointing = true, gpu = "H100 SXM" }
+  local memory_only = hw.plan(o)
+  o.max_steps, o.gradient_accumulation_steps = 1000, 8
+  local run = hw.plan(o)
+  eq({ run.max_steps, run.gradient_accumulation_steps, run.run_tokens }, { 1000, 8, 1000 * 8 * 4 * 2048 })
+  ok(run.gpus[1].run_hours > 0 and run.gpus[1].cost_usd > 0, "an H100 run has hours and a cost")
+  eq(memory_only.run_tokens, 0)
+  eq(memory_only.gpus[1].run_hours, nil)
+  eq(run.total_gb, memory_only.total_gb)  -- memory is per micro-batch
+  local old = hw.plan { model = "llama3.1-8b", method = "lora", batch_size = 4, gradient_checkpointing = true,
+                        gpu = "H100 SXM", max_steps = 1000, grad_accum = 8 }
+  eq(old.run_tokens, run.run_tokens)
+end)
+
 test("plan from a recipe's config uses the recipes' keys", function()
   local p = hw.plan { recipe_config = { base_model = "/none", batch_size = 2, max_length = 512,
                                         gradient_checkpointing = true, lora = { r = 8, targets = { "q_proj" } } },
                       recipe = "lora_finetune", model_preset = "mistral-7b" }
   eq(p.method, "lora")
-  eq(p.micro_batch, 2)
-  eq(p.seq_len, 512)
+  eq(p.batch_size, 2)
+  eq(p.max_length, 512)
   eq(p.trainable, 8 * (4096 + 4096) * 32)
 end)
 

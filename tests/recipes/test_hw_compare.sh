@@ -15,7 +15,7 @@ data=tests/fixtures/data/chat_small.jsonl
 "$runner" plan lora_finetune base_model="$base" max_length=64 batch_size=2 >"$work/plan_lora.log" 2>&1
 check "plan lora: exits 0" test $? -eq 0
 check "plan lora: method and shape" grep -q "method: lora, dtype bf16, LoRA r=16" "$work/plan_lora.log"
-check "plan lora: micro_batch 2 x seq_len 64" grep -q "shape: micro_batch 2 x seq_len 64, checkpointing on" "$work/plan_lora.log"
+check "plan lora: batch_size 2 x max_length 64" grep -q "shape: batch_size 2 x max_length 64, gradient_checkpointing on" "$work/plan_lora.log"
 while read -r g; do check "plan lora: row for $g" grep -q "^$g " "$work/plan_lora.log"; done <<<"$gpus"
 "$runner" plan full_finetune base_model="$base" dtype=fp32 >"$work/plan_full.log" 2>&1
 check "plan full: exits 0" test $? -eq 0
