@@ -126,6 +126,8 @@ struct LtBox {
 };
 
 std::string lt_metatable_name(const char* class_name);  // "luatune.Tensor"
+// A value's type as errors name it: a luatune class (its metatable's __name) or Lua's type name.
+std::string lt_typename(lua_State* L, int idx);
 // "bad argument #2 to 'matmul' (Tensor expected, got number)"
 [[noreturn]] void lt_type_error(lua_State* L, int idx, const char* expected);
 
@@ -249,7 +251,7 @@ std::string lt_type_describe(const std::string& type);
 bool lt_has_field(lua_State* L, int idx, const char* key);
 // The readers: option `key` of the table at idx, or `def` when it has none. When a checked table's
 // declaration gives `key` a literal default and `def` differs from it, they fail naming both
-// (bindings/lua_util.cpp, check_default): the C++ default and bindings/api/*.yaml's stay one value.
+// (bindings/lua_options.cpp, check_default): the C++ default and bindings/api/*.yaml's stay one value.
 double lt_opt_number(lua_State* L, int idx, const char* key, double def);
 // The largest integer a Lua number (a double) holds exactly: 2^53.
 constexpr int64_t kLuaMaxExactInt = 9007199254740992;

@@ -57,6 +57,9 @@ struct SweepSpec {
   bool retry_failed = false;         // rerun recorded trials whose status is not ok
 };
 
+const char* sweep_method_name(SweepMethod m);  // "grid", "random"
+const char* sweep_goal_name(SweepGoal g);      // "minimize", "maximize"
+
 // The option names sweep.run accepts (the binding rejects others with the usual message).
 const std::vector<std::string>& sweep_option_names();
 // The defaults sweep_spec_parse uses for the options a table leaves out (method, seed, trials,

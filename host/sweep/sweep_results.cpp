@@ -253,9 +253,9 @@ std::string sweep_results_markdown(const SweepInfo& info, std::vector<SweepTrial
   for (const auto& [status, n] : counts) parts.push_back(std::to_string(n) + " " + sweep_status_name(status));
   std::ostringstream os;
   os << "# Sweep " << info.name << "\n\n";
-  os << "Recipe `" << info.recipe << "`, metric `" << info.metric << "` ("
-     << (info.goal == SweepGoal::minimize ? "minimize" : "maximize") << "): " << trials.size() << " of "
-     << info.planned << " trials finished" << (parts.empty() ? "" : ": " + str_join(parts, ", ")) << ".\n";
+  os << "Recipe `" << info.recipe << "`, metric `" << info.metric << "` (" << sweep_goal_name(info.goal)
+     << "): " << trials.size() << " of " << info.planned << " trials finished"
+     << (parts.empty() ? "" : ": " + str_join(parts, ", ")) << ".\n";
   if (!trials.empty() && trials.front().status == SweepStatus::ok) {
     const SweepTrial& b = trials.front();
     std::vector<std::string> vals;

@@ -226,9 +226,9 @@ SweepOutcome sweep_run(const SweepSpec& spec, const SweepRunOptions& options) {
   int64_t total = static_cast<int64_t>(plan.size());
   std::printf(
       "sweep %s: %lld trials of %s (%s over %s), %d at a time; %lld recorded before, %lld to run; in %s\n",
-      spec.name.c_str(), static_cast<long long>(total), spec.recipe.c_str(),
-      spec.method == SweepMethod::grid ? "grid" : "random", str_join(info.keys, ", ").c_str(), spec.parallel,
-      static_cast<long long>(recorded), static_cast<long long>(pending.size()), spec.output_dir.c_str());
+      spec.name.c_str(), static_cast<long long>(total), spec.recipe.c_str(), sweep_method_name(spec.method),
+      str_join(info.keys, ", ").c_str(), spec.parallel, static_cast<long long>(recorded),
+      static_cast<long long>(pending.size()), spec.output_dir.c_str());
   if (pending.empty())
     std::printf("sweep %s: nothing to run: every trial is recorded in %s%s\n", spec.name.c_str(),
                 trials_path.c_str(),

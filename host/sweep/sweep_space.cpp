@@ -299,13 +299,21 @@ const std::vector<std::string>& sweep_option_names() {
   return names;
 }
 
+const char* sweep_method_name(SweepMethod m) {
+  return m == SweepMethod::grid ? "grid" : "random";
+}
+
+const char* sweep_goal_name(SweepGoal g) {
+  return g == SweepGoal::minimize ? "minimize" : "maximize";
+}
+
 std::vector<std::pair<std::string, ConfigValue>> sweep_option_defaults() {
   const SweepSpec d;
-  return {{"method", ConfigValue::of_string(d.method == SweepMethod::grid ? "grid" : "random")},
+  return {{"method", ConfigValue::of_string(sweep_method_name(d.method))},
           {"seed", ConfigValue::of_number(static_cast<double>(d.seed))},
           {"trials", ConfigValue::of_number(static_cast<double>(d.trials))},
           {"parallel", ConfigValue::of_number(d.parallel)},
-          {"goal", ConfigValue::of_string(d.goal == SweepGoal::minimize ? "minimize" : "maximize")},
+          {"goal", ConfigValue::of_string(sweep_goal_name(d.goal))},
           {"timeout", ConfigValue::of_number(d.timeout)},
           {"retry_failed", ConfigValue::of_boolean(d.retry_failed)}};
 }
@@ -333,7 +341,7 @@ SweepSpec sweep_spec_parse(const ConfigValue& o) {
   s.name = opt_string(o, "name", base.empty() || base == "." ? "sweep" : base);
 
   const SweepSpec d;  // the defaults (sweep_option_defaults)
-  std::string method = opt_string(o, "method", d.method == SweepMethod::grid ? "grid" : "random");
+  std::string method = opt_string(o, "method", sweep_method_name(d.method));
   if (method == "grid")
     s.method = SweepMethod::grid;
   else if (method == "random")

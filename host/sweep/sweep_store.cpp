@@ -51,10 +51,6 @@ ojson number_json(double v) {
   return std::isfinite(v) ? ojson(v) : ojson(nullptr);
 }
 
-const char* goal_name(SweepGoal g) {
-  return g == SweepGoal::minimize ? "minimize" : "maximize";
-}
-
 // What makes two sweeps the same sweep: not the budget, parallelism, timeout, environment or
 // table columns, which may change between runs of it.
 ojson identity_json(const SweepSpec& s) {
@@ -81,10 +77,10 @@ ojson identity_json(const SweepSpec& s) {
   }
   ojson id;
   id["recipe"] = s.recipe;
-  id["method"] = s.method == SweepMethod::grid ? "grid" : "random";
+  id["method"] = sweep_method_name(s.method);
   if (s.method == SweepMethod::random) id["seed"] = s.seed;
   id["metric"] = s.metric;
-  id["goal"] = goal_name(s.goal);
+  id["goal"] = sweep_goal_name(s.goal);
   id["fixed"] = values_json(s.fixed);
   id["parameters"] = params;
   return id;
@@ -195,7 +191,7 @@ std::string sweep_json(const SweepSpec& spec, const std::vector<SweepPlan>& plan
   j["name"] = spec.name;
   j["recipe"] = spec.recipe;
   j["metric"] = spec.metric;
-  j["goal"] = goal_name(spec.goal);
+  j["goal"] = sweep_goal_name(spec.goal);
   j["keys"] = sweep_swept_keys(spec);
   j["columns"] = spec.columns;
   j["budget"] = spec.trials;

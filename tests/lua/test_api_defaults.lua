@@ -1,7 +1,7 @@
 -- tests/lua/test_api_defaults.lua: every literal default bindings/api/*.yaml declares (a number,
 -- boolean or string, or a non-empty list of them: betas, targets) is the default the binding's C++ uses. A checked option table's readers
 -- (lt_opt_*) hold the C++ default they are given against the declared one and fail, naming both,
--- when they differ (bindings/lua_util.cpp, check_default). Here every option table with such
+-- when they differ (bindings/lua_options.cpp, check_default). Here every option table with such
 -- defaults is passed, empty but for its required keys, to one function that takes it, under the
 -- probe (the registry's "luatune.defaults_probe"): each default read is recorded, and the call
 -- stops once all are, before it does any work. A declared default no reader compared fails too.
@@ -14,7 +14,7 @@ local home = arg and arg[1] or os.getenv("LUATUNE_HOME") or "."
 local types_path = home .. "/types/luatune.d.lua"
 
 local function literal(d) return d == "true" or d == "false" or tonumber(d) or d:match('^"[^"\\]*"$') end
-local function list(d)  -- a non-empty list of literals, as bindings/lua_util.cpp reads one
+local function list(d)  -- a non-empty list of literals, as bindings/lua_options.cpp reads one
   local inner = d:match("^{(.+)}$")
   if not inner then return false end
   for item in (inner .. ","):gmatch("([^,]*),") do
