@@ -69,7 +69,17 @@ std::shared_ptr<Tokenizer> check_data_options(lua_State* L, int idx, DataOptions
   o->seed = static_cast<uint64_t>(seed);
   o->skip_bad = lt_opt_bool(L, idx, "skip_bad", o->skip_bad);
   if (lt_has_field(L, idx, "chat")) o->chat = lt_opt_bool(L, idx, "chat", true);
-  o->chat_format = lt_opt_string(L, idx, "chat_format", "");
+  o->chat_template = lt_opt_string(L, idx, "chat_template", "");
+  if (lt_has_field(L, idx, "chat_template_kwargs")) {
+    lua_getfield(L, idx, "chat_template_kwargs");
+    o->chat_template_kwargs =
+        lt_to_json(L, lua_gettop(L), std::string(lt_fname(L)) + ": chat_template_kwargs");
+    lua_pop(L, 1);
+    LT_CHECK(
+        o->chat_template_kwargs.is_object(),
+        lt_fname(L)
+            << ": option 'chat_template_kwargs' expects a table of names, e.g. {enable_thinking = false}");
+  }
   o->max_records = lt_opt_int(L, idx, "max_records", o->max_records);
   return out;
 }
@@ -91,7 +101,7 @@ int l_data_from_records(lua_State* L) {
   if (!lt_is_list(L, 1)) luaL_argerror(L, 1, "expected a list of records (tables)");
   DataOptions o;
   auto tok = check_data_options(L, 2, &o);
-  std::vector<json> records;
+  std::vector<nlohmann::ordered_json> records;
   for (size_t i = 1; i <= lua_objlen(L, 1); i++) {
     lua_rawgeti(L, 1, static_cast<int>(i));
     records.push_back(lt_to_json(L, -1, std::string(lt_fname(L)) + ": records[" + std::to_string(i) + "]"));

@@ -132,77 +132,69 @@ LT_REGISTER("tokenizer.chat_template", l_tokenizer_chat_template);
 LT_REGISTER("Tokenizer:chat_template", l_tokenizer_chat_template);
 
 // ============================================================================================
-// Chat formats (host/text/chat.h); sources and choices: docs/chat_formats.md.
+// Chat templates (host/text/chat.h); the engine, the variables and the mask rule: docs/chat_formats.md.
 
-std::vector<ChatMessage> check_messages(lua_State* L, int idx) {
+int l_tokenizer_chat_templates(lua_State* L) {
+  const Tokenizer& tok = check_tokenizer(L);
+  std::vector<std::string> names;
+  for (const auto& t : tok.chat_templates()) names.push_back(t.first);
+  lt_push_list(L, names);
+  return 1;
+}
+LT_REGISTER("tokenizer.chat_templates", l_tokenizer_chat_templates);
+LT_REGISTER("Tokenizer:chat_templates", l_tokenizer_chat_templates);
+
+// The messages as JSON: a list of tables, each with a string role (content, tool_calls, ... as given).
+nlohmann::ordered_json check_messages(lua_State* L, int idx) {
   luaL_checktype(L, idx, LUA_TTABLE);
   if (!lt_is_list(L, idx)) luaL_argerror(L, idx, "expected a list of {role = ..., content = ...} messages");
-  std::vector<ChatMessage> out;
-  size_t n = lua_objlen(L, idx);
-  for (size_t i = 1; i <= n; i++) {
-    lua_rawgeti(L, idx, static_cast<int>(i));
-    LT_CHECK(lua_istable(L, -1), lt_fname(L)
-                                     << ": message " << i << " must be a table {role = ..., content = ...}");
-    lua_getfield(L, -1, "role");
-    lua_getfield(L, -2, "content");
-    LT_CHECK(lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TSTRING,
-             lt_fname(L) << ": message " << i << " needs string fields role and content");
-    size_t rl = 0, cl = 0;
-    const char* r = lua_tolstring(L, -2, &rl);
-    const char* c = lua_tolstring(L, -1, &cl);
-    out.push_back({std::string(r, rl), std::string(c, cl)});
-    lua_pop(L, 3);
+  nlohmann::ordered_json messages = lt_to_json(L, idx, std::string(lt_fname(L)) + ": messages");
+  if (!messages.is_array()) messages = nlohmann::ordered_json::array();  // {} converts to an object
+  for (size_t i = 0; i < messages.size(); i++) {
+    const nlohmann::ordered_json& m = messages[i];
+    LT_CHECK(m.is_object() && m.contains("role") && m["role"].is_string(),
+             lt_fname(L) << ": message " << i + 1
+                         << " must be a table with a string role {role = ..., content = ...}");
   }
-  return out;
+  return messages;
 }
 
-ChatFormat chat_options(lua_State* L, int idx, const Tokenizer& tok, ChatOptions* o) {
-  lt_check_options(L, idx, lt_api_table("ChatOpts"));
-  o->add_generation_prompt = lt_opt_bool(L, idx, "add_generation_prompt", false);
-  o->date_string = lt_opt_string(L, idx, "date_string", o->date_string);
-  o->enable_thinking = lt_opt_bool(L, idx, "enable_thinking", true);
-  std::string format = lt_opt_string(L, idx, "format", "");
-  if (!format.empty()) return chat_format_parse(format);
-  LT_CHECK(!tok.chat_template().empty(), lt_fname(L) << ": " << tok.source_dir()
-                                                     << " has no chat_template; pass format = \"llama3\" (or "
-                                                        "llama3.1, mistral, chatml, qwen2.5, qwen3, gemma)");
-  return chat_format_detect(tok.chat_template());
+nlohmann::ordered_json opt_json(lua_State* L, int idx, const char* key) {
+  if (lua_isnoneornil(L, idx) || !lt_has_field(L, idx, key)) return nullptr;
+  lua_getfield(L, idx, key);
+  nlohmann::ordered_json j = lt_to_json(L, lua_gettop(L), std::string(lt_fname(L)) + ": " + key);
+  lua_pop(L, 1);
+  return j;
 }
 
 // The arguments of render_chat and encode_chat: (tok, messages [, opts]).
 struct ChatCall {
   Tokenizer* tok;
-  std::vector<ChatMessage> messages;
+  nlohmann::ordered_json messages;
   ChatOptions options;
-  ChatFormat format;
+  std::shared_ptr<const ChatTemplate> tmpl;
 };
 
 ChatCall check_chat_call(lua_State* L) {
-  ChatCall c{&check_tokenizer(L), check_messages(L, 2), ChatOptions(), ChatFormat()};
-  c.format = chat_options(L, 3, *c.tok, &c.options);
+  ChatCall c{&check_tokenizer(L), check_messages(L, 2), ChatOptions(), nullptr};
+  lt_check_options(L, 3, lt_api_table("ChatOpts"));
+  c.options.add_generation_prompt = lt_opt_bool(L, 3, "add_generation_prompt", false);
+  c.options.tools = opt_json(L, 3, "tools");
+  c.options.documents = opt_json(L, 3, "documents");
+  nlohmann::ordered_json kwargs = opt_json(L, 3, "chat_template_kwargs");
+  LT_CHECK(kwargs.is_null() || kwargs.is_object(),
+           lt_fname(L)
+               << ": option 'chat_template_kwargs' expects a table of names, e.g. {enable_thinking = false}");
+  if (kwargs.is_object()) c.options.kwargs = kwargs;
+  c.options = chat_options_for(*c.tok, c.options);
+  c.tmpl =
+      chat_template_resolve(*c.tok, lt_opt_string(L, 3, "chat_template", ""), !c.options.tools.is_null());
   return c;
 }
 
-int l_tokenizer_chat_format(lua_State* L) {
-  Tokenizer& tok = check_tokenizer(L);
-  try {
-    lua_pushstring(L, chat_format_name(chat_format_detect(tok.chat_template())));
-    return 1;
-  } catch (const Error& e) {
-    lua_pushnil(L);
-    lua_pushstring(L, e.what());
-    return 2;
-  }
-}
-LT_REGISTER("tokenizer.chat_format", l_tokenizer_chat_format);
-LT_REGISTER("Tokenizer:chat_format", l_tokenizer_chat_format);
-
 int l_tokenizer_render_chat(lua_State* L) {
   ChatCall c = check_chat_call(L);
-  const SpecialTokens& sp = c.tok->special();
-  if (!sp.bos_text.empty()) c.options.bos_text = sp.bos_text;
-  if (!sp.eos_text.empty()) c.options.eos_text = sp.eos_text;
-  ChatRendered r = chat_render(c.format, c.messages, c.options);
+  ChatRendered r = chat_render(*c.tmpl, c.messages, c.options);
   lua_pushlstring(L, r.text.data(), r.text.size());
   lua_createtable(L, static_cast<int>(r.assistant_spans.size()), 0);
   for (size_t i = 0; i < r.assistant_spans.size(); i++) {
@@ -220,7 +212,7 @@ LT_REGISTER("Tokenizer:render_chat", l_tokenizer_render_chat);
 
 int l_tokenizer_encode_chat(lua_State* L) {
   ChatCall c = check_chat_call(L);
-  ChatEncoding e = chat_encode(*c.tok, c.format, c.messages, c.options);
+  ChatEncoding e = chat_encode(*c.tok, *c.tmpl, c.messages, c.options);
   lt_push_list(L, e.ids);
   lt_push_list(L, e.mask);
   return 2;

@@ -405,7 +405,7 @@ int l_train_rejection_sample(lua_State* L) {
       static_cast<int64_t>(lt_opt_number(L, 3, "max_length", static_cast<double>(o.data.max_length)));
   o.data.max_records = static_cast<int64_t>(lt_opt_number(L, 3, "max_records", -1));
   if (lt_has_field(L, 3, "chat")) o.data.chat = lt_opt_bool(L, 3, "chat", true);
-  o.data.chat_format = lt_opt_string(L, 3, "chat_format", "");
+  o.data.chat_template = lt_opt_string(L, 3, "chat_template", "");
   RejectionStats st =
       rejection_sample(*policy, reward, *tokenizer, prompts, lt_opt_string(L, 3, "out", ""), o);
   lt_push_numbers(L, {{"prompts", st.prompts},

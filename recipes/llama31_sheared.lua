@@ -11,6 +11,7 @@ local keys = require("run_keys")  -- scripts/lua/run_keys.lua: shared keys, with
 local cfg = config(keys.compute {  -- + dtype, device, shard, optimizer, seed, ...
   base_model = "meta-llama/Llama-3.1-8B-Instruct",  -- model to prune, and the teacher: a hub name (org/name) or a local directory
   data = "data/example_text.jsonl",     -- JSONL of text, chat or instruction records (docs/data.md); default: the example text
+  chat_template = "",                   -- how chat records render: "" = the model's own; a .jinja file or a name (docs/chat_formats.md)
   format = "",                         -- "" = detect from the records; "text" for plain pretraining text
   domains = {},                        -- optional "name:path.jsonl" list: dynamic batch loading across domains
   domain_reference_loss = {},          -- "name:loss" list: the per-domain loss to aim for (default: the base model's)

@@ -18,6 +18,7 @@ local cfg = config {
   max_new_tokens = 256,            -- longest response sampled
   max_length = 2048,               -- tokens of prompt + response; a prompt must leave room for a response
   max_prompts = -1,                -- prompts to use; -1 = every prompt
+  chat_template = "",              -- how prompts render: "" = the policy's own; a .jinja file or a name (docs/chat_formats.md)
   seed = 0,                        -- seeds the sampling
 }
 
@@ -32,7 +33,7 @@ metrics.mkdir(cfg.output:match("^(.*)/[^/]*$") or ".")
 local s = train.rejection_sample(policy, reward, {
   prompts = require("paths").resolve(cfg.prompts), out = cfg.output, tokenizer = tok, n = cfg.n, temperature = cfg.temperature,
   top_p = cfg.top_p, top_k = cfg.top_k, max_new_tokens = cfg.max_new_tokens, max_length = cfg.max_length,
-  max_records = cfg.max_prompts, seed = cfg.seed })
+  max_records = cfg.max_prompts, seed = cfg.seed, chat_template = cfg.chat_template })
 print(string.format("%d prompts x %d candidates in %.1f s: mean reward %.4f, mean best %.4f (%.1f new tokens each)",
                     s.prompts, cfg.n, s.seconds, s.mean_reward, s.mean_best, s.mean_new_tokens))
 print("wrote: " .. cfg.output)

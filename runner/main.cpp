@@ -79,7 +79,7 @@ static int run_data(const Command& cmd) {
   auto tok = Tokenizer::load(model_path_from_hub(cmd.tokenizer));
   DataOptions o;
   if (!cmd.format.empty()) o.format = data_format_parse(cmd.format);
-  o.chat_format = cmd.chat_format;
+  o.chat_template = cmd.chat_template;
   if (cmd.no_chat) o.chat = false;
   o.max_length = cmd.max_length;
   o.max_records = cmd.limit;

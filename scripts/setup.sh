@@ -28,6 +28,12 @@ packages=(
   chromium                          # headless render test of the hardware report's HTML (~390 MB)
 )
 
+# cargo for host/text/jinja, the chat-template engine (MiniJinja needs Rust 1.70 or newer): the one in
+# ~/.cargo or on PATH when it is new enough, else Debian 12's cargo-web (Rust 1.96; Debian's own cargo
+# package is Rust 1.63). CMake finds it the same way (cmake/luatune_jinja.cmake).
+cargo_ok() { local v; v=$("$1" --version 2>/dev/null) || return 1; [[ $v =~ ^cargo\ 1\.([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 70 ]; }
+if ! cargo_ok "$HOME/.cargo/bin/cargo" && ! cargo_ok cargo; then packages+=(cargo-web); fi
+
 missing=()
 for p in "${packages[@]}"; do
   # NodeSource's nodejs package carries its own npm (and conflicts with Debian's): an npm command

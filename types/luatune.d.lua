@@ -1341,7 +1341,7 @@ function train.reward_model(model, opts) end
 ---@field seed? integer candidate k of prompt i uses seed + i * n + k (default: 0)
 ---@field max_length? integer tokens per scored sequence (default: 2048)
 ---@field chat? boolean render prompts as conversations (default: the tokenizer has a chat template)
----@field chat_format? string the chat format by name
+---@field chat_template? string the chat template: "" = the tokenizer's own; a .jinja file or a template name (default: "")
 ---@field max_records? integer read at most this many prompts (-1: all) (default: -1)
 ---@field batch_size? integer candidates scored per forward (default: 8)
 
@@ -1436,10 +1436,11 @@ function RewardModel:release() end
 -- tokenizer
 
 ---@class ChatOpts
----@field format? string "llama3", "llama3.1", "mistral", "chatml", "qwen2.5", "qwen3" or "gemma"; default: detected from the tokenizer's chat_template
+---@field chat_template? string the template: "" = the tokenizer's own; a .jinja file, a tokenizer_config.json, the name of one of the tokenizer's named templates or of one luatune ships (templates/chat/; docs/chat_formats.md) (default: "")
 ---@field add_generation_prompt? boolean end with the header of the assistant's next turn (default: false)
----@field date_string? string llama3.1's Today Date (default: "26 Jul 2024")
----@field enable_thinking? boolean qwen3: false adds an empty <think> block (default: true)
+---@field tools? table the template's tools: a list of JSON-schema function descriptions; default: none (None)
+---@field documents? table the template's documents: a list of {title =, text =}; default: none (None)
+---@field chat_template_kwargs? table more template variables, e.g. {enable_thinking = false}; they win over the special tokens
 
 ---Hugging Face tokenizer.json BPE tokenizers; ids are 0-based values exactly as in HF
 ---@class luatune.tokenizer
@@ -1497,13 +1498,13 @@ function tokenizer.special(tok) end
 ---@return string?
 function tokenizer.chat_template(tok) end
 
----the chat format detected from the chat_template ("llama3", ...), or nil and why
+---the tokenizer's chat templates by name (tokenizer.chat_template gives the default's text)
 ---@param tok Tokenizer
----@return string? format
----@return string? message
-function tokenizer.chat_format(tok) end
+---@return string[] # the names of the tokenizer's templates (a single one is "default")
+---@return {} if none
+function tokenizer.chat_templates(tok) end
 
----exactly what the model's chat template renders for {{role=, content=}, ...}
+---exactly what transformers' apply_chat_template renders for {{role=, content=}, ...} (messages may carry tool_calls, tool_call_id, name, content as a list of parts), and the assistant's spans
 ---@param tok Tokenizer
 ---@param messages table[]
 ---@param opts? ChatOpts
@@ -1516,7 +1517,7 @@ function tokenizer.render_chat(tok, messages, opts) end
 ---@param messages table[]
 ---@param opts? ChatOpts
 ---@return integer[] ids
----@return integer[] mask # 1 on the assistant's tokens (content and end-of-turn token), else 0
+---@return integer[] mask # 1 on the assistant's tokens (its spans: docs/chat_formats.md), else 0
 function tokenizer.encode_chat(tok, messages, opts) end
 
 ---a tokenizer; tok:f(...) is tokenizer.f(tok, ...)
@@ -1557,12 +1558,12 @@ function Tokenizer:special() end
 ---@return string?
 function Tokenizer:chat_template() end
 
----the chat format detected from the chat_template ("llama3", ...), or nil and why
----@return string? format
----@return string? message
-function Tokenizer:chat_format() end
+---the tokenizer's chat templates by name (tokenizer.chat_template gives the default's text)
+---@return string[] # the names of the tokenizer's templates (a single one is "default")
+---@return {} if none
+function Tokenizer:chat_templates() end
 
----exactly what the model's chat template renders for {{role=, content=}, ...}
+---exactly what transformers' apply_chat_template renders for {{role=, content=}, ...} (messages may carry tool_calls, tool_call_id, name, content as a list of parts), and the assistant's spans
 ---@param messages table[]
 ---@param opts? ChatOpts
 ---@return string text
@@ -1573,7 +1574,7 @@ function Tokenizer:render_chat(messages, opts) end
 ---@param messages table[]
 ---@param opts? ChatOpts
 ---@return integer[] ids
----@return integer[] mask # 1 on the assistant's tokens (content and end-of-turn token), else 0
+---@return integer[] mask # 1 on the assistant's tokens (its spans: docs/chat_formats.md), else 0
 function Tokenizer:encode_chat(messages, opts) end
 
 ---Frees what the Tokenizer holds now (GPU memory included); later use is an error.
@@ -1702,7 +1703,9 @@ function Model:release() end
 ---@field seed? integer shuffling (epoch e uses seed + e) and split (default: 0)
 ---@field skip_bad? boolean skip and count malformed records instead of failing (default: false)
 ---@field chat? boolean render non-chat records as conversations; default: the tokenizer has a chat template
----@field chat_format? string the chat format by name instead of detecting it (docs/chat_formats.md)
+---@field chat_template? string the chat template: "" = the tokenizer's own; a .jinja file, a tokenizer_config.json or a template name (docs/chat_formats.md) (default: "")
+---@field chat_template_kwargs? table more chat template variables, e.g. {enable_thinking = false}
+---@field chat_format? any deprecated: the old name of chat_template
 ---@field max_records? integer read at most this many records (-1: all) (default: -1)
 
 ---@class BatchesOpts

@@ -18,7 +18,7 @@ std::string cli_help() {
        runner cp RECIPE DEST                              copy a shipped recipe to edit
        runner tokenize --tokenizer DIR [--special] [--decode] < in.jsonl
                                                           tokenize stdin (one JSON string a line)
-       runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat]
+       runner data --tokenizer DIR [--format F] [--chat-template T] [--no-chat]
                    [--max-length N] [--limit N] FILE      show a dataset's records as trained
        runner sweep SWEEP [key=value ...]                 run a sweep file (trials as child runs)
        runner sweep --report DIR                          the results table of a sweep so far
@@ -42,7 +42,7 @@ data: the first N records (--limit, default 10) of a JSONL dataset tokenized as 
 them, one block per record: its text and token ids with the masked ones (no loss) in [brackets].
 --format text|prompt_response|alpaca|chat|guanaco (default: from the first record's keys);
 non-chat records are rendered as conversations when the tokenizer has a chat template (--no-chat:
-plain text templates; --chat-format llama3|llama3.1|mistral|chatml|qwen2.5|qwen3|gemma).
+plain text templates; --chat-template FILE.jinja or a template name: docs/chat_formats.md).
 sweep: SWEEP is a Lua file that calls sweep.run{...} (docs/sweeps.md); each trial runs as its own
 runner process, results go to its output_dir (trials.jsonl, results.md); running it again resumes.
 --nproc: starts N copies of the runner as ranks 0..N-1 of one job, with the variables torchrun
@@ -162,10 +162,10 @@ void parse_tokenize_args(const std::vector<std::string>& args, Command& cmd) {
                "usage: runner tokenize --tokenizer DIR [--special] [--decode] < in.jsonl");
 }
 
-// data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] [--limit N] FILE
+// data --tokenizer DIR [--format F] [--chat-template T] [--no-chat] [--max-length N] [--limit N] FILE
 void parse_data_args(const std::vector<std::string>& args, Command& cmd) {
   const char* usage =
-      "usage: runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] "
+      "usage: runner data --tokenizer DIR [--format F] [--chat-template T] [--no-chat] [--max-length N] "
       "[--limit N] FILE";
   auto value = [&](size_t& i, const std::string& name) -> std::string {
     const std::string& a = args[i];
@@ -189,8 +189,8 @@ void parse_data_args(const std::vector<std::string>& args, Command& cmd) {
       cmd.tokenizer = value(i, "--tokenizer");
     } else if (is(a, "--format")) {
       cmd.format = value(i, "--format");
-    } else if (is(a, "--chat-format")) {
-      cmd.chat_format = value(i, "--chat-format");
+    } else if (is(a, "--chat-template")) {
+      cmd.chat_template = value(i, "--chat-template");
     } else if (a == "--no-chat") {
       cmd.no_chat = true;
     } else if (is(a, "--max-length")) {

@@ -1,12 +1,12 @@
 // The runner's command line: `runner RECIPE [key=value ...]`, `runner validate|ls|cp|--help|--version`,
 // `runner help RECIPE` (or `runner RECIPE --help`: its description and every key with its doc),
 // `runner tokenize --tokenizer DIR [--special] [--decode]`,
-// `runner data --tokenizer DIR [--format F] [--chat-format F] [--no-chat] [--max-length N] [--limit N] FILE`,
-// `runner sweep SWEEP [key=value ...]`, `runner sweep --report DIR`,
-// `runner wandb-sync [--trust-spool-host] PATH`, `runner report OUTPUT_DIR [--out FILE]`,
-// `runner --nproc N RECIPE [key=value ...]` (N data-parallel ranks on this machine), `runner VERB --help`
-// (that verb's part of --help), `--traceback` after RECIPE (every error with its Lua traceback).
-// Parsing only; runner/main.cpp carries the verbs out. Bad command lines raise UsageError (exit 2).
+// `runner data --tokenizer DIR [--format F] [--chat-template T] [--no-chat] [--max-length N] [--limit N]
+// FILE`, `runner sweep SWEEP [key=value ...]`, `runner sweep --report DIR`, `runner wandb-sync
+// [--trust-spool-host] PATH`, `runner report OUTPUT_DIR [--out FILE]`, `runner --nproc N RECIPE [key=value
+// ...]` (N data-parallel ranks on this machine), `runner VERB --help` (that verb's part of --help),
+// `--traceback` after RECIPE (every error with its Lua traceback). Parsing only; runner/main.cpp carries the
+// verbs out. Bad command lines raise UsageError (exit 2).
 #pragma once
 
 #include <cstdint>
@@ -43,7 +43,7 @@ struct Command {
   bool decode = false;                    // tokenize: --decode (ids in, text out)
   std::string data_file;                  // data: the JSONL file
   std::string format;                     // data: --format (default: detected)
-  std::string chat_format;                // data: --chat-format (default: from the tokenizer)
+  std::string chat_template;              // data: --chat-template (default: the tokenizer's own)
   bool no_chat = false;                   // data: --no-chat (plain text templates)
   int64_t max_length = 2048;              // data: --max-length
   int64_t limit = 10;                     // data: --limit, records shown

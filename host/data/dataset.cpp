@@ -15,7 +15,7 @@
 
 namespace luatune {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // ============================================================================================
 // The seeded order: splitmix64 and an unbiased Fisher-Yates, written out so the order does not
@@ -91,32 +91,37 @@ void data_check_batch_size(double size, int world, int64_t items, const char* un
 // ============================================================================================
 // Loading
 
-std::optional<ChatFormat> data_resolve_chat(DataFormat format, const DataOptions& o, const Tokenizer& tok) {
-  if (format == DataFormat::text) return std::nullopt;
-  bool want =
-      format == DataFormat::chat || o.chat.value_or(!o.chat_format.empty() || !tok.chat_template().empty());
-  if (!want) return std::nullopt;
-  if (!o.chat_format.empty()) {
-    try {
-      return chat_format_parse(o.chat_format);
-    } catch (const Error& e) {
-      fail_usage(std::string("data: chat_format: ") + e.what());
-    }
-  }
-  std::string hint = "pass chat_format = one of llama3, llama3.1, mistral, chatml, qwen2.5, qwen3, gemma";
-  if (format != DataFormat::chat) hint += "; or chat = false for the plain text template";
-  hint += " (runner data: --chat-format F";
-  hint += format != DataFormat::chat ? ", --no-chat)" : ")";
-  std::string what =
-      std::string("data: ") + data_format_name(format) + " records are rendered as conversations";
-  if (tok.chat_template().empty())
-    fail_usage(what + " but " + tok.source_dir() + " has no chat_template", hint);
-  try {
-    return chat_format_detect(tok.chat_template());
-  } catch (const Error&) {
-    fail_usage(what + " but the chat_template of " + tok.source_dir() + " matches no chat format we render",
+std::shared_ptr<const ChatSetup> data_resolve_chat(DataFormat format, const DataOptions& o,
+                                                   const Tokenizer& tok) {
+  if (format == DataFormat::text) return nullptr;
+  bool want = format == DataFormat::chat ||
+              o.chat.value_or(!o.chat_template.empty() || !tok.chat_templates().empty());
+  if (!want) return nullptr;
+  if (o.chat_template.empty() && tok.chat_templates().empty()) {
+    std::vector<std::string> shipped = chat_template_shipped_names();
+    std::string hint =
+        "set chat_template = FILE.jinja or one luatune ships (" + str_join(shipped, ", ") + ")";
+    if (format != DataFormat::chat) hint += "; or chat = false for the plain text template";
+    hint += format != DataFormat::chat ? " (runner data: --chat-template T, --no-chat)"
+                                       : " (runner data: --chat-template T)";
+    fail_usage(std::string("data: ") + data_format_name(format) +
+                   " records are rendered as conversations but " + tok.source_dir() + " has no chat_template",
                hint);
   }
+  auto setup = std::make_shared<ChatSetup>();
+  try {
+    setup->tmpl = chat_template_resolve(tok, o.chat_template);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    fail_usage(e.what());  // a key the user set, or the model's template: theirs to fix
+  }
+  ChatOptions co;
+  LT_CHECK(o.chat_template_kwargs.is_object() || o.chat_template_kwargs.is_null(),
+           "data: chat_template_kwargs must be a table of template variables");
+  if (o.chat_template_kwargs.is_object()) co.kwargs = o.chat_template_kwargs;
+  setup->options = chat_options_for(tok, co);
+  return setup;
 }
 
 std::shared_ptr<Dataset> Dataset::build(const DataRecordReader& next, const Tokenizer& tok,
@@ -186,8 +191,8 @@ std::shared_ptr<Dataset> Dataset::build(const DataRecordReader& next, const Toke
 
 std::shared_ptr<Dataset> Dataset::from_documents(std::vector<Document> documents,
                                                  const std::vector<int64_t>& origins,
-                                                 const DataOptions& options, std::optional<ChatFormat> chat,
-                                                 int64_t pad_id) {
+                                                 const DataOptions& options,
+                                                 std::shared_ptr<const ChatSetup> chat, int64_t pad_id) {
   LT_CHECK(origins.size() == documents.size(), "data: from_documents: one origin per document");
   LT_CHECK(options.max_length >= 2, "data: max_length must be at least 2, got " << options.max_length);
   auto store = std::make_shared<TokenStore>();
@@ -234,7 +239,7 @@ void data_jsonl_read(const std::string& path, const std::string& what, const std
   JsonlReadOptions ro;
   ro.bad = JsonlBad::report;  // a bad line is a bad record: build() fails or, with skip_bad, counts it
   ro.expected = "a JSON object";
-  JsonlReader in(path, ro);
+  JsonlReaderOf<nlohmann::ordered_json> in(path, ro);
   LT_CHECK(in.is_open(), what << ": cannot open '" << path << "'");
   auto next = [&](json& record, int64_t& origin, std::string& where, std::string& error) {
     if (!in.next()) return false;

@@ -31,11 +31,12 @@ struct DataOptions {
   bool pad_to_max_length = false;    // unpacked rows: pad batches to max_length, not their longest row
   bool train_on_prompt = false;
   bool add_eos = true;
-  uint64_t seed = 0;         // shuffling (epoch e uses seed + e) and split
-  bool skip_bad = false;     // skip (and count) malformed records instead of failing
-  std::optional<bool> chat;  // render non-chat formats as conversations; unset: when the
-                             // tokenizer has a chat template or chat_format is given
-  std::string chat_format;   // "" = detected from the tokenizer's chat_template
+  uint64_t seed = 0;          // shuffling (epoch e uses seed + e) and split
+  bool skip_bad = false;      // skip (and count) malformed records instead of failing
+  std::optional<bool> chat;   // render non-chat formats as conversations; unset: when the
+                              // tokenizer has a chat template or chat_template is given
+  std::string chat_template;  // "" = the tokenizer's own; else a file or a name (chat_template_resolve)
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();  // extra template variables
   int64_t max_records = -1;  // read at most this many records (-1: all)
 };
 
@@ -69,10 +70,10 @@ struct DataRow {
 // Where Dataset::build and PreferenceDataset::build take their records from: each call gives the
 // next record, its origin (line in the file or index in the records, 1-based) and where it came
 // from ("FILE:LINE", "records[N]"), or the parse error for it; false at the end.
-using DataRecordReader =
-    std::function<bool(nlohmann::json& record, int64_t& origin, std::string& where, std::string& error)>;
+using DataRecordReader = std::function<bool(nlohmann::ordered_json& record, int64_t& origin,
+                                            std::string& where, std::string& error)>;
 // `records` one by one, "records[1]" first; `records` must outlive the reader.
-DataRecordReader data_records_reader(const std::vector<nlohmann::json>& records);
+DataRecordReader data_records_reader(const std::vector<nlohmann::ordered_json>& records);
 // Calls `build` with a reader of JSONL file `path`'s lines; a bad line is a record with its error
 // set (build fails on it or, with skip_bad, counts it). Fails "WHAT: cannot open 'PATH'"; running
 // out of memory in `build` fails "data: PATH:LINE: holding the HELD read so far: out of memory".
@@ -109,7 +110,7 @@ class Dataset {
   static std::shared_ptr<Dataset> from_jsonl(const std::string& path, const Tokenizer& tokenizer,
                                              const DataOptions& options);
   // Records built in memory (a recipe's own data); errors name "records[i]" (1-based).
-  static std::shared_ptr<Dataset> from_records(const std::vector<nlohmann::json>& records,
+  static std::shared_ptr<Dataset> from_records(const std::vector<nlohmann::ordered_json>& records,
                                                const Tokenizer& tokenizer, const DataOptions& options);
 
   // Documents tokenized elsewhere (a preference set's chosen and rejected sequences), one row each
@@ -117,8 +118,8 @@ class Dataset {
   // max_length is cut (the start kept). origins[d] names document d in messages.
   static std::shared_ptr<Dataset> from_documents(std::vector<Document> documents,
                                                  const std::vector<int64_t>& origins,
-                                                 const DataOptions& options, std::optional<ChatFormat> chat,
-                                                 int64_t pad_id);
+                                                 const DataOptions& options,
+                                                 std::shared_ptr<const ChatSetup> chat, int64_t pad_id);
 
   // Train and validation sets: a seeded permutation of the documents, the first round(fraction * n)
   // to train; each keeps file order among its documents and is packed on its own.
@@ -128,8 +129,10 @@ class Dataset {
   DataStats stats() const { return stats_; }
   const DataOptions& options() const { return options_; }
   DataFormat format() const { return resolved_.format; }
-  std::optional<ChatFormat> chat_format() const { return resolved_.chat; }  // unset: plain text templates
-  DataRow row(int64_t index) const;                                         // rows in dataset order, 0-based
+  const std::shared_ptr<const ChatSetup>& chat() const {
+    return resolved_.chat;
+  }                                  // null: plain text templates
+  DataRow row(int64_t index) const;  // rows in dataset order, 0-based
 
   // The rows of 1-based step `step` with `size` rows a batch: positions (step-1)*size onward in the
   // endless sequence of epochs, epoch e in the order of a permutation seeded with seed + e (identity
@@ -157,7 +160,7 @@ class Dataset {
                                         const DataOptions& options);
   struct Resolved {  // what loading settled: the format, the chat format used, the padding id
     DataFormat format = DataFormat::text;
-    std::optional<ChatFormat> chat;
+    std::shared_ptr<const ChatSetup> chat;
     int64_t pad_id = 0;
   };
   Dataset(std::shared_ptr<const TokenStore> store, std::vector<int64_t> docs, const DataOptions& options,
@@ -178,10 +181,11 @@ class Dataset {
   DataOrder order_;
 };
 
-// Whether records of `format` are rendered through a chat format (options.chat, chat_format, or the
-// tokenizer's chat_template), and which one; a usage error with a hint when none can be chosen.
-std::optional<ChatFormat> data_resolve_chat(DataFormat format, const DataOptions& options,
-                                            const Tokenizer& tokenizer);
+// Whether records of `format` are rendered through a chat template (options.chat, chat_template, or
+// the tokenizer's own), and which; null for plain text templates. A usage error with a hint naming
+// the chat_template key when none can be had, and the template's own error when it does not compile.
+std::shared_ptr<const ChatSetup> data_resolve_chat(DataFormat format, const DataOptions& options,
+                                                   const Tokenizer& tokenizer);
 
 // A seeded Fisher-Yates permutation of 0..n-1 (splitmix64; the same on every platform).
 std::vector<int64_t> data_permutation(int64_t n, uint64_t seed);

@@ -15,7 +15,7 @@ DataFileCheck data_check_file(const std::string& path, DataFileKind kind, std::o
   JsonlReadOptions ro;
   ro.bad = JsonlBad::report;  // a bad line is one more problem; the rest of the file is still read
   ro.expected = "a JSON object";
-  JsonlReader in(path, ro);
+  JsonlReaderOf<nlohmann::ordered_json> in(path, ro);
   if (!in.is_open()) fail(in.open_error());
   DataFileCheck out;
   out.format = format;
@@ -29,7 +29,7 @@ DataFileCheck data_check_file(const std::string& path, DataFileKind kind, std::o
       problem(in.error());
       continue;
     }
-    const nlohmann::json& record = in.value();
+    const nlohmann::ordered_json& record = in.value();
     try {
       switch (kind) {
         case DataFileKind::records:

@@ -15,7 +15,7 @@
 
 namespace luatune {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -80,10 +80,10 @@ std::vector<GuanacoTurn> guanaco_turns(const std::string& text) {
   return turns;
 }
 
-Document encode_chat(const Tokenizer& tok, ChatFormat format, const std::vector<ChatMessage>& messages,
+Document encode_chat(const Tokenizer& tok, const ChatSetup& chat, const json& messages,
                      const std::string& where) {
   try {
-    ChatEncoding e = chat_encode(tok, format, messages);
+    ChatEncoding e = chat_encode(tok, *chat.tmpl, messages, chat.options);
     return Document{std::move(e.ids), std::move(e.mask)};
   } catch (const Error& e) {
     fail(where + ": " + e.what());
@@ -94,7 +94,8 @@ Document encode_chat(const Tokenizer& tok, ChatFormat format, const std::vector<
 // else the text prompt + response with the response (and the appended EOS) trained on.
 Document encode_prompt_response(const Tokenizer& tok, const EncodeOptions& o, const std::string& prompt,
                                 const std::string& response, const std::string& where) {
-  if (o.chat) return encode_chat(tok, *o.chat, {{"user", prompt}, {"assistant", response}}, where);
+  if (o.chat)
+    return encode_chat(tok, *o.chat, chat_messages_json({{"user", prompt}, {"assistant", response}}), where);
   std::string text = prompt + response;
   Document doc = encode_spans(tok, text, {{prompt.size(), text.size()}});
   if (o.add_eos) append_eos(tok, doc, true);
@@ -114,7 +115,7 @@ Document encode_guanaco(const Tokenizer& tok, const EncodeOptions& o, const std:
     for (const GuanacoTurn& t : turns)
       messages.push_back(
           {t.assistant ? "assistant" : "user", str_trim(text.substr(t.begin, t.end - t.begin))});
-    return encode_chat(tok, *o.chat, messages, where);
+    return encode_chat(tok, *o.chat, chat_messages_json(messages), where);
   }
   // The answer's bytes without the whitespace before the next marker: a token " ###" that starts
   // there belongs to the next turn's header, not to the answer.
@@ -129,22 +130,25 @@ Document encode_guanaco(const Tokenizer& tok, const EncodeOptions& o, const std:
   return doc;
 }
 
-std::vector<ChatMessage> chat_messages(const json& record, const std::string& where) {
+// The record's messages as the template will see them: each an object with a string role and a
+// content that is a string, a list of parts ({"type": "text", "text": ...}) or, beside tool_calls,
+// null or absent. Other keys (tool_calls, tool_call_id, name, reasoning_content, ...) pass through.
+const json& chat_messages(const json& record, const std::string& where) {
   const char* expected = "a JSON object with \"messages\" (a list of {role, content})";
   if (!record.is_object()) fail_shape(where, expected, record);
   auto it = record.find("messages");
   if (it == record.end() || !it->is_array() || it->empty()) fail_shape(where, expected, record);
-  std::vector<ChatMessage> messages;
   for (size_t i = 0; i < it->size(); i++) {
     const json& m = (*it)[i];
     const std::string* role = field_string(m, "role");
-    const std::string* content = field_string(m, "content");
-    if (!role || !content)
+    auto c = m.is_object() ? m.find("content") : m.end();
+    bool content_ok = m.is_object() && c != m.end() && (c->is_string() || c->is_array());
+    bool tool_call = m.is_object() && m.contains("tool_calls") && (c == m.end() || c->is_null());
+    if (!role || !(content_ok || tool_call))
       fail(where + ": expected messages[" + std::to_string(i) +
-           "] to be {\"role\": string, \"content\": string}, got " + data_record_excerpt(m));
-    messages.push_back({*role, *content});
+           "] to be {\"role\": string, \"content\": string or list of parts}, got " + data_record_excerpt(m));
   }
-  return messages;
+  return *it;
 }
 
 }  // namespace

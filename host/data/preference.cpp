@@ -13,7 +13,7 @@
 
 namespace luatune {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -70,7 +70,8 @@ std::pair<Document, Document> preference_encode_record(const Tokenizer& tok, con
               data_encode_record(tok, po, json{{"prompt", *prompt}, {"response", rejected}}, where)};
     }
     if (!o.chat)
-      fail(where + ": message lists need a chat format", "pass chat_format = ... (see docs/data.md)");
+      fail(where + ": message lists need a chat template",
+           "set chat_template = ... (see docs/chat_formats.md)");
     json history = as_messages(*prompt);
     json c = history, r = history;
     c.push_back(json{{"role", "assistant"}, {"content", chosen}});
@@ -78,7 +79,8 @@ std::pair<Document, Document> preference_encode_record(const Tokenizer& tok, con
     return {encode_messages(tok, o, c, where, "chosen"), encode_messages(tok, o, r, where, "rejected")};
   }
   if (!o.chat)
-    fail(where + ": message lists need a chat format", "pass chat_format = ... (see docs/data.md)");
+    fail(where + ": message lists need a chat template",
+         "set chat_template = ... (see docs/chat_formats.md)");
   json c, r;
   if (prompt) {
     json history = as_messages(*prompt);

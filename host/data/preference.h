@@ -33,11 +33,11 @@ struct PreferenceStats {
 
 class PreferenceDataset {
  public:
-  // options: max_length (per side), chat / chat_format, seed, skip_bad, max_records, train_on_prompt
+  // options: max_length (per side), chat / chat_template, seed, skip_bad, max_records, train_on_prompt
   // is refused (the loss is on the responses). Errors are "PATH:LINE: expected ...".
   static std::shared_ptr<PreferenceDataset> from_jsonl(const std::string& path, const Tokenizer& tokenizer,
                                                        const DataOptions& options);
-  static std::shared_ptr<PreferenceDataset> from_records(const std::vector<nlohmann::json>& records,
+  static std::shared_ptr<PreferenceDataset> from_records(const std::vector<nlohmann::ordered_json>& records,
                                                          const Tokenizer& tokenizer,
                                                          const DataOptions& options);
 
@@ -88,12 +88,12 @@ int64_t preference_pair_key(const Document& chosen, const Document& rejected);
 // Exposed for tests. `chat` unset: the plain prompt + response template (string records only).
 std::pair<Document, Document> preference_encode_record(const Tokenizer& tokenizer,
                                                        const EncodeOptions& options,
-                                                       const nlohmann::json& record,
+                                                       const nlohmann::ordered_json& record,
                                                        const std::string& where);
 
 // The shape checks of preference_encode_record, without a tokenizer: fails with the same "WHERE: expected
 // ..." for a record that loading would refuse (`runner validate` reads pair files with it). What needs the
 // tokenizer (a chat format for message lists) is not checked.
-void preference_check_record(const nlohmann::json& record, const std::string& where);
+void preference_check_record(const nlohmann::ordered_json& record, const std::string& where);
 
 }  // namespace luatune

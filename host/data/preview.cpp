@@ -29,8 +29,8 @@ std::string data_preview(const Dataset& ds, const Tokenizer& tok, const std::str
   const char* close = color ? "]\x1b[0m" : "]";
   std::string out = source + ": format " + data_format_name(ds.format());
   if (ds.format() != DataFormat::text)
-    out += ds.chat_format() ? std::string(" (chat format ") + chat_format_name(*ds.chat_format()) + ")"
-                            : std::string(" (plain text template)");
+    out += ds.chat() ? std::string(" (chat template ") + ds.chat()->tmpl->origin() + ")"
+                     : std::string(" (plain text template)");
   out += ", max_length " + std::to_string(ds.options().max_length) +
          "; [bracketed] tokens are masked (no loss on them)\n";
   for (int64_t d = 0; d < ds.documents(); d++) {

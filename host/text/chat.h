@@ -1,12 +1,14 @@
-// Chat formats: renders a conversation ({role, content} messages) exactly as a model family's
-// Jinja chat_template does, and records which bytes are the assistant's own output (content plus
-// its end-of-turn marker) so training can put the loss on those bytes only. No Jinja engine: each
-// family is a few lines of C++ checked byte for byte against the real templates
-// (tests/reference/chat_ref.*). Facts and sources: docs/chat_formats.md.
+// Chat templates: a model's own Jinja chat_template, rendered exactly as transformers'
+// apply_chat_template renders it (MiniJinja behind host/text/jinja, set up as transformers sets up
+// Jinja2), and the bytes of the rendered text that are the assistant's own output, so training can
+// put the loss on those only. Facts, the variables a template sees and the mask rule:
+// docs/chat_formats.md.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
-#include <optional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,60 +18,105 @@ namespace luatune {
 class Tokenizer;  // host/text/tokenizer.h
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user", "assistant", "tool", ...
   std::string content;
 };
+// [{"role": ..., "content": ...}, ...], the form a template reads.
+nlohmann::ordered_json chat_messages_json(const std::vector<ChatMessage>& messages);
 
-enum class ChatFormat {
-  llama3,   // "llama3": Llama 3.0 instruct
-  llama31,  // "llama3.1": Llama 3.1/3.3 instruct (system block with knowledge/today dates)
-  mistral,  // "mistral": Mistral v3 tokenizer layout (Mistral-7B-Instruct-v0.3)
-  chatml,   // "chatml": plain ChatML, no default system message
-  qwen25,   // "qwen2.5": ChatML plus Qwen2.5's default system message
-  qwen3,    // "qwen3": ChatML plus Qwen3's <think> block on the final answer
-  gemma,    // "gemma": Gemma 2/3 (system text prepended to the first user turn)
+// One compiled template. `origin` names where its text came from ("DIR/tokenizer_config.json",
+// "FILE.jinja", "FILE.gguf"); every error starts with "chat_template ORIGIN:LINE: ".
+class ChatTemplate {
+ public:
+  static std::shared_ptr<const ChatTemplate> compile(const std::string& source, const std::string& origin);
+  ~ChatTemplate();
+  ChatTemplate(const ChatTemplate&) = delete;
+  ChatTemplate& operator=(const ChatTemplate&) = delete;
+
+  const std::string& source() const { return source_; }
+  const std::string& origin() const { return origin_; }
+  bool has_generation_blocks() const;  // {% generation %} ... {% endgeneration %}
+
+  // Renders with `context` as the template's variables (a JSON object). generation_spans, when
+  // given, gets the byte ranges of the output that {% generation %} blocks wrote. Limits: a render
+  // past kMaxOutputBytes or the work budget fails (an endless template ends in an error).
+  std::string render(const nlohmann::ordered_json& context,
+                     std::vector<std::pair<size_t, size_t>>* generation_spans = nullptr) const;
+
+  static constexpr size_t kMaxOutputBytes = 64u << 20;
+  static constexpr uint64_t kFuel = 50'000'000;  // MiniJinja instructions per render
+
+ private:
+  ChatTemplate() = default;
+  struct Handle;
+  Handle* handle_ = nullptr;
+  std::string source_, origin_;
 };
 
 struct ChatOptions {
-  bool add_generation_prompt = false;       // end with the header that starts an assistant reply
-  std::string date_string = "26 Jul 2024";  // llama3.1's "Today Date:" (the template's default)
-  bool enable_thinking = true;              // qwen3: false appends an empty <think> block to the prompt
-  // The template's bos_token / eos_token; unset means the family's usual text (<|begin_of_text|>,
-  // <s>/</s>, <bos>). chat_encode fills them from the tokenizer when it has them.
-  std::optional<std::string> bos_text, eos_text;
+  bool add_generation_prompt = false;  // end with the header that starts an assistant reply
+  nlohmann::ordered_json tools;        // null, or a list of JSON-schema tools (the template's `tools`)
+  nlohmann::ordered_json documents;    // null, or a list of {title, text} (the template's `documents`)
+  // Extra variables: the tokenizer's special tokens (bos_token, eos_token, ...; chat_encode fills
+  // them in) and chat_template_kwargs such as {"enable_thinking": false}. Later keys win.
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  int64_t now_unix = -1;  // strftime_now's clock; -1: now (as transformers). SOURCE_DATE_EPOCH pins it.
 };
+
+// The variables apply_chat_template passes: special tokens and kwargs, then messages, tools,
+// documents and add_generation_prompt.
+nlohmann::ordered_json chat_context(const nlohmann::ordered_json& messages, const ChatOptions& options);
 
 struct ChatRendered {
   std::string text;
-  // Half-open byte ranges [first, second) of `text` the model must learn to emit: each assistant
-  // message's content and its end-of-turn marker (<|eot_id|>, </s>, <|im_end|>, <end_of_turn>),
-  // never the role header before it nor the newline after it. Sorted, non-overlapping.
+  // Half-open byte ranges [first, second) of `text` the model must learn to emit. Sorted and
+  // disjoint. From the template's {% generation %} blocks where it has them, else by rendering
+  // growing prefixes of the conversation (docs/chat_formats.md, "The loss mask").
   std::vector<std::pair<size_t, size_t>> assistant_spans;
 };
 
-// "llama3", "llama3.1", "mistral", "chatml", "qwen2.5", "qwen3", "gemma"; an error lists them.
-ChatFormat chat_format_parse(const std::string& name);
-const char* chat_format_name(ChatFormat format);
-// Recognises a family from a tokenizer's chat_template text by its markers; an error when none
-// matches (or the family's variant renders differently from ours), suggesting format=.
-ChatFormat chat_format_detect(const std::string& chat_template);
-
-// Errors (one line, naming the message by position) where the real template raises, and for
-// roles we do not render (tool calls and results: ipython, tool).
-ChatRendered chat_render(ChatFormat format, const std::vector<ChatMessage>& messages,
+// Errors (one line): the template's own (syntax, raise_exception, limits) as "chat_template
+// ORIGIN:LINE: ...", and an assistant turn the prefix rule cannot place.
+ChatRendered chat_render(const ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
                          const ChatOptions& options = {});
+// The text only (no spans, one render).
+std::string chat_render_text(const ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
+                             const ChatOptions& options = {});
 
 // Token ids of the rendered text and a per-token loss mask (1 = part of an assistant span). The
-// text is encoded with add_special = false: every template already writes its own BOS.
+// text is encoded with add_special = false: a template writes its own BOS (as transformers'
+// apply_chat_template(tokenize=True) does).
 struct ChatEncoding {
   std::vector<int32_t> ids;
   std::vector<uint8_t> mask;  // same length as ids
 };
-ChatEncoding chat_encode(const Tokenizer& tokenizer, ChatFormat format,
-                         const std::vector<ChatMessage>& messages, const ChatOptions& options = {});
+ChatEncoding chat_encode(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
+                         const nlohmann::ordered_json& messages, const ChatOptions& options = {});
+// The options with the tokenizer's special tokens added to kwargs (where kwargs lacks them).
+ChatOptions chat_options_for(const Tokenizer& tokenizer, ChatOptions options);
 // The mask rule on its own: token i is 1 when its byte range overlaps an assistant span (a token
 // that straddles a span edge is something the model emits); empty ranges (inserted tokens) are 0.
 std::vector<uint8_t> chat_mask_from_offsets(const std::vector<std::pair<uint32_t, uint32_t>>& offsets,
                                             const std::vector<std::pair<size_t, size_t>>& spans);
+
+// Which template a run uses. `choice` is the recipe's chat_template key: "" = the tokenizer's own
+// (its "default", or "tool_use" when `tools` is set and it has one); a path to a .jinja file, a
+// tokenizer_config.json or a .gguf; a name of one of the tokenizer's named templates; or a name of
+// a template luatune ships (templates/chat/NAME.jinja: chat_template_shipped_names()). Fails in one
+// line naming what was looked for and what exists, with a hint naming the chat_template key.
+std::shared_ptr<const ChatTemplate> chat_template_resolve(const Tokenizer& tokenizer,
+                                                          const std::string& choice, bool with_tools = false);
+std::vector<std::string> chat_template_shipped_names();
+// A data set's chat rendering: the template and the options every record is rendered with (the
+// tokenizer's special tokens and chat_template_kwargs in options.kwargs).
+struct ChatSetup {
+  std::shared_ptr<const ChatTemplate> tmpl;
+  ChatOptions options;
+};
+
+// Reads the template text of a file: a .jinja file as it is, tokenizer_config.json's chat_template
+// (string, or the named list: `name`, default "default"), or a GGUF file's tokenizer.chat_template.
+std::shared_ptr<const ChatTemplate> chat_template_from_file(const std::string& path,
+                                                            const std::string& name = "");
 
 }  // namespace luatune

@@ -1,22 +1,25 @@
 // chat_encode (see chat.h): renders a conversation, tokenizes the whole text once with offsets,
 // and marks the tokens that fall in assistant spans. Kept apart from chat.cpp because it needs
 // the tokenizer implementation, while rendering does not.
-#include "host/text/chat.h"
-
 #include "host/core/error.h"
+#include "host/text/chat.h"
 #include "host/text/tokenizer.h"
 
 namespace luatune {
 
-ChatEncoding chat_encode(const Tokenizer& tokenizer, ChatFormat format,
-                         const std::vector<ChatMessage>& messages, const ChatOptions& options) {
-  // The template's bos_token/eos_token are the tokenizer's, as transformers passes them.
-  ChatOptions o = options;
-  const SpecialTokens& sp = tokenizer.special();
-  if (!o.bos_text && !sp.bos_text.empty()) o.bos_text = sp.bos_text;
-  if (!o.eos_text && !sp.eos_text.empty()) o.eos_text = sp.eos_text;
-  ChatRendered r = chat_render(format, messages, o);
+ChatOptions chat_options_for(const Tokenizer& tokenizer, ChatOptions o) {
+  // transformers passes **special_tokens_map first, then the caller's kwargs (which win).
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+  for (const auto& [key, text] : tokenizer.template_tokens()) vars[key] = text;
+  if (o.kwargs.is_object())
+    for (auto it = o.kwargs.begin(); it != o.kwargs.end(); ++it) vars[it.key()] = it.value();
+  o.kwargs = std::move(vars);
+  return o;
+}
 
+ChatEncoding chat_encode(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
+                         const nlohmann::ordered_json& messages, const ChatOptions& options) {
+  ChatRendered r = chat_render(tmpl, messages, chat_options_for(tokenizer, options));
   // One encode of the full text: tokens can merge across message boundaries exactly as they do
   // when the model sees the conversation, and add_special=false because the text has its BOS.
   Encoding enc = tokenizer.encode_with_offsets(r.text, /*add_special=*/false);

@@ -24,7 +24,10 @@ struct TokenizerImpl {
   AddedTokenMatcher raw_matcher;         // tokens matched in the raw text (normalized: false)
   AddedTokenMatcher normalized_matcher;  // tokens matched after normalization (normalized: true)
   SpecialTokens special;
-  std::string chat_template;
+  std::string chat_template;  // the default one (named "default", or the only one)
+  std::vector<std::pair<std::string, std::string>> chat_templates;  // (name, Jinja text)
+  std::string chat_template_origin;
+  std::vector<std::pair<std::string, std::string>> template_tokens;  // ("bos_token", "<s>"), ...
   int32_t vocab_size = 0;
 
   std::string_view token_text(int32_t id) const {
@@ -109,24 +112,36 @@ void read_special(const std::string& dir, TokenizerImpl& t, const Tokenizer& tok
         if (v.is_number_integer()) add_eos(v.get<int64_t>());
   }
 
+  // The special tokens a chat template sees (transformers' special_tokens_map: those set).
+  for (const char* key :
+       {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+    std::string text = config_token(config, key);
+    if (!text.empty()) t.template_tokens.emplace_back(key, text);
+  }
+
   // Chat template: chat_template.jinja beside the config wins over the config's field, which is a
-  // string or a list of {"name", "template"} (the one named "default", else the first).
+  // string or a list of {"name", "template"} (a named set: "default", "tool_use", ...).
   std::string jinja = dir + "/chat_template.jinja";
   if (file_exists(jinja)) {
-    t.chat_template = file_read(jinja);
+    t.chat_templates.emplace_back("default", file_read(jinja));
+    t.chat_template_origin = jinja;
   } else if (config.is_object() && config.contains("chat_template")) {
     const nlohmann::json& c = config["chat_template"];
+    t.chat_template_origin = config_path;
     if (c.is_string()) {
-      t.chat_template = c.get<std::string>();
+      t.chat_templates.emplace_back("default", c.get<std::string>());
     } else if (c.is_array()) {
       for (const auto& entry : c) {
         if (!entry.is_object() || !entry.contains("template") || !entry["template"].is_string()) continue;
-        bool is_default = entry.contains("name") && entry["name"] == "default";
-        if (t.chat_template.empty() || is_default) t.chat_template = entry["template"].get<std::string>();
-        if (is_default) break;
+        std::string name =
+            entry.contains("name") && entry["name"].is_string() ? entry["name"].get<std::string>() : "";
+        t.chat_templates.emplace_back(name, entry["template"].get<std::string>());
       }
     }
   }
+  for (const auto& named : t.chat_templates)
+    if (named.first == "default") t.chat_template = named.second;
+  if (t.chat_template.empty() && t.chat_templates.size() == 1) t.chat_template = t.chat_templates[0].second;
 }
 
 }  // namespace
@@ -282,6 +297,16 @@ bool Tokenizer::is_special(int32_t id) const {
 const SpecialTokens& Tokenizer::special() const {
   return impl_->special;
 }
+const std::vector<std::pair<std::string, std::string>>& Tokenizer::chat_templates() const {
+  return impl_->chat_templates;
+}
+const std::string& Tokenizer::chat_template_origin() const {
+  return impl_->chat_template_origin;
+}
+const std::vector<std::pair<std::string, std::string>>& Tokenizer::template_tokens() const {
+  return impl_->template_tokens;
+}
+
 const std::string& Tokenizer::chat_template() const {
   return impl_->chat_template;
 }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace luatune {
@@ -51,8 +52,16 @@ class Tokenizer {
   std::string id_to_token(int32_t id) const;          // "" when out of range
   bool is_special(int32_t id) const;
   const SpecialTokens& special() const;
-  // tokenizer_config.json "chat_template" (a chat_template.jinja file beside it wins); "" if none.
+  // tokenizer_config.json "chat_template" (a chat_template.jinja file beside it wins): the one named
+  // "default" or the only one; "" if none.
   const std::string& chat_template() const;
+  // Every template by name: a single template is named "default"; a list keeps its names
+  // ("default", "tool_use", ...). Empty if none. The file they came from: chat_template_origin().
+  const std::vector<std::pair<std::string, std::string>>& chat_templates() const;
+  const std::string& chat_template_origin() const;
+  // The special tokens a chat template sees, as transformers passes them: ("bos_token", "<s>"),
+  // ("eos_token", ...), and unk/sep/pad/cls/mask where tokenizer_config.json sets them.
+  const std::vector<std::pair<std::string, std::string>>& template_tokens() const;
   const std::string& source_dir() const;  // directory the files came from (model:save copies them)
   // The files that make up this tokenizer (tokenizer.json, tokenizer_config.json,
   // special_tokens_map.json, chat_template.jinja, ... whichever exist), for copying into a saved model.

@@ -21,7 +21,7 @@
 
 namespace luatune {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // prompts keep their keys' order, as the chat template sees them
 
 namespace {
 
@@ -66,9 +66,9 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
   const auto t0 = std::chrono::steady_clock::now();
   JsonlReadOptions ro;
   ro.expected = "a JSON object";
-  JsonlReader in(prompts_path, ro);
+  JsonlReaderOf<json> in(prompts_path, ro);
   LT_CHECK(in.is_open(), "train.rejection_sample: cannot open '" << prompts_path << "'");
-  const bool chat = data_resolve_chat(DataFormat::prompt_response, o.data, tok).has_value();
+  const bool chat = data_resolve_chat(DataFormat::prompt_response, o.data, tok) != nullptr;
   // Data parallel: prompt i is rank (i mod N)'s; each rank writes its rows to a part file and rank 0
   // interleaves them back into prompt order. Seeds follow the prompt, so any N writes the same file.
   const int64_t rank = dist_rank(), world = dist_world_size();

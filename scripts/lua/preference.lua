@@ -20,7 +20,7 @@ end
 -- Pairs from cfg.data; held out: cfg.eval_data when given, else cfg.eval_fraction of cfg.data. When that
 -- holds out no pair eval_set is nil and evaluation is off, with the warning run.sets gives for records.
 function M.sets(cfg, tok)
-  local opts = { tokenizer = tok, max_length = cfg.max_length, seed = cfg.seed }
+  local opts = { tokenizer = tok, max_length = cfg.max_length, seed = cfg.seed, chat_template = cfg.chat_template }
   local train_set, eval_set = data.preferences(require("paths").resolve(cfg.data), opts), nil
   if cfg.eval_data ~= "" then eval_set = data.preferences(cfg.eval_data, opts)
   else train_set, eval_set = train_set:split(1 - cfg.eval_fraction) end

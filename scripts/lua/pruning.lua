@@ -132,7 +132,8 @@ end
 -- eval_fraction, or with cfg.domains (see M.domains) the first domain's held-out rows (each domain's
 -- loss is logged too). Returns domains (nil without), train_set, eval_set.
 function M.sheared_data(cfg, tok)
-  local load_opts = { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed }
+  local load_opts = { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed,
+                      chat_template = cfg.chat_template }
   if cfg.format ~= "" then load_opts.format = cfg.format end
   local domains = M.domains(cfg.domains, load_opts, cfg.eval_fraction)
   if domains then return domains, nil, domains.sets[domains.names[1]].eval end

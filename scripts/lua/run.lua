@@ -32,7 +32,8 @@ end
 -- (eval_fraction = 0, or too few records) eval_set is nil and run.evaluate does nothing, with a warning
 -- that says how to hold one out (data.eval_split_warning, the line `runner validate` prints too).
 function M.sets(cfg, tok, opts)
-  local o = { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed }
+  local o = { tokenizer = tok, max_length = cfg.max_length, pack = true, seed = cfg.seed,
+              chat_template = cfg.chat_template }
   for k, v in pairs(opts or {}) do o[k] = v end
   local train_set, eval_set = data.jsonl(require("paths").resolve(cfg.data), o):split(1 - cfg.eval_fraction)
   if #eval_set > 0 then return train_set, eval_set end

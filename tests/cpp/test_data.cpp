@@ -21,7 +21,7 @@
 #include "tests/cpp/test_util.h"
 
 using namespace luatune;
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -31,6 +31,15 @@ namespace {
 std::shared_ptr<Tokenizer> bytelevel() {
   static auto tok = Tokenizer::load("tests/fixtures/tokenizers/bytelevel");
   return tok;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
 }
 
 std::shared_ptr<Tokenizer> llama3_or_null() {
@@ -226,12 +235,12 @@ TEST(DataFormatLlama3, EveryFormatTrainsOnExactlyTheAnswer) {
     if (!c.masked.empty()) {
       EXPECT_EQ(masked_text(*tok, r), c.masked);
     }
-    EXPECT_EQ(ds->chat_format().has_value(), c.options == &chat);
+    EXPECT_EQ(ds->chat() != nullptr, c.options == &chat);
     if (c.options == &chat) {
-      // The conversation as the chat template renders it, starting with exactly one BOS.
+      // The conversation as the tokenizer's own chat template renders it, with exactly one BOS.
       EXPECT_EQ(r.ids[0], tok->token_to_id("<|begin_of_text|>"));
       EXPECT_NE(r.ids[1], tok->token_to_id("<|begin_of_text|>"));
-      EXPECT_EQ(ds->chat_format(), chat_format_detect(tok->chat_template()));
+      EXPECT_EQ(ds->chat()->tmpl->source(), tok->chat_template());
     }
   }
 }
@@ -247,27 +256,45 @@ TEST(DataFormatLlama3, ChatRecordErrorsNameTheRecord) {
             "records[2]: expected a JSON object with \"messages\" (a list of {role, content}), got "
             "{\"messages\":\"oops\"}");
   records[1] = {{"messages", {{{"role", "user"}, {"text", "Hi"}}}}};
-  EXPECT_EQ(error_of([&] { Dataset::from_records(records, *tok, o); }),
-            "records[2]: expected messages[0] to be {\"role\": string, \"content\": string}, got "
-            "{\"role\":\"user\","
-            "\"text\":\"Hi\"}");
+  EXPECT_EQ(
+      error_of([&] { Dataset::from_records(records, *tok, o); }),
+      "records[2]: expected messages[0] to be {\"role\": string, \"content\": string or list of parts}, got "
+      "{\"role\":\"user\","
+      "\"text\":\"Hi\"}");
 }
 
-TEST(DataFormat, ChatNeedsAChatFormat) {
-  DataOptions o;  // the fixture's chat template is no family we know
+TEST(DataFormat, ChatNeedsAChatTemplate) {
+  // A tokenizer without a chat template: conversations need chat_template=, plain records do not.
+  std::string dir = test_temp_dir("data_no_template", true);
+  write_text(dir + "/tokenizer.json", read_file("tests/fixtures/tokenizers/bytelevel/tokenizer.json"));
+  write_text(dir + "/tokenizer_config.json", R"({"bos_token": "<|bos|>", "eos_token": "<|special|>"})");
+  auto bare = Tokenizer::load(dir);
+  DataOptions o;
   std::string m = error_of([&] {
-    Dataset::from_records({{{"prompt", "a"}, {"response", "b"}}}, *bytelevel(), o);
+    Dataset::from_records({{{"messages", {{{"role", "user"}, {"content", "a"}}}}}}, *bare, o);
   });
-  EXPECT_EQ(m,
-            "data: prompt_response records are rendered as conversations but the chat_template of "
-            "tests/fixtures/tokenizers/bytelevel matches no chat format we render\n"
-            "  HINT: pass chat_format = one of llama3, llama3.1, mistral, chatml, qwen2.5, qwen3, gemma; or "
-            "chat = false for the plain text template (runner data: --chat-format F, --no-chat)");
-  o.chat_format = "chatml2";
-  m = error_of([&] { Dataset::from_records({{{"text", "a"}}}, *bytelevel(), o); });
-  EXPECT_EQ(m, "(no error)");  // text records never use a chat format
-  m = error_of([&] { Dataset::from_records({{{"prompt", "a"}, {"response", "b"}}}, *bytelevel(), o); });
-  EXPECT_EQ(m.rfind("data: chat_format: ", 0), 0u) << m;
+  EXPECT_EQ(first_line(m),
+            "data: chat records are rendered as conversations but " + dir + " has no chat_template");
+  EXPECT_NE(
+      m.find("HINT: set chat_template = FILE.jinja or one luatune ships (chatml, gemma, llama3, mistral)"),
+      std::string::npos)
+      << m;
+  EXPECT_EQ(error_of([&] {
+              Dataset::from_records({{{"prompt", "a"}, {"response", "b"}}}, *bare, o);
+            }),
+            "(no error)");  // plain records use the plain text template
+  o.chat_template = "chatml2";
+  EXPECT_EQ(error_of([&] {
+              Dataset::from_records({{{"text", "a"}}}, *bare, o);
+            }),
+            "(no error)");  // never a chat
+  m = error_of([&] { Dataset::from_records({{{"prompt", "a"}, {"response", "b"}}}, *bare, o); });
+  EXPECT_EQ(m.rfind("chat_template: 'chatml2' is no file, no template of " + dir, 0), 0u) << m;
+  EXPECT_NE(m.find("did you mean 'chatml'?"), std::string::npos) << m;
+  // A shipped template by name: ChatML, its {% generation %} blocks giving the mask.
+  o.chat_template = "chatml";
+  auto ds = Dataset::from_records({{{"prompt", "a"}, {"response", "b"}}}, *bare, o);
+  EXPECT_EQ(ds->chat()->tmpl->origin(), std::string(LUATUNE_SOURCE_DIR) + "/templates/chat/chatml.jinja");
 }
 
 // ============================================================================================
@@ -607,7 +634,7 @@ TEST(DataCheck, FileProblemsAreWhatLoadingSays) {
   EXPECT_EQ(c.problems[0],
             pairs +
                 ":3: expected a JSON object with \"chosen\" and \"rejected\" (strings with a "
-                "\"prompt\" string, or message lists), got {\"chosen\":\"a\",\"prompt\":\"q\"}");
+                "\"prompt\" string, or message lists), got {\"prompt\":\"q\",\"chosen\":\"a\"}");
   EXPECT_EQ(c.problems[1].rfind(pairs + ":4: expected a \"prompt\" (string or message list)", 0), 0u)
       << c.problems[1];
   // Any JSON object a line (prompts).

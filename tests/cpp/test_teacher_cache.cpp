@@ -40,7 +40,7 @@ std::shared_ptr<Tokenizer> bytelevel() {
 std::shared_ptr<Dataset> prompt_data(int variant = 0, bool pack = false) {
   const char* prompts[] = {"hello", "hello world", "lll", "world!", "hello hello", "!"};
   const char* responses[] = {" world!", "!", " hello world", " lll lll", " world", " hello hello world"};
-  std::vector<json> records;
+  std::vector<nlohmann::ordered_json> records;
   for (int i = 0; i < 6; i++)
     records.push_back({{"prompt", prompts[(i + variant) % 6]}, {"response", responses[i]}});
   DataOptions o;

@@ -60,7 +60,7 @@ test("every row is a chat record the data reader keeps whole, with answers to tr
   local path = TMP .. "/a.jsonl"
   example.write(path)
   local tok = tokenizer.load(BYTELEVEL)
-  local ds = data.jsonl(path, { tokenizer = tok, chat_format = "chatml", pack = false, max_length = 256 })
+  local ds = data.jsonl(path, { tokenizer = tok, chat_template = "chatml", pack = false, max_length = 256 })
   local s = ds:stats()
   eq({ s.records, s.skipped_bad, s.dropped_empty, s.truncated, #ds }, { 600, 0, 0, 0, 600 })
   ok(s.target_tokens > 0 and s.target_tokens < s.tokens, "answers only are trained")
@@ -103,7 +103,7 @@ test("the text, preference and prompt sets: what the pruning, preference and sam
   local _, held = text:split(0.95)
   ok(#held >= 2, "5 % of the packed text rows holds out " .. #held)
   -- preferences: every pair read, chosen and rejected differ
-  eq(#data.preferences(dir .. "/example_preferences.jsonl", { tokenizer = tok, chat_format = "chatml" }), 490)
+  eq(#data.preferences(dir .. "/example_preferences.jsonl", { tokenizer = tok, chat_template = "chatml" }), 490)
   for line in io.lines(dir .. "/example_preferences.jsonl") do
     local chosen, rejected = line:match('"chosen": (".-"), "rejected": (".-")}$')
     ok(chosen and rejected and chosen ~= rejected, line)

@@ -92,7 +92,7 @@ end
 
 test("run.sets: an eval_fraction that holds out none of the records turns evaluation off (eval_set nil)", function()
   local path, tok = text_rows(TMP .. "/16.jsonl", 16)
-  local cfg = strict { data = path, max_length = 16, seed = 0, eval_fraction = 0.02 }
+  local cfg = strict { data = path, max_length = 16, seed = 0, eval_fraction = 0.02, chat_template = "" }
   local train_set, eval_set = run.sets(cfg, tok, { format = "text" })
   eq(eval_set, nil)  -- 16 x 0.02 rounds to 0: decided here, before any step
   eq(train_set:stats().records, 16)
@@ -109,7 +109,7 @@ end)
 test("pruning.text_sets and sheared_data: a split that holds out nothing is an error (perplexity is their result)", function()
   local path, tok = text_rows(TMP .. "/prune16.jsonl", 16)
   local cfg = strict { data = path, max_length = 16, seed = 0, eval_fraction = 0.02, calibration_rows = 2,
-                       batch_size = 2, format = "text", domains = {} }
+                       batch_size = 2, format = "text", domains = {}, chat_template = "" }
   local err = raises(function() P.text_sets(cfg, tok) end, "data: eval_fraction = 0.02 holds out none of the ")
   ok(err:find("this recipe reports held-out perplexity; hint: raise eval_fraction", 1, true), err)
   ok(not err:find("pruning.lua", 1, true), "raised at level 0: no position, the runner prints it as a user error")
