@@ -29,8 +29,11 @@ if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then ge
 # LUATUNE_VENV: the host's Python environment, whose nvidia/* wheels (cuDNN, NCCL, cudart) CMake puts
 # on the executables' RPATH, and whose nvcc it uses when the environment has one (else the toolkit's).
 venv=$(python3 -c 'import sys; print(sys.prefix)')
+# The chat-template engine, built by scripts/offline-deps.sh (no cargo or crates.io here).
+jinja=()
+if [ -f "$deps/libluatune_jinja.a" ]; then jinja=(-DLUATUNE_JINJA_LIBRARY="$deps/libluatune_jinja.a"); fi
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" \
-  -DLUATUNE_VENV="$venv" -DLUATUNE_DEPS_PREFIX="$prefix" -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}"
+  -DLUATUNE_VENV="$venv" -DLUATUNE_DEPS_PREFIX="$prefix" -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" "${jinja[@]}"
 # Keep going past a failed file: device time is short, so one build shows every error at once.
 keep_going=(-- -k)
 if grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja' "$build/CMakeCache.txt"; then keep_going=(-- -k 0); fi

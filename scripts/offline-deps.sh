@@ -36,3 +36,15 @@ cd "$dir"
 # shellcheck disable=SC2086
 apt-get download $closure
 ls -1 "$dir"/*.deb | wc -l | xargs echo "offline-deps: packages in $dir:"
+# The chat-template engine (host/text/jinja, Rust): the GPU host has no cargo and no crates.io, so it is
+# built here, stripped of debug info (about 6 MB), and gpu-build.sh links it (-DLUATUNE_JINJA_LIBRARY).
+root=$(cd "$(dirname "$0")/.." && pwd)
+cargo=""
+for c in "$HOME/.cargo/bin/cargo" cargo /usr/bin/cargo; do
+  if v=$("$c" --version 2>/dev/null) && [[ $v =~ ^cargo\ 1\.([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 70 ]; then cargo=$c; break; fi
+done
+[ -n "$cargo" ] || { echo "offline-deps: no cargo of Rust 1.70+ (scripts/setup.sh installs one)"; exit 1; }
+CARGO_TARGET_DIR="$dir/.jinja-target" "$cargo" build --release --locked --quiet --manifest-path "$root/host/text/jinja/Cargo.toml"
+strip --strip-debug -o "$dir/libluatune_jinja.a" "$dir/.jinja-target/release/libluatune_jinja.a"
+rm -rf "$dir/.jinja-target"
+echo "offline-deps: $dir/libluatune_jinja.a ($(du -h "$dir/libluatune_jinja.a" | cut -f1))"

@@ -52,6 +52,17 @@ case $name in
     expect "the header" '^tokenizer +load_s\(lt\)'
     expect "a row for llama2" '^llama2 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x$'
     ;;
+  bench_chat_template)  # also bench/bench_chat_template.cpp and bench/bench_chat_template.py
+    need_node_tokenizers
+    [ -x "$(dirname "$runner")/bench/bench_chat_template" ] || skip "no bench/bench_chat_template (LUATUNE_BUILD_BENCH=OFF)"
+    "$venv_python" -c 'import transformers' 2>/dev/null || skip "$venv_python has no transformers (scripts/setup.sh)"
+    head -20 "$(dirname "$runner")/data/example_chat.jsonl" >"$work/chat20.jsonl"
+    run env LUATUNE_PYTHON="$venv_python" bash bench/bench_chat_template.sh "$work/chat20.jsonl" 1 "$(dirname "$runner")"
+    expect "the header" '^template +convs +tokens'
+    expect "a row for Llama 3.1's own template" '^llama3_1 +20 +[0-9]+ +[0-9]+ +prefix +[0-9.]+ +[0-9.]+ +[0-9.]+x$'
+    expect "a row for the shipped chatml, masks from generation blocks" '^qwen3 \+ chatml +20 .* generation '
+    if grep -q '^warning' "$out"; then echo "FAIL: luatune and transformers disagree"; fails=$((fails + 1)); fi
+    ;;
   ddp_scaling)
     run bash bench/ddp_scaling.sh "$runner" "$arg" 2 2
     expect "1 process" '^1 process, 2 rows a step: [0-9.]+ tokens/s$'

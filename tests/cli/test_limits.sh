@@ -135,6 +135,38 @@ EOF
 check oom_batch 1 bash -c 'ulimit -v 16000000 && TK=$1 "$2" "$3"' _ $tk "$runner" "$tmp/oom.lua"
 expect_out "oom.lua:3: data: allocating a batch of 1 rows x 1099511627776 tokens (4 int64 tensors): out of memory ("
 
+# --- hostile chat templates (docs/chat_formats.md, "Bad templates"): one line naming the template's file
+# and line, before or at the record that triggered it; never a crash, a hang or a traceback
+pr=tests/fixtures/data/prompt_response.jsonl
+printf 'ok\n{%% if messages %%}\nno end\n' >"$tmp/t_syntax.jinja"
+check template_syntax 2 "$runner" data --tokenizer $tk --chat-template "$tmp/t_syntax.jinja" $pr
+expect_out "chat_template $tmp/t_syntax.jinja:3: syntax error: unexpected end of input, expected end of block"
+printf 'a\n{%% for m in messages %%}{{ raise_exception("no " + m.role + " here") }}{%% endfor %%}' >"$tmp/t_raise.jinja"
+check template_raise 1 "$runner" data --tokenizer $tk --chat-template "$tmp/t_raise.jinja" $pr
+expect_out "error: $pr:1: chat_template $tmp/t_raise.jinja:2: the template raised an exception: no user here"
+printf '{{ messages[0].content }}{{ nope.attr }}' >"$tmp/t_undefined.jinja"
+check template_undefined 1 "$runner" data --tokenizer $tk --chat-template "$tmp/t_undefined.jinja" $pr
+expect_out "error: $pr:1: chat_template $tmp/t_undefined.jinja:1: undefined value"
+printf '{%% for i in range(100000) %%}{%% for j in range(100000) %%}{%% endfor %%}{%% endfor %%}' >"$tmp/t_loop.jinja"
+check template_endless 1 timeout 120 "$runner" data --tokenizer $tk --chat-template "$tmp/t_loop.jinja" $pr
+expect_out "chat_template $tmp/t_loop.jinja:1: the template ran past its work limit (an endless loop?)"
+printf '{%% macro f(n) %%}{{ f(n + 1) }}{%% endmacro %%}{{ f(0) }}' >"$tmp/t_recursion.jinja"
+check template_recursion 1 "$runner" data --tokenizer $tk --chat-template "$tmp/t_recursion.jinja" $pr
+expect_out "chat_template $tmp/t_recursion.jinja:1: invalid operation: recursion limit exceeded"
+printf '{%% for i in range(70) %%}{{ "x" * 1048576 }}{%% endfor %%}' >"$tmp/t_huge.jinja"
+check template_huge 1 "$runner" data --tokenizer $tk --chat-template "$tmp/t_huge.jinja" $pr
+expect_out "chat_template $tmp/t_huge.jinja: the rendered text is past its size limit"
+printf '\xff{{ x }}' >"$tmp/t_binary.jinja"
+check template_not_utf8 2 "$runner" data --tokenizer $tk --chat-template "$tmp/t_binary.jinja" $pr
+expect_out "chat_template $tmp/t_binary.jinja: the template is not valid UTF-8 (byte 0)"
+# inside tokenizer_config.json the line is the template's own
+mkdir -p "$tmp/tk_bad_template"
+cp $tk/tokenizer.json "$tmp/tk_bad_template/"
+printf '{"eos_token": "<|special|>", "chat_template": "x\\n{%% for %%}"}' >"$tmp/tk_bad_template/tokenizer_config.json"
+check template_in_config 2 "$runner" data --tokenizer "$tmp/tk_bad_template" $pr
+expect_out "chat_template $tmp/tk_bad_template/tokenizer_config.json (template line 2): syntax error:"
+refute_out "stack traceback"
+
 # --- a --config file returning {}: no overrides, not "a list"
 echo 'return {}' >"$tmp/empty.lua"
 check config_file_empty 0 "$runner" "$tmp/train_steps.lua" --config "$tmp/empty.lua"

@@ -487,6 +487,9 @@ fn error_text(e: &Error) -> String {
         kind if detail.is_empty() => kind.to_string(),
         kind => format!("{kind}: {detail}"),
     };
+    if e.kind() == ErrorKind::WriteFailure {
+        return text;
+    }
     let mut src = std::error::Error::source(e);
     while let Some(s) = src {
         let _ = write!(text, ": {s}");

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The recipes that read chat data run on a real instruct model with its own chat template and no
+# extra keys (issue 39): SmolLM2-135M-Instruct (fixture real_model_smollm2, tests/reference/smollm2_hf.py),
+# whose ChatML template with a default system message matched none of the old hand-written formats.
+# lora_finetune and qlora_finetune on the example chat set, dpo, orpo and reward_model on the example
+# preference pairs, and rejection_sampling with the reward model just trained, a few steps each: each
+# exits 0, writes its output, trains on the assistant's tokens only, and the data preview shows the
+# model's own template with the replies unmasked.
+# Usage, from the repository root: tests/recipes/test_smollm2_chat.sh RUNNER MODEL_DIR WORKDIR
+set -uo pipefail
+runner=$1 model=$2 work=$3
+[ -f "$model/model.safetensors" ] || { echo "skip: no $model (the real_model_smollm2 fixture skipped)"; exit 77; }
+rm -rf "$work" && mkdir -p "$work"
+source tests/recipes/lib.sh
+data=$(dirname "$runner")/data
+
+# The data as the model's template renders it: the default system message, the reply unmasked.
+"$runner" data --tokenizer "$model" --limit 1 "$data/example_chat.jsonl" >"$work/preview.log" 2>&1
+check "preview: the model's own template" grep -q "chat template $model/chat_template.jinja" "$work/preview.log"
+check "preview: SmolLM2's default system message, masked" \
+  grep -q '\[<|im_start|>system\\nYou are a helpful AI assistant named SmolLM' "$work/preview.log"
+check "preview: the reply and its <|im_end|> trained on" grep -qE '\\n\][^[]+<\|im_end\|>\[\\n' "$work/preview.log"
+
+small=(base_model="$model" dtype=fp32 device=cpu max_steps=2 warmup_steps=0 batch_size=2 gradient_accumulation_steps=1
+       max_length=192 eval_steps=2 save_steps=0 gradient_checkpointing=false)
+for recipe in lora_finetune qlora_finetune dpo orpo reward_model; do
+  "$runner" $recipe "${small[@]}" output_dir="$work/$recipe" >"$work/$recipe.log" 2>&1
+  check "$recipe: exits 0 on SmolLM2 with its own template" test $? -eq 0
+  check "$recipe: logged its steps" test "$(steps_logged "$work/$recipe/metrics.jsonl")" = "1 2"
+done
+check "lora_finetune: a PEFT adapter" test -f "$work/lora_finetune/adapter/adapter_model.safetensors"
+check "qlora_finetune: a PEFT adapter" test -f "$work/qlora_finetune/adapter/adapter_model.safetensors"
+check "reward_model: a sequence-classification model" test -f "$work/reward_model/model/config.json"
+python3 - "$work/lora_finetune/metrics.jsonl" <<'PY' || { echo "FAIL lora_finetune: target tokens"; fails=$((fails + 1)); }
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"target_tokens"' in l]
+assert rows and all(0 < r["target_tokens"] < r["tokens"] for r in rows), rows
+print("ok   lora_finetune: 0 < target_tokens < tokens on every step")
+PY
+
+OMP_NUM_THREADS=1 "$runner" rejection_sampling policy="$model" reward_model="$work/reward_model/model" dtype=fp32 \
+  device=cpu n=2 max_new_tokens=8 max_prompts=2 output="$work/rs/best.jsonl" >"$work/rejection_sampling.log" 2>&1
+check "rejection_sampling: exits 0 on SmolLM2 with its own template" test $? -eq 0
+check "rejection_sampling: one row per prompt" test "$(wc -l <"$work/rs/best.jsonl")" -eq 2
+check "rejection_sampling: rows are conversations" grep -q '"messages"' "$work/rs/best.jsonl"
+finish
