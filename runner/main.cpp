@@ -31,6 +31,7 @@
 #include "host/dist/launch.h"
 #include "host/hw/catalog.h"
 #include "host/hw/plan_recipe.h"
+#include "host/io/gguf_convert.h"
 #include "host/io/hub_cache.h"
 #include "host/io/jsonl.h"
 #include "host/metrics/run_report.h"
@@ -220,6 +221,10 @@ static int run_command(const Command& cmd) {
       return run_tokenize(cmd);
     case Command::Verb::data:
       return run_data(cmd);
+    case Command::Verb::convert:  // host/io/gguf_convert.h
+      gguf_convert(cmd.data_file, cmd.dest, GgufConvertOptions{cmd.dtype});
+      std::printf("converted %s -> %s\n", cmd.data_file.c_str(), cmd.dest.c_str());
+      return kExitOk;
     case Command::Verb::sweep_report:
       std::fputs(sweep_report(cmd.dest).c_str(), stdout);
       return kExitOk;

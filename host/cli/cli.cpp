@@ -20,6 +20,7 @@ std::string cli_help() {
                                                           tokenize stdin (one JSON string a line)
        runner data --tokenizer DIR [--format F] [--chat-template T] [--no-chat]
                    [--max-length N] [--limit N] FILE      show a dataset's records as trained
+       runner convert FILE.gguf DIR [--dtype T]           a llama.cpp GGUF as a Hugging Face model directory
        runner sweep SWEEP [key=value ...]                 run a sweep file (trials as child runs)
        runner sweep --report DIR                          the results table of a sweep so far
        runner wandb-sync [--trust-spool-host] PATH        upload offline or unsent W&B runs
@@ -43,6 +44,10 @@ them, one block per record: its text and token ids with the masked ones (no loss
 --format text|prompt_response|alpaca|chat|guanaco (default: from the first record's keys);
 non-chat records are rendered as conversations when the tokenizer has a chat template (--no-chat:
 plain text templates; --chat-template FILE.jinja or a template name: docs/chat_formats.md).
+convert: writes DIR (new, or empty) from a GGUF file: model.safetensors dequantised to --dtype
+(float32, the default; bfloat16; float16) from any type llama.cpp's Llama-family files use, config.json
+from its metadata, tokenizer.json rebuilt from tokenizer.ggml.* with llama.cpp's pre-tokenizer, and
+tokenizer_config.json with its chat template (docs/gguf.md, "GGUF in"). Architectures: llama, qwen2, qwen3.
 sweep: SWEEP is a Lua file that calls sweep.run{...} (docs/sweeps.md); each trial runs as its own
 runner process, results go to its output_dir (trials.jsonl, results.md); running it again resumes.
 --nproc: starts N copies of the runner as ranks 0..N-1 of one job, with the variables torchrun
@@ -73,10 +78,11 @@ namespace {
 
 // The verbs with a part of their own in cli_help() (runner VERB --help), and the starts of its
 // paragraphs: each begins a line, and runs until the next one does.
-const char* const kHelpTopics[] = {"ls", "cp", "tokenize", "data", "sweep", "wandb-sync", "report"};
+const char* const kHelpTopics[] = {"ls",      "cp",    "tokenize",   "data",
+                                   "convert", "sweep", "wandb-sync", "report"};
 const char* const kParagraphs[] = {
-    "RECIPE is ", "Overrides: ", "Errors: ",     "tokenize: ", "data: ",       "sweep: ",
-    "--nproc: ",  "plan: ",      "wandb-sync: ", "report: ",   "Exit status: "};
+    "RECIPE is ", "Overrides: ", "Errors: ", "tokenize: ",   "data: ",   "convert: ",
+    "sweep: ",    "--nproc: ",   "plan: ",   "wandb-sync: ", "report: ", "Exit status: "};
 
 bool is_help_flag(const std::string& a) {
   return a == "--help" || a == "-h";
@@ -271,6 +277,24 @@ Command cli_parse(const std::vector<std::string>& args) {
   } else if (first == "data") {
     cmd.verb = Command::Verb::data;
     parse_data_args(args, cmd);
+  } else if (first == "convert") {
+    cmd.verb = Command::Verb::convert;
+    const char* usage = "usage: runner convert FILE.gguf DIR [--dtype float32|bfloat16|float16]";
+    std::vector<std::string> paths;
+    for (size_t i = 1; i < args.size(); i++) {
+      if (args[i] == "--dtype" && i + 1 < args.size()) {
+        cmd.dtype = args[++i];
+      } else if (str_starts_with(args[i], "--dtype=")) {
+        cmd.dtype = args[i].substr(8);
+      } else if (str_starts_with(args[i], "-")) {
+        fail_usage("runner convert: unexpected option '" + args[i] + "'", usage);
+      } else {
+        paths.push_back(args[i]);
+      }
+    }
+    if (paths.size() != 2) fail_usage("runner convert: expected FILE.gguf and DIR", usage);
+    cmd.data_file = paths[0];
+    cmd.dest = paths[1];
   } else if (first == "sweep") {
     if (args.size() >= 2 && args[1] == "--report") {
       cmd.verb = Command::Verb::sweep_report;

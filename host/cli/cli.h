@@ -1,6 +1,6 @@
 // The runner's command line: `runner RECIPE [key=value ...]`, `runner validate|ls|cp|--help|--version`,
 // `runner help RECIPE` (or `runner RECIPE --help`: its description and every key with its doc),
-// `runner tokenize --tokenizer DIR [--special] [--decode]`,
+// `runner tokenize --tokenizer DIR [--special] [--decode]`, `runner convert FILE.gguf DIR [--dtype T]`,
 // `runner data --tokenizer DIR [--format F] [--chat-template T] [--no-chat] [--max-length N] [--limit N]
 // FILE`, `runner sweep SWEEP [key=value ...]`, `runner sweep --report DIR`, `runner wandb-sync
 // [--trust-spool-host] PATH`, `runner report OUTPUT_DIR [--out FILE]`, `runner --nproc N RECIPE [key=value
@@ -24,6 +24,7 @@ struct Command {
     cp,
     tokenize,
     data,
+    convert,
     sweep,
     sweep_report,
     wandb_sync,
@@ -34,14 +35,15 @@ struct Command {
   };
   Verb verb = Verb::help;
   std::string recipe;    // run, validate, plan, cp, recipe_help: a path or a shipped recipe's name
-  std::string dest;      // cp; sweep --report DIR; wandb-sync PATH; report OUTPUT_DIR
+  std::string dest;      // cp; sweep --report DIR; wandb-sync PATH; report OUTPUT_DIR; convert DIR
   std::string out_file;  // report: --out FILE (the HTML; "" = OUTPUT_DIR/report.html)
   std::vector<std::string> overrides;     // "key=value", in order
   std::vector<std::string> config_files;  // --config FILE, applied before the key=value overrides
   std::string tokenizer;                  // tokenize, data: --tokenizer DIR
   bool special = false;                   // tokenize: --special (add BOS/EOS)
   bool decode = false;                    // tokenize: --decode (ids in, text out)
-  std::string data_file;                  // data: the JSONL file
+  std::string data_file;                  // data: the JSONL file; convert: the GGUF file
+  std::string dtype = "float32";          // convert: --dtype float32|bfloat16|float16
   std::string format;                     // data: --format (default: detected)
   std::string chat_template;              // data: --chat-template (default: the tokenizer's own)
   bool no_chat = false;                   // data: --no-chat (plain text templates)

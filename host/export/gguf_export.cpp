@@ -162,14 +162,24 @@ std::string json_type(const nlohmann::json& j) {
   return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
 }
 
+// The steps of a normalizer or pre-tokenizer (`key`: "normalizers" or "pretokenizers") with nested
+// Sequences flattened: an empty Sequence, or a null, is no step at all (transformers' GGUF conversion
+// writes {"type": "Sequence", "normalizers": []} for "no normalizer").
+std::vector<nlohmann::json> flat_steps(const nlohmann::json& j, const char* key) {
+  std::vector<nlohmann::json> steps;
+  if (j.is_null()) return steps;
+  if (json_type(j) == "Sequence" && j.contains(key) && j[key].is_array()) {
+    for (const auto& s : j[key])
+      for (auto& t : flat_steps(s, key)) steps.push_back(std::move(t));
+    return steps;
+  }
+  steps.push_back(j);
+  return steps;
+}
+
 // The byte-level pre-tokenizer's llama.cpp name, or "" when llama.cpp has none.
 std::string byte_level_pre_name(const nlohmann::json& pre, std::string& described) {
-  std::vector<nlohmann::json> steps;
-  if (json_type(pre) == "Sequence" && pre.contains("pretokenizers")) {
-    for (const auto& s : pre["pretokenizers"]) steps.push_back(s);
-  } else {
-    steps.push_back(pre);
-  }
+  std::vector<nlohmann::json> steps = flat_steps(pre, "pretokenizers");
   if (steps.size() == 1 && json_type(steps[0]) == "ByteLevel" && steps[0].value("use_regex", true)) {
     described = "ByteLevel with GPT-2's regex";
     return "gpt-2";
@@ -188,10 +198,8 @@ std::string byte_level_pre_name(const nlohmann::json& pre, std::string& describe
 }
 
 bool has_byte_level(const nlohmann::json& pre) {
-  if (json_type(pre) == "ByteLevel") return true;
-  if (json_type(pre) == "Sequence" && pre.contains("pretokenizers"))
-    for (const auto& s : pre["pretokenizers"])
-      if (json_type(s) == "ByteLevel") return true;
+  for (const auto& s : flat_steps(pre, "pretokenizers"))
+    if (json_type(s) == "ByteLevel") return true;
   return false;
 }
 
@@ -248,10 +256,12 @@ GgufVocab read_vocab(const Tokenizer& tok, int64_t vocab_size) {
              "export.gguf: " << json_path << ": pre-tokenizer " << described
                              << " has no llama.cpp equivalent (exported: Llama 3's \"llama-bpe\", "
                                 "Qwen2/3's \"qwen2\", GPT-2's \"gpt-2\")");
+    // llama.cpp normalizes nothing before a byte-level BPE (it keeps NFC text as it is): no step, or NFC.
     const nlohmann::json& norm = root.contains("normalizer") ? root["normalizer"] : nlohmann::json();
-    LT_CHECK(norm.is_null() || json_type(norm) == "NFC",
-             "export.gguf: " << json_path << ": normalizer " << json_type(norm)
-                             << " before a byte-level BPE has no llama.cpp equivalent");
+    for (const auto& step : flat_steps(norm, "normalizers"))
+      LT_CHECK(json_type(step) == "NFC",
+               "export.gguf: " << json_path << ": normalizer " << json_type(step)
+                               << " before a byte-level BPE has no llama.cpp equivalent");
   } else {
     LT_CHECK(byte_fallback,
              "export.gguf: " << json_path

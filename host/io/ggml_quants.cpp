@@ -9,6 +9,7 @@
 
 #include "host/core/enum_names.h"
 #include "host/core/error.h"
+#include "host/core/strings.h"
 #include "host/io/gguf.h"
 
 namespace luatune {
@@ -18,20 +19,27 @@ namespace luatune {
 
 namespace {
 
-// Every type luatune writes: its name, elements per block and bytes per block.
+// Every type luatune reads: its name, elements per block, bytes per block, and whether it writes it.
 struct GgmlTypeRow {
   GgmlType value;
   const char* name;
   int64_t block, bytes;
+  bool writes;
 };
 const GgmlTypeRow kGgmlTypes[] = {
-    {GgmlType::F32, "f32", 1, 4},
-    {GgmlType::F16, "f16", 1, 2},
-    {GgmlType::BF16, "bf16", 1, 2},
-    {GgmlType::Q8_0, "q8_0", 32, 2 + 32},              // d, qs[32]
-    {GgmlType::Q4_0, "q4_0", 32, 2 + 16},              // d, qs[16]
-    {GgmlType::Q4_K, "q4_K", 256, 2 + 2 + 12 + 128},   // d, dmin, scales[12], qs[128]
-    {GgmlType::Q6_K, "q6_K", 256, 128 + 64 + 16 + 2},  // ql[128], qh[64], scales[16], d
+    {GgmlType::F32, "f32", 1, 4, true},
+    {GgmlType::F16, "f16", 1, 2, true},
+    {GgmlType::BF16, "bf16", 1, 2, true},
+    {GgmlType::Q8_0, "q8_0", 32, 2 + 32, true},                   // d, qs[32]
+    {GgmlType::Q4_0, "q4_0", 32, 2 + 16, true},                   // d, qs[16]
+    {GgmlType::Q4_1, "q4_1", 32, 2 + 2 + 16, false},              // d, m, qs[16]
+    {GgmlType::Q5_0, "q5_0", 32, 2 + 4 + 16, false},              // d, qh[4], qs[16]
+    {GgmlType::Q5_1, "q5_1", 32, 2 + 2 + 4 + 16, false},          // d, m, qh[4], qs[16]
+    {GgmlType::Q2_K, "q2_K", 256, 16 + 64 + 2 + 2, false},        // scales[16], qs[64], d, dmin
+    {GgmlType::Q3_K, "q3_K", 256, 32 + 64 + 12 + 2, false},       // hmask[32], qs[64], scales[12], d
+    {GgmlType::Q4_K, "q4_K", 256, 2 + 2 + 12 + 128, true},        // d, dmin, scales[12], qs[128]
+    {GgmlType::Q5_K, "q5_K", 256, 2 + 2 + 12 + 32 + 128, false},  // d, dmin, scales[12], qh[32], qs[128]
+    {GgmlType::Q6_K, "q6_K", 256, 128 + 64 + 16 + 2, true},       // ql[128], qh[64], scales[16], d
 };
 
 const GgmlTypeRow& ggml_type_row(GgmlType t) {
@@ -53,10 +61,26 @@ const char* ggml_type_name(GgmlType t) {
 
 GgmlType ggml_type_parse(const std::string& name) {
   const std::string lower = ascii_lower(name);  // "Q4_K" and "q4_k" name q4_K
-  for (const GgmlTypeRow& row : kGgmlTypes)
-    if (lower == ascii_lower(row.name)) return row.value;
-  fail_usage("unknown GGUF tensor type '" + name + "' (expected " + ascii_lower(enum_names_list(kGgmlTypes)) +
-             ")");
+  std::vector<std::string> names;
+  bool read_only = false;
+  for (const GgmlTypeRow& row : kGgmlTypes) {
+    if (lower != ascii_lower(row.name)) {
+      if (row.writes) names.push_back(ascii_lower(row.name));
+    } else if (row.writes) {
+      return row.value;
+    } else {
+      read_only = true;
+    }
+  }
+  const std::string last = names.back();
+  names.pop_back();
+  const std::string expected = " (expected " + str_join(names, ", ") + " or " + last + ")";
+  if (read_only) fail_usage("GGUF tensor type '" + name + "' is read by luatune but not written" + expected);
+  fail_usage("unknown GGUF tensor type '" + name + "'" + expected);
+}
+
+bool ggml_type_writes(GgmlType t) {
+  return ggml_type_row(t).writes;
 }
 
 int64_t ggml_block_size(GgmlType t) {
@@ -452,6 +476,93 @@ void dequantize_block(GgmlType t, const uint8_t* b, float* y) {
       }
       return;
     }
+    case GgmlType::Q4_1: {  // x = q * d + m
+      const float d = ggml_fp16_to_fp32(get_u16(b)), m = ggml_fp16_to_fp32(get_u16(b + 2));
+      for (int j = 0; j < 16; ++j) {
+        y[j] = (b[4 + j] & 0xF) * d + m;
+        y[j + 16] = (b[4 + j] >> 4) * d + m;
+      }
+      return;
+    }
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1: {  // 5-bit q: the low 4 bits as q4_*, bit 4 of element j is bit j of qh
+      const bool affine = t == GgmlType::Q5_1;
+      const float d = ggml_fp16_to_fp32(get_u16(b));
+      const float m = affine ? ggml_fp16_to_fp32(get_u16(b + 2)) : 0.0f;
+      const uint8_t* p = b + (affine ? 4 : 2);
+      const uint32_t qh = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+      const uint8_t* qs = p + 4;
+      for (int j = 0; j < 16; ++j) {
+        const int h0 = int((qh >> j) << 4) & 0x10, h1 = int(qh >> (j + 12)) & 0x10;
+        const int x0 = (qs[j] & 0xF) | h0, x1 = (qs[j] >> 4) | h1;
+        if (affine) {
+          y[j] = x0 * d + m;
+          y[j + 16] = x1 * d + m;
+        } else {
+          y[j] = (x0 - 16) * d;
+          y[j + 16] = (x1 - 16) * d;
+        }
+      }
+      return;
+    }
+    case GgmlType::Q2_K: {  // 16 sub-blocks of 16: x = d * (sc & 15) * q - dmin * (sc >> 4), 2-bit q
+      const uint8_t* sc = b;
+      const uint8_t* q = b + 16;
+      const float d = ggml_fp16_to_fp32(get_u16(b + 80)), dmin = ggml_fp16_to_fp32(get_u16(b + 82));
+      int is = 0;
+      for (int n = 0; n < 256; n += 128, q += 32) {
+        for (int shift = 0; shift < 8; shift += 2) {
+          for (int half = 0; half < 2; ++half) {
+            const uint8_t s = sc[is++];
+            const float dl = d * (s & 0xF), ml = dmin * (s >> 4);
+            for (int l = 0; l < 16; ++l) *y++ = dl * ((q[l + 16 * half] >> shift) & 3) - ml;
+          }
+        }
+      }
+      return;
+    }
+    case GgmlType::Q3_K: {  // 16 sub-blocks of 16: x = d * (scale - 32) * (q - (high bit ? 0 : 4)), 2+1-bit q
+      const uint8_t* hm = b;
+      const uint8_t* q = b + 32;
+      const uint8_t* packed = b + 96;  // 16 6-bit scales in 12 bytes
+      const float d = ggml_fp16_to_fp32(get_u16(b + 108));
+      int8_t scales[16];
+      for (int j = 0; j < 16; ++j) {
+        const int low = j < 8 ? (packed[j] & 0xF) : (packed[j - 8] >> 4);
+        const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+        scales[j] = int8_t(low | (high << 4));
+      }
+      int is = 0;
+      uint8_t mask = 1;
+      for (int n = 0; n < 256; n += 128, q += 32) {
+        for (int shift = 0; shift < 8; shift += 2, mask <<= 1) {
+          for (int half = 0; half < 2; ++half) {
+            const float dl = d * (scales[is++] - 32);
+            for (int l = 0; l < 16; ++l) {
+              const int k = l + 16 * half;
+              *y++ = dl * (int((q[k] >> shift) & 3) - ((hm[k] & mask) ? 0 : 4));
+            }
+          }
+        }
+      }
+      return;
+    }
+    case GgmlType::Q5_K: {  // as q4_K, with a fifth bit from qh
+      const float d = ggml_fp16_to_fp32(get_u16(b)), dmin = ggml_fp16_to_fp32(get_u16(b + 2));
+      const uint8_t* qh = b + 16;
+      const uint8_t* ql = b + 48;
+      uint8_t u1 = 1, u2 = 2;
+      for (int j = 0; j < 4; ++j, ql += 32, u1 <<= 2, u2 <<= 2) {
+        uint8_t s, m;
+        scale_min_k4(2 * j, b + 4, &s, &m);
+        const float d1 = d * s, m1 = dmin * m;
+        scale_min_k4(2 * j + 1, b + 4, &s, &m);
+        const float d2 = d * s, m2 = dmin * m;
+        for (int l = 0; l < 32; ++l) y[64 * j + l] = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+        for (int l = 0; l < 32; ++l) y[64 * j + 32 + l] = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+      }
+      return;
+    }
     case GgmlType::Q4_K: {
       const float d = ggml_fp16_to_fp32(get_u16(b)), dmin = ggml_fp16_to_fp32(get_u16(b + 2));
       const uint8_t* q = b + 16;
@@ -515,6 +626,7 @@ void ggml_quantize_into(GgmlType t, const float* values, int64_t n, char* out) {
     default:
       break;
   }
+  LT_CHECK(ggml_type_writes(t), "ggml: luatune reads " << ggml_type_name(t) << " but does not write it");
   const int64_t bs = ggml_block_size(t), tb = ggml_type_bytes(t);
   void (*fn)(const float*, uint8_t*) = t == GgmlType::Q8_0   ? quantize_q8_0
                                        : t == GgmlType::Q4_0 ? quantize_q4_0

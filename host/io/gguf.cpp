@@ -40,8 +40,14 @@ bool ggml_type_known(uint32_t t) {
     case GgmlType::F32:
     case GgmlType::F16:
     case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
     case GgmlType::Q8_0:
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
     case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
     case GgmlType::Q6_K:
     case GgmlType::BF16:
       return true;

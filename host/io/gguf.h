@@ -11,11 +11,27 @@
 
 namespace luatune {
 
-// ggml tensor types luatune writes (the numbers are ggml's enum ggml_type).
-enum class GgmlType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, Q4_K = 12, Q6_K = 14, BF16 = 30 };
+// ggml tensor types luatune reads (the numbers are ggml's enum ggml_type): every type llama.cpp's
+// Llama-family files use. It writes F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K (ggml_type_writes).
+enum class GgmlType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  BF16 = 30
+};
 
 const char* ggml_type_name(GgmlType t);             // "f32", "q8_0", ...
-GgmlType ggml_type_parse(const std::string& name);  // fails naming the accepted names
+GgmlType ggml_type_parse(const std::string& name);  // a type luatune writes; fails naming those
+bool ggml_type_writes(GgmlType t);                  // ggml_quantize takes it (the rest are read only)
 int64_t ggml_block_size(GgmlType t);                // elements per block (1 for f32/f16/bf16, 32, 256)
 int64_t ggml_type_bytes(GgmlType t);                // bytes per block
 

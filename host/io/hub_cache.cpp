@@ -15,6 +15,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
+#include "host/io/gguf_convert.h"
 
 namespace luatune {
 
@@ -65,6 +66,40 @@ CacheDir cache_dir_find() {
   std::string xdg = env_value("XDG_CACHE_HOME");
   if (!xdg.empty()) return {strip_trailing_slashes(expand_user(xdg)) + "/huggingface/hub", "XDG_CACHE_HOME"};
   return {home_dir() + "/.cache/huggingface/hub", "default"};
+}
+
+// A GGUF file's Hugging Face directory (gguf_convert, float32), made once per file under
+// $LUATUNE_GGUF_CACHE, else $XDG_CACHE_HOME/luatune/gguf, else ~/.cache/luatune/gguf, in a folder named
+// for the file and its path, size and modification time: an edited or replaced file converts again.
+std::string gguf_converted(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail("gguf: cannot read '" + path + "'");
+  std::string root = env_value("LUATUNE_GGUF_CACHE");
+  if (root.empty()) {
+    std::string xdg = env_value("XDG_CACHE_HOME");
+    root =
+        (xdg.empty() ? home_dir() + "/.cache" : strip_trailing_slashes(expand_user(xdg))) + "/luatune/gguf";
+  }
+  std::error_code ec;
+  const std::string real = fs::weakly_canonical(path, ec).string();
+  const std::string key = real + "|" + std::to_string(st.st_size) + "|" + std::to_string(st.st_mtime);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: a name, not a checksum
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  std::string name = path_basename(path);
+  name = name.substr(0, name.size() - 5);  // less ".gguf"
+  const std::string dir = root + "/" + name + "-" + hex;
+  if (file_exists(dir + "/config.json")) return dir;  // gguf_convert puts a directory in place whole
+  dir_create(root);
+  std::fprintf(stderr, "gguf: converting %s into %s (once)\n", path.c_str(), dir.c_str());
+  try {
+    gguf_convert(path, dir);
+  } catch (const Error&) {
+    if (file_exists(dir + "/config.json")) return dir;  // another process converted it meanwhile
+    throw;
+  }
+  return dir;
 }
 
 std::string cache_dir_text(const CacheDir& c) {
@@ -243,6 +278,7 @@ bool hub_name_shaped(const std::string& value) {
 }
 
 std::string model_path_resolve(const std::string& name_or_path) {
+  if (str_ends_with(name_or_path, ".gguf") && file_exists(name_or_path)) return gguf_converted(name_or_path);
   Lookup r = lookup(name_or_path);
   if (r.found == Found::local || r.found == Found::snapshot) return r.path;
   fail(r.message);
@@ -256,6 +292,7 @@ bool model_path_available(const std::string& name_or_path, std::string* why) {
 }
 
 std::string model_path_from_hub(const std::string& value) {
+  if (str_ends_with(value, ".gguf") && file_exists(value)) return gguf_converted(value);
   Lookup r = lookup(value);
   if (r.found == Found::snapshot) return r.path;
   if (r.found == Found::missing) fail(r.message);

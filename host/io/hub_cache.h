@@ -27,6 +27,9 @@ bool hub_name_shaped(const std::string& value);
 // tokenizer.json or tokenizer_config.json. Throws Error (one line) otherwise: for a Hub id, where it
 // looked, which variable chose the cache, and the `huggingface-cli download` command that fetches it;
 // for any other value, that it does not exist.
+// A path to a .gguf file resolves to its Hugging Face directory, converted once into a cache
+// (host/io/gguf_convert.h; $LUATUNE_GGUF_CACHE, else ~/.cache/luatune/gguf): models.load("x.gguf"),
+// tokenizer.load("x.gguf") and base_model=x.gguf all load that.
 std::string model_path_resolve(const std::string& name_or_path);
 // The same lookup without throwing: false with the message model_path_resolve would throw in *why
 // (why may be null). For config checkers that look at paths without loading.

@@ -25,7 +25,7 @@ struct ChatMessage {
 nlohmann::ordered_json chat_messages_json(const std::vector<ChatMessage>& messages);
 
 // One compiled template. `origin` names where its text came from ("DIR/tokenizer_config.json",
-// "FILE.jinja", "FILE.gguf"); every error starts with "chat_template ORIGIN:LINE: ".
+// "FILE.jinja"); every error starts with "chat_template ORIGIN:LINE: ".
 class ChatTemplate {
  public:
   static std::shared_ptr<const ChatTemplate> compile(const std::string& source, const std::string& origin);
@@ -101,7 +101,7 @@ std::vector<uint8_t> chat_mask_from_offsets(const std::vector<std::pair<uint32_t
 
 // Which template a run uses. `choice` is the recipe's chat_template key: "" = the tokenizer's own
 // (its "default", or "tool_use" when `tools` is set and it has one); a path to a .jinja file, a
-// tokenizer_config.json or a .gguf; a name of one of the tokenizer's named templates; or a name of
+// tokenizer_config.json; a name of one of the tokenizer's named templates; or a name of
 // a template luatune ships (templates/chat/NAME.jinja: chat_template_shipped_names()). Fails in one
 // line naming what was looked for and what exists, with a hint naming the chat_template key.
 std::shared_ptr<const ChatTemplate> chat_template_resolve(const Tokenizer& tokenizer,
@@ -114,8 +114,8 @@ struct ChatSetup {
   ChatOptions options;
 };
 
-// Reads the template text of a file: a .jinja file as it is, tokenizer_config.json's chat_template
-// (string, or the named list: `name`, default "default"), or a GGUF file's tokenizer.chat_template.
+// Reads the template text of a file: a .jinja file as it is, or tokenizer_config.json's chat_template
+// (string, or the named list: `name`, default "default").
 std::shared_ptr<const ChatTemplate> chat_template_from_file(const std::string& path,
                                                             const std::string& name = "");
 

@@ -13,11 +13,13 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "host/adapt/lora.h"
 #include "host/core/error.h"
 #include "host/core/files.h"
+#include "host/io/gguf_convert.h"
 #include "host/model/checkpoint.h"
 #include "host/model/config.h"
 #include "tests/cpp/test_util.h"
@@ -331,6 +333,72 @@ TEST(GgufExport, SentencePieceVocabularyGetsScoresAndTypes) {
   EXPECT_FLOAT_EQ(scores[16].f, 0.0f);
   EXPECT_FLOAT_EQ(scores[17].f, -1.0f);
   EXPECT_FLOAT_EQ(scores[25].f, -9.0f);
+}
+
+// transformers' GGUF conversion (SmolLM2-135M-Instruct's tokenizer.json) writes "no normalizer" as an
+// empty Sequence; that, and a pre-tokenizer nested in another Sequence, are the steps they hold.
+TEST(GgufExport, NoOpNormalizersAndNestedSequencesAreTheirSteps) {
+  std::string dir = byte_level_tokenizer("noop_norm", kLlama3Regex);
+  nlohmann::json j = nlohmann::json::parse(file_read(dir + "/tokenizer.json"));
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", nlohmann::json::array()}};
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {j["pre_tokenizer"], {{"type", "Sequence"}, {"pretokenizers", nlohmann::json::array()}}}}};
+  file_write_atomic(dir + "/tokenizer.json", j.dump());
+  auto tok = Tokenizer::load(dir);
+  auto m = tiny_model(tiny("llama"));
+  std::string path = dir + "/m.gguf";
+  gguf_export(*m, *tok, path, {"f16", ""});
+  GgufFile f = gguf_read(path, /*with_data=*/false);
+  EXPECT_EQ(f.find("tokenizer.ggml.pre")->s, "llama-bpe");
+  // A real normalizer inside the Sequence is still refused, by its name.
+  j["normalizer"]["normalizers"] = {{{"type", "Lowercase"}}};
+  file_write_atomic(dir + "/tokenizer.json", j.dump());
+  std::filesystem::remove(path);
+  std::string msg = message_of([&] { gguf_export(*m, *Tokenizer::load(dir), path, {"f16", ""}); });
+  EXPECT_NE(msg.find("normalizer Lowercase before a byte-level BPE has no llama.cpp equivalent"),
+            std::string::npos)
+      << msg;
+}
+
+// GGUF in (host/io/gguf_convert.h): what luatune exports comes back as the same model. Llama's Q/K rows
+// un-permuted, Qwen2's biases and Qwen3's q/k norms named, ties kept; the rebuilt tokenizer encodes as
+// the original; the result loads and gives the original's logits.
+TEST_P(GgufExportArch, ConvertBringsTheModelBack) {
+  const std::string arch = GetParam();
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3") GTEST_SKIP() << arch << " is not converted yet";
+  std::string dir = temp_dir("roundtrip_" + arch);
+  // As Llama 3's own tokenizer.json (and llama.cpp for "llama-bpe"): a pre-token in the vocabulary is
+  // taken whole (ignore_merges); the hand-made fixture leaves it out.
+  const std::string tok_dir = byte_level_tokenizer("roundtrip_tok_" + arch, kLlama3Regex);
+  nlohmann::json tj = nlohmann::json::parse(file_read(tok_dir + "/tokenizer.json"));
+  tj["model"]["ignore_merges"] = true;
+  file_write_atomic(tok_dir + "/tokenizer.json", tj.dump());
+  auto tok = Tokenizer::load(tok_dir);
+  auto m = tiny_model(tiny(arch));
+  gguf_export(*m, *tok, dir + "/m.gguf", {"f32", ""});
+  gguf_convert(dir + "/m.gguf", dir + "/hf");
+  auto back = model_load(dir + "/hf", {"float32", "cpu"});
+  std::map<std::string, at::Tensor> want;
+  for (auto& [name, t] : m->named_parameters()) want[name] = *t;
+  int compared = 0;
+  for (auto& [name, t] : back->named_parameters()) {
+    ASSERT_TRUE(want.count(name)) << name;
+    EXPECT_TRUE(want[name].equal(*t)) << arch << ": " << name;
+    compared++;
+  }
+  EXPECT_EQ(compared, int(want.size()));
+  const ModelConfig &a = m->config, &b = back->config;
+  EXPECT_EQ(std::make_tuple(b.hidden_size, b.num_layers, b.num_heads, b.num_kv_heads, b.head_dim,
+                            b.tie_word_embeddings),
+            std::make_tuple(a.hidden_size, a.num_layers, a.num_heads, a.num_kv_heads, a.head_dim,
+                            a.tie_word_embeddings));
+  EXPECT_FLOAT_EQ(float(b.rms_norm_eps), float(a.rms_norm_eps));  // GGUF stores it as an f32
+  EXPECT_EQ(b.rope.theta, a.rope.theta);
+  auto tok2 = Tokenizer::load(dir + "/hf");
+  for (const char* text : {"hello world", "lll hello!", " world world", "12345 hello"})
+    EXPECT_EQ(tok2->encode(text, false), tok->encode(text, false)) << text;
 }
 
 TEST(GgufExport, UnsupportedInputsFailWithOneLineAndWriteNothing) {

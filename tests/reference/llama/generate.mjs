@@ -4,6 +4,7 @@
 //   node generate.mjs MODEL.gguf                  JSON lines on stdin -> one JSON line each on stdout
 //   node generate.mjs MODEL.gguf --info [--tokenize TEXT] [--special]
 //   node generate.mjs MODEL.gguf --tokenize TEXT [--special]
+//   node generate.mjs MODEL.gguf --tokenize-lines [--special]   JSON strings on stdin -> id arrays
 //   node generate.mjs MODEL.gguf --bench N [--prompt-tokens P] [--reps R]
 //
 // A request is {"prompt_ids":[...]} or {"prompt":"text", "chat":false|true, "system":"..."} with
@@ -36,12 +37,14 @@ function usage(msg) {
 }
 
 const argv = process.argv.slice(2);
-let modelPath = null, info = false, tokenizeText = null, special = false, bench = 0, promptTokens = 128, reps = 3;
+let modelPath = null, info = false, tokenizeText = null, tokenizeLines = false, special = false, bench = 0,
+  promptTokens = 128, reps = 3;
 for (let i = 0; i < argv.length; i++) {
   const a = argv[i];
   const next = () => { if (i + 1 >= argv.length) usage(`${a} needs a value`); return argv[++i]; };
   if (a === "--info") info = true;
   else if (a === "--tokenize") tokenizeText = next();
+  else if (a === "--tokenize-lines") tokenizeLines = true;
   else if (a === "--special") special = true;
   else if (a === "--bench") bench = parseInt(next(), 10);
   else if (a === "--prompt-tokens") promptTokens = parseInt(next(), 10);
@@ -109,6 +112,15 @@ const tokenString = (id) => (id == null ? null : model.detokenize([id], true));
 
 function tokenize(text, specialTokens) {
   return Array.from(model.tokenize(text, specialTokens));
+}
+
+if (tokenizeLines) {  // one JSON string a line in, one JSON array of ids a line out
+  for await (const line of createInterface({ input: process.stdin })) {
+    if (line.trim() === "") continue;
+    process.stdout.write(JSON.stringify(tokenize(JSON.parse(line), special)) + "\n");
+  }
+  await llama.dispose();
+  process.exit(0);
 }
 
 if (info || tokenizeText != null) {

@@ -1,0 +1,387 @@
+// GGUF -> Hugging Face directory (see gguf_convert.h). The inverse of host/export/gguf_export.cpp's
+// mapping for the architectures it reads: names, layouts, architecture keys and the tokenizer, each as
+// llama.cpp's converter (convert_hf_to_gguf.py) writes them; docs/gguf.md, "GGUF in".
+#include "host/io/gguf_convert.h"
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+
+#include "host/core/error.h"
+#include "host/core/files.h"
+#include "host/core/strings.h"
+#include "host/io/gguf.h"
+#include "host/io/safetensors.h"
+
+namespace luatune {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+using VT = GgufValue::Type;
+
+// The metadata, read with one-line errors naming the file and the key.
+struct Meta {
+  const GgufFile& f;
+  std::string path;
+
+  const GgufValue* find(const std::string& key) const { return f.find(key); }
+  [[noreturn]] void bad(const std::string& what) const { fail("convert: " + path + ": " + what); }
+  const GgufValue& need(const std::string& key) const {
+    const GgufValue* v = find(key);
+    if (!v) bad("no metadata key '" + key + "'");
+    return *v;
+  }
+  int64_t integer(const GgufValue& v, const std::string& key) const {
+    switch (v.type) {
+      case VT::u8:
+      case VT::u16:
+      case VT::u32:
+      case VT::u64:
+        return int64_t(v.u);
+      case VT::i8:
+      case VT::i16:
+      case VT::i32:
+      case VT::i64:
+        return v.i;
+      default:
+        bad("metadata key '" + key + "' is not an integer");
+    }
+  }
+  int64_t integer(const std::string& key) const { return integer(need(key), key); }
+  int64_t integer_or(const std::string& key, int64_t fallback) const {
+    const GgufValue* v = find(key);
+    return v ? integer(*v, key) : fallback;
+  }
+  double number_or(const std::string& key, double fallback) const {
+    const GgufValue* v = find(key);
+    if (!v) return fallback;
+    if (v->type == VT::f32 || v->type == VT::f64) return v->f;
+    return double(integer(*v, key));
+  }
+  std::string str(const std::string& key) const {
+    const GgufValue& v = need(key);
+    if (v.type != VT::string) bad("metadata key '" + key + "' is not a string");
+    return v.s;
+  }
+  std::string str_or(const std::string& key, const std::string& fallback) const {
+    return find(key) ? str(key) : fallback;
+  }
+  std::vector<std::string> strings(const std::string& key) const {
+    const GgufValue& v = need(key);
+    if (v.type != VT::array || v.item_type != VT::string)
+      bad("metadata key '" + key + "' is not a list of strings");
+    std::vector<std::string> out;
+    out.reserve(v.items.size());
+    for (const GgufValue& item : v.items) out.push_back(item.s);
+    return out;
+  }
+};
+
+// ============================================================================================
+// Architecture
+
+struct Arch {
+  const char* gguf;        // general.architecture
+  const char* hf_class;    // config.json's architectures[0]
+  const char* model_type;  // config.json's model_type
+  bool permuted_qk;        // llama.cpp permutes Q/K rows for this architecture (convert_hf_to_gguf.py)
+};
+const Arch kArchs[] = {
+    {"llama", "LlamaForCausalLM", "llama", true},  // Llama 2/3, Mistral, SmolLM, ...
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", false},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", false},
+};
+
+// GGUF tensor name -> Hugging Face name: the per-layer suffixes, then the model-wide names.
+const std::pair<const char*, const char*> kLayerNames[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+};
+const std::pair<const char*, const char*> kModelNames[] = {
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+};
+
+std::string hf_name(const std::string& name, const Meta& m) {
+  for (const auto& [g, h] : kModelNames)
+    if (name == g) return h;
+  if (str_starts_with(name, "blk.")) {
+    size_t dot = name.find('.', 4);
+    if (dot != std::string::npos) {
+      const std::string layer = name.substr(4, dot - 4), rest = name.substr(dot + 1);
+      for (const auto& [g, h] : kLayerNames)
+        if (rest == g) return "model.layers." + layer + "." + h;
+    }
+  }
+  if (name == "rope_freqs.weight")
+    m.bad(
+        "tensor rope_freqs.weight (Llama 3.1's rope scaling) is not converted yet: its rope_scaling "
+        "parameters are not in the file");
+  m.bad("tensor '" + name + "' has no Hugging Face name luatune knows");
+}
+
+// llama.cpp's converter permutes the rows of Q and K within each head (rotary pairs interleaved);
+// this undoes it: (heads, 2, d/2, cols) was written as (heads, d/2, 2, cols).
+at::Tensor unpermute(const at::Tensor& w, int64_t heads) {
+  const int64_t rows = w.size(0);
+  std::vector<int64_t> shape = {heads, rows / heads / 2, 2};
+  for (int64_t i = 1; i < w.dim(); i++) shape.push_back(w.size(i));
+  return w.reshape(shape).transpose(1, 2).reshape(w.sizes()).contiguous();
+}
+
+// ============================================================================================
+// Tokenizer
+
+// llama.cpp's pre-tokenizers (llama-vocab.cpp, by tokenizer.ggml.pre) as tokenizer.json spells them.
+const char* kGpt2Regex = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+const char* kLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char* kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+json split(const std::string& regex) {
+  return {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}};
+}
+json byte_level(bool use_regex) {
+  return {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", use_regex}};
+}
+
+json pre_tokenizer(const std::string& pre, const Meta& m) {
+  // Each digit its own piece, then GPT-2's regex (llama.cpp's SMOLLM, STARCODER, REFACT, COMMAND_R, ...).
+  if (pre == "smollm" || pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "codeshell")
+    return {{"type", "Sequence"}, {"pretokenizers", {split("\\p{N}"), byte_level(true)}}};
+  if (pre == "gpt-2" || pre == "mpt" || pre == "olmo") return byte_level(true);
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "smaug-bpe")
+    return {{"type", "Sequence"}, {"pretokenizers", {split(kLlama3Regex), byte_level(false)}}};
+  if (pre == "qwen2")
+    return {{"type", "Sequence"}, {"pretokenizers", {split(kQwen2Regex), byte_level(false)}}};
+  m.bad(
+      "tokenizer.ggml.pre '" + pre +
+      "' is not converted yet (converted: smollm, starcoder, refact, command-r, codeshell, gpt-2, mpt, olmo, "
+      "llama-bpe, smaug-bpe, qwen2)");
+}
+
+// GGUF token types (gguf-py TokenType): 3 control, 4 user-defined are added tokens.
+constexpr int64_t kControl = 3, kUserDefined = 4;
+
+struct TokenizerFiles {
+  json tokenizer, config, generation;
+};
+
+TokenizerFiles build_tokenizer(const Meta& m, int64_t context_length) {
+  const std::string model = m.str("tokenizer.ggml.model");
+  if (model != "gpt2")
+    m.bad("tokenizer.ggml.model '" + model + "' is not converted yet (converted: gpt2, byte-level BPE)");
+  const std::string pre = m.str_or("tokenizer.ggml.pre", "default");
+  const std::vector<std::string> tokens = m.strings("tokenizer.ggml.tokens");
+  const std::vector<std::string> merges = m.strings("tokenizer.ggml.merges");
+  std::vector<int64_t> types(tokens.size(), 1);
+  if (const GgufValue* t = m.find("tokenizer.ggml.token_type")) {
+    if (t->type != VT::array || t->items.size() != tokens.size())
+      m.bad("tokenizer.ggml.token_type is not one integer per token");
+    for (size_t i = 0; i < types.size(); i++) types[i] = m.integer(t->items[i], "tokenizer.ggml.token_type");
+  }
+  TokenizerFiles out;
+  json vocab = json::object(), added = json::array();
+  for (size_t i = 0; i < tokens.size(); i++) {
+    vocab[tokens[i]] = int64_t(i);
+    if (types[i] == kControl || types[i] == kUserDefined)
+      added.push_back({{"id", int64_t(i)},
+                       {"content", tokens[i]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", types[i] == kUserDefined},
+                       {"special", types[i] == kControl}});
+  }
+  auto token_of = [&](const char* key) -> std::string {
+    const int64_t id = m.integer_or(key, -1);
+    if (id < 0) return "";
+    if (id >= int64_t(tokens.size()))
+      m.bad(std::string(key) + " " + std::to_string(id) + " is not a token id");
+    return tokens[size_t(id)];
+  };
+  const std::string bos = token_of("tokenizer.ggml.bos_token_id"),
+                    eos = token_of("tokenizer.ggml.eos_token_id");
+  const std::string unk = token_of("tokenizer.ggml.unknown_token_id"),
+                    pad = token_of("tokenizer.ggml.padding_token_id");
+  const bool add_bos =
+      !bos.empty() && m.find("tokenizer.ggml.add_bos_token") && m.need("tokenizer.ggml.add_bos_token").u != 0;
+  json post = nullptr;
+  if (add_bos) {
+    const int64_t bos_id = m.integer("tokenizer.ggml.bos_token_id");
+    post = {
+        {"type", "TemplateProcessing"},
+        {"single",
+         {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair",
+         {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+          {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}},
+          {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+        {"special_tokens", {{bos, {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}}}}}};
+  }
+  out.tokenizer = {{"version", "1.0"},
+                   {"truncation", nullptr},
+                   {"padding", nullptr},
+                   {"added_tokens", added},
+                   {"normalizer", nullptr},
+                   {"pre_tokenizer", pre_tokenizer(pre, m)},
+                   {"post_processor", post},
+                   {"decoder", byte_level(true)},
+                   {"model",
+                    {{"type", "BPE"},
+                     {"dropout", nullptr},
+                     {"unk_token", nullptr},
+                     {"continuing_subword_prefix", nullptr},
+                     {"end_of_word_suffix", nullptr},
+                     {"fuse_unk", false},
+                     {"byte_fallback", false},
+                     // llama.cpp takes a whole pre-token that is in the vocabulary as it is for Llama 3
+                     // (llm_tokenizer_bpe_session, ignore_merges), as Llama 3's tokenizer.json says.
+                     {"ignore_merges", pre == "llama-bpe" || pre == "llama3"},
+                     {"vocab", vocab},
+                     {"merges", merges}}}};
+  out.config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                {"clean_up_tokenization_spaces", false},
+                {"model_max_length", context_length}};
+  if (!bos.empty()) out.config["bos_token"] = bos;
+  if (!eos.empty()) out.config["eos_token"] = eos;
+  if (!unk.empty()) out.config["unk_token"] = unk;
+  if (!pad.empty()) out.config["pad_token"] = pad;
+  out.config["add_bos_token"] = add_bos;
+  if (m.find("tokenizer.chat_template")) out.config["chat_template"] = m.str("tokenizer.chat_template");
+  out.generation = {{"_from_model_config", true}};
+  if (!bos.empty()) out.generation["bos_token_id"] = m.integer("tokenizer.ggml.bos_token_id");
+  json eos_ids = json::array();
+  for (const char* key :
+       {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    const int64_t id = m.integer_or(key, -1);
+    if (id >= 0 && std::find(eos_ids.begin(), eos_ids.end(), json(id)) == eos_ids.end())
+      eos_ids.push_back(id);
+  }
+  if (eos_ids.size() == 1) out.generation["eos_token_id"] = eos_ids[0];
+  if (eos_ids.size() > 1) out.generation["eos_token_id"] = eos_ids;
+  if (!pad.empty()) out.generation["pad_token_id"] = m.integer("tokenizer.ggml.padding_token_id");
+  return out;
+}
+
+}  // namespace
+
+void gguf_convert(const std::string& gguf_path, const std::string& out_dir,
+                  const GgufConvertOptions& options) {
+  at::ScalarType dtype = at::kFloat;
+  if (options.dtype == "bfloat16") {
+    dtype = at::kBFloat16;
+  } else if (options.dtype == "float16") {
+    dtype = at::kHalf;
+  } else if (options.dtype != "float32") {
+    fail_usage("convert: dtype '" + options.dtype + "' (expected float32, bfloat16 or float16)");
+  }
+  if (dir_exists(out_dir) && !std::filesystem::is_empty(out_dir))
+    fail_usage("convert: " + out_dir + " exists and is not empty; name a new directory");
+  const GgufFile f = gguf_read(gguf_path, /*with_data=*/true);
+  const Meta m{f, gguf_path};
+  const std::string arch_name = m.str("general.architecture");
+  const Arch* arch = nullptr;
+  for (const Arch& a : kArchs)
+    if (arch_name == a.gguf) arch = &a;
+  if (!arch)
+    m.bad("general.architecture '" + arch_name + "' is not converted yet (converted: llama, qwen2, qwen3)");
+  const std::string p = arch_name + ".";
+
+  // config.json from the architecture keys (llama.cpp's LLM_KV names).
+  const int64_t hidden = m.integer(p + "embedding_length"), layers = m.integer(p + "block_count");
+  const int64_t heads = m.integer(p + "attention.head_count");
+  const int64_t kv_heads = m.integer_or(p + "attention.head_count_kv", heads);
+  const int64_t head_dim = m.integer_or(p + "attention.key_length", hidden / heads);
+  const int64_t context = m.integer_or(p + "context_length", 2048);
+  const int64_t vocab = int64_t(m.need("tokenizer.ggml.tokens").items.size());
+  if (m.find(p + "rope.scaling.type") && m.str(p + "rope.scaling.type") != "none")
+    m.bad(p + "rope.scaling.type '" + m.str(p + "rope.scaling.type") + "' is not converted yet");
+  bool tied = true, biased = false;
+  for (const GgufFile::Tensor& t : f.tensors) {
+    tied &= t.name != "output.weight";
+    biased |= str_ends_with(t.name, "attn_q.bias");
+  }
+  TokenizerFiles tok = build_tokenizer(m, context);
+  json config = {{"architectures", {arch->hf_class}},
+                 {"model_type", arch->model_type},
+                 {"hidden_size", hidden},
+                 {"intermediate_size", m.integer(p + "feed_forward_length")},
+                 {"num_hidden_layers", layers},
+                 {"num_attention_heads", heads},
+                 {"num_key_value_heads", kv_heads},
+                 {"head_dim", head_dim},
+                 {"hidden_act", "silu"},
+                 {"max_position_embeddings", context},
+                 {"rms_norm_eps", m.number_or(p + "attention.layer_norm_rms_epsilon", 1e-5)},
+                 {"rope_theta", m.number_or(p + "rope.freq_base", 10000.0)},
+                 {"attention_bias", biased},
+                 {"tie_word_embeddings", tied},
+                 {"vocab_size", vocab},
+                 {"torch_dtype", options.dtype}};
+  if (tok.generation.contains("bos_token_id")) config["bos_token_id"] = tok.generation["bos_token_id"];
+  if (tok.generation.contains("eos_token_id")) config["eos_token_id"] = tok.generation["eos_token_id"];
+
+  // The weights, dequantised to float32, Q/K rows put back, then cast.
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const GgufFile::Tensor& t : f.tensors) {
+    const std::string name = hf_name(t.name, m);
+    int64_t numel = 1;
+    std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());  // ggml's ne[0] is the row length
+    for (int64_t n : t.ne) numel *= n;
+    std::vector<float> values = ggml_dequantize(t.type, t.bytes, numel);
+    at::Tensor w = at::from_blob(values.data(), shape, at::kFloat).clone();
+    if (arch->permuted_qk && (str_ends_with(name, "q_proj.weight") || str_ends_with(name, "k_proj.weight"))) {
+      const int64_t n_head = str_ends_with(name, "q_proj.weight") ? heads : kv_heads;
+      if (w.size(0) % (2 * n_head) != 0)
+        m.bad("tensor '" + t.name + "' has " + std::to_string(w.size(0)) +
+              " rows, not a whole number of heads");
+      w = unpermute(w, n_head);
+    }
+    tensors.emplace_back(name, w.to(dtype));
+  }
+
+  // Everything into a directory beside the target, then renamed into place.
+  const std::string tmp = out_dir + ".partial-" + std::to_string(::getpid());
+  std::filesystem::remove_all(tmp);
+  dir_create(tmp);
+  try {
+    safetensors_save_dir(tmp, tensors);
+    file_write_atomic(tmp + "/config.json", config.dump(2) + "\n");
+    file_write_atomic(tmp + "/generation_config.json", tok.generation.dump(2) + "\n");
+    file_write_atomic(tmp + "/tokenizer.json",
+                      tok.tokenizer.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+    file_write_atomic(tmp + "/tokenizer_config.json",
+                      tok.config.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+    if (dir_exists(out_dir)) std::filesystem::remove(out_dir);  // empty: checked above
+    std::filesystem::rename(tmp, out_dir);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace luatune
