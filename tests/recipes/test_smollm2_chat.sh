@@ -5,7 +5,9 @@
 # lora_finetune and qlora_finetune on the example chat set, dpo, orpo and reward_model on the example
 # preference pairs, and rejection_sampling with the reward model just trained, a few steps each: each
 # exits 0, writes its output, trains on the assistant's tokens only, and the data preview shows the
-# model's own template with the replies unmasked.
+# model's own template with the replies unmasked. The LoRA adapter loads in peft to luatune's logits, the
+# fine-tuned model exports to a GGUF llama.cpp decodes to luatune's greedy ids, and the GGUF itself
+# trains as base_model.
 # Usage, from the repository root: tests/recipes/test_smollm2_chat.sh RUNNER MODEL_DIR WORKDIR
 set -uo pipefail
 runner=$1 model=$2 work=$3
@@ -37,6 +39,14 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if '"target_tokens"' in l]
 assert rows and all(0 < r["target_tokens"] < r["tokens"] for r in rows), rows
 print("ok   lora_finetune: 0 < target_tokens < tokens on every step")
 PY
+
+# peft loads the trained adapter on the same base to luatune's logits (tests/real_model/adapter_logits.*).
+MODEL_DIR="$model" ADAPTER="$work/lora_finetune/adapter" OUT="$work/adapter_logits.json" \
+  "$runner" tests/real_model/adapter_logits.lua >"$work/adapter_logits.log" 2>&1
+"${LUATUNE_PYTHON:-.venv/bin/python3}" tests/real_model/adapter_logits.py "$model" "$work/lora_finetune/adapter" \
+  "$work/adapter_logits.json" >>"$work/adapter_logits.log" 2>&1
+check "peft: the trained adapter on the same base gives luatune's logits" test $? -eq 0
+grep "peft vs luatune" "$work/adapter_logits.log"
 
 # The fine-tuned model exported to GGUF (its LoRA merged; the tokenizer.json transformers wrote, whose
 # no-op normalizer export_gguf once refused) and decoded greedily by llama.cpp to luatune's ids.
