@@ -138,16 +138,6 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
-// Llama 3's and Qwen2's pre-tokenizer regexes as their tokenizer.json files spell them; llama.cpp
-// implements each under a name (llama-vocab.cpp: LLAMA_VOCAB_PRE_TYPE_LLAMA3 "llama-bpe",
-// LLAMA_VOCAB_PRE_TYPE_QWEN2 "qwen2").
-const char* kLlama3Regex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-const char* kQwen2Regex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
 struct GgufVocab {
   std::string model;  // "gpt2" (byte-level BPE) or "llama" (SentencePiece-style BPE)
   std::string pre;    // tokenizer.ggml.pre
@@ -189,8 +179,8 @@ std::string byte_level_pre_name(const nlohmann::json& pre, std::string& describe
       steps[0]["pattern"].contains("Regex")) {
     const std::string re = steps[0]["pattern"]["Regex"].get<std::string>();
     described = "Split regex \"" + re + "\"";
-    if (re == kLlama3Regex) return "llama-bpe";
-    if (re == kQwen2Regex) return "qwen2";
+    if (re == kGgufLlama3Regex) return "llama-bpe";
+    if (re == kGgufQwen2Regex) return "qwen2";
     return "";
   }
   described = pre.dump().substr(0, 200);

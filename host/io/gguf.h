@@ -42,7 +42,13 @@ float ggml_fp16_to_fp32(uint16_t h);
 uint16_t ggml_fp32_to_bf16(float f);
 float ggml_bf16_to_fp32(uint16_t h);
 
-int64_t ggml_row_bytes(GgmlType t, int64_t n);  // bytes of n elements (n a multiple of the block size)
+int64_t ggml_row_bytes(GgmlType t, int64_t n);
+
+// The pre-tokenizer regexes llama.cpp implements under a name (llama-vocab.cpp), as tokenizer.json files
+// spell them: Llama 3's ("llama-bpe") and Qwen2's ("qwen2"). The export names them; the import
+// (gguf_convert) writes them back. docs/gguf.md, "Tokenizer".
+extern const char* const kGgufLlama3Regex;
+extern const char* const kGgufQwen2Regex;  // bytes of n elements (n a multiple of the block size)
 
 // The bytes of `values` (row-major, n a multiple of the block size) in ggml's layout for `t`, as
 // ggml's reference quantize_row_*_ref writes them (what llama-quantize writes without an imatrix).

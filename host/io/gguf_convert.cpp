@@ -18,6 +18,13 @@
 
 namespace luatune {
 
+const char* const kGgufLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char* const kGgufQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 namespace {
 
 using json = nlohmann::ordered_json;
@@ -151,12 +158,6 @@ at::Tensor unpermute(const at::Tensor& w, int64_t heads) {
 
 // llama.cpp's pre-tokenizers (llama-vocab.cpp, by tokenizer.ggml.pre) as tokenizer.json spells them.
 const char* kGpt2Regex = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-const char* kLlama3Regex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-const char* kQwen2Regex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 json split(const std::string& regex) {
   return {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}};
@@ -172,9 +173,9 @@ json pre_tokenizer(const std::string& pre, const Meta& m) {
     return {{"type", "Sequence"}, {"pretokenizers", {split("\\p{N}"), byte_level(true)}}};
   if (pre == "gpt-2" || pre == "mpt" || pre == "olmo") return byte_level(true);
   if (pre == "llama-bpe" || pre == "llama3" || pre == "smaug-bpe")
-    return {{"type", "Sequence"}, {"pretokenizers", {split(kLlama3Regex), byte_level(false)}}};
+    return {{"type", "Sequence"}, {"pretokenizers", {split(kGgufLlama3Regex), byte_level(false)}}};
   if (pre == "qwen2")
-    return {{"type", "Sequence"}, {"pretokenizers", {split(kQwen2Regex), byte_level(false)}}};
+    return {{"type", "Sequence"}, {"pretokenizers", {split(kGgufQwen2Regex), byte_level(false)}}};
   m.bad(
       "tokenizer.ggml.pre '" + pre +
       "' is not converted yet (converted: smollm, starcoder, refact, command-r, codeshell, gpt-2, mpt, olmo, "

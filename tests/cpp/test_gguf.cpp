@@ -410,9 +410,10 @@ TEST(Gguf, BlockSizesMatchGgml) {
   EXPECT_EQ(std::string(ggml_type_name(GgmlType::Q6_K)), "q6_K");
   EXPECT_EQ(error_of([] { ggml_type_parse("q9_k"); }),
             "unknown GGUF tensor type 'q9_k' (expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k)");
-  EXPECT_EQ(error_of([] { ggml_type_parse("q5_k"); }),
-            "GGUF tensor type 'q5_k' is read by luatune but not written (expected f32, f16, bf16, q8_0, q4_0, q4_k "
-            "or q6_k)");
+  EXPECT_EQ(
+      error_of([] { ggml_type_parse("q5_k"); }),
+      "GGUF tensor type 'q5_k' is read by luatune but not written (expected f32, f16, bf16, q8_0, q4_0, q4_k "
+      "or q6_k)");
   EXPECT_EQ(ggml_type_bytes(GgmlType::Q3_K), 110);  // the read-only types (ggml-common.h's block structs)
   EXPECT_EQ(ggml_type_bytes(GgmlType::Q5_1), 24);
   EXPECT_FALSE(ggml_type_writes(GgmlType::Q2_K));
