@@ -352,8 +352,10 @@ void gguf_convert(const std::string& gguf_path, const std::string& out_dir,
     int64_t numel = 1;
     std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());  // ggml's ne[0] is the row length
     for (int64_t n : t.ne) numel *= n;
-    std::vector<float> values = ggml_dequantize(t.type, t.bytes, numel);
-    at::Tensor w = at::from_blob(values.data(), shape, at::kFloat).clone();
+    // The dequantised values become the tensor's storage (no second copy).
+    auto* values = new std::vector<float>(ggml_dequantize(t.type, t.bytes, numel));
+    at::Tensor w = at::from_blob(
+        values->data(), shape, [values](void*) { delete values; }, at::kFloat);
     if (arch->permuted_qk && (str_ends_with(name, "q_proj.weight") || str_ends_with(name, "k_proj.weight"))) {
       const int64_t n_head = str_ends_with(name, "q_proj.weight") ? heads : kv_heads;
       if (w.size(0) % (2 * n_head) != 0)

@@ -57,18 +57,12 @@ std::pair<size_t, size_t> longest_suffix_in(const std::string& needle, const std
   return {lo, pos};
 }
 
-json head(const json& messages, size_t n) {
-  json out = json::array();
-  for (size_t i = 0; i < n; i++) out.push_back(messages[i]);
-  return out;
-}
-
 std::string render_prefix(const ChatTemplate& tmpl, const json& messages, size_t n, bool generation_prompt,
                           const ChatOptions& o, size_t turn) {
   ChatOptions p = o;
   p.add_generation_prompt = generation_prompt;
   try {
-    return tmpl.render(chat_context(head(messages, n), p));
+    return tmpl.render(chat_context(json(messages.begin(), messages.begin() + ptrdiff_t(n)), p));
   } catch (const Error& e) {
     fail(std::string(e.what()) + " (rendering the conversation up to message " + std::to_string(turn + 1) +
              " to find the assistant's text)",

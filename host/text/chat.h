@@ -57,10 +57,10 @@ struct ChatOptions {
   bool add_generation_prompt = false;  // end with the header that starts an assistant reply
   nlohmann::ordered_json tools;        // null, or a list of JSON-schema tools (the template's `tools`)
   nlohmann::ordered_json documents;    // null, or a list of {title, text} (the template's `documents`)
-  // Extra variables: the tokenizer's special tokens (bos_token, eos_token, ...; chat_encode fills
-  // them in) and chat_template_kwargs such as {"enable_thinking": false}. Later keys win.
+  // Extra variables: the tokenizer's special tokens (bos_token, eos_token, ...; chat_options_for adds
+  // them) and chat_template_kwargs such as {"enable_thinking": false}. Later keys win. (strftime_now
+  // reads the local time, or SOURCE_DATE_EPOCH when it is set.)
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
-  int64_t now_unix = -1;  // strftime_now's clock; -1: now (as transformers). SOURCE_DATE_EPOCH pins it.
 };
 
 // The variables apply_chat_template passes: special tokens and kwargs, then messages, tools,
@@ -90,8 +90,10 @@ struct ChatEncoding {
   std::vector<int32_t> ids;
   std::vector<uint8_t> mask;  // same length as ids
 };
+// `options` as chat_render takes them: chat_options_for(tokenizer, ...) has added the tokenizer's
+// special tokens, once (a data set does it once for all its records).
 ChatEncoding chat_encode(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
-                         const nlohmann::ordered_json& messages, const ChatOptions& options = {});
+                         const nlohmann::ordered_json& messages, const ChatOptions& options);
 // The options with the tokenizer's special tokens added to kwargs (where kwargs lacks them).
 ChatOptions chat_options_for(const Tokenizer& tokenizer, ChatOptions options);
 // The mask rule on its own: token i is 1 when its byte range overlaps an assistant span (a token

@@ -19,7 +19,7 @@ ChatOptions chat_options_for(const Tokenizer& tokenizer, ChatOptions o) {
 
 ChatEncoding chat_encode(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
                          const nlohmann::ordered_json& messages, const ChatOptions& options) {
-  ChatRendered r = chat_render(tmpl, messages, chat_options_for(tokenizer, options));
+  ChatRendered r = chat_render(tmpl, messages, options);
   // One encode of the full text: tokens can merge across message boundaries exactly as they do
   // when the model sees the conversation, and add_special=false because the text has its BOS.
   Encoding enc = tokenizer.encode_with_offsets(r.text, /*add_special=*/false);

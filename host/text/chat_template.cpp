@@ -3,7 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "host/cli/recipes.h"  // luatune_home(): where templates/chat/ is
 #include "host/core/error.h"
@@ -33,18 +32,6 @@ std::string where(const std::string& origin, uint32_t line) {
   if (line == 0) return "chat_template " + origin + ": ";
   if (str_ends_with(origin, ".jinja")) return "chat_template " + origin + ":" + std::to_string(line) + ": ";
   return "chat_template " + origin + " (template line " + std::to_string(line) + "): ";
-}
-
-// SOURCE_DATE_EPOCH (reproducible-builds.org) pins strftime_now; else the template sees now.
-int64_t pinned_clock(int64_t requested) {
-  if (requested >= 0) return requested;
-  const char* env = std::getenv("SOURCE_DATE_EPOCH");
-  if (env && *env) {
-    char* end = nullptr;
-    long long v = std::strtoll(env, &end, 10);
-    if (end && *end == 0 && v >= 0) return v;
-  }
-  return -1;
 }
 
 }  // namespace
@@ -87,8 +74,7 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context,
   size_t out_len = 0;
   char* err = nullptr;
   uint32_t line = 0;
-  int rc = lt_jinja_render(handle_->h, ctx.data(), ctx.size(), pinned_clock(-1), kMaxOutputBytes, &out,
-                           &out_len, &err, &line);
+  int rc = lt_jinja_render(handle_->h, ctx.data(), ctx.size(), kMaxOutputBytes, &out, &out_len, &err, &line);
   if (rc != 0) {
     std::string msg = err ? err : "unknown error";
     lt_jinja_free_error(err);

@@ -46,7 +46,7 @@ TEST(ChatEncode, Llama3MaskIsAnswersPlusEot) {
   if (!tok) GTEST_SKIP() << "tests/reference/node/node_modules not installed";
   auto msgs = chat_messages_json({S("Be brief."), U("Hello"), A("  Hi there!\n"), U("2+2?"), A("4")});
   auto tmpl = chat_template_resolve(*tok, "");
-  ChatEncoding e = chat_encode(*tok, *tmpl, msgs);
+  ChatEncoding e = chat_encode(*tok, *tmpl, msgs, chat_options_for(*tok, {}));
   ASSERT_EQ(e.ids.size(), e.mask.size());
 
   // Same ids as encoding the rendered text directly, with exactly one BOS (the template's).
@@ -74,7 +74,8 @@ TEST(ChatEncode, GenerationPromptHasNoMask) {
   if (!tok) GTEST_SKIP() << "tests/reference/node/node_modules not installed";
   ChatOptions o;
   o.add_generation_prompt = true;
-  ChatEncoding e = chat_encode(*tok, *chat_template_resolve(*tok, ""), chat_messages_json({U("Hello")}), o);
+  ChatEncoding e = chat_encode(*tok, *chat_template_resolve(*tok, ""), chat_messages_json({U("Hello")}),
+                               chat_options_for(*tok, o));
   EXPECT_EQ(std::count(e.mask.begin(), e.mask.end(), 1), 0);
   EXPECT_EQ(tok->decode(e.ids).substr(0, 17), "<|begin_of_text|>");
 }
@@ -82,8 +83,9 @@ TEST(ChatEncode, GenerationPromptHasNoMask) {
 TEST(ChatEncode, Qwen3MaskIncludesTheThinkBlock) {
   auto tok = load_or_null("tokenizer-qwen3");
   if (!tok) GTEST_SKIP() << "tests/reference/node/node_modules not installed";
-  ChatEncoding e = chat_encode(*tok, *chat_template_resolve(*tok, ""),
-                               chat_messages_json({U("q1"), A("a1"), U("q2"), A("a2")}));
+  ChatEncoding e =
+      chat_encode(*tok, *chat_template_resolve(*tok, ""),
+                  chat_messages_json({U("q1"), A("a1"), U("q2"), A("a2")}), chat_options_for(*tok, {}));
   EXPECT_EQ(masked_runs(*tok, e),
             (std::vector<std::string>{"a1<|im_end|>", "<think>\n\n</think>\n\na2<|im_end|>"}));
   EXPECT_EQ(e.mask.back(), 0);  // the newline after the last <|im_end|>

@@ -19,11 +19,11 @@ LtJinjaHandle* lt_jinja_compile(const char* source, size_t len, uint64_t fuel, c
 void lt_jinja_free(LtJinjaHandle* handle);
 /* 1 when the template has {% generation %} blocks: their output is wrapped in U+E000 ... U+E001. */
 int32_t lt_jinja_has_generation(const LtJinjaHandle* handle);
-/* Renders with `context` (a JSON object) as the variables. now_unix: strftime_now's clock (-1: now).
- * Returns 0 and *out / *out_len (free with lt_jinja_free_output), or non-zero with *err / *err_line.
- * A render whose output passes max_output bytes fails. */
-int32_t lt_jinja_render(const LtJinjaHandle* handle, const char* context, size_t len, int64_t now_unix,
-                        size_t max_output, char** out, size_t* out_len, char** err, uint32_t* err_line);
+/* Renders with `context` (a JSON object) as the variables; strftime_now reads the local time, or
+ * SOURCE_DATE_EPOCH when set. Returns 0 and *out / *out_len (free with lt_jinja_free_output), or
+ * non-zero with *err / *err_line. A render whose output passes max_output bytes fails. */
+int32_t lt_jinja_render(const LtJinjaHandle* handle, const char* context, size_t len, size_t max_output,
+                        char** out, size_t* out_len, char** err, uint32_t* err_line);
 void lt_jinja_free_output(char* out, size_t len);
 void lt_jinja_free_error(char* err);
 

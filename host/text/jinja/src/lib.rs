@@ -25,8 +25,8 @@ const GEN_CLOSE: char = '\u{E001}';
 const RAISED: &str = "raise_exception: ";
 const TEMPLATE_NAME: &str = "chat_template";
 
-/// One compiled template and the environment that owns it.
-pub struct LtJinja {
+/// One compiled template and the environment that owns it (the C side's LtJinjaHandle).
+pub struct LtJinjaHandle {
     env: Environment<'static>,
     has_generation: bool,
 }
@@ -389,7 +389,16 @@ fn raise_exception(message: Option<Value>) -> Result<Value, Error> {
 
 // ------------------------------------------------------------------------------------------------
 // strftime_now: Python's datetime.now().strftime(format), which is the C library's strftime on
-// the local time; `now` may be pinned by the caller (lt_jinja_render's now_unix).
+// the local time. SOURCE_DATE_EPOCH (reproducible-builds.org), when set, pins the clock.
+
+fn now_unix() -> i64 {
+    if let Some(t) = std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|v| v.parse::<i64>().ok()) {
+        if t >= 0 {
+            return t;
+        }
+    }
+    unsafe { libc::time(std::ptr::null_mut()) as i64 }
+}
 
 fn strftime(format: &str, now: i64) -> Result<String, Error> {
     let fmt = std::ffi::CString::new(format)
@@ -438,7 +447,7 @@ fn from_json(v: &serde_json::Value) -> Value {
 // ------------------------------------------------------------------------------------------------
 // The environment
 
-fn build_env(source: String, fuel: u64, now: std::sync::Arc<std::sync::atomic::AtomicI64>) -> Result<LtJinja, Error> {
+fn build_env(source: String, fuel: u64) -> Result<LtJinjaHandle, Error> {
     let mut env = Environment::new();
     env.set_fuel(if fuel > 0 { Some(fuel) } else { None });
     env.set_syntax(SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build()?);
@@ -455,20 +464,10 @@ fn build_env(source: String, fuel: u64, now: std::sync::Arc<std::sync::atomic::A
     });
     env.add_filter("tojson", tojson);
     env.add_function("raise_exception", raise_exception);
-    env.add_function("strftime_now", move |format: String| -> Result<String, Error> {
-        let pinned = now.load(std::sync::atomic::Ordering::Relaxed);
-        let t = if pinned >= 0 { pinned } else { unsafe { libc::time(std::ptr::null_mut()) as i64 } };
-        strftime(&format, t)
-    });
+    env.add_function("strftime_now", |format: String| strftime(&format, now_unix()));
     let (rewritten, has_generation) = rewrite_generation(&source);
     env.add_template_owned(TEMPLATE_NAME, rewritten)?;
-    Ok(LtJinja { env, has_generation })
-}
-
-// Each compiled template has its own pinned clock; kept beside it so strftime_now can read it.
-pub struct LtJinjaHandle {
-    inner: LtJinja,
-    now: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    Ok(LtJinjaHandle { env, has_generation })
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -565,9 +564,8 @@ pub unsafe extern "C" fn lt_jinja_compile(
                 return std::ptr::null_mut();
             }
         };
-        let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1));
-        match build_env(text, fuel, now.clone()) {
-            Ok(inner) => Box::into_raw(Box::new(LtJinjaHandle { inner, now })),
+        match build_env(text, fuel) {
+            Ok(handle) => Box::into_raw(Box::new(handle)),
             Err(e) => {
                 set_error(&e, err, err_line);
                 std::ptr::null_mut()
@@ -593,7 +591,7 @@ pub unsafe extern "C" fn lt_jinja_free(h: *mut LtJinjaHandle) {
 /// `h` is from lt_jinja_compile.
 #[no_mangle]
 pub unsafe extern "C" fn lt_jinja_has_generation(h: *const LtJinjaHandle) -> i32 {
-    (*h).inner.has_generation as i32
+    (*h).has_generation as i32
 }
 
 /// # Safety
@@ -603,7 +601,6 @@ pub unsafe extern "C" fn lt_jinja_render(
     h: *const LtJinjaHandle,
     context: *const c_char,
     len: usize,
-    now_unix: i64,
     max_output: usize,
     out: *mut *mut c_char,
     out_len: *mut usize,
@@ -620,8 +617,7 @@ pub unsafe extern "C" fn lt_jinja_render(
                 return 1;
             }
         };
-        h.now.store(now_unix, std::sync::atomic::Ordering::Relaxed);
-        let tmpl = match h.inner.env.get_template(TEMPLATE_NAME) {
+        let tmpl = match h.env.get_template(TEMPLATE_NAME) {
             Ok(t) => t,
             Err(e) => {
                 set_error(&e, err, err_line);
