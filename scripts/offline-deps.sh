@@ -13,6 +13,7 @@ set -euo pipefail
 dir=${1:?usage: scripts/offline-deps.sh DIR}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)  # before the cd into $dir below
 packages=(
   libluajit-5.1-dev libluajit-5.1-2 libluajit-5.1-common
   libtcmalloc-minimal4  # the runner's malloc (LUATUNE_ALLOCATOR=tcmalloc), linked by its .so.4 name:
@@ -38,7 +39,6 @@ apt-get download $closure
 ls -1 "$dir"/*.deb | wc -l | xargs echo "offline-deps: packages in $dir:"
 # The chat-template engine (host/text/jinja, Rust): the GPU host has no cargo and no crates.io, so it is
 # built here, stripped of debug info (about 6 MB), and gpu-build.sh links it (-DLUATUNE_JINJA_LIBRARY).
-root=$(cd "$(dirname "$0")/.." && pwd)
 cargo=""
 for c in "$HOME/.cargo/bin/cargo" cargo /usr/bin/cargo; do
   if v=$("$c" --version 2>/dev/null) && [[ $v =~ ^cargo\ 1\.([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 70 ]; then cargo=$c; break; fi
