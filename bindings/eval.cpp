@@ -9,6 +9,7 @@
 #include "bindings/model_class.h"
 #include "bindings/tokenizer_class.h"
 #include "host/core/error.h"
+#include "host/text/chat.h"
 
 namespace luatune {
 
@@ -82,6 +83,27 @@ int l_eval_multiple_choice(lua_State* L) {
     LT_CHECK(as == "letters" || as == "text",
              "eval.multiple_choice: choices_as must be \"letters\" or \"text\", got \"" << as << "\"");
     o.choices_as = as == "letters" ? McChoicesAs::letters : McChoicesAs::text;
+    // chat: true = the tokenizer's own template; a string = a chat_template choice (a .jinja file, a
+    // tokenizer_config.json, a named or shipped template).
+    lua_getfield(L, 4, "chat");
+    const int chat_type = lua_type(L, -1);
+    LT_CHECK(
+        chat_type == LUA_TNIL || chat_type == LUA_TBOOLEAN || chat_type == LUA_TSTRING,
+        "eval.multiple_choice: option 'chat' expects true or a chat template (a .jinja file or a template "
+        "name), got "
+            << luaL_typename(L, -1));
+    if ((chat_type == LUA_TBOOLEAN && lua_toboolean(L, -1)) || chat_type == LUA_TSTRING) {
+      std::string choice = chat_type == LUA_TSTRING ? lua_tostring(L, -1) : "";
+      std::shared_ptr<const ChatTemplate> tmpl = chat_template_resolve(tok, choice);
+      ChatOptions co = chat_options_for(tok, ChatOptions());
+      co.add_generation_prompt = true;
+      o.chat = [tmpl, co](const std::vector<std::pair<std::string, std::string>>& turns) {
+        std::vector<ChatMessage> messages;
+        for (const auto& [role, content] : turns) messages.push_back({role, content});
+        return chat_render_text(*tmpl, chat_messages_json(messages), co);
+      };
+    }
+    lua_pop(L, 1);
     lua_getfield(L, 4, "fewshot");
     if (!lua_isnil(L, -1)) o.fewshot = check_records(L, lua_gettop(L), "eval.multiple_choice: fewshot");
     lua_pop(L, 1);

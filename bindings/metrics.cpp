@@ -242,6 +242,40 @@ int l_metrics_summary(lua_State* L) {
 }
 LT_REGISTER("Metrics:summary", l_metrics_summary);
 
+// log:table(title, columns, rows): columns a list of names, rows a list of lists of strings (numbers
+// are written as Lua prints them), each as long as columns.
+int l_metrics_table(lua_State* L) {
+  Metrics& m = check_metrics(L, 1);
+  MetricTable t;
+  t.title = luaL_checkstring(L, 2);
+  auto cell = [&](int idx, const std::string& where) {
+    LT_CHECK(lua_type(L, idx) == LUA_TSTRING || lua_type(L, idx) == LUA_TNUMBER,
+             "log:table: " << where << " must be a string, got " << luaL_typename(L, idx));
+    return std::string(lua_tostring(L, idx));
+  };
+  LT_CHECK(lua_istable(L, 3) && lt_is_list(L, 3), "log:table: columns must be a list of names");
+  for (int i = 1, n = static_cast<int>(lua_objlen(L, 3)); i <= n; i++) {
+    lua_rawgeti(L, 3, i);
+    t.columns.push_back(cell(-1, "columns[" + std::to_string(i) + "]"));
+    lua_pop(L, 1);
+  }
+  LT_CHECK(lua_istable(L, 4) && lt_is_list(L, 4), "log:table: rows must be a list of lists");
+  for (int i = 1, n = static_cast<int>(lua_objlen(L, 4)); i <= n; i++) {
+    lua_rawgeti(L, 4, i);
+    LT_CHECK(lua_istable(L, -1) && lt_is_list(L, -1), "log:table: rows[" << i << "] must be a list of cells");
+    t.rows.emplace_back();
+    for (int k = 1, w = static_cast<int>(lua_objlen(L, -1)); k <= w; k++) {
+      lua_rawgeti(L, -1, k);
+      t.rows.back().push_back(cell(-1, "rows[" + std::to_string(i) + "][" + std::to_string(k) + "]"));
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  m.table(t);
+  return 0;
+}
+LT_REGISTER("Metrics:table", l_metrics_table);
+
 int l_metrics_close(lua_State* L) {
   Metrics& m = check_metrics(L, 1);
   m.close(lua_isnoneornil(L, 2) ? 0 : static_cast<int>(lt_check_int(L, 2)));

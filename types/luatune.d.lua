@@ -1935,6 +1935,12 @@ function Metrics:stopped() end
 ---@param values table<string, number|string>
 function Metrics:summary(values) end
 
+---a small table of text shown once (answers before and after training): the JSONL line {"table": ...} and a section of report.html and report.md; a title logged again replaces its table
+---@param title string
+---@param columns string[]
+---@param rows (string|number)[][]
+function Metrics:table(title, columns, rows) end
+
 ---ends the live line and closes the sinks; also done by release() and garbage collection
 ---@param exit_code? integer
 function Metrics:close(exit_code) end
@@ -1953,6 +1959,7 @@ eval = {}
 ---@field shots? integer few-shot examples in each prompt (default: 0)
 ---@field fewshot? string|table[] where the examples come from (default: the task's first shots records, then not scored)
 ---@field choices_as? "letters"|"text" MMLU's prompt (continuations " A", " B", ...) or ARC's (each choice's text) (default: "letters")
+---@field chat? boolean|string (default: off) ask a chat model as it is used: each question a user message rendered by the chat template (true: the tokenizer's own; a string: a .jinja file or template name) with the generation prompt, each choice the reply
 ---@field limit? integer score at most this many records (0: all) (default: 0)
 ---@field batch_size? integer sequences per forward (0: one record's choices) (default: 0)
 ---@field description? string text before the examples (default: "")

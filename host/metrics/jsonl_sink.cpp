@@ -78,6 +78,14 @@ class JsonlSink : public MetricSink {
     put(line);
   }
 
+  void table(const MetricTable& t) override {
+    ojson line;
+    line["table"]["title"] = t.title;
+    line["table"]["columns"] = t.columns;
+    line["table"]["rows"] = t.rows;
+    put(line);
+  }
+
   void close(int) override {
     if (f_ && std::fclose(f_) != 0) {
       f_ = nullptr;
@@ -88,7 +96,8 @@ class JsonlSink : public MetricSink {
 
  private:
   // A resumed run redoes the steps after its checkpoint: their lines from the run that stopped go
-  // (rewritten atomically), as do that run's summary lines; the config line and earlier steps stay.
+  // (rewritten atomically), as do that run's summary and table lines; the config line and earlier
+  // steps stay.
   void drop_lines_after(int64_t step) {
     if (!file_exists(path_)) return;
     std::string kept;
@@ -103,7 +112,7 @@ class JsonlSink : public MetricSink {
       const nlohmann::json& j = in.value();
       const bool after = j.is_object() && j.contains("step") && j["step"].is_number() &&
                          j["step"].get<double>() > static_cast<double>(step);
-      const bool later = after || (j.is_object() && j.contains("summary"));
+      const bool later = after || (j.is_object() && (j.contains("summary") || j.contains("table")));
       if (later || in.text().empty()) {
         dropped = true;
         continue;

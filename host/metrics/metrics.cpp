@@ -87,6 +87,16 @@ void Metrics::summary(const MetricValues& values) {
   for (auto& s : sinks_) s->summary(values);
 }
 
+void Metrics::table(const MetricTable& t) {
+  LT_CHECK(!closed_, "metrics: table after close");
+  LT_CHECK(!t.columns.empty(), "metrics: table '" << t.title << "' has no columns");
+  for (size_t i = 0; i < t.rows.size(); i++)
+    LT_CHECK(t.rows[i].size() == t.columns.size(),
+             "metrics: table '" << t.title << "' row " << i + 1 << " has " << t.rows[i].size()
+                                << " cells, expected " << t.columns.size() << " (one per column)");
+  for (auto& s : sinks_) s->table(t);
+}
+
 void Metrics::close(int exit_code) {
   if (closed_) return;
   closed_ = true;

@@ -27,11 +27,20 @@ struct MetricValues {
   bool empty() const { return numbers.empty() && note.empty(); }
 };
 
+// A small table of text a run shows once, e.g. a model's answers before and after training: the
+// JSONL line {"table": {"title", "columns", "rows"}} and a section of the run report.
+struct MetricTable {
+  std::string title;
+  std::vector<std::string> columns;
+  std::vector<std::vector<std::string>> rows;  // each as long as columns
+};
+
 class MetricSink {
  public:
   virtual ~MetricSink() = default;
   virtual void write(int64_t step, const MetricValues& values) = 0;
   virtual void summary(const MetricValues& values) = 0;  // the run's final numbers
+  virtual void table(const MetricTable&) {}              // only the JSONL sink keeps tables
   virtual void close(int exit_code) = 0;                 // called once; the sink flushes and lets go
   // True once the run was stopped from outside (the W&B UI); the recipe ends its loop cleanly.
   virtual bool stopped() const { return false; }
@@ -53,6 +62,8 @@ class Metrics {
   void add(std::unique_ptr<MetricSink> sink);
   void write(int64_t step, const MetricValues& values);
   void summary(const MetricValues& values);
+  // Checks that every row is as long as the columns (else a one-line error naming the row).
+  void table(const MetricTable& t);
   // Idempotent. After the sinks close, writes the run report beside the JSONL file when
   // report_on_close named one (host/metrics/run_report.h) and prints "report: PATH"; a report
   // that cannot be written is a one-line warning, never a failure of the run.

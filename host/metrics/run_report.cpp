@@ -61,6 +61,27 @@ void flatten(const ojson& j, const std::string& prefix,
   }
 }
 
+// A {"table": {"title", "columns", "rows"}} record: strings only, each row as long as the columns.
+bool read_table(const ojson& j, RunReport::Table* t) {
+  if (!j.contains("title") || !j["title"].is_string() || !j.contains("columns") || !j["columns"].is_array() ||
+      !j.contains("rows") || !j["rows"].is_array())
+    return false;
+  t->title = j["title"].get<std::string>();
+  for (const ojson& c : j["columns"]) {
+    if (!c.is_string()) return false;
+    t->columns.push_back(c.get<std::string>());
+  }
+  for (const ojson& row : j["rows"]) {
+    if (!row.is_array() || row.size() != t->columns.size()) return false;
+    t->rows.emplace_back();
+    for (const ojson& cell : row) {
+      if (!cell.is_string()) return false;
+      t->rows.back().push_back(cell.get<std::string>());
+    }
+  }
+  return !t->columns.empty();
+}
+
 }  // namespace
 
 const RunCurve* RunReport::curve(const std::string& key) const {
@@ -145,6 +166,18 @@ RunReport run_report_read(const std::string& jsonl_path) {
       r.summary.clear();
       for (auto it = j["summary"].begin(); it != j["summary"].end(); ++it)
         if (it.value().is_number()) r.summary.emplace_back(it.key(), it.value().get<double>());
+    } else if (j.contains("table") && j["table"].is_object()) {
+      RunReport::Table t;
+      if (!read_table(j["table"], &t)) {
+        r.bad_lines++;
+        continue;
+      }
+      auto same =
+          std::find_if(r.tables.begin(), r.tables.end(), [&](const auto& x) { return x.title == t.title; });
+      if (same != r.tables.end())
+        *same = std::move(t);
+      else
+        r.tables.push_back(std::move(t));
     } else if (j.contains("config")) {
       if (jsonl_config.is_null()) jsonl_config = j["config"];
       // metrics.open's record of what the config's device resolved to (host/metrics/metrics.h)
@@ -466,6 +499,7 @@ table{border-collapse:collapse;margin:8px 0}th,td{padding:4px 10px;border-bottom
 th{background:#f7fafc;font-weight:600;font-size:13px}.num{text-align:right;font-variant-numeric:tabular-nums}
 td.key{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px}td.value{word-break:break-all}
 svg.chart{max-width:100%;height:auto;display:block;margin:4px 0 12px}
+table.text td{white-space:pre-wrap;vertical-align:top}
 figure{margin:0}figcaption{font-weight:600;margin:16px 0 0}.notes li{color:#4a5568}
 )css";
 
@@ -512,6 +546,17 @@ std::string run_report_html(const RunReport& r) {
         const bool text = !r.phases.empty() && i == 1;
         os << (text ? "<td>" : "<td class=\"num\">") << svg_escape(row[i]) << "</td>";
       }
+      os << "</tr>";
+    }
+    os << "</tbody></table>\n";
+  }
+  for (const RunReport::Table& t : r.tables) {
+    os << "<h2>" << svg_escape(t.title) << "</h2>\n<table class=\"text\"><thead><tr>";
+    for (const std::string& c : t.columns) os << "<th>" << svg_escape(c) << "</th>";
+    os << "</tr></thead><tbody>";
+    for (const auto& row : t.rows) {
+      os << "<tr>";
+      for (const std::string& cell : row) os << "<td>" << svg_escape(cell) << "</td>";
       os << "</tr>";
     }
     os << "</tbody></table>\n";
@@ -602,6 +647,16 @@ std::string run_report_markdown(const RunReport& r) {
       for (const std::string& cell : row) rows.back().push_back(md_cell(cell));
     }
     os << "## Evaluations\n\n" << md_table(columns, rows) << "\n";
+  }
+  for (const RunReport::Table& t : r.tables) {
+    std::vector<MdColumn> columns;
+    for (const std::string& c : t.columns) columns.push_back({md_cell(c)});
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& row : t.rows) {
+      rows.push_back({});
+      for (const std::string& cell : row) rows.back().push_back(md_text(cell));
+    }
+    os << "## " << md_text(t.title) << "\n\n" << md_table(columns, rows) << "\n";
   }
   if (!r.phases.empty()) {
     std::vector<std::vector<std::string>> rows;

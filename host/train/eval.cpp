@@ -89,7 +89,24 @@ std::string mc_doc_text(const McRecord& r, McChoicesAs as) {
   return s + "\nAnswer:";
 }
 
+std::string mc_chat_question(const McRecord& r, McChoicesAs as) {
+  if (as == McChoicesAs::text) return r.question;
+  std::string s = str_trim(r.question);
+  for (size_t i = 0; i < r.choices.size(); i++) s += "\n" + mc_choice_target(r, i, as) + ". " + r.choices[i];
+  return s;
+}
+
 std::string mc_context(const McRecord& r, const std::vector<McRecord>& examples, const McOptions& o) {
+  if (o.chat) {
+    std::vector<std::pair<std::string, std::string>> turns;
+    if (!o.description.empty()) turns.emplace_back("system", o.description);
+    for (const McRecord& ex : examples) {
+      turns.emplace_back("user", mc_chat_question(ex, o.choices_as));
+      turns.emplace_back("assistant", mc_choice_target(ex, ex.answer, o.choices_as));
+    }
+    turns.emplace_back("user", mc_chat_question(r, o.choices_as));
+    return o.chat(turns);
+  }
   // The harness's defaults: target_delimiter " ", fewshot_delimiter "\n\n".
   std::string s = o.description;
   for (const McRecord& ex : examples)
@@ -245,14 +262,17 @@ McResult mc_evaluate(Model& model, const Tokenizer& tok, const std::vector<McRec
   LT_CHECK(last > first, "eval: no records to score");
 
   EvalModeGuard eval_mode(model);
-  const std::vector<int64_t> prefix = o.add_special ? mc_special_prefix(tok) : std::vector<int64_t>{};
+  const std::vector<int64_t> prefix =
+      o.add_special && !o.chat ? mc_special_prefix(tok) : std::vector<int64_t>{};
+  const std::string delimiter = o.chat ? "" : " ";  // the harness's target_delimiter
   std::vector<McRequest> requests;
   for (size_t i = first; i < last; i++) {
     const McRecord& r = records[i];
     mc_check_record(r, "eval: record " + std::to_string(i + 1));
     std::string context = mc_context(r, examples, o);
     for (size_t c = 0; c < r.choices.size(); c++)
-      requests.push_back(mc_encode_pair(tok, context, " " + mc_choice_target(r, c, o.choices_as), prefix));
+      requests.push_back(
+          mc_encode_pair(tok, context, delimiter + mc_choice_target(r, c, o.choices_as), prefix));
   }
   std::vector<double> ll;
   if (o.batch_size > 0) {

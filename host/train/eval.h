@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace luatune {
@@ -37,6 +39,12 @@ struct McOptions {
   bool add_special = true;  // BOS (or whatever the post-processor puts first) before the context
   int64_t max_length = 0;   // longest input; longer ones lose tokens on the left (0: the model's
                             // max_position_embeddings)
+  // A chat model asked as it is used: set, each question is a user message (mc_chat_question), the
+  // examples earlier user/assistant turns, the description a system message, and `chat` renders them
+  // with the assistant's generation prompt (the binding wraps the model's chat template). Each
+  // continuation is then the choice target itself, without the leading space, and no special prefix
+  // is added (a template writes its own BOS).
+  std::function<std::string(const std::vector<std::pair<std::string, std::string>>& turns)> chat;
 };
 
 struct McResult {
@@ -61,6 +69,9 @@ void mc_check_record(const McRecord& r, const std::string& where);
 std::string mc_doc_text(const McRecord& r, McChoicesAs as);
 // What choice i is called: its letter ("B") or its text. The continuation is " " + this.
 std::string mc_choice_target(const McRecord& r, size_t i, McChoicesAs as);
+// A question as a chat user message: text, the question; letters, the question and its lettered
+// choices ("{question}\nA. {c0}\nB. {c1}...").
+std::string mc_chat_question(const McRecord& r, McChoicesAs as);
 // description + for each example: doc text + " " + its answer + "\n\n", then the record's doc text.
 std::string mc_context(const McRecord& r, const std::vector<McRecord>& examples, const McOptions& o);
 // The length acc_norm divides by: Unicode characters of the choice target, as Python's len(str).

@@ -22,7 +22,7 @@ expect_out "The main job on the embedded default"
 
 # --- finding recipes
 check by_name 0 "$runner" validate quickstart
-expect_out "config ("; expect_out "pretrain.max_steps        = 150"; expect_out "nothing was run"; refute_out "step    1"
+expect_out "config ("; expect_out 'method             = "lora"'; expect_out "nothing was run"; refute_out "step    1"
 check missing_recipe 2 "$runner" no_such_recipe
 expect_out "runner: no recipe 'no_such_recipe'"; expect_out "shipped recipes: "
 check near_recipe 2 "$runner" quikstart
@@ -41,13 +41,13 @@ expect_out '"steps":3'
 check config_file 0 "$runner" $fx/typed.lua --config tests/fixtures/overrides.lua lora.r=2
 expect_out '"lora":{"r":2,"targets":["o_proj"]}'; expect_out '"steps":7'
 expect_out "[tests/fixtures/overrides.lua]"
-check type_mismatch 2 "$runner" validate quickstart eval_fraction=abc
-expect_out "config: key 'eval_fraction' expects a number, got 'abc' (command line)"; refute_out "stack traceback"
+check type_mismatch 2 "$runner" validate quickstart max_steps=abc
+expect_out "config: key 'max_steps' expects a number, got 'abc' (command line)"; refute_out "stack traceback"
 check bool_mismatch 2 "$runner" validate $fx/typed.lua pack=perhaps
 expect_out "config: key 'pack' expects a boolean (true/false), got 'perhaps'"
 check unknown_key 2 "$runner" validate quickstart seeed=3
 expect_out "config: unknown key 'seeed' (command line); did you mean 'seed'?"
-expect_out "valid keys: check, eval_fraction, lora.alpha, lora.batch_size"
+expect_out "valid keys: base_model, batch_size, check, device, dtype"
 check table_key 2 "$runner" validate $fx/typed.lua lora=3
 expect_out "config: key 'lora' is a table"
 check not_kv 2 "$runner" quickstart steps
@@ -120,8 +120,8 @@ check cp_into_dir 0 "$runner" cp quickstart "$tmp"
 expect_out "copied to $tmp/quickstart.lua"
 check cp_no_overwrite 2 "$runner" cp quickstart "$tmp/mine.lua"
 expect_out "already exists; not overwriting it"
-check run_copy 0 "$runner" validate "$tmp/mine.lua" lora.max_steps=5
-expect_out "lora.max_steps            = 5   [command line]"
+check run_copy 0 "$runner" validate "$tmp/mine.lua" max_steps=5
+expect_out "max_steps          = 5   [command line]"
 # A shipped recipe's checkout-relative default (the tokenizer set-up fetched) works from elsewhere.
 if [ -f tokenizers/llama3_1/tokenizer.json ]; then
   check from_elsewhere 0 bash -c "cd / && '$(realpath "$runner")' tiny_model num_hidden_layers=1 output_dir='$tmp/tm'"

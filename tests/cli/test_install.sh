@@ -35,14 +35,20 @@ home_run() { (cd / && env -u LUATUNE_HOME "$prefix/bin/runner" "$@"); }
 
 check ls 0 home_run ls
 expect_out "quickstart"; expect_out "lora_finetune"; expect_out "The main job on the embedded default"
-# quickstart's default tokenizer (fetched by scripts/setup.sh) is installed when the checkout has it.
+# quickstart_tiny's default tokenizer (fetched by scripts/setup.sh) is installed when the checkout has it.
 tok=tokenizers/llama3_1
 if [ -f "$tok/tokenizer.json" ]; then
-  check validate_by_name 0 home_run validate quickstart tokenizer="$share/$tok"
-  expect_out "config ($share/recipes/quickstart.lua):"; expect_out "nothing was run"
+  check validate_by_name 0 home_run validate quickstart_tiny tokenizer="$share/$tok"
+  expect_out "config ($share/recipes/quickstart_tiny.lua):"; expect_out "nothing was run"
 else  # without it, validate reports the missing tokenizer after printing the config it found
-  check validate_by_name 2 home_run validate quickstart
-  expect_out "config ($share/recipes/quickstart.lua):"
+  check validate_by_name 2 home_run validate quickstart_tiny
+  expect_out "config ($share/recipes/quickstart_tiny.lua):"
+fi
+# quickstart's embedded model (linked by scripts/setup.sh) is installed as a file when the checkout has it.
+if [ -e models/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
+  check embedded_model_file 0 test -f "$share/models/SmolLM2-135M-Instruct.Q4_1.gguf" -a ! -L "$share/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  check validate_quickstart 0 home_run validate quickstart
+  expect_out "config ($share/recipes/quickstart.lua):"; expect_out "nothing was run"
 fi
 check validate_lora 0 home_run validate lora_finetune base_model="$share" data="$share/data/example_chat.jsonl"
 expect_out "config ($share/recipes/lora_finetune.lua):"
@@ -64,7 +70,7 @@ if ! cmp -s "$share/recipes/quickstart.lua" "$tmp/copied.lua"; then
   echo "FAIL cp: the copy is not the installed recipe"; failed=$((failed + 1))
 fi
 # LUATUNE_HOME still wins over the installed files.
-check home_env 0 env LUATUNE_HOME="$PWD" "$prefix/bin/runner" validate quickstart
-expect_out "config ($PWD/recipes/quickstart.lua):"
+check home_env 0 env LUATUNE_HOME="$PWD" "$prefix/bin/runner" validate quickstart_tiny
+expect_out "config ($PWD/recipes/quickstart_tiny.lua):"
 
 cli_finish

@@ -78,7 +78,7 @@ expect_out "attempt to index local 't' (a nil value)"; expect_out "stack traceba
 tok=tokenizers/llama3_1
 if [ -f "$tok/tokenizer.json" ]; then
   qs=$tmp/quickstart
-  check quickstart 0 "$runner" quickstart pretrain.max_steps=3 lora.max_steps=3 output_dir="$qs"
+  check quickstart 0 "$runner" quickstart_tiny pretrain.max_steps=3 lora.max_steps=3 output_dir="$qs"
   expect_out "report: $qs/report.html"
   check quickstart_one_report 0 test -s "$qs/report.html" -a -s "$qs/report.md" -a ! -e "$qs/pretrain.report.html" \
     -a ! -e "$qs/lora.report.html"
@@ -95,7 +95,9 @@ else
   echo "skipped the quickstart checks: no $tok (scripts/setup.sh fetches it)"
 fi
 check quickstart_help 0 "$runner" help quickstart
-expect_out "under a minute"; refute_out "a few minutes"
+expect_out "SmolLM2-135M-Instruct"
+check quickstart_tiny_help 0 "$runner" help quickstart_tiny
+expect_out "a minute on 2 CPU cores"; refute_out "a few minutes"
 
 # --- runner report on a directory a recipe wrote without a log says so
 check report_no_log 1 "$runner" report "$tmp/tiny"

@@ -81,6 +81,39 @@ TEST(Eval, FewShotPromptsFollowTheHarnessLayouts) {
   EXPECT_EQ(mc_choice_target(t[1], 3, McChoicesAs::text), "grey");
 }
 
+// A chat model asked in its chat template (eval.multiple_choice's chat option): the description a
+// system turn, examples earlier user/assistant turns, the question the last user turn, rendered with
+// the generation prompt; the continuation is the choice itself (no leading space) and no BOS is added
+// (the template writes its own).
+TEST(Eval, ChatPromptsAreTurnsRenderedByTheTemplate) {
+  std::vector<McRecord> t = letters_task();
+  McOptions o;
+  std::vector<std::vector<std::pair<std::string, std::string>>> seen;
+  o.chat = [&](const std::vector<std::pair<std::string, std::string>>& turns) {
+    seen.push_back(turns);
+    std::string s;
+    for (const auto& [role, content] : turns) s += "<" + role + ">" + content + "</>";
+    return s + "<assistant>";
+  };
+  o.description = "Answer with a letter.";
+  EXPECT_EQ(mc_context(t[2], {t[1]}, o),
+            "<system>Answer with a letter.</><user>Pick red.\nA. blue\nB. red\nC. green\nD. grey</>"
+            "<assistant>B</><user>Sky?\nA. up\nB. down\nC. left\nD. right</><assistant>");
+  o.description.clear();
+  o.choices_as = McChoicesAs::text;
+  EXPECT_EQ(mc_context(t[0], {}, o), "<user> What is 1+1? </><assistant>");
+  EXPECT_EQ(mc_chat_question(t[0], McChoicesAs::text), " What is 1+1? ");
+  NEED_TOKENIZER();
+  auto m = tiny_llama();
+  // Scored: the continuation is encode(context + choice) past encode(context), without a space or BOS.
+  McResult r = mc_evaluate(*m, *tok, {rec("Sky?", {"up", "down"}, 0)}, o);
+  ASSERT_EQ(r.loglik.size(), 1u);
+  const std::string ctx = "<user>Sky?</><assistant>";
+  std::vector<int32_t> c32 = tok->encode(ctx, false), w32 = tok->encode(ctx + "down", false);
+  std::vector<int64_t> ctx_ids(c32.begin(), c32.end()), cont(w32.begin() + c32.size(), w32.end());
+  EXPECT_NEAR(r.loglik[0][1], by_hand(*m, ctx_ids, cont), 1e-4);
+}
+
 TEST(Eval, AccNormDividesByCharactersLikePythonLen) {
   EXPECT_EQ(mc_choice_length("B"), 1);
   EXPECT_EQ(mc_choice_length("red car"), 7);

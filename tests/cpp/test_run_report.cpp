@@ -326,6 +326,43 @@ TEST(RunReport, EvaluationsTableAndPhasesFromNotes) {
   EXPECT_EQ(plain.find("## Phases"), std::string::npos);
 }
 
+// Tables of text (quickstart's answers before and after): written by Metrics::table, read back in
+// order with a repeated title replacing its table, drawn in both renderers with the text escaped; a
+// row of the wrong width is refused when logged and skipped (counted) when read.
+TEST(RunReport, TablesOfTextRoundTripThroughTheJsonl) {
+  std::string dir = fresh_dir("tables");
+  MetricsOptions o;
+  o.console = false;
+  o.jsonl.path = dir + "/metrics.jsonl";
+  o.report = false;
+  auto m = metrics_open(o);
+  m->write(1, {{{"loss", 2.0}}, ""});
+  m->table({"Answers", {"question", "before", "after"}, {{"Reverse: a b", "<think>", "b a"}}});
+  m->table({"Other", {"k"}, {{"x|y"}}});
+  m->table({"Answers", {"question", "before", "after"}, {{"Reverse: c d", "<think>", "d c"}}});
+  EXPECT_THROW(m->table({"Bad", {"a", "b"}, {{"only one"}}}), std::exception);
+  m->close(0);
+  std::ofstream(dir + "/metrics.jsonl", std::ios::app)
+      << "{\"table\":{\"title\":\"Broken\",\"columns\":[\"a\"],\"rows\":[[1]]}}\n";
+  RunReport r = run_report_read(dir + "/metrics.jsonl");
+  ASSERT_EQ(r.tables.size(), 2u);
+  EXPECT_EQ(r.tables[0].title, "Answers");
+  EXPECT_EQ(r.tables[0].rows, (std::vector<std::vector<std::string>>{{"Reverse: c d", "<think>", "d c"}}));
+  EXPECT_EQ(r.tables[1].title, "Other");
+  EXPECT_EQ(r.bad_lines, 1);
+  const std::string md = run_report_markdown(r);
+  EXPECT_NE(md.find("## Answers\n\n| question | before | after |\n|---|---|---|\n| Reverse: c d | "
+                    "&lt;think&gt; | d c |\n"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| x\\|y |"), std::string::npos) << md;
+  const std::string html = run_report_html(r);
+  EXPECT_NE(html.find("<h2>Answers</h2>\n<table class=\"text\"><thead><tr><th>question</th><th>before</th>"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("<td>&lt;think&gt;</td><td>d c</td>"), std::string::npos) << html;
+}
+
 // `runner report DIR` on a directory without metrics.jsonl says what it holds instead.
 TEST(RunReport, DirectoryWithoutMetricsSaysWhatItIs) {
   std::string dir = fresh_dir("no_metrics");
