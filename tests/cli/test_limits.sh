@@ -3,7 +3,8 @@
 # tensor or option, never in a crash (docs/limits.md): JSON nested 100000 deep (datasets,
 # preferences, config.json, tokenizer.json), Lua tables that contain themselves, sizes in
 # config.json beyond the weights or any model, models.init far beyond memory, batch sizes and
-# step counts no run can have, an allocation that fails, and a --config file returning {}.
+# step counts no run can have, an allocation that fails, hostile chat templates and GGUF files, and a
+# --config file returning {}.
 set -u
 runner=${1:?usage: test_limits.sh path/to/runner}
 tk=tests/fixtures/tokenizers/bytelevel
@@ -166,6 +167,24 @@ printf '{"eos_token": "<|special|>", "chat_template": "x\\n{%% for %%}"}' >"$tmp
 check template_in_config 2 "$runner" data --tokenizer "$tmp/tk_bad_template" $pr
 expect_out "chat_template $tmp/tk_bad_template/tokenizer_config.json (template line 2): syntax error:"
 refute_out "stack traceback"
+
+# --- truncated and hostile GGUF files (tests/tools/gguf_hostile.py: counts, string lengths, types,
+# dimensions, offsets, alignment): `runner convert` ends each in one line naming the file and what is
+# wrong, and leaves no output directory
+py=${LUATUNE_PYTHON:-.venv/bin/python3}
+if "$py" tests/tools/gguf_hostile.py "$tmp/gguf" >"$tmp/gguf.tsv" 2>"$tmp/gguf.err"; then
+  while IFS=$'\t' read -r name want; do
+    check "gguf_$name" 1 "$runner" convert "$tmp/gguf/$name.gguf" "$tmp/gguf_out"
+    expect_out "error: "
+    expect_out "$want"
+    refute_out "stack traceback"
+    [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || { echo "FAIL gguf_$name: more than one line"; failed=$((failed + 1)); }
+    [ ! -e "$tmp/gguf_out" ] || { echo "FAIL gguf_$name: left $tmp/gguf_out"; failed=$((failed + 1)); rm -rf "$tmp/gguf_out"; }
+  done <"$tmp/gguf.tsv"
+  [ "$(wc -l <"$tmp/gguf.tsv")" -ge 30 ] || { echo "FAIL gguf: expected 30 or more files"; failed=$((failed + 1)); }
+else
+  echo "FAIL gguf: tests/tools/gguf_hostile.py: $(cat "$tmp/gguf.err")"; failed=$((failed + 1))
+fi
 
 # --- a --config file returning {}: no overrides, not "a list"
 echo 'return {}' >"$tmp/empty.lua"
