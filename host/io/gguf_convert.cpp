@@ -378,8 +378,13 @@ void gguf_convert(const std::string& gguf_path, const std::string& out_dir,
                       tok.tokenizer.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
     file_write_atomic(tmp + "/tokenizer_config.json",
                       tok.config.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
-    if (dir_exists(out_dir)) std::filesystem::remove(out_dir);  // empty: checked above
-    std::filesystem::rename(tmp, out_dir);
+    // out_dir was missing or empty when checked above; another process converting the same file
+    // into the same cache may have filled it since, and then the rename fails here (the cache
+    // takes that process's directory: host/io/hub_cache.cpp).
+    std::error_code ec;
+    if (dir_exists(out_dir)) std::filesystem::remove(out_dir, ec);
+    std::filesystem::rename(tmp, out_dir, ec);
+    if (ec) fail("convert: cannot move the converted model into '" + out_dir + "': " + ec.message());
   } catch (...) {
     std::error_code ec;
     std::filesystem::remove_all(tmp, ec);
