@@ -6,13 +6,20 @@
 -- printing STEP ... step_s=<that step> for each, until end of input (bench/step_vs_pytorch.sh
 -- alternates the two sides' steps this way). Its peer, with the same shapes and maths:
 -- bench/pytorch_llama_step.py.
+-- model=DIR (or a .gguf): a real model instead, float32; vocab_size is then the model's.
 -- Run: build/runner bench/llama_step.lua method=lora vocab_size=128256 [steps=3 warmup=1]
 local cfg = config { method = "full", vocab_size = 32000, rows = 4, length = 256, steps = 3, warmup = 1,
-                     paced = false }
+                     paced = false, model = "" }
 assert(cfg.method == "full" or cfg.method == "lora", "method must be full or lora")
-local m = models.init { arch = "llama", vocab_size = cfg.vocab_size, hidden_size = 512, intermediate_size = 1408,
-                        num_hidden_layers = 4, num_attention_heads = 8, num_key_value_heads = 2,
-                        tie_word_embeddings = false, seed = 0 }
+local m
+if cfg.model ~= "" then
+  m = models.load(cfg.model, { dtype = "fp32", device = "cpu" })
+  cfg.vocab_size = m:config().vocab_size
+else
+  m = models.init { arch = "llama", vocab_size = cfg.vocab_size, hidden_size = 512, intermediate_size = 1408,
+                    num_hidden_layers = 4, num_attention_heads = 8, num_key_value_heads = 2,
+                    tie_word_embeddings = false, seed = 0 }
+end
 if cfg.method == "lora" then lora.apply(m, { r = 16, alpha = 32, dropout = 0, targets = { "all-linear" } }) end
 local trainer = train.new(m, { learning_rate = 1e-4, schedule = "constant", max_grad_norm = 1.0 })
 torch.manual_seed(0)

@@ -12,6 +12,10 @@ Step: backward, clip_grad_norm_(1.0), torch.optim.AdamW (weight decay 0, as luat
 zero_grad(set_to_none=True). METHOD full trains every weight; lora freezes them and adds LoRA r 16,
 alpha 32 on every linear layer of the decoder (q, k, v, o, gate, up, down; not the LM head), as
 PEFT's "all-linear" and luatune's lora.apply do.
+--model=DIR: a real Hugging Face model directory instead (SmolLM2-135M-Instruct in CI's bench
+figures): transformers' AutoModelForCausalLM in float32 with SDPA attention, LoRA by peft
+(r 16, alpha 32, "all-linear"), the loss as transformers computes it from labels; VOCAB is then the
+model's (0 reads it from the config); the same optimizer step.
 Prints one line: RESULT side=pytorch ... step_s=<median of the timed steps>. --paced: after the
 warm-up, READY, then one timed step (a STEP line) per line read from stdin, until end of input.
 """
@@ -145,9 +149,12 @@ def main():
     global ROWS, LENGTH
     args = []
     paced = False
+    model_dir = ""
     for a in sys.argv[1:]:
         if a == "--paced":
             paced = True
+        elif a.startswith("--model="):
+            model_dir = a.split("=", 1)[1]
         elif a.startswith("--rows="):
             ROWS = int(a.split("=", 1)[1])
         elif a.startswith("--length="):
@@ -161,9 +168,21 @@ def main():
         sys.exit("pytorch_llama_step.py: METHOD must be full or lora, got " + method)
     torch.set_num_threads(2)
     torch.manual_seed(0)
-    model = Llama(vocab)
-    if method == "lora":
-        add_lora(model)
+    if model_dir:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+        model.train()
+        vocab = model.config.vocab_size
+        if method == "lora":
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
+                                                     target_modules="all-linear"))
+    else:
+        model = Llama(vocab)
+        if method == "lora":
+            add_lora(model)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0)
     ids = torch.randint(0, vocab, (ROWS, LENGTH))
@@ -171,8 +190,11 @@ def main():
 
     def timed_step():
         t0 = time.perf_counter()
-        logits = model(ids)
-        loss = F.cross_entropy(logits.view(-1, vocab), labels.view(-1), ignore_index=-100)
+        if model_dir:  # transformers shifts the labels itself
+            loss = model(input_ids=ids, labels=ids).loss
+        else:
+            logits = model(ids)
+            loss = F.cross_entropy(logits.view(-1, vocab), labels.view(-1), ignore_index=-100)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()

@@ -18,6 +18,9 @@
 # /tmp/b-off --target runner`) adds the same pairs with the allocator off on both. PEER_AS_IS=1 adds
 # pairs of the runner against PyTorch with none of these settings (its defaults: what a user who
 # runs plain PyTorch gets). The table's first column names the setting: on, off, as-is.
+# MODEL=DIR: a real model's Hugging Face directory on both sides instead of the random Llama (luatune
+# loads it; the peer is transformers + peft in eager PyTorch on the same directory, float32, SDPA);
+# each config's vocab is then the model's (write 0): CONFIGS="full:0 lora:0".
 # Environment: PAIRS (5), WARMUP (1), CONFIGS ("full:32000 lora:32000 full:128256 lora:128256"),
 # ROWS (4) and LENGTH (256): the batch, PYTHON (the environment's python3), RUNNER_OFF, PEER_AS_IS,
 # LOG (the steps, one line each). The smallest run (the smoke test's, seconds):
@@ -69,16 +72,19 @@ echo "step_vs_pytorch: on: $runner (malloc $(malloc_of "$runner")), PyTorch with
 [ -z "${PEER_AS_IS:-}" ] || echo "step_vs_pytorch: as-is: $runner, PyTorch with no settings (its defaults)"
 for c in $configs; do
   method=${c%%:*} vocab=${c##*:}
+  if [ -n "${MODEL:-}" ] && [ "$vocab" = 0 ]; then
+    vocab=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1] + "/config.json"))["vocab_size"])' "$MODEL")
+  fi
   for label in $labels; do
     run=$runner
     if [ "$label" = off ]; then run=$RUNNER_OFF; fi
     peer=$(peer_env "$run")
     if [ "$label" = as-is ]; then peer=""; fi
     paced_start luatune "$run" bench/llama_step.lua method="$method" vocab_size="$vocab" warmup="$warmup" \
-      rows="$rows" length="$length" paced=true
+      rows="$rows" length="$length" paced=true ${MODEL:+model="$MODEL"}
     # shellcheck disable=SC2086
     paced_start pytorch env $peer "$py" bench/pytorch_llama_step.py "$method" "$vocab" 0 "$warmup" --paced \
-      --rows="$rows" --length="$length"
+      --rows="$rows" --length="$length" ${MODEL:+--model="$MODEL"}
     for pair in $(seq 1 "$pairs"); do
       paced_step luatune "alloc=$label" "pair=$pair"
       paced_step pytorch "alloc=$label" "pair=$pair"
