@@ -174,6 +174,15 @@ std::string byte_level_pre_name(const nlohmann::json& pre, std::string& describe
     described = "ByteLevel with GPT-2's regex";
     return "gpt-2";
   }
+  // Each digit its own piece, then GPT-2's regex: llama.cpp's "smollm" (also "starcoder" and others,
+  // the same regexes), as SmolLM2's own GGUF names it and `runner convert` writes it back.
+  if (steps.size() == 2 && json_type(steps[0]) == "Split" && json_type(steps[1]) == "ByteLevel" &&
+      steps[1].value("use_regex", true) && steps[0].value("behavior", std::string()) == "Isolated" &&
+      !steps[0].value("invert", false) && steps[0].contains("pattern") &&
+      steps[0]["pattern"].contains("Regex") && steps[0]["pattern"]["Regex"] == kGgufDigitsRegex) {
+    described = "digits split, then ByteLevel with GPT-2's regex";
+    return "smollm";
+  }
   if (steps.size() == 2 && json_type(steps[0]) == "Split" && json_type(steps[1]) == "ByteLevel" &&
       !steps[1].value("use_regex", true) && steps[0].contains("pattern") &&
       steps[0]["pattern"].contains("Regex")) {
@@ -245,7 +254,7 @@ GgufVocab read_vocab(const Tokenizer& tok, int64_t vocab_size) {
     LT_CHECK(!v.pre.empty(),
              "export.gguf: " << json_path << ": pre-tokenizer " << described
                              << " has no llama.cpp equivalent (exported: Llama 3's \"llama-bpe\", "
-                                "Qwen2/3's \"qwen2\", GPT-2's \"gpt-2\")");
+                                "Qwen2/3's \"qwen2\", GPT-2's \"gpt-2\", SmolLM's \"smollm\")");
     // llama.cpp normalizes nothing before a byte-level BPE (it keeps NFC text as it is): no step, or NFC.
     const nlohmann::json& norm = root.contains("normalizer") ? root["normalizer"] : nlohmann::json();
     for (const auto& step : flat_steps(norm, "normalizers"))

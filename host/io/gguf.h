@@ -45,10 +45,12 @@ float ggml_bf16_to_fp32(uint16_t h);
 int64_t ggml_row_bytes(GgmlType t, int64_t n);
 
 // The pre-tokenizer regexes llama.cpp implements under a name (llama-vocab.cpp), as tokenizer.json files
-// spell them: Llama 3's ("llama-bpe") and Qwen2's ("qwen2"). The export names them; the import
+// spell them: Llama 3's ("llama-bpe") and Qwen2's ("qwen2"), and the digit split that SmolLM's and
+// StarCoder's ("smollm", "starcoder") put before GPT-2's regex. The export names them; the import
 // (gguf_convert) writes them back. docs/gguf.md, "Tokenizer".
 extern const char* const kGgufLlama3Regex;
-extern const char* const kGgufQwen2Regex;  // bytes of n elements (n a multiple of the block size)
+extern const char* const kGgufQwen2Regex;
+extern const char* const kGgufDigitsRegex;
 
 // The bytes of `values` (row-major, n a multiple of the block size) in ggml's layout for `t`, as
 // ggml's reference quantize_row_*_ref writes them (what llama-quantize writes without an imatrix).

@@ -24,6 +24,7 @@ const char* const kGgufLlama3Regex =
 const char* const kGgufQwen2Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char* const kGgufDigitsRegex = "\\p{N}";
 
 namespace {
 
@@ -170,7 +171,7 @@ json byte_level(bool use_regex) {
 json pre_tokenizer(const std::string& pre, const Meta& m) {
   // Each digit its own piece, then GPT-2's regex (llama.cpp's SMOLLM, STARCODER, REFACT, COMMAND_R, ...).
   if (pre == "smollm" || pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "codeshell")
-    return {{"type", "Sequence"}, {"pretokenizers", {split("\\p{N}"), byte_level(true)}}};
+    return {{"type", "Sequence"}, {"pretokenizers", {split(kGgufDigitsRegex), byte_level(true)}}};
   if (pre == "gpt-2" || pre == "mpt" || pre == "olmo") return byte_level(true);
   if (pre == "llama-bpe" || pre == "llama3" || pre == "smaug-bpe")
     return {{"type", "Sequence"}, {"pretokenizers", {split(kGgufLlama3Regex), byte_level(false)}}};

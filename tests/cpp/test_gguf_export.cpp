@@ -362,6 +362,29 @@ TEST(GgufExport, NoOpNormalizersAndNestedSequencesAreTheirSteps) {
       << msg;
 }
 
+// The pre-tokenizer `runner convert` writes for SmolLM2's GGUF (tokenizer.ggml.pre "smollm"): each digit
+// split off, then GPT-2's regex. It exports under that name again, so a model fine-tuned from a GGUF
+// goes back to one; the digit split without GPT-2's regex is refused.
+TEST(GgufExport, DigitSplitThenGpt2RegexIsSmollm) {
+  std::string dir = byte_level_tokenizer("smollm_pre", kLlama3Regex);
+  nlohmann::json j = nlohmann::json::parse(file_read(dir + "/tokenizer.json"));
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", "\\p{N}"}}}, {"behavior", "Isolated"}, {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}}}};
+  file_write_atomic(dir + "/tokenizer.json", j.dump());
+  auto m = tiny_model(tiny("llama"));
+  std::string path = dir + "/m.gguf";
+  gguf_export(*m, *Tokenizer::load(dir), path, {"f16", ""});
+  EXPECT_EQ(gguf_read(path, /*with_data=*/false).find("tokenizer.ggml.pre")->s, "smollm");
+  j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = false;
+  file_write_atomic(dir + "/tokenizer.json", j.dump());
+  std::filesystem::remove(path);
+  std::string msg = message_of([&] { gguf_export(*m, *Tokenizer::load(dir), path, {"f16", ""}); });
+  EXPECT_NE(msg.find("has no llama.cpp equivalent"), std::string::npos) << msg;
+}
+
 // GGUF in (host/io/gguf_convert.h): what luatune exports comes back as the same model. Llama's Q/K rows
 // un-permuted, Qwen2's biases and Qwen3's q/k norms named, ties kept; the rebuilt tokenizer encodes as
 // the original; the result loads and gives the original's logits.
