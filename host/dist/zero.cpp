@@ -125,6 +125,19 @@ ZeroShards::ZeroShards(std::vector<std::pair<std::string, at::Tensor*>> params, 
     } else {
       g.w = slice.to(wtype).clone();
     }
+    // The decay mask of the owned slice [rank * shard, (rank + 1) * shard), when a member takes none.
+    if (options_.decays) {
+      bool all = true;
+      for (const Member& m : g.members) all = all && options_.decays(params_[m.param].first);
+      if (!all) {
+        g.decay = at::zeros({g.shard}, at::TensorOptions(at::kFloat).device(g.w.device()));
+        const int64_t lo = static_cast<int64_t>(rank_) * g.shard, hi = lo + g.shard;
+        for (const Member& m : g.members) {
+          const int64_t a = std::max(lo, m.offset), b = std::min(hi, m.offset + m.numel);
+          if (a < b && options_.decays(params_[m.param].first)) g.decay.narrow(0, a - lo, b - a).fill_(1.0);
+        }
+      }
+    }
     // Stage 1 sums gradients into the slice only at the end of the step (finish_gradients).
     if (options_.stage != ShardStage::optimizer) g.grad = new_grad_slice(g);
     g.opt = OptimState::create(options_.hyper.optimizer, options_.hyper.momentum, {g.shard}, g.w.device());
@@ -273,7 +286,24 @@ void ZeroShards::update(double lr, double weight_decay, int64_t step) {
   h.step = step;
   for (Group& g : groups_) {
     if (!g.grad.defined()) continue;  // stage 1 before its first reduce (no step yet)
-    optim_update(g.w, g.grad, g.opt, h);
+    if (g.decay.defined() && weight_decay > 0) {
+      // Some of the slice takes no decay: AdamW's decoupled decay (applied first, as optim_update
+      // does) on the rest by the mask, then the update without it; SGD's L2 term likewise.
+      OptimHyper hm = h;
+      hm.weight_decay = 0;
+      const at::Tensor keep = 1.0 - (lr * weight_decay) * g.decay.to(g.w.scalar_type());
+      if (h.optimizer == "sgd") {
+        optim_update(g.w, g.grad.add(g.w * g.decay.to(g.w.scalar_type()), weight_decay), g.opt, hm);
+      } else if (h.optimizer == "adamw8bit") {  // bitsandbytes decays after the step (docs/adamw8bit.md)
+        optim_update(g.w, g.grad, g.opt, hm);
+        g.w.mul_(keep);
+      } else {
+        g.w.mul_(keep);
+        optim_update(g.w, g.grad, g.opt, hm);
+      }
+    } else {
+      optim_update(g.w, g.grad, g.opt, h);
+    }
     if (options_.stage == ShardStage::optimizer) g.grad = at::Tensor();
     if (sharded_at_rest(g)) {
       if (!g.weight.is_same(g.w)) g.weight.copy_(g.w);

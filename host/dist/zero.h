@@ -41,6 +41,9 @@ struct ZeroOptions {
   bool master_weights = true;  // fp32 masters for bf16/f16 weights
   bool offload = false;        // masters and moments in host memory, updated there (ZeRO-Offload)
   bool recompute = false;      // layers recomputed in backward: gradients reduced layer by layer
+  // Which parameters (by name) take weight decay; unset: all of them. The trainer passes
+  // train_decays (transformers' groups: no biases, no norm weights).
+  std::function<bool(const std::string&)> decays;
 };
 
 // Bytes this rank holds, and what one unsharded replica would hold, per kind of state.
@@ -111,6 +114,7 @@ class ZeroShards : public LayerResidency {
     bool w_in_flat = false;
     at::Tensor weight;  // ZeRO-3 layers: (shard) the owned slice in the parameter dtype (may be w)
     at::Tensor grad;    // (shard) float32, summed gradient of the owned slice
+    at::Tensor decay;   // (shard) 1 where the owned slice takes weight decay, 0 where not; undefined: all
     OptimState opt;
     bool resident = true;               // ZeRO-3 layers: full tensors present
     std::unique_ptr<DistWork> pending;  // ZeRO-3: a prefetch (all-gather into pending_flat) in flight

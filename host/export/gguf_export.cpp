@@ -23,6 +23,7 @@
 #include "host/core/error.h"
 #include "host/core/files.h"
 #include "host/core/strings.h"
+#include "host/io/gguf_convert.h"
 #include "host/io/hub_cache.h"
 
 namespace luatune {
@@ -500,34 +501,12 @@ at::Tensor gguf_unpermute_qk(const at::Tensor& w, int64_t n_head) {
 }
 
 std::vector<float> gguf_llama3_rope_factors(const ModelConfig& c) {
-  const RopeConfig& r = c.rope;
-  const int64_t dim = c.head_dim;
-  // freqs = 1 / base^(arange(0, dim, 2) / dim) in float32, as the converter computes them.
-  at::Tensor exps = at::arange(0, dim, 2, at::kFloat) / static_cast<float>(dim);
-  at::Tensor freqs = 1.0 / at::pow(static_cast<float>(r.theta), exps);
-  freqs = freqs.to(at::kFloat).contiguous();
   // The converter reads original_max_position_embeddings from config.json's top level (default
   // 8192); HF reads it from rope_scaling. They agree on every released Llama 3.1/3.2; luatune
   // follows HF so llama.cpp computes what the model was trained with.
-  const double old_len = static_cast<double>(r.original_max_position > 0 ? r.original_max_position : 8192);
-  const double low_wavelen = old_len / r.low_freq_factor, high_wavelen = old_len / r.high_freq_factor;
-  std::vector<float> out;
-  const float* f = freqs.data_ptr<float>();
-  for (int64_t i = 0; i < freqs.numel(); i++) {
-    const double wavelen = 2 * M_PI / static_cast<double>(f[i]);
-    double factor;
-    if (wavelen < high_wavelen) {
-      factor = 1;
-    } else if (wavelen > low_wavelen) {
-      factor = r.factor;
-    } else {
-      const double smooth =
-          (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
-      factor = 1 / ((1 - smooth) / r.factor + smooth);
-    }
-    out.push_back(static_cast<float>(factor));
-  }
-  return out;
+  const RopeConfig& r = c.rope;
+  return gguf_llama3_rope_factors(r.theta, c.head_dim, r.factor, r.low_freq_factor, r.high_freq_factor,
+                                  r.original_max_position);
 }
 
 GgmlType gguf_tensor_type(const std::string& name, const std::vector<int64_t>& shape,

@@ -7,6 +7,8 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -138,10 +140,6 @@ std::string hf_name(const std::string& name, const Meta& m) {
         if (rest == g) return "model.layers." + layer + "." + h;
     }
   }
-  if (name == "rope_freqs.weight")
-    m.bad(
-        "tensor rope_freqs.weight (Llama 3.1's rope scaling) is not converted yet: its rope_scaling "
-        "parameters are not in the file");
   m.bad("tensor '" + name + "' has no Hugging Face name luatune knows");
 }
 
@@ -290,6 +288,32 @@ TokenizerFiles build_tokenizer(const Meta& m, int64_t context_length) {
 
 }  // namespace
 
+std::vector<float> gguf_llama3_rope_factors(double theta, int64_t head_dim, double factor,
+                                            double low_freq_factor, double high_freq_factor,
+                                            int64_t original_max_position) {
+  // freqs = 1 / base^(arange(0, dim, 2) / dim) in float32, as the converter computes them.
+  at::Tensor exps = at::arange(0, head_dim, 2, at::kFloat) / static_cast<float>(head_dim);
+  at::Tensor freqs = (1.0 / at::pow(static_cast<float>(theta), exps)).to(at::kFloat).contiguous();
+  const double old_len = static_cast<double>(original_max_position > 0 ? original_max_position : 8192);
+  const double low_wavelen = old_len / low_freq_factor, high_wavelen = old_len / high_freq_factor;
+  std::vector<float> out;
+  const float* f = freqs.data_ptr<float>();
+  for (int64_t i = 0; i < freqs.numel(); i++) {
+    const double wavelen = 2 * M_PI / static_cast<double>(f[i]);
+    double k;
+    if (wavelen < high_wavelen) {
+      k = 1;
+    } else if (wavelen > low_wavelen) {
+      k = factor;
+    } else {
+      const double smooth = (old_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      k = 1 / ((1 - smooth) / factor + smooth);
+    }
+    out.push_back(static_cast<float>(k));
+  }
+  return out;
+}
+
 void gguf_convert(const std::string& gguf_path, const std::string& out_dir,
                   const GgufConvertOptions& options) {
   at::ScalarType dtype = at::kFloat;
@@ -322,9 +346,11 @@ void gguf_convert(const std::string& gguf_path, const std::string& out_dir,
   if (m.find(p + "rope.scaling.type") && m.str(p + "rope.scaling.type") != "none")
     m.bad(p + "rope.scaling.type '" + m.str(p + "rope.scaling.type") + "' is not converted yet");
   bool tied = true, biased = false;
+  const GgufFile::Tensor* rope_freqs = nullptr;
   for (const GgufFile::Tensor& t : f.tensors) {
     tied &= t.name != "output.weight";
     biased |= str_ends_with(t.name, "attn_q.bias");
+    if (t.name == "rope_freqs.weight") rope_freqs = &t;
   }
   TokenizerFiles tok = build_tokenizer(m, context);
   json config = {{"architectures", {arch->hf_class}},
@@ -343,12 +369,38 @@ void gguf_convert(const std::string& gguf_path, const std::string& out_dir,
                  {"tie_word_embeddings", tied},
                  {"vocab_size", vocab},
                  {"torch_dtype", options.dtype}};
+  // Llama 3.1/3.2's rope scaling: the file holds only its factors (rope_freqs.weight). Its parameters
+  // are recovered as the ones that give those factors exactly: the largest factor is `factor`, and
+  // low 1, high 4, original context 8192 are every released Llama 3.1/3.2's (and the converter's
+  // defaults); factors that fit no such set are refused.
+  if (rope_freqs) {
+    const int64_t n = rope_freqs->ne.empty() ? 0 : rope_freqs->ne[0];
+    if (rope_freqs->ne.size() != 1 || n != head_dim / 2)
+      m.bad("tensor rope_freqs.weight has shape other than (" + std::to_string(head_dim / 2) +
+            ") (head_dim / 2)");
+    const std::vector<float> got = ggml_dequantize(rope_freqs->type, rope_freqs->bytes, n);
+    const double factor = *std::max_element(got.begin(), got.end());
+    const double theta = config["rope_theta"].get<double>();
+    const std::vector<float> want = gguf_llama3_rope_factors(theta, head_dim, factor, 1.0, 4.0, 8192);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+    if (!(worst <= 1e-6 * std::max(1.0, factor)))
+      m.bad("tensor rope_freqs.weight is not Llama 3.1's rope scaling (factor " + str_from_number(factor) +
+            ", low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192: off by " +
+            str_from_number(worst) + ")");
+    config["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"factor", factor},
+                              {"low_freq_factor", 1.0},
+                              {"high_freq_factor", 4.0},
+                              {"original_max_position_embeddings", 8192}};
+  }
   if (tok.generation.contains("bos_token_id")) config["bos_token_id"] = tok.generation["bos_token_id"];
   if (tok.generation.contains("eos_token_id")) config["eos_token_id"] = tok.generation["eos_token_id"];
 
   // The weights, dequantised to float32, Q/K rows put back, then cast.
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const GgufFile::Tensor& t : f.tensors) {
+    if (&t == rope_freqs) continue;  // config.json's rope_scaling now
     const std::string name = hf_name(t.name, m);
     int64_t numel = 1;
     std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());  // ggml's ne[0] is the row length

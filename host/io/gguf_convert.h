@@ -4,7 +4,9 @@
 // pre-tokenizer llama.cpp chooses by tokenizer.ggml.pre. Facts and sources: docs/gguf.md, "GGUF in".
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace luatune {
 
@@ -18,5 +20,12 @@ struct GgufConvertOptions {
 // the file and the key, tensor or type it cannot convert.
 void gguf_convert(const std::string& gguf_path, const std::string& out_dir,
                   const GgufConvertOptions& options = {});
+
+// Llama 3.1's rope scaling as llama.cpp's rope_freqs.weight holds it: one factor per rotary pair,
+// computed in float32 as its converter does (the export writes them; the import recovers
+// rope_scaling from them). docs/gguf.md, "Architectures".
+std::vector<float> gguf_llama3_rope_factors(double theta, int64_t head_dim, double factor,
+                                            double low_freq_factor, double high_freq_factor,
+                                            int64_t original_max_position);
 
 }  // namespace luatune

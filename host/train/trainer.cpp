@@ -42,6 +42,20 @@
 
 namespace luatune {
 
+bool train_decays(const std::string& name) {
+  std::string n = name;
+  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* part : {"bias", "layernorm", "rmsnorm"})
+    if (n.find(part) != std::string::npos) return false;
+  // "norm" as a whole path part, or "_norm" ending one (transformers' (?:^|\.)norm(?:$|\.) and
+  // _norm(?:$|\.)).
+  for (size_t at = n.find("norm"); at != std::string::npos; at = n.find("norm", at + 1)) {
+    const bool ends = at + 4 == n.size() || n[at + 4] == '.';
+    if (ends && (at == 0 || n[at - 1] == '.' || n[at - 1] == '_')) return false;
+  }
+  return true;
+}
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -104,6 +118,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options,
   const size_t model_params = params_.size();
   // The model's weights: the trainer's lr and decay, scheduled and clipped.
   settings_.assign(params_.size(), Setting{o.learning_rate, o.weight_decay, true, true});
+  for (size_t i = 0; i < params_.size(); i++)
+    if (!train_decays(params_[i].first)) settings_[i].weight_decay = 0;
   std::set<std::string> names;
   for (auto& [name, p] : params_) names.insert(name);
   for (auto& hook : hooks_) {
@@ -147,6 +163,7 @@ Trainer::Trainer(std::shared_ptr<Model> model, TrainOptions options,
     z.master_weights = o.master_weights;
     z.offload = o.optimizer_offload == "cpu";
     z.recompute = options_.gradient_checkpointing;
+    z.decays = train_decays;
     std::vector<std::pair<std::string, at::Tensor*>> mine(params_.begin(), params_.begin() + base_params);
     zero_ = std::make_shared<ZeroShards>(mine, static_cast<int64_t>(model_->layers.size()), z);
     model_->residency = zero_;
@@ -363,7 +380,10 @@ at::Tensor Trainer::clip_gradients() {
     norm = at::full({}, std::sqrt(local * local + dist_sum(zero_->grad_norm_sq())), f32);
   }
   if (options_.max_grad_norm > 0) {
+    // A non-finite norm skips the step (run_step); the factor is then 1, not nan (clamp_max keeps
+    // nan) or 0, so nothing downstream reads a poisoned value.
     at::Tensor coef = (options_.max_grad_norm / (norm.to(at::kDouble) + 1e-6)).clamp_max(1.0).to(at::kFloat);
+    coef = at::where(norm.isfinite(), coef, at::ones_like(coef));
     if (zero_) zero_->scale_gradients(coef.item<double>());
     if (!grads.empty()) at::_foreach_mul_(grads, coef);
   }
@@ -415,7 +435,7 @@ void Trainer::optimizer_update(double scheduled_lr, const at::Tensor& skip) {
   if (rest.empty() && !zero_) return;
   if (skip.defined() && skip.item<bool>()) return;
   // The model's weights all follow the trainer's own lr and decay (settings_ of their group).
-  if (zero_) zero_->update(scheduled_lr, o.weight_decay, step_);
+  if (zero_) zero_->update(scheduled_lr, o.weight_decay, step_);  // decay by train_decays inside
   for (size_t i : rest) {
     at::Tensor& p = *params_[i].second;
     const Setting& set = settings_[i];
@@ -478,8 +498,9 @@ Trainer::PendingStep Trainer::launch_step(const Batch& batch) {
   if (units != batch.target_tokens) count = global_units;  // a loss per pair (or other unit), not per token
   model_->set_training(false);
   for (auto& hook : hooks_) hook->after_backward();
-  // A non-finite loss skips the update on the device (the optimizer reads this flag) and fails
-  // the run once the step's numbers are read below: weights never take a nan step.
+  // A non-finite loss or gradient norm skips the update on the device (the optimizer reads this
+  // flag) and fails the run once the step's numbers are read (finish_step): weights, moments and
+  // masters never take a nan or inf step, on the CPU as on a GPU.
   const at::Tensor nonfinite = loss_sum.isfinite().logical_not();
   PendingStep pending;
   pending.t0 = t0;
@@ -492,7 +513,8 @@ Trainer::PendingStep Trainer::launch_step(const Batch& batch) {
     ProfileRange range("optimizer");
     pending.grad_norm = clip_gradients();
     pending.stats.lr = lr_at(step_);
-    optimizer_update(pending.stats.lr, nonfinite);
+    optimizer_update(pending.stats.lr,
+                     nonfinite.logical_or(pending.grad_norm.isfinite().logical_not().to(nonfinite.device())));
     for (auto& [name, p] : params_) p->mutable_grad() = at::Tensor();
   }
   return pending;
@@ -512,6 +534,14 @@ StepStats Trainer::finish_step(const PendingStep& pending) {
              std::to_string(step_ + 1) + "; stopping before the weights are updated",
          "lower the learning rate, raise warmup, check the data for empty or huge records, or use "
          "fp32 master weights (master_weights=true) with bf16");
+  }
+  if (!std::isfinite(s.grad_norm)) {
+    step_--;  // the update was skipped
+    fail("train: the gradient norm is " + std::string(std::isnan(s.grad_norm) ? "nan" : "inf") + " at step " +
+             std::to_string(step_ + 1) + " (the loss, " + str_from_number(s.loss) +
+             ", is finite); stopping before the weights are updated",
+         "a nan or inf gradient with a finite loss: lower the learning rate, check for fp16 overflow "
+         "(use bf16 or fp32), or for a hook or custom loss that divides by zero");
   }
   for (auto& hook : hooks_) {
     hook->after_step(step_);

@@ -94,6 +94,12 @@ class TrainerHook {
   virtual void empty_micro_batch(bool training) {}
 };
 
+// Whether the model parameter `name` takes weight decay: transformers' Trainer groups
+// (get_decay_parameter_names): no name containing "bias", "layernorm" or "rmsnorm", a ".norm." /
+// "norm." path part or a "_norm." suffix (lower-cased), so biases and every norm weight are left
+// out; embeddings, projections and adapters decay. Hook parameters keep their own group's decay.
+bool train_decays(const std::string& name);
+
 // train.new's options, under its (the recipes' Hugging Face) names.
 struct TrainOptions {
   std::string optimizer = "adamw";  // "adamw", "adamw8bit" (bitsandbytes' blockwise 8-bit states) or "sgd"

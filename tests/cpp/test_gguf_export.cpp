@@ -424,6 +424,35 @@ TEST_P(GgufExportArch, ConvertBringsTheModelBack) {
     EXPECT_EQ(tok2->encode(text, false), tok->encode(text, false)) << text;
 }
 
+// Llama 3.1's rope scaling through a GGUF and back: the file holds only rope_freqs.weight; the import
+// recovers rope_scaling (factor 8, low 1, high 4, original context 8192) from it, and the converted
+// model gives the original's logits. Factors no such parameters give (original context 64) are refused.
+TEST(GgufExport, Llama3RopeScalingComesBackFromRopeFreqs) {
+  auto tok = Tokenizer::load(byte_level_tokenizer("tok_rope_back", kLlama3Regex));
+  const std::string scaling = R"(, "rope_theta": 500000.0, "max_position_embeddings": 131072,
+      "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": )";
+  auto m = tiny_model(tiny("llama", scaling + "8192}"));
+  std::string dir = temp_dir("rope_back");
+  gguf_export(*m, *tok, dir + "/m.gguf", {"f32", ""});
+  gguf_convert(dir + "/m.gguf", dir + "/hf");
+  auto back = model_load(dir + "/hf", {"float32", "cpu"});
+  const RopeConfig &a = m->config.rope, &b = back->config.rope;
+  EXPECT_EQ(b.type, RopeType::rope_llama3);
+  EXPECT_EQ(std::make_tuple(b.factor, b.low_freq_factor, b.high_freq_factor, b.original_max_position),
+            std::make_tuple(a.factor, a.low_freq_factor, a.high_freq_factor, a.original_max_position));
+  at::Tensor ids = at::arange(0, 40, at::kLong).remainder(48).unsqueeze(0);
+  at::NoGradGuard g;
+  EXPECT_TRUE(at::allclose(back->forward(ids), m->forward(ids), 1e-5, 1e-6));
+  EXPECT_EQ(back->named_parameters().size(), m->named_parameters().size());  // no rope_freqs weight
+  auto odd = tiny_model(tiny("llama", scaling + "64}"));
+  gguf_export(*odd, *tok, dir + "/odd.gguf", {"f32", ""});
+  std::string msg = message_of([&] { gguf_convert(dir + "/odd.gguf", dir + "/odd"); });
+  EXPECT_NE(msg.find("tensor rope_freqs.weight is not Llama 3.1's rope scaling (factor 8"), std::string::npos)
+      << msg;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/odd"));
+}
+
 TEST(GgufExport, UnsupportedInputsFailWithOneLineAndWriteNothing) {
   std::string dir = temp_dir("fail");
   std::string path = dir + "/m.gguf";

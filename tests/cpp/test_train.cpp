@@ -7,7 +7,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "host/adapt/lora.h"
 #include "host/core/error.h"
@@ -251,6 +253,113 @@ TEST(Trainer, NanLossStopsWithTheStepAndAHint) {
         << msg;
     EXPECT_NE(msg.find("HINT: lower the learning rate"), std::string::npos);
   }
+}
+
+namespace {
+// After each backward, puts `value` into one element of the first parameter's gradient (armed only).
+struct PoisonGradient : TrainerHook {
+  Trainer* trainer = nullptr;
+  float value = 0;
+  bool armed = false;
+  void after_backward() override {
+    if (!armed) return;
+    at::NoGradGuard g;
+    trainer->parameters()[0].second->mutable_grad().view({-1})[0].fill_(value);
+  }
+};
+}  // namespace
+
+// A NaN or inf gradient with a finite loss: the step is skipped (weights and AdamW's moments as they
+// were), the run stops at that step with the norm named, and the step count stays; disarmed, the
+// same trainer steps on exactly as a run that never met it. Before, the clip factor carried the NaN into
+// every weight (or, for inf, a factor 0 still moved the moments and decayed the weights).
+TEST(Trainer, NonFiniteGradientWithAFiniteLossSkipsTheUpdateAndStops) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    SCOPED_TRACE(std::isnan(bad) ? "nan" : "inf");
+    auto m = tiny_model61();
+    auto poison = std::make_shared<PoisonGradient>();
+    TrainOptions o;
+    o.schedule = "constant", o.learning_rate = 1e-2, o.weight_decay = 0.1;
+    Trainer t(m, o, {poison});
+    poison->trainer = &t;
+    poison->value = bad;
+    t.step(random_batch(2, 6, 1));
+    std::vector<at::Tensor> before;
+    for (auto& [name, p] : t.parameters()) before.push_back(p->detach().clone());
+    poison->armed = true;
+    try {
+      t.step(random_batch(2, 6, 2));
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.rfind(std::string("train: the gradient norm is ") + (std::isnan(bad) ? "nan" : "inf") +
+                              " at step 2 (the loss, ",
+                          0),
+                0u)
+          << msg;
+      EXPECT_NE(msg.find("is finite); stopping before the weights are updated"), std::string::npos) << msg;
+    }
+    EXPECT_EQ(t.step_count(), 1);
+    for (size_t i = 0; i < before.size(); i++)
+      EXPECT_TRUE(at::equal(*t.parameters()[i].second, before[i])) << t.parameters()[i].first;
+    // Disarmed, the same step again: bit for bit what a run that never met the bad gradient does,
+    // so AdamW's moments and step were untouched too.
+    poison->armed = false;
+    StepStats s = t.step(random_batch(2, 6, 2));
+    EXPECT_TRUE(std::isfinite(s.grad_norm));
+    EXPECT_EQ(t.step_count(), 2);
+    Trainer straight(tiny_model61(), o);
+    straight.step(random_batch(2, 6, 1));
+    straight.step(random_batch(2, 6, 2));
+    for (size_t i = 0; i < before.size(); i++)
+      EXPECT_TRUE(at::equal(*t.parameters()[i].second, *straight.parameters()[i].second))
+          << t.parameters()[i].first;
+  }
+}
+
+// transformers' decay groups (Trainer.get_decay_parameter_names): biases and norm weights take none.
+TEST(Trainer, WeightDecayNamesFollowTransformersGroups) {
+  for (const char* n : {"model.embed_tokens.weight", "lm_head.weight", "model.layers.0.mlp.down_proj.weight",
+                        "model.layers.0.self_attn.q_proj.lora_A.weight", "model.normalizer.weight",
+                        "model.layers.0.self_attn.q_proj.lora_magnitude_vector"})
+    EXPECT_TRUE(train_decays(n)) << n;
+  for (const char* n :
+       {"model.norm.weight", "model.layers.0.input_layernorm.weight",
+        "model.layers.0.post_attention_layernorm.weight", "model.layers.0.self_attn.q_proj.bias",
+        "model.layers.0.self_attn.q_norm.weight", "model.layers.1.pre_feedforward_layernorm.weight",
+        "norm.weight", "model.final_RMSNorm.weight", "x.k_norm"})
+    EXPECT_FALSE(train_decays(n)) << n;
+}
+
+// One AdamW step with weight_decay 0.1 and every gradient zero: PyTorch's AdamW multiplies a decayed
+// weight by 1 - lr * wd and leaves the rest as it was (the Adam term is 0 / (0 + eps) = 0); with
+// transformers' groups, Qwen2's q/k/v biases and every norm weight are those left alone.
+TEST(Trainer, WeightDecaySkipsBiasesAndNormWeights) {
+  auto m = tiny_model61(1, "qwen2", R"(, "attention_bias": true)");
+  struct ZeroGradients : TrainerHook {
+    Trainer* trainer = nullptr;
+    void after_backward() override {
+      for (auto& [name, p] : trainer->parameters()) p->mutable_grad().zero_();
+    }
+  };
+  auto zero = std::make_shared<ZeroGradients>();
+  TrainOptions o;
+  o.schedule = "constant", o.learning_rate = 0.5, o.weight_decay = 0.1;
+  Trainer t(m, o, {zero});
+  zero->trainer = &t;
+  std::vector<at::Tensor> before;
+  for (auto& [name, p] : t.parameters()) before.push_back(p->detach().clone());
+  t.step(random_batch(2, 6, 1));
+  int decayed = 0, kept = 0;
+  for (size_t i = 0; i < before.size(); i++) {
+    const std::string& name = t.parameters()[i].first;
+    const bool decays = name.find("bias") == std::string::npos && name.find("norm") == std::string::npos;
+    at::Tensor want = decays ? before[i] * (1 - 0.5 * 0.1) : before[i];
+    EXPECT_TRUE(at::allclose(*t.parameters()[i].second, want, 1e-6, 1e-7)) << name;
+    (decays ? decayed : kept)++;
+  }
+  EXPECT_GT(decayed, 0);
+  EXPECT_EQ(kept, 2 * (3 + 2) + 1);  // per layer q/k/v biases and two norms, then the final norm
 }
 
 TEST(Trainer, LoraResumeEqualsAStraightRunBitForBit) {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,29 @@ void test_rows() {
         check_close(zg, zc, rtol, 1e-7, what + ": gradient");
         check(zg.cpu()[2].abs().sum().item<double>() == 0.0, what + ": an ignored row's gradient is zero");
       }
+  // A NaN logit makes the row's loss NaN as ATen's does, wherever it sits: first in a thread's
+  // stride (read while the thread has seen only -inf), in a 16-byte piece, or after finite values.
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16})
+    for (int64_t V : {11, 4104}) {
+      const std::string what = std::string("NaN rows ") + name(dtype) + " V " + std::to_string(V);
+      at::Tensor z = at::randn({5, V}, gen, at::TensorOptions(at::kFloat));
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      z[0][0] = nan;          // thread 0's first value
+      z[1][V - 1] = nan;      // the last value
+      z[2].fill_(-INFINITY);  // -inf everywhere, then a NaN
+      z[2][3] = nan;
+      z[3][7] = nan, z[3][1] = 5.0;  // after a larger finite value in the same piece
+      at::Tensor t = at::zeros({5}, at::TensorOptions(at::kLong));
+      z = z.to(dtype);
+      at::Tensor ref = cross_entropy_rows_(z.clone(), t, 0.0, true);
+      at::Tensor got = cross_entropy_rows_(z.to(at::kCUDA), t.to(at::kCUDA), 0.0, true).cpu();
+      bool same = true;
+      for (int64_t r = 0; r < 5; r++)
+        same = same && std::isnan(got[r].item<float>()) == std::isnan(ref[r].item<float>());
+      check(same && std::isnan(got[0].item<float>()) && std::isnan(got[2].item<float>()) &&
+                !std::isnan(got[4].item<float>()),
+            what + ": NaN logits give a NaN loss, as on the CPU");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

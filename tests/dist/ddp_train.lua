@@ -11,7 +11,7 @@ local cfg = config {
   shard = "none", optimizer = "adamw", offload = "none", dtype = "float32",
   out_dir = "",              -- the trainer's output_dir (checkpoints), with save_every/resume below
   save_every = 0, resume = false, kill_after = 0,  -- kill_after: this rank SIGKILLs itself after that step
-  steps = 3, lr = 1e-3,
+  steps = 3, lr = 1e-3, weight_decay = 0.0,
   die_rank = -1, die_step = 0, hang = false,
 }
 local tok = tokenizer.load(cfg.base)
@@ -20,7 +20,8 @@ if cfg.method == "lora" then
   lora.apply(model, { r = 4, alpha = 8, dropout = 0, targets = "all-linear", seed = 1 })
 end
 local ds = data.jsonl(cfg.data, { tokenizer = tok, max_length = 48, pack = true, seed = 3 })
-local trainer = train.new(model, { learning_rate = cfg.lr, schedule = "constant", max_steps = cfg.steps, batch_size = cfg.micro,
+local trainer = train.new(model, { learning_rate = cfg.lr, weight_decay = cfg.weight_decay, schedule = "constant",
+                                   max_steps = cfg.steps, batch_size = cfg.micro,
                                    gradient_checkpointing = cfg.checkpoint_layers, shard = cfg.shard,
                                    optimizer = cfg.optimizer, optimizer_offload = cfg.offload,
                                    output_dir = cfg.out_dir ~= "" and cfg.out_dir or nil, save_steps = cfg.save_every })

@@ -25,6 +25,17 @@ for method in full lora; do
     done
   done
 done
+# Weight decay under ZeRO: transformers' groups (no decay on norm weights, which share a slice with
+# decayed ones) by a per-slice mask, for AdamW and SGD; the numbers of 1 process with the same decay.
+for opt in adamw sgd; do
+  one method=full size=4 optimizer=$opt weight_decay=0.1 lr=1e-2 out="$work/wd-$opt-1" >"$work/wd-$opt-1.log" 2>&1
+  check "weight_decay $opt: 1 process" test $? -eq 0
+  for stage in optimizer full; do
+    two_ranks "$work/wd-$opt-$stage" method=full size=2 optimizer=$opt weight_decay=0.1 lr=1e-2 shard=$stage \
+      out="$work/wd-$opt-$stage"
+    check "weight_decay $opt shard=$stage: losses and weights of 1 process" same "$work/wd-$opt-1" "$work/wd-$opt-$stage"
+  done
+done
 two_ranks "$work/fsdp-name" method=lora size=2 shard=FULL_SHARD out="$work/fsdp-name"
 check "FSDP's FULL_SHARD is shard=full" same "$work/lora-1" "$work/fsdp-name"
 

@@ -84,10 +84,18 @@ struct Elem<__half> : Elem16<__half> {};
 // The online softmax's state: m the largest x seen, s = sum exp(x - m). -inf / 0 before any value.
 
 // Folds `count` values into (m, s): the group's maximum first, so the sum is rescaled at most once
-// per group rather than once per value.
+// per group rather than once per value. A NaN makes s NaN for good, as ATen's log-softmax makes
+// the row's loss NaN: fmaxf skips NaN, and a NaN met while m is still -inf was dropped, which gave a
+// finite loss over NaN gradients.
 __device__ __forceinline__ void fold(float& m, float& s, const float* x, int count) {
   float gm = x[0];
-  for (int k = 1; k < count; k++) gm = fmaxf(gm, x[k]);
+  bool nan = isnan(x[0]);
+  for (int k = 1; k < count; k++) gm = fmaxf(gm, x[k]), nan = nan || isnan(x[k]);
+  if (nan) {
+    s = __int_as_float(0x7fc00000);
+    if (gm > m) m = gm;
+    return;
+  }
   if (gm > m) {
     s = s * __expf(m - gm);  // m = -inf (nothing yet): s = 0 * 0
     m = gm;
@@ -98,6 +106,11 @@ __device__ __forceinline__ void fold(float& m, float& s, const float* x, int cou
 
 // (m, s) <- (m, s) merged with (m2, s2).
 __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
+  if (isnan(s) || isnan(s2)) {  // a NaN on either side (its m may still be -inf) stays
+    s = __int_as_float(0x7fc00000);
+    if (m2 > m) m = m2;
+    return;
+  }
   if (m2 > m) {
     s = s * __expf(m - m2) + s2;
     m = m2;
