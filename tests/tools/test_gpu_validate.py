@@ -76,6 +76,18 @@ class Parsers(unittest.TestCase):
         self.assertNotIn("teacher", phases["pruning"][0])
         self.assertEqual(gv.parse_plan_phases(PLAN), {})  # one plan: no phases
 
+    def test_gpu_tests_leave_nf4_to_its_own_step(self):
+        seen = []
+        orig = gv.ctest_step
+        gv.ctest_step = lambda ctx, step, args, what, gpu_only=False: seen.append(args) or ("ok", "")
+        try:
+            gv.step_gpu_tests(type("Ctx", (), {"need_cuda": lambda self: None})(), None)
+        finally:
+            gv.ctest_step = orig
+        args = seen[0]
+        self.assertEqual(args[args.index("-L") + 1], "gpu")
+        self.assertEqual(args[args.index("-E") + 1], "^nf4_kernel_tests$")
+
     def test_nf4_bench_and_catalog(self):
         r = gv.parse_nf4_bench(NF4)
         self.assertEqual(r["gpu"], "NVIDIA H100 80GB HBM3")
