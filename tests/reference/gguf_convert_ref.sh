@@ -7,7 +7,8 @@
 #    llama.cpp's ids (node-llama-cpp on the GGUF itself) on every line of tests/fixtures/tokenizer_corpus.jsonl
 #    and the first 300 lines of the example text set;
 #  - the chat template, BOS/EOS and config come through; a truncated file, a used directory and a bad
-#    dtype end in one line each, leaving nothing behind.
+#    dtype end in one line each, leaving nothing behind;
+#  - three processes converting the file into one empty cache at once all succeed with one directory.
 # Usage, from the repository root: tests/reference/gguf_convert_ref.sh RUNNER WORKDIR [TRANSFORMERS_DIR]
 set -uo pipefail
 runner=$1 work=$2 hf=${3:-}
@@ -88,5 +89,19 @@ check "a directory in use: says so" grep -q "exists and is not empty" <<<"$out"
 out=$("$runner" convert "$gguf" "$work/d" --dtype int8 2>&1)
 check "a bad dtype: exit 2 naming the choices" grep -q "expected float32, bfloat16 or float16" <<<"$out"
 check "no partial directories left" test -z "$(ls -d "$work"/*.partial-* 2>/dev/null)"
+# Three processes load the GGUF at once into an empty cache: each converts, one directory wins the
+# rename, and the others take it (host/io/hub_cache.cpp) instead of failing.
+race=$work/race_cache
+rm -rf "$race"
+printf '"hello world 2024"\n' >"$work/race.txt"
+for i in 1 2 3; do
+  LUATUNE_GGUF_CACHE="$race" "$runner" tokenize --tokenizer "$gguf" <"$work/race.txt" >"$work/race$i.out" 2>&1 &
+done
+ok=0
+for job in $(jobs -p); do wait "$job" && ok=$((ok + 1)); done
+check "three processes converting into one cache at once: all succeed" test "$ok" -eq 3
+check "three processes: the same ids" test "$(cat "$work"/race[123].out | grep -v '^gguf:' | sort -u | wc -l)" -eq 1
+check "three processes: one converted directory, no partial ones" \
+  test "$(ls "$race" | wc -l)" -eq 1 -a -z "$(ls -d "$race"/*.partial-* 2>/dev/null)"
 echo "$fails failed"
 [ "$fails" -eq 0 ]
