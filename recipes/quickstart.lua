@@ -42,59 +42,11 @@ local cfg = config {
 assert(cfg.method == "lora" or cfg.method == "qlora" or cfg.method == "full",
        ("quickstart: method must be \"lora\", \"qlora\" or \"full\", got %q"):format(cfg.method))
 
--- The words: the training questions draw from the first list, the held-out ones from the second only.
-local train_words = { "apple", "river", "stone", "cloud", "horse", "chair", "paper", "glass", "train", "bread",
-  "green", "music", "light", "table", "water", "house", "dog", "cat", "fish", "bird", "tree", "road", "door",
-  "book", "milk", "rain", "snow", "star", "ship", "ring", "king", "hat", "cup", "box", "pen", "key", "sun", "bag",
-  "bell", "coat" }
-local held_out_words = { "moon", "lamp", "wolf", "gold", "sand", "kite", "leaf", "shoe", "corn", "drum", "fork",
-  "nest", "frog", "salt", "wind", "rope", "bean", "duck", "silk", "coin" }
-
-local seed = cfg.seed * 7919 + 17
-local function rand(n)  -- 0 .. n-1, from the high bits of a 31-bit LCG
-  seed = (seed * 1103515245 + 12345) % 2147483648
-  return math.floor(seed / 65536) % n
-end
-local function question(words)
-  local n = 3 + rand(3)
-  local picked, used = {}, {}
-  while #picked < n do  -- n different words
-    local w = words[rand(#words) + 1]
-    if not used[w] then used[w] = true; picked[#picked + 1] = w end
-  end
-  local rev = {}
-  for i = n, 1, -1 do rev[#rev + 1] = picked[i] end
-  return { q = "Reverse the order of these words: " .. table.concat(picked, " "), a = table.concat(rev, " "),
-           words = picked }
-end
-local function make(words, count)
-  local out = {}
-  for i = 1, count do out[i] = question(words) end
-  return out
-end
-local train_set, held_out = make(train_words, cfg.train_questions), make(held_out_words, cfg.eval_questions)
-
--- Multiple choice: the reversed list, the given order, and two more orders of the same words (the
--- words of a question differ, so there are always 4 different orders).
-local function mc_records(list)
-  local out = {}
-  for _, t in ipairs(list) do
-    local choices, seen = { t.a }, { [t.a] = true }
-    local function add(s) if not seen[s] then seen[s] = true; choices[#choices + 1] = s end end
-    add(table.concat(t.words, " "))
-    while #choices < 4 do
-      local w = {}
-      for i, x in ipairs(t.words) do w[i] = x end
-      for i = #w, 2, -1 do local j = rand(i) + 1; w[i], w[j] = w[j], w[i] end
-      add(table.concat(w, " "))
-    end
-    local k = rand(#choices) + 1  -- where the right answer goes
-    choices[1], choices[k] = choices[k], choices[1]
-    out[#out + 1] = { question = t.q, choices = choices, answer = k - 1 }
-  end
-  return out
-end
-local mc_held_out = mc_records(held_out)
+-- The task (scripts/lua/word_reversal.lua): training questions, held-out ones (other words), and the
+-- held-out ones as multiple-choice records.
+local reversal = require("word_reversal")
+local task = reversal.make(cfg.seed, cfg.train_questions, cfg.eval_questions)
+local held_out = task.held_out
 
 local model_path = require("paths").resolve(cfg.base_model)
 local tok = tokenizer.load(model_path)
@@ -107,23 +59,9 @@ print(tostring(model))
 local log = metrics.open { console = true, jsonl = cfg.output_dir .. "/metrics.jsonl", total_steps = cfg.max_steps,
                            config = cfg, wandb = { project = cfg.wandb_project, group = "quickstart" } }
 
--- Greedy answers to the first generate_questions held-out questions, in the model's chat template.
-local function answers()
-  local out, right = {}, 0
-  for i = 1, math.min(cfg.generate_questions, #held_out) do
-    local t = held_out[i]
-    local prompt = tok:render_chat({ { role = "user", content = t.q } }, { add_generation_prompt = true })
-    local text = model:generate(tok, prompt, { max_new_tokens = 3 * #t.words + 4 })
-    text = text:gsub("^%s+", ""):gsub("%s+$", "")
-    out[i] = text
-    if text == t.a or text == t.a .. "." then right = right + 1 end
-  end
-  return out, right / #out
-end
-
 local function accuracy(tag, step)
-  local mc = eval.multiple_choice(model, tok, mc_held_out, { choices_as = "text", chat = true })
-  local said, exact = answers()
+  local mc = eval.multiple_choice(model, tok, task.choices, { choices_as = "text", chat = true })
+  local said, exact = reversal.answers(model, tok, held_out, cfg.generate_questions)
   print(("%-16s held-out accuracy: multiple choice %.2f (%d questions), exact answers %.2f (%d)"):format(
     tag, mc.acc, mc.n, exact, #said))
   log:write(step, { eval_acc_choice = mc.acc, eval_acc_exact = exact })
@@ -134,7 +72,7 @@ local t_start = metrics.clock()
 local mc_before, exact_before, said_before = accuracy("before training", 0)
 
 local records = {}
-for i, t in ipairs(train_set) do records[i] = { prompt = t.q, response = t.a } end
+for i, t in ipairs(task.train) do records[i] = { prompt = t.q, response = t.a } end
 local ds = data.from_records(records, { tokenizer = tok, format = "prompt_response", max_length = cfg.max_length,
                                         pack = true, seed = cfg.seed })
 local lr = cfg.learning_rate
@@ -185,7 +123,7 @@ for _, r in ipairs(rows) do
 end
 print("\nsummary")
 print(("  %-34s %8s %8s"):format("held-out accuracy", "before", "after"))
-print(("  %-34s %8.2f %8.2f"):format(("multiple choice (%d, chance %.2f)"):format(#mc_held_out, 0.25), mc_before,
+print(("  %-34s %8.2f %8.2f"):format(("multiple choice (%d, chance %.2f)"):format(#task.choices, 0.25), mc_before,
                                      mc_after))
 print(("  %-34s %8.2f %8.2f"):format(("exact answers (%d)"):format(#said_after), exact_before, exact_after))
 print(("  %-34s %8.3f -> %.3f"):format("training loss (replies only)", first, last))

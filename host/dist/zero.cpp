@@ -130,7 +130,7 @@ ZeroShards::ZeroShards(std::vector<std::pair<std::string, at::Tensor*>> params, 
       bool all = true;
       for (const Member& m : g.members) all = all && options_.decays(params_[m.param].first);
       if (!all) {
-        g.decay = at::zeros({g.shard}, at::TensorOptions(at::kFloat).device(g.w.device()));
+        g.decay = at::zeros({g.shard}, g.w.options());
         const int64_t lo = static_cast<int64_t>(rank_) * g.shard, hi = lo + g.shard;
         for (const Member& m : g.members) {
           const int64_t a = std::max(lo, m.offset), b = std::min(hi, m.offset + m.numel);
@@ -289,16 +289,17 @@ void ZeroShards::update(double lr, double weight_decay, int64_t step) {
     if (g.decay.defined() && weight_decay > 0) {
       // Some of the slice takes no decay: AdamW's decoupled decay (applied first, as optim_update
       // does) on the rest by the mask, then the update without it; SGD's L2 term likewise.
+      // In place: w -= lr * wd * decay * w (grad += wd * decay * w for SGD), no temporaries.
       OptimHyper hm = h;
       hm.weight_decay = 0;
-      const at::Tensor keep = 1.0 - (lr * weight_decay) * g.decay.to(g.w.scalar_type());
       if (h.optimizer == "sgd") {
-        optim_update(g.w, g.grad.add(g.w * g.decay.to(g.w.scalar_type()), weight_decay), g.opt, hm);
+        g.grad.addcmul_(g.w.to(g.grad.options()), g.decay.to(g.grad.options()), weight_decay);
+        optim_update(g.w, g.grad, g.opt, hm);
       } else if (h.optimizer == "adamw8bit") {  // bitsandbytes decays after the step (docs/adamw8bit.md)
         optim_update(g.w, g.grad, g.opt, hm);
-        g.w.mul_(keep);
+        g.w.addcmul_(g.w, g.decay, -lr * weight_decay);
       } else {
-        g.w.mul_(keep);
+        g.w.addcmul_(g.w, g.decay, -lr * weight_decay);
         optim_update(g.w, g.grad, g.opt, hm);
       }
     } else {

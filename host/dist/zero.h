@@ -114,7 +114,8 @@ class ZeroShards : public LayerResidency {
     bool w_in_flat = false;
     at::Tensor weight;  // ZeRO-3 layers: (shard) the owned slice in the parameter dtype (may be w)
     at::Tensor grad;    // (shard) float32, summed gradient of the owned slice
-    at::Tensor decay;   // (shard) 1 where the owned slice takes weight decay, 0 where not; undefined: all
+    at::Tensor
+        decay;  // (shard, like w) 1 where the owned slice takes weight decay, 0 where not; undefined: all
     OptimState opt;
     bool resident = true;               // ZeRO-3 layers: full tensors present
     std::unique_ptr<DistWork> pending;  // ZeRO-3: a prefetch (all-gather into pending_flat) in flight

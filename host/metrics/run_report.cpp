@@ -62,7 +62,7 @@ void flatten(const ojson& j, const std::string& prefix,
 }
 
 // A {"table": {"title", "columns", "rows"}} record: strings only, each row as long as the columns.
-bool read_table(const ojson& j, RunReport::Table* t) {
+bool read_table(const ojson& j, MetricTable* t) {
   if (!j.contains("title") || !j["title"].is_string() || !j.contains("columns") || !j["columns"].is_array() ||
       !j.contains("rows") || !j["rows"].is_array())
     return false;
@@ -167,7 +167,7 @@ RunReport run_report_read(const std::string& jsonl_path) {
       for (auto it = j["summary"].begin(); it != j["summary"].end(); ++it)
         if (it.value().is_number()) r.summary.emplace_back(it.key(), it.value().get<double>());
     } else if (j.contains("table") && j["table"].is_object()) {
-      RunReport::Table t;
+      MetricTable t;
       if (!read_table(j["table"], &t)) {
         r.bad_lines++;
         continue;
@@ -550,7 +550,7 @@ std::string run_report_html(const RunReport& r) {
     }
     os << "</tbody></table>\n";
   }
-  for (const RunReport::Table& t : r.tables) {
+  for (const MetricTable& t : r.tables) {
     os << "<h2>" << svg_escape(t.title) << "</h2>\n<table class=\"text\"><thead><tr>";
     for (const std::string& c : t.columns) os << "<th>" << svg_escape(c) << "</th>";
     os << "</tr></thead><tbody>";
@@ -648,7 +648,7 @@ std::string run_report_markdown(const RunReport& r) {
     }
     os << "## Evaluations\n\n" << md_table(columns, rows) << "\n";
   }
-  for (const RunReport::Table& t : r.tables) {
+  for (const MetricTable& t : r.tables) {
     std::vector<MdColumn> columns;
     for (const std::string& c : t.columns) columns.push_back({md_cell(c)});
     std::vector<std::vector<std::string>> rows;

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "host/metrics/metrics.h"
+
 namespace luatune {
 
 // One metric against step: every step once (the last value logged for it wins, so a resumed run
@@ -36,12 +38,7 @@ struct RunReport {
   // The last {"summary": {...}} record, numbers only, in the file's order.
   std::vector<std::pair<std::string, double>> summary;
   // {"table": ...} lines (Metrics::table), in the order logged; a title logged again replaces its table.
-  struct Table {
-    std::string title;
-    std::vector<std::string> columns;
-    std::vector<std::vector<std::string>> rows;
-  };
-  std::vector<Table> tables;
+  std::vector<MetricTable> tables;
   std::vector<RunCurve> curves;  // every numeric key but step/time/elapsed, loss first (run_report_read)
   // The step records that carry a note ({"step": 151, "note": "LoRA"}), in the file's order: each
   // starts a phase that lasts until the next one (quickstart's pretraining and LoRA stages).

