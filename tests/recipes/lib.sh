@@ -3,7 +3,11 @@
 #   json FILE EXPR          prints the Python expression EXPR on the parsed JSON file (as j)
 #   check_json NAME FILE EXPR   a check that EXPR on the parsed JSON file (as j) is True
 #   steps_logged FILE       the step numbers of a metrics.jsonl's training lines, space separated
-#   finish                  exits 1, with the tail of every log under $work, when a check failed
+#   finish                  exits 1, with the tail of every log under $work, when a check failed;
+#                           otherwise lightens $work (below)
+#   lighten DIR...          while no check has failed, deletes the files over 1 MiB under each DIR
+#                           (weights, checkpoints, GGUFs), keeping logs, metrics and reports, so the
+#                           suite's outputs fit a CI disk; LUATUNE_KEEP_TEST_OUTPUT=1 keeps everything
 #   need_llama2_tokenizer   sets $tok to the Llama 2 tokenizer scripts/setup.sh fetches; exits 77
 #                           (skip) without it
 #   trained_tiny_llama LAYERS STEPS WARMUP   a tiny Llama trained briefly on $work/text.jsonl (below)
@@ -41,9 +45,19 @@ trained_tiny_llama() {
     max_length=128 eval_steps="$2" save_steps=0 eval_fraction=0.05 gradient_checkpointing=false >"$work/cpt.log" 2>&1 ||
     { tail -5 "$work/cpt.log"; exit 1; }
 }
+lighten() {
+  [ "${LUATUNE_KEEP_TEST_OUTPUT:-0}" = 1 ] && return 0
+  [ "$fails" -eq 0 ] || return 0
+  local d
+  for d in "$@"; do
+    [ -e "$d" ] && find "$d" -type f -size +1M -delete
+  done
+  return 0
+}
 finish() {
   if [ "$fails" -ne 0 ]; then
     for f in "$work"/*.log; do echo "--- $f"; tail -8 "$f"; done
     exit 1
   fi
+  lighten "$work"
 }

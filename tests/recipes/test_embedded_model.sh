@@ -22,15 +22,18 @@ for recipe in full_finetune adapter_finetune continued_pretraining; do
   "$runner" $recipe "${small[@]}" dtype=fp32 output_dir="$work/$recipe" >"$work/$recipe.log" 2>&1
   check "$recipe: exits 0 on the embedded model" test $? -eq 0
   check "$recipe: logged its steps" test "$(steps_logged "$work/$recipe/metrics.jsonl")" = "1 2"
+  lighten "$work/$recipe/checkpoints"  # 1.6 GB of optimizer state per run (tests/recipes/lib.sh)
 done
 check "full_finetune: a Hugging Face model" test -f "$work/full_finetune/model/model.safetensors"
 check "adapter_finetune: a PEFT adapter" test -f "$work/adapter_finetune/adapter/adapter_config.json"
+lighten "$work/adapter_finetune" "$work/continued_pretraining"
 
 "$runner" depth_prune base_model="$gguf" device=cpu dtype=fp32 layers=6 calibration_rows=4 max_length=96 \
   batch_size=2 eval_batches=1 recovery_steps=1 gradient_accumulation_steps=1 warmup_steps=0 \
   output_dir="$work/depth" >"$work/depth.log" 2>&1
 check "depth_prune: exits 0 on the embedded model" test $? -eq 0
 check "depth_prune: 6 of 30 layers dropped" test "$(json "$work/depth/model/config.json" 'j["num_hidden_layers"]')" = 24
+lighten "$work/depth"
 
 "$runner" llama31_sheared base_model="$gguf" device=cpu dtype=fp32 max_steps=4 batch_size=2 \
   gradient_accumulation_steps=1 max_length=96 eval_steps=100 eval_batches=1 check=true \

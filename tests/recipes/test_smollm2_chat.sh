@@ -58,6 +58,7 @@ if command -v node >/dev/null 2>&1 && [ -d tests/reference/llama/node_modules/no
     >"$work/greedy.luatune.jsonl" 2>"$work/greedy.log"
   python3 tests/recipes/gguf_check.py "$work/greedy.luatune.jsonl" "$work/lora.gguf" >"$work/gguf_check.log" 2>&1
   check "export_gguf: llama.cpp's greedy ids equal luatune's on the fine-tuned model" test $? -eq 0
+  lighten "$work/lora.gguf"
 fi
 
 # The GGUF itself as base_model: converted once into a cache (host/io/gguf_convert.h), then trained.
@@ -68,6 +69,7 @@ if [ -n "$gguf" ]; then
   check "lora_finetune base_model=x.gguf: exits 0" test $? -eq 0
   check "lora_finetune base_model=x.gguf: converted once into the cache" grep -q "gguf: converting" "$work/lora_gguf.log"
   check "lora_finetune base_model=x.gguf: a PEFT adapter" test -f "$work/lora_gguf/adapter/adapter_model.safetensors"
+  lighten "$work/gguf_cache"
 fi
 
 OMP_NUM_THREADS=1 "$runner" rejection_sampling policy="$model" reward_model="$work/reward_model/model" dtype=fp32 \
