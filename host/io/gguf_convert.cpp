@@ -11,6 +11,8 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "host/core/error.h"
 #include "host/core/files.h"
@@ -181,8 +183,47 @@ json pre_tokenizer(const std::string& pre, const Meta& m) {
       "llama-bpe, smaug-bpe, qwen2)");
 }
 
-// GGUF token types (gguf-py TokenType): 3 control, 4 user-defined are added tokens.
-constexpr int64_t kControl = 3, kUserDefined = 4;
+// GGUF token types (gguf-py TokenType): 1 normal; 2 unknown, 3 control and 4 user-defined are added
+// tokens; 6 byte (<0xXX>, SentencePiece's byte fallback).
+constexpr int64_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4;
+
+// The merges of a SentencePiece-style vocabulary (tokenizer.ggml.model "llama": Llama 2, Mistral), which a
+// GGUF stores as one score per token instead. llama.cpp (llm_tokenizer_spm) merges, among adjacent
+// pieces, the pair whose concatenation is a token of the highest score. HF's BPE merges the pair of
+// lowest rank, so every split of a normal token into two normal tokens becomes a merge, ranked by the
+// token's score, highest first (ties: lower token id, then shorter left piece), as transformers'
+// GGUF loader rebuilds them (docs/gguf.md, "GGUF in").
+std::vector<std::pair<std::string, std::string>> merges_from_scores(const std::vector<std::string>& tokens,
+                                                                    const std::vector<int64_t>& types,
+                                                                    const std::vector<float>& scores) {
+  std::unordered_map<std::string, size_t> normal;
+  for (size_t i = 0; i < tokens.size(); i++)
+    if (types[i] == kNormal) normal.emplace(tokens[i], i);
+  struct Merge {
+    float score;
+    size_t id, split;
+  };
+  std::vector<Merge> found;
+  for (size_t i = 0; i < tokens.size(); i++) {
+    if (types[i] != kNormal) continue;
+    const std::string& t = tokens[i];
+    for (size_t at = 1; at < t.size(); at++) {
+      if ((static_cast<unsigned char>(t[at]) & 0xC0) == 0x80) continue;  // inside a UTF-8 character
+      if (normal.count(t.substr(0, at)) && normal.count(t.substr(at))) found.push_back({scores[i], i, at});
+    }
+  }
+  std::stable_sort(found.begin(), found.end(),
+                   [](const Merge& a, const Merge& b) { return a.score > b.score; });
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(found.size());
+  for (const Merge& mg : found)
+    out.emplace_back(tokens[mg.id].substr(0, mg.split), tokens[mg.id].substr(mg.split));
+  return out;
+}
+
+json replace_step(const std::string& from, const std::string& to) {
+  return {{"type", "Replace"}, {"pattern", {{"String", from}}}, {"content", to}};
+}
 
 struct TokenizerFiles {
   json tokenizer, config, generation;
@@ -190,29 +231,54 @@ struct TokenizerFiles {
 
 TokenizerFiles build_tokenizer(const Meta& m, int64_t context_length) {
   const std::string model = m.str("tokenizer.ggml.model");
-  if (model != "gpt2")
-    m.bad("tokenizer.ggml.model '" + model + "' is not converted yet (converted: gpt2, byte-level BPE)");
+  if (model != "gpt2" && model != "llama")
+    m.bad("tokenizer.ggml.model '" + model +
+          "' is not converted yet (converted: gpt2, byte-level BPE; llama, SentencePiece-style BPE)");
+  const bool spm = model == "llama";
   const std::string pre = m.str_or("tokenizer.ggml.pre", "default");
   const std::vector<std::string> tokens = m.strings("tokenizer.ggml.tokens");
-  const std::vector<std::string> merges = m.strings("tokenizer.ggml.merges");
-  std::vector<int64_t> types(tokens.size(), 1);
+  std::vector<int64_t> types(tokens.size(), kNormal);
   if (const GgufValue* t = m.find("tokenizer.ggml.token_type")) {
     if (t->type != VT::array || t->items.size() != tokens.size())
       m.bad("tokenizer.ggml.token_type is not one integer per token");
     for (size_t i = 0; i < types.size(); i++) types[i] = m.integer(t->items[i], "tokenizer.ggml.token_type");
   }
+  json merges = json::array();
+  if (spm) {
+    const GgufValue& sv = m.need("tokenizer.ggml.scores");
+    if (sv.type != VT::array || sv.items.size() != tokens.size() ||
+        (sv.item_type != VT::f32 && sv.item_type != VT::f64))
+      m.bad("tokenizer.ggml.scores is not one float per token (" + std::to_string(tokens.size()) +
+            " tokens)");
+    std::vector<float> scores(tokens.size());
+    for (size_t i = 0; i < scores.size(); i++) {
+      scores[i] = static_cast<float>(sv.items[i].f);
+      if (!std::isfinite(scores[i]))
+        m.bad("tokenizer.ggml.scores[" + std::to_string(i) + "] is not a finite number");
+    }
+    for (auto& [l, r] : merges_from_scores(tokens, types, scores)) merges.push_back({l, r});
+  } else {
+    for (std::string& mg : m.strings("tokenizer.ggml.merges")) merges.push_back(std::move(mg));
+  }
   TokenizerFiles out;
   json vocab = json::object(), added = json::array();
+  // The vocabulary in id order, the first id of a repeated text. Appended to the ordered map's vector
+  // directly: its operator[] searches linearly, quadratic over Gemma's 262,144 tokens.
+  auto& entries = vocab.get_ref<json::object_t&>();
+  std::unordered_set<std::string> seen;
+  entries.reserve(tokens.size());
   for (size_t i = 0; i < tokens.size(); i++) {
-    vocab[tokens[i]] = int64_t(i);
-    if (types[i] == kControl || types[i] == kUserDefined)
+    if (seen.insert(tokens[i]).second) entries.Container::emplace_back(tokens[i], int64_t(i));
+    // SentencePiece's user-defined tokens are matched in the raw text, as llama.cpp does (their "▁"
+    // already written as spaces by the converter); byte-level ones after normalization.
+    if (types[i] == kControl || types[i] == kUserDefined || (spm && types[i] == kUnknown))
       added.push_back({{"id", int64_t(i)},
                        {"content", tokens[i]},
                        {"single_word", false},
                        {"lstrip", false},
                        {"rstrip", false},
-                       {"normalized", types[i] == kUserDefined},
-                       {"special", types[i] == kControl}});
+                       {"normalized", types[i] == kUserDefined && !spm},
+                       {"special", types[i] != kUserDefined}});
   }
   auto token_of = [&](const char* key) -> std::string {
     const int64_t id = m.integer_or(key, -1);
@@ -225,8 +291,17 @@ TokenizerFiles build_tokenizer(const Meta& m, int64_t context_length) {
                     eos = token_of("tokenizer.ggml.eos_token_id");
   const std::string unk = token_of("tokenizer.ggml.unknown_token_id"),
                     pad = token_of("tokenizer.ggml.padding_token_id");
-  const bool add_bos =
-      !bos.empty() && m.find("tokenizer.ggml.add_bos_token") && m.need("tokenizer.ggml.add_bos_token").u != 0;
+  // llama.cpp's defaults where the key is missing: BOS for a SentencePiece vocabulary, not for gpt2.
+  auto flag = [&](const char* key, bool fallback) {
+    const GgufValue* v = m.find(key);
+    if (!v) return fallback;
+    if (v->type != VT::boolean) m.bad(std::string("metadata key '") + key + "' is not a bool");
+    return v->u != 0;
+  };
+  const bool add_bos = !bos.empty() && flag("tokenizer.ggml.add_bos_token", spm);
+  // SentencePiece's dummy prefix: "▁" before the text (and after each special token), spaces as "▁".
+  const bool space_prefix = spm && flag("tokenizer.ggml.add_space_prefix", true);
+  const std::string kSpace = "\xe2\x96\x81";
   json post = nullptr;
   if (add_bos) {
     const int64_t bos_id = m.integer("tokenizer.ggml.bos_token_id");
@@ -241,25 +316,35 @@ TokenizerFiles build_tokenizer(const Meta& m, int64_t context_length) {
           {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
         {"special_tokens", {{bos, {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}}}}}};
   }
+  json normalizer = nullptr, decoder = byte_level(true);
+  if (spm) {
+    normalizer = {{"type", "Sequence"}, {"normalizers", json::array()}};
+    if (space_prefix) normalizer["normalizers"].push_back({{"type", "Prepend"}, {"prepend", kSpace}});
+    normalizer["normalizers"].push_back(replace_step(" ", kSpace));
+    decoder = {{"type", "Sequence"},
+               {"decoders", {replace_step(kSpace, " "), {{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}};
+    if (space_prefix)
+      decoder["decoders"].push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  }
   out.tokenizer = {{"version", "1.0"},
                    {"truncation", nullptr},
                    {"padding", nullptr},
                    {"added_tokens", added},
-                   {"normalizer", nullptr},
-                   {"pre_tokenizer", pre_tokenizer(pre, m)},
+                   {"normalizer", normalizer},
+                   {"pre_tokenizer", spm ? json(nullptr) : pre_tokenizer(pre, m)},
                    {"post_processor", post},
-                   {"decoder", byte_level(true)},
+                   {"decoder", decoder},
                    {"model",
                     {{"type", "BPE"},
                      {"dropout", nullptr},
-                     {"unk_token", nullptr},
+                     {"unk_token", spm && !unk.empty() ? json(unk) : json(nullptr)},
                      {"continuing_subword_prefix", nullptr},
                      {"end_of_word_suffix", nullptr},
-                     {"fuse_unk", false},
-                     {"byte_fallback", false},
+                     {"fuse_unk", spm},
+                     {"byte_fallback", spm},
                      // llama.cpp takes a whole pre-token that is in the vocabulary as it is for Llama 3
                      // (llm_tokenizer_bpe_session, ignore_merges), as Llama 3's tokenizer.json says.
-                     {"ignore_merges", pre == "llama-bpe" || pre == "llama3"},
+                     {"ignore_merges", !spm && (pre == "llama-bpe" || pre == "llama3")},
                      {"vocab", vocab},
                      {"merges", merges}}}};
   out.config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
