@@ -29,6 +29,7 @@
 #include "host/core/version.h"
 #include "host/data/preview.h"
 #include "host/dist/launch.h"
+#include "host/hw/calibration.h"
 #include "host/hw/catalog.h"
 #include "host/hw/plan_recipe.h"
 #include "host/io/gguf_convert.h"
@@ -127,13 +128,19 @@ static int run_plan(const Command& cmd_in) {
   const std::vector<GpuSpec> catalog = hw_catalog_load(hw_catalog_default_path());
   std::printf("\nplan (%s; model from %s)\n", path.c_str(), req.model_source.c_str());
   for (const auto& n : req.notes) std::printf("%s\n", n.c_str());
+  // The peaks the planner was last checked against, and a margin while the step as built is unmeasured.
+  CalibrationStatus calibration =
+      hw_calibration_status(hw_calibration_load(hw_calibration_default_path()), hw_step_fingerprint());
+  calibration.margin = extras.margin;
+  std::string note;
   if (req.phases.empty()) {
-    std::fputs(hw_plan_text(hw_plan(req.model, req.options, catalog)).c_str(), stdout);
+    std::fputs(hw_plan_text(hw_plan_calibrated(req.model, req.options, catalog, calibration, &note)).c_str(),
+               stdout);
   } else {
     // One plan per phase, then the phase that peaks and where every phase fits.
     std::vector<Plan> plans;
     for (const PlanPhase& ph : req.phases) {
-      plans.push_back(hw_plan(ph.model, ph.options, catalog));
+      plans.push_back(hw_plan_calibrated(ph.model, ph.options, catalog, calibration, &note));
       std::printf("\n== phase %s: %s\n", ph.name.c_str(), ph.what.c_str());
       std::fputs(hw_plan_text(plans.back()).c_str(), stdout);
     }
@@ -152,6 +159,7 @@ static int run_plan(const Command& cmd_in) {
     }
     std::printf("\nevery phase fits: %s\n", all.empty() ? "no catalog GPU" : str_join(all, ", ").c_str());
   }
+  std::fputs(note.c_str(), stdout);
   std::printf("formulas and constants: docs/hardware.md; nothing was run\n");
   return kExitOk;
 }
@@ -200,6 +208,9 @@ static int run_command(const Command& cmd) {
       return kExitOk;
     case Command::Verb::version:
       std::fputs(version_report(LUAJIT_VERSION).c_str(), stdout);
+      // The training step's fingerprint, which the planner's calibration points record
+      // (host/hw/calibration.h).
+      std::printf("training step %s (host/hw/step_files.txt)\n", hw_step_fingerprint());
       return kExitOk;
     case Command::Verb::ls: {
       auto recipes = recipe_list();

@@ -9,17 +9,21 @@ Python 3 standard library only: it runs on the CPU machine (--dry-run, the CTest
 gpu_validate_dry_run) and on the GPU machine (torch, transformers and peft there). Its parsers and
 the report's Markdown are in scripts/gpu_validate_report.py. docs/gpu.md.
 
-Parts, each sized for one 10-minute device call (--budget, default 570 s; a step that would start
-with too little left is skipped, so the report always comes back):
-  build+tests  build (scripts/gpu-build.sh), the gpu-labelled tests, NF4 kernels and their GB/s,
-               torchrun world size 1, the sharded trainer on one GPU, HF fixtures + parity, the HF
-               round trip, then the whole suite with whatever time is left
-  bench        the peers' wheels installed offline (scripts/device-wheels.sh's folder, carried), then
-               luatune vs HF transformers (+ peft, + bitsandbytes for QLoRA), HF with Liger's kernels
-               and Unsloth: training speed and memory, Llama 3.2 1B and 3.1 8B shapes, seq 2048, bf16,
-               each run its own process; `runner plan` predicted vs measured peak
+One plan, in the order of what each step settles (make_steps), sized by --budget (device seconds for
+the whole run) in calls of at most --call-limit seconds (one device command); `--plan` prints it,
+`--continue` goes on from the previous call on the same machine (plan_calls, docs/gpu.md):
+  build        scripts/gpu-build.sh: the targets the planned steps run
+  smoke        every step kernel, forward and backward in bf16 at the Llama 3.2 1B and 3.1 8B shapes,
+               against its ATen path (tests/cuda/step_kernel_smoke.cpp); a failure stops the harness
+  bench        the peers' wheels installed offline, then luatune vs HF transformers (+ peft,
+               + bitsandbytes for QLoRA), HF with Liger's kernels and Unsloth: training speed and memory,
+               Llama 3.2 1B then 3.1 8B, seq 2048, bf16, each side its own process; `runner plan`'s
+               predicted peak against each measured one (planner, planner:8b)
+  build+tests  the gpu-labelled tests, NF4 kernels and their GB/s, the traced 1B pair, torchrun world
+               size 1, the sharded trainer on one GPU, HF fixtures + parity, the HF round trip
   long         Llama 3.1 8B full fine-tuning (does not fit 80 GB: the OOM is the result); llama31_sheared's
                pruning and recovery phases at the 8B shape on one GPU, each against its plan
+  whole_suite  last, with whatever time is left
 """
 import argparse
 import datetime
@@ -116,8 +120,10 @@ class Proc:
 
 
 class Step:
-    def __init__(self, name, part, cap_s, fn, **kw):
+    def __init__(self, name, part, cap_s, fn, est_s=None, **kw):
         self.name, self.part, self.cap_s, self.fn, self.kw = name, part, cap_s, fn, kw
+        # What the step is expected to take on the GPU (ESTIMATES); None: whatever is left (whole_suite).
+        self.est_s = est_s
         self.deadline = None
         self.log_path = None
         self.result = {}
@@ -144,7 +150,10 @@ class Context:
         self.info = {}
         self.has_cuda = False
         self.no_cuda_reason = "no CUDA"
-        self.part_deadline = None
+        self.part_deadline = None  # this call's end (monotonic): --call-limit, or what --budget leaves
+        self.stopped = None  # why the harness stopped early (the smoke step failed), else None
+        self.slack_s = 0.0  # the plan's time to spare within --budget (nf4's check_huge runs only with 20 s)
+        self.continuing = bool(getattr(args, "continue_run", False))
         self._tiny = None
         self.steps_done = []
         self.current = None  # the running command's Popen
@@ -261,20 +270,21 @@ def step_build(ctx, step):
             raise Fail("runner --version exited %d: %s" % (p.rc, p.last_err_line()))
         step.result = {"build_dir": ctx.build_dir, "runner_version": p.out.strip()}
         return "ok", "dry run: the existing build dir, not rebuilt"
-    if step.part != "build+tests" and os.access(ctx.runner, os.X_OK):
+    reuse = ctx.continuing or ctx.args.part in ("bench", "long")
+    if reuse and os.access(ctx.runner, os.X_OK):
         unpack_deps(ctx, step)  # a warm machine keeps build-gpu/, but the carried .deps/ arrives packed
         v = ctx.run(step, [ctx.runner, "--version"], cap=30)
         step.result = {"build_dir": ctx.build_dir, "runner_version": v.out.strip()}
         if v.rc != 0:
             raise Fail("the existing runner does not start (exit %d): %s" % (v.rc, v.last_err_line()))
-        return "ok", "reused the existing runner (the build+tests part builds everything)"
+        return "ok", "reused the existing runner (an earlier call built it)"
     deps = os.path.abspath(ctx.args.deps)
     if not os.path.isdir(deps):
         raise Fail("no %s: run scripts/offline-deps.sh %s on the networked machine and carry it" %
                    (ctx.args.deps, ctx.args.deps))
-    env = dict(ctx.env, LUATUNE_SKIP_TESTS="1")
-    if step.part != "build+tests":
-        env["LUATUNE_BUILD_TARGETS"] = "runner"  # the benchmarks need only the runner
+    # What the planned steps run: the benchmarks need only the runner; the whole suite builds the rest itself.
+    env = dict(ctx.env, LUATUNE_SKIP_TESTS="1",
+               LUATUNE_BUILD_TARGETS="runner" if ctx.args.part in ("bench", "long") else PLAN_TARGETS)
     p = ctx.run(step, ["bash", "scripts/gpu-build.sh", deps, ctx.build_dir], env=env)
     step.result = {"build_dir": ctx.build_dir, "build_seconds": round(p.seconds, 1)}
     if p.rc != 0:
@@ -288,7 +298,7 @@ def ctest_step(ctx, step, ctest_args, what, gpu_only=False):
     ctx.need_runner()
     cmd = ["ctest", "--test-dir", ctx.build_dir, "--output-on-failure"] + ctest_args
     try:
-        p = ctx.run(step, cmd)
+        p = ctx.run(step, cmd, env=(step.kw.get("env") if step is not None else None))
     except StepTimeout as e:
         if getattr(e, "proc", None):
             step.result = parse_ctest(e.proc.out)  # what ran before the cap
@@ -306,16 +316,43 @@ def ctest_step(ctx, step, ctest_args, what, gpu_only=False):
 
 
 def step_gpu_tests(ctx, step):
-    # nf4_kernel_tests (label gpu) runs in its own step (step_nf4), before its benchmark: once, not twice.
+    # nf4_kernel_tests (label gpu) runs in its own step (step_nf4), before its benchmark: once, not twice;
+    # step_kernel_smoke is the smoke step's.
     ctx.need_cuda()
-    return ctest_step(ctx, step, ["-L", "gpu", "-E", "^nf4_kernel_tests$", "-j", "4", "--timeout", "120"],
+    return ctest_step(ctx, step, ["-L", "gpu", "-E", "^(nf4_kernel_tests|step_kernel_smoke)$", "-j", "4",
+                                  "--timeout", "120"],
                       "gpu-labelled tests", gpu_only=True)
+
+
+def step_smoke(ctx, step):
+    """Every step kernel forward and backward in bf16 at the Llama 3.2 1B and 3.1 8B shapes, batch 4 x 2048,
+    against its ATen path on the same GPU (tests/cuda/step_kernel_smoke.cpp). A failure stops the harness:
+    the benchmarks would time a wrong step."""
+    ctx.need_cuda()
+    exe = os.path.join(ctx.build_dir, SMOKE)
+    if not os.access(exe, os.X_OK):
+        raise Fail("no %s (the build did not make it)" % os.path.relpath(exe, ROOT))
+    p = ctx.run(step, [exe])
+    checks = [l for l in p.out.splitlines() if l.startswith(("ok ", "FAIL "))]
+    step.result = {"checks": len(checks), "lines": checks[:40]}
+    if p.rc == 77:
+        raise Fail("step_kernel_smoke skipped on a CUDA machine: %s" % p.last_err_line())
+    if p.rc != 0:
+        failed = next((l for l in checks if l.startswith("FAIL ")), p.last_err_line())
+        ctx.stopped = "the smoke step failed: " + failed
+        raise Fail(failed)
+    return "ok", p.out.strip().splitlines()[-1] if p.out.strip() else "exit 0"
 
 
 def step_nf4(ctx, step):
     ctx.need_cuda()
+    # check_huge (n > 2^31, 10-20 s of host loops) only when the plan leaves the time for it.
+    huge = ctx.slack_s >= ESTIMATES["nf4_huge"]
+    step.kw["env"] = dict(ctx.env, LUATUNE_NF4_HUGE="1" if huge else "0")
     status, reason = ctest_step(ctx, step, ["-R", "^nf4_kernel_tests$", "--timeout", "60"], "NF4 kernel tests",
                                  gpu_only=True)
+    reason += "; n > 2^31 %s" % ("checked" if huge else "not checked (the budget's slack is under %d s)" %
+                                  ESTIMATES["nf4_huge"])
     tests = step.result
     bench = os.path.join(ctx.build_dir, "bench", "bench_nf4_kernels")
     if not os.access(bench, os.X_OK):
@@ -396,6 +433,10 @@ def step_whole_suite(ctx, step):
     if ctx.dry_run:
         raise Skip("dry run (CI runs the suite)")
     jobs = str(os.cpu_count() or 4)
+    # The build step made only the planned steps' targets: the rest first, within this step's time.
+    b = ctx.run(step, ["cmake", "--build", ctx.build_dir, "-j", jobs])
+    if b.rc != 0:
+        raise Fail("cmake --build (the suite's other targets) exited %d: %s" % (b.rc, b.last_err_line()))
     # gpu_validate_*: this harness's own tests; the dry run inside the suite would race its fixtures.
     return ctest_step(ctx, step, ["-j", jobs, "--timeout", "300", "-E", "^gpu_validate"], "tests")
 
@@ -659,7 +700,7 @@ def step_planner(ctx, step):
         # The benchmark's settings (bench/gpu/train_bench.lua): one micro-batch a step, adapters without dropout.
         cmd = [ctx.runner, "plan", RECIPES[method]] + plan_args(ctx, shape) + \
             ["batch_size=%d" % batch, "max_length=%d" % seq, "gradient_checkpointing=true", "dtype=bf16",
-             "gradient_accumulation_steps=1"] + (["lora.dropout=0"] if method != "full" else [])
+             "gradient_accumulation_steps=1", "margin=false"] + (["lora.dropout=0"] if method != "full" else [])
         p = ctx.run(step, cmd, cap=60)
         comps, total = parse_plan(p.out)
         row = {"shape": shape, "method": method, "batch": batch, "seq": seq}
@@ -687,9 +728,53 @@ def step_planner(ctx, step):
     step.result = {"rows": rows, "note": "predicted_allocated_gib = the plan's total less its cuda_context and "
                    "fragmentation terms, which the CUDA caching allocator's peak (what the bench measures) does "
                    "not see; error_pct is against that"}
+    added = append_calibration(ctx, step.kw["pairs"], by_name)
+    if added:
+        step.result["calibration_points_added"] = added
     if failures:
         raise Fail("; ".join(failures))
     return "ok", "%d plans" % len(rows)
+
+
+CALIBRATION = "data/planner_calibration.json"
+
+
+def append_calibration(ctx, pairs, by_name):
+    """Each luatune side of these pairs measured on the GPU becomes a point of the planner's calibration
+    (data/planner_calibration.json: date, commit, GPU, the step's fingerprint from `runner --version`,
+    the settings, the peak). OUT_DIR/planner_calibration.json is the repository's file with every point
+    this run added, to be committed. Returns how many this call added."""
+    version = ctx.info.get("runner_version", "")
+    m = re.search(r"training step ([0-9a-f]{12})", version)
+    gpu = ctx.info.get("gpu", {}).get("name")
+    if not m or not gpu:
+        return 0
+    out = os.path.join(ctx.out_dir, "planner_calibration.json")
+    doc = read_json(out) or read_json(os.path.join(ROOT, CALIBRATION)) or {"points": []}
+    date = ctx.info.get("date", "")[:10]
+    added = 0
+    for pair in pairs:
+        shape, method, seq, batch = pair[:4]
+        res = by_name.get(pair_step_name(shape, method, "luatune"), {})
+        r = res.get("result", {})
+        if res.get("status") != "ok" or r.get("oom") or r.get("peak_memory_kind") != "cuda_max_allocated" or \
+                not num(r.get("peak_memory_gb")):
+            continue
+        point = {"date": date, "commit": ctx.info.get("git", "unknown"), "gpu": gpu, "step": m.group(1),
+                 "loss_logit_bytes": 0, "source": "scripts/gpu-validate.sh, step %s" % pair_step_name(shape, method,
+                                                                                                 "luatune"),
+                 "peak_memory_kind": "cuda_max_allocated", "name": "%s %s" % (shape, method), "shape": shape,
+                 "method": method, "batch_size": batch, "max_length": seq, "gradient_checkpointing": True,
+                 "dtype": "bf16", "lora_r": 16, "lora_dropout": 0.0, "lora_targets": "all-linear",
+                 "peak_memory_gb": float(r["peak_memory_gb"])}
+        if point not in doc["points"]:
+            doc["points"].append(point)
+            added += 1
+    if added:
+        with open(out + ".tmp", "w", encoding="utf-8") as f:
+            f.write(json.dumps(doc, indent=1) + "\n")
+        os.replace(out + ".tmp", out)
+    return added
 
 
 SHEARED_BENCH = "bench/gpu/sheared_phases.lua"
@@ -713,7 +798,8 @@ def step_sheared_phases(ctx, step):
     if p.rc != 0 or not isinstance(doc, dict):
         raise Fail("sheared_phases.lua exited %d: %s" % (p.rc, p.last_err_line()))
     plan = ctx.run(step, [ctx.runner, "plan", "llama31_sheared"] + plan_args(ctx, shape) +
-                   ["batch_size=%d" % batch, "max_length=%d" % seq, "gradient_accumulation_steps=1", "dtype=bf16"],
+                   ["batch_size=%d" % batch, "max_length=%d" % seq, "gradient_accumulation_steps=1", "dtype=bf16",
+                    "margin=false"],
                    cap=60)
     phases = parse_plan_phases(plan.out)
     if plan.rc != 0 or set(phases) != {"pruning", "recovery"}:
@@ -741,60 +827,193 @@ def step_sheared_phases(ctx, step):
 
 
 # ============================================================================================
-# The plan of steps, per part.
+# The plan of steps: one list in the order of what each settles, sized by --budget.
+
+# Seconds each step is expected to take on one H200/H100, for the plan: measured on 2026-11-26
+# (docs/gpu-report-2026-11-26.md: build of four targets 108 s, gpu_tests 22, nf4_kernels 23,
+# torchrun 10, hf_parity 0.6, hf_roundtrip 20, 1B luatune sides 13-14, 1B HF sides 16-21, planner 5)
+# with some margin, else estimated (marked "est."): the peers' imports (Liger, Unsloth) and the 8B
+# sides have not been timed on a GPU yet. A step that takes longer still gets its cap; the plan only
+# decides what is attempted.
+ESTIMATES = {
+    "build": 150,                 # measured 108 s for four targets; the plan builds eight
+    "smoke": 30,                  # est.: the issue's bound for step_kernel_smoke
+    "peer_wheels": 30,            # est.: 20 s on the 2-core CPU machine for both bundles
+    "planner": 10, "planner:long": 10,
+    "gpu_tests": 30, "nf4_kernels": 25, "nf4_huge": 20,  # nf4_huge: check_huge's host loops (est. 10-20 s)
+    "torchrun_lora_ws1": 12, "shard_full_1gpu": 15,
+    "hf_fixtures": 60, "hf_parity": 5, "hf_roundtrip": 25,
+    "sheared_phases": 150,        # est.
+    "trace": 30,
+}
+# One benchmark side by (shape, side): luatune's and HF's 1B sides and luatune's 8B sides measured
+# (13-21 s; 61.5 and 67.8 s), the rest estimated from them (the peers' imports add to HF's time).
+BENCH_ESTIMATES = {("llama-3.2-1b", "luatune"): 15, ("llama-3.2-1b", "luatune-aten"): 15,
+                   ("llama-3.2-1b", "hf"): 22, ("llama-3.2-1b", "liger"): 25, ("llama-3.2-1b", "unsloth"): 45,
+                   ("llama-3.1-8b", "luatune"): 70, ("llama-3.1-8b", "hf"): 80, ("llama-3.1-8b", "liger"): 80,
+                   ("llama-3.1-8b", "unsloth"): 100}
+WHOLE_SUITE_MIN = 60
+SMOKE = "tests/step_kernel_smoke"  # under the build dir (tests/cuda/step_kernel_smoke.cpp)
+# What the build step builds when the plan does not run the whole suite (which builds the rest itself).
+PLAN_TARGETS = ("runner luatune_unit_tests step_kernel_smoke nf4_kernel_tests bench_nf4_kernels fused_kernel_tests "
+                "train_kernel_tests trainer_cuda_tests")
+
+
+def bench_est(shape, side):
+    return BENCH_ESTIMATES.get((shape, side), 10 if shape == "tiny" else 60)
+
+
+def pair_steps(part, pairs, dry_run):
+    out = []
+    for pr in pairs:
+        shape, method, seq, batch, nsteps, cap, expect_oom = pr
+        peers = [p for p, methods in PEERS.items() if method in methods and (part == "bench" or p == "hf")]
+        if part == "bench" and shape in ATEN_SHAPES and method in ("full", "lora"):
+            peers.append("luatune-aten")
+        for side in ["luatune"] + peers:
+            # a peer's side is worth its time only beside luatune's
+            needs = () if side == "luatune" else (pair_step_name(shape, method, "luatune"),)
+            # luatune's side is planned only with room for HF's (a ratio needs both); HF's comes next
+            partner = bench_est(shape, "hf") if side == "luatune" and "hf" in peers else 0
+            out.append(Step(pair_step_name(shape, method, side), part, cap, bench_step, est_s=bench_est(shape, side),
+                            side=side, shape=shape, method=method, seq=seq, batch=batch, steps=nsteps,
+                            expect_oom=expect_oom, needs=needs, partner_s=partner))
+    return out
+
 
 def make_steps(ctx):
-    steps = []
-    for part in PARTS:
-        steps.append(Step("build", part, 480, step_build))
-        if part == "build+tests":
-            steps += [Step("gpu_tests", part, 180, step_gpu_tests),
-                      Step("nf4_kernels", part, 120, step_nf4),
-                      Step("torchrun_lora_ws1", part, 120, step_nccl_lora),
-                      Step("shard_full_1gpu", part, 120, step_shard_full),
-                      Step("hf_fixtures", part, 180, step_hf_fixtures),
-                      Step("hf_parity", part, 120, step_hf_parity),
-                      Step("hf_roundtrip", part, 240, step_hf_roundtrip),
-                      Step("whole_suite", part, 100000, step_whole_suite, min_s=60)]
-            continue
-        pairs = list(GPU_PAIRS[part])
-        if ctx.dry_run and part == "bench":
-            pairs = CPU_PAIRS + pairs
-        if part == "bench":
-            steps.append(Step("peer_wheels", part, 180, step_peer_wheels))
-            # Two traced steps of each side first (what guides the step work), then the untraced pairs.
-            shape, method, seq, batch = TRACE_PAIR if not ctx.dry_run else ("tiny", "full", 64, 2)
-            for side in ("luatune", "hf"):
-                steps.append(Step("trace:%s:%s:%s" % (shape, method, side), part, 90, bench_step, side=side,
-                                  shape=shape, method=method, seq=seq, batch=batch, steps=2, expect_oom=False,
-                                  trace=True, reserve=20))
-        for pr in pairs:
-            shape, method, seq, batch, nsteps, cap, expect_oom = pr
-            peers = [p for p, methods in PEERS.items() if method in methods and (part == "bench" or p == "hf")]
-            if part == "bench" and shape in ATEN_SHAPES and method in ("full", "lora"):
-                peers.append("luatune-aten")
-            for side in ["luatune"] + peers:
-                steps.append(Step(pair_step_name(shape, method, side), part, cap, bench_step, side=side,
-                                  shape=shape, method=method, seq=seq, batch=batch, steps=nsteps,
-                                  expect_oom=expect_oom, reserve=20))
-        steps.append(Step("planner" if part == "bench" else "planner:" + part, part, 120, step_planner, pairs=pairs,
-                          min_s=10))
-        if part == "long":  # llama31_sheared's phases against their plans (issue 31)
-            steps.append(Step("sheared_phases", part, 420, step_sheared_phases))
+    """Every step of the selected part(s), in the order of what each settles: the build, the smoke check
+    of every kernel at the benchmark shapes (a failure stops the harness), the GPU ratios against HF,
+    bitsandbytes, Liger and Unsloth (Llama 3.2 1B, then 3.1 8B) and the planner against them, the
+    gpu-labelled tests, the traced pair, the rest of build+tests, the long part, the whole suite."""
+    dry = ctx.dry_run
+    trace = TRACE_PAIR if not dry else ("tiny", "full", 64, 2)
+    one_b = [p for p in GPU_PAIRS["bench"] if p[0] == "llama-3.2-1b"]
+    eight_b = [p for p in GPU_PAIRS["bench"] if p[0] != "llama-3.2-1b"]
+    e = ESTIMATES
+    steps = [Step("build", "build+tests", 480, step_build, est_s=e["build"]),
+             Step("smoke", "build+tests", 60, step_smoke, est_s=e["smoke"]),
+             Step("peer_wheels", "bench", 180, step_peer_wheels, est_s=e["peer_wheels"])]
+    steps += pair_steps("bench", (CPU_PAIRS if dry else []) + one_b, dry)
+    # The planner against the 1B peaks, then the 8B pairs and the planner against theirs.
+    steps.append(Step("planner", "bench", 120, step_planner, est_s=e["planner"], pairs=(CPU_PAIRS if dry else []) +
+                      one_b, min_s=10))
+    steps += pair_steps("bench", eight_b, dry)
+    steps.append(Step("planner:8b", "bench", 120, step_planner, est_s=e["planner"], pairs=eight_b, min_s=10,
+                      needs=tuple(pair_step_name(p[0], p[1], "luatune") for p in eight_b[:1])))
+    steps += [Step("gpu_tests", "build+tests", 180, step_gpu_tests, est_s=e["gpu_tests"]),
+              Step("nf4_kernels", "build+tests", 120, step_nf4, est_s=e["nf4_kernels"])]
+    shape, method, seq, batch = trace
+    for side in ("luatune", "hf"):  # two traced steps of each side (what guides the step work)
+        steps.append(Step("trace:%s:%s:%s" % (shape, method, side), "bench", 90, bench_step, est_s=e["trace"],
+                          side=side, shape=shape, method=method, seq=seq, batch=batch, steps=2, expect_oom=False,
+                          trace=True,
+                          needs=() if side == "luatune" else ("trace:%s:%s:luatune" % (shape, method),)))
+    steps += [Step("torchrun_lora_ws1", "build+tests", 120, step_nccl_lora, est_s=e["torchrun_lora_ws1"]),
+              Step("shard_full_1gpu", "build+tests", 120, step_shard_full, est_s=e["shard_full_1gpu"]),
+              Step("hf_fixtures", "build+tests", 180, step_hf_fixtures, est_s=e["hf_fixtures"]),
+              Step("hf_parity", "build+tests", 120, step_hf_parity, est_s=e["hf_parity"], needs=("hf_fixtures",)),
+              Step("hf_roundtrip", "build+tests", 240, step_hf_roundtrip, est_s=e["hf_roundtrip"])]
+    long_pairs = list(GPU_PAIRS["long"])
+    steps += pair_steps("long", long_pairs, dry)
+    steps.append(Step("planner:long", "long", 120, step_planner, est_s=e["planner:long"], pairs=long_pairs,
+                      min_s=10, needs=tuple(pair_step_name(p[0], p[1], "luatune") for p in long_pairs)))
+    steps.append(Step("sheared_phases", "long", 420, step_sheared_phases, est_s=e["sheared_phases"]))
+    steps.append(Step("whole_suite", "build+tests", 100000, step_whole_suite, min_s=WHOLE_SUITE_MIN))
 
-    parts = PARTS if ctx.args.part == "all" else (ctx.args.part,)
-    out, seen = [], set()
-    for s in steps:
-        if s.part not in parts or (s.name == "build" and "build" in seen):
-            continue  # one build per invocation
-        if ctx.args.only and not re.search(ctx.args.only, s.name) and s.name not in ("build", "peer_wheels"):
+    part = ctx.args.part
+    out = []
+    for st in steps:
+        if part != "all" and st.part != part and st.name != "build":
+            continue  # every part starts with the build (or reuses the runner)
+        if ctx.args.only and not re.search(ctx.args.only, st.name) and st.name not in ("build", "peer_wheels"):
             continue
-        seen.add(s.name)
-        out.append(s)
+        out.append(st)
     # peer_wheels only where a step needs what it installs (bitsandbytes, Liger, Unsloth)
-    needs_wheels = any(s.kw.get("side") in ("liger", "unsloth") or
-                       (s.kw.get("side") == "hf" and s.kw.get("method") == "qlora") for s in out)
-    return [s for s in out if s.name != "peer_wheels" or needs_wheels]
+    needs_wheels = any(st.kw.get("side") in ("liger", "unsloth") or
+                       (st.kw.get("side") == "hf" and st.kw.get("method") == "qlora") for st in out)
+    return [st for st in out if st.name != "peer_wheels" or needs_wheels]
+
+
+CALL_OVERHEAD = 15  # each call's own start: the probe (imports torch) and, continuing, the runner check
+MIN_CALL = 60  # a follow-on call needs at least this much time for its steps
+
+
+def plan_calls(steps, budget, call_limit):
+    """Which steps fit --budget seconds in device calls of at most call_limit seconds each, by their
+    estimates, in order. A step goes into the current call when it fits what is left of it, what it
+    needs (Step kw "needs") is planned, and the steps before it that wait for a later call still fit
+    the budget after it; otherwise it waits for the next call. A step that fits no call is left out.
+    The whole suite (no estimate) takes what is left of the last call, if at least WHOLE_SUITE_MIN.
+    Each call starts with CALL_OVERHEAD seconds of its own.
+    Returns (calls, left_out, slack): calls a list of [(step, seconds)], left_out [(step, why)], slack
+    the seconds of --budget the plan leaves unused."""
+    calls, caps, left_out = [], [], []
+    todo = [st for st in steps if st.est_s is not None]
+    suite = [st for st in steps if st.est_s is None]
+    planned = set()
+    used = 0.0  # the calls so far: overhead + their steps' estimates
+    while todo:
+        cap = min(call_limit, budget - used) - CALL_OVERHEAD
+        if calls and cap < MIN_CALL:
+            break  # a call this short would be mostly its own start
+        call, t, later, waiting = [], 0.0, [], 0.0
+        for st in todo:
+            needs_ok = all(n in planned for n in st.kw.get("needs", ()))
+            room = st.est_s + st.kw.get("partner_s", 0)  # luatune's side keeps room for HF's right after it
+            if needs_ok and t + room <= cap and used + CALL_OVERHEAD + t + room + waiting <= budget:
+                call.append((st, float(st.est_s)))
+                planned.add(st.name)
+                t += st.est_s
+            else:
+                later.append(st)
+                # Steps before this one that a later call can still take keep their time.
+                if budget - (used + CALL_OVERHEAD + t) - CALL_OVERHEAD - waiting >= room and \
+                        room <= call_limit - CALL_OVERHEAD:
+                    waiting += room
+        if not call:
+            break
+        calls.append(call)
+        caps.append(cap)
+        used += CALL_OVERHEAD + t
+        todo = later
+    for st in todo:
+        missing = [n for n in st.kw.get("needs", ()) if n not in planned]
+        left_out.append((st, "needs %s, which is not run" % ", ".join(missing)) if missing else
+                        (st, "does not fit --budget %d: about %d s, %d s left" % (budget, st.est_s,
+                                                                                   max(budget - used, 0))))
+    for st in suite:  # the whole suite: what is left of the last call, or a call of its own
+        room = caps[-1] - sum(e for _, e in calls[-1]) if calls else 0.0
+        if room >= WHOLE_SUITE_MIN:
+            calls[-1].append((st, room))
+            used += room
+        elif min(call_limit, budget - used) - CALL_OVERHEAD >= WHOLE_SUITE_MIN:
+            room = min(call_limit, budget - used) - CALL_OVERHEAD
+            calls.append([(st, room)])
+            used += CALL_OVERHEAD + room
+        else:
+            left_out.append((st, "less than %d s of --budget %d left for it" % (WHOLE_SUITE_MIN, budget)))
+    return calls, left_out, max(budget - used, 0.0)
+
+
+def plan_text(steps, budget, call_limit):
+    calls, left_out, slack = plan_calls(steps, budget, call_limit)
+    lines = ["plan for --budget %d s in device calls of at most %d s (estimates: ESTIMATES in "
+             "scripts/gpu_validate.py):" % (budget, call_limit)]
+    total = 0.0
+    for i, call in enumerate(calls):
+        t = CALL_OVERHEAD + sum(e for _, e in call)
+        total += t
+        flag = "" if i == 0 else " --continue"
+        lines.append("  call %d (%d s; scripts/gpu-validate.sh --budget %d%s ...):" % (i + 1, t, budget, flag))
+        lines.append("    %-36s %5d s" % ("(start: probe, checks)", CALL_OVERHEAD))
+        for st, e in call:
+            lines.append("    %-36s %5d s%s" % (st.name, e, "  (what is left)" if st.est_s is None else ""))
+    for st, why in left_out:
+        lines.append("  not run: %-27s %s" % (st.name, why))
+    lines.append("planned: %d steps in %d call(s), about %d s of %d; %d left out" %
+                 (sum(len(c) for c in calls), len(calls), total, budget, len(left_out)))
+    return "\n".join(lines), calls, left_out, slack
 
 
 def run_step(ctx, step):
@@ -805,11 +1024,12 @@ def run_step(ctx, step):
     now = time.monotonic()
     left = None if ctx.part_deadline is None else ctx.part_deadline - now
     min_s = step.kw.get("min_s", 20)
-    if left is not None:
-        left -= step.kw.get("reserve", 0)  # time kept for a later step of the part (the planner)
     if left is not None and left < min_s:
-        rec.update(status="skipped", reason="the part's time budget is spent (%.0f s left, --budget %d)" %
+        rec.update(status="skipped", reason="the call's time budget is spent (%.0f s left, --budget %d)" %
                    (max(left, 0), ctx.args.budget))
+        return rec
+    if ctx.stopped:
+        rec.update(status="skipped", reason="not run: " + ctx.stopped)
         return rec
     cap = step.cap_s if left is None else min(step.cap_s, left)
     step.deadline = now + cap
@@ -939,26 +1159,75 @@ def pack_logs(ctx, per_file=4 << 20):
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="scripts/gpu-validate.sh", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog="docs/gpu.md")
-    ap.add_argument("out_dir", metavar="OUT_DIR", help="gpu-report.json, gpu-report.md, logs.tar.gz go here")
-    ap.add_argument("--dry-run", action="store_true", help="CPU: GPU-only steps skipped, the existing build dir")
+    ap.add_argument("out_dir", metavar="OUT_DIR", nargs="?",
+                    help="gpu-report.json, gpu-report.md, logs.tar.gz go here (not needed with --plan)")
+    ap.add_argument("--dry-run", action="store_true", help="CPU: GPU-only steps skipped, the existing build dir; "
+                                                           "prints the plan for --budget first")
+    ap.add_argument("--plan", action="store_true", help="print the plan for --budget and --call-limit, run nothing")
     ap.add_argument("--part", choices=PARTS + ("all",), default="all")
-    ap.add_argument("--budget", type=int, default=570, help="seconds per part (default 570: one 10-minute call)")
+    ap.add_argument("--budget", type=int, default=570,
+                    help="device seconds for the whole run, over this call and the --continue calls after it "
+                         "(what the device tool's status leaves, less the machine's start; default 570)")
+    ap.add_argument("--call-limit", type=int, default=570,
+                    help="seconds one call may take (default 570: the device tool runs a command 600 s at most)")
+    ap.add_argument("--continue", dest="continue_run", action="store_true",
+                    help="go on from the last call on this machine (its state in --work): the steps it ran are "
+                         "kept, the budget it used is spent")
     ap.add_argument("--build-dir", help="default build-gpu (dry run: build)")
     ap.add_argument("--deps", default=".deps", help="scripts/offline-deps.sh's folder (default .deps)")
     ap.add_argument("--wheels", default=".wheels", help="scripts/device-wheels.sh's folder (default .wheels): "
                                                         "the peers' bundles, installed offline by peer_wheels")
     ap.add_argument("--work", help="logs and scratch (default: a new temporary folder; keep it out of OUT_DIR "
-                                   "on the device machine, which returns at most 8 files)")
+                                   "on the device machine, which returns at most 8 files; --continue needs the same)")
     ap.add_argument("--only", help="run only the steps whose names match this regular expression (and build)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if not args.plan and not args.out_dir:
+        ap.error("OUT_DIR is required (except with --plan)")
+    if args.continue_run and not args.work:
+        ap.error("--continue needs --work, the folder the earlier call used")
+    if args.budget <= 0 or args.call_limit <= 0:
+        ap.error("--budget and --call-limit must be positive")
+    return args
+
+
+STATE = "gpu-state.json"  # in --work: what --continue goes on from
+
+
+def load_state(ctx):
+    path = os.path.join(ctx.work, STATE)
+    doc = read_json(path) if ctx.continuing else None
+    if ctx.continuing and not isinstance(doc, dict):
+        print("gpu-validate: --continue, but no %s in %s: starting afresh" % (STATE, ctx.work), flush=True)
+        ctx.continuing = False
+    return doc if isinstance(doc, dict) else {"used_s": 0.0, "records": [], "info": {}}
+
+
+def save_state(ctx, state):
+    path = os.path.join(ctx.work, STATE)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(state, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv):
     args = parse_args(argv)
+    if args.plan:
+        ctx = Context(argparse.Namespace(**dict(vars(args), out_dir=".", work=tempfile.gettempdir())))
+        print(plan_text(make_steps(ctx), args.budget, args.call_limit)[0])
+        return 0
     ctx = Context(args)
     os.makedirs(ctx.out_dir, exist_ok=True)
     os.makedirs(ctx.log_dir, exist_ok=True)
+    t_start = time.monotonic()
+    state = load_state(ctx)
+    earlier = [r for r in state["records"] if r.get("status") != "planned"]
     steps_out = ctx.steps_done
+    steps_out.extend(earlier)
+    done = {r["name"] for r in earlier}
+    pending = []  # the plan's later calls and what it leaves out, as report rows
+
+    def report():
+        write_report(ctx, steps_out + pending)
 
     def on_term(signum, _frame):  # the device tool's limit: end the running command, leave what was measured
         if ctx.current is not None:
@@ -968,27 +1237,62 @@ def main(argv):
                 pass
         steps_out.append({"name": "(interrupted)", "part": args.part, "status": "failed", "seconds": 0.0,
                           "reason": "gpu-validate stopped by signal %d" % signum, "result": {}})
-        write_report(ctx, steps_out)
+        state.update(used_s=state["used_s"] + time.monotonic() - t_start, records=steps_out)
+        save_state(ctx, state)
+        report()
         sys.exit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     probe(ctx)
     print("gpu-validate: %s, part %s, work %s" % (ctx.info["mode"], args.part, ctx.work), flush=True)
-    part, t_all = None, time.monotonic()
-    for step in make_steps(ctx):
-        if step.part != part:
-            part = step.part
-            ctx.part_deadline = None if ctx.dry_run else time.monotonic() + args.budget
+    steps = make_steps(ctx)
+    if ctx.continuing:
+        print("gpu-validate: --continue: %d steps done in earlier calls, %.0f s of --budget %d spent" %
+              (len(done), state["used_s"], args.budget), flush=True)
+        if not os.access(ctx.runner, os.X_OK):
+            done.discard("build")  # a fresh machine: build again
+    remaining = [st for st in steps if st.name not in done]
+    left_total = args.budget - state["used_s"]
+    text, calls, left_out, slack = plan_text(remaining, max(left_total, 0), args.call_limit)
+    print(text, flush=True)
+    ctx.slack_s = slack
+    if ctx.dry_run:  # the CPU paths of every step, without time limits (CI's gpu_validate_dry_run)
+        this_call = remaining
+    else:
+        this_call = [st for st, _ in calls[0]] if calls else []
+        later = [(i + 2, st) for i, call in enumerate(calls[1:]) for st, _ in call]
+        pending = [{"name": st.name, "part": st.part, "status": "skipped", "seconds": 0.0, "result": {},
+                    "reason": "planned for call %d: scripts/gpu-validate.sh --budget %d --continue (same --work)" %
+                              (n, args.budget), "log": ""} for n, st in later]
+        pending += [{"name": st.name, "part": st.part, "status": "skipped", "seconds": 0.0, "result": {},
+                     "reason": why, "log": ""} for st, why in left_out]
+        ctx.part_deadline = t_start + min(args.call_limit, max(left_total, 0))
+    for step in this_call:
+        est = step.est_s or 0
+        if ctx.part_deadline is not None and est > ctx.part_deadline - time.monotonic() and step.name != "build":
+            # Earlier steps ran long: this one waits for the next call.
+            pending.insert(0, {"name": step.name, "part": step.part, "status": "skipped", "seconds": 0.0,
+                               "result": {}, "log": "", "reason": "no time left in this call (about %d s needed): "
+                               "scripts/gpu-validate.sh --budget %d --continue" % (est, args.budget)})
+            continue
         rec = run_step(ctx, step)
         if step.name == "build" and rec["result"].get("runner_version"):
             ctx.info["runner_version"] = rec["result"]["runner_version"]
         steps_out.append(rec)
         print("  %-34s %-8s %6.1f s  %s" % (rec["name"], rec["status"], rec["seconds"], rec["reason"]), flush=True)
-        write_report(ctx, steps_out)
-    write_report(ctx, steps_out)
-    print("gpu-validate: %d steps in %.0f s: %s" % (len(steps_out), time.monotonic() - t_all,
-                                                    os.path.join(ctx.out_dir, "gpu-report.md")))
+        state.update(used_s=state["used_s"] + 0, records=steps_out)
+        report()
+    elapsed = time.monotonic() - t_start
+    if not ctx.dry_run:
+        state.update(used_s=state["used_s"] + elapsed, records=steps_out)
+        save_state(ctx, state)
+    report()
+    waiting = [r for r in pending if r["reason"].startswith(("planned for call", "no time left"))]
+    print("gpu-validate: %d steps in %.0f s: %s" % (len(steps_out), elapsed, os.path.join(ctx.out_dir, "gpu-report.md")))
+    if waiting and not ctx.stopped:
+        print("gpu-validate: %d steps wait for the next call: scripts/gpu-validate.sh --budget %d --continue "
+              "--work %s OUT_DIR" % (len(waiting), args.budget, ctx.work))
     # The report is the product: exit 0 when it was written, whatever the steps said.
     return 0
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -20,12 +21,22 @@
 
 namespace luatune {
 
+namespace {
+std::atomic<int> g_step_kernels_override{-1};  // -1: the environment decides (StepKernelsScope)
+}  // namespace
+
 bool step_kernels_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("LUATUNE_STEP_KERNELS");
     return !(v && std::strcmp(v, "0") == 0);
   }();
-  return on;
+  const int forced = g_step_kernels_override.load(std::memory_order_relaxed);
+  return forced < 0 ? on : forced != 0;
+}
+
+StepKernelsScope::StepKernelsScope(bool on) : previous_(g_step_kernels_override.exchange(on ? 1 : 0)) {}
+StepKernelsScope::~StepKernelsScope() {
+  g_step_kernels_override.store(previous_);
 }
 
 namespace {

@@ -30,6 +30,19 @@ std::string device_name(const c10::Device& d);
 // environment sets LUATUNE_STEP_KERNELS=0, which sends every op to its ATen path (the CPU's, which
 // runs on CUDA too), e.g. to compare a step with and without them or to set a suspect kernel aside.
 bool step_kernels_enabled();
+// Sets step_kernels_enabled() for the whole process while it lives (every thread: autograd's backward
+// runs on its own), then puts back what was there: the GPU smoke check (tests/cuda/step_kernel_smoke.cpp)
+// runs each kernel and its ATen path in one process. Not for concurrent use.
+class StepKernelsScope {
+ public:
+  explicit StepKernelsScope(bool on);
+  ~StepKernelsScope();
+  StepKernelsScope(const StepKernelsScope&) = delete;
+  StepKernelsScope& operator=(const StepKernelsScope&) = delete;
+
+ private:
+  int previous_;
+};
 
 // Uses every CPU this process may run on for intra-op parallelism, unless OMP_NUM_THREADS says
 // otherwise (LibTorch's own default counts physical cores only).

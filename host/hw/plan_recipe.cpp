@@ -18,7 +18,8 @@
 namespace luatune {
 
 const std::vector<std::string> kPlanExtraKeys = {"model_preset",  "method", "gpus",      "nproc",
-                                                 "gpus_per_node", "shard",  "optimizer", "optimizer_offload"};
+                                                 "gpus_per_node", "shard",  "optimizer", "optimizer_offload",
+                                                 "margin"};
 
 bool hw_plan_extra_set(PlanExtras* ex, const std::string& key, const std::string& text) {
   auto count = [&](int64_t* out) {
@@ -54,6 +55,11 @@ bool hw_plan_extra_set(PlanExtras* ex, const std::string& key, const std::string
     if (text != "adamw" && text != "adamw8bit" && text != "sgd")
       fail_usage("runner plan: optimizer must be adamw, adamw8bit or sgd, got '" + text + "'");
     ex->optimizer = text;
+  } else if (key == "margin") {
+    if (text != "true" && text != "false")
+      fail_usage("runner plan: margin must be true or false, got '" + text + "'",
+                 "false plans the model alone, without the calibration's margin (docs/hardware.md)");
+    ex->margin = text == "true";
   } else if (key == "optimizer_offload") {
     if (text != "none" && text != "cpu")
       fail_usage("runner plan: optimizer_offload must be none or cpu, got '" + text + "'");

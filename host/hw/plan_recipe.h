@@ -25,6 +25,7 @@ struct PlanExtras {
   std::string shard;              // "" = the config's shard, else none
   std::string optimizer;          // "" = the config's optimizer, else adamw
   std::string optimizer_offload;  // "" = the config's optimizer_offload, else none
+  bool margin = true;  // margin=false: the model alone, no calibration margin (host/hw/calibration.h)
 };
 // The keys PlanExtras reads from `runner plan`'s key=value list.
 extern const std::vector<std::string> kPlanExtraKeys;

@@ -194,8 +194,25 @@ check plan_full 0 "$runner" plan full_finetune model_preset=llama3.1-8b gradient
 expect_out "method: full, dtype bf16 with fp32 master weights, adamw"; expect_out "- use LoRA (r=16"
 check plan_quantize 0 "$runner" plan lora_finetune model_preset=llama3.1-8b quantize=nf4
 expect_out "method: qlora, dtype bf16, LoRA r=16"
-check plan_qlora_recipe 0 "$runner" plan qlora_finetune model_preset=llama3.1-8b max_length=2048 batch_size=1
+check plan_qlora_recipe 0 "$runner" plan qlora_finetune model_preset=llama3.1-8b max_length=2048 batch_size=1 margin=false
 expect_out "method: qlora"; expect_out "  total                  8.49  (peak at a layer's backward"
+# The calibration (data/planner_calibration.json): the peaks the plan was last checked against, and the
+# margin while the step as built is unmeasured (docs/hardware.md, "Calibration"); margin=false plans the
+# model alone.
+check plan_calibration 0 "$runner" plan lora_finetune model_preset=llama3.1-8b max_length=2048 batch_size=4 \
+  gradient_checkpointing=true
+expect_out "calibration: activation terms last checked against peaks measured 2026-11-26 on an NVIDIA H200 (commit 53dd9cf)"
+expect_out "  the training step changed since (fingerprint 8d19f59f6d4a then, "
+expect_out "  margin: +"
+calibrated=$out
+check plan_no_margin 0 "$runner" plan lora_finetune model_preset=llama3.1-8b max_length=2048 batch_size=4 \
+  gradient_checkpointing=true margin=false
+expect_out "  no margin added (margin=false): this plan is the model of today's step alone"
+if [ "$(grep -m1 '^  total' <<<"$calibrated")" = "$(grep -m1 '^  total' <<<"$out")" ]; then
+  echo "FAIL plan_no_margin: the same total with and without the margin"; failed=$((failed + 1))
+fi
+check plan_bad_margin 2 "$runner" plan lora_finetune model_preset=llama3.1-8b margin=maybe
+expect_out "runner plan: margin must be true or false, got 'maybe'"
 check plan_no_config 2 "$runner" plan lora_finetune base_model=/nonexistent
 expect_out "plan: base_model '/nonexistent' has no config.json to read the model's shape from"
 expect_out "HINT: point base_model= at a Hugging Face model directory, or pass model_preset=llama3.1-8b|mistral-7b|gemma2-9b"
@@ -228,7 +245,7 @@ check plan_pruning_advice 0 "$runner" plan llama31_sheared model_preset=llama3.1
 expect_out "a pruning job: every weight trains, so the advice below leaves LoRA and QLoRA out"
 expect_out "- add optimizer_offload=cpu"; refute_out "use LoRA"; refute_out "use QLoRA"
 # Minitron: the cut model beside its teacher, the one phase that trains.
-check plan_minitron 0 "$runner" plan minitron_prune_distill model_preset=llama3.1-8b shape.hidden=3072 shape.intermediate=9216
+check plan_minitron 0 "$runner" plan minitron_prune_distill model_preset=llama3.1-8b shape.hidden=3072 shape.intermediate=9216 margin=false
 expect_out "== phase distillation: the pruned model (layers 32, heads 32 (kv 8), head_dim 128, hidden 3072, intermediate 9216) distilled from the whole model, frozen in bf16, whole on every rank"
 expect_out "the distillation phase peaks: 92.06 GiB per GPU"
 check plan_zero3_full 0 "$runner" plan full_finetune model_preset=llama3.1-8b nproc=8 shard=full

@@ -17,6 +17,21 @@ if ! scripts/gpu-validate.sh --dry-run --build-dir "$(dirname "$runner")" --work
 fi
 cat "$work/driver.log"
 echo "dry run: $(( $(date +%s) - start )) s"
+plan_fails=0
+grep -q "^plan for --budget 570 s in device calls of at most 570 s" "$work/driver.log" ||
+  { echo "FAIL the dry run does not print its plan first"; plan_fails=1; }
+# The plan at the budget a 15-minute lease leaves (docs/gpu.md): two calls, the smoke step before any
+# benchmark, the time of each call and of the whole.
+scripts/gpu-validate.sh --plan --budget 780 >"$work/plan780.txt" 2>&1 ||
+  { echo "FAIL --plan --budget 780 exited non-zero"; plan_fails=1; }
+cat "$work/plan780.txt"
+grep -q "^  call 2 ([0-9]* s; scripts/gpu-validate.sh --budget 780 --continue" "$work/plan780.txt" ||
+  { echo "FAIL --budget 780: no second call"; plan_fails=1; }
+grep -qE "^planned: [0-9]+ steps in 2 call\(s\), about [0-9]+ s of 780" "$work/plan780.txt" ||
+  { echo "FAIL --budget 780: no total"; plan_fails=1; }
+[ "$(grep -nE '^    (smoke|bench:)' "$work/plan780.txt" | head -1 | grep -c smoke)" = 1 ] ||
+  { echo "FAIL --budget 780: a benchmark before the smoke step"; plan_fails=1; }
+[ "$plan_fails" = 0 ] || exit 1
 python3 - "$work/out" <<'EOF'
 import json, os, sys, tarfile
 out = sys.argv[1]
@@ -27,8 +42,8 @@ def check(ok, what):
 with open(os.path.join(out, "gpu-report.json")) as f:
     report = json.load(f)
 steps = {s["name"]: s for s in report["steps"]}
-expected = ["build", "gpu_tests", "nf4_kernels", "torchrun_lora_ws1", "shard_full_1gpu", "hf_fixtures", "hf_parity",
-            "hf_roundtrip", "whole_suite", "planner", "planner:long"]
+expected = ["build", "smoke", "gpu_tests", "nf4_kernels", "torchrun_lora_ws1", "shard_full_1gpu", "hf_fixtures",
+            "hf_parity", "hf_roundtrip", "whole_suite", "planner", "planner:8b", "planner:long"]
 for shape, methods in (("tiny", "full lora qlora"), ("llama-3.2-1b", "full lora qlora"),
                        ("llama-3.1-8b", "full lora qlora")):
     expected += ["bench:%s:%s:%s" % (shape, m, side) for m in methods.split() for side in ("luatune", "hf")]
@@ -39,7 +54,7 @@ for s in report["steps"]:
     check(s["status"] == "ok" or s.get("reason"), "%s: skipped without a reason" % s["name"])
     check(isinstance(s.get("seconds"), (int, float)) and isinstance(s.get("result"), dict) and s.get("log"),
           "%s: lacks seconds, result or log" % s["name"])
-for name in ("gpu_tests", "nf4_kernels"):
+for name in ("smoke", "gpu_tests", "nf4_kernels"):
     check(steps.get(name, {}).get("reason") in ("no CUDA", "dry run (CPU only)"), "%s: not skipped for CUDA" % name)
 check(steps.get("whole_suite", {}).get("reason") == "dry run (CI runs the suite)", "whole_suite's reason")
 for name in ("torchrun_lora_ws1", "shard_full_1gpu"):  # the recipe's arguments ran on the CPU
@@ -71,8 +86,10 @@ prow = {r.get("phase"): r for r in sp.get("result", {}).get("rows", [])}
 check(set(prow) == {"pruning", "recovery"} and all(r.get("predicted_total_gib", 0) > 0 for r in prow.values()),
       "sheared_phases rows: %s" % prow)
 check(prow.get("recovery", {}).get("teacher_gib", 0) >= 0 and "teacher" in str(sp), "sheared_phases: no teacher term")
-rows = steps.get("planner", {}).get("result", {}).get("rows", [])
-check(len(rows) == 8 and all(r.get("predicted_total_gib", 0) > 0 for r in rows), "planner rows: %s" % rows)
+rows = steps.get("planner", {}).get("result", {}).get("rows", [])  # tiny and 1B: full, LoRA, QLoRA
+check(len(rows) == 6 and all(r.get("predicted_total_gib", 0) > 0 for r in rows), "planner rows: %s" % rows)
+rows = steps.get("planner:8b", {}).get("result", {}).get("rows", [])  # 8B QLoRA and LoRA
+check(len(rows) == 2 and all(r.get("predicted_total_gib", 0) > 0 for r in rows), "planner:8b rows: %s" % rows)
 rt = steps.get("hf_roundtrip", {})
 check(rt.get("status") == "ok" or any(c.get("status") == "ok" for c in rt.get("result", {}).get("checks", [])),
       "hf_roundtrip: the luatune side did not run")

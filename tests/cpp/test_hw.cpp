@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <tuple>
 
 #include "host/core/files.h"
+#include "host/hw/calibration.h"
 #include "host/hw/catalog.h"
 #include "host/hw/device_probe.h"
 #include "host/hw/plan.h"
@@ -178,42 +180,37 @@ TEST(HwPlan, Qlora8BFitsIn16GB) {
   EXPECT_LT(m.total / kGiB, 10);
 }
 
-// The peaks measured on an H200 (docs/gpu-report-2026-11-26.md, torch.cuda.max_memory_allocated of
-// luatune's step in bench/gpu/train_bench.lua: batch 4 x 2048 tokens, layers recomputed, bf16, LoRA
-// r=16 on all seven projections without dropout). That step's loss held 8 bytes per logit of its
-// chunk (a float32 copy of the bf16 logits and logsumexp's float32 temporary), which the planner is
-// told; everything else is today's arithmetic. The allocator's peak sees neither the CUDA context nor
-// fragmentation, so the plan less those two terms is compared, within 10 %.
-TEST(HwPlan, WithinTenPercentOfThePeaksMeasuredOnAnH200) {
-  const ModelConfig llama32_1b = model_config_with(
-      "llama",
-      R"({"vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-      "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "tie_word_embeddings": true})",
-      "test llama 3.2 1b");
-  struct Point {
-    const char* name;
-    ModelConfig model;
-    PlanMethod method;
-    double measured_gb;  // the report's peak_memory_gb (1e9 bytes)
-  };
-  const Point points[] = {{"Llama 3.2 1B full", llama32_1b, PlanMethod::method_full, 22.99},
-                          {"Llama 3.2 1B LoRA", llama32_1b, PlanMethod::method_lora, 7.551},
-                          {"Llama 3.1 8B LoRA", llama31_8b(), PlanMethod::method_lora, 23.25},
-                          {"Llama 3.1 8B QLoRA", llama31_8b(), PlanMethod::method_qlora, 12.9}};
-  for (const Point& pt : points) {
+// The peaks in data/planner_calibration.json (measured by the GPU harness: torch.cuda.max_memory_allocated
+// of luatune's step in bench/gpu/train_bench.lua), each planned with its own settings and the shape of
+// bench/gpu/shapes.json. A point whose step's loss held more per logit than today's (loss_logit_bytes:
+// 8 on 2026-11-26, a float32 copy of the 16-bit chunk and logsumexp's float32 temporary) is planned
+// with that. The allocator's peak sees neither the CUDA context nor fragmentation, so the plan less
+// those two terms is compared, within 10 %.
+TEST(HwPlan, WithinTenPercentOfTheCalibrationPoints) {
+  const std::vector<CalibrationPoint> points = hw_calibration_load("data/planner_calibration.json");
+  ASSERT_GE(points.size(), 4u);
+  const nlohmann::json shapes = nlohmann::json::parse(file_read("bench/gpu/shapes.json"))["shapes"];
+  for (const CalibrationPoint& pt : points) {
+    ASSERT_TRUE(shapes.contains(pt.shape)) << pt.shape;
+    const ModelConfig model = model_config_with(shapes[pt.shape].value("arch", std::string("llama")),
+                                                shapes[pt.shape]["config"].dump(), pt.shape);
     PlanOptions o;
-    o.method = pt.method;
-    o.batch_size = 4;
-    o.max_length = 2048;
-    o.gradient_checkpointing = true;
-    o.lora_dropout = 0;
-    o.loss_logit_bytes = 8;
-    const PlanComponents m = hw_plan_memory(pt.model, o);
+    o.method = plan_method_parse(pt.method);
+    o.batch_size = pt.batch_size;
+    o.max_length = pt.max_length;
+    o.gradient_checkpointing = pt.gradient_checkpointing;
+    o.dtype = pt.dtype;
+    o.lora_r = pt.lora_r;
+    o.lora_dropout = pt.lora_dropout;
+    o.loss_logit_bytes = pt.loss_logit_bytes;
+    const PlanComponents m = hw_plan_memory(model, o);
     const double allocated = m.total - m.cuda_context - m.fragmentation;
-    const double measured = pt.measured_gb * 1e9;
+    const double measured = pt.peak_memory_gb * 1e9;
     EXPECT_NEAR(allocated / measured, 1.0, 0.10)
-        << pt.name << ": planned " << allocated / kGiB << " GiB, measured " << measured / kGiB << " GiB";
-    EXPECT_EQ(m.peak_at, "loss") << pt.name;  // that step's loss chunk was its peak
+        << pt.date << " " << pt.name << ": planned " << allocated / kGiB << " GiB, measured "
+        << measured / kGiB << " GiB";
+    if (pt.loss_logit_bytes >= 8) EXPECT_EQ(m.peak_at, "loss") << pt.name;  // that step's loss chunk peaked
+    EXPECT_EQ(pt.step.size(), 12u) << pt.name;  // a fingerprint (scripts/step_fingerprint.py COMMIT)
   }
   // Today's loss holds 2 bytes a logit (+ a float32 block): the same runs plan lower, by what the
   // chunk no longer holds, and the peak is a layer's backward for the 8B model.
@@ -224,6 +221,77 @@ TEST(HwPlan, WithinTenPercentOfThePeaksMeasuredOnAnH200) {
   then.loss_logit_bytes = 8;
   EXPECT_LT(hw_plan_memory(llama31_8b(), today).total, hw_plan_memory(llama31_8b(), then).total);
   EXPECT_EQ(hw_plan_memory(llama31_8b(), today).peak_at, "backward");
+}
+
+// What `runner plan` says of its calibration: the newest measurements (date, GPU, commit), whether the
+// step as built is the one measured then, and while it is not, the loss those measurements held as a
+// margin where that plans higher.
+TEST(HwCalibration, TheNewestPointsAndWhetherTheStepChanged) {
+  CalibrationPoint old_pt, new_pt;
+  old_pt.date = "2026-11-26", old_pt.commit = "53dd9cf", old_pt.gpu = "NVIDIA H200",
+  old_pt.step = "aaaaaaaaaaaa";
+  old_pt.loss_logit_bytes = 8;
+  new_pt = old_pt;
+  new_pt.date = "2026-12-09", new_pt.commit = "1234567", new_pt.gpu = "NVIDIA H100",
+  new_pt.step = "bbbbbbbbbbbb";
+  new_pt.loss_logit_bytes = 0;
+  CalibrationStatus s = hw_calibration_status({old_pt, new_pt}, "bbbbbbbbbbbb");
+  EXPECT_TRUE(s.measured);
+  EXPECT_EQ(std::make_tuple(s.date, s.commit, s.gpu, s.step_changed, s.loss_logit_bytes),
+            std::make_tuple(std::string("2026-12-09"), std::string("1234567"), std::string("NVIDIA H100"),
+                            false, 0.0));
+  s = hw_calibration_status({new_pt, old_pt}, "cccccccccccc");
+  EXPECT_TRUE(s.step_changed);
+  EXPECT_FALSE(hw_calibration_status({}, "x").measured);
+
+  PlanOptions o = lora_checkpointed();
+  o.max_length = 2048;
+  o.lora_dropout = 0;
+  const std::vector<GpuSpec> gpus = catalog();
+  const double plain = hw_plan(llama31_8b(), o, gpus).components.total;
+  PlanOptions at8 = o;
+  at8.loss_logit_bytes = 8;
+  const double then = hw_plan(llama31_8b(), at8, gpus).components.total;
+  ASSERT_GT(then, plain);
+  std::string note;
+  // Unmeasured step, measured with an 8-byte loss: the margin.
+  const CalibrationStatus changed = hw_calibration_status({old_pt}, "dddddddddddd");
+  EXPECT_DOUBLE_EQ(hw_plan_calibrated(llama31_8b(), o, gpus, changed, &note).components.total, then);
+  EXPECT_NE(note.find("peaks measured 2026-11-26 on an NVIDIA H200 (commit 53dd9cf)"), std::string::npos)
+      << note;
+  EXPECT_NE(note.find("the training step changed since (fingerprint aaaaaaaaaaaa then"), std::string::npos)
+      << note;
+  EXPECT_NE(note.find("margin: +"), std::string::npos) << note;
+  // The step measured as built: the model alone, and the note says so.
+  const CalibrationStatus same = hw_calibration_status({new_pt}, "bbbbbbbbbbbb");
+  EXPECT_DOUBLE_EQ(hw_plan_calibrated(llama31_8b(), o, gpus, same, &note).components.total, plain);
+  EXPECT_NE(note.find("the training step is the one measured then (fingerprint bbbbbbbbbbbb)"),
+            std::string::npos)
+      << note;
+  EXPECT_EQ(note.find("margin"), std::string::npos) << note;
+  // No points: the model alone, said plainly.
+  EXPECT_DOUBLE_EQ(hw_plan_calibrated(llama31_8b(), o, gpus, CalibrationStatus{}, &note).components.total,
+                   plain);
+  EXPECT_NE(note.find("no measured peaks"), std::string::npos);
+  EXPECT_EQ(std::string(hw_step_fingerprint()).size(), 12u);
+}
+
+TEST(HwCalibration, AMalformedFileIsOneLineNamingThePoint) {
+  TempDir dir;
+  const std::string path = dir.path + "/c.json";
+  EXPECT_TRUE(hw_calibration_load(dir.path + "/missing.json").empty());
+  write_text(path, R"({"points": [{"date": "2026-11-26", "commit": "x", "gpu": "g", "step": "s"}]})");
+  std::string msg = error_of([&] { hw_calibration_load(path); });
+  EXPECT_NE(msg.find("planner calibration " + path + ": points[0]"), std::string::npos) << msg;
+  write_text(path, "{");
+  msg = error_of([&] { hw_calibration_load(path); });
+  EXPECT_NE(msg.find("planner calibration " + path + ": not JSON"), std::string::npos) << msg;
+  write_text(path, R"({"points": [{"date": "d", "commit": "x", "gpu": "g", "step": "s", "shape": "a",
+      "method": "full", "batch_size": 4, "max_length": 8, "peak_memory_gb": -1}]})");
+  msg = error_of([&] { hw_calibration_load(path); });
+  EXPECT_NE(msg.find("points[0]: peak_memory_gb, batch_size and max_length must be positive"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(HwPlan, OtherModelsOrdersOfMagnitude) {

@@ -86,7 +86,7 @@ class Parsers(unittest.TestCase):
             gv.ctest_step = orig
         args = seen[0]
         self.assertEqual(args[args.index("-L") + 1], "gpu")
-        self.assertEqual(args[args.index("-E") + 1], "^nf4_kernel_tests$")
+        self.assertEqual(args[args.index("-E") + 1], "^(nf4_kernel_tests|step_kernel_smoke)$")
 
     def test_nf4_bench_and_catalog(self):
         r = gv.parse_nf4_bench(NF4)
@@ -196,11 +196,106 @@ class StepRunner(unittest.TestCase):
         self.assertIn("--- stderr ---\nthe reason", log)
         self.assertIn("--- exit 7 after", log)
 
+    def test_a_failed_smoke_step_stops_the_rest(self):
+        self.ctx.stopped = "the smoke step failed: FAIL swiglu llama-3.1-8b: d gate: not finite"
+        rec = gv.run_step(self.ctx, gv.Step("bench:x", "bench", 100, lambda c, s: ("ok", "")))
+        self.assertEqual(rec["status"], "skipped")
+        self.assertEqual(rec["reason"], "not run: the smoke step failed: FAIL swiglu llama-3.1-8b: d gate: not finite")
+
+    def test_continue_state_round_trip(self):
+        self.ctx.continuing = True
+        self.assertEqual(gv.load_state(self.ctx)["used_s"], 0.0)  # none yet: afresh
+        self.assertFalse(self.ctx.continuing)
+        gv.save_state(self.ctx, {"used_s": 321.5, "records": [{"name": "build", "status": "ok"}], "info": {}})
+        self.ctx.continuing = True
+        st = gv.load_state(self.ctx)
+        self.assertEqual((st["used_s"], st["records"][0]["name"]), (321.5, "build"))
+
+    def test_planner_appends_calibration_points(self):
+        self.ctx.info = {"date": "2026-12-08 10:00 UTC", "git": "abc1234", "gpu": {"name": "NVIDIA H200"},
+                         "runner_version": "luatune 0.1.0\ntraining step 0123456789ab (host/hw/step_files.txt)"}
+        pair = ("llama-3.2-1b", "lora", 2048, 4)
+        ok = {"status": "ok", "result": {"peak_memory_kind": "cuda_max_allocated", "peak_memory_gb": 5.5}}
+        by_name = {gv.pair_step_name("llama-3.2-1b", "lora", "luatune"): ok,
+                   gv.pair_step_name("llama-3.2-1b", "full", "luatune"): {"status": "failed", "result": {}}}
+        self.assertEqual(gv.append_calibration(self.ctx, [pair, ("llama-3.2-1b", "full", 2048, 4)], by_name), 1)
+        self.assertEqual(gv.append_calibration(self.ctx, [pair], by_name), 0)  # the same point once
+        doc = gv.read_json(os.path.join(self.ctx.out_dir, "planner_calibration.json"))
+        shipped = gv.read_json(os.path.join(ROOT, gv.CALIBRATION))
+        self.assertEqual(doc["points"][:-1], shipped["points"])
+        new = doc["points"][-1]
+        self.assertEqual((new["date"], new["commit"], new["gpu"], new["step"], new["shape"], new["method"],
+                          new["batch_size"], new["max_length"], new["peak_memory_gb"], new["loss_logit_bytes"]),
+                         ("2026-12-08", "abc1234", "NVIDIA H200", "0123456789ab", "llama-3.2-1b", "lora", 4, 2048,
+                          5.5, 0))
+        self.ctx.info["runner_version"] = "luatune 0.1.0"  # an old runner: no fingerprint, no point
+        self.assertEqual(gv.append_calibration(self.ctx, [("llama-3.1-8b", "lora", 2048, 4)], by_name), 0)
+
     def test_budget_spent_skips(self):
         self.ctx.part_deadline = time.monotonic() + 5
         rec = gv.run_step(self.ctx, gv.Step("late", "bench", 100, lambda c, s: ("ok", "")))
         self.assertEqual(rec["status"], "skipped")
         self.assertIn("time budget is spent", rec["reason"])
+
+
+class Plan(unittest.TestCase):
+    """The plan at the budgets docs/gpu.md shows (600, 780, 1500 s; calls of 570 s)."""
+
+    def steps(self, part="all"):
+        args = argparse.Namespace(dry_run=False, out_dir=".", work=tempfile.gettempdir(), build_dir="build",
+                                  budget=780, deps=".deps", part=part, only=None)
+        return gv.make_steps(gv.Context(args))
+
+    def test_order_calls_and_budget(self):
+        steps = self.steps()
+        names = [s.name for s in steps]
+        self.assertEqual(names[:3], ["build", "smoke", "peer_wheels"])
+        self.assertEqual(names[-1], "whole_suite")
+        # the GPU ratios against every peer come before the tests that settle less
+        self.assertLess(names.index("bench:llama-3.2-1b:lora:unsloth"), names.index("gpu_tests"))
+        self.assertLess(names.index("planner"), names.index("bench:llama-3.1-8b:qlora:luatune"))
+        for budget in (600, 780, 1500):
+            calls, left_out, slack = gv.plan_calls(steps, budget, 570)
+            total = sum(gv.CALL_OVERHEAD + sum(e for _, e in c) for c in calls)
+            self.assertLessEqual(total, budget + 1e-9)
+            self.assertGreaterEqual(slack, 0)
+            for c in calls:
+                self.assertLessEqual(gv.CALL_OVERHEAD + sum(e for _, e in c), 570)
+            planned = [s.name for c in calls for s, _ in c]
+            self.assertEqual(len(planned) + len(left_out), len(steps))  # every step planned or said why not
+            self.assertEqual(planned[:2], ["build", "smoke"])
+            for i, name in enumerate(planned):  # what a step needs comes before it
+                for need in dict((s.name, s) for s in steps)[name].kw.get("needs", ()):
+                    self.assertIn(need, planned[:i], "%s before %s at %d s" % (need, name, budget))
+            # a luatune benchmark side runs only with HF's beside it
+            for name in planned:
+                if name.startswith("bench:") and name.endswith(":luatune"):
+                    self.assertIn(name[:-len("luatune")] + "hf", planned, name)
+            for s, why in left_out:
+                self.assertTrue(why.startswith(("does not fit --budget", "needs ", "less than")), why)
+        one = gv.plan_calls(steps, 600, 570)[0]
+        self.assertEqual(len(one), 1)  # 30 s more would be a call mostly spent starting
+        self.assertIn("bench:llama-3.2-1b:qlora:unsloth", [s.name for s, _ in one[0]])
+        two, out780, _ = gv.plan_calls(steps, 780, 570)
+        self.assertEqual(len(two), 2)
+        self.assertIn("bench:llama-3.1-8b:qlora:hf", [s.name for s, _ in two[1]])
+        three, out1500, _ = gv.plan_calls(steps, 1500, 570)
+        self.assertEqual(len(three), 3)
+        self.assertLess(len(out1500), len(out780))
+        every, none_out, _ = gv.plan_calls(steps, 3000, 570)  # enough for everything: the suite takes the rest
+        self.assertEqual((none_out, [s.name for s, _ in every[-1]][-1]), ([], "whole_suite"))
+
+    def test_a_part_keeps_its_own_steps_and_the_build(self):
+        names = [s.name for s in self.steps("long")]
+        self.assertEqual(names[0], "build")
+        self.assertTrue(all(n == "build" or n.startswith(("bench:llama-3.1-8b:full", "planner:long", "sheared"))
+                            for n in names), names)
+
+    def test_plan_text_says_what_is_left_out(self):
+        text = gv.plan_text(self.steps(), 300, 570)[0]
+        self.assertIn("not run: whole_suite", text)
+        self.assertIn("does not fit --budget 300", text)
+        self.assertRegex(text, r"planned: \d+ steps in 1 call\(s\), about \d+ s of 300")
 
 
 if __name__ == "__main__":
