@@ -12,6 +12,7 @@ local cfg = config {
   hidden_size = 768, intermediate_size = 2048, num_hidden_layers = 6, num_attention_heads = 12,
   num_key_value_heads = 4,
   prompt_tokens = 64, new_tokens = 64, reps = 3,
+  fast_decode = true,      -- bench: false times every step through the forward pass (the path before the fast step)
   seed = 0,
 }
 
@@ -39,7 +40,7 @@ local n_prompt = #tok:encode(prompt, { special = true })
 
 local function run(n)
   local t0 = metrics.clock()
-  local _, r = model:generate(tok, prompt, { max_new_tokens = n, temperature = 0 })
+  local _, r = model:generate(tok, prompt, { max_new_tokens = n, temperature = 0, fast_decode = cfg.fast_decode })
   return metrics.clock() - t0, r.new_tokens
 end
 run(cfg.new_tokens)  -- warm-up

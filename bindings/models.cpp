@@ -185,6 +185,7 @@ int l_models_generate(lua_State* L) {
     o.top_p = lt_opt_number(L, 4, "top_p", 1.0);
     o.seed = static_cast<uint64_t>(lt_opt_int(L, 4, "seed", 0, 0));
     o.use_cache = lt_opt_bool(L, 4, "use_cache", true);
+    o.fast_decode = lt_opt_bool(L, 4, "fast_decode", true);
     lt_opt_strings(L, 4, "stop", "model:generate", &o.stop);
   }
   GenerateResult r = model_generate(m, *tok, prompt, o);

@@ -1628,6 +1628,7 @@ function Model:forward(ids) end
 ---@field stop? string|string[] stop strings, cut from the text
 ---@field seed? integer the sampler's seed (default: 0)
 ---@field use_cache? boolean false recomputes the whole sequence every step (for testing) (default: true)
+---@field fast_decode? boolean the fast CPU decode step after the prefill where the model allows it (float32 on the CPU, no enabled adapter; docs/generation.md); false runs every step through the forward pass (default: true)
 
 ---samples (greedy at temperature 0) until an EOS id of the config or tokenizer, a stop string or max_new_tokens
 ---@param tok Tokenizer

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "host/core/error.h"
+#include "host/model/decode_cpu.h"
 #include "host/text/tokenizer.h"
 
 namespace luatune {
@@ -65,6 +67,10 @@ GenerateResult model_generate_ids(const Model& model, const std::vector<int64_t>
   }
   std::vector<int64_t> all = prompt_ids;
   at::Tensor logits = model.forward(ids_tensor(prompt_ids), fo);
+  // After the LibTorch prefill, one token at a time through plain loops where the model allows it.
+  std::unique_ptr<DecodeCpu> fast;
+  if (o.use_cache && o.fast_decode && o.max_new_tokens > 1 && decode_cpu_unsupported(model).empty())
+    fast = std::make_unique<DecodeCpu>(model, &cache);
   for (int64_t step = 0; step < o.max_new_tokens; step++) {
     int64_t next = sample_next(logits.select(1, 0).select(0, 0), o, gen);
     if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
@@ -84,7 +90,9 @@ GenerateResult model_generate_ids(const Model& model, const std::vector<int64_t>
       }
     }
     if (step + 1 == o.max_new_tokens) break;
-    logits = o.use_cache ? model.forward(ids_tensor({next}), fo) : model.forward(ids_tensor(all), fo);
+    logits = fast          ? fast->step(next)
+             : o.use_cache ? model.forward(ids_tensor({next}), fo)
+                           : model.forward(ids_tensor(all), fo);
   }
   if (tok) {
     std::vector<int32_t> ids32(r.new_ids.begin(), r.new_ids.end());

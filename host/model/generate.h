@@ -23,6 +23,9 @@ struct GenerateOptions {
   std::vector<int64_t> stop_ids;  // besides the tokenizer's/config's EOS ids
   uint64_t seed = 0;
   bool use_cache = true;  // false recomputes the whole sequence every step (for testing)
+  // The fast CPU decode step (host/model/decode_cpu.h) after the prefill, where the model allows it
+  // (float32 on the CPU, no enabled adapter, ...); false: every step through model.forward.
+  bool fast_decode = true;
 };
 
 struct GenerateResult {
