@@ -173,12 +173,10 @@ int l_models_forward(lua_State* L) {
 }
 LT_REGISTER("Model:forward", l_models_forward);
 
-int l_models_generate(lua_State* L) {
-  Model& m = lt_check_model(L, 1);
-  auto& tok = lt_check<std::shared_ptr<Tokenizer>>(L, 2);
-  std::string prompt = luaL_checkstring(L, 3);
+// model:generate's options (and generate_batch's: the same keys), from the table at index 4.
+GenerateOptions generate_options(lua_State* L, const char* api) {
   GenerateOptions o;
-  if (lt_check_options(L, 4, lt_api("Model:generate"))) {
+  if (lt_check_options(L, 4, lt_api(api))) {
     o.max_new_tokens = lt_opt_int(L, 4, "max_new_tokens", 64);
     o.temperature = lt_opt_number(L, 4, "temperature", 0.0);
     o.top_k = lt_opt_int(L, 4, "top_k", 0);
@@ -188,8 +186,11 @@ int l_models_generate(lua_State* L) {
     o.fast_decode = lt_opt_bool(L, 4, "fast_decode", true);
     lt_opt_strings(L, 4, "stop", "model:generate", &o.stop);
   }
-  GenerateResult r = model_generate(m, *tok, prompt, o);
-  lua_pushlstring(L, r.text.data(), r.text.size());
+  return o;
+}
+
+// The info table model:generate returns for one result.
+void push_generate_info(lua_State* L, const GenerateResult& r) {
   lua_createtable(L, 0, 5);
   std::vector<int64_t> all = r.prompt_ids;
   all.insert(all.end(), r.new_ids.begin(), r.new_ids.end());
@@ -197,9 +198,47 @@ int l_models_generate(lua_State* L) {
   lt_set_number(L, "new_tokens", static_cast<double>(r.new_ids.size()));
   lt_set_string(L, "finish_reason", r.finish_reason);
   lt_set_number(L, "seconds", r.seconds);
+}
+
+int l_models_generate(lua_State* L) {
+  Model& m = lt_check_model(L, 1);
+  auto& tok = lt_check<std::shared_ptr<Tokenizer>>(L, 2);
+  std::string prompt = luaL_checkstring(L, 3);
+  GenerateOptions o = generate_options(L, "Model:generate");
+  GenerateResult r = model_generate(m, *tok, prompt, o);
+  lua_pushlstring(L, r.text.data(), r.text.size());
+  push_generate_info(L, r);
   return 2;
 }
 LT_REGISTER("Model:generate", l_models_generate);
+
+int l_models_generate_batch(lua_State* L) {
+  Model& m = lt_check_model(L, 1);
+  auto& tok = lt_check<std::shared_ptr<Tokenizer>>(L, 2);
+  luaL_argcheck(L, lua_istable(L, 3) && lt_is_list(L, 3), 3, "a list of prompt strings");
+  std::vector<std::vector<int64_t>> prompts;
+  const int n = static_cast<int>(lua_objlen(L, 3));
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, 3, i);
+    if (!lua_isstring(L, -1)) luaL_error(L, "model:generate_batch: prompts[%d] is not a string", i);
+    prompts.push_back(generate_prompt_ids(*tok, lua_tostring(L, -1)));
+    lua_pop(L, 1);
+  }
+  GenerateOptions o = generate_options(L, "Model:generate_batch");
+  std::vector<GenerateResult> rs = model_generate_batch(m, prompts, o, tok.get());
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_pushlstring(L, rs[i].text.data(), rs[i].text.size());
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    push_generate_info(L, rs[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 2;
+}
+LT_REGISTER("Model:generate_batch", l_models_generate_batch);
 
 int l_models_perplexity(lua_State* L) {
   Model& m = lt_check_model(L, 1);

@@ -418,6 +418,38 @@ int l_train_rejection_sample(lua_State* L) {
 }
 LT_REGISTER("train.rejection_sample", l_train_rejection_sample);
 
+int l_train_generate(lua_State* L) {
+  auto model = lt_check<std::shared_ptr<Model>>(L, 1);
+  lt_check_required_options(L, 2, lt_api("train.generate"));
+  lua_getfield(L, 2, "tokenizer");
+  auto* tok = lt_test<std::shared_ptr<Tokenizer>>(L, -1);
+  LT_CHECK(tok != nullptr,
+           "train.generate: option 'tokenizer' expects a Tokenizer (tokenizer.load(dir)), got "
+               << luaL_typename(L, -1));
+  std::shared_ptr<Tokenizer> tokenizer = *tok;
+  lua_pop(L, 1);
+  CompletionOptions o;
+  o.batch_size = lt_opt_int(L, 2, "batch_size", o.batch_size);
+  o.generate.max_new_tokens = lt_opt_int(L, 2, "max_new_tokens", 128);
+  o.generate.temperature = lt_opt_number(L, 2, "temperature", 0.0);
+  o.generate.top_k = lt_opt_int(L, 2, "top_k", 0);
+  o.generate.top_p = lt_opt_number(L, 2, "top_p", 1.0);
+  o.generate.seed = static_cast<uint64_t>(lt_opt_int(L, 2, "seed", 0, 0));
+  o.data.max_length = lt_opt_int(L, 2, "max_length", o.data.max_length);
+  o.data.max_records = lt_opt_int(L, 2, "max_records", -1);
+  if (lt_has_field(L, 2, "chat")) o.data.chat = lt_opt_bool(L, 2, "chat", true);
+  o.data.chat_template = lt_opt_string(L, 2, "chat_template", "");
+  o.progress = lt_opt_bool(L, 2, "progress", true);
+  CompletionStats st = generate_completions(*model, *tokenizer, lt_opt_string(L, 2, "prompts", ""),
+                                            lt_opt_string(L, 2, "out", ""), o);
+  lt_push_numbers(L, {{"prompts", static_cast<double>(st.prompts)},
+                      {"new_tokens", static_cast<double>(st.new_tokens)},
+                      {"seconds", st.seconds},
+                      {"tokens_per_s", st.tokens_per_s}});
+  return 1;
+}
+LT_REGISTER("train.generate", l_train_generate);
+
 int l_train_save(lua_State* L) {
   std::string path = lt_check<TrainerPtr>(L, 1)->save();
   lua_pushstring(L, path.c_str());

@@ -1352,6 +1352,28 @@ function train.reward_model(model, opts) end
 ---@return table # {prompts, candidates, mean_best, mean_reward, mean_new_tokens, seconds}
 function train.rejection_sample(policy, reward, opts) end
 
+---@class TrainGenerateOpts
+---@field prompts string a JSONL file of {"prompt"} or {"messages"} records
+---@field out string the JSONL file written
+---@field tokenizer Tokenizer the model's tokenizer
+---@field max_new_tokens? integer tokens per completion at most (default: 128)
+---@field temperature? number 0: greedy (default: 0)
+---@field top_k? integer 0: off (default: 0)
+---@field top_p? number 1: off (default: 1)
+---@field seed? integer prompt i samples with seed + i (the same output at any batch_size) (default: 0)
+---@field max_length? integer tokens of a rendered prompt at most (default: 2048)
+---@field chat? boolean render prompts as conversations (default: the tokenizer has a chat template)
+---@field chat_template? string the chat template: "" = the tokenizer's own; a .jinja file or a template name (default: "")
+---@field max_records? integer read at most this many prompts (-1: all) (default: -1)
+---@field batch_size? integer prompts decoded together (default: 16)
+---@field progress? boolean a progress line per batch on stderr (default: true)
+
+---completions for every prompt of a JSONL file, batch_size prompts decoded together, written atomically to out as {prompt, completion, finish_reason, new_tokens} rows (docs/generation.md)
+---@param model Model
+---@param opts TrainGenerateOpts
+---@return table # {prompts, new_tokens, seconds, tokens_per_s}
+function train.generate(model, opts) end
+
 ---the optimizer, schedule and checkpoints over a model's trainable weights
 ---@class Trainer
 local Trainer = {}
@@ -1637,6 +1659,25 @@ function Model:forward(ids) end
 ---@return string text
 ---@return table info # {ids = prompt and new ids, new_tokens, finish_reason = "eos"|"stop"|"length", seconds}
 function Model:generate(tok, prompt, opts) end
+
+---@class ModelGenerateBatchOpts
+---@field max_new_tokens? integer tokens to generate at most (default: 64)
+---@field temperature? number 0: greedy (default: 0)
+---@field top_k? integer sample among the k likeliest tokens (0: off) (default: 0)
+---@field top_p? number nucleus sampling (1: off) (default: 1)
+---@field stop? string|string[] stop strings, cut from the text
+---@field seed? integer the sampler's seed (default: 0)
+---@field use_cache? boolean false recomputes the whole sequence every step (for testing) (default: true)
+---@field fast_decode? boolean the fast CPU decode step after the prefill where the model allows it (float32 on the CPU, no enabled adapter; docs/generation.md); false runs every step through the forward pass (default: true)
+
+---model:generate for many prompts at once: on a float32 CPU model every unfinished sequence decodes together in one pass over the weights (docs/generation.md), each result the same as model:generate on its prompt alone with the same options; other models one prompt at a time
+---@param tok Tokenizer
+---@param prompts string[]
+---@param opts? ModelGenerateBatchOpts
+---@return string[] texts
+---@return table[] infos # one per prompt, as model:generate's
+---@return seconds is the whole batch's
+function Model:generate_batch(tok, prompts, opts) end
 
 ---@class ModelPerplexityOpts
 ---@field max_length? integer sequences are cut into windows of this many tokens (default: 2048)

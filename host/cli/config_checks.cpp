@@ -112,6 +112,9 @@ std::string range_problem(const std::string& key, const std::string& name, const
     if (name == "max_steps" && x == 0 &&
         (root.fields.count("num_train_epochs") || key.find('.') != std::string::npos))
       return "";
+    // A recipe's own sampling temperature (generate, rejection_sampling): 0 is greedy decoding. A
+    // distillation temperature (distill.temperature, distill_temperature) stays positive.
+    if (name == "temperature" && x == 0 && key.find('.') == std::string::npos) return "";
     bool ok = (r.lo_open ? x > r.lo : x >= r.lo) && (r.hi_open ? x < r.hi : x <= r.hi);
     if (r.whole && x != std::floor(x)) ok = false;
     return ok ? "" : head + "expected " + r.meaning;

@@ -108,26 +108,36 @@ const float* fptr(const at::Tensor& t) {
 
 }  // namespace
 
-void decode_matvec(const float* W, const float* x, float* y, int64_t rows, int64_t cols, const float* bias) {
+void decode_matmul(const float* W, const float* X, float* Y, int64_t n, int64_t rows, int64_t cols,
+                   const float* bias) {
   const int64_t blocks = (rows + 3) / 4;
   // About 64 K multiply-adds a task, so a small matrix stays on one thread.
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(cols * 4, 1));
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(cols * 4 * n, 1));
   at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; b++) {
-      const int64_t r = b * 4, n = std::min<int64_t>(4, rows - r);
+      const int64_t r = b * 4, m = std::min<int64_t>(4, rows - r);
+      // The four rows stay in cache while every vector passes over them.
+      for (int64_t i = 0; i < n; i++) {
+        const float* x = X + i * cols;
+        float* y = Y + i * rows + r;
 #ifdef LT_DECODE_X86
-      if (n == 4 && has_avx2()) {
-        rows4_avx2(W + r * cols, cols, x, cols, y + r);
-      } else {
-        rows_portable(W + r * cols, cols, x, cols, y + r, n);
-      }
+        if (m == 4 && has_avx2()) {
+          rows4_avx2(W + r * cols, cols, x, cols, y);
+        } else {
+          rows_portable(W + r * cols, cols, x, cols, y, m);
+        }
 #else
-      rows_portable(W + r * cols, cols, x, cols, y + r, n);
+        rows_portable(W + r * cols, cols, x, cols, y, m);
 #endif
-      if (bias)
-        for (int64_t i = 0; i < n; i++) y[r + i] += bias[r + i];
+        if (bias)
+          for (int64_t j = 0; j < m; j++) y[j] += bias[r + j];
+      }
     }
   });
+}
+
+void decode_matvec(const float* W, const float* x, float* y, int64_t rows, int64_t cols, const float* bias) {
+  decode_matmul(W, x, y, 1, rows, cols, bias);
 }
 
 std::string decode_cpu_unsupported(const Model& m) {
@@ -149,114 +159,147 @@ std::string decode_cpu_unsupported(const Model& m) {
   return "";
 }
 
-DecodeCpu::DecodeCpu(const Model& model, KVCache* cache) : model_(model), cache_(cache) {
+DecodeCpu::DecodeCpu(const Model& model, std::vector<KVCache*> caches)
+    : model_(model), caches_(std::move(caches)) {
   const std::string why = decode_cpu_unsupported(model);
   LT_CHECK(why.empty(), "decode: the fast CPU step cannot run this model: " << why);
-  LT_CHECK(cache && !cache->k.empty() && cache->k[0].size(0) == 1 &&
-               cache->k[0].scalar_type() == at::kFloat && cache->k[0].is_contiguous(),
-           "decode: the fast CPU step needs a float32 KV cache of batch 1");
+  LT_CHECK(!caches_.empty(), "decode: no sequence");
+  int64_t longest = 0;
+  for (KVCache* cache : caches_) {
+    LT_CHECK(cache && !cache->k.empty() && cache->k[0].size(0) == 1 &&
+                 cache->k[0].scalar_type() == at::kFloat && cache->k[0].is_contiguous(),
+             "decode: the fast CPU step needs float32 KV caches of batch 1");
+    longest = std::max(longest, cache->capacity);
+  }
   const ModelConfig& c = model.config;
   at::Tensor inv = rope_inv_freq(c).to(at::kFloat).contiguous();
   inv_freq_.assign(inv.data_ptr<float>(), inv.data_ptr<float>() + inv.numel());
   rope_scale_ = c.rope.type == RopeType::rope_yarn ? c.rope.attention_factor : 1.0;
+  const int64_t n = static_cast<int64_t>(caches_.size());
   const int64_t C = c.hidden_size, D = c.head_dim, HD = c.num_heads * D, KVD = c.num_kv_heads * D;
-  x_.resize(C), h_.resize(C), qkv_.resize(HD + 2 * KVD), att_.resize(HD);
-  scores_.resize(cache->capacity), gu_.resize(2 * c.intermediate_size), logits_.resize(c.vocab_size);
+  x_.resize(n * C), h_.resize(n * C), q_.resize(n * HD), k_.resize(n * KVD), v_.resize(n * KVD);
+  att_.resize(n * HD), gate_.resize(n * c.intermediate_size), up_.resize(n * c.intermediate_size);
+  logits_.resize(n * c.vocab_size), scores_.resize(longest), cos_.resize(n * (D / 2)),
+      sin_.resize(n * (D / 2));
 }
 
 at::Tensor DecodeCpu::step(int64_t token) {
+  return step(std::vector<int64_t>{0}, std::vector<int64_t>{token}).view({1, 1, model_.config.vocab_size});
+}
+
+at::Tensor DecodeCpu::step(const std::vector<int64_t>& seqs, const std::vector<int64_t>& tokens) {
   const ModelConfig& c = model_.config;
   const int64_t C = c.hidden_size, D = c.head_dim, H = c.num_heads, KV = c.num_kv_heads,
                 I = c.intermediate_size;
-  const int64_t V = c.vocab_size, HD = H * D, KVD = KV * D, half = D / 2, cap = cache_->capacity;
-  const int64_t p = cache_->length;
-  LT_CHECK(p < cap, "model:generate: KV cache full (" << p << " of " << cap << ")");
-  LT_CHECK(token >= 0 && token < V, "model:generate: token id " << token << " outside [0, " << V << ")");
-  std::memcpy(x_.data(), model_.embed.data_ptr<float>() + token * C, sizeof(float) * C);
-  // RoPE at position p, as rope_cos_sin computes it: float32 p * inv_freq, then cos and sin.
-  float cosv[4096], sinv[4096];
-  LT_CHECK(half <= 4096, "decode: head_dim over 8192");
-  for (int64_t i = 0; i < half; i++) {
-    const float f = static_cast<float>(p) * inv_freq_[i];
-    cosv[i] = static_cast<float>(std::cos(f) * rope_scale_);
-    sinv[i] = static_cast<float>(std::sin(f) * rope_scale_);
+  const int64_t V = c.vocab_size, HD = H * D, KVD = KV * D, half = D / 2;
+  const int64_t n = static_cast<int64_t>(seqs.size());
+  LT_CHECK(n > 0 && tokens.size() == seqs.size() && n <= static_cast<int64_t>(caches_.size()),
+           "decode: " << seqs.size() << " sequences and " << tokens.size() << " tokens for " << caches_.size()
+                      << " caches");
+  std::vector<int64_t> pos(n);
+  for (int64_t j = 0; j < n; j++) {
+    LT_CHECK(seqs[j] >= 0 && seqs[j] < static_cast<int64_t>(caches_.size()),
+             "decode: no sequence " << seqs[j]);
+    for (int64_t i = 0; i < j; i++)
+      LT_CHECK(seqs[i] != seqs[j], "decode: sequence " << seqs[j] << " given twice");
+    const KVCache& cache = *caches_[seqs[j]];
+    pos[j] = cache.length;
+    LT_CHECK(pos[j] < cache.capacity,
+             "model:generate: KV cache full (" << pos[j] << " of " << cache.capacity << ")");
+    LT_CHECK(tokens[j] >= 0 && tokens[j] < V,
+             "model:generate: token id " << tokens[j] << " outside [0, " << V << ")");
+    std::memcpy(x_.data() + j * C, model_.embed.data_ptr<float>() + tokens[j] * C, sizeof(float) * C);
+    // RoPE at the sequence's position, as rope_cos_sin computes it: float32 p * inv_freq, then cos and sin.
+    for (int64_t i = 0; i < half; i++) {
+      const float f = static_cast<float>(pos[j]) * inv_freq_[i];
+      cos_[j * half + i] = static_cast<float>(std::cos(f) * rope_scale_);
+      sin_[j * half + i] = static_cast<float>(std::sin(f) * rope_scale_);
+    }
   }
-  auto rope = [&](float* v) {
+  auto rope = [&](float* v, int64_t j) {
+    const float* cs = cos_.data() + j * half;
+    const float* sn = sin_.data() + j * half;
     for (int64_t i = 0; i < half; i++) {
       const float a = v[i], b = v[i + half];
-      v[i] = a * cosv[i] - b * sinv[i];
-      v[i + half] = b * cosv[i] + a * sinv[i];
+      v[i] = a * cs[i] - b * sn[i];
+      v[i + half] = b * cs[i] + a * sn[i];
     }
   };
   const float scale = static_cast<float>(c.softmax_scale());
   const int64_t group = H / KV;
   for (int64_t l = 0; l < c.num_layers; l++) {
     const LayerWeights& L = model_.layers[l];
-    rms_norm(x_.data(), fptr(L.input_norm), h_.data(), C, c.rms_norm_eps);
-    float* q = qkv_.data();
-    float* k = q + HD;
-    float* v = k + KVD;
-    decode_matvec(fptr(L.q.weight), h_.data(), q, HD, C, fptr(L.q.bias));
-    decode_matvec(fptr(L.k.weight), h_.data(), k, KVD, C, fptr(L.k.bias));
-    decode_matvec(fptr(L.v.weight), h_.data(), v, KVD, C, fptr(L.v.bias));
-    for (int64_t hh = 0; hh < H; hh++) {
-      if (c.qk_norm) rms_norm(q + hh * D, fptr(L.q_norm), q + hh * D, D, c.rms_norm_eps);
-      rope(q + hh * D);
-    }
-    float* kc = cache_->k[l].data_ptr<float>();
-    float* vc = cache_->v[l].data_ptr<float>();
-    for (int64_t g = 0; g < KV; g++) {
-      if (c.qk_norm) rms_norm(k + g * D, fptr(L.k_norm), k + g * D, D, c.rms_norm_eps);
-      rope(k + g * D);
-      std::memcpy(kc + (g * cap + p) * D, k + g * D, sizeof(float) * D);
-      std::memcpy(vc + (g * cap + p) * D, v + g * D, sizeof(float) * D);
-    }
-    // Attention over positions [first, p]: causal, inside the sliding window where the layer has one.
-    const int64_t first =
-        c.layer_sliding[l] && c.sliding_window > 0 ? std::max<int64_t>(0, p - c.sliding_window + 1) : 0;
-    for (int64_t hh = 0; hh < H; hh++) {
-      const float* qh = q + hh * D;
-      const int64_t g = hh / group;
-      float mx = -INFINITY;
-      for (int64_t t = first; t <= p; t++) {
-        const float* kt = kc + (g * cap + t) * D;
-        float s = 0;
-        for (int64_t d = 0; d < D; d++) s += qh[d] * kt[d];
-        s *= scale;
-        scores_[t] = s;
-        mx = std::max(mx, s);
+    for (int64_t j = 0; j < n; j++)
+      rms_norm(x_.data() + j * C, fptr(L.input_norm), h_.data() + j * C, C, c.rms_norm_eps);
+    decode_matmul(fptr(L.q.weight), h_.data(), q_.data(), n, HD, C, fptr(L.q.bias));
+    decode_matmul(fptr(L.k.weight), h_.data(), k_.data(), n, KVD, C, fptr(L.k.bias));
+    decode_matmul(fptr(L.v.weight), h_.data(), v_.data(), n, KVD, C, fptr(L.v.bias));
+    for (int64_t j = 0; j < n; j++) {
+      float* q = q_.data() + j * HD;
+      float* k = k_.data() + j * KVD;
+      float* v = v_.data() + j * KVD;
+      const int64_t p = pos[j];
+      KVCache& cache = *caches_[seqs[j]];
+      const int64_t cap = cache.capacity;
+      for (int64_t hh = 0; hh < H; hh++) {
+        if (c.qk_norm) rms_norm(q + hh * D, fptr(L.q_norm), q + hh * D, D, c.rms_norm_eps);
+        rope(q + hh * D, j);
       }
-      float sum = 0;
-      for (int64_t t = first; t <= p; t++) sum += (scores_[t] = std::exp(scores_[t] - mx));
-      float* out = att_.data() + hh * D;
-      std::fill(out, out + D, 0.0f);
-      for (int64_t t = first; t <= p; t++) {
-        const float w = scores_[t] / sum;
-        const float* vt = vc + (g * cap + t) * D;
-        for (int64_t d = 0; d < D; d++) out[d] += w * vt[d];
+      float* kc = cache.k[l].data_ptr<float>();
+      float* vc = cache.v[l].data_ptr<float>();
+      for (int64_t g = 0; g < KV; g++) {
+        if (c.qk_norm) rms_norm(k + g * D, fptr(L.k_norm), k + g * D, D, c.rms_norm_eps);
+        rope(k + g * D, j);
+        std::memcpy(kc + (g * cap + p) * D, k + g * D, sizeof(float) * D);
+        std::memcpy(vc + (g * cap + p) * D, v + g * D, sizeof(float) * D);
+      }
+      // Attention over positions [first, p]: causal, inside the sliding window where the layer has one.
+      const int64_t first =
+          c.layer_sliding[l] && c.sliding_window > 0 ? std::max<int64_t>(0, p - c.sliding_window + 1) : 0;
+      for (int64_t hh = 0; hh < H; hh++) {
+        const float* qh = q + hh * D;
+        const int64_t g = hh / group;
+        float mx = -INFINITY;
+        for (int64_t t = first; t <= p; t++) {
+          const float* kt = kc + (g * cap + t) * D;
+          float sc = 0;
+          for (int64_t d = 0; d < D; d++) sc += qh[d] * kt[d];
+          sc *= scale;
+          scores_[t] = sc;
+          mx = std::max(mx, sc);
+        }
+        float sum = 0;
+        for (int64_t t = first; t <= p; t++) sum += (scores_[t] = std::exp(scores_[t] - mx));
+        float* out = att_.data() + j * HD + hh * D;
+        std::fill(out, out + D, 0.0f);
+        for (int64_t t = first; t <= p; t++) {
+          const float w = scores_[t] / sum;
+          const float* vt = vc + (g * cap + t) * D;
+          for (int64_t d = 0; d < D; d++) out[d] += w * vt[d];
+        }
       }
     }
-    decode_matvec(fptr(L.o.weight), att_.data(), h_.data(), C, HD, fptr(L.o.bias));
-    for (int64_t i = 0; i < C; i++) x_[i] += h_[i];
-    rms_norm(x_.data(), fptr(L.post_attn_norm), h_.data(), C, c.rms_norm_eps);
-    float* gate = gu_.data();
-    float* up = gate + I;
-    decode_matvec(fptr(L.gate.weight), h_.data(), gate, I, C, fptr(L.gate.bias));
-    decode_matvec(fptr(L.up.weight), h_.data(), up, I, C, fptr(L.up.bias));
-    for (int64_t i = 0; i < I; i++) {
-      const float g = gate[i];
+    decode_matmul(fptr(L.o.weight), att_.data(), h_.data(), n, C, HD, fptr(L.o.bias));
+    for (int64_t i = 0; i < n * C; i++) x_[i] += h_[i];
+    for (int64_t j = 0; j < n; j++)
+      rms_norm(x_.data() + j * C, fptr(L.post_attn_norm), h_.data() + j * C, C, c.rms_norm_eps);
+    decode_matmul(fptr(L.gate.weight), h_.data(), gate_.data(), n, I, C, fptr(L.gate.bias));
+    decode_matmul(fptr(L.up.weight), h_.data(), up_.data(), n, I, C, fptr(L.up.bias));
+    for (int64_t i = 0; i < n * I; i++) {
+      const float g = gate_[i];
       const float a = c.act == Activation::act_silu        ? silu(g)
                       : c.act == Activation::act_gelu_tanh ? gelu_tanh(g)
                                                            : gelu(g);
-      gate[i] = a * up[i];
+      gate_[i] = a * up_[i];
     }
-    decode_matvec(fptr(L.down.weight), gate, h_.data(), C, I, fptr(L.down.bias));
-    for (int64_t i = 0; i < C; i++) x_[i] += h_[i];
+    decode_matmul(fptr(L.down.weight), gate_.data(), h_.data(), n, C, I, fptr(L.down.bias));
+    for (int64_t i = 0; i < n * C; i++) x_[i] += h_[i];
   }
-  rms_norm(x_.data(), fptr(model_.norm), h_.data(), C, c.rms_norm_eps);
-  decode_matvec(model_.output_weight().data_ptr<float>(), h_.data(), logits_.data(), V, C, nullptr);
-  cache_->length = p + 1;
-  return at::from_blob(logits_.data(), {1, 1, V}, at::TensorOptions(at::kFloat));
+  for (int64_t j = 0; j < n; j++)
+    rms_norm(x_.data() + j * C, fptr(model_.norm), h_.data() + j * C, C, c.rms_norm_eps);
+  decode_matmul(model_.output_weight().data_ptr<float>(), h_.data(), logits_.data(), n, V, C, nullptr);
+  for (int64_t j = 0; j < n; j++) caches_[seqs[j]]->length = pos[j] + 1;
+  return at::from_blob(logits_.data(), {n, V}, at::TensorOptions(at::kFloat));
 }
 
 }  // namespace luatune

@@ -24,22 +24,35 @@ std::string decode_cpu_unsupported(const Model& model);
 
 class DecodeCpu {
  public:
-  // `cache` (batch 1, from model.new_cache) must outlive this object; the prefill fills its first
-  // positions through model.forward, then each step() appends one.
-  DecodeCpu(const Model& model, KVCache* cache);
-  // Feeds `token` at position cache->length and returns its logits, (1, 1, V) float32, a view of a
-  // buffer the next step() overwrites.
+  // `caches` (each batch 1, from model.new_cache) must outlive this object; the prefill fills their
+  // first positions through model.forward, then each step() appends one position to the sequences
+  // it is given. Sequence i uses caches[i].
+  DecodeCpu(const Model& model, std::vector<KVCache*> caches);
+  DecodeCpu(const Model& model, KVCache* cache) : DecodeCpu(model, std::vector<KVCache*>{cache}) {}
+  // Feeds `token` to sequence 0 at position caches[0]->length and returns its logits, (1, 1, V)
+  // float32, a view of a buffer the next step() overwrites.
   at::Tensor step(int64_t token);
+  // Feeds tokens[j] to sequence seqs[j] (each at most once) in one pass over the weights (every
+  // weight row is read once for all of them) and returns their logits, (n, V) float32 in seqs'
+  // order, a view the next step() overwrites. Each sequence's arithmetic is the same as alone, so
+  // its logits equal one-at-a-time decoding's bit for bit.
+  at::Tensor step(const std::vector<int64_t>& seqs, const std::vector<int64_t>& tokens);
 
  private:
   const Model& model_;
-  KVCache* cache_;
+  std::vector<KVCache*> caches_;
   std::vector<float> inv_freq_;  // (D/2), the model's RoPE frequencies
   double rope_scale_ = 1.0;      // YaRN's attention factor on cos and sin
-  // scratch: residual x (C), normed h (C), q|k|v (H*D + 2*KV*D), attention out (H*D), scores (capacity),
-  // gate|up (2I), logits (V)
-  std::vector<float> x_, h_, qkv_, att_, scores_, gu_, logits_;
+  // scratch, n rows each: residual x (C), normed h (C), q (H*D), k (KV*D), v (KV*D), attention out
+  // (H*D), gate (I), up (I), logits (V); scores (capacity); cos/sin (n * D/2)
+  std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, logits_, scores_, cos_, sin_;
 };
+
+// Y (n, rows) = X (n, cols) W^T [+ bias] for W (rows, cols, row-major): each row of W read once for
+// all n vectors, every vector's dot products computed as for n = 1 (so a batch gives each row the
+// bits it gets alone). Parallel over rows with LibTorch's intra-op threads.
+void decode_matmul(const float* W, const float* X, float* Y, int64_t n, int64_t rows, int64_t cols,
+                   const float* bias);
 
 // y (rows) = W (rows, cols, row-major) x (cols) [+ bias]: the decode step's matrix-vector product,
 // parallel over rows with LibTorch's intra-op threads. Exposed for tests and benchmarks.

@@ -37,6 +37,29 @@ int64_t sample_next(const at::Tensor& logits_in, const GenerateOptions& o, at::G
   return at::multinomial(probs, 1, false, gen).item<int64_t>();
 }
 
+namespace {
+
+// One sequence of a batch: what model_generate_ids' loop keeps, step by step.
+struct Sequence {
+  GenerateResult r;
+  at::Generator gen;
+  int64_t step = 0;
+  bool done = false;
+};
+
+// The text of the new ids, cut at the first stop string.
+void finish_text(GenerateResult& r, const GenerateOptions& o, const Tokenizer* tok) {
+  if (!tok) return;
+  std::vector<int32_t> ids32(r.new_ids.begin(), r.new_ids.end());
+  r.text = tok->decode(ids32, true);
+  size_t cut = std::string::npos;
+  for (const auto& s : o.stop)
+    if (!s.empty()) cut = std::min(cut, r.text.find(s));
+  if (cut != std::string::npos) r.text.resize(cut);
+}
+
+}  // namespace
+
 GenerateResult model_generate_ids(const Model& model, const std::vector<int64_t>& prompt_ids,
                                   const GenerateOptions& o, const Tokenizer* tok) {
   LT_CHECK(!prompt_ids.empty(), "model:generate: the prompt encodes to no tokens");
@@ -94,20 +117,108 @@ GenerateResult model_generate_ids(const Model& model, const std::vector<int64_t>
              : o.use_cache ? model.forward(ids_tensor({next}), fo)
                            : model.forward(ids_tensor(all), fo);
   }
-  if (tok) {
-    std::vector<int32_t> ids32(r.new_ids.begin(), r.new_ids.end());
-    r.text = tok->decode(ids32, true);
-    size_t cut = std::string::npos;
-    for (const auto& s : o.stop)
-      if (!s.empty()) cut = std::min(cut, r.text.find(s));
-    if (cut != std::string::npos) r.text.resize(cut);
-  }
+  finish_text(r, o, tok);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
-GenerateResult model_generate(const Model& model, const Tokenizer& tok, const std::string& prompt,
-                              const GenerateOptions& o) {
+std::vector<GenerateResult> model_generate_batch(const Model& model,
+                                                 const std::vector<std::vector<int64_t>>& prompts,
+                                                 const GenerateOptions& o, const Tokenizer* tok,
+                                                 const std::function<void(size_t, size_t)>& progress,
+                                                 const std::vector<uint64_t>& seeds) {
+  std::vector<GenerateResult> out;
+  const size_t total = prompts.size();
+  LT_CHECK(seeds.empty() || seeds.size() == total,
+           "model:generate: " << seeds.size() << " seeds for " << total << " prompts");
+  auto seed_of = [&](size_t i) { return seeds.empty() ? o.seed : seeds[i]; };
+  if (total == 0) return out;
+  if (total == 1 || !o.use_cache || !o.fast_decode || o.max_new_tokens <= 1 ||
+      !decode_cpu_unsupported(model).empty()) {
+    for (size_t i = 0; i < total; i++) {
+      GenerateOptions one = o;
+      one.seed = seed_of(i);
+      out.push_back(model_generate_ids(model, prompts[i], one, tok));
+      if (progress) progress(i + 1, total);
+    }
+    return out;
+  }
+  for (const auto& p : prompts) LT_CHECK(!p.empty(), "model:generate: a prompt encodes to no tokens");
+  LT_CHECK(o.top_p > 0 && o.top_p <= 1, "model:generate: top_p must be in (0, 1]");
+  LT_CHECK(o.stop.empty() || tok, "model:generate: stop strings need a tokenizer");
+  at::NoGradGuard no_grad;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<int64_t> stop_ids = o.stop_ids;
+  for (int64_t e : model.config.eos_token_ids) stop_ids.push_back(e);
+  if (tok)
+    for (int32_t e : tok->special().eos) stop_ids.push_back(e);
+  std::vector<KVCache> caches(total);
+  std::vector<Sequence> seqs(total);
+  std::vector<at::Tensor> logits(total);
+  std::vector<KVCache*> cache_ptrs;
+  for (size_t i = 0; i < total; i++) {
+    const int64_t P = static_cast<int64_t>(prompts[i].size());
+    caches[i] = model.new_cache(1, P + o.max_new_tokens);
+    ForwardOptions fo;
+    fo.last_only = true;
+    fo.cache = &caches[i];
+    logits[i] = model.forward(at::tensor(prompts[i], at::kLong).unsqueeze(0), fo).select(1, 0).select(0, 0);
+    seqs[i].r.prompt_ids = prompts[i];
+    seqs[i].r.finish_reason = "length";
+    seqs[i].gen = at::detail::createCPUGenerator(seed_of(i));
+    cache_ptrs.push_back(&caches[i]);
+  }
+  DecodeCpu fast(model, cache_ptrs);
+  size_t finished = 0;
+  auto finish = [&](Sequence& s) {
+    s.done = true;
+    finish_text(s.r, o, tok);
+    if (progress) progress(++finished, total);
+  };
+  while (true) {
+    std::vector<int64_t> feed_seq, feed_tok;
+    for (size_t i = 0; i < total; i++) {
+      Sequence& s = seqs[i];
+      if (s.done) continue;
+      // As model_generate_ids' loop: sample, stop on an EOS id, keep, stop on a stop string or length.
+      const int64_t next = sample_next(logits[i], o, s.gen);
+      if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
+        s.r.finish_reason = "eos";
+        finish(s);
+        continue;
+      }
+      s.r.new_ids.push_back(next);
+      if (!o.stop.empty()) {
+        std::vector<int32_t> ids32(s.r.new_ids.begin(), s.r.new_ids.end());
+        const std::string text = tok->decode(ids32, true);
+        bool hit = false;
+        for (const auto& st : o.stop) hit = hit || (!st.empty() && text.find(st) != std::string::npos);
+        if (hit) {
+          s.r.finish_reason = "stop";
+          finish(s);
+          continue;
+        }
+      }
+      if (++s.step == o.max_new_tokens) {
+        finish(s);
+        continue;
+      }
+      feed_seq.push_back(static_cast<int64_t>(i));
+      feed_tok.push_back(next);
+    }
+    if (feed_seq.empty()) break;
+    at::Tensor rows = fast.step(feed_seq, feed_tok);
+    for (size_t j = 0; j < feed_seq.size(); j++) logits[feed_seq[j]] = rows[static_cast<int64_t>(j)].clone();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (Sequence& s : seqs) {
+    s.r.seconds = seconds;
+    out.push_back(std::move(s.r));
+  }
+  return out;
+}
+
+std::vector<int64_t> generate_prompt_ids(const Tokenizer& tok, const std::string& prompt) {
   const SpecialTokens& sp = tok.special();
   bool has_bos = !sp.bos_text.empty() && prompt.compare(0, sp.bos_text.size(), sp.bos_text) == 0;
   std::vector<int32_t> ids32 = tok.encode(prompt, !has_bos);
@@ -118,8 +229,12 @@ GenerateResult model_generate(const Model& model, const Tokenizer& tok, const st
   if (!has_bos && !ends_with_eos_text && !ids32.empty() &&
       std::find(sp.eos.begin(), sp.eos.end(), ids32.back()) != sp.eos.end())
     ids32.pop_back();
-  std::vector<int64_t> ids(ids32.begin(), ids32.end());
-  return model_generate_ids(model, ids, o, &tok);
+  return std::vector<int64_t>(ids32.begin(), ids32.end());
+}
+
+GenerateResult model_generate(const Model& model, const Tokenizer& tok, const std::string& prompt,
+                              const GenerateOptions& o) {
+  return model_generate_ids(model, generate_prompt_ids(tok, prompt), o, &tok);
 }
 
 PerplexityResult model_perplexity(const Model& model, const std::vector<std::vector<int64_t>>& sequences,

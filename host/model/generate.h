@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,19 @@ struct GenerateResult {
 // Generates from `prompt_ids` (token ids, BOS included when the caller wants one).
 GenerateResult model_generate_ids(const Model& model, const std::vector<int64_t>& prompt_ids,
                                   const GenerateOptions& options, const Tokenizer* tok);
+// Many prompts at once: each prefilled through the forward pass into a cache of its own, then every
+// unfinished sequence decoded together by the fast CPU step (one pass over the weights for all of
+// them; a finished sequence drops out). Each result equals model_generate_ids on its prompt alone with
+// the same options and its seed (seeds[i], or options.seed when `seeds` is empty), token for token;
+// models the fast step does not take are generated one at a time. `progress(done, total)` after each
+// sequence finishes.
+std::vector<GenerateResult> model_generate_batch(const Model& model,
+                                                 const std::vector<std::vector<int64_t>>& prompts,
+                                                 const GenerateOptions& options, const Tokenizer* tok,
+                                                 const std::function<void(size_t, size_t)>& progress = {},
+                                                 const std::vector<uint64_t>& seeds = {});
+// The prompt ids model_generate uses for `prompt`.
+std::vector<int64_t> generate_prompt_ids(const Tokenizer& tok, const std::string& prompt);
 // Encodes `prompt` (adding BOS/EOS as the tokenizer's post-processor says unless the prompt
 // already starts with the BOS text) and generates.
 GenerateResult model_generate(const Model& model, const Tokenizer& tok, const std::string& prompt,

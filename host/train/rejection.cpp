@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -48,6 +50,25 @@ json pair_record(const json& prompt, const std::string& a, const std::string& b)
           {"rejected", json::array({{{"role", "assistant"}, {"content", b}}})}};
 }
 
+// The generation prompt of `prompt`: its encoded preference record up to the first trained token, and
+// that token (the end of an empty response: EOS or the chat format's end of turn), which also stops
+// generation.
+std::vector<int64_t> generation_prefix(const json& prompt, const Tokenizer& tok, const DataOptions& data,
+                                       const std::string& where, int64_t* stop_id) {
+  Document empty;
+  try {
+    empty = PreferenceDataset::from_records({pair_record(prompt, "", "")}, tok, data)->document(0, 0);
+  } catch (const Error& e) {
+    fail(where + ": " + e.what());
+  }
+  size_t first = 1;
+  while (first < empty.mask.size() && !empty.mask[first]) first++;
+  LT_CHECK(first < empty.mask.size(),
+           where << ": the prompt leaves no room for a response within max_length " << data.max_length);
+  *stop_id = empty.ids[first];
+  return std::vector<int64_t>(empty.ids.begin(), empty.ids.begin() + static_cast<std::ptrdiff_t>(first));
+}
+
 }  // namespace
 
 RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const Tokenizer& tok,
@@ -84,26 +105,17 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
     const json prompt = record_prompt(record, where);
     const uint64_t seed0 = o.generate.seed + static_cast<uint64_t>(index * o.n);
 
-    // The generation prompt: the encoded record up to its first trained token; that token (the
-    // end of an empty response: EOS or the chat format's end of turn) also stops generation.
-    Document empty;
-    try {
-      empty = PreferenceDataset::from_records({pair_record(prompt, "", "")}, tok, o.data)->document(0, 0);
-    } catch (const Error& e) {
-      fail(where + ": " + e.what());
-    }
-    size_t first = 1;
-    while (first < empty.mask.size() && !empty.mask[first]) first++;
-    LT_CHECK(first < empty.mask.size(),
-             where << ": the prompt leaves no room for a response within max_length " << o.data.max_length);
-    std::vector<int64_t> prefix(empty.ids.begin(), empty.ids.begin() + static_cast<std::ptrdiff_t>(first));
+    int64_t stop_id = 0;
+    const std::vector<int64_t> prefix = generation_prefix(prompt, tok, o.data, where, &stop_id);
     GenerateOptions go = o.generate;
-    go.stop_ids.push_back(empty.ids[first]);
+    go.stop_ids.push_back(stop_id);
 
+    // The n candidates decode together (model_generate_batch), each seeded as it was alone.
     std::vector<std::string> candidates;
-    for (int64_t k = 0; k < o.n; k++) {
-      go.seed = seed0 + static_cast<uint64_t>(k);
-      GenerateResult g = model_generate_ids(policy, prefix, go, &tok);
+    std::vector<uint64_t> seeds;
+    for (int64_t k = 0; k < o.n; k++) seeds.push_back(seed0 + static_cast<uint64_t>(k));
+    const std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(o.n), prefix);
+    for (const GenerateResult& g : model_generate_batch(policy, prompts, go, &tok, {}, seeds)) {
       new_tokens += static_cast<int64_t>(g.new_ids.size());
       candidates.push_back(g.text);
     }
@@ -173,6 +185,83 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
   st.mean_reward = sum_all / static_cast<double>(st.candidates);
   st.mean_new_tokens = static_cast<double>(new_tokens) / static_cast<double>(st.candidates);
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+CompletionStats generate_completions(const Model& model, const Tokenizer& tok,
+                                     const std::string& prompts_path, const std::string& out_path,
+                                     const CompletionOptions& o) {
+  LT_CHECK(o.batch_size >= 1, "train.generate: batch_size must be at least 1, got " << o.batch_size);
+  LT_CHECK(!out_path.empty(), "train.generate: option 'out' (the JSONL file to write) is required");
+  model.ensure_full_weights();
+  const auto t0 = std::chrono::steady_clock::now();
+  JsonlReadOptions ro;
+  ro.expected = "a JSON object";
+  JsonlReaderOf<json> in(prompts_path, ro);
+  LT_CHECK(in.is_open(), "train.generate: cannot open '" << prompts_path << "'");
+  const bool tty = isatty(fileno(stderr));
+  CompletionStats st;
+  std::string out;
+  std::vector<json> prompts;
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<std::vector<int64_t>> stops;
+  auto flush = [&]() {
+    if (ids.empty()) return;
+    // Stop ids differ per prompt only through the chat format's end of turn, which is the same for
+    // every prompt of one template: group by it so each batch shares one GenerateOptions.
+    std::vector<uint64_t> seeds;
+    for (size_t i = 0; i < ids.size(); i++)
+      seeds.push_back(o.generate.seed + static_cast<uint64_t>(st.prompts + static_cast<int64_t>(i)));
+    std::vector<GenerateResult> rs(ids.size());
+    std::vector<bool> done(ids.size(), false);
+    for (size_t i = 0; i < ids.size(); i++) {
+      if (done[i]) continue;
+      std::vector<size_t> group;
+      for (size_t j = i; j < ids.size(); j++)
+        if (!done[j] && stops[j] == stops[i]) group.push_back(j);
+      GenerateOptions go = o.generate;
+      go.stop_ids.insert(go.stop_ids.end(), stops[i].begin(), stops[i].end());
+      std::vector<std::vector<int64_t>> gp;
+      std::vector<uint64_t> gs;
+      for (size_t j : group) gp.push_back(ids[j]), gs.push_back(seeds[j]);
+      std::vector<GenerateResult> gr = model_generate_batch(model, gp, go, &tok, {}, gs);
+      for (size_t k = 0; k < group.size(); k++) rs[group[k]] = std::move(gr[k]), done[group[k]] = true;
+    }
+    for (size_t i = 0; i < ids.size(); i++) {
+      json row = {{"prompt", prompts[i]},
+                  {"completion", rs[i].text},
+                  {"finish_reason", rs[i].finish_reason},
+                  {"new_tokens", static_cast<int64_t>(rs[i].new_ids.size())}};
+      out += row.dump() + "\n";
+      st.new_tokens += static_cast<int64_t>(rs[i].new_ids.size());
+    }
+    st.prompts += static_cast<int64_t>(ids.size());
+    prompts.clear(), ids.clear(), stops.clear();
+    if (o.progress) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "%sgenerate: %lld prompts, %lld new tokens, %.1f tokens/s%s", tty ? "\r" : "",
+                   static_cast<long long>(st.prompts), static_cast<long long>(st.new_tokens),
+                   s > 0 ? static_cast<double>(st.new_tokens) / s : 0.0, tty ? "" : "\n");
+      std::fflush(stderr);
+    }
+  };
+  int64_t index = -1;
+  while ((o.data.max_records < 0 || index + 1 < o.data.max_records) && in.next()) {
+    index++;
+    const std::string where = in.where();
+    const json prompt = record_prompt(in.value(), where);
+    int64_t stop_id = 0;
+    ids.push_back(generation_prefix(prompt, tok, o.data, where, &stop_id));
+    stops.push_back({stop_id});
+    prompts.push_back(prompt);
+    if (static_cast<int64_t>(ids.size()) == o.batch_size) flush();
+  }
+  flush();
+  if (o.progress && tty) std::fprintf(stderr, "\n");
+  LT_CHECK(st.prompts > 0, "train.generate: " << prompts_path << " has no prompts");
+  file_write_atomic(out_path, out);
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.tokens_per_s = st.seconds > 0 ? static_cast<double>(st.new_tokens) / st.seconds : 0;
   return st;
 }
 

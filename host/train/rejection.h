@@ -41,4 +41,24 @@ RejectionStats rejection_sample(const Model& policy, RewardModel& reward, const 
                                 const std::string& prompts_path, const std::string& out_path,
                                 const RejectionOptions& options);
 
+// Completions for many prompts, written atomically as JSONL (recipes/generate.lua): each prompt read
+// and rendered as rejection_sample reads it (the model's chat template when it has one), decoded
+// batch_size prompts at a time (model_generate_batch: together on a float32 CPU model), one row per
+// prompt in order: {"prompt", "completion", "finish_reason", "new_tokens"}. Results do not depend on
+// batch_size (sampling is seeded per prompt: seed + index). `progress` prints a line per batch to
+// stderr (redrawn in place on a terminal). Errors name PATH:LINE.
+struct CompletionOptions {
+  GenerateOptions generate;
+  DataOptions data;
+  int64_t batch_size = 16;
+  bool progress = true;
+};
+struct CompletionStats {
+  int64_t prompts = 0, new_tokens = 0;
+  double seconds = 0, tokens_per_s = 0;
+};
+CompletionStats generate_completions(const Model& model, const Tokenizer& tokenizer,
+                                     const std::string& prompts_path, const std::string& out_path,
+                                     const CompletionOptions& options);
+
 }  // namespace luatune

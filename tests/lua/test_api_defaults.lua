@@ -84,6 +84,10 @@ local calls = {
                                                      intermediate_size = 40, num_hidden_layers = 1,
                                                      num_attention_heads = 4, num_key_value_heads = 2 })) end,
   ModelGenerateOpts = function(o) M:generate(TOK, "hi", o) end,
+  ModelGenerateBatchOpts = function(o) M:generate_batch(TOK, { "hi", "there" }, o) end,
+  TrainGenerateOpts = function(o)
+    train.generate(M, with(o, { prompts = PROMPTS, out = TMP .. "/gen.jsonl", tokenizer = TOK }))
+  end,
   ModelPerplexityOpts = function(o) M:perplexity({ { 1, 2, 3 } }, o) end,
   ModelSaveOpts = function(o) M:save(TMP .. "/save", o) end,
   DataOpts = function(o) data.jsonl(PR, with(o, { tokenizer = TOK, chat = false })) end,

@@ -6,7 +6,7 @@
 # build writes, depth_prune, llama31_sheared (pruning then distilled recovery, check=true: shape,
 # reload, generation) and export_gguf. (lora_finetune, qlora_finetune, dpo, orpo, reward_model and
 # rejection_sampling: recipe_run_smollm2_chat; quickstart: recipe_run_quickstart; wanda_sparsegpt:
-# real_model_quality; minitron_prune_distill: real_model_recovery.)
+# real_model_quality; minitron_prune_distill: real_model_recovery.) And generate on the embedded model.
 # Usage, from the repository root: tests/recipes/test_embedded_model.sh RUNNER WORKDIR
 set -uo pipefail
 runner=$1 work=$2
@@ -44,4 +44,12 @@ check "llama31_sheared: fewer layers and a narrower hidden size" \
 
 "$runner" export_gguf model="$work/full_finetune/model" output="$work/full.gguf" outtype=q8_0 >"$work/export.log" 2>&1
 check "export_gguf: the fine-tuned embedded model to q8_0" test $? -eq 0 -a -s "$work/full.gguf"
+# generate on the embedded model itself (no model= given): 8 example prompts decoded together, answers
+# that are text with digits (the prompts ask for sums, sorts and conversions).
+"$runner" generate max_prompts=8 max_new_tokens=24 batch_size=8 output="$work/generate.jsonl" >"$work/generate.log" 2>&1
+check "generate: exits 0 on the embedded model" test $? -eq 0
+check "generate: 8 completions with digits in most" python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 8 and sum(any(ch.isdigit() for ch in r["completion"]) for r in rows) >= 5, rows' "$work/generate.jsonl"
 finish
