@@ -583,6 +583,52 @@ def bench_step(ctx, step):
     return "ok", "fit (an OOM was expected on 80 GB)" if kw["expect_oom"] else ""
 
 
+DECODE_BENCH = "bench/gpu/decode_bench.lua"
+HF_DECODE = "bench/gpu/hf_decode.py"
+
+
+def decode_step(ctx, step):
+    """One side of the generation pair (docs/generation.md): greedy decoding after a 128-token prompt, tokens/s
+    with the prefill apart; luatune's model:generate against transformers' generate with a static cache
+    (compiled with torch.compile on CUDA)."""
+    kw = step.kw
+    side, shape = kw["side"], kw["shape"]
+    device = "cpu" if shape == "tiny" else "cuda"
+    if device == "cuda":
+        ctx.need_cuda()
+    out = os.path.join(ctx.work, step.name.replace(":", "_") + ".json")
+    if os.path.exists(out):
+        os.remove(out)
+    dtype = "fp32" if device == "cpu" else "bf16"
+    if side == "luatune":
+        ctx.need_script(DECODE_BENCH)
+        ctx.need_runner()
+        cmd = [ctx.runner, DECODE_BENCH, "shape=" + shape, "device=" + device, "dtype=" + dtype, "out=" + out]
+    else:
+        ctx.need_script(HF_DECODE)
+        cmd = [sys.executable, HF_DECODE, "--shape", shape, "--device", device, "--dtype", dtype, "--out", out] + \
+            (["--compile"] if device == "cuda" else [])
+    step.result = {"shape": shape, "side": side, "device": device, "dtype": dtype}
+    p = ctx.run(step, cmd)
+    if p.rc == EXIT_SKIP:
+        raise Skip(p.last_err_line())
+    doc = read_json(out)
+    if p.rc != 0 or not isinstance(doc, dict) or not num(doc.get("tokens_per_s")):
+        raise Fail("%s exited %d: %s" % (os.path.basename(cmd[1]), p.rc, p.last_err_line()))
+    step.result.update(doc)
+    other = ctx_result(ctx, "decode:%s:%s" % (shape, "luatune" if side != "luatune" else "hf"))
+    if num(other.get("tokens_per_s")) and side != "luatune":
+        step.result["luatune_over_hf"] = round(float(other["tokens_per_s"]) / float(doc["tokens_per_s"]), 3)
+    return "ok", "%.1f tokens/s" % float(doc["tokens_per_s"])
+
+
+def ctx_result(ctx, name):
+    for s in ctx.steps_done:
+        if s.get("name") == name and s.get("status") == "ok":
+            return s.get("result", {})
+    return {}
+
+
 def norm_name(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -845,6 +891,8 @@ ESTIMATES = {
     "hf_fixtures": 60, "hf_parity": 5, "hf_roundtrip": 25,
     "sheared_phases": 150,        # est.
     "trace": 30,
+    "decode_luatune": 30,         # est.: a random 1B model's init, 4 x 129 tokens
+    "decode_hf": 90,              # est.: torch.compile's first graphs take most of it
 }
 # One benchmark side by (shape, side): luatune's and HF's 1B sides and luatune's 8B sides measured
 # (13-21 s; 61.5 and 67.8 s), the rest estimated from them (the peers' imports add to HF's time).
@@ -901,6 +949,13 @@ def make_steps(ctx):
     steps += pair_steps("bench", eight_b, dry)
     steps.append(Step("planner:8b", "bench", 120, step_planner, est_s=e["planner"], pairs=eight_b, min_s=10,
                       needs=tuple(pair_step_name(p[0], p[1], "luatune") for p in eight_b[:1])))
+    # Generation: luatune's model:generate against transformers' static-cache generate (issue 42).
+    for shape in (["tiny"] if dry else []) + ["llama-3.2-1b"]:
+        for side in ("luatune", "hf"):
+            steps.append(Step("decode:%s:%s" % (shape, side), "bench", 180, decode_step,
+                              est_s=10 if shape == "tiny" else e["decode_" + side], side=side, shape=shape,
+                              needs=() if side == "luatune" else ("decode:%s:luatune" % shape,),
+                              partner_s=(10 if shape == "tiny" else e["decode_hf"]) if side == "luatune" else 0))
     steps += [Step("gpu_tests", "build+tests", 180, step_gpu_tests, est_s=e["gpu_tests"]),
               Step("nf4_kernels", "build+tests", 120, step_nf4, est_s=e["nf4_kernels"])]
     shape, method, seq, batch = trace

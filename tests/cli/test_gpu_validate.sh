@@ -69,6 +69,15 @@ for m in ("full", "lora", "qlora"):
           "bench:tiny:%s:hf: %s" % (m, hf))
     check(steps.get("bench:llama-3.2-1b:%s:luatune" % m, {}).get("reason") in ("no CUDA", "dry run (CPU only)"),
           "llama-3.2-1b %s not skipped for CUDA" % m)
+# The generation pair (issue 42): luatune's decoding measured on the tiny shape, the 1B pair skipped for CUDA.
+d = steps.get("decode:tiny:luatune", {})
+check(d.get("status") == "ok" and d.get("result", {}).get("tokens_per_s", 0) > 0 and
+      d.get("result", {}).get("new_tokens", 0) > 1, "decode:tiny:luatune measured nothing: %s" % d)
+hd = steps.get("decode:tiny:hf", {})
+check(hd.get("status") == "ok" or "hf_decode" in hd.get("reason", ""), "decode:tiny:hf: %s" % hd.get("reason"))
+for side in ("luatune", "hf"):
+    check(steps.get("decode:llama-3.2-1b:%s" % side, {}).get("reason") in ("no CUDA", "dry run (CPU only)"),
+          "decode:llama-3.2-1b:%s not skipped for CUDA" % side)
 # Two traced steps of each side, counted by the same scripts/gpu/trace_summary.py (docs/profiling.md).
 for side in ("luatune", "hf"):
     t = steps.get("trace:tiny:full:%s" % side, {})
