@@ -378,34 +378,41 @@ int l_train_reward_model_of(lua_State* L) {
 }
 LT_REGISTER("RewardModel:model", l_train_reward_model_of);
 
+// The options train.rejection_sample and train.generate share, from the table at idx: the tokenizer, the
+// sampling settings (temperature's default differs: `temperature`) and how prompts are read.
+std::shared_ptr<Tokenizer> prompt_sampling_options(lua_State* L, int idx, const char* fname,
+                                                   double temperature, GenerateOptions* g, DataOptions* d) {
+  lua_getfield(L, idx, "tokenizer");
+  auto* tok = lt_test<std::shared_ptr<Tokenizer>>(L, -1);
+  LT_CHECK(tok != nullptr, fname << ": option 'tokenizer' expects a Tokenizer (tokenizer.load(dir)), got "
+                                 << luaL_typename(L, -1));
+  std::shared_ptr<Tokenizer> tokenizer = *tok;
+  lua_pop(L, 1);
+  g->max_new_tokens = lt_opt_int(L, idx, "max_new_tokens", 128);
+  g->temperature = lt_opt_number(L, idx, "temperature", temperature);
+  g->top_k = lt_opt_int(L, idx, "top_k", 0);
+  g->top_p = lt_opt_number(L, idx, "top_p", 1.0);
+  g->seed = static_cast<uint64_t>(lt_opt_int(L, idx, "seed", 0, 0));
+  d->max_length = lt_opt_int(L, idx, "max_length", d->max_length);
+  d->max_records = lt_opt_int(L, idx, "max_records", -1);
+  if (lt_has_field(L, idx, "chat")) d->chat = lt_opt_bool(L, idx, "chat", true);
+  d->chat_template = lt_opt_string(L, idx, "chat_template", "");
+  return tokenizer;
+}
+
 // Under runner --nproc N the prompts are split over the ranks; the file is the one a single process writes.
 int l_train_rejection_sample(lua_State* L) {
   auto policy = lt_check<std::shared_ptr<Model>>(L, 1);
   RewardModel& reward = *lt_check<RewardModelPtr>(L, 2);
   lt_check_required_options(L, 3, lt_api("train.rejection_sample"));
-  lua_getfield(L, 3, "tokenizer");
-  auto* tok = lt_test<std::shared_ptr<Tokenizer>>(L, -1);
-  LT_CHECK(tok != nullptr,
-           "train.rejection_sample: option 'tokenizer' expects a Tokenizer (tokenizer.load(dir)), got "
-               << luaL_typename(L, -1));
-  std::shared_ptr<Tokenizer> tokenizer = *tok;
-  lua_pop(L, 1);
+  RejectionOptions o;
+  std::shared_ptr<Tokenizer> tokenizer =
+      prompt_sampling_options(L, 3, "train.rejection_sample", 1.0, &o.generate, &o.data);
   std::string prompts = lt_opt_string(L, 3, "prompts", "");
   LT_CHECK(!prompts.empty(),
            "train.rejection_sample: option 'prompts' (a JSONL file of prompts) is required");
-  RejectionOptions o;
-  o.n = static_cast<int64_t>(lt_opt_number(L, 3, "n", static_cast<double>(o.n)));
-  o.batch_size = static_cast<int64_t>(lt_opt_number(L, 3, "batch_size", static_cast<double>(o.batch_size)));
-  o.generate.max_new_tokens = static_cast<int64_t>(lt_opt_number(L, 3, "max_new_tokens", 128));
-  o.generate.temperature = lt_opt_number(L, 3, "temperature", 1.0);
-  o.generate.top_k = static_cast<int64_t>(lt_opt_number(L, 3, "top_k", 0));
-  o.generate.top_p = lt_opt_number(L, 3, "top_p", 1.0);
-  o.generate.seed = static_cast<uint64_t>(lt_opt_number(L, 3, "seed", 0));
-  o.data.max_length =
-      static_cast<int64_t>(lt_opt_number(L, 3, "max_length", static_cast<double>(o.data.max_length)));
-  o.data.max_records = static_cast<int64_t>(lt_opt_number(L, 3, "max_records", -1));
-  if (lt_has_field(L, 3, "chat")) o.data.chat = lt_opt_bool(L, 3, "chat", true);
-  o.data.chat_template = lt_opt_string(L, 3, "chat_template", "");
+  o.n = lt_opt_int(L, 3, "n", o.n);
+  o.batch_size = lt_opt_int(L, 3, "batch_size", o.batch_size);
   RejectionStats st =
       rejection_sample(*policy, reward, *tokenizer, prompts, lt_opt_string(L, 3, "out", ""), o);
   lt_push_numbers(L, {{"prompts", st.prompts},
@@ -421,24 +428,10 @@ LT_REGISTER("train.rejection_sample", l_train_rejection_sample);
 int l_train_generate(lua_State* L) {
   auto model = lt_check<std::shared_ptr<Model>>(L, 1);
   lt_check_required_options(L, 2, lt_api("train.generate"));
-  lua_getfield(L, 2, "tokenizer");
-  auto* tok = lt_test<std::shared_ptr<Tokenizer>>(L, -1);
-  LT_CHECK(tok != nullptr,
-           "train.generate: option 'tokenizer' expects a Tokenizer (tokenizer.load(dir)), got "
-               << luaL_typename(L, -1));
-  std::shared_ptr<Tokenizer> tokenizer = *tok;
-  lua_pop(L, 1);
   CompletionOptions o;
+  std::shared_ptr<Tokenizer> tokenizer =
+      prompt_sampling_options(L, 2, "train.generate", 0.0, &o.generate, &o.data);
   o.batch_size = lt_opt_int(L, 2, "batch_size", o.batch_size);
-  o.generate.max_new_tokens = lt_opt_int(L, 2, "max_new_tokens", 128);
-  o.generate.temperature = lt_opt_number(L, 2, "temperature", 0.0);
-  o.generate.top_k = lt_opt_int(L, 2, "top_k", 0);
-  o.generate.top_p = lt_opt_number(L, 2, "top_p", 1.0);
-  o.generate.seed = static_cast<uint64_t>(lt_opt_int(L, 2, "seed", 0, 0));
-  o.data.max_length = lt_opt_int(L, 2, "max_length", o.data.max_length);
-  o.data.max_records = lt_opt_int(L, 2, "max_records", -1);
-  if (lt_has_field(L, 2, "chat")) o.data.chat = lt_opt_bool(L, 2, "chat", true);
-  o.data.chat_template = lt_opt_string(L, 2, "chat_template", "");
   o.progress = lt_opt_bool(L, 2, "progress", true);
   CompletionStats st = generate_completions(*model, *tokenizer, lt_opt_string(L, 2, "prompts", ""),
                                             lt_opt_string(L, 2, "out", ""), o);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 
 #include "host/core/error.h"
@@ -43,9 +44,45 @@ namespace {
 struct Sequence {
   GenerateResult r;
   at::Generator gen;
-  int64_t step = 0;
   bool done = false;
 };
+
+void check_options(const GenerateOptions& o, const Tokenizer* tok) {
+  LT_CHECK(o.max_new_tokens >= 0, "model:generate: max_new_tokens must be >= 0");
+  LT_CHECK(o.top_p > 0 && o.top_p <= 1, "model:generate: top_p must be in (0, 1]");
+  LT_CHECK(o.stop.empty() || tok, "model:generate: stop strings need a tokenizer");
+}
+
+// The ids that end a sequence: the options', the config's EOS ids and the tokenizer's.
+std::vector<int64_t> stop_ids_of(const Model& model, const GenerateOptions& o, const Tokenizer* tok) {
+  std::vector<int64_t> ids = o.stop_ids;
+  for (int64_t e : model.config.eos_token_ids) ids.push_back(e);
+  if (tok)
+    for (int32_t e : tok->special().eos) ids.push_back(e);
+  return ids;
+}
+
+// One sampled token for r: an EOS id ends it ("eos"); else the token is kept, and a stop string in
+// the text so far ends it ("stop"), as does reaching max_new_tokens (the finish reason stays
+// "length"). Returns whether the sequence goes on, i.e. `next` must be fed back.
+bool take_token(GenerateResult& r, int64_t next, const GenerateOptions& o,
+                const std::vector<int64_t>& stop_ids, const Tokenizer* tok) {
+  if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
+    r.finish_reason = "eos";
+    return false;
+  }
+  r.new_ids.push_back(next);
+  if (!o.stop.empty()) {
+    std::vector<int32_t> ids32(r.new_ids.begin(), r.new_ids.end());
+    const std::string text = tok->decode(ids32, true);
+    for (const auto& st : o.stop)
+      if (!st.empty() && text.find(st) != std::string::npos) {
+        r.finish_reason = "stop";
+        return false;
+      }
+  }
+  return static_cast<int64_t>(r.new_ids.size()) < o.max_new_tokens;
+}
 
 // The text of the new ids, cut at the first stop string.
 void finish_text(GenerateResult& r, const GenerateOptions& o, const Tokenizer* tok) {
@@ -63,15 +100,10 @@ void finish_text(GenerateResult& r, const GenerateOptions& o, const Tokenizer* t
 GenerateResult model_generate_ids(const Model& model, const std::vector<int64_t>& prompt_ids,
                                   const GenerateOptions& o, const Tokenizer* tok) {
   LT_CHECK(!prompt_ids.empty(), "model:generate: the prompt encodes to no tokens");
-  LT_CHECK(o.max_new_tokens >= 0, "model:generate: max_new_tokens must be >= 0");
-  LT_CHECK(o.top_p > 0 && o.top_p <= 1, "model:generate: top_p must be in (0, 1]");
-  LT_CHECK(o.stop.empty() || tok, "model:generate: stop strings need a tokenizer");
+  check_options(o, tok);
   at::NoGradGuard no_grad;
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<int64_t> stop_ids = o.stop_ids;
-  for (int64_t e : model.config.eos_token_ids) stop_ids.push_back(e);
-  if (tok)
-    for (int32_t e : tok->special().eos) stop_ids.push_back(e);
+  const std::vector<int64_t> stop_ids = stop_ids_of(model, o, tok);
 
   GenerateResult r;
   r.prompt_ids = prompt_ids;
@@ -94,25 +126,10 @@ GenerateResult model_generate_ids(const Model& model, const std::vector<int64_t>
   std::unique_ptr<DecodeCpu> fast;
   if (o.use_cache && o.fast_decode && o.max_new_tokens > 1 && decode_cpu_unsupported(model).empty())
     fast = std::make_unique<DecodeCpu>(model, &cache);
-  for (int64_t step = 0; step < o.max_new_tokens; step++) {
-    int64_t next = sample_next(logits.select(1, 0).select(0, 0), o, gen);
-    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
-      r.finish_reason = "eos";
-      break;
-    }
-    r.new_ids.push_back(next);
+  while (static_cast<int64_t>(r.new_ids.size()) < o.max_new_tokens) {
+    const int64_t next = sample_next(logits.select(1, 0).select(0, 0), o, gen);
+    if (!take_token(r, next, o, stop_ids, tok)) break;
     all.push_back(next);
-    if (!o.stop.empty()) {
-      std::vector<int32_t> ids32(r.new_ids.begin(), r.new_ids.end());
-      std::string text = tok->decode(ids32, true);
-      bool hit = false;
-      for (const auto& s : o.stop) hit = hit || (!s.empty() && text.find(s) != std::string::npos);
-      if (hit) {
-        r.finish_reason = "stop";
-        break;
-      }
-    }
-    if (step + 1 == o.max_new_tokens) break;
     logits = fast          ? fast->step(next)
              : o.use_cache ? model.forward(ids_tensor({next}), fo)
                            : model.forward(ids_tensor(all), fo);
@@ -144,25 +161,34 @@ std::vector<GenerateResult> model_generate_batch(const Model& model,
     return out;
   }
   for (const auto& p : prompts) LT_CHECK(!p.empty(), "model:generate: a prompt encodes to no tokens");
-  LT_CHECK(o.top_p > 0 && o.top_p <= 1, "model:generate: top_p must be in (0, 1]");
-  LT_CHECK(o.stop.empty() || tok, "model:generate: stop strings need a tokenizer");
+  check_options(o, tok);
   at::NoGradGuard no_grad;
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<int64_t> stop_ids = o.stop_ids;
-  for (int64_t e : model.config.eos_token_ids) stop_ids.push_back(e);
-  if (tok)
-    for (int32_t e : tok->special().eos) stop_ids.push_back(e);
+  const std::vector<int64_t> stop_ids = stop_ids_of(model, o, tok);
   std::vector<KVCache> caches(total);
   std::vector<Sequence> seqs(total);
-  std::vector<at::Tensor> logits(total);
+  std::vector<at::Tensor> logits(total);  // each sequence's next-token logits (V)
   std::vector<KVCache*> cache_ptrs;
+  std::map<std::vector<int64_t>, size_t> prefilled;  // a prompt given again (best-of-n) is prefilled once
   for (size_t i = 0; i < total; i++) {
     const int64_t P = static_cast<int64_t>(prompts[i].size());
     caches[i] = model.new_cache(1, P + o.max_new_tokens);
-    ForwardOptions fo;
-    fo.last_only = true;
-    fo.cache = &caches[i];
-    logits[i] = model.forward(at::tensor(prompts[i], at::kLong).unsqueeze(0), fo).select(1, 0).select(0, 0);
+    auto seen = prefilled.find(prompts[i]);
+    if (seen != prefilled.end()) {
+      const KVCache& from = caches[seen->second];
+      for (size_t l = 0; l < from.k.size(); l++) {
+        caches[i].k[l].narrow(2, 0, P).copy_(from.k[l].narrow(2, 0, P));
+        caches[i].v[l].narrow(2, 0, P).copy_(from.v[l].narrow(2, 0, P));
+      }
+      caches[i].length = P;
+      logits[i] = logits[seen->second];
+    } else {
+      ForwardOptions fo;
+      fo.last_only = true;
+      fo.cache = &caches[i];
+      logits[i] = model.forward(at::tensor(prompts[i], at::kLong).unsqueeze(0), fo).select(1, 0).select(0, 0);
+      prefilled.emplace(prompts[i], i);
+    }
     seqs[i].r.prompt_ids = prompts[i];
     seqs[i].r.finish_reason = "length";
     seqs[i].gen = at::detail::createCPUGenerator(seed_of(i));
@@ -180,26 +206,9 @@ std::vector<GenerateResult> model_generate_batch(const Model& model,
     for (size_t i = 0; i < total; i++) {
       Sequence& s = seqs[i];
       if (s.done) continue;
-      // As model_generate_ids' loop: sample, stop on an EOS id, keep, stop on a stop string or length.
+      // As model_generate_ids' loop (take_token), every unfinished sequence in turn.
       const int64_t next = sample_next(logits[i], o, s.gen);
-      if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
-        s.r.finish_reason = "eos";
-        finish(s);
-        continue;
-      }
-      s.r.new_ids.push_back(next);
-      if (!o.stop.empty()) {
-        std::vector<int32_t> ids32(s.r.new_ids.begin(), s.r.new_ids.end());
-        const std::string text = tok->decode(ids32, true);
-        bool hit = false;
-        for (const auto& st : o.stop) hit = hit || (!st.empty() && text.find(st) != std::string::npos);
-        if (hit) {
-          s.r.finish_reason = "stop";
-          finish(s);
-          continue;
-        }
-      }
-      if (++s.step == o.max_new_tokens) {
+      if (!take_token(s.r, next, o, stop_ids, tok)) {
         finish(s);
         continue;
       }
@@ -207,8 +216,9 @@ std::vector<GenerateResult> model_generate_batch(const Model& model,
       feed_tok.push_back(next);
     }
     if (feed_seq.empty()) break;
+    // Views of the step's buffer: every one is sampled above before the next step overwrites it.
     at::Tensor rows = fast.step(feed_seq, feed_tok);
-    for (size_t j = 0; j < feed_seq.size(); j++) logits[feed_seq[j]] = rows[static_cast<int64_t>(j)].clone();
+    for (size_t j = 0; j < feed_seq.size(); j++) logits[feed_seq[j]] = rows[static_cast<int64_t>(j)];
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (Sequence& s : seqs) {

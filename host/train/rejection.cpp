@@ -204,11 +204,11 @@ CompletionStats generate_completions(const Model& model, const Tokenizer& tok,
   std::string out;
   std::vector<json> prompts;
   std::vector<std::vector<int64_t>> ids;
-  std::vector<std::vector<int64_t>> stops;
+  std::vector<int64_t> stops;  // each prompt's end-of-response id (generation_prefix)
   auto flush = [&]() {
     if (ids.empty()) return;
-    // Stop ids differ per prompt only through the chat format's end of turn, which is the same for
-    // every prompt of one template: group by it so each batch shares one GenerateOptions.
+    // The end-of-response id is the same for every prompt of one chat format; prompts are grouped by
+    // it so each group shares one GenerateOptions.
     std::vector<uint64_t> seeds;
     for (size_t i = 0; i < ids.size(); i++)
       seeds.push_back(o.generate.seed + static_cast<uint64_t>(st.prompts + static_cast<int64_t>(i)));
@@ -220,7 +220,7 @@ CompletionStats generate_completions(const Model& model, const Tokenizer& tok,
       for (size_t j = i; j < ids.size(); j++)
         if (!done[j] && stops[j] == stops[i]) group.push_back(j);
       GenerateOptions go = o.generate;
-      go.stop_ids.insert(go.stop_ids.end(), stops[i].begin(), stops[i].end());
+      go.stop_ids.push_back(stops[i]);
       std::vector<std::vector<int64_t>> gp;
       std::vector<uint64_t> gs;
       for (size_t j : group) gp.push_back(ids[j]), gs.push_back(seeds[j]);
@@ -252,7 +252,7 @@ CompletionStats generate_completions(const Model& model, const Tokenizer& tok,
     const json prompt = record_prompt(in.value(), where);
     int64_t stop_id = 0;
     ids.push_back(generation_prefix(prompt, tok, o.data, where, &stop_id));
-    stops.push_back({stop_id});
+    stops.push_back(stop_id);
     prompts.push_back(prompt);
     if (static_cast<int64_t>(ids.size()) == o.batch_size) flush();
   }
